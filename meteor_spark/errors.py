@@ -1,0 +1,126 @@
+"""The one error tree of meteor-spark.
+
+Every error the library raises on purpose is a ``MeteorError``::
+
+    MeteorError
+    ├── ConfigError (also ValueError)        bad or unknown option/argument; names it, the value and the fix
+    │   └── StreamConfigConflictError        two parties disagree on a stream's stored configuration
+    ├── GridError                            talking to the grid failed
+    │   ├── GridConnectionError              cluster unreachable, authentication refused, timed out
+    │   └── GridOperationError               the member answered with an error (carries the Hazelcast code)
+    ├── StreamNotFoundError (also LookupError) a stream opened by name has no metadata in the grid
+    ├── DataLossError                        records were overwritten before they were read
+    ├── FormatError (also ValueError)        a ring item is not a valid record batch (corrupt, truncated)
+    │   └── UnsupportedFormatVersionError    written by a newer format version than this reader knows
+    ├── GroupError                           subscriber-group protocol violations
+    │   ├── NotAssignedError                 the operation needs a lane this member does not hold
+    │   └── FencedError                      a deposed holder tried to move an offset (its epoch is stale)
+    ├── PublisherClosedError                 publish after close()
+    └── PublishTimeoutError                  back-pressure: the bounded buffer stayed full past the deadline
+
+The embedded grid (``meteor_spark.server``) has its own error classes carrying Hazelcast error codes; those
+travel to clients as Hazelcast error responses and come back as ``GridOperationError``.
+
+Hazelcast client errors are translated into this tree in exactly one place: ``meteor_spark.grid``.
+"""
+
+from __future__ import annotations
+
+from difflib import get_close_matches
+from typing import Iterable
+
+
+class MeteorError(Exception):
+    """Root of every error meteor-spark raises on purpose."""
+
+
+class ConfigError(MeteorError, ValueError):
+    """An option or argument is unknown or invalid. The message names it, the value seen and the fix."""
+
+
+class StreamConfigConflictError(ConfigError):
+    """The configuration asked for does not match the stream's configuration stored in the grid."""
+
+
+class GridError(MeteorError):
+    """Talking to the grid failed."""
+
+
+class GridConnectionError(GridError):
+    """The grid could not be reached, refused our credentials, or did not answer in time."""
+
+
+class GridOperationError(GridError):
+    """The grid answered an operation with an error.
+
+    Attributes:
+        code: the Hazelcast error code when known (e.g. 51 StaleSequence), else None.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StreamNotFoundError(MeteorError, LookupError):
+    """A stream opened by name alone has no metadata in the grid."""
+
+
+class DataLossError(MeteorError):
+    """Records were overwritten in the ring before they were read.
+
+    Attributes:
+        stream: stream name.
+        lane: lane number.
+        requested: the offset (or ring sequence) the reader asked for.
+        oldest_available: the oldest offset (or ring sequence) the lane still holds.
+    """
+
+    def __init__(self, stream: str, lane: int, requested: int, oldest_available: int, unit: str = "offset") -> None:
+        super().__init__(
+            f"data loss on stream {stream!r} lane {lane}: requested {unit} {requested} was already overwritten; "
+            f"the oldest available {unit} is {oldest_available}. Raise the stream's capacity or read faster; "
+            f"to skip the lost records and go on, opt in to skipping (Subscriber(..., skip_data_loss=True) or "
+            f"the Spark option failOnDataLoss=false)."
+        )
+        self.stream = stream
+        self.lane = lane
+        self.requested = requested
+        self.oldest_available = oldest_available
+
+
+class FormatError(MeteorError, ValueError):
+    """A ring item is not a valid record batch."""
+
+
+class UnsupportedFormatVersionError(FormatError):
+    """A record batch was written with a newer format version than this reader understands."""
+
+
+class GroupError(MeteorError):
+    """Subscriber-group protocol violation."""
+
+
+class NotAssignedError(GroupError):
+    """The operation needs a lane this group member does not currently hold."""
+
+
+class FencedError(GroupError):
+    """A holder whose lease epoch is stale tried to move a confirmed offset; the write was refused."""
+
+
+class PublisherClosedError(MeteorError):
+    """The publisher was closed; it accepts no more records."""
+
+
+class PublishTimeoutError(MeteorError):
+    """The publisher's bounded buffer stayed full past the back-pressure deadline."""
+
+
+def unknown_option(kind: str, name: str, known: Iterable[str]) -> ConfigError:
+    """Build the error for an unknown option, suggesting the closest known name."""
+    known = sorted(known)
+    by_lower = {k.lower(): k for k in known}
+    close = get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    hint = f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+    return ConfigError(f"unknown {kind} {name!r}{hint}; known {kind}s: {', '.join(known)}")

@@ -1,0 +1,502 @@
+"""Grid access: the one module that imports ``hazelcast``.
+
+It turns connection settings into a ``hazelcast.HazelcastClient``, gives the rest of the project thin, typed
+views of ring buffers, maps and atomic longs holding ``bytes``/``str``, and translates Hazelcast errors into
+``meteor_spark.errors`` (in ``translate_errors`` and nowhere else).
+
+The same code path serves the embedded grid and a real Hazelcast 5.x cluster: nothing here may depend on
+behaviour only the embedded grid has.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+import hazelcast
+from hazelcast import errors as hz_errors
+from hazelcast.future import Future
+
+from meteor_spark.errors import (
+    ConfigError,
+    GridConnectionError,
+    GridError,
+    GridOperationError,
+    unknown_option,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_ADDRESS = "127.0.0.1:5701"
+
+#: Ring-buffer overflow policies, as Hazelcast numbers them.
+OVERWRITE = 0
+FAIL = 1
+
+#: Hazelcast refuses read_many/add_all batches of 1000 items or more (client-side check).
+MAX_BATCH_ITEMS = 999
+
+
+@dataclass(frozen=True)
+class GridSettings:
+    """How to reach a Hazelcast cluster (embedded or real).
+
+    Attributes:
+        members: ``host:port`` addresses of one or more members.
+        cluster_name: the cluster name members are configured with.
+        username: optional username (Hazelcast username/password credentials).
+        password: optional password; never logged or shown in ``repr``.
+        ssl_enabled: use TLS; the remaining ``ssl_*`` fields pass through to the client unchanged.
+        ssl_cafile: CA bundle used to verify members.
+        ssl_certfile: client certificate (mutual TLS).
+        ssl_keyfile: client private key (mutual TLS).
+        ssl_password: password of the private key; never logged.
+        ssl_check_hostname: verify the member's host name against its certificate.
+        connect_timeout_s: give up connecting to the cluster after this long (Hazelcast's default is forever).
+        invocation_timeout_s: how long the client retries a failing operation.
+        smart_routing: connect to every member and route by partition (Hazelcast's default).
+    """
+
+    members: tuple[str, ...] = (DEFAULT_ADDRESS,)
+    cluster_name: str = "dev"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl_enabled: bool = False
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_password: str | None = field(default=None, repr=False)
+    ssl_check_hostname: bool = False
+    connect_timeout_s: float = 10.0
+    invocation_timeout_s: float = 60.0
+    smart_routing: bool = True
+
+    # Option names accepted after the ``hazelcast.`` prefix (Spark options, TOML, CLI); value = field name.
+    _OPTION_NAMES = {
+        "members": "members",
+        "clustername": "cluster_name",
+        "username": "username",
+        "password": "password",
+        "ssl.enabled": "ssl_enabled",
+        "ssl.cafile": "ssl_cafile",
+        "ssl.certfile": "ssl_certfile",
+        "ssl.keyfile": "ssl_keyfile",
+        "ssl.password": "ssl_password",
+        "ssl.checkhostname": "ssl_check_hostname",
+        "connecttimeout": "connect_timeout_s",
+        "invocationtimeout": "invocation_timeout_s",
+        "smartrouting": "smart_routing",
+    }
+
+    #: Documentation of each ``hazelcast.*`` option: (public name, default shown, meaning).
+    OPTION_DOCS = (
+        ("hazelcast.members", DEFAULT_ADDRESS, "comma-separated host:port of cluster members"),
+        ("hazelcast.clusterName", "dev", "cluster name the members are configured with"),
+        ("hazelcast.username", "(none)", "username for username/password credentials"),
+        ("hazelcast.password", "(none)", "password for username/password credentials (never logged)"),
+        ("hazelcast.ssl.enabled", "false", "connect with TLS"),
+        ("hazelcast.ssl.cafile", "(none)", "CA bundle used to verify members"),
+        ("hazelcast.ssl.certfile", "(none)", "client certificate for mutual TLS"),
+        ("hazelcast.ssl.keyfile", "(none)", "client private key for mutual TLS"),
+        ("hazelcast.ssl.password", "(none)", "password of the client private key (never logged)"),
+        ("hazelcast.ssl.checkHostname", "false", "verify the member host name against its certificate"),
+        ("hazelcast.connectTimeout", "10", "seconds to keep trying to reach the cluster before failing"),
+        ("hazelcast.invocationTimeout", "60", "seconds the client retries a failing operation"),
+        ("hazelcast.smartRouting", "true", "connect to all members and route by partition"),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ConfigError("hazelcast.members is empty; give at least one host:port, e.g. 127.0.0.1:5701")
+        for member in self.members:
+            host, sep, port = member.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    f"hazelcast.members: {member!r} is not host:port; write it like 127.0.0.1:5701"
+                )
+        if not self.cluster_name:
+            raise ConfigError("hazelcast.clusterName is empty; the default cluster name is 'dev'")
+        if (self.username is None) != (self.password is None):
+            raise ConfigError("hazelcast.username and hazelcast.password go together; set both or neither")
+        if self.connect_timeout_s <= 0:
+            raise ConfigError(f"hazelcast.connectTimeout must be > 0 seconds, got {self.connect_timeout_s}")
+        if self.invocation_timeout_s <= 0:
+            raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> "GridSettings":
+        """Parse ``hazelcast.*`` options (case-insensitive keys, string values). Other keys are ignored.
+
+        Raises:
+            ConfigError: an unknown ``hazelcast.*`` key, or a value of the wrong type.
+        """
+        values: dict[str, Any] = {}
+        types = {f.name: f.type for f in fields(cls)}
+        for raw_key, raw_value in options.items():
+            key = raw_key.lower()
+            if not key.startswith(prefix):
+                continue
+            name = key[len(prefix):]
+            if name not in cls._OPTION_NAMES:
+                public = [doc[0] for doc in cls.OPTION_DOCS]
+                raise unknown_option("option", raw_key, public)
+            attr = cls._OPTION_NAMES[name]
+            values[attr] = _convert(raw_key, str(raw_value), types[attr])
+        return cls(**values)
+
+    def with_address(self, address: str) -> "GridSettings":
+        """The same settings pointed at one ``host:port``."""
+        return replace(self, members=(address,))
+
+    def client_config(self) -> dict[str, Any]:
+        """Keyword arguments for ``hazelcast.HazelcastClient``."""
+        config: dict[str, Any] = {
+            "cluster_members": list(self.members),
+            "cluster_name": self.cluster_name,
+            "cluster_connect_timeout": self.connect_timeout_s,
+            "invocation_timeout": self.invocation_timeout_s,
+            "smart_routing": self.smart_routing,
+        }
+        if self.username is not None:
+            config["creds_username"] = self.username
+            config["creds_password"] = self.password
+        if self.ssl_enabled:
+            config.update(
+                ssl_enabled=True,
+                ssl_cafile=self.ssl_cafile,
+                ssl_certfile=self.ssl_certfile,
+                ssl_keyfile=self.ssl_keyfile,
+                ssl_password=self.ssl_password,
+                ssl_check_hostname=self.ssl_check_hostname,
+            )
+        return config
+
+
+def _convert(option: str, value: str, annotation: Any) -> Any:
+    text = str(annotation)
+    if "tuple" in text:
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if "bool" in text:
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"option {option!r}: expected true or false, got {value!r}")
+    if "float" in text:
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"option {option!r}: expected a number of seconds, got {value!r}") from None
+    return value
+
+
+_CONNECTION_ERRORS = (
+    hz_errors.IllegalStateError,  # "Unable to connect to any cluster" after cluster_connect_timeout
+    hz_errors.AuthenticationError,
+    hz_errors.TargetDisconnectedError,
+    hz_errors.HazelcastClientNotActiveError,
+    hz_errors.HazelcastInstanceNotActiveError,
+    OSError,
+)
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Translate Hazelcast client errors raised inside the block into ``meteor_spark.errors``."""
+    try:
+        yield
+    except GridError:
+        raise
+    except hz_errors.HazelcastError as exc:
+        if isinstance(exc, _CONNECTION_ERRORS):
+            raise GridConnectionError(f"{what}: the grid is unreachable ({exc})") from exc
+        code = getattr(exc, "error_code", None)
+        raise GridOperationError(f"{what}: {exc}", code=_code_of(exc) if code is None else code) from exc
+    except (OSError, AssertionError) as exc:
+        # The client validates arguments with AssertionError (check_true); an OSError is a dead socket.
+        if isinstance(exc, OSError):
+            raise GridConnectionError(f"{what}: the grid is unreachable ({exc})") from exc
+        raise GridOperationError(f"{what}: {exc}") from exc
+
+
+def _code_of(exc: BaseException) -> int | None:
+    for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():  # noqa: SLF001 - the only code table there is
+        if type(exc) is cls:
+            return code
+    return None
+
+
+def wait(future: "Future[T]", timeout_s: float | None) -> bool:
+    """Wait for a Hazelcast future with a timeout (``Future.result()`` has none). True when it is done."""
+    if future.done():
+        return True
+    done = threading.Event()
+    future.add_done_callback(lambda _f: done.set())
+    return done.wait(timeout_s)
+
+
+def result(future: "Future[T]", what: str) -> T:
+    """The future's value, with errors translated."""
+    with translate_errors(what):
+        return future.result()
+
+
+@dataclass(frozen=True)
+class ReadBatch:
+    """What one ``read_many`` returned.
+
+    Attributes:
+        items: the ring items, in sequence order.
+        sequences: the ring sequence of each item.
+        next_sequence: the sequence to read from next.
+    """
+
+    items: Sequence[bytes]
+    sequences: Sequence[int]
+    next_sequence: int
+
+
+class Ring:
+    """A ring buffer of byte items (one lane of a stream)."""
+
+    def __init__(self, proxy: Any, name: str) -> None:
+        self._proxy = proxy
+        self.name = name
+
+    def capacity(self) -> int:
+        return result(self._proxy.capacity(), f"capacity of ring {self.name!r}")
+
+    def head(self) -> int:
+        """Sequence of the oldest item still held (``tail + 1`` when empty)."""
+        return result(self._proxy.head_sequence(), f"head of ring {self.name!r}")
+
+    def tail(self) -> int:
+        """Sequence of the newest item (-1 when nothing was ever added)."""
+        return result(self._proxy.tail_sequence(), f"tail of ring {self.name!r}")
+
+    def size(self) -> int:
+        return result(self._proxy.size(), f"size of ring {self.name!r}")
+
+    def add(self, item: bytes, overflow_policy: int = OVERWRITE) -> int:
+        return result(self.add_async(item, overflow_policy), f"add to ring {self.name!r}")
+
+    def add_async(self, item: bytes, overflow_policy: int = OVERWRITE) -> "Future[int]":
+        return self._proxy.add(bytearray(item), overflow_policy)
+
+    def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
+        """Append items in order; returns the sequence of the last one (-1 if FAIL refused them)."""
+        return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
+
+    def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> "Future[int]":
+        return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
+
+    def read_many_async(self, start: int, min_count: int, max_count: int) -> "Future[Any]":
+        """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""
+        return self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
+
+    def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
+        """Read up to ``max_count`` items from ``start`` (clamped by the grid to ``[head, tail + 1]``)."""
+        future = self.read_many_async(start, min_count, max_count)
+        return self.to_batch(result(future, f"read from ring {self.name!r} at sequence {start}"))
+
+    @staticmethod
+    def to_batch(read_result: Any) -> ReadBatch:
+        items = list(read_result)
+        sequences = [read_result.get_sequence(i) for i in range(len(items))]
+        return ReadBatch(items, sequences, read_result.next_sequence_to_read_from)
+
+    def destroy(self) -> None:
+        with translate_errors(f"destroy ring {self.name!r}"):
+            self._proxy.destroy()
+
+
+class GridMap:
+    """A grid map with ``str`` keys and ``str`` values (JSON by convention, compared byte-wise by the grid)."""
+
+    def __init__(self, proxy: Any, name: str) -> None:
+        self._proxy = proxy
+        self.name = name
+
+    def _call(self, what: str, future: "Future[T]") -> T:
+        return result(future, f"{what} on map {self.name!r}")
+
+    def get(self, key: str) -> str | None:
+        return self._call("get", self._proxy.get(key))
+
+    def get_all(self, keys: Sequence[str]) -> dict[str, str]:
+        return self._call("get_all", self._proxy.get_all(list(keys))) if keys else {}
+
+    def put(self, key: str, value: str, ttl_s: float | None = None) -> str | None:
+        return self._call("put", self._proxy.put(key, value, ttl_s))
+
+    def set(self, key: str, value: str, ttl_s: float | None = None) -> None:
+        self._call("set", self._proxy.set(key, value, ttl_s))
+
+    def put_if_absent(self, key: str, value: str, ttl_s: float | None = None) -> str | None:
+        """Store unless present; returns the existing value, or None when this call stored it."""
+        return self._call("put_if_absent", self._proxy.put_if_absent(key, value, ttl_s))
+
+    def replace_if_same(self, key: str, old: str, new: str) -> bool:
+        """Compare-and-set: replace only when the current value equals ``old`` byte for byte."""
+        return self._call("replace_if_same", self._proxy.replace_if_same(key, old, new))
+
+    def remove(self, key: str) -> str | None:
+        return self._call("remove", self._proxy.remove(key))
+
+    def remove_if_same(self, key: str, value: str) -> bool:
+        return self._call("remove_if_same", self._proxy.remove_if_same(key, value))
+
+    def delete(self, key: str) -> None:
+        self._call("delete", self._proxy.delete(key))
+
+    def entries(self) -> dict[str, str]:
+        return dict(self._call("entry_set", self._proxy.entry_set()))
+
+    def keys(self) -> list[str]:
+        return list(self._call("key_set", self._proxy.key_set()))
+
+    def size(self) -> int:
+        return self._call("size", self._proxy.size())
+
+    def set_ttl(self, key: str, ttl_s: float) -> None:
+        self._call("set_ttl", self._proxy.set_ttl(key, ttl_s))
+
+    def clear(self) -> None:
+        self._call("clear", self._proxy.clear())
+
+    def add_listener(self, on_change: Callable[[str], None]) -> str:
+        """Call ``on_change(key)`` on every add/update/remove/expiry; returns the registration id."""
+
+        def handler(event: Any) -> None:
+            on_change(event.key)
+
+        return self._call(
+            "add_entry_listener",
+            self._proxy.add_entry_listener(
+                include_value=False,
+                added_func=handler,
+                updated_func=handler,
+                removed_func=handler,
+                expired_func=handler,
+                evicted_func=handler,
+            ),
+        )
+
+    def remove_listener(self, registration_id: str) -> None:
+        self._call("remove_entry_listener", self._proxy.remove_entry_listener(registration_id))
+
+
+class Grid:
+    """A connection to a Hazelcast cluster (embedded or real).
+
+    Examples:
+        >>> grid = Grid.connect("10.0.0.5:5701", cluster_name="prod")   # doctest: +SKIP
+        >>> grid = Grid.embedded()       # starts an embedded member on an ephemeral port  # doctest: +SKIP
+        >>> grid = Grid.local()          # 127.0.0.1:5701, the default  # doctest: +SKIP
+    """
+
+    def __init__(self, settings: GridSettings, owned_server: Any = None) -> None:
+        self.settings = settings
+        self._owned_server = owned_server
+        self._lock = threading.Lock()
+        self._rings: dict[str, Ring] = {}
+        self._maps: dict[str, GridMap] = {}
+        logger.info(
+            "connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members)
+        )
+        try:
+            self.client = hazelcast.HazelcastClient(**settings.client_config())
+        except hz_errors.IllegalStateError as exc:
+            if owned_server is not None:
+                owned_server.stop()
+            raise GridConnectionError(
+                f"could not connect to cluster {settings.cluster_name!r} at {', '.join(settings.members)} within "
+                f"{settings.connect_timeout_s:g} s: is a member running there (`meteor grid start`), and are the "
+                f"cluster name and credentials right?"
+            ) from exc
+
+    @classmethod
+    def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> "Grid":
+        """Connect to a cluster. ``members`` is ``host:port`` or a list of them; other keyword arguments are
+        ``GridSettings`` fields (``cluster_name``, ``username``, ``password``, ``ssl_*``, timeouts)."""
+        member_list = (members,) if isinstance(members, str) else tuple(members)
+        return cls(GridSettings(members=member_list, **settings))
+
+    @classmethod
+    def local(cls, **settings: Any) -> "Grid":
+        """Connect to the grid on this machine, 127.0.0.1:5701."""
+        return cls.connect(DEFAULT_ADDRESS, **settings)
+
+    @classmethod
+    def embedded(cls, **server_options: Any) -> "Grid":
+        """Start an embedded member owned by this Grid (stopped on ``close()``) and connect to it.
+
+        ``server_options`` go to ``meteor_spark.server.EmbeddedGrid`` (port 0 = ephemeral by default).
+        """
+        from meteor_spark.server import EmbeddedGrid
+
+        server = EmbeddedGrid(**server_options)
+        server.start()
+        settings = GridSettings(
+            members=(server.address,),
+            cluster_name=server.cluster_name,
+            username=server_options.get("username"),
+            password=server_options.get("password"),
+        )
+        return cls(settings, owned_server=server)
+
+    @property
+    def address(self) -> str:
+        return self.settings.members[0]
+
+    def ring(self, name: str) -> Ring:
+        with self._lock:
+            ring = self._rings.get(name)
+            if ring is None:
+                with translate_errors(f"open ring {name!r}"):
+                    ring = Ring(self.client.get_ringbuffer(name), name)
+                self._rings[name] = ring
+            return ring
+
+    def map(self, name: str) -> GridMap:
+        with self._lock:
+            grid_map = self._maps.get(name)
+            if grid_map is None:
+                with translate_errors(f"open map {name!r}"):
+                    grid_map = GridMap(self.client.get_map(name), name)
+                self._maps[name] = grid_map
+            return grid_map
+
+    def atomic_long(self, name: str) -> Any:
+        """A CP AtomicLong (works on members in CP unsafe mode, Hazelcast's default without CP members)."""
+        with translate_errors(f"open atomic long {name!r}"):
+            return self.client.cp_subsystem.get_atomic_long(name).blocking()
+
+    def flake_id(self, name: str) -> int:
+        """A cluster-wide unique id (FlakeIdGenerator)."""
+        with translate_errors(f"new id from {name!r}"):
+            return self.client.get_flake_id_generator(name).blocking().new_id()
+
+    def distributed_objects(self) -> list[tuple[str, str]]:
+        """(service name, object name) of every distributed object in the cluster."""
+        with translate_errors("list distributed objects"):
+            return [(o.service_name, o.name) for o in self.client.get_distributed_objects()]
+
+    def close(self) -> None:
+        with translate_errors("shutdown client"):
+            self.client.shutdown()
+        if self._owned_server is not None:
+            self._owned_server.stop()
+            self._owned_server = None
+
+    def __enter__(self) -> "Grid":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
