@@ -392,6 +392,29 @@ class GridMap:
         self._call("remove_entry_listener", self._proxy.remove_entry_listener(registration_id))
 
 
+def _ring_config_request(pattern: str, capacity: int, backups: int, async_backups: int, ttl_s: int) -> Any:
+    """The DynamicConfig.addRingbufferConfig request (0x1B0200); the Python client has no codec for it."""
+    from hazelcast.protocol.builtin import CodecUtil, FixSizedTypesCodec, StringCodec
+    from hazelcast.protocol.client_message import REQUEST_HEADER_SIZE, OutboundMessage, create_initial_buffer
+
+    # DynamicConfig.addRingbufferConfig, 0x1B0200 (protocol-definitions/DynamicConfig.yaml); the Python client
+    # has no codec for it. Fixed params first: capacity, backupCount, asyncBackupCount, timeToLiveSeconds,
+    # mergeBatchSize; then name, inMemoryFormat, ringbufferStoreConfig (null), splitBrainProtectionName (null),
+    # mergePolicy. Members older than protocol 2.7 ignore the trailing userCodeNamespace (null).
+    offset = REQUEST_HEADER_SIZE
+    buf = create_initial_buffer(offset + 5 * 4, 0x1B0200)
+    for value in (capacity, backups, async_backups, ttl_s, 100):
+        FixSizedTypesCodec.encode_int(buf, offset, value)
+        offset += 4
+    StringCodec.encode(buf, pattern)
+    StringCodec.encode(buf, "BINARY")
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
+    StringCodec.encode(buf, "com.hazelcast.spi.merge.PutIfAbsentMergePolicy")
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode, True)
+    return OutboundMessage(buf, False)
+
+
 class Grid:
     """A connection to a Hazelcast cluster (embedded or real).
 
@@ -482,6 +505,50 @@ class Grid:
         """A cluster-wide unique id (FlakeIdGenerator)."""
         with translate_errors(f"new id from {name!r}"):
             return self.client.get_flake_id_generator(name).blocking().new_id()
+
+    def add_ring_config(
+        self, pattern: str, capacity: int, backups: int = 1, async_backups: int = 0, ttl_s: int = 0
+    ) -> None:
+        """Add a ring buffer config to the running cluster (Hazelcast's dynamic configuration).
+
+        ``pattern`` is an exact ring name or a pattern with one ``*`` wildcard (``meteor.stream::orders.*``). Rings
+        created afterwards get this capacity/backups/TTL; existing rings keep theirs. Adding the same config again
+        is fine.
+
+        Raises:
+            ConfigError: an argument is out of range.
+            GridOperationError: the cluster has a different config under that name (Hazelcast code 32,
+                InvalidConfiguration), or refuses dynamic configuration.
+        """
+        from hazelcast.invocation import Invocation
+
+        if capacity < 1:
+            raise ConfigError(f"ring config {pattern!r}: capacity must be >= 1, got {capacity}")
+        if ttl_s < 0:
+            raise ConfigError(f"ring config {pattern!r}: ttl_s must be >= 0 (0 = no expiry), got {ttl_s}")
+        if backups < 0 or async_backups < 0 or backups + async_backups > 6:
+            raise ConfigError(
+                f"ring config {pattern!r}: backups ({backups}) and async_backups ({async_backups}) must be >= 0 "
+                f"and at most 6 together"
+            )
+        invocation = Invocation(_ring_config_request(pattern, capacity, backups, async_backups, ttl_s),
+                                response_handler=lambda message: None)
+        with translate_errors(f"add ring buffer config {pattern!r}"):
+            self.client._invocation_service.invoke(invocation)  # noqa: SLF001 - no public API sends this message
+            invocation.future.result()
+
+    def members(self) -> list[tuple[str, str, str]]:
+        """(``host:port``, uuid, ``major.minor.patch``) of every cluster member this client knows (tools)."""
+        with translate_errors("list cluster members"):
+            found = self.client.cluster_service.get_members()
+        return [
+            (
+                f"{m.address.host}:{m.address.port}",
+                str(m.uuid),
+                f"{m.version.major}.{m.version.minor}.{m.version.patch}" if m.version is not None else "?",
+            )
+            for m in found
+        ]
 
     def distributed_objects(self) -> list[tuple[str, str]]:
         """(service name, object name) of every distributed object in the cluster."""

@@ -1,0 +1,272 @@
+"""``meteor bench grid``: the embedded grid under the official client, next to a loopback-socket ceiling.
+
+Measured against a member in its own process (``EmbeddedGrid(process=True)``), through ``meteor_spark.grid``:
+
+- ring ingest: ``add_all`` of batches of 64 KiB items (MB/s; latency per call p50/p99);
+- ring read: ``read_many`` of the same batches (MB/s; p50/p99 per call);
+- map: small ``put`` / ``get`` round trips (ops/s; p50/p99), when the member serves maps;
+- ceiling: the same bytes through a plain loopback TCP socket to/from another process, and a small-message
+  ping-pong round trip, measured in the same run. Ratios are ours / ceiling.
+
+Calls are issued one at a time (``--inflight 1``, what a simple client does) or with several in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import statistics
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from meteor_spark.grid import Grid, GridSettings
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    item_bytes: int
+    batch_items: int
+    total_mb: int
+    map_ops: int
+    inflight: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "BenchSettings":
+        quick = bool(getattr(args, "quick", False))
+        settings = cls(
+            item_bytes=args.item_kb * 1024,
+            batch_items=args.batch,
+            total_mb=args.total_mb if args.total_mb is not None else (16 if quick else 256),
+            map_ops=args.map_ops if args.map_ops is not None else (300 if quick else 5000),
+            inflight=args.inflight,
+        )
+        if not 1 <= settings.batch_items <= 999:
+            raise ValueError(f"--batch must be 1..999 items (Hazelcast's read_many/add_all limit), got {settings.batch_items}")
+        if settings.inflight < 1:
+            raise ValueError(f"--inflight must be >= 1, got {settings.inflight}")
+        return settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds): 16 MiB, 300 map ops")
+    parser.add_argument("--item-kb", type=int, default=64, help="ring item size in KiB (default 64)")
+    parser.add_argument("--batch", type=int, default=16, help="items per add_all/read_many call (default 16)")
+    parser.add_argument("--total-mb", type=int, default=None, help="MiB written and read (default 256)")
+    parser.add_argument("--map-ops", type=int, default=None, help="map put and get round trips each (default 5000)")
+    parser.add_argument("--inflight", type=int, default=1, help="ring calls in flight at once (default 1)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from meteor_spark.server import EmbeddedGrid, RingConfig
+
+    settings = BenchSettings.from_args(args)
+    batches = max(1, settings.total_mb * MB // (settings.item_bytes * settings.batch_items))
+    items_total = batches * settings.batch_items
+    ring_name = "bench.grid.ring"
+    with EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member:
+        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid:
+            ingest, read = _ring(grid, ring_name, settings, batches)
+            map_figures = _map(grid, settings.map_ops)
+    ceiling = _ceiling(settings.item_bytes * settings.batch_items, batches, settings.map_ops)
+    figures: dict[str, Any] = {
+        "ring_ingest_mb_s": ingest.mb_s,
+        "ring_ingest_p50_ms": ingest.p50_ms,
+        "ring_ingest_p99_ms": ingest.p99_ms,
+        "ring_read_mb_s": read.mb_s,
+        "ring_read_p50_ms": read.p50_ms,
+        "ring_read_p99_ms": read.p99_ms,
+        "ceiling_send_mb_s": ceiling["send_mb_s"],
+        "ceiling_recv_mb_s": ceiling["recv_mb_s"],
+        "ceiling_rtt_p50_us": ceiling["rtt_p50_us"],
+        **map_figures,
+        "settings": settings.__dict__,
+    }
+    _print(figures)
+    return figures
+
+
+@dataclass(frozen=True)
+class Throughput:
+    mb_s: float
+    p50_ms: float
+    p99_ms: float
+
+
+def _ring(grid: Grid, name: str, settings: BenchSettings, batches: int) -> tuple[Throughput, Throughput]:
+    ring = grid.ring(name)
+    batch = [os.urandom(settings.item_bytes)] * settings.batch_items
+    batch_bytes = settings.item_bytes * settings.batch_items
+    ring.add_all(batch)  # warm-up (connection, proxy, capacity cache)
+    start_sequence = ring.tail() + 1
+
+    def write(index: int) -> Any:
+        return ring.add_all_async(batch)
+
+    ingest = _timed(write, batches, batch_bytes, settings.inflight)
+
+    def read(index: int) -> Any:
+        return ring.read_many_async(start_sequence + index * settings.batch_items, settings.batch_items, settings.batch_items)
+
+    reading = _timed(read, batches, batch_bytes, settings.inflight)
+    return ingest, reading
+
+
+def _timed(call: Callable[[int], Any], count: int, batch_bytes: int, inflight: int) -> Throughput:
+    latencies: list[float] = []
+    pending: list[tuple[float, Any]] = []
+    started = time.perf_counter()
+    for index in range(count):
+        pending.append((time.perf_counter(), call(index)))
+        if len(pending) >= inflight:
+            sent, future = pending.pop(0)
+            future.result()
+            latencies.append(time.perf_counter() - sent)
+    for sent, future in pending:
+        future.result()
+        latencies.append(time.perf_counter() - sent)
+    elapsed = time.perf_counter() - started
+    return Throughput(count * batch_bytes / MB / elapsed, _pct(latencies, 50) * 1e3, _pct(latencies, 99) * 1e3)
+
+
+def _map(grid: Grid, ops: int) -> dict[str, Any]:
+    grid_map = grid.client.get_map("bench.grid.map").blocking()
+    value = bytearray(b"v" * 100)
+    try:
+        grid_map.put("k0", value)
+    except Exception as exc:  # the member may not serve maps (yet)
+        return {"map": f"not available ({type(exc).__name__}: {str(exc)[:80]})"}
+    puts: list[float] = []
+    gets: list[float] = []
+    started = time.perf_counter()
+    for index in range(ops):
+        t0 = time.perf_counter()
+        grid_map.put(f"k{index % 100}", value)
+        t1 = time.perf_counter()
+        grid_map.get(f"k{index % 100}")
+        t2 = time.perf_counter()
+        puts.append(t1 - t0)
+        gets.append(t2 - t1)
+    elapsed = time.perf_counter() - started
+    return {
+        "map_ops_s": 2 * ops / elapsed,
+        "map_put_p50_us": _pct(puts, 50) * 1e6,
+        "map_put_p99_us": _pct(puts, 99) * 1e6,
+        "map_get_p50_us": _pct(gets, 50) * 1e6,
+        "map_get_p99_us": _pct(gets, 99) * 1e6,
+    }
+
+
+def _pct(values: list[float], percent: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
+
+
+# ------------------------------------------------------------------------------------------------ ceiling
+
+
+def _peer(port_queue: Any, chunk: int, count: int, rtt_ops: int) -> None:
+    """The other process of the ceiling: sink ``count`` chunks, ack, source ``count`` chunks, then echo pings."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port_queue.put(server.getsockname()[1])
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    remaining = chunk * count
+    buffer = bytearray(4 * MB)
+    while remaining:
+        got = conn.recv_into(buffer, min(len(buffer), remaining))
+        if not got:
+            return
+        remaining -= got
+    conn.sendall(b"k")
+    payload = os.urandom(chunk)
+    for _ in range(count):
+        conn.sendall(payload)
+    for _ in range(rtt_ops):
+        message = conn.recv(64)
+        if not message:
+            return
+        conn.sendall(message)
+    conn.close()
+    server.close()
+
+
+def _ceiling(chunk: int, count: int, rtt_ops: int) -> dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    peer = context.Process(target=_peer, args=(ports, chunk, count, rtt_ops), daemon=True)
+    peer.start()
+    try:
+        sock = socket.create_connection(("127.0.0.1", ports.get(timeout=30)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = os.urandom(chunk)
+        started = time.perf_counter()
+        for _ in range(count):
+            sock.sendall(payload)
+        sock.recv(1)
+        send_mb_s = chunk * count / MB / (time.perf_counter() - started)
+        remaining = chunk * count
+        buffer = bytearray(4 * MB)
+        started = time.perf_counter()
+        while remaining:
+            got = sock.recv_into(buffer, min(len(buffer), remaining))
+            if not got:
+                raise OSError("ceiling peer closed early")
+            remaining -= got
+        recv_mb_s = chunk * count / MB / (time.perf_counter() - started)
+        rtts = []
+        message = struct.pack("<q", 1) * 4
+        for _ in range(rtt_ops):
+            t0 = time.perf_counter()
+            sock.sendall(message)
+            sock.recv(64)
+            rtts.append(time.perf_counter() - t0)
+        sock.close()
+        return {"send_mb_s": send_mb_s, "recv_mb_s": recv_mb_s, "rtt_p50_us": _pct(rtts, 50) * 1e6}
+    finally:
+        peer.join(10)
+        if peer.is_alive():
+            peer.kill()
+
+
+def _print(figures: dict[str, Any]) -> None:
+    def ratio(ours: float, ceiling: float) -> str:
+        return f"{ours / ceiling:6.1%}" if ceiling else "  n/a"
+
+    rows = [
+        ("ring ingest (add_all)", f"{figures['ring_ingest_mb_s']:8.1f} MB/s",
+         f"p50 {figures['ring_ingest_p50_ms']:6.2f} ms  p99 {figures['ring_ingest_p99_ms']:6.2f} ms",
+         f"{figures['ceiling_send_mb_s']:8.1f} MB/s", ratio(figures["ring_ingest_mb_s"], figures["ceiling_send_mb_s"])),
+        ("ring read (read_many)", f"{figures['ring_read_mb_s']:8.1f} MB/s",
+         f"p50 {figures['ring_read_p50_ms']:6.2f} ms  p99 {figures['ring_read_p99_ms']:6.2f} ms",
+         f"{figures['ceiling_recv_mb_s']:8.1f} MB/s", ratio(figures["ring_read_mb_s"], figures["ceiling_recv_mb_s"])),
+    ]
+    if "map_ops_s" in figures:
+        rows.append(("map put+get", f"{figures['map_ops_s']:8.0f} ops/s",
+                     f"put p50 {figures['map_put_p50_us']:5.0f} us p99 {figures['map_put_p99_us']:6.0f} us; "
+                     f"get p50 {figures['map_get_p50_us']:5.0f} us p99 {figures['map_get_p99_us']:6.0f} us",
+                     f"rtt {figures['ceiling_rtt_p50_us']:5.0f} us",
+                     ratio(figures["ceiling_rtt_p50_us"], figures["map_get_p50_us"])))
+    else:
+        rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
+    header = ("measure", "ours", "latency per call", "ceiling", "ratio")
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
+    print(
+        "targets (issue 2): ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
+        "the ceiling is a plain loopback socket to another process (map ratio = socket rtt / map get p50)"
+    )
+
+
+__all__ = ["add_arguments", "run"]

@@ -1,0 +1,162 @@
+"""What every ``meteor`` subcommand shares: connection flags, opening the grid, tables, a progress line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Sequence
+
+from meteor_spark.config import MeteorConfig, load_config
+from meteor_spark.grid import Grid
+
+#: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 2 bad command line, 130 Ctrl-C.
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+_ENV_HELP = "METEOR_HAZELCAST_MEMBERS, METEOR_CLUSTER_NAME, METEOR_USERNAME, METEOR_PASSWORD, ...: see the README"
+
+
+class CommandError(Exception):
+    """A user-facing failure of a command that is not a ``MeteorError`` (e.g. a file that cannot be opened)."""
+
+
+def config_parent() -> argparse.ArgumentParser:
+    """``--config`` and ``--debug`` only (for commands that do not connect, e.g. ``grid start``)."""
+    parent = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    parent.add_argument(
+        "-c", "--config", metavar="PATH", help="TOML configuration file (default: $METEOR_CONFIG; none otherwise)"
+    )
+    parent.add_argument("--debug", action="store_true", help="log debug output and show tracebacks")
+    return parent
+
+
+def connection_parent() -> argparse.ArgumentParser:
+    """Flags accepted both before and after the subcommand (``meteor -m h:p streams list`` and
+    ``meteor streams list -m h:p``). Defaults are suppressed so a flag given in one place is not reset by the
+    other."""
+    parent = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    group = parent.add_argument_group(
+        "connection",
+        f"Flags win over environment variables ({_ENV_HELP}), which win over the TOML file.",
+    )
+    group.add_argument(
+        "-c", "--config", metavar="PATH", help="TOML configuration file (default: $METEOR_CONFIG; none otherwise)"
+    )
+    group.add_argument(
+        "-m",
+        "--members",
+        metavar="HOST:PORT[,...]",
+        help="grid members to connect to (default 127.0.0.1:5701, the grid `meteor grid start` runs)",
+    )
+    group.add_argument("--cluster-name", metavar="NAME", help="cluster name of the grid (default dev)")
+    group.add_argument("--username", metavar="USER", help="username, when the grid requires credentials")
+    group.add_argument(
+        "--password",
+        metavar="PASSWORD",
+        help="password (prefer $METEOR_PASSWORD: flags are visible to other users in the process list)",
+    )
+    group.add_argument(
+        "--connect-timeout", metavar="SECONDS", help="give up reaching the grid after this long (default 10)"
+    )
+    parent.add_argument("--debug", action="store_true", help="log debug output and show tracebacks")
+    return parent
+
+
+def config_of(args: argparse.Namespace) -> MeteorConfig:
+    """The configuration for this invocation (flags > environment > file > defaults)."""
+    overrides = {
+        "hazelcast.members": getattr(args, "members", None),
+        "hazelcast.clusterName": getattr(args, "cluster_name", None),
+        "hazelcast.username": getattr(args, "username", None),
+        "hazelcast.password": getattr(args, "password", None),
+        "hazelcast.connectTimeout": getattr(args, "connect_timeout", None),
+    }
+    return load_config(getattr(args, "config", None), overrides={k: v for k, v in overrides.items() if v})
+
+
+def open_grid(args: argparse.Namespace) -> Grid:
+    """Connect to the grid the flags/environment/file describe. Raises ``GridConnectionError`` with a clear
+    message when nobody answers."""
+    return Grid(config_of(args).grid)
+
+
+def out(text: str = "") -> None:
+    """Command output (stdout); everything else goes to stderr or the log."""
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[int] = ()) -> str:
+    """A plain-text table: columns padded to their widest cell; ``right`` lists right-aligned column indexes
+    (numbers)."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)
+        ]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def fmt_int(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def fmt_time_ms(epoch_ms: int | None) -> str:
+    """UTC wall-clock time of an epoch-milliseconds value, ISO-8601 with milliseconds."""
+    if epoch_ms is None:
+        return "-"
+    seconds, millis = divmod(int(epoch_ms), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def fmt_rate(count: float, seconds: float) -> str:
+    return f"{count / seconds:,.0f}/s" if seconds > 0 else "-"
+
+
+@dataclass
+class Progress:
+    """A one-line progress indicator on stderr, drawn only when stderr is a terminal (never in pipes or logs)."""
+
+    label: str
+    total_bytes: int | None = None
+    stream: IO[str] | None = None
+    min_interval_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        self._stream = self.stream or sys.stderr
+        self.enabled = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._started = time.monotonic()
+        self._last_draw = 0.0
+
+    def update(self, count: int, done_bytes: int | None = None, *, force: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_draw < self.min_interval_s:
+            return
+        self._last_draw = now
+        elapsed = now - self._started
+        text = f"{self.label}: {count:,} ({fmt_rate(count, elapsed)})"
+        if self.total_bytes and done_bytes is not None:
+            fraction = min(1.0, done_bytes / self.total_bytes)
+            filled = int(fraction * 30)
+            text += f" [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%}"
+        self._stream.write("\r" + text + "\033[K")
+        self._stream.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            self._stream.write("\r\033[K")
+            self._stream.flush()

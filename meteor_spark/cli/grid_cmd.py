@@ -1,0 +1,94 @@
+"""``meteor grid start|status``: run an embedded grid member; look at a running grid."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any
+
+from meteor_spark.cli.common import EXIT_OK, CommandError, config_of, config_parent, open_grid, out, render_table
+from meteor_spark.errors import unknown_option
+
+
+def register(commands: Any, parent: argparse.ArgumentParser) -> None:
+    grid = commands.add_parser(
+        "grid",
+        help="run an embedded grid member, or show the state of a grid",
+        description="Run an embedded Hazelcast-compatible grid member, or show the state of a running grid.",
+    )
+    actions = grid.add_subparsers(dest="action", metavar="ACTION", title="actions")
+    actions.required = True
+
+    start = actions.add_parser(
+        "start",
+        parents=[config_parent()],
+        help="run an embedded grid member in the foreground (Ctrl-C or SIGTERM stops it)",
+        description=(
+            "Run an embedded, Hazelcast-wire-compatible grid member in the foreground. It prints the address it "
+            "listens on and stops cleanly on Ctrl-C or SIGTERM. Defaults can come from the [server] table of the "
+            "TOML file (--config); flags win."
+        ),
+    )
+    _add_member_arguments(start)
+    start.set_defaults(run=run_start)
+
+    status = actions.add_parser(
+        "status",
+        parents=[parent],
+        help="connect and show the cluster's members, streams and distributed objects",
+        description="Connect to the grid and show its members, its meteor streams and its distributed objects.",
+    )
+    status.set_defaults(run=run_status)
+
+
+def _add_member_arguments(parser: argparse.ArgumentParser) -> None:
+    """The embedded member's own flags (``python -m meteor_spark.server``), so both commands stay identical."""
+    try:
+        from meteor_spark.server.__main__ import build_parser
+    except ImportError as exc:  # a broken server package must not take `meteor streams list` down with it
+        parser.set_defaults(member_unavailable=str(exc))
+        return
+    build_parser(parser)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    if getattr(args, "member_unavailable", None):
+        raise CommandError(f"the embedded grid cannot be loaded: {args.member_unavailable}")
+    from meteor_spark.server.__main__ import run_member
+
+    server_defaults = config_of(args).server
+    if server_defaults:
+        from meteor_spark.server.__main__ import build_parser
+
+        member_args = vars(build_parser().parse_args([]))
+        for key, value in server_defaults.items():
+            if key not in member_args:
+                raise unknown_option("[server] setting", key, member_args)
+            # A flag given on the command line wins over the file: only fill what still has its default.
+            if getattr(args, key, None) == member_args[key]:
+                setattr(args, key, value)
+    return int(run_member(args) or EXIT_OK)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from meteor_spark.streams import list_streams
+
+    with open_grid(args) as grid:
+        settings = grid.settings
+        members = grid.members()
+        out(f"cluster {settings.cluster_name!r}, connected through {', '.join(settings.members)}")
+        out()
+        out(render_table(["MEMBER", "UUID", "VERSION"], [list(m) for m in members]))
+        out()
+        streams = list_streams(grid)
+        out(f"streams: {len(streams)}" + (f" ({', '.join(s.config.name for s in streams)})" if streams else ""))
+        objects = grid.distributed_objects()
+        by_service = Counter(service for service, _ in objects)
+        out()
+        if objects:
+            rows = [[service, count] for service, count in sorted(by_service.items())]
+            out(render_table(["SERVICE", "OBJECTS"], rows, right=[1]))
+        else:
+            out("no distributed objects")
+    return EXIT_OK
+

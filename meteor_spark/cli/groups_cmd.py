@@ -1,0 +1,92 @@
+"""``meteor groups``: who holds which lane of a stream for a subscriber group, and how far behind it is."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, out, render_table
+from meteor_spark.grid import Grid
+
+
+def register(commands: Any, parent: argparse.ArgumentParser) -> None:
+    groups = commands.add_parser(
+        "groups",
+        parents=[parent],
+        help="per lane of a stream: lease holder, epoch, lease expiry, confirmed offset, lag",
+        description=(
+            "Show the subscriber groups reading a stream. Per lane: the member holding the lane's lease, the lease's "
+            "fencing epoch, when the lease expires unless renewed, the confirmed offset (the next record the group "
+            "will read), how far behind the end of the lane that is (records; ring items when too many to count), "
+            "and how many unread items the ring already overwrote. Without a group, every group of the stream is "
+            "shown."
+        ),
+    )
+    groups.add_argument("stream", help="stream name")
+    groups.add_argument("group", nargs="?", help="only this group")
+    groups.set_defaults(run=run_groups)
+
+
+def run_groups(args: argparse.Namespace) -> int:
+    from meteor_spark.groups import group_state, lag_report, list_groups
+    from meteor_spark.streams import open_stream
+
+    with Grid(config_of(args).grid) as grid:
+        info = open_stream(grid, args.stream, create=False)
+        names = [args.group] if args.group else sorted(g.group for g in list_groups(grid, info.config.name))
+        if not names:
+            out(f"no group has read stream {args.stream!r} yet")
+            return EXIT_OK
+        now_ms = int(time.time() * 1000)
+        for number, group in enumerate(names):
+            if number:
+                out()
+            states = group_state(grid, info, group)
+            behind = {entry.lane: entry for entry in lag_report(grid, info, group, count_records=True)}
+            out(f"group {group!r} on stream {args.stream!r}")
+            rows = []
+            for state in sorted(states, key=lambda s: s.lane):
+                rows.append(
+                    [
+                        state.lane,
+                        state.holder or "(free)",
+                        fmt_int(state.epoch),
+                        _expiry(state.lease_expires_ms, now_ms, state.holder),
+                        fmt_int(state.confirmed),
+                        _behind(behind.get(state.lane)),
+                        _lost(behind.get(state.lane)),
+                    ]
+                )
+            out(
+                render_table(
+                    ["LANE", "HOLDER", "EPOCH", "LEASE EXPIRES", "CONFIRMED OFFSET", "BEHIND", "LOST"],
+                    rows,
+                    right=[0, 2, 4, 5, 6],
+                )
+            )
+    return EXIT_OK
+
+
+def _expiry(expires_ms: int | None, now_ms: int, holder: str | None) -> str:
+    if holder is None or expires_ms is None:
+        return "-"
+    seconds = (expires_ms - now_ms) / 1000
+    when = fmt_time_ms(expires_ms)
+    return f"{when} (in {seconds:.1f} s)" if seconds >= 0 else f"{when} (expired {-seconds:.1f} s ago)"
+
+
+def _behind(entry: Any) -> str:
+    """Records behind when counted; else ring items (each holds a batch of records), labelled as such."""
+    if entry is None or entry.items is None:
+        return "-"
+    if entry.records is not None:
+        return f"{entry.records:,} records"
+    return f"{entry.items:,} items"
+
+
+def _lost(entry: Any) -> str:
+    """Ring items the group has not read that the ring already overwrote (reading will raise DataLossError)."""
+    if entry is None or not entry.lost_items:
+        return "-"
+    return f"{entry.lost_items:,} items"

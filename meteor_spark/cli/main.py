@@ -1,0 +1,106 @@
+"""The ``meteor`` command: entry point, parser, and the one place user errors become a line on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from typing import Sequence
+
+from meteor_spark import __version__
+from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_cmd, streams_cmd, tail_cmd
+from meteor_spark.cli.common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    CommandError,
+    connection_parent,
+    err,
+)
+from meteor_spark.errors import MeteorError
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+meteor-spark: Kafka-like streams inside a Hazelcast grid, for Python and Spark.
+
+Commands talk to the grid at 127.0.0.1:5701 (cluster 'dev') unless told otherwise by flags, environment
+variables or a TOML file (--config, $METEOR_CONFIG; example: conf/meteor.toml).
+"""
+
+EPILOG = """\
+examples:
+  meteor demo                                   the whole thing on this machine: grid + Spark, ~1 minute
+  meteor grid start                             run an embedded grid on 127.0.0.1:5701 (Ctrl-C stops it)
+  meteor streams create orders --lanes 4
+  meteor publish orders events.jsonl --key-field user_id
+  meteor tail orders --from earliest --max 10
+  meteor groups orders
+  meteor bench all --quick
+
+`meteor COMMAND --help` shows each command's flags.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``meteor`` parser (also used to generate the README's CLI reference)."""
+    parent = connection_parent()
+    parser = argparse.ArgumentParser(
+        prog="meteor",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[parent],
+    )
+    parser.add_argument("--version", action="version", version=f"meteor-spark {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    commands.required = True
+    for module in (grid_cmd, streams_cmd, publish_cmd, tail_cmd, groups_cmd, bench_cmd, demo_cmd):
+        module.register(commands, parent)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``meteor`` with ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
+
+    User mistakes (unreachable grid, unknown stream, bad values) print one line on stderr and return 1; a bad
+    command line returns 2; Ctrl-C returns 130. ``--debug`` adds debug logging and tracebacks.
+    """
+    parser = build_parser()
+    try:
+        args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+        if extra and not getattr(args, "extra_args", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse exits on --help/--version (0) and on usage errors (2)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    args.extra = extra  # handed to commands that parse their own flags (meteor bench AREA)
+    debug = bool(getattr(args, "debug", False))
+    _configure_logging(debug)
+    try:
+        return int(args.run(args))
+    except (MeteorError, CommandError) as exc:
+        if debug:
+            traceback.print_exc()
+        err(f"meteor {args.command}: error: {exc}")
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        err(f"meteor {args.command}: interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _configure_logging(debug: bool) -> None:
+    # The application (not the library) decides levels. Warnings stay visible; the hazelcast client's routine
+    # connection chatter is INFO and would bury the command's output.
+    level = logging.DEBUG if debug else logging.WARNING
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.getLogger("hazelcast").setLevel(logging.DEBUG if debug else logging.ERROR)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""``meteor publish``: JSON lines or raw lines from a file or stdin into a stream.
+
+A line that cannot be turned into a record is reported on stderr with its line number and is not published; every
+other line is. The exit code is 1 when any line failed, so scripts notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, Any, Iterator
+
+from meteor_spark.cli.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandError,
+    Progress,
+    config_of,
+    err,
+    out,
+)
+from meteor_spark.errors import StreamNotFoundError
+from meteor_spark.grid import Grid
+from meteor_spark.records import Record
+
+#: Line errors printed one by one before only counting the rest (a broken file should not flood the terminal).
+MAX_REPORTED_ERRORS = 20
+
+
+def register(commands: Any, parent: argparse.ArgumentParser) -> None:
+    publish = commands.add_parser(
+        "publish",
+        parents=[parent],
+        help="publish JSON lines or raw lines from a file or stdin",
+        description=(
+            "Publish one record per input line. With --format json (the default) each line must be a JSON value; "
+            "the record's value is the line exactly as written, and --key-field / --timestamp-field pick the key "
+            "and the event time out of it. Blank lines are skipped. With --format raw every line, blank or not, "
+            "is a record value. A line that fails is reported with its line number and not published; the rest "
+            "are; the exit code is then 1."
+        ),
+    )
+    publish.add_argument("stream", help="stream to publish to")
+    publish.add_argument("input", nargs="?", default="-", help="file to read (default: - = stdin)")
+    publish.add_argument("--format", choices=("json", "raw"), default="json", help="input format (default json)")
+    publish.add_argument(
+        "-k", "--key-field", metavar="FIELD", help="JSON field whose value is the record key (a.b for nested fields)"
+    )
+    publish.add_argument(
+        "-t",
+        "--timestamp-field",
+        metavar="FIELD",
+        help="JSON field holding the event time: epoch milliseconds or an ISO-8601 string (default: now)",
+    )
+    publish.add_argument("--lane", type=int, help="publish every record to this lane (default: by key)")
+    publish.add_argument(
+        "--create", action="store_true", help="create the stream (defaults from the TOML [stream] table) if missing"
+    )
+    publish.set_defaults(run=run_publish)
+
+
+class LineError(ValueError):
+    """One input line could not become a record."""
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """How input lines become records.
+
+    Attributes:
+        json: lines are JSON values (else raw bytes).
+        key_field: dotted path of the key inside a JSON object.
+        timestamp_field: dotted path of the event time inside a JSON object.
+        lane: explicit lane for every record (-1 = by key).
+    """
+
+    json: bool = True
+    key_field: str | None = None
+    timestamp_field: str | None = None
+    lane: int = -1
+
+    def __post_init__(self) -> None:
+        if not self.json and (self.key_field or self.timestamp_field):
+            raise CommandError("--key-field and --timestamp-field need --format json (raw lines have no fields)")
+
+    def record(self, line: bytes) -> Record | None:
+        """The record for one line (without its line ending), or None for a line to skip (blank JSON line)."""
+        if not self.json:
+            return Record(value=line, lane=self.lane)
+        if not line.strip():
+            return None
+        try:
+            document = json.loads(line)
+        except UnicodeDecodeError as exc:
+            raise LineError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        key = None
+        if self.key_field:
+            found = _field(document, self.key_field, "--key-field")
+            key = None if found is None else _scalar_text(found, self.key_field).encode()
+        timestamp_ms = None
+        if self.timestamp_field:
+            found = _field(document, self.timestamp_field, "--timestamp-field")
+            timestamp_ms = None if found is None else _epoch_ms(found, self.timestamp_field)
+        return Record(value=line, key=key, timestamp_ms=timestamp_ms, lane=self.lane)
+
+
+def _field(document: Any, path: str, flag: str) -> Any:
+    current = document
+    for part in path.split("."):
+        if not isinstance(current, dict):
+            raise LineError(f"{flag} {path!r}: the line is not a JSON object with that field")
+        if part not in current:
+            raise LineError(f"has no field {path!r} ({flag})")
+        current = current[part]
+    return current
+
+
+def _scalar_text(value: Any, path: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    raise LineError(f"field {path!r} is a JSON {type(value).__name__}; a key must be a string or a number")
+
+
+def _epoch_ms(value: Any, path: str) -> int:
+    if isinstance(value, bool):
+        raise LineError(f"field {path!r} is a boolean; expected epoch milliseconds or an ISO-8601 time")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise LineError(f"field {path!r} = {value!r} is not an ISO-8601 time like 2026-01-31T12:00:00Z") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return int(moment.timestamp() * 1000)
+    raise LineError(f"field {path!r} is a JSON {type(value).__name__}; expected epoch milliseconds or ISO-8601")
+
+
+def _lines(handle: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
+    """(line number, line without its ending, bytes consumed so far)."""
+    consumed = 0
+    for number, raw in enumerate(handle, start=1):
+        consumed += len(raw)
+        yield number, raw.rstrip(b"\r\n"), consumed
+
+
+#: Records handed to the publisher per call (publish_many is far cheaper per record than publish_async).
+CHUNK_RECORDS = 1000
+
+
+@dataclass
+class _Outcome:
+    """What happened to the input: lines that failed, and the publisher's futures (one per chunk of records)."""
+
+    failed_lines: int = 0
+    chunks: list[tuple[Any, int]] = field(default_factory=list)
+    published: int = 0
+    publish_failures: int = 0
+    first_publish_error: BaseException | None = None
+
+    def settle(self) -> None:
+        """Wait for every chunk's future and count (after ``flush``; ``result()`` is the reliable signal)."""
+        for future, count in self.chunks:
+            exc = future.exception()
+            if exc is None:
+                self.published += count
+            else:
+                self.publish_failures += count
+                self.first_publish_error = self.first_publish_error or exc
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    from meteor_spark.publisher import Publisher
+    from meteor_spark.streams import open_stream
+
+    line_format = LineFormat(
+        json=args.format == "json",
+        key_field=args.key_field,
+        timestamp_field=args.timestamp_field,
+        lane=-1 if args.lane is None else args.lane,
+    )
+    config = config_of(args)
+    handle, total_bytes = _open_input(args.input)
+    outcome = _Outcome()
+    skipped = 0
+    try:
+        with Grid(config.grid) as grid:
+            try:
+                info = open_stream(grid, args.stream, create=False)
+            except StreamNotFoundError:
+                if not args.create:
+                    raise StreamNotFoundError(
+                        f"stream {args.stream!r} does not exist; create it with `meteor streams create {args.stream}` "
+                        f"or add --create (settings from the TOML [stream] table)"
+                    ) from None
+                info = open_stream(grid, config.stream_defaults.config(args.stream), create=True)
+            if line_format.lane >= info.config.lanes:
+                raise CommandError(
+                    f"--lane {line_format.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}"
+                )
+            progress = Progress(f"publishing to {args.stream}", total_bytes)
+            with Publisher(grid, info.config.name) as publisher:
+                chunk: list[Record] = []
+                for number, line, consumed in _lines(handle):
+                    try:
+                        record = line_format.record(line)
+                    except LineError as exc:
+                        outcome.failed_lines += 1
+                        if outcome.failed_lines <= MAX_REPORTED_ERRORS:
+                            err(f"{_input_name(args.input)}:{number}: {exc}; line not published")
+                        continue
+                    if record is None:
+                        skipped += 1
+                        continue
+                    chunk.append(record)
+                    if len(chunk) >= CHUNK_RECORDS:
+                        outcome.chunks.append((publisher.publish_many(chunk), len(chunk)))
+                        chunk = []
+                        progress.update(number - outcome.failed_lines - skipped, consumed)
+                if chunk:
+                    outcome.chunks.append((publisher.publish_many(chunk), len(chunk)))
+                publisher.flush()
+            outcome.settle()
+            progress.finish()
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
+    return _report(args, outcome, skipped)
+
+
+def _report(args: argparse.Namespace, outcome: _Outcome, skipped: int) -> int:
+    if outcome.failed_lines > MAX_REPORTED_ERRORS:
+        err(f"... and {outcome.failed_lines - MAX_REPORTED_ERRORS} more line errors")
+    summary = f"published {outcome.published:,} record(s) to {args.stream!r}"
+    if skipped:
+        summary += f"; skipped {skipped:,} blank line(s)"
+    out(summary)
+    if outcome.publish_failures:
+        err(
+            f"meteor publish: error: {outcome.publish_failures:,} record(s) were not stored by the grid; first error: "
+            f"{outcome.first_publish_error}"
+        )
+    if outcome.failed_lines:
+        err(f"meteor publish: error: {outcome.failed_lines:,} line(s) could not be published (see above)")
+    return EXIT_FAILURE if outcome.failed_lines or outcome.publish_failures else EXIT_OK
+
+
+def _open_input(path: str) -> tuple[IO[bytes], int | None]:
+    if path == "-":
+        return sys.stdin.buffer, None
+    try:
+        return open(path, "rb"), os.path.getsize(path)
+    except OSError as exc:
+        raise CommandError(f"cannot read input file {path!r}: {exc.strerror}") from None
+
+
+def _input_name(path: str) -> str:
+    return "<stdin>" if path == "-" else path

@@ -1,0 +1,189 @@
+"""``meteor tail``: print a stream's records as they arrive, from the earliest, the latest or a given offset, or as
+a member of a subscriber group (then confirming what was printed)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.cli.common import EXIT_OK, CommandError, config_of, err, fmt_time_ms, out
+from meteor_spark.grid import Grid
+from meteor_spark.records import Record
+
+#: Longest wait of one poll; bounds how late --timeout and Ctrl-C are noticed.
+POLL_MS = 200
+#: Characters of a value shown in the pretty format before it is cut (--json never cuts).
+PRETTY_VALUE_CHARS = 200
+
+
+def register(commands: Any, parent: argparse.ArgumentParser) -> None:
+    tail = commands.add_parser(
+        "tail",
+        parents=[parent],
+        help="print records as they arrive (from earliest, latest, an offset, or as a group)",
+        description=(
+            "Print a stream's records as they arrive, until Ctrl-C, --max records or --timeout seconds without a "
+            "new record. Without --group the reader is independent (it moves no offsets). With --group it joins "
+            "the subscriber group: it reads only the lanes the group gives it, starts at the group's confirmed "
+            "offsets, and confirms each batch after printing it."
+        ),
+    )
+    tail.add_argument("stream", help="stream name")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        default=None,
+        metavar="WHERE",
+        help=(
+            "earliest (the oldest record still held), latest (only new records; the default without --group) or an "
+            "offset (with --lane, or on a one-lane stream). With --group: where lanes without a confirmed offset "
+            "start (default earliest)"
+        ),
+    )
+    tail.add_argument("--lane", type=int, help="read only this lane (not with --group)")
+    tail.add_argument("-g", "--group", help="read as a member of this subscriber group (confirms what it prints)")
+    tail.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
+    tail.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="stop after this many seconds without a new record"
+    )
+    tail.add_argument(
+        "--json", action="store_true", help="one JSON object per record (key/value as text, or base64 if binary)"
+    )
+    tail.set_defaults(run=run_tail)
+
+
+@dataclass(frozen=True)
+class TailPlan:
+    """Where ``tail`` starts, checked against the stream.
+
+    Attributes:
+        scheme: initial offset scheme name (earliest/latest/auto) when no explicit offset is given.
+        offset: an explicit offset to seek to, or None.
+        lane: the only lane to read, or None for all (or the group's share).
+    """
+
+    scheme: str
+    offset: int | None
+    lane: int | None
+
+
+def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
+    """Validate the flags against the stream's lane count."""
+    if args.max is not None and args.max < 1:
+        raise CommandError(f"--max must be at least 1, got {args.max}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise CommandError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    if args.lane is not None:
+        if args.group:
+            raise CommandError("--lane and --group exclude each other: a group decides which lanes a member reads")
+        if not 0 <= args.lane < lanes:
+            raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{lanes - 1}")
+    start = (args.start or ("earliest" if args.group else "latest")).strip().lower()
+    if start in ("earliest", "latest"):
+        return TailPlan(scheme=start, offset=None, lane=args.lane)
+    try:
+        offset = int(start)
+    except ValueError:
+        raise CommandError(f"--from {args.start!r}: expected earliest, latest or an offset (a number)") from None
+    if offset < 0:
+        raise CommandError(f"--from {offset}: offsets are >= 0")
+    if args.group:
+        raise CommandError("--from OFFSET and --group exclude each other: a group starts at its confirmed offsets")
+    lane = args.lane if args.lane is not None else (0 if lanes == 1 else None)
+    if lane is None:
+        raise CommandError(
+            f"--from {offset}: offsets are per lane and stream {args.stream!r} has {lanes} lanes; add --lane N"
+        )
+    return TailPlan(scheme="earliest", offset=offset, lane=lane)
+
+
+def run_tail(args: argparse.Namespace) -> int:
+    from meteor_spark.streams import open_stream
+    from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+
+    with Grid(config_of(args).grid) as grid:
+        info = open_stream(grid, args.stream, create=False)
+        tail_plan = plan(args, info.config.lanes)
+        subscriber = Subscriber(
+            grid,
+            info.config.name,
+            group=args.group,
+            initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
+            **({"lanes": (tail_plan.lane,)} if tail_plan.lane is not None else {}),
+        )
+        printed = 0
+        last_record_at = time.monotonic()
+        try:
+            if tail_plan.offset is not None:
+                subscriber.seek(tail_plan.offset, lane=tail_plan.lane)
+            while args.max is None or printed < args.max:
+                batch = subscriber.poll(POLL_MS)
+                if not batch:
+                    if args.timeout is not None and time.monotonic() - last_record_at >= args.timeout:
+                        break
+                    continue
+                last_record_at = time.monotonic()
+                for record in batch:
+                    out(json_line(record) if args.json else pretty_line(record))
+                    printed += 1
+                    if args.max is not None and printed >= args.max:
+                        break
+                if args.group:
+                    # Confirm only what was printed: with --max the rest of this batch stays for the group.
+                    subscriber.confirm(record.offset + 1, lane=record.lane) if printed == args.max else subscriber.confirm()
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a tail is meant to end
+        finally:
+            subscriber.close()
+    if printed == 0 and args.timeout is not None:
+        err(f"meteor tail: no record arrived on {args.stream!r} within {args.timeout:g} s")
+    return EXIT_OK
+
+
+def pretty_line(record: Record) -> str:
+    key = "" if record.key is None else f" key={_text_or_hex(record.key)}"
+    value = _text_or_hex(record.value)
+    if len(value) > PRETTY_VALUE_CHARS:
+        value = value[:PRETTY_VALUE_CHARS] + f"... ({len(record.value):,} bytes)"
+    return f"{record.lane}:{record.offset}  {fmt_time_ms(record.timestamp_ms)}{key}  {value}"
+
+
+def json_line(record: Record) -> str:
+    document: dict[str, Any] = {
+        "stream": record.stream,
+        "lane": record.lane,
+        "offset": record.offset,
+        "timestamp": fmt_time_ms(record.timestamp_ms) if record.timestamp_ms is not None else None,
+    }
+    _put_bytes(document, "key", record.key)
+    _put_bytes(document, "value", record.value)
+    if record.headers:
+        headers: list[dict[str, Any]] = []
+        for name, raw in record.headers:
+            header: dict[str, Any] = {"key": name}
+            _put_bytes(header, "value", raw)
+            headers.append(header)
+        document["headers"] = headers
+    return json.dumps(document, ensure_ascii=False)
+
+
+def _put_bytes(document: dict[str, Any], name: str, raw: bytes | None) -> None:
+    """Text when the bytes are UTF-8, else ``<name>_base64``: lossless either way."""
+    if raw is None:
+        document[name] = None
+        return
+    try:
+        document[name] = bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        document[f"{name}_base64"] = base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _text_or_hex(raw: bytes) -> str:
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return "0x" + bytes(raw[:64]).hex() + ("..." if len(raw) > 64 else "")

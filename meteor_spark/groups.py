@@ -1,0 +1,1098 @@
+"""Subscriber groups: fenced per-lane leases, lane balancing across live members, fenced confirmed offsets.
+
+A group reads a stream exclusively per lane: at most one member holds a lane's lease at a time, and only the holder
+may move the lane's confirmed offset. Lanes are spread evenly over the group's live members and move when a member
+joins, leaves (``close``) or dies (stops renewing).
+
+Grid layout (three maps shared by every stream and group; keys and values are canonical JSON text, compact with
+sorted keys, because the grid's compare-and-set compares bytes):
+
+``meteor.group.leases``
+    key ``["<stream>","<group>",<lane>]`` -> a lease (``meteor_spark.leases.Lease``)::
+
+        {"beat":7,"epoch":3,"holder":"host-4711-1a2b3c4d","lease_ms":5000,"renewed_ms":1700000000000,"v":1}
+
+    Releasing writes ``"holder":null`` and keeps the epoch, so epochs are never reused.
+``meteor.group.offsets``
+    key ``["<stream>","<group>",<lane>]`` -> the lane's confirmed offset and the fencing epoch::
+
+        {"by":"host-4711-1a2b3c4d","epoch":3,"offset":1245184,"updated_ms":1700000000000,"v":1}
+
+    ``offset`` is a record offset (``sequence << 16 | index``) meaning "the next record to read"; it is null when
+    the lane was assigned but never confirmed.
+``meteor.group.members``
+    key ``["<stream>","<group>","<member id>"]`` -> a heartbeat, rewritten every renewal period with a TTL of two
+    lease periods (so dead members disappear by themselves)::
+
+        {"beat":12,"host":"worker-3","lease_ms":5000,"member":"worker-3-4711-1a2b3c4d","pid":4711,
+         "renewed_ms":1700000000000,"v":1,"want":"balanced"}
+
+The protocol:
+
+- **Acquire**: ``put_if_absent`` on a missing lease, or ``replace_if_same`` on the exact bytes of a vacant or
+  expired one, with ``epoch + 1``. Then the new holder **fences** the lane: it compare-and-sets the offsets entry to
+  carry its epoch (keeping the offset). Only after that is the lane part of the member's ``assignment()``, and the
+  offset it reads from then on can no longer be moved by anyone with an older epoch.
+- **Confirm / seek**: the lease must still name this member with its epoch, and the offsets entry is
+  compare-and-set only while its stored epoch is not greater than ours. A deposed holder therefore always gets
+  ``FencedError`` and the offset stays where the new holder found it, even while the deposed one still believes
+  its lease is live. A confirm below the stored offset is **ignored** (logged at debug level): late, out-of-order
+  confirms from several threads are normal in at-least-once processing and must not move the group back. ``seek``
+  is the explicit way back.
+- **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
+  ``renew_every_ms`` (default ``lease_ms / 3``).
+- **Expiry and clocks**: see ``meteor_spark.leases``. In short, safety (no two holders moving an offset) rests only
+  on compare-and-set with the epoch; clocks only decide how fast a dead holder is replaced. Expiry is judged by
+  observed non-renewal on each observer's monotonic clock, so wall-clock skew between hosts does not matter.
+- **Liveness** is the member's background thread: a member is alive while that thread renews its heartbeat and
+  leases, and until ``close()``. A process that stops reading but keeps the thread running keeps its lanes;
+  a process that dies (or is SIGKILLed) loses them one lease period after an observer last saw them renewed.
+  Owners re-validate with ``is_current(lane)`` before delivering records.
+- **Balancing**: every member computes the same target from the sorted ids of the live ``want="balanced"``
+  members: lane ``i`` goes to member ``i mod n`` (4 lanes over 3 members -> 2/1/1). A member releases the lanes it
+  should no longer hold (calling ``on_change`` first so its owner can confirm what it read) and takes the free or
+  expired lanes it should hold. It never takes a lane whose lease is live: the holder gives it up on its next
+  renewal. A ``want="all"`` member (the Spark driver) tries to hold every lane; lanes held live by others are
+  waited for (standby) and never stolen. Mixing both kinds in one group makes them compete for free lanes.
+
+Costs per member and renewal period: one heartbeat write, one scan of the members map (only heartbeats of live
+members are in it), one ``get_all`` of the group's lane leases and one CAS per held lane. A member waiting for
+lanes (a standby, or a joiner while the holders give lanes up) also reads just those leases every 200 ms, so a
+released lane changes hands within about 200 ms; a dead holder's lanes move one lease period after they were last
+seen renewed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    FormatError,
+    GridError,
+    GroupError,
+    NotAssignedError,
+    unknown_option,
+)
+from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, canonical, wall_ms
+from meteor_spark.offsets import InitialOffsetScheme, first_offset_of, index_of, sequence_of
+
+if TYPE_CHECKING:  # pragma: no cover
+    from meteor_spark.grid import Grid, GridMap
+    from meteor_spark.streams import StreamInfo
+
+logger = logging.getLogger(__name__)
+
+LEASES_MAP = "meteor.group.leases"
+OFFSETS_MAP = "meteor.group.offsets"
+MEMBERS_MAP = "meteor.group.members"
+
+#: Version of the offsets and member value layouts.
+GROUP_FORMAT = 1
+
+WANTS = ("balanced", "all")
+
+#: How often a member that waits for lanes (standby, or a rebalance in progress) looks at just those leases.
+_PROBE_EVERY_S = 0.2
+
+#: A CAS loop that keeps losing to writers is bounded; only concurrent confirms of one member can make it spin.
+_MAX_CAS_ATTEMPTS = 100
+
+
+def lane_key(stream: str, group: str, lane: int) -> str:
+    """Key of a lane's lease and confirmed offset."""
+    return canonical([stream, group, lane])
+
+
+def member_key(stream: str, group: str, member_id: str) -> str:
+    """Key of a member's heartbeat."""
+    return canonical([stream, group, member_id])
+
+
+def _parse_key(key: str) -> tuple[str, str, Any] | None:
+    try:
+        parts = json.loads(key)
+    except ValueError:
+        return None
+    if isinstance(parts, list) and len(parts) == 3 and isinstance(parts[0], str) and isinstance(parts[1], str):
+        return parts[0], parts[1], parts[2]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, eq=False)
+class Assignment(Mapping[int, int]):
+    """The lanes a member holds, as ``{lane: epoch}`` (read-only, hashable, equal to an equal dict).
+
+    Examples:
+        >>> a = Assignment.of({2: 7, 0: 3})
+        >>> sorted(a), a[2], 1 in a, a == {0: 3, 2: 7}
+        ([0, 2], 7, False, True)
+    """
+
+    epochs: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def of(cls, epochs: Mapping[int, int]) -> "Assignment":
+        return cls(tuple(sorted(epochs.items())))
+
+    @property
+    def lanes(self) -> frozenset[int]:
+        return frozenset(lane for lane, _ in self.epochs)
+
+    def __getitem__(self, lane: int) -> int:
+        for held_lane, epoch in self.epochs:
+            if held_lane == lane:
+                return epoch
+        raise KeyError(lane)
+
+    def __iter__(self) -> Iterator[int]:
+        return (lane for lane, _ in self.epochs)
+
+    def __len__(self) -> int:
+        return len(self.epochs)
+
+    def __hash__(self) -> int:
+        return hash(self.epochs)
+
+    def __repr__(self) -> str:
+        return f"Assignment({dict(self.epochs)})"
+
+
+@dataclass(frozen=True)
+class ConfirmedOffset:
+    """A lane's stored confirmed offset.
+
+    Attributes:
+        epoch: the fencing epoch of the last holder that wrote (or fenced) the entry.
+        offset: the next record to read, or None when never confirmed.
+        by: member id of the last writer.
+        updated_ms: the writer's wall clock at the last write (display only).
+    """
+
+    epoch: int
+    offset: int | None
+    by: str | None = None
+    updated_ms: int = 0
+
+    def encode(self) -> str:
+        return canonical(
+            {"v": GROUP_FORMAT, "epoch": self.epoch, "offset": self.offset, "by": self.by,
+             "updated_ms": self.updated_ms}
+        )
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> "ConfirmedOffset":
+        try:
+            raw = json.loads(text)
+            _check_version(raw, where)
+            offset = raw["offset"]
+            return cls(
+                epoch=int(raw["epoch"]),
+                offset=None if offset is None else int(offset),
+                by=raw.get("by"),
+                updated_ms=int(raw.get("updated_ms", 0)),
+            )
+        except FormatError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise FormatError(
+                f"confirmed offset {where} holds {text!r}, which is not a meteor offset entry ({exc}); "
+                f"remove the entry if something else wrote it"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class MemberEntry:
+    """A member's heartbeat value."""
+
+    member: str
+    want: str
+    beat: int
+    lease_ms: int
+    renewed_ms: int
+    host: str
+    pid: int
+
+    def encode(self) -> str:
+        return canonical(
+            {"v": GROUP_FORMAT, "member": self.member, "want": self.want, "beat": self.beat,
+             "lease_ms": self.lease_ms, "renewed_ms": self.renewed_ms, "host": self.host, "pid": self.pid}
+        )
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> "MemberEntry":
+        try:
+            raw = json.loads(text)
+            _check_version(raw, where)
+            return cls(
+                member=str(raw["member"]),
+                want=str(raw["want"]),
+                beat=int(raw["beat"]),
+                lease_ms=int(raw["lease_ms"]),
+                renewed_ms=int(raw.get("renewed_ms", 0)),
+                host=str(raw.get("host", "")),
+                pid=int(raw.get("pid", 0)),
+            )
+        except FormatError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise FormatError(
+                f"group member entry {where} holds {text!r}, which is not a meteor heartbeat ({exc})"
+            ) from exc
+
+
+def _check_version(raw: Any, where: str) -> None:
+    version = int(raw.get("v", 0))
+    if version > GROUP_FORMAT:
+        raise FormatError(
+            f"{where} was written in group format {version}, newer than this version of meteor-spark understands "
+            f"({GROUP_FORMAT}); upgrade meteor-spark on this host"
+        )
+
+
+@dataclass(frozen=True)
+class LaneState:
+    """What tools show for one lane of a group.
+
+    Attributes:
+        lane: lane number.
+        holder: member id holding the lease, or None when vacant.
+        epoch: current fencing epoch (0 when the lane was never assigned).
+        lease_expires_ms: wall-clock ms at which the lease runs out unless renewed, by the holder's clock (an
+            estimate for display; expiry is decided by observed non-renewal), None when vacant.
+        confirmed: the confirmed offset (next record to read), None when never confirmed.
+    """
+
+    lane: int
+    holder: str | None
+    epoch: int
+    lease_expires_ms: int | None
+    confirmed: int | None
+
+
+@dataclass(frozen=True)
+class MemberState:
+    """A member's last heartbeat, for tools."""
+
+    member: str
+    want: str
+    host: str
+    pid: int
+    renewed_ms: int
+    lease_ms: int
+
+
+@dataclass(frozen=True)
+class LaneLag:
+    """How far a group is behind on one lane.
+
+    Attributes:
+        lane: lane number.
+        confirmed: the group's confirmed offset, None when never confirmed (then nothing else is computed).
+        next_sequence: the lane's next ring sequence (tail + 1).
+        items: ring items not yet fully read (the item holding the confirmed offset counts when partly read).
+        records: records not yet read, when counted (``count_records=True`` and at most ``max_items`` items
+            behind, none lost); else None.
+        lost_items: items behind that the ring already overwrote (the group will hit DataLossError there).
+    """
+
+    lane: int
+    confirmed: int | None
+    next_sequence: int
+    items: int | None
+    records: int | None = None
+    lost_items: int = 0
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """One group of one stream, as ``list_groups`` finds it."""
+
+    stream: str
+    group: str
+    members: int
+    held_lanes: int
+    confirmed_lanes: int
+
+
+# ---------------------------------------------------------------------------------------------------- pure parts
+
+
+def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
+    """The target assignment every member computes alike: lane ``i`` to the ``i mod n``-th sorted member id.
+
+    Examples:
+        >>> {m: sorted(l) for m, l in balance(["c", "a", "b"], 4).items()}
+        {'a': [0, 3], 'b': [1], 'c': [2]}
+    """
+    ordered = sorted(set(members))
+    return {member: frozenset(range(i, lanes, len(ordered))) for i, member in enumerate(ordered)}
+
+
+def resolve_initial(
+    scheme: InitialOffsetScheme | str,
+    grouped: bool,
+    confirmed: int | None,
+    head_seq: int,
+    next_seq: int,
+    *,
+    where: str = "",
+) -> int:
+    """The offset to start reading a lane at (the Meteor README table, with the original's bugs fixed).
+
+    ========  =====================================  ======================================================
+    scheme    ungrouped                              grouped
+    ========  =====================================  ======================================================
+    EARLIEST  oldest record still in the lane        confirmed offset if any, else oldest record available
+    LATEST    end of the lane (only new records)     confirmed offset if any, else end of the lane
+    NONE      ConfigError (needs a group)            confirmed offset; GroupError when none is stored
+    AUTO      LATEST                                 EARLIEST
+    ========  =====================================  ======================================================
+
+    Args:
+        scheme: the scheme, as the enum or its name.
+        grouped: whether the reader is a group member.
+        confirmed: the group's confirmed offset for the lane (ignored when ungrouped).
+        head_seq: the lane's oldest ring sequence still held.
+        next_seq: the lane's next ring sequence (tail + 1); equal to ``head_seq`` when the lane is empty.
+        where: names the lane in error messages, e.g. ``"stream 'orders' lane 2 of group 'billing'"``.
+
+    Raises:
+        ConfigError: NONE for an ungrouped reader, or lane bounds that make no sense.
+        GroupError: NONE for a group with no confirmed offset on that lane.
+    """
+    concrete = InitialOffsetScheme.parse(scheme).concrete(grouped)
+    if not 0 <= head_seq <= next_seq:
+        raise ConfigError(
+            f"lane bounds head_seq={head_seq}, next_seq={next_seq} are invalid{_at(where)}: need 0 <= head <= next"
+        )
+    if grouped and confirmed is not None:
+        return confirmed
+    if concrete is InitialOffsetScheme.EARLIEST:
+        return first_offset_of(head_seq)
+    if concrete is InitialOffsetScheme.LATEST:
+        return first_offset_of(next_seq)
+    if not grouped:
+        raise ConfigError(
+            f"initial offset scheme NONE needs a group{_at(where)}: an ungrouped subscriber has no stored offset "
+            f"to start from; use EARLIEST or LATEST, or give the subscriber a group"
+        )
+    raise GroupError(
+        f"initial offset scheme NONE{_at(where)}: the group has no confirmed offset for this lane; confirm or "
+        f"seek an offset for the group first, or use EARLIEST or LATEST"
+    )
+
+
+def _at(where: str) -> str:
+    return f" ({where})" if where else ""
+
+
+# ---------------------------------------------------------------------------------------------------- the member
+
+
+def default_member_id() -> str:
+    """``<host>-<pid>-<random>``: unique per member object, readable in tools."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class _Settings:
+    group: str
+    member_id: str
+    lease_ms: int
+    renew_every_ms: int
+    want: str
+
+    @classmethod
+    def parse(
+        cls, group: str, member_id: str | None, lease_ms: int, renew_every_ms: int | None, want: str
+    ) -> "_Settings":
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"group {group!r} is not a group name; give a non-empty string")
+        if member_id is not None and (not isinstance(member_id, str) or not member_id):
+            raise ConfigError(f"member_id {member_id!r} is not a member id; give a non-empty string or None")
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 10:
+            raise ConfigError(f"lease_ms={lease_ms!r} is invalid; give whole milliseconds >= 10 (default 5000)")
+        renew = max(1, lease_ms // 3) if renew_every_ms is None else renew_every_ms
+        if isinstance(renew, bool) or not isinstance(renew, int) or not 0 < renew < lease_ms:
+            raise ConfigError(
+                f"renew_every_ms={renew_every_ms!r} is invalid for lease_ms={lease_ms}: renew more often than the "
+                f"lease lasts, e.g. renew_every_ms={max(1, lease_ms // 3)} (the default, lease_ms / 3)"
+            )
+        if want not in WANTS:
+            raise unknown_option("want value", str(want), WANTS)
+        return cls(group, member_id or default_member_id(), lease_ms, renew, want)
+
+
+class GroupMember:
+    """One member of a subscriber group on one stream: holds lane leases and moves the group's offsets.
+
+    Args:
+        grid: the grid connection.
+        info: the stream (``open_stream``'s result).
+        group: the group name.
+        member_id: this member's id (default ``<host>-<pid>-<random>``). A member started with the id of one that
+            died takes its lanes at once when it starts, instead of after a lease period. Two live members must
+            not share an id.
+        lease_ms: how long a lease lives without renewal (default 5 s): the failover time after a crash.
+        renew_every_ms: renewal and rebalancing period (default ``lease_ms / 3``).
+        want: ``"balanced"`` (share the lanes with the group's other members) or ``"all"`` (hold every lane; stand
+            by for lanes others hold).
+        on_change: called with the new ``Assignment`` whenever it changes, on the member's background thread (and
+            on the caller's thread inside ``start()`` and ``close()``). Before lanes are *given up* (rebalance,
+            close) it is called while they are still held, so the owner can ``confirm`` what it read; lanes *lost*
+            (taken over after this member failed to renew) are reported after the fact. Exceptions are logged.
+
+    Examples:
+        >>> member = GroupMember(grid, info, "billing")        # doctest: +SKIP
+        >>> member.start()                                       # doctest: +SKIP
+        >>> for lane in member.assignment():                    # doctest: +SKIP
+        ...     start = member.confirmed(lane)
+    """
+
+    def __init__(
+        self,
+        grid: "Grid",
+        info: "StreamInfo",
+        group: str,
+        *,
+        member_id: str | None = None,
+        lease_ms: int = 5000,
+        renew_every_ms: int | None = None,
+        want: str = "balanced",
+        on_change: Callable[[Assignment], None] | None = None,
+    ) -> None:
+        self._settings = _Settings.parse(group, member_id, lease_ms, renew_every_ms, want)
+        self.info = info
+        self.stream: str = info.config.name
+        self.lanes: int = info.config.lanes
+        self._on_change = on_change
+        self._leases = LeaseMap(grid.map(LEASES_MAP))
+        self._offsets: GridMap = grid.map(OFFSETS_MAP)
+        self._members: GridMap = grid.map(MEMBERS_MAP)
+        self._lease_observer = ExpiryObserver()
+        self._member_observer = ExpiryObserver()
+        self._lock = threading.Lock()
+        self._held: dict[int, Held] = {}
+        self._offset_texts: dict[int, str] = {}  # lane -> offsets entry text this member last wrote
+        self._target_lanes: frozenset[int] = frozenset()
+        self._waiting_for: frozenset[int] = frozenset()  # target lanes held by others: probed between renewals
+        self._notified = Assignment()
+        self._beat = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._host = socket.gethostname()
+
+    # -- identity -----------------------------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self._settings.group
+
+    @property
+    def member_id(self) -> str:
+        return self._settings.member_id
+
+    @property
+    def lease_ms(self) -> int:
+        return self._settings.lease_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"GroupMember(stream={self.stream!r}, group={self.group!r}, member_id={self.member_id!r}, "
+            f"want={self._settings.want!r}, assignment={self.assignment()!r})"
+        )
+
+    def _where(self, lane: int) -> str:
+        return f"stream {self.stream!r} lane {lane} of group {self.group!r}"
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Join the group: announce this member, take what it should hold now, start renewing in the background."""
+        if self._closed:
+            raise GroupError(f"group member {self.member_id!r} was closed; create a new GroupMember to rejoin")
+        if self._thread is not None:
+            return
+        self._tick()
+        self._thread = threading.Thread(
+            target=self._run, name=f"meteor-group-{self.group}-{self.member_id}", daemon=True
+        )
+        self._thread.start()
+        logger.info(
+            "member %r joined group %r of stream %r (want=%s, lease %d ms), holding lanes %s",
+            self.member_id, self.group, self.stream, self._settings.want, self.lease_ms,
+            sorted(self.assignment()),
+        )
+
+    def close(self) -> None:
+        """Leave the group: stop renewing, tell the owner (``on_change``), release the leases, drop the heartbeat.
+
+        Confirm what was read before calling this (or from ``on_change``): the next holder resumes at the
+        confirmed offset. Idempotent. Grid errors are logged: leases that cannot be released expire by themselves.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(10.0, 2 * self.lease_ms / 1000.0))
+        with self._lock:
+            held = dict(self._held)
+        if held:
+            self._notify(Assignment())
+        for lane, lease in held.items():
+            try:
+                self._leases.release(lane_key(self.stream, self.group, lane), lease)
+            except GridError as exc:
+                logger.warning("could not release %s on close (it will expire): %s", self._where(lane), exc)
+        with self._lock:
+            self._held.clear()
+            self._offset_texts.clear()
+        try:
+            self._members.delete(member_key(self.stream, self.group, self.member_id))
+        except GridError as exc:
+            logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
+        logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
+
+    def __enter__(self) -> "GroupMember":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queries ------------------------------------------------------------------------------------------------
+
+    def assignment(self) -> Assignment:
+        """The lanes held now, ``{lane: epoch}`` (local view; ``is_current`` re-checks one lane in the grid)."""
+        with self._lock:
+            return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
+
+    def is_current(self, lane: int) -> bool:
+        """True when this member still holds ``lane``: in the grid (same holder and epoch), renewed within a lease
+        period by this process's monotonic clock, background thread alive, not closed. Check before delivering."""
+        with self._lock:
+            held = self._held.get(lane)
+        if held is None or self._closed or self._thread is None or not self._thread.is_alive():
+            return False
+        if not held.live_locally(time.monotonic()):
+            return False
+        _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
+        return lease is not None and lease.holder == self.member_id and lease.epoch == held.lease.epoch
+
+    def confirmed(self, lane: int) -> int | None:
+        """The group's confirmed offset of ``lane`` (the next record to read), None when never confirmed."""
+        self._check_lane(lane)
+        stored = _read_offset(self._offsets, self.stream, self.group, lane)
+        return None if stored is None else stored.offset
+
+    def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
+        """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
+
+        A position resolved from the scheme is confirmed at once, so a member that takes the lane over later
+        resumes at the same point instead of resolving LATEST again (which would skip what arrived in between).
+
+        Raises:
+            NotAssignedError: the lane is not held. FencedError: it was lost meanwhile. GroupError: NONE without a
+            confirmed offset.
+        """
+        self._epoch_of(lane)
+        confirmed = self.confirmed(lane)
+        offset = resolve_initial(scheme, True, confirmed, head_seq, next_seq, where=self._where(lane))
+        if confirmed is None:
+            self.confirm(lane, offset)
+        return offset
+
+    # -- offsets ------------------------------------------------------------------------------------------------
+
+    def confirm(self, lane: int, offset: int) -> None:
+        """Record that every record of ``lane`` before ``offset`` was processed (``offset`` = next to read).
+
+        A confirm at or below the stored offset is ignored: offsets never go backwards by accident (use ``seek``).
+
+        Raises:
+            NotAssignedError: this member does not hold ``lane``.
+            FencedError: the lane was taken over by a newer holder; nothing was written.
+            ConfigError: a negative offset.
+        """
+        self._write_offset(lane, offset, backwards=False)
+
+    def seek(self, lane: int, offset: int) -> None:
+        """Set the group's offset of a held lane, forwards or backwards (the explicit way back). Fenced like
+        ``confirm``."""
+        self._write_offset(lane, offset, backwards=True)
+
+    def _write_offset(self, lane: int, offset: int, *, backwards: bool) -> None:
+        what = "seek" if backwards else "confirm"
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(
+                f"{what} offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0 "
+                f"(use the offset of the next record to read)"
+            )
+        epoch = self._epoch_of(lane)
+        key = lane_key(self.stream, self.group, lane)
+        _, lease = self._leases.read(key)
+        if lease is None or lease.holder != self.member_id or lease.epoch != epoch:
+            raise self._fenced(what, lane, offset, epoch, lease.holder if lease else None,
+                               lease.epoch if lease else None)
+        where = f"{key} in map {OFFSETS_MAP!r}"
+        # The text this member last wrote is almost always still the stored one: CAS against it directly and
+        # read the entry only when that fails (saves a round trip per confirm).
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        for _ in range(_MAX_CAS_ATTEMPTS):
+            if text is None:
+                text = self._offsets.get(key)
+            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms()).encode()
+            if text is None:
+                if self._offsets.put_if_absent(key, new) is None:
+                    self._remember_offset_text(lane, new)
+                    return
+                continue
+            stored = ConfirmedOffset.decode(text, where)
+            if stored.epoch > epoch:
+                raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
+            if not backwards and stored.offset is not None and offset <= stored.offset:
+                if offset < stored.offset:
+                    logger.debug(
+                        "ignored confirm of offset %d on %s: the group already confirmed %d",
+                        offset, self._where(lane), stored.offset,
+                    )
+                return
+            if self._offsets.replace_if_same(key, text, new):
+                self._remember_offset_text(lane, new)
+                return
+            text = None
+        raise GroupError(
+            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {_MAX_CAS_ATTEMPTS} times "
+            f"in a row to concurrent writers; confirm from one thread per lane"
+        )
+
+    def _remember_offset_text(self, lane: int, text: str) -> None:
+        with self._lock:
+            if lane in self._held:
+                self._offset_texts[lane] = text
+
+    def _fenced(
+        self, what: str, lane: int, offset: int, epoch: int, holder: str | None, their_epoch: int | None
+    ) -> FencedError:
+        now = "is vacant" if holder is None else f"is held by {holder!r}"
+        return FencedError(
+            f"{what} of offset {offset} on {self._where(lane)} refused: member {self.member_id!r} held the lane "
+            f"with epoch {epoch}, but the lane {now} with epoch {their_epoch}; nothing was written. The records "
+            f"after the group's confirmed offset go to the lane's current holder; read the lane again only when "
+            f"it is assigned back (on_change)"
+        )
+
+    def _epoch_of(self, lane: int) -> int:
+        self._check_lane(lane)
+        with self._lock:
+            held = self._held.get(lane)
+        if held is None:
+            raise NotAssignedError(
+                f"member {self.member_id!r} does not hold {self._where(lane)}; it holds lanes "
+                f"{sorted(self.assignment())}. Confirm and seek only lanes in assignment()"
+            )
+        return held.lease.epoch
+
+    def _check_lane(self, lane: int) -> None:
+        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.lanes:
+            raise ConfigError(
+                f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
+            )
+
+    # -- the background work ------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        period = self._settings.renew_every_ms / 1000.0
+        probe_every = min(period, _PROBE_EVERY_S)
+        next_tick = time.monotonic() + period
+        failing = False
+        while True:
+            now = time.monotonic()
+            due_tick = now >= next_tick
+            wait_s = 0.0 if due_tick else min(next_tick - now, probe_every if self._waiting_for else period)
+            if self._stop.wait(wait_s):
+                return
+            try:
+                if time.monotonic() >= next_tick:
+                    next_tick = max(next_tick + period, time.monotonic())
+                    self._tick()
+                elif self._waiting_for:
+                    self._probe()
+                if failing:
+                    logger.info("member %r of group %r reaches the grid again", self.member_id, self.group)
+                failing = False
+            except GridError as exc:
+                if not failing:
+                    logger.warning(
+                        "member %r of group %r cannot renew (will retry every %d ms; its lanes expire after "
+                        "%d ms without renewal): %s", self.member_id, self.group,
+                        self._settings.renew_every_ms, self.lease_ms, exc,
+                    )
+                failing = True
+            except Exception:  # noqa: BLE001 - the renewal thread must survive anything, it IS the liveness
+                logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
+
+    def _tick(self) -> None:
+        """One renewal round: heartbeat, renew held leases, rebalance."""
+        self._heartbeat()
+        self._renew()
+        if self._stop.is_set():
+            return
+        target = self._target(self._live_members())
+        self._release_surplus(target)
+        self._acquire(target, range(self.lanes))
+
+    def _probe(self) -> None:
+        """Between renewals, look only at the lanes this member waits for, so a released lane is taken at once."""
+        self._acquire(self._target_lanes, sorted(self._waiting_for))
+
+    def _acquire(self, target: frozenset[int], lanes: Sequence[int] | range) -> None:
+        """Read the leases of ``lanes`` (one get_all) and take those of ``target`` that are free or expired."""
+        keys = {lane: lane_key(self.stream, self.group, lane) for lane in lanes}
+        texts = self._leases.map.get_all(list(keys.values()))
+        for key in keys.values():
+            self._lease_observer.see(key, texts.get(key))
+        for lane in sorted(target & frozenset(keys)):
+            if self._stop.is_set():
+                break
+            with self._lock:
+                if lane in self._held:
+                    continue
+            try:
+                self._try_acquire(lane, keys[lane], texts.get(keys[lane]))
+            except FormatError as exc:
+                logger.warning("member %r cannot take %s: %s", self.member_id, self._where(lane), exc)
+        with self._lock:
+            self._target_lanes = target
+            self._waiting_for = frozenset(target - set(self._held))
+        self._notify(self.assignment())
+
+    def _heartbeat(self) -> None:
+        self._beat += 1
+        entry = MemberEntry(
+            member=self.member_id, want=self._settings.want, beat=self._beat, lease_ms=self.lease_ms,
+            renewed_ms=wall_ms(), host=self._host, pid=os.getpid(),
+        )
+        self._members.set(
+            member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
+        )
+
+    def _renew(self) -> None:
+        with self._lock:
+            held = dict(self._held)
+        for lane, lease in held.items():
+            renewed = self._leases.renew(lane_key(self.stream, self.group, lane), lease)
+            with self._lock:
+                if renewed is None:
+                    self._held.pop(lane, None)
+                    self._offset_texts.pop(lane, None)
+                    logger.warning(
+                        "member %r lost %s (epoch %d): another member took it over after the lease was not seen "
+                        "renewed for %d ms", self.member_id, self._where(lane), lease.lease.epoch, self.lease_ms,
+                    )
+                else:
+                    self._held[lane] = renewed
+
+    def _live_members(self) -> dict[str, MemberEntry]:
+        """Members of this group whose heartbeat this process has seen change within their lease period."""
+        live: dict[str, MemberEntry] = {}
+        seen: set[str] = set()
+        for key, text in self._members.entries().items():
+            parsed = _parse_key(key)
+            if parsed is None or parsed[0] != self.stream or parsed[1] != self.group:
+                continue
+            seen.add(key)
+            try:
+                entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
+            except FormatError as exc:
+                logger.warning("ignoring group member entry: %s", exc)
+                continue
+            self._member_observer.see(key, text)
+            if entry.member == self.member_id or not self._member_observer.expired(key, text, entry.lease_ms):
+                live[entry.member] = entry
+        self._member_observer.forget_except(seen)
+        live.setdefault(
+            self.member_id,
+            MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid()),
+        )
+        return live
+
+    def _target(self, live: Mapping[str, MemberEntry]) -> frozenset[int]:
+        if self._settings.want == "all":
+            return frozenset(range(self.lanes))
+        balanced = [member for member, entry in live.items() if entry.want == "balanced"]
+        return balance(balanced, self.lanes).get(self.member_id, frozenset())
+
+    def _release_surplus(self, target: frozenset[int]) -> None:
+        with self._lock:
+            surplus = {lane: held for lane, held in self._held.items() if lane not in target}
+            keep = {lane: held.lease.epoch for lane, held in self._held.items() if lane in target}
+        if not surplus:
+            return
+        self._notify(Assignment.of(keep))
+        for lane, held in surplus.items():
+            with self._lock:
+                current = self._held.pop(lane, held)
+                self._offset_texts.pop(lane, None)
+            released = self._leases.release(lane_key(self.stream, self.group, lane), current)
+            logger.info(
+                "member %r %s %s (epoch %d) to rebalance", self.member_id,
+                "released" if released else "had already lost", self._where(lane), current.lease.epoch,
+            )
+
+    def _try_acquire(self, lane: int, key: str, text: str | None) -> None:
+        lease = None if text is None else Lease.decode(text, self._leases.where(key))
+        if lease is not None and not lease.vacant:
+            # A lease in our own name that we do not hold is a previous incarnation's (a restart with the same
+            # member_id): taken at once, but only when joining, so two live members sharing an id (a mistake)
+            # cannot keep snatching lanes from each other; afterwards it has to expire like any other.
+            previous_incarnation = lease.holder == self.member_id and self._thread is None
+            if not previous_incarnation and not self._lease_observer.expired(key, text or "", lease.lease_ms):
+                return  # a live holder gives the lane up itself; never steal it
+        floor = 0
+        if lease is None:
+            stored = _read_offset(self._offsets, self.stream, self.group, lane)
+            floor = 0 if stored is None else stored.epoch
+        held = self._leases.acquire(key, self.member_id, self.lease_ms, text, lease, floor)
+        if held is None:
+            return
+        fenced = self._fence(lane, key, held.lease.epoch)
+        if fenced is None:
+            logger.info("member %r: %s was taken by a newer holder while fencing", self.member_id, self._where(lane))
+            return
+        with self._lock:
+            self._held[lane] = held
+            self._offset_texts[lane] = fenced
+        previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
+        logger.info(
+            "member %r took %s with epoch %d (from %s)", self.member_id, self._where(lane), held.lease.epoch,
+            previous,
+        )
+
+    def _fence(self, lane: int, key: str, epoch: int) -> str | None:
+        """Stamp our epoch on the lane's offsets entry, keeping the offset; returns the stored text, or None when
+        a newer epoch is there."""
+        where = f"{key} in map {OFFSETS_MAP!r}"
+        for _ in range(_MAX_CAS_ATTEMPTS):
+            text = self._offsets.get(key)
+            if text is None:
+                fenced = ConfirmedOffset(epoch, None, self.member_id, wall_ms()).encode()
+                if self._offsets.put_if_absent(key, fenced) is None:
+                    return fenced
+                continue
+            stored = ConfirmedOffset.decode(text, where)
+            if stored.epoch > epoch:
+                return None
+            if stored.epoch == epoch:
+                return text
+            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms()).encode()
+            if self._offsets.replace_if_same(key, text, fenced):
+                return fenced
+        return None
+
+    def _notify(self, assignment: Assignment) -> None:
+        if assignment == self._notified:
+            return
+        self._notified = assignment
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(assignment)
+        except Exception:  # noqa: BLE001 - an owner's bug must not stop renewals (that would lose every lane)
+            logger.exception("on_change callback of group member %r failed", self.member_id)
+
+
+# ---------------------------------------------------------------------------------------------------- tools
+
+
+def _read_offset(offsets: "GridMap", stream: str, group: str, lane: int) -> ConfirmedOffset | None:
+    key = lane_key(stream, group, lane)
+    text = offsets.get(key)
+    return None if text is None else ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+
+
+def group_state(grid: "Grid", info: "StreamInfo", group: str) -> list[LaneState]:
+    """Holder, epoch, lease expiry estimate and confirmed offset of every lane of ``group`` on ``info``'s stream."""
+    stream = info.config.name
+    keys = [lane_key(stream, group, lane) for lane in range(info.config.lanes)]
+    leases = grid.map(LEASES_MAP).get_all(keys)
+    offsets = grid.map(OFFSETS_MAP).get_all(keys)
+    states = []
+    for lane, key in enumerate(keys):
+        lease = Lease.decode(leases[key], f"{key} in map {LEASES_MAP!r}") if key in leases else None
+        stored = ConfirmedOffset.decode(offsets[key], f"{key} in map {OFFSETS_MAP!r}") if key in offsets else None
+        holder = None if lease is None else lease.holder
+        epoch = max(lease.epoch if lease else 0, stored.epoch if stored else 0)
+        expires = None if lease is None or holder is None else lease.renewed_ms + lease.lease_ms
+        states.append(LaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
+    return states
+
+
+def group_members(grid: "Grid", info: "StreamInfo", group: str) -> list[MemberState]:
+    """The heartbeats of ``group``'s members on ``info``'s stream (members that stopped renewing drop out after
+    two lease periods)."""
+    stream = info.config.name
+    members = []
+    for key, text in grid.map(MEMBERS_MAP).entries().items():
+        parsed = _parse_key(key)
+        if parsed is None or parsed[0] != stream or parsed[1] != group:
+            continue
+        entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
+        members.append(MemberState(entry.member, entry.want, entry.host, entry.pid, entry.renewed_ms, entry.lease_ms))
+    return sorted(members, key=lambda m: m.member)
+
+
+def lag(grid: "Grid", info: "StreamInfo", group: str) -> dict[int, int]:
+    """Ring items each lane of ``group`` still has to read, from offsets (lanes never confirmed are left out).
+
+    The item holding the confirmed offset counts while partly read. For record counts use ``lag_report``.
+    """
+    return {entry.lane: entry.items for entry in lag_report(grid, info, group) if entry.items is not None}
+
+
+def lag_report(
+    grid: "Grid", info: "StreamInfo", group: str, *, count_records: bool = False, max_items: int = 1000
+) -> list[LaneLag]:
+    """Per-lane lag of ``group``: items behind, items already overwritten, and records behind when counted.
+
+    Counting records reads the unread items (at most ``max_items`` per lane) and their batch headers; it never
+    multiplies items by an average.
+    """
+    from meteor_spark.streams import lane_bounds
+
+    bounds = lane_bounds(grid, info)
+    offsets = grid.map(OFFSETS_MAP)
+    report = []
+    for lane in range(info.config.lanes):
+        head, next_seq = bounds[lane]
+        stored = _read_offset(offsets, info.config.name, group, lane)
+        if stored is None or stored.offset is None:
+            report.append(LaneLag(lane, None, next_seq, None))
+            continue
+        start = sequence_of(stored.offset)
+        items = max(0, next_seq - start)
+        lost = max(0, min(head, next_seq) - start)
+        records = None
+        if count_records and lost == 0 and items <= max_items:
+            records = _count_records(grid, info, lane, start, next_seq) - (index_of(stored.offset) if items else 0)
+        report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost))
+    return report
+
+
+def _count_records(grid: "Grid", info: "StreamInfo", lane: int, start: int, end: int) -> int:
+    from meteor_spark.reading import read_range
+    from meteor_spark.records import decode_item
+
+    total = 0
+    for items, sequences in read_range(grid, info, lane, start, end):
+        for item, sequence in zip(items, sequences):
+            total += decode_item(item, stream=info.config.name, lane=lane, sequence=sequence).count
+    return total
+
+
+def list_groups(grid: "Grid", stream: str | None = None) -> list[GroupSummary]:
+    """Every group with state in the grid (leases, offsets or heartbeats), optionally of one stream only."""
+    members: dict[tuple[str, str], int] = {}
+    held: dict[tuple[str, str], int] = {}
+    confirmed: dict[tuple[str, str], int] = {}
+    # What counts per map: any heartbeat; a lease with a holder; an offsets entry with an offset.
+    for name, counts, counted_field in (
+        (MEMBERS_MAP, members, None),
+        (LEASES_MAP, held, "holder"),
+        (OFFSETS_MAP, confirmed, "offset"),
+    ):
+        for key, text in grid.map(name).entries().items():
+            parsed = _parse_key(key)
+            if parsed is None or (stream is not None and parsed[0] != stream):
+                continue
+            pair = (parsed[0], parsed[1])
+            counts.setdefault(pair, 0)
+            if counted_field is None or _has_field(text, counted_field):
+                counts[pair] += 1
+    pairs = sorted(set(members) | set(held) | set(confirmed))
+    return [
+        GroupSummary(s, g, members.get((s, g), 0), held.get((s, g), 0), confirmed.get((s, g), 0)) for s, g in pairs
+    ]
+
+
+def _has_field(text: str, name: str) -> bool:
+    try:
+        value: Any = json.loads(text)
+        return isinstance(value, dict) and value.get(name) is not None
+    except ValueError:
+        return False
+
+
+def seek_group(grid: "Grid", info: "StreamInfo", group: str, offsets: Mapping[int, int]) -> None:
+    """Set a group's offsets from outside the group (tools), e.g. to replay. Refuses lanes a member holds: stop
+    the group's members first (their leases must be released or expired-and-taken).
+
+    Raises:
+        GroupError: a lane is held. ConfigError: a lane or offset is invalid.
+    """
+    stream = info.config.name
+    lease_map = LeaseMap(grid.map(LEASES_MAP))
+    offset_map = grid.map(OFFSETS_MAP)
+    for lane, offset in sorted(offsets.items()):
+        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < info.config.lanes:
+            raise ConfigError(
+                f"lane {lane!r} does not exist on stream {stream!r}; it has lanes 0..{info.config.lanes - 1}"
+            )
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"offset {offset!r} for lane {lane} is invalid; offsets are integers >= 0")
+        key = lane_key(stream, group, lane)
+        for _ in range(_MAX_CAS_ATTEMPTS):
+            _, lease = lease_map.read(key)
+            if lease is not None and lease.holder is not None:
+                raise GroupError(
+                    f"cannot seek stream {stream!r} lane {lane} of group {group!r}: member {lease.holder!r} holds it "
+                    f"(epoch {lease.epoch}); close the group's members first, or seek from the holder"
+                )
+            text = offset_map.get(key)
+            epoch = lease.epoch if lease is not None else 0
+            if text is None:
+                if offset_map.put_if_absent(key, ConfirmedOffset(epoch, offset, None, wall_ms()).encode()) is None:
+                    break
+                continue
+            stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+            new = ConfirmedOffset(max(epoch, stored.epoch), offset, None, wall_ms()).encode()
+            if offset_map.replace_if_same(key, text, new):
+                break
+        else:
+            raise GroupError(f"seek of stream {stream!r} lane {lane} of group {group!r} kept losing to other writers")
+        logger.info("group %r of stream %r: lane %d set to offset %d", group, stream, lane, offset)
+
+
+def forget_groups(grid: "Grid", stream: str, group: str | None = None) -> int:
+    """Remove every lease, offset and heartbeat of ``stream`` (or of one of its groups); returns entries removed.
+
+    Meant for deleting a stream: a stream re-created under the same name must not inherit old offsets. Members
+    still running lose their lanes (their next renewal fails and their confirms raise FencedError).
+    """
+    removed = 0
+    for name in (MEMBERS_MAP, LEASES_MAP, OFFSETS_MAP):
+        grid_map = grid.map(name)
+        for key in grid_map.keys():
+            parsed = _parse_key(key)
+            if parsed is None or parsed[0] != stream or (group is not None and parsed[1] != group):
+                continue
+            grid_map.delete(key)
+            removed += 1
+    return removed

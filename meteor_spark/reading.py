@@ -1,0 +1,132 @@
+"""Reading an exact range of ring items of one lane (shared by the Subscriber's catch-up and the Spark reader).
+
+The grid never says "that sequence is gone": ``read_many`` below the head silently starts at the head. A range
+read therefore compares the sequences it gets with the ones it asked for, and turns any gap into a
+``DataLossError`` (or, when the caller opted in, into a count of skipped items it can report).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+from meteor_spark.errors import ConfigError, DataLossError
+from meteor_spark.grid import MAX_BATCH_ITEMS, Grid
+from meteor_spark.streams import StreamInfo
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ITEMS_PER_CALL = 100
+
+
+class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
+    """Iterates ``(items, sequences)`` chunks of exactly the ring items in ``[start_seq, end_seq)``, in order.
+
+    Attributes:
+        skipped_items: ring items of the range that were already overwritten and skipped (``skip_data_loss``).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        info: StreamInfo,
+        lane: int,
+        start_seq: int,
+        end_seq: int,
+        *,
+        max_items_per_call: int = DEFAULT_ITEMS_PER_CALL,
+        skip_data_loss: bool = False,
+    ) -> None:
+        if not 0 <= lane < info.config.lanes:
+            raise ConfigError(f"lane {lane} does not exist in stream {info.name!r} (lanes 0..{info.config.lanes - 1})")
+        if start_seq < 0 or end_seq < start_seq:
+            raise ConfigError(f"invalid sequence range [{start_seq}, {end_seq}): need 0 <= start <= end")
+        if max_items_per_call < 1:
+            raise ConfigError(f"max_items_per_call must be >= 1, got {max_items_per_call}")
+        self.stream = info.name
+        self.lane = lane
+        self.end = end_seq
+        self.next_seq = start_seq
+        self.skipped_items = 0
+        self._ring = grid.ring(info.ring_names[lane])
+        self._max_items = max_items_per_call
+        self._skip = skip_data_loss
+        self._capacity: int | None = None
+
+    def __iter__(self) -> "RangeReader":
+        return self
+
+    def __next__(self) -> tuple[list[bytes], list[int]]:
+        while self.next_seq < self.end:
+            if self._capacity is None:
+                self._capacity = self._ring.capacity()
+            want = min(self.end - self.next_seq, self._max_items, self._capacity, MAX_BATCH_ITEMS)
+            # min_count=0: never park on the server; a range is only ever asked for what was already written.
+            batch = self._ring.read_many(self.next_seq, 0, want)
+            items, sequences = list(batch.items), list(batch.sequences)
+            if not items:
+                self._nothing_at(self.next_seq)
+                continue
+            first = sequences[0]
+            if first > self.next_seq:
+                self._lost(self.next_seq, first)
+                if self.next_seq >= self.end:
+                    break
+            keep = len(items)
+            while keep and sequences[keep - 1] >= self.end:
+                keep -= 1
+            if keep < len(items):
+                items, sequences = items[:keep], sequences[:keep]
+            if not items:
+                continue
+            self.next_seq = sequences[-1] + 1
+            return items, sequences
+        raise StopIteration
+
+    def _nothing_at(self, seq: int) -> None:
+        """An empty read: either the range's items expired/were overwritten, or they were never written."""
+        head = self._ring.head()
+        if head > seq:
+            self._lost(seq, head)
+            return
+        tail = self._ring.tail()
+        raise ConfigError(
+            f"stream {self.stream!r} lane {self.lane}: ring sequences [{seq}, {self.end}) were never written; the "
+            f"lane ends at sequence {tail + 1}. Was the stream deleted, or the grid restarted without persistence?"
+        )
+
+    def _lost(self, requested: int, available: int) -> None:
+        if not self._skip:
+            raise DataLossError(self.stream, self.lane, requested=requested, oldest_available=available, unit="sequence")
+        lost_until = min(available, self.end)
+        self.skipped_items += lost_until - requested
+        logger.warning(
+            "stream %r lane %d: ring items [%d, %d) were overwritten before they were read; skipped them "
+            "(skip_data_loss is on)",
+            self.stream, self.lane, requested, lost_until,
+        )
+        self.next_seq = lost_until
+
+
+def read_range(
+    grid: Grid,
+    info: StreamInfo,
+    lane: int,
+    start_seq: int,
+    end_seq: int,
+    *,
+    max_items_per_call: int = DEFAULT_ITEMS_PER_CALL,
+    skip_data_loss: bool = False,
+) -> RangeReader:
+    """Exactly the ring items of ``lane`` with sequences in ``[start_seq, end_seq)``, in order, in chunks.
+
+    Deterministic for a given range while its items are in the ring (the Spark reader replays partitions with it).
+
+    Raises:
+        DataLossError: some of the items were already overwritten (unless ``skip_data_loss``: then they are
+            skipped and counted in the returned reader's ``skipped_items``).
+        ConfigError: the range reaches past the lane's end.
+    """
+    return RangeReader(
+        grid, info, lane, start_seq, end_seq, max_items_per_call=max_items_per_call, skip_data_loss=skip_data_loss
+    )

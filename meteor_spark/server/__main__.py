@@ -1,0 +1,110 @@
+"""``python -m meteor_spark.server``: run an embedded grid member in the foreground.
+
+Prints ``listening on HOST:PORT cluster=NAME pid=PID`` (the first line of stdout; scripts parse it) and runs until
+Ctrl-C or SIGTERM. ``meteor grid start`` calls ``build_parser()`` and ``run_member(args)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import Sequence
+
+from meteor_spark.server.member import FSYNC_POLICIES, PASSWORD_ENV, MemberOptions, parse_ring_config, serve
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The member's command-line options (added to ``parser`` when given, e.g. a ``meteor grid start`` subparser)."""
+    parser = parser or argparse.ArgumentParser(
+        prog="python -m meteor_spark.server", description="Run an embedded Hazelcast-compatible grid member."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=5701, help="TCP port (default 5701; 0 = any free port, printed)")
+    parser.add_argument("--cluster-name", default="dev", help="cluster name clients must present (default dev)")
+    parser.add_argument("--username", default=None, help="require this username (with a password)")
+    parser.add_argument(
+        "--password",
+        default=None,
+        help=f"require this password (prefer the {PASSWORD_ENV} environment variable: a command line is visible to "
+        f"other users)",
+    )
+    parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
+    parser.add_argument(
+        "--fsync", choices=FSYNC_POLICIES, default="interval", help="when persisted writes are fsynced (default interval)"
+    )
+    parser.add_argument(
+        "--ring-config",
+        action="append",
+        default=[],
+        metavar="PATTERN:capacity=N[,ttl=S]",
+        help="ring buffer config for names matching PATTERN (one * wildcard), e.g. 'meteor.stream::orders.*:capacity=50000'",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (default INFO)"
+    )
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> MemberOptions:
+    """Validated member options from parsed arguments (the password from ``--password`` or the environment).
+
+    Raises:
+        ValueError: an invalid option; the message names it.
+    """
+    password = args.password if args.password is not None else os.environ.get(PASSWORD_ENV)
+    if args.username is None:
+        password = None if args.password is None else password
+    return MemberOptions(
+        host=args.host,
+        port=args.port,
+        cluster_name=args.cluster_name,
+        username=args.username,
+        password=password,
+        data_dir=args.data_dir,
+        fsync=args.fsync,
+        ring_configs=tuple(parse_ring_config(text) for text in args.ring_config),
+    )
+
+
+def run_member(args: argparse.Namespace) -> int:
+    """Run a member in the foreground until SIGINT/SIGTERM; the process exit code."""
+    logging.basicConfig(
+        level=getattr(args, "log_level", "INFO"),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+
+        def on_ready(address: str) -> None:
+            print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}", flush=True)
+
+        await serve(options, stop, on_ready)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"error: cannot listen on {options.host}:{options.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_member(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""CP AtomicLong as a Hazelcast member without CP members serves it: "unsafe mode" (AP, on normal partitions).
+
+Hazelcast 4.x-5.4 with ``cp-member-count: 0`` (the default) answers ``createCPGroup`` with a ``RaftGroupId`` and runs
+AtomicLong on ordinary partitions; newer members refuse with "CP Subsystem is not enabled!". ``CpMode`` picks which
+of the two the member imitates. A destroyed AtomicLong can never be used again under the same name (Hazelcast keeps
+a tombstone), so every later operation raises ``DistributedObjectDestroyed``.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass
+
+from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, ServerError, UnsupportedOperation
+
+DEFAULT_GROUP = "default"
+METADATA_GROUP = "metadata"
+ATOMIC_LONG_SERVICE = "hz:raft:atomicLongService"
+_PARTITION_COUNT = 271
+_LONG_MASK = (1 << 64) - 1
+
+
+class CpMode(enum.Enum):
+    """What ``createCPGroup`` does on a member without CP members."""
+
+    UNSAFE = "unsafe"
+    """Hazelcast 4.x-5.4: CP data structures run in AP "unsafe mode"."""
+    DISABLED = "disabled"
+    """Newer Hazelcast: "CP Subsystem is not enabled!" (HazelcastException, code 18)."""
+
+
+@dataclass(frozen=True)
+class GroupId:
+    """A ``RaftGroupId`` (field names as in the protocol's custom struct)."""
+
+    name: str
+    seed: int
+    id: int
+
+
+class CpSubsystemNotEnabled(ServerError):
+    code = 18
+    java_class = "com.hazelcast.core.HazelcastException"
+
+
+def _wrap(value: int) -> int:
+    """Java ``long`` overflow: keep the low 64 bits, signed."""
+    value &= _LONG_MASK
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def split_proxy_name(proxy_name: str) -> tuple[str, str]:
+    """``"counter@group"`` -> ``("counter", "group")``; no group means the default group."""
+    object_name, _, group = proxy_name.partition("@")
+    group = group.strip() or DEFAULT_GROUP
+    if not object_name.strip():
+        raise IllegalArgument(f"CP object name {proxy_name!r} is empty; pass a name such as 'counter' or 'counter@group'")
+    if "@" in group:
+        raise IllegalArgument(f"CP object name {proxy_name!r} has more than one '@'; use 'object@group'")
+    if group.lower() == METADATA_GROUP:
+        raise IllegalArgument(f"CP object name {proxy_name!r}: the CP group name 'metadata' is reserved by Hazelcast")
+    return object_name, group
+
+
+class Atomics:
+    """Every AtomicLong of the member, keyed by (CP group name, object name). Not thread-safe."""
+
+    def __init__(self, mode: CpMode = CpMode.UNSAFE) -> None:
+        self.mode = mode
+        self._values: dict[tuple[str, str], int] = {}
+        self._destroyed: set[tuple[str, str]] = set()
+
+    def create_group(self, proxy_name: str) -> GroupId:
+        """Answer ``CPGroup.createCPGroup``: the group id the proxy will send with each operation."""
+        if self.mode is CpMode.DISABLED:
+            raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
+        _, group = split_proxy_name(proxy_name)
+        # Unsafe mode places the group on the partition of its name; any stable number in range works for clients.
+        return GroupId(group, 0, zlib.crc32(group.encode("utf-8")) % _PARTITION_COUNT)
+
+    def _key(self, group: GroupId, name: str) -> tuple[str, str]:
+        if self.mode is CpMode.DISABLED:
+            raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
+        key = (group.name, name)
+        if key in self._destroyed:
+            raise DistributedObjectDestroyed(f"AtomicLong[{name}] is already destroyed!")
+        return key
+
+    def get(self, group: GroupId, name: str) -> int:
+        return self._values.get(self._key(group, name), 0)
+
+    def add_and_get(self, group: GroupId, name: str, delta: int) -> int:
+        key = self._key(group, name)
+        value = self._values[key] = _wrap(self._values.get(key, 0) + delta)
+        return value
+
+    def get_and_add(self, group: GroupId, name: str, delta: int) -> int:
+        key = self._key(group, name)
+        old = self._values.get(key, 0)
+        self._values[key] = _wrap(old + delta)
+        return old
+
+    def get_and_set(self, group: GroupId, name: str, value: int) -> int:
+        key = self._key(group, name)
+        old = self._values.get(key, 0)
+        self._values[key] = _wrap(value)
+        return old
+
+    def compare_and_set(self, group: GroupId, name: str, expected: int, updated: int) -> bool:
+        key = self._key(group, name)
+        if self._values.get(key, 0) != expected:
+            return False
+        self._values[key] = _wrap(updated)
+        return True
+
+    def apply_function(self, group: GroupId, name: str) -> None:
+        """``apply`` / ``alter`` carry a serialized Java ``IFunction``, which a Python member cannot run."""
+        self._key(group, name)
+        raise UnsupportedOperation(
+            f"AtomicLong[{name}]: apply/alter need a Java IFunction, which the embedded member cannot execute; "
+            "use compare_and_set in a loop instead"
+        )
+
+    def destroy(self, group: GroupId, service_name: str, name: str) -> None:
+        """``CPGroup.destroyCPObject``: drop the value and refuse every later use of the name."""
+        if service_name != ATOMIC_LONG_SERVICE:
+            raise UnsupportedOperation(
+                f"destroying CP object {name!r} of service {service_name!r} is not supported; "
+                f"the embedded member serves only {ATOMIC_LONG_SERVICE!r}"
+            )
+        key = self._key(group, name)
+        self._values.pop(key, None)
+        self._destroyed.add(key)

@@ -1,0 +1,737 @@
+"""Hazelcast IMap semantics: record stores keyed by serialized key bytes, TTL / max-idle, locks, entry events.
+
+Keys and values are the serialized ``Data`` bytes the client sends; they are never deserialized. Values are compared
+by bytes (Hazelcast's BINARY in-memory format), so ``replace_if_same`` / ``remove_if_same`` / ``contains_value``
+behave exactly like a default-configured Java member.
+
+Blocking: Hazelcast parks a key-based mutating operation of a non-owner while another owner holds the key's lock
+(``LockAwareOperation``), and parks ``lock`` until the lock is free. The engine never blocks: such an operation raises
+``WouldBlock`` naming the waiters key to park on (``("map", name, key)``, notified whenever that lock is released)
+and, when the holder's lease ends on its own, the monotonic time at which to retry. The caller re-runs the operation
+after the wake-up; nothing was changed by the refused attempt.
+
+Expiry is lazy (every operation ignores and purges expired records, firing EXPIRED) plus ``sweep()``, which the
+member calls periodically so listeners hear about entries nobody touches.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import IntFlag
+from typing import Callable, Hashable, Iterable, Iterator, Protocol
+
+from meteor_spark.server.engine import Clock, Waiters
+from meteor_spark.server.errors import IllegalArgument, IllegalMonitorState
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = (1 << 63) - 1
+"""What Hazelcast reports for "never" in entry views (``Long.MAX_VALUE``)."""
+
+
+class EntryEventType(IntFlag):
+    """Hazelcast ``EntryEventType`` ids; also the bits of a listener's ``listener_flags``."""
+
+    ADDED = 1
+    REMOVED = 2
+    UPDATED = 4
+    EVICTED = 8
+    EXPIRED = 16
+    EVICT_ALL = 32
+    CLEAR_ALL = 64
+    MERGED = 128
+    INVALIDATION = 256
+    LOADED = 512
+
+
+class WouldBlock(Exception):
+    """The operation cannot proceed yet; park on ``wait_key`` and retry (see the module docstring).
+
+    ``retry_at_ms`` is the engine-clock monotonic time at which the obstacle goes away by itself (a lock lease
+    ending), or None when only a notification can clear it.
+    """
+
+    def __init__(self, wait_key: Hashable, retry_at_ms: float | None = None) -> None:
+        super().__init__(f"would block on {wait_key!r}")
+        self.wait_key = wait_key
+        self.retry_at_ms = retry_at_ms
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    """Hazelcast's lock owner: the client's uuid from authentication plus the client-side thread id."""
+
+    client_uuid: uuid.UUID | None
+    thread_id: int
+
+    def describe(self) -> str:
+        return f"Owner: {self.client_uuid}, thread ID: {self.thread_id}"
+
+
+@dataclass(frozen=True)
+class MapConfig:
+    """Per-map settings, matched by name with Hazelcast's wildcard rules (``MapConfigs``).
+
+    ``time_to_live_seconds`` / ``max_idle_seconds``: defaults applied when a write gives a negative TTL / max-idle
+    (the client sends -1 when none is given); 0 means entries never expire.
+    """
+
+    name: str = "default"
+    time_to_live_seconds: int = 0
+    max_idle_seconds: int = 0
+
+    def __post_init__(self) -> None:
+        if self.time_to_live_seconds < 0:
+            raise IllegalArgument(
+                f"map config {self.name!r}: time_to_live_seconds={self.time_to_live_seconds} is negative; "
+                "use 0 for 'never expire' or a positive number of seconds"
+            )
+        if self.max_idle_seconds < 0:
+            raise IllegalArgument(
+                f"map config {self.name!r}: max_idle_seconds={self.max_idle_seconds} is negative; "
+                "use 0 for 'never expire' or a positive number of seconds"
+            )
+        if self.name.count("*") > 1:
+            raise IllegalArgument(
+                f"map config name {self.name!r} has more than one '*'; Hazelcast patterns allow at most one wildcard"
+            )
+
+
+def match_config_name(pattern: str, name: str) -> int:
+    """Hazelcast's ``MatchingPointConfigPatternMatcher``: -1 if ``pattern`` does not match, else its strength.
+
+    One ``*`` stands for any run of characters; the longer the literal part, the better the match.
+    """
+    star = pattern.find("*")
+    if star < 0:
+        return LONG_MAX if pattern == name else -1
+    prefix, suffix = pattern[:star], pattern[star + 1 :]
+    if len(name) < len(prefix) + len(suffix) or not name.startswith(prefix) or not name.endswith(suffix):
+        return -1
+    return len(prefix) + len(suffix)
+
+
+@dataclass(frozen=True)
+class MapConfigs:
+    """The member's map configs; ``for_name`` picks the best match, else the ``default`` config."""
+
+    configs: tuple[MapConfig, ...] = ()
+
+    def for_name(self, name: str) -> MapConfig:
+        best: MapConfig | None = None
+        best_score = -1
+        for config in self.configs:
+            score = match_config_name(config.name, name)
+            if score > best_score:
+                best, best_score = config, score
+        if best is not None:
+            return best
+        return next((c for c in self.configs if c.name == "default"), MapConfig())
+
+
+@dataclass(frozen=True)
+class EntryEvent:
+    """One map event as Hazelcast publishes it (``key`` is None for map-wide CLEAR_ALL / EVICT_ALL)."""
+
+    map_name: str
+    event_type: EntryEventType
+    key: bytes | None
+    value: bytes | None = None
+    old_value: bytes | None = None
+    affected_entries: int = 1
+
+
+@dataclass(frozen=True)
+class EntryView:
+    """Hazelcast's ``SimpleEntryView`` of one entry; times are epoch ms, ``LONG_MAX`` means never."""
+
+    key: bytes
+    value: bytes
+    cost: int
+    creation_time: int
+    expiration_time: int
+    hits: int
+    last_access_time: int
+    last_stored_time: int
+    last_update_time: int
+    version: int
+    ttl: int
+    max_idle: int
+
+
+@dataclass(frozen=True)
+class Listener:
+    """An entry-listener registration. ``owner`` identifies the connection so it can be dropped with it."""
+
+    registration_id: uuid.UUID
+    map_name: str
+    key: bytes | None
+    include_value: bool
+    flags: int
+    owner: Hashable
+    sink: Callable[[EntryEvent], None]
+
+
+class MapJournal(Protocol):
+    """Where committed map changes go when persistence is on (``persistence.MapLog``)."""
+
+    def map_put(self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int,
+                max_idle_ms: int) -> None: ...
+
+    def map_remove(self, name: str, key: bytes) -> None: ...
+
+    def map_destroy(self, name: str) -> None: ...
+
+
+@dataclass
+class _Record:
+    value: bytes
+    created_wall: int
+    updated_wall: int
+    accessed_wall: int
+    ttl_ms: int
+    """0 = never; measured from ``ttl_base_mono`` (the last write or set_ttl)."""
+    max_idle_ms: int
+    """0 = never; measured from the last access (reads and writes)."""
+    ttl_base_mono: float
+    accessed_mono: float
+    hits: int = 0
+    version: int = 0
+
+    def expires_at_mono(self) -> float | None:
+        ends = []
+        if self.ttl_ms > 0:
+            ends.append(self.ttl_base_mono + self.ttl_ms)
+        if self.max_idle_ms > 0:
+            ends.append(self.accessed_mono + self.max_idle_ms)
+        return min(ends) if ends else None
+
+
+@dataclass
+class _Lock:
+    owner: LockOwner
+    count: int
+    reference_id: int
+    expires_mono: float | None
+    acquired_wall: int
+
+
+@dataclass
+class _Store:
+    config: MapConfig
+    records: dict[bytes, _Record] = field(default_factory=dict)
+    locks: dict[bytes, _Lock] = field(default_factory=dict)
+    expiring: set[bytes] = field(default_factory=set)
+    """Keys whose record can expire, so ``sweep`` never scans the whole map."""
+
+
+class Maps:
+    """Every map of the member. Not thread-safe (see ``meteor_spark.server.engine``)."""
+
+    def __init__(self, clock: Clock, waiters: Waiters, configs: MapConfigs | None = None) -> None:
+        self._clock = clock
+        self._waiters = waiters
+        self._configs = configs or MapConfigs()
+        self._stores: dict[str, _Store] = {}
+        self._listeners: dict[str, dict[uuid.UUID, Listener]] = {}
+        self.journal: MapJournal | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _store(self, name: str) -> _Store:
+        store = self._stores.get(name)
+        if store is None:
+            store = self._stores[name] = _Store(self._configs.for_name(name))
+        return store
+
+    def names(self) -> list[str]:
+        return sorted(self._stores)
+
+    def entry_count(self) -> int:
+        """Records held across all maps, expired ones not yet purged included (cheap; for log compaction)."""
+        return sum(len(store.records) for store in self._stores.values())
+
+    @staticmethod
+    def wait_key(name: str, key: bytes) -> tuple[str, str, bytes]:
+        """The waiters key notified whenever the lock on ``key`` is released."""
+        return ("map", name, key)
+
+    def _pick_ttl(self, store: _Store, ttl_ms: int) -> int:
+        return store.config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
+
+    def _pick_max_idle(self, store: _Store, max_idle_ms: int) -> int:
+        return store.config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
+
+    def _live(self, name: str, store: _Store, key: bytes) -> _Record | None:
+        """The record under ``key`` unless absent or expired (an expired one is purged, firing EXPIRED)."""
+        record = store.records.get(key)
+        if record is None:
+            return None
+        expires = record.expires_at_mono()
+        if expires is not None and self._clock.monotonic_ms() >= expires:
+            self._drop(name, store, key)
+            self._fire(EntryEvent(name, EntryEventType.EXPIRED, key, None, record.value))
+            return None
+        return record
+
+    def _live_items(self, name: str, store: _Store) -> Iterator[tuple[bytes, _Record]]:
+        for key in list(store.records):
+            record = self._live(name, store, key)
+            if record is not None:
+                yield key, record
+
+    def _drop(self, name: str, store: _Store, key: bytes) -> _Record | None:
+        record = store.records.pop(key, None)
+        store.expiring.discard(key)
+        if record is not None and self.journal is not None:
+            self.journal.map_remove(name, key)
+        return record
+
+    def _touch(self, record: _Record) -> None:
+        record.hits += 1
+        record.accessed_wall = self._clock.now_ms()
+        record.accessed_mono = self._clock.monotonic_ms()
+
+    def _write(self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int, max_idle_ms: int,
+               existing: _Record | None) -> None:
+        """Store ``value`` under ``key`` with Hazelcast's per-write TTL rules and fire ADDED or UPDATED."""
+        now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
+        ttl = self._pick_ttl(store, ttl_ms)
+        max_idle = self._pick_max_idle(store, max_idle_ms)
+        if existing is None:
+            record = _Record(value, now_wall, now_wall, now_wall, ttl, max_idle, now_mono, now_mono)
+            store.records[key] = record
+        else:
+            record = existing
+            old_value = record.value
+            record.value = value
+            record.updated_wall = record.accessed_wall = now_wall
+            record.ttl_base_mono = record.accessed_mono = now_mono
+            record.ttl_ms, record.max_idle_ms = ttl, max_idle
+            record.version += 1
+        self._track_expiry(store, key, record)
+        self._journal_put(name, key, record)
+        if existing is None:
+            self._fire(EntryEvent(name, EntryEventType.ADDED, key, value, None))
+        else:
+            self._fire(EntryEvent(name, EntryEventType.UPDATED, key, value, old_value))
+
+    def _track_expiry(self, store: _Store, key: bytes, record: _Record) -> None:
+        if record.ttl_ms > 0 or record.max_idle_ms > 0:
+            store.expiring.add(key)
+        else:
+            store.expiring.discard(key)
+
+    def _journal_put(self, name: str, key: bytes, record: _Record) -> None:
+        if self.journal is None:
+            return
+        expires = record.expires_at_mono()
+        expires_wall = None if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
+        self.journal.map_put(name, key, record.value, expires_wall, record.ttl_ms, record.max_idle_ms)
+
+    def _put_value(self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int,
+                   max_idle_ms: int) -> bytes | None:
+        existing = self._live(name, store, key)
+        old = existing.value if existing is not None else None
+        self._write(name, store, key, value, ttl_ms, max_idle_ms, existing)
+        return old
+
+    def _lock_of(self, name: str, store: _Store, key: bytes) -> _Lock | None:
+        """The live lock on ``key``; a lock whose lease ended is released here (waking its waiters)."""
+        lock = store.locks.get(key)
+        if lock is None:
+            return None
+        if lock.expires_mono is not None and self._clock.monotonic_ms() >= lock.expires_mono:
+            del store.locks[key]
+            self._waiters.notify(self.wait_key(name, key))
+            return None
+        return lock
+
+    def _check_lock(self, name: str, store: _Store, key: bytes, caller: LockOwner) -> None:
+        """Hazelcast's ``LockAwareOperation.shouldWait``: a non-owner's mutation waits while the key is locked."""
+        lock = self._lock_of(name, store, key)
+        if lock is not None and lock.owner != caller:
+            raise WouldBlock(self.wait_key(name, key), lock.expires_mono)
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, name: str, key: bytes) -> bytes | None:
+        store = self._store(name)
+        record = self._live(name, store, key)
+        if record is None:
+            return None
+        self._touch(record)
+        return record.value
+
+    def contains_key(self, name: str, key: bytes) -> bool:
+        store = self._store(name)
+        record = self._live(name, store, key)
+        if record is None:
+            return False
+        self._touch(record)
+        return True
+
+    def contains_value(self, name: str, value: bytes) -> bool:
+        store = self._store(name)
+        return any(record.value == value for _, record in self._live_items(name, store))
+
+    def get_all(self, name: str, keys: Iterable[bytes]) -> list[tuple[bytes, bytes]]:
+        store = self._store(name)
+        found: list[tuple[bytes, bytes]] = []
+        seen: set[bytes] = set()
+        for key in keys:
+            if key in seen:
+                continue
+            seen.add(key)
+            record = self._live(name, store, key)
+            if record is not None:
+                self._touch(record)
+                found.append((key, record.value))
+        return found
+
+    def key_set(self, name: str) -> list[bytes]:
+        return [key for key, _ in self._live_items(name, self._store(name))]
+
+    def values(self, name: str) -> list[bytes]:
+        return [record.value for _, record in self._live_items(name, self._store(name))]
+
+    def entry_set(self, name: str) -> list[tuple[bytes, bytes]]:
+        return [(key, record.value) for key, record in self._live_items(name, self._store(name))]
+
+    def size(self, name: str) -> int:
+        return sum(1 for _ in self._live_items(name, self._store(name)))
+
+    def is_empty(self, name: str) -> bool:
+        return next(self._live_items(name, self._store(name)), None) is None
+
+    def get_entry_view(self, name: str, key: bytes) -> EntryView | None:
+        store = self._store(name)
+        record = self._live(name, store, key)
+        if record is None:
+            return None
+        expires = record.expires_at_mono()
+        expiration = LONG_MAX if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
+        return EntryView(
+            key=key,
+            value=record.value,
+            cost=len(key) + len(record.value),
+            creation_time=record.created_wall,
+            expiration_time=expiration,
+            hits=record.hits,
+            last_access_time=record.accessed_wall,
+            last_stored_time=0,
+            last_update_time=record.updated_wall,
+            version=record.version,
+            ttl=record.ttl_ms if record.ttl_ms > 0 else LONG_MAX,
+            max_idle=record.max_idle_ms if record.max_idle_ms > 0 else LONG_MAX,
+        )
+
+    # ------------------------------------------------------------------ writes (lock-aware)
+
+    def put(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
+            max_idle_ms: int = -1) -> bytes | None:
+        """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
+
+    def set(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
+            max_idle_ms: int = -1) -> None:
+        self.put(name, key, value, caller, ttl_ms, max_idle_ms)
+
+    put_transient = set
+
+    def put_if_absent(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
+                      max_idle_ms: int = -1) -> bytes | None:
+        """Store only if absent; return the existing value (None when this call stored it)."""
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        existing = self._live(name, store, key)
+        if existing is not None:
+            self._touch(existing)
+            return existing.value
+        self._write(name, store, key, value, ttl_ms, max_idle_ms, None)
+        return None
+
+    def replace(self, name: str, key: bytes, value: bytes, caller: LockOwner) -> bytes | None:
+        """Replace only if present; return the previous value (None: absent, nothing stored)."""
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        existing = self._live(name, store, key)
+        if existing is None:
+            return None
+        return self._put_value(name, store, key, value, -1, -1)
+
+    def replace_if_same(self, name: str, key: bytes, expected: bytes, value: bytes, caller: LockOwner) -> bool:
+        """Compare-and-set by serialized bytes."""
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        existing = self._live(name, store, key)
+        if existing is None or existing.value != expected:
+            return False
+        self._put_value(name, store, key, value, -1, -1)
+        return True
+
+    def _remove_record(self, name: str, store: _Store, key: bytes) -> bytes | None:
+        existing = self._live(name, store, key)
+        if existing is None:
+            return None
+        self._drop(name, store, key)
+        self._fire(EntryEvent(name, EntryEventType.REMOVED, key, None, existing.value))
+        return existing.value
+
+    def remove(self, name: str, key: bytes, caller: LockOwner) -> bytes | None:
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        return self._remove_record(name, store, key)
+
+    def delete(self, name: str, key: bytes, caller: LockOwner) -> None:
+        self.remove(name, key, caller)
+
+    def remove_if_same(self, name: str, key: bytes, expected: bytes, caller: LockOwner) -> bool:
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        existing = self._live(name, store, key)
+        if existing is None or existing.value != expected:
+            return False
+        self._remove_record(name, store, key)
+        return True
+
+    def set_ttl(self, name: str, key: bytes, ttl_ms: int, caller: LockOwner) -> bool:
+        """Restart the entry's TTL from now (0 = never, negative = map default); False if absent or expired."""
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        record = self._live(name, store, key)
+        if record is None:
+            return False
+        record.ttl_ms = self._pick_ttl(store, ttl_ms)
+        record.ttl_base_mono = self._clock.monotonic_ms()
+        self._track_expiry(store, key, record)
+        self._journal_put(name, key, record)
+        return True
+
+    def evict(self, name: str, key: bytes, caller: LockOwner) -> bool:
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        record = self._live(name, store, key)
+        if record is None:
+            return False
+        self._drop(name, store, key)
+        self._fire(EntryEvent(name, EntryEventType.EVICTED, key, None, record.value))
+        return True
+
+    def put_all(self, name: str, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Store every entry. Like Hazelcast, ``putAll`` ignores locks held by others."""
+        store = self._store(name)
+        for key, value in entries:
+            self._put_value(name, store, key, value, -1, -1)
+
+    def _remove_unlocked(self, name: str, event_type: EntryEventType) -> int:
+        store = self._store(name)
+        removed = 0
+        for key, _ in list(self._live_items(name, store)):
+            if self._lock_of(name, store, key) is None:
+                self._drop(name, store, key)
+                removed += 1
+        if removed:
+            self._fire(EntryEvent(name, event_type, None, None, None, removed))
+        return removed
+
+    def clear(self, name: str) -> int:
+        """Remove every entry whose key is not locked (Hazelcast skips locked keys); fire CLEAR_ALL."""
+        return self._remove_unlocked(name, EntryEventType.CLEAR_ALL)
+
+    def evict_all(self, name: str) -> int:
+        """Evict every entry whose key is not locked; fire EVICT_ALL."""
+        return self._remove_unlocked(name, EntryEventType.EVICT_ALL)
+
+    def flush(self, name: str) -> None:
+        """No map store behind the member's maps, so there is nothing to write behind."""
+        self._store(name)
+
+    def destroy(self, name: str) -> None:
+        """Drop the map's data, locks and listeners (``destroy_proxy``); waiters re-check and find it free."""
+        store = self._stores.pop(name, None)
+        self._listeners.pop(name, None)
+        if self.journal is not None:
+            self.journal.map_destroy(name)
+        if store is not None:
+            for key in list(store.locks):
+                self._waiters.notify(self.wait_key(name, key))
+
+    # ------------------------------------------------------------------ locks
+
+    def lock(self, name: str, key: bytes, caller: LockOwner, lease_ms: int, reference_id: int) -> None:
+        """Acquire (or re-enter) the lock; raise ``WouldBlock`` while another owner holds it.
+
+        A repeated ``reference_id`` from the current owner is a client retry and does not count again
+        (``LockResourceImpl``). ``lease_ms < 0``: held until unlocked; otherwise released ``lease_ms`` after the
+        latest acquire.
+        """
+        store = self._store(name)
+        lock = self._lock_of(name, store, key)
+        now = self._clock.monotonic_ms()
+        expires = None if lease_ms < 0 else now + lease_ms
+        if lock is None:
+            store.locks[key] = _Lock(caller, 1, reference_id, expires, self._clock.now_ms())
+            return
+        if lock.owner != caller:
+            raise WouldBlock(self.wait_key(name, key), lock.expires_mono)
+        if lock.reference_id == reference_id:
+            return
+        lock.reference_id = reference_id
+        lock.count += 1
+        lock.expires_mono = expires
+
+    def try_lock(self, name: str, key: bytes, caller: LockOwner, lease_ms: int, reference_id: int) -> bool:
+        """One non-waiting attempt; callers with a timeout retry on ``wait_key`` notifications."""
+        try:
+            self.lock(name, key, caller, lease_ms, reference_id)
+        except WouldBlock:
+            return False
+        return True
+
+    def unlock(self, name: str, key: bytes, caller: LockOwner, reference_id: int) -> None:
+        store = self._store(name)
+        lock = self._lock_of(name, store, key)
+        if lock is None or lock.owner != caller:
+            owner_info = "<not-locked>" if lock is None else lock.owner.describe()
+            raise IllegalMonitorState(f"Current thread is not owner of the lock! -> {owner_info}")
+        if lock.reference_id == reference_id:
+            return
+        lock.reference_id = reference_id
+        lock.count -= 1
+        if lock.count == 0:
+            del store.locks[key]
+            self._waiters.notify(self.wait_key(name, key))
+
+    def force_unlock(self, name: str, key: bytes) -> None:
+        store = self._store(name)
+        if store.locks.pop(key, None) is not None:
+            self._waiters.notify(self.wait_key(name, key))
+
+    def is_locked(self, name: str, key: bytes) -> bool:
+        store = self._store(name)
+        return self._lock_of(name, store, key) is not None
+
+    def lock_owner(self, name: str, key: bytes) -> LockOwner | None:
+        store = self._store(name)
+        lock = self._lock_of(name, store, key)
+        return None if lock is None else lock.owner
+
+    def client_disconnected(self, client_uuid: uuid.UUID) -> int:
+        """Release every lock the client holds (its connection is gone); return how many were released."""
+        released = 0
+        for name, store in self._stores.items():
+            for key, lock in list(store.locks.items()):
+                if lock.owner.client_uuid == client_uuid:
+                    del store.locks[key]
+                    released += 1
+                    self._waiters.notify(self.wait_key(name, key))
+        if released:
+            log.info("released %d map lock(s) held by disconnected client %s", released, client_uuid)
+        return released
+
+    # ------------------------------------------------------------------ listeners and expiry
+
+    def add_listener(self, name: str, sink: Callable[[EntryEvent], None], *, key: bytes | None = None,
+                     include_value: bool = True, flags: int = 0, owner: Hashable = None) -> uuid.UUID:
+        registration = Listener(uuid.uuid4(), name, key, include_value, flags, owner, sink)
+        self._listeners.setdefault(name, {})[registration.registration_id] = registration
+        return registration.registration_id
+
+    def remove_listener(self, name: str, registration_id: uuid.UUID) -> bool:
+        listeners = self._listeners.get(name)
+        if listeners is None or listeners.pop(registration_id, None) is None:
+            return False
+        if not listeners:
+            del self._listeners[name]
+        return True
+
+    def remove_listeners_of(self, owner: Hashable) -> int:
+        """Drop every registration made by ``owner`` (a closed connection)."""
+        removed = 0
+        for name in list(self._listeners):
+            listeners = self._listeners[name]
+            for registration_id in [r for r, reg in listeners.items() if reg.owner == owner]:
+                del listeners[registration_id]
+                removed += 1
+            if not listeners:
+                del self._listeners[name]
+        return removed
+
+    def _fire(self, event: EntryEvent) -> None:
+        listeners = self._listeners.get(event.map_name)
+        if not listeners:
+            return
+        for registration in list(listeners.values()):
+            if not registration.flags & event.event_type:
+                continue
+            if registration.key is not None and event.key is not None and registration.key != event.key:
+                continue
+            delivered = event if registration.include_value else replace(event, value=None, old_value=None)
+            try:
+                registration.sink(delivered)
+            except Exception:  # a broken listener connection must not fail the operation that fired the event
+                log.exception("entry listener %s on map %r failed", registration.registration_id, event.map_name)
+
+    def sweep(self) -> int:
+        """Purge every expired entry (firing EXPIRED) and every lapsed lock lease; return entries expired."""
+        expired = 0
+        for name, store in list(self._stores.items()):
+            for key in list(store.expiring):
+                if key in store.records and self._live(name, store, key) is None:
+                    expired += 1
+            for key in list(store.locks):
+                self._lock_of(name, store, key)
+        return expired
+
+    def next_deadline_ms(self) -> float | None:
+        """The earliest monotonic time at which an entry expires or a lease ends (for the sweep timer)."""
+        deadlines: list[float] = []
+        for store in self._stores.values():
+            for key in store.expiring:
+                record = store.records.get(key)
+                expires = record.expires_at_mono() if record is not None else None
+                if expires is not None:
+                    deadlines.append(expires)
+            deadlines.extend(lock.expires_mono for lock in store.locks.values() if lock.expires_mono is not None)
+        return min(deadlines) if deadlines else None
+
+    # ------------------------------------------------------------------ persistence
+
+    def restore(self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int,
+                max_idle_ms: int) -> None:
+        """Reinstall a recovered entry without events or journal writes; already-expired entries are skipped."""
+        now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
+        store = self._store(name)
+        if expires_wall_ms is not None and expires_wall_ms <= now_wall:
+            store.records.pop(key, None)
+            store.expiring.discard(key)
+            return
+        remaining = None if expires_wall_ms is None else expires_wall_ms - now_wall
+        record = _Record(value, now_wall, now_wall, now_wall, ttl_ms, max_idle_ms, now_mono, now_mono)
+        if remaining is not None and ttl_ms > 0:
+            # Re-anchor the TTL so the entry still expires at the recorded wall-clock time.
+            record.ttl_base_mono = now_mono + remaining - ttl_ms
+        store.records[key] = record
+        self._track_expiry(store, key, record)
+
+    def restore_remove(self, name: str, key: bytes) -> None:
+        store = self._store(name)
+        store.records.pop(key, None)
+        store.expiring.discard(key)
+
+    def restore_destroy(self, name: str) -> None:
+        self._stores.pop(name, None)
+
+    def snapshot(self) -> Iterator[tuple[str, bytes, bytes, int | None, int, int]]:
+        """Every live entry as ``(map, key, value, expires_wall_ms, ttl_ms, max_idle_ms)`` (for log compaction)."""
+        for name, store in self._stores.items():
+            for key, record in self._live_items(name, store):
+                expires = record.expires_at_mono()
+                expires_wall = (None if expires is None
+                                else self._clock.now_ms() + int(expires - self._clock.monotonic_ms()))
+                yield name, key, record.value, expires_wall, record.ttl_ms, record.max_idle_ms

@@ -1,0 +1,302 @@
+"""The handler registry and the request dispatcher.
+
+A handler serves one message type::
+
+    @handles(RINGBUFFER_SIZE)
+    async def size(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+        return {"response": ctx.engine.rings.get(req["name"]).size()}
+
+It gets the decoded request parameters by spec name and returns the response parameters by spec name (or None for an
+empty response). It raises ``meteor_spark.server.errors.ServerError`` subclasses for Hazelcast error responses.
+
+Ordering: a handler runs synchronously until its first real suspension, so it must mutate engine state before its
+first ``await`` - a client's successive calls then apply in the order they were sent. Handlers that do not suspend
+never become tasks (the dispatcher drives the coroutine inline), which keeps the per-message overhead low; one that
+suspends (a long poll) continues as its own task, so it never stalls its connection or other clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import types
+import uuid as uuid_module
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Coroutine, Hashable, Protocol
+
+from meteor_spark.server.engine import Engine
+from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
+from meteor_spark.server.protocol.codecs import EventSpec, MessageSpec, decode_request, encode_event, encode_response
+from meteor_spark.server.protocol.errors import encode_error
+from meteor_spark.server.protocol.frames import Message
+
+logger = logging.getLogger(__name__)
+
+Response = dict[str, Any] | None
+Handler = Callable[["RequestContext", dict[str, Any]], Coroutine[Any, Any, Response]]
+Chunks = list[bytes | bytearray | memoryview]
+
+
+@dataclass(frozen=True)
+class HandlerEntry:
+    spec: MessageSpec
+    handler: Handler
+    needs_auth: bool = True
+
+
+#: message type -> (spec, handler); filled by ``@handles`` when the handler modules are imported.
+HANDLERS: dict[int, HandlerEntry] = {}
+
+
+def handles(spec: MessageSpec, *, needs_auth: bool = True) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine function as the handler of ``spec``'s request type."""
+
+    def register(handler: Handler) -> Handler:
+        existing = HANDLERS.get(spec.request_type)
+        if existing is not None and existing.handler.__qualname__ != handler.__qualname__:
+            raise RuntimeError(
+                f"message 0x{spec.request_type:06X} ({spec.name}) already has handler {existing.handler.__qualname__}"
+            )
+        HANDLERS[spec.request_type] = HandlerEntry(spec, handler, needs_auth)
+        return handler
+
+    return register
+
+
+@dataclass(frozen=True)
+class MemberSettings:
+    """Who this member is and whom it lets in.
+
+    Attributes:
+        host, port: the address clients reach (the bound port, never 0).
+        cluster_name: clients must present it.
+        username, password: when set, clients must present them (never logged; not in ``repr``).
+        member_uuid: stable for the member's lifetime (clients route by it).
+        cluster_id: changes on every start, which tells clients the cluster restarted.
+        version: the Hazelcast version announced to clients.
+    """
+
+    host: str
+    port: int
+    cluster_name: str = "dev"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    member_uuid: uuid_module.UUID = field(default_factory=uuid_module.uuid4)
+    cluster_id: uuid_module.UUID = field(default_factory=uuid_module.uuid4)
+    partition_count: int = 271
+    version: str = "5.5.0"
+
+
+class Connection(Protocol):
+    """What the dispatcher needs from a client connection (the TCP shell implements it)."""
+
+    closed: bool
+
+    def send(self, chunks: Chunks) -> None: ...
+
+    def close(self, reason: str) -> None: ...
+
+    def track(self, task: asyncio.Task[Any]) -> None: ...
+
+
+class Endpoint:
+    """One client connection as the member sees it: identity after authentication, listeners, close hooks."""
+
+    def __init__(self, connection: Connection, remote: str = "?") -> None:
+        self.connection = connection
+        self.remote = remote
+        self.authenticated = False
+        self.client_uuid: uuid_module.UUID | None = None
+        self.client_name = ""
+        self.client_type = ""
+        self.client_version = ""
+        self.labels: list[str] = []
+        self._close_hooks: dict[object, Callable[[], None]] = {}
+
+    @property
+    def closed(self) -> bool:
+        return self.connection.closed
+
+    def on_close(self, key: object, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the connection closes (e.g. drop a listener registration); ``key`` allows removal."""
+        self._close_hooks[key] = hook
+
+    def remove_on_close(self, key: object) -> None:
+        self._close_hooks.pop(key, None)
+
+    def run_close_hooks(self) -> None:
+        hooks, self._close_hooks = self._close_hooks, {}
+        for hook in hooks.values():
+            try:
+                hook()
+            except Exception:
+                logger.exception("close hook of connection %s failed", self.remote)
+
+    def __repr__(self) -> str:
+        return f"Endpoint(remote={self.remote}, client={self.client_name!r}, uuid={self.client_uuid})"
+
+
+class RequestContext:
+    """What a handler gets besides its request parameters."""
+
+    __slots__ = ("engine", "member", "endpoint", "correlation_id", "partition_id", "spec")
+
+    def __init__(
+        self,
+        engine: Engine,
+        member: MemberSettings,
+        endpoint: Endpoint,
+        correlation_id: int,
+        partition_id: int,
+        spec: MessageSpec,
+    ) -> None:
+        self.engine = engine
+        self.member = member
+        self.endpoint = endpoint
+        self.correlation_id = correlation_id
+        self.partition_id = partition_id
+        self.spec = spec
+
+    def send_event(self, spec: EventSpec, **values: Any) -> bool:
+        """Push an event for the listener this request registered (its correlation id); False if the connection
+        is gone."""
+        if self.endpoint.closed:
+            return False
+        self.endpoint.connection.send(encode_event(spec, self.correlation_id, values))
+        return True
+
+    async def park(self, key: Hashable, timeout_s: float | None = None) -> bool:
+        """Wait until ``engine.waiters`` is notified for ``key``; False when ``timeout_s`` passed first.
+
+        The wait is cancelled (CancelledError) when the connection closes. Callers re-check their condition
+        afterwards: wake-ups may be spurious.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        waiters = self.engine.waiters
+        handle = waiters.register(key, wake)
+        try:
+            if timeout_s is None:
+                await waiter
+                return True
+            if timeout_s <= 0:
+                return False
+            try:
+                await asyncio.wait_for(waiter, timeout_s)
+                return True
+            except asyncio.TimeoutError:
+                return False
+        finally:
+            waiters.cancel(key, handle)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Dispatch
+
+
+def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Message) -> None:
+    """Serve one request: decode, run its handler, send the response or error.
+
+    Raises:
+        ProtocolError: the message is malformed (the caller closes the connection).
+    """
+    message_type, correlation_id, partition_id = msg.request_header()
+    entry = HANDLERS.get(message_type)
+    connection = endpoint.connection
+    if entry is None:
+        connection.send(
+            encode_error(
+                correlation_id,
+                UnsupportedOperation(f"Unrecognized client message received with type: 0x{message_type & 0xFFFFFFFF:x}"),
+            )
+        )
+        return
+    if entry.needs_auth and not endpoint.authenticated:
+        connection.send(
+            encode_error(
+                correlation_id,
+                Authentication(f"client {endpoint.remote} sent {entry.spec.name} before authenticating"),
+            )
+        )
+        return
+    request = decode_request(entry.spec, msg)
+    ctx = RequestContext(engine, member, endpoint, correlation_id, partition_id, entry.spec)
+    coro = entry.handler(ctx, request)
+    try:
+        suspended = coro.send(None)
+    except StopIteration as stop:
+        _respond(ctx, stop.value)
+        return
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes an error response, never a crash
+        _fail(ctx, exc)
+        return
+    task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))
+    connection.track(task)
+
+
+@types.coroutine
+def _continue(coro: Coroutine[Any, Any, Response], suspended: Any) -> Any:
+    """Resume a coroutine that already ran to its first suspension, under a task (a hand-made eager task)."""
+    to_yield = suspended
+    while True:
+        try:
+            sent = yield to_yield
+        except BaseException as exc:  # noqa: BLE001 - forwarded into the coroutine (cancellation included)
+            try:
+                to_yield = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                to_yield = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
+async def _finish(ctx: RequestContext, pending: Awaitable[Response]) -> None:
+    try:
+        result = await pending
+    except asyncio.CancelledError:
+        return  # the connection closed under a long poll: nobody to answer
+    except BaseException as exc:  # noqa: BLE001
+        _fail(ctx, exc)
+        return
+    _respond(ctx, result)
+
+
+def _respond(ctx: RequestContext, result: Response) -> None:
+    if ctx.endpoint.closed:
+        return
+    try:
+        chunks = encode_response(ctx.spec, ctx.correlation_id, result or {})
+    except Exception as exc:  # a handler bug (wrong response params): report it, keep the member up
+        logger.exception("handler of %s returned a response that cannot be encoded", ctx.spec.name)
+        ctx.endpoint.connection.send(encode_error(ctx.correlation_id, ServerError(f"{ctx.spec.name}: {exc}")))
+        return
+    ctx.endpoint.connection.send(chunks)
+
+
+def _fail(ctx: RequestContext, exc: BaseException) -> None:
+    if isinstance(exc, ProtocolError):
+        ctx.endpoint.connection.close(f"protocol error in {ctx.spec.name}: {exc}")
+        return
+    if not isinstance(exc, ServerError):
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise exc
+        logger.exception("handler of %s failed", ctx.spec.name, exc_info=exc)
+        exc = ServerError(f"{ctx.spec.name} failed in the member: {type(exc).__name__}: {exc}")
+    if ctx.endpoint.closed:
+        return
+    ctx.endpoint.connection.send(encode_error(ctx.correlation_id, exc))
+
+
+def supported_messages() -> list[HandlerEntry]:
+    """Every registered handler, by message type (for docs and tests)."""
+    import meteor_spark.server.handlers  # noqa: F401 - registers every handler module
+
+    return [HANDLERS[key] for key in sorted(HANDLERS)]

@@ -1,0 +1,104 @@
+"""Ringbuffer messages (service 0x17): the engine's ring semantics plus long polls for read_one / read_many."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meteor_spark.server.engine.ringbuffer import (
+    WOULD_BLOCK,
+    ReadManyState,
+    Ringbuffer,
+    RingService,
+    check_read_many_arguments,
+)
+from meteor_spark.server.errors import UnsupportedOperation
+from meteor_spark.server.handlers.registry import RequestContext, handles
+from meteor_spark.server.protocol import messages as m
+
+
+def _ring(ctx: RequestContext, req: dict[str, Any]) -> Ringbuffer:
+    return ctx.engine.rings.get(req["name"])
+
+
+@handles(m.RINGBUFFER_SIZE)
+async def size(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": _ring(ctx, req).size()}
+
+
+@handles(m.RINGBUFFER_TAIL_SEQUENCE)
+async def tail_sequence(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": _ring(ctx, req).tail_sequence()}
+
+
+@handles(m.RINGBUFFER_HEAD_SEQUENCE)
+async def head_sequence(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": _ring(ctx, req).head_sequence()}
+
+
+@handles(m.RINGBUFFER_CAPACITY)
+async def capacity(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": _ring(ctx, req).capacity}
+
+
+@handles(m.RINGBUFFER_REMAINING_CAPACITY)
+async def remaining_capacity(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": _ring(ctx, req).remaining_capacity()}
+
+
+@handles(m.RINGBUFFER_ADD)
+async def add(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    ring = _ring(ctx, req)
+    sequence = ring.add(req["value"], req["overflow_policy"])
+    if ring.store is not None and sequence >= 0:
+        await ring.store.commit()
+    return {"response": sequence}
+
+
+@handles(m.RINGBUFFER_ADD_ALL)
+async def add_all(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    ring = _ring(ctx, req)
+    sequence = ring.add_all(req["value_list"], req["overflow_policy"])
+    if ring.store is not None and sequence >= 0:
+        await ring.store.commit()
+    return {"response": sequence}
+
+
+@handles(m.RINGBUFFER_READ_ONE)
+async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    name, sequence = req["name"], req["sequence"]
+    rings = ctx.engine.rings
+    key = RingService.waiter_key(name)
+    # Hazelcast parks a read_one on a ring no operation has created yet, whatever the sequence.
+    ring = rings.get_or_none(name)
+    while ring is None:
+        await ctx.park(key)
+        ring = rings.get_or_none(name)
+    while True:
+        item = ring.read_one(sequence)
+        if item is not WOULD_BLOCK:
+            return {"response": item}
+        await ctx.park(key)
+        RingService.check_not_destroyed(ring)
+
+
+@handles(m.RINGBUFFER_READ_MANY)
+async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    if req["filter"] is not None:
+        raise UnsupportedOperation(
+            "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter "
+            "and filter the items in the client"
+        )
+    start, min_count, max_count = req["start_sequence"], req["min_count"], req["max_count"]
+    check_read_many_arguments(start, min_count, max_count)
+    ring = _ring(ctx, req)
+    state = ReadManyState(start, min_count, max_count)
+    key = RingService.waiter_key(req["name"])
+    while not ring.read_many(state):
+        await ctx.park(key)
+        RingService.check_not_destroyed(ring)
+    return {
+        "read_count": state.read_count,
+        "items": state.items,
+        "item_seqs": state.sequences,
+        "next_seq": state.next_sequence,
+    }

@@ -1,0 +1,448 @@
+"""``EmbeddedGrid``: a Hazelcast-compatible member in a thread of this process or in its own process.
+
+>>> with EmbeddedGrid() as member:          # doctest: +SKIP
+...     client = hazelcast.HazelcastClient(cluster_members=[member.address], cluster_name=member.cluster_name)
+
+``process=False`` runs the member's event loop in a daemon thread (fast to start, shares the GIL with the caller);
+``process=True`` runs ``python -m meteor_spark.server`` (its own GIL: the way to benchmark it, and the only way to
+``kill()`` it for crash tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from meteor_spark.server.engine import Engine, EngineConfig
+from meteor_spark.server.engine.ringbuffer import RingConfig
+from meteor_spark.server.handlers.registry import MemberSettings
+
+logger = logging.getLogger(__name__)
+
+FSYNC_POLICIES = ("always", "interval", "never")
+
+#: Environment variable the member process reads its password from (never put on a command line: ``ps`` shows it).
+PASSWORD_ENV = "METEOR_GRID_PASSWORD"
+
+#: The first line ``python -m meteor_spark.server`` prints: ``listening on HOST:PORT cluster=NAME pid=PID``.
+READY_LINE = re.compile(r"^listening on (?P<address>\S+:\d+) cluster=(?P<cluster>\S+) pid=(?P<pid>\d+)$")
+
+
+@dataclass(frozen=True)
+class MemberOptions:
+    """Everything a member is started with, validated once.
+
+    Raises:
+        ValueError: on a bad port, an unknown fsync policy, or a username without a password (or the reverse).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    cluster_name: str = "dev"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    data_dir: str | None = None
+    fsync: str = "interval"
+    ring_configs: tuple[RingConfig, ...] = ()
+    partition_count: int = 271
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be 0..65535 (0 = any free port), got {self.port}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
+        if (self.username is None) != (self.password is None):
+            raise ValueError("username and password go together: give both or neither")
+        if not self.cluster_name:
+            raise ValueError("cluster name is empty; Hazelcast's default is 'dev'")
+
+
+async def serve(
+    options: MemberOptions,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None],
+    clock: object | None = None,
+) -> None:
+    """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens."""
+    from meteor_spark.server.tcp import MemberServer
+
+    engine = Engine(
+        EngineConfig(
+            partition_count=options.partition_count,
+            cluster_name=options.cluster_name,
+            data_dir=options.data_dir,
+            fsync=options.fsync,
+        ),
+        clock=clock,  # type: ignore[arg-type]
+        ring_configs=options.ring_configs,
+    )
+    await engine.open()
+    settings = MemberSettings(
+        host=options.host,
+        port=options.port,
+        cluster_name=options.cluster_name,
+        username=options.username,
+        password=options.password,
+        partition_count=options.partition_count,
+    )
+    server = MemberServer(engine, settings)
+    try:
+        await server.start(options.host, options.port)
+        address = f"{server.member.host}:{server.member.port}"
+        logger.info("member %s of cluster %r listening on %s", settings.member_uuid, options.cluster_name, address)
+        on_ready(address)
+        await stop.wait()
+    finally:
+        await server.stop()
+        await engine.close()
+        logger.info("member of cluster %r stopped", options.cluster_name)
+
+
+class EmbeddedGrid:
+    """A Hazelcast-wire-compatible member for tests, notebooks and laptops.
+
+    Args:
+        host: interface to bind; 127.0.0.1 by default (reachable from this machine only).
+        port: TCP port; 0 picks a free one (``address`` tells which).
+        cluster_name: clients must present it.
+        username, password: when given, clients must present them. The password is never logged nor shown.
+        data_dir: keep ring buffers and maps on disk there (survive restarts); None = memory only.
+        fsync: "always", "interval" or "never" (see docs/persistence.md for what each risks).
+        process: run the member in its own process (``python -m meteor_spark.server``) instead of a thread.
+        ring_configs: ring buffer configs (exact names or ``*`` patterns) the member starts with.
+        log_level: log level of the member process (process mode; a thread logs through this process's logging).
+        start_timeout_s: how long ``start()`` waits for the member to listen.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        cluster_name: str = "dev",
+        username: str | None = None,
+        password: str | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        fsync: str = "interval",
+        process: bool = False,
+        ring_configs: Iterable[RingConfig] = (),
+        log_level: str | int | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        self.options = MemberOptions(
+            host=host,
+            port=port,
+            cluster_name=cluster_name,
+            username=username,
+            password=password,
+            data_dir=os.fspath(data_dir) if data_dir is not None else None,
+            fsync=fsync,
+            ring_configs=tuple(ring_configs),
+        )
+        self.process_mode = process
+        self.log_level = log_level
+        self.start_timeout_s = start_timeout_s
+        self._address: str | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_file: str | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------------------ properties
+
+    @property
+    def cluster_name(self) -> str:
+        return self.options.cluster_name
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients connect to (the real port after binding).
+
+        Raises:
+            RuntimeError: the member is not started.
+        """
+        if self._address is None:
+            raise RuntimeError("the embedded grid is not started; call start() (or use it as a context manager)")
+        return self._address
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the member process (process mode), else None."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def log_path(self) -> str | None:
+        """Where the member process writes its log (process mode)."""
+        return self._log_file
+
+    @property
+    def running(self) -> bool:
+        if self._process is not None:
+            return self._process.poll() is None
+        return self._thread is not None and self._thread.is_alive()
+
+    def __repr__(self) -> str:
+        mode = "process" if self.process_mode else "thread"
+        where = self._address or f"{self.options.host}:{self.options.port} (not started)"
+        return f"EmbeddedGrid({where}, cluster={self.cluster_name!r}, mode={mode})"
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "EmbeddedGrid":
+        """Start the member and wait until it listens.
+
+        Raises:
+            RuntimeError: already running, or it did not come up within ``start_timeout_s`` (the message includes
+                the member's own error).
+        """
+        with self._lock:
+            if self.running:
+                raise RuntimeError(f"{self!r} is already running")
+            if self.process_mode:
+                self._start_process()
+            else:
+                self._start_thread()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the member (SIGTERM then SIGKILL after ``timeout_s`` in process mode). Idempotent."""
+        with self._lock:
+            if self._process is not None:
+                self._stop_process(timeout_s)
+            elif self._thread is not None:
+                self._stop_thread(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the member process (crash tests). Only in process mode.
+
+        Raises:
+            RuntimeError: in thread mode (a thread cannot be killed).
+        """
+        with self._lock:
+            if self._process is None:
+                raise RuntimeError("kill() needs EmbeddedGrid(process=True); a member thread cannot be killed")
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+
+    def restart(self) -> "EmbeddedGrid":
+        """Stop (if running) and start again on the same port and data directory."""
+        port = self.port if self._address is not None else self.options.port
+        self.stop()
+        self.options = _replace_port(self.options, port)
+        return self.start()
+
+    def __enter__(self) -> "EmbeddedGrid":
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------------------------------------ thread mode
+
+    def _start_thread(self) -> None:
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            stop = asyncio.Event()
+            self._stop_event = stop
+
+            def on_ready(address: str) -> None:
+                self._address = address
+                ready.set()
+
+            try:
+                loop.run_until_complete(serve(self.options, stop, on_ready))
+            except BaseException as exc:  # reported to start(), never lost
+                failure.append(exc)
+                ready.set()
+            finally:
+                try:
+                    _cancel_remaining(loop)
+                finally:
+                    loop.close()
+
+        self._address = None
+        self._thread = threading.Thread(target=run, name=f"meteor-grid-{self.options.port}", daemon=True)
+        self._thread.start()
+        if not ready.wait(self.start_timeout_s):
+            raise RuntimeError(f"the embedded grid did not start listening within {self.start_timeout_s:g} s")
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError(
+                f"the embedded grid could not start on {self.options.host}:{self.options.port}: {failure[0]}"
+            ) from failure[0]
+
+    def _stop_thread(self, timeout_s: float) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop_event
+        if thread is None:
+            return
+        if loop is not None and stop is not None and thread.is_alive():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:
+                pass  # the loop already closed
+        thread.join(timeout_s)
+        if thread.is_alive():
+            logger.warning("the embedded grid thread did not stop within %g s", timeout_s)
+        self._thread = None
+        self._loop = None
+        self._stop_event = None
+
+    # ------------------------------------------------------------------------------------------------ process mode
+
+    def _start_process(self) -> None:
+        options = self.options
+        argv = [sys.executable, "-m", "meteor_spark.server", *member_arguments(options)]
+        if self.log_level is not None:
+            argv += ["--log-level", str(logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level)]
+        env = dict(os.environ)
+        env.pop(PASSWORD_ENV, None)
+        if options.password is not None:
+            env[PASSWORD_ENV] = options.password
+        if self._log_file is None:
+            handle, self._log_file = tempfile.mkstemp(prefix="meteor-grid-", suffix=".log")
+            os.close(handle)
+        with open(self._log_file, "ab") as log:
+            self._process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+            )
+        assert self._process.stdout is not None
+        line = _read_line(self._process.stdout, self.start_timeout_s)
+        match = READY_LINE.match(line.decode("utf-8", "replace").strip())
+        if match is None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+            raise RuntimeError(
+                f"the embedded grid process did not start (first output {line[:200]!r}); its log {self._log_file} "
+                f"ends with:\n{_tail(self._log_file)}"
+            )
+        self._address = match["address"]
+        logger.info("embedded grid process %s listening on %s", self._process.pid, self._address)
+
+    def _stop_process(self, timeout_s: float) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("embedded grid process %s ignored SIGTERM for %g s; killing it", process.pid, timeout_s)
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        self._process = None
+
+
+def member_arguments(options: MemberOptions) -> list[str]:
+    """Command-line arguments of ``python -m meteor_spark.server`` for ``options`` (the password goes through the
+    environment)."""
+    argv = ["--host", options.host, "--port", str(options.port), "--cluster-name", options.cluster_name]
+    if options.username is not None:
+        argv += ["--username", options.username]
+    if options.data_dir is not None:
+        argv += ["--data-dir", options.data_dir]
+    argv += ["--fsync", options.fsync]
+    for config in options.ring_configs:
+        argv += ["--ring-config", format_ring_config(config)]
+    return argv
+
+
+def format_ring_config(config: RingConfig) -> str:
+    return f"{config.name}:capacity={config.capacity},ttl={config.ttl_s},backups={config.backup_count},async-backups={config.async_backup_count}"
+
+
+def parse_ring_config(text: str) -> RingConfig:
+    """Parse ``PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]``.
+
+    Raises:
+        ValueError: naming the part that is wrong and showing the expected form.
+    """
+    name, sep, rest = text.rpartition(":")
+    if not sep or not name:
+        raise ValueError(f"ring config {text!r}: expected PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]")
+    known = {"capacity": "capacity", "ttl": "ttl_s", "backups": "backup_count", "async-backups": "async_backup_count"}
+    values: dict[str, int] = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or key not in known:
+            raise ValueError(f"ring config {text!r}: unknown setting {key!r}; known settings: {', '.join(known)}")
+        try:
+            values[known[key]] = int(value)
+        except ValueError:
+            raise ValueError(f"ring config {text!r}: {key} must be an integer, got {value!r}") from None
+    return RingConfig(name=name, **values)
+
+
+def _replace_port(options: MemberOptions, port: int) -> MemberOptions:
+    from dataclasses import replace
+
+    return replace(options, port=port)
+
+
+def _read_line(stream: object, timeout_s: float) -> bytes:
+    """One line from a pipe, or what arrived before the deadline / EOF."""
+    fd = stream.fileno()  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout_s
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if not readable:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _tail(path: str | None, lines: int = 20) -> str:
+    if path is None:
+        return "(no log)"
+    try:
+        with open(path, "rb") as handle:
+            return b"".join(handle.readlines()[-lines:]).decode("utf-8", "replace")
+    except OSError as exc:
+        return f"(log unreadable: {exc})"
+
+
+def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
+    tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+__all__ = ["EmbeddedGrid", "MemberOptions", "serve", "parse_ring_config", "format_ring_config"]

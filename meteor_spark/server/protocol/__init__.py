@@ -1,0 +1,1 @@
+"""The wire protocol of the embedded member: frames, codecs declared as data, the message table, errors."""

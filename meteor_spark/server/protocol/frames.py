@@ -1,0 +1,234 @@
+"""Hazelcast client protocol 2.x framing: the ``CP2`` preamble, frames, messages, fragment reassembly.
+
+A frame is ``int32 LE length`` (header included) + ``uint16 LE flags`` + content. A message is a run of frames whose
+last one carries ``IS_FINAL``. The first frame of a message holds its header (type, correlation id, partition id or
+backup-acks count) followed by the message's fixed-size parameters.
+
+``FrameReader`` consumes bytes as they arrive (any split, down to one byte at a time) and hands out complete
+``Message`` objects; ``encode_frames`` turns frames back into byte chunks ready for ``transport.writelines``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from meteor_spark.server.errors import ProtocolError
+
+PREAMBLE = b"CP2"
+
+HEADER_SIZE = 6  # int32 frame length + uint16 flags
+
+# Flags (protocol constants, identical in Hazelcast 4.x and 5.x).
+BEGIN_FRAGMENT = 1 << 15
+END_FRAGMENT = 1 << 14
+UNFRAGMENTED = BEGIN_FRAGMENT | END_FRAGMENT
+IS_FINAL = 1 << 13
+BEGIN_DATA_STRUCTURE = 1 << 12
+END_DATA_STRUCTURE = 1 << 11
+IS_NULL = 1 << 10
+IS_EVENT = 1 << 9
+BACKUP_AWARE = 1 << 8
+BACKUP_EVENT = 1 << 7
+
+# Offsets in the content of a message's initial frame.
+TYPE_OFFSET = 0
+CORRELATION_OFFSET = 4
+PARTITION_OFFSET = 12
+REQUEST_FIXED_OFFSET = 16  # type, correlation id, partition id
+RESPONSE_FIXED_OFFSET = 13  # type, correlation id, backup-acks byte
+EVENT_FIXED_OFFSET = 16  # type, correlation id of the registration, partition id
+
+#: A single frame larger than this is treated as garbage: no client sends one (it would be a 256 MiB ring item).
+MAX_FRAME_SIZE = 256 * 1024 * 1024
+
+_FRAME_HEADER = struct.Struct("<iH")
+_REQUEST_HEADER = struct.Struct("<iqi")
+_FRAGMENT_ID = struct.Struct("<q")
+
+
+class Frame:
+    """One frame: ``flags`` and ``content`` (bytes after the 6-byte header)."""
+
+    __slots__ = ("flags", "content")
+
+    def __init__(self, flags: int, content: bytes) -> None:
+        self.flags = flags
+        self.content = content
+
+    def __repr__(self) -> str:
+        return f"Frame(flags=0x{self.flags:04x}, content={bytes(self.content[:32])!r}{'...' if len(self.content) > 32 else ''})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Frame) and self.flags == other.flags and bytes(self.content) == bytes(other.content)
+
+    @property
+    def is_null(self) -> bool:
+        return bool(self.flags & IS_NULL)
+
+    @property
+    def is_begin(self) -> bool:
+        return bool(self.flags & BEGIN_DATA_STRUCTURE)
+
+    @property
+    def is_end(self) -> bool:
+        return bool(self.flags & END_DATA_STRUCTURE)
+
+
+@dataclass
+class Message:
+    """A complete client message: ``frames[0]`` is the initial frame (header + fixed parameters)."""
+
+    frames: list[Frame]
+
+    @property
+    def message_type(self) -> int:
+        return int(struct.unpack_from("<i", self.frames[0].content, TYPE_OFFSET)[0])
+
+    @property
+    def correlation_id(self) -> int:
+        return int(struct.unpack_from("<q", self.frames[0].content, CORRELATION_OFFSET)[0])
+
+    @property
+    def partition_id(self) -> int:
+        return int(struct.unpack_from("<i", self.frames[0].content, PARTITION_OFFSET)[0])
+
+    def request_header(self) -> tuple[int, int, int]:
+        """(message type, correlation id, partition id) of a request.
+
+        Raises:
+            ProtocolError: the initial frame is too short to hold a request header.
+        """
+        content = self.frames[0].content
+        if len(content) < REQUEST_FIXED_OFFSET:
+            raise ProtocolError(
+                f"initial frame has {len(content)} bytes of content; a request header needs {REQUEST_FIXED_OFFSET}"
+            )
+        message_type, correlation_id, partition_id = _REQUEST_HEADER.unpack_from(content, 0)
+        return message_type, correlation_id, partition_id
+
+
+@dataclass
+class FrameReader:
+    """Incremental reader: ``feed(data)`` then iterate ``messages()``; tolerates input split anywhere.
+
+    Fragmented messages (a client may split big messages; the Python client never does) are reassembled by
+    fragmentation id; an unfragmented message is handed out as soon as its final frame arrives.
+
+    Raises ``ProtocolError`` (from ``feed``/``messages``) on input no client sends: a bad preamble, a frame length
+    below the header size or above ``MAX_FRAME_SIZE``, a continuation of an unknown fragment.
+    """
+
+    expect_preamble: bool = True
+    _buffer: bytearray = field(default_factory=bytearray)
+    _pos: int = 0
+    _current: list[Frame] = field(default_factory=list)
+    _fragments: dict[int, list[Frame]] = field(default_factory=dict)
+    _ready: list[Message] = field(default_factory=list)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
+        """Add received bytes; return the messages completed by them (possibly none)."""
+        buffer = self._buffer
+        buffer += data
+        if self.expect_preamble:
+            if len(buffer) < len(PREAMBLE):
+                if not PREAMBLE.startswith(bytes(buffer)):
+                    raise ProtocolError(f"connection did not start with the protocol preamble {PREAMBLE!r}")
+                return []
+            if buffer[: len(PREAMBLE)] != PREAMBLE:
+                raise ProtocolError(
+                    f"connection started with {bytes(buffer[:3])!r} instead of the protocol preamble {PREAMBLE!r}"
+                )
+            self.expect_preamble = False
+            self._pos = len(PREAMBLE)
+        completed: list[Message] = []
+        pos = self._pos
+        end = len(buffer)
+        view = memoryview(buffer)
+        try:
+            while end - pos >= HEADER_SIZE:
+                length, flags = _FRAME_HEADER.unpack_from(buffer, pos)
+                if length < HEADER_SIZE or length > MAX_FRAME_SIZE:
+                    raise ProtocolError(
+                        f"frame at stream offset {pos} declares length {length}; valid lengths are "
+                        f"{HEADER_SIZE}..{MAX_FRAME_SIZE}"
+                    )
+                if end - pos < length:
+                    break
+                frame = Frame(flags, bytes(view[pos + HEADER_SIZE : pos + length]))
+                pos += length
+                current = self._current
+                current.append(frame)
+                if flags & IS_FINAL:
+                    self._current = []
+                    message = self._complete(current)
+                    if message is not None:
+                        completed.append(message)
+        finally:
+            view.release()
+        if pos == end:
+            buffer.clear()
+            self._pos = 0
+        elif pos > 65536 or pos > (end >> 1):
+            # Drop consumed bytes once they dominate, so a partial big frame is not shifted again and again.
+            del buffer[:pos]
+            self._pos = 0
+        else:
+            self._pos = pos
+        return completed
+
+    def _complete(self, frames: list[Frame]) -> Message | None:
+        first = frames[0]
+        if first.flags & UNFRAGMENTED == UNFRAGMENTED:
+            return Message(frames)
+        # A fragment: its first frame holds only the fragmentation id.
+        if len(first.content) < _FRAGMENT_ID.size:
+            raise ProtocolError(
+                f"fragment frame has {len(first.content)} bytes; it must start with an 8-byte fragmentation id"
+            )
+        fragment_id = _FRAGMENT_ID.unpack_from(first.content, 0)[0]
+        if first.flags & BEGIN_FRAGMENT:
+            self._fragments[fragment_id] = frames[1:]
+            return None
+        parts = self._fragments.get(fragment_id)
+        if parts is None:
+            raise ProtocolError(f"fragment of unknown fragmentation id {fragment_id} (no BEGIN_FRAGMENT seen)")
+        parts.extend(frames[1:])
+        if first.flags & END_FRAGMENT:
+            del self._fragments[fragment_id]
+            if not parts:
+                raise ProtocolError(f"fragmented message {fragment_id} has no frames")
+            return Message(parts)
+        return None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete message (frames of an unfinished message excluded)."""
+        return len(self._buffer) - self._pos
+
+
+def encode_frames(frames: Iterable[tuple[int, bytes | bytearray | memoryview]]) -> list[bytes | bytearray | memoryview]:
+    """Byte chunks for ``frames`` ((flags, content) pairs); ``IS_FINAL`` is set on the last frame."""
+    chunks: list[bytes | bytearray | memoryview] = []
+    items = list(frames)
+    last = len(items) - 1
+    pack = _FRAME_HEADER.pack
+    for index, (flags, content) in enumerate(items):
+        if index == last:
+            flags |= IS_FINAL
+        chunks.append(pack(len(content) + HEADER_SIZE, flags))
+        if content:
+            chunks.append(content)
+    return chunks
+
+
+def iter_frames(data: bytes) -> Iterator[Frame]:
+    """Split a byte string of whole frames (no preamble) into frames; for tests and tools."""
+    pos = 0
+    while pos < len(data):
+        length, flags = _FRAME_HEADER.unpack_from(data, pos)
+        if length < HEADER_SIZE or pos + length > len(data):
+            raise ProtocolError(f"truncated or invalid frame at offset {pos} (length {length})")
+        yield Frame(flags, data[pos + HEADER_SIZE : pos + length])
+        pos += length

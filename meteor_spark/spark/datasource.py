@@ -1,0 +1,119 @@
+"""``format("meteor")``: the Spark data source (PySpark Python Data Source API, PySpark >= 4.2).
+
+Where each piece runs ::
+
+    planner worker     MeteorDataSource(options) -> schema()                 (at load(); errors surface there)
+    source runner      streamReader() #1: initialOffset, latestOffset, partitions, commit   (driver side, one
+                       long-lived process per query run: it holds the group's leases)
+    planner worker     streamReader() #2: pickled into the read UDF (never talks to the grid)
+    executor workers   #2.read(partition): reads one lane range from the grid, yields Arrow batches
+    planner worker     streamWriter()/writer(): validates the input schema; pickled into the write UDF
+    executor workers   write(batches): publishes through the core Publisher
+    commit worker      commit(messages, batchId): records the committed batch id (no duplicates on replay)
+
+Module imports stay light on purpose: Spark imports ``pyspark_meteor`` (which imports this module) in every
+data-source lookup, so the reader and writer modules (and the grid client) load only when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, DataSourceWriter
+
+    from meteor_spark.spark.options import SinkOptions, SourceOptions
+
+#: Row schema of the source (Kafka's column names where the concept is the same: topic -> stream,
+#: partition -> lane). Every field is nullable: Spark compares the Arrow schema of read() with this one exactly.
+SOURCE_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("stream", StringType(), True),
+        StructField("lane", IntegerType(), True),
+        StructField("offset", LongType(), True),
+        StructField("timestamp", TimestampType(), True),
+    ]
+)
+
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType(), True), StructField("value", BinaryType(), True)]), True
+)
+
+SOURCE_SCHEMA_WITH_HEADERS = StructType([*SOURCE_SCHEMA.fields, StructField("headers", HEADERS_TYPE, True)])
+
+
+class MeteorDataSource(DataSource):
+    """Read and write Meteor streams: ``spark.readStream.format("meteor").option("stream", "orders").load()``.
+
+    Options are documented in ``meteor_spark.spark.options.OPTION_TABLE`` (and the README). They are parsed once,
+    here, into frozen objects; an unknown or invalid option fails at ``load()`` / ``start()`` with a message
+    naming it.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "meteor"
+
+    def _source_options(self, *, batch: bool) -> "SourceOptions":
+        from meteor_spark.spark.options import SourceOptions
+
+        return SourceOptions.parse(self.options, batch=batch)
+
+    def _sink_options(self) -> "SinkOptions":
+        from meteor_spark.spark.options import SinkOptions
+
+        return SinkOptions.parse(self.options)
+
+    def schema(self) -> StructType:
+        # Validate the options now: schema() runs at load(), the one place where Spark reports errors synchronously
+        # (everything later surfaces asynchronously as a StreamingQueryException).
+        # Whether this is a batch or a streaming read is not known yet; reader()/streamReader() check the rest.
+        from meteor_spark.spark.options import SourceOptions
+
+        include_headers = SourceOptions.parse(self.options, batch=None).include_headers
+        return SOURCE_SCHEMA_WITH_HEADERS if include_headers else SOURCE_SCHEMA
+
+    def reader(self, schema: StructType) -> "DataSourceReader":
+        from meteor_spark.spark.reader import MeteorBatchReader
+
+        return MeteorBatchReader(self._source_options(batch=True), schema)
+
+    def streamReader(self, schema: StructType) -> "DataSourceStreamReader":
+        from meteor_spark.spark.reader import MeteorStreamReader
+
+        return MeteorStreamReader(self._source_options(batch=False), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "DataSourceWriter":
+        from meteor_spark.spark.writer import MeteorBatchWriter
+
+        return MeteorBatchWriter(self._sink_options(), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
+        from meteor_spark.spark.writer import MeteorStreamWriter
+
+        return MeteorStreamWriter(self._sink_options(), schema, overwrite)
+
+
+def register(spark: "SparkSession") -> None:
+    """Register ``format("meteor")`` in ``spark`` explicitly.
+
+    Not needed after ``pip install meteor-spark``: Spark finds the ``pyspark_meteor`` package by itself. Use it
+    when the package is not installed in the Python that Spark's workers run (then also make ``meteor_spark``
+    importable there, e.g. ``PYTHONPATH``).
+    """
+    spark.dataSource.register(MeteorDataSource)

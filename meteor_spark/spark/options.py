@@ -1,0 +1,459 @@
+"""Options of ``format("meteor")``, parsed once into typed, frozen objects.
+
+Spark hands a data source a case-insensitive dict of strings. ``SourceOptions.parse`` and ``SinkOptions.parse``
+turn it into frozen dataclasses, rejecting unknown names (with the closest known one) and invalid values (naming
+the option, the value and the fix). No other module reads the raw dict.
+
+Names follow Spark's Kafka source wherever the concept is the same, so switching formats is mostly a matter of
+changing ``format("kafka")`` to ``format("meteor")``. One difference matters: **a Spark offset of this source is a
+ring item** (one micro-batch of records written by one publisher flush), not a record. ``maxOffsetsPerTrigger``,
+``minOffsetsPerTrigger`` and ``maxOffsetsPerPartition`` therefore count ring items. Counting records exactly would
+mean reading every item on the driver before planning a batch; the item count is what the driver knows for free.
+
+``OPTION_TABLE`` is the one place every option is documented; the README renders it (``describe_options()``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from meteor_spark.errors import ConfigError, unknown_option
+from meteor_spark.grid import GridSettings
+
+#: Spark adds these keys itself (``load(path)`` / ``start(path)`` and the sink's checkpoint); they are not typos.
+_SPARK_ADDED = frozenset({"path", "checkpointlocation"})
+
+#: Kafka's sentinels in per-lane JSON offsets.
+EARLIEST_SENTINEL = -2
+LATEST_SENTINEL = -1
+
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_GROUP_LEASE_MS = 5000
+
+
+@dataclass(frozen=True)
+class OptionDoc:
+    """One row of the options table.
+
+    Attributes:
+        name: the option name as documented (Spark matches it case-insensitively).
+        applies_to: ``read``, ``readStream``, ``read (batch)``, ``write``, ``writeStream`` or a combination.
+        type: the value's type as a user writes it.
+        default: the default, as text.
+        meaning: what it does, in one or two sentences.
+    """
+
+    name: str
+    applies_to: str
+    type: str
+    default: str
+    meaning: str
+
+
+def _grid_type(name: str) -> str:
+    if name.endswith(("enabled", "checkHostname", "smartRouting")):
+        return "bool"
+    if name.endswith("Timeout"):
+        return "seconds"
+    return "string"
+
+
+#: Every option of format("meteor"). The README's option table is generated from this tuple.
+OPTION_TABLE: tuple[OptionDoc, ...] = (
+    OptionDoc("stream", "read, write", "string (comma list when reading)", "(required)",
+              "Stream(s) to read, or the stream to write to when the rows have no `stream` column. "
+              "`load(\"name\")` / `save(\"name\")` / `start(\"name\")` set it too."),
+    OptionDoc("conf", "read, write", "path", "(none)",
+              "A meteor TOML file (`[hazelcast]` section) read on the driver; `hazelcast.*` options override it."),
+    OptionDoc("startingOffsets", "read, readStream", "earliest | latest | group | JSON",
+              "latest (stream), earliest (batch)",
+              "Where a query without a checkpoint starts. `earliest` = oldest item each lane still holds; "
+              "`latest` = after the newest; `group` = the group's confirmed offsets, failing for lanes that have "
+              "none; JSON `{\"stream\": {\"0\": 42}}` = per-lane ring sequence (-2 earliest, -1 latest). With "
+              "`group` set, lanes the group has confirmed start there whatever this option says."),
+    OptionDoc("endingOffsets", "read (batch)", "latest | JSON", "latest",
+              "Where a batch read stops (exclusive): `latest` = the lane ends when the query is planned, or "
+              "per-lane JSON like startingOffsets (-1 latest)."),
+    OptionDoc("maxOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(no limit)",
+              "Most ring items one micro-batch reads, over all lanes, split in proportion to each lane's backlog "
+              "(a lane with data gets at least 1, so a batch may hold up to one item per lane more). A ring item "
+              "holds one publisher batch (up to the stream's max_batch_records records)."),
+    OptionDoc("minOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(none)",
+              "Skip a trigger until at least this many ring items are waiting, or maxTriggerDelay passed. "
+              "Ignored by Trigger.AvailableNow (it reads what was there when it started, then stops)."),
+    OptionDoc("maxTriggerDelay", "readStream", "duration (15m, 30s, 500ms)", "15m",
+              "Longest wait for minOffsetsPerTrigger before a smaller batch runs anyway."),
+    OptionDoc("minPartitions", "read, readStream", "int > 0", "(one per lane range)",
+              "Split lane ranges so a batch has at least this many Spark tasks (one task per range)."),
+    OptionDoc("maxOffsetsPerPartition", "read, readStream", "int > 0 (ring items)", "(no limit)",
+              "Split a lane range into Spark tasks of at most this many ring items (Kafka's "
+              "maxRecordsPerPartition, counted in ring items)."),
+    OptionDoc("failOnDataLoss", "read, readStream", "bool", "true",
+              "Fail the query when the ring overwrote items it had not read yet (the error names stream, lane, "
+              "requested and oldest available sequence). false = skip to the oldest available item, log and "
+              "count the skipped items."),
+    OptionDoc("includeHeaders", "read, readStream", "bool", "false",
+              "Add the `headers` column (array<struct<key: string, value: binary>>)."),
+    OptionDoc("group", "readStream", "string", "(none)",
+              "Read as this subscriber group: the query holds the group's lane leases (on the driver) and writes "
+              "the group's confirmed offsets after each batch is committed. A second query in the group waits "
+              "as standby and takes over when the first stops or dies."),
+    OptionDoc("groupLeaseMs", "readStream", "int > 0 (ms)", str(DEFAULT_GROUP_LEASE_MS),
+              "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long."),
+    OptionDoc("groupMemberId", "readStream", "string", "(generated)",
+              "Member id this query uses in the group (shown by `meteor group`); unique per running query."),
+    OptionDoc("sinkId", "writeStream", "string", "(the checkpoint location)",
+              "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "
+              "that a batch Spark replays after it was committed is not published twice."),
+    OptionDoc("createStream", "write, writeStream", "bool", "true",
+              "Create the target stream (default configuration) when it does not exist; false = fail instead."),
+    *(
+        OptionDoc(name, "read, write", _grid_type(name), default, meaning)
+        for name, default, meaning in GridSettings.OPTION_DOCS
+    ),
+)
+
+
+def describe_options() -> list[tuple[str, str, str, str, str]]:
+    """Rows (name, applies to, type, default, meaning) of every option, for the README and ``meteor`` help."""
+    return [(d.name, d.applies_to, d.type, d.default, d.meaning) for d in OPTION_TABLE]
+
+
+_SOURCE_NAMES = frozenset(
+    d.name for d in OPTION_TABLE if "read" in d.applies_to and not d.name.startswith("hazelcast.")
+)
+_SINK_NAMES = frozenset(
+    d.name for d in OPTION_TABLE if "write" in d.applies_to and not d.name.startswith("hazelcast.")
+)
+
+
+class OffsetSpec(Enum):
+    """A symbolic start/end position; per-lane positions use ``LanePositions``."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    GROUP = "group"
+
+
+#: stream -> lane -> ring sequence, or EARLIEST_SENTINEL / LATEST_SENTINEL.
+LanePositions = Mapping[str, Mapping[int, int]]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where to start or end: a symbolic spec, or explicit per-lane ring sequences.
+
+    Attributes:
+        spec: the symbolic position, or None when ``lanes`` is given.
+        lanes: stream -> lane -> ring sequence (or -2 earliest / -1 latest), when given as JSON.
+    """
+
+    spec: OffsetSpec | None = None
+    lanes: LanePositions = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.spec is not None:
+            return self.spec.value
+        return json.dumps({s: {str(k): v for k, v in sorted(lanes.items())} for s, lanes in self.lanes.items()})
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Everything a meteor reader needs, parsed and validated.
+
+    Attributes:
+        streams: the streams to read, in the order given.
+        grid: how to reach the grid.
+        starting: where a query without a checkpoint starts.
+        ending: where a batch read ends (exclusive).
+        max_offsets_per_trigger: most ring items per micro-batch over all lanes (None = no limit).
+        min_offsets_per_trigger: fewest ring items worth a micro-batch (None = any).
+        max_trigger_delay_ms: longest wait for ``min_offsets_per_trigger``.
+        min_partitions: fewest Spark tasks per batch (None = one per lane range).
+        max_offsets_per_partition: most ring items per Spark task (None = no limit).
+        fail_on_data_loss: fail (True) or skip and count (False) when unread items were overwritten.
+        include_headers: add the ``headers`` column.
+        group: subscriber group name, or None.
+        group_lease_ms: lease length of the group's lanes.
+        group_member_id: member id in the group, or None to generate one.
+    """
+
+    streams: tuple[str, ...]
+    grid: GridSettings = field(default_factory=GridSettings)
+    starting: Position = field(default_factory=lambda: Position(OffsetSpec.LATEST))
+    ending: Position = field(default_factory=lambda: Position(OffsetSpec.LATEST))
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    min_partitions: int | None = None
+    max_offsets_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    group: str | None = None
+    group_lease_ms: int = DEFAULT_GROUP_LEASE_MS
+    group_member_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> "SourceOptions":
+        """Parse Spark's options for a reader: ``batch=True`` for ``spark.read``, False for ``spark.readStream``,
+        None when not yet known (``schema()`` at ``load()``: options that only one of them takes are not checked).
+
+        Raises:
+            ConfigError: an unknown option (with the closest name), an invalid value, or options that contradict
+                each other (the message names them and says how to fix it).
+        """
+        raw = _Raw(options, _SOURCE_NAMES, "read option")
+        streams = _streams(raw, allow_list=True)
+        starting_default = OffsetSpec.EARLIEST if batch else OffsetSpec.LATEST
+        starting = _position(raw, "startingOffsets", starting_default, allowed=tuple(OffsetSpec))
+        ending = _position(raw, "endingOffsets", OffsetSpec.LATEST, allowed=(OffsetSpec.LATEST,))
+        group = raw.text("group")
+        if group is not None and not group.strip():
+            raise ConfigError("option 'group' is empty; give a group name or leave the option out")
+        parsed = cls(
+            streams=streams,
+            grid=_grid(raw),
+            starting=starting,
+            ending=ending,
+            max_offsets_per_trigger=raw.positive_int("maxOffsetsPerTrigger"),
+            min_offsets_per_trigger=raw.positive_int("minOffsetsPerTrigger"),
+            max_trigger_delay_ms=raw.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+            min_partitions=raw.positive_int("minPartitions"),
+            max_offsets_per_partition=raw.positive_int("maxOffsetsPerPartition"),
+            fail_on_data_loss=raw.boolean("failOnDataLoss", True),
+            include_headers=raw.boolean("includeHeaders", False),
+            group=group,
+            group_lease_ms=raw.positive_int("groupLeaseMs") or DEFAULT_GROUP_LEASE_MS,
+            group_member_id=raw.text("groupMemberId"),
+        )
+        parsed._check(raw, batch=batch)
+        return parsed
+
+    def _check(self, raw: "_Raw", *, batch: bool | None) -> None:
+        if batch:
+            for name in ("group", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
+                         "groupLeaseMs", "groupMemberId"):
+                if raw.given(name):
+                    raise ConfigError(
+                        f"option {name!r} applies to streaming reads only (spark.readStream); remove it from this "
+                        f"batch read (spark.read)"
+                    )
+            if self.starting.spec is OffsetSpec.GROUP:
+                raise ConfigError(
+                    "startingOffsets=group needs a streaming read with option 'group'; a batch read takes "
+                    "earliest, latest or per-lane JSON"
+                )
+        elif batch is False and raw.given("endingOffsets"):
+            raise ConfigError(
+                "option 'endingOffsets' applies to batch reads only (spark.read); a streaming query has no end. "
+                "Use trigger(availableNow=True) to read what is there and stop"
+            )
+        if self.starting.spec is OffsetSpec.GROUP and self.group is None:
+            raise ConfigError("startingOffsets=group needs option 'group' (the subscriber group to start from)")
+        if (
+            self.min_offsets_per_trigger is not None
+            and self.max_offsets_per_trigger is not None
+            and self.min_offsets_per_trigger > self.max_offsets_per_trigger
+        ):
+            raise ConfigError(
+                f"minOffsetsPerTrigger ({self.min_offsets_per_trigger}) is larger than maxOffsetsPerTrigger "
+                f"({self.max_offsets_per_trigger}); lower the minimum or raise the maximum"
+            )
+        for position, name in ((self.starting, "startingOffsets"), (self.ending, "endingOffsets")):
+            extra = sorted(set(position.lanes) - set(self.streams))
+            if extra:
+                raise ConfigError(
+                    f"{name} names stream(s) {', '.join(map(repr, extra))} that option 'stream' does not read "
+                    f"({', '.join(self.streams)}); add them to 'stream' or remove them from {name}"
+                )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Everything a meteor writer needs, parsed and validated.
+
+    Attributes:
+        stream: the target stream for rows without a ``stream`` column value (None = the column is required).
+        grid: how to reach the grid.
+        sink_id: key of this sink's committed batch ids in ``meteor.sink.commits`` (streaming writes).
+        create_stream: create missing target streams with the default configuration.
+    """
+
+    stream: str | None
+    grid: GridSettings = field(default_factory=GridSettings)
+    sink_id: str | None = None
+    create_stream: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+        """Parse Spark's options for a writer.
+
+        Raises:
+            ConfigError: an unknown option (with the closest name) or an invalid value.
+        """
+        raw = _Raw(options, _SINK_NAMES, "write option")
+        streams = _streams(raw, allow_list=False, required=False)
+        sink_id = raw.text("sinkId") or raw.text("checkpointLocation")
+        return cls(
+            stream=streams[0] if streams else None,
+            grid=_grid(raw),
+            sink_id=sink_id,
+            create_stream=raw.boolean("createStream", True),
+        )
+
+
+class _Raw:
+    """Spark's option dict, lower-cased once, with typed accessors that name the option in every error."""
+
+    def __init__(self, options: Mapping[str, str], known: frozenset[str], kind: str) -> None:
+        self.values: dict[str, str] = {str(k).lower(): str(v) for k, v in options.items()}
+        known_lower = {n.lower(): n for n in known}
+        for key in self.values:
+            if key.startswith("hazelcast.") or key in _SPARK_ADDED or key in known_lower:
+                continue
+            if key == "maxrecordsperpartition":
+                raise ConfigError(
+                    "option 'maxRecordsPerPartition' is Kafka's; meteor's Spark offsets are ring items (each holds "
+                    "a batch of records), so use 'maxOffsetsPerPartition' (ring items per Spark task)"
+                )
+            raise unknown_option(kind, key, known | {"hazelcast.*"})
+
+    def given(self, name: str) -> bool:
+        return name.lower() in self.values
+
+    def text(self, name: str) -> str | None:
+        return self.values.get(name.lower())
+
+    def positive_int(self, name: str) -> int | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise ConfigError(f"option {name!r}: expected a whole number > 0, got {value!r}") from None
+        if number <= 0:
+            raise ConfigError(f"option {name!r}: expected a whole number > 0, got {value!r}")
+        return number
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.text(name)
+        if value is None:
+            return default
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"option {name!r}: expected true or false, got {value!r}")
+
+    def duration_ms(self, name: str, default: int) -> int:
+        value = self.text(name)
+        if value is None:
+            return default
+        return parse_duration_ms(name, value)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(name: str, value: str) -> int:
+    """Parse ``15m``, ``30s``, ``500ms``, ``1h``, ``2d`` or a plain number of milliseconds (Spark's style)."""
+    match = _DURATION.match(value)
+    if match is None:
+        raise ConfigError(f"option {name!r}: expected a duration like 15m, 30s or 500ms, got {value!r}")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(float(match.group(1)) * _UNIT_MS[unit])
+
+
+def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str, ...]:
+    given = raw.text("stream")
+    path = raw.text("path")
+    if given is not None and path is not None and given != path:
+        raise ConfigError(
+            f"option 'stream' ({given!r}) and the path given to load()/save()/start() ({path!r}) disagree; "
+            f"name the stream once"
+        )
+    text = given if given is not None else path
+    if text is None:
+        if required:
+            raise ConfigError(
+                "option 'stream' is required: .option(\"stream\", \"orders\") or .load(\"orders\")"
+            )
+        return ()
+    names = tuple(part.strip() for part in text.split(","))
+    if any(not name for name in names):
+        raise ConfigError(f"option 'stream': empty stream name in {text!r}; write names separated by commas")
+    if len(names) > 1 and not allow_list:
+        raise ConfigError(
+            f"option 'stream' names several streams ({text!r}); a writer takes one default stream. Route rows "
+            f"with a 'stream' column instead"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"option 'stream' names a stream twice: {text!r}")
+    return names
+
+
+def _grid(raw: _Raw) -> GridSettings:
+    hazelcast = {k: v for k, v in raw.values.items() if k.startswith("hazelcast.")}
+    conf = raw.text("conf")
+    if conf is None:
+        return GridSettings.from_options(hazelcast)
+    from meteor_spark.config import load_config
+
+    # Explicit only: Spark options never read environment variables, so a query behaves the same on every host.
+    return load_config(conf, env={}, overrides=hazelcast).grid
+
+
+def _position(raw: _Raw, name: str, default: OffsetSpec, allowed: tuple[OffsetSpec, ...]) -> Position:
+    value = raw.text(name)
+    if value is None:
+        return Position(default)
+    text = value.strip()
+    if not text.startswith("{"):
+        for spec in allowed:
+            if text.lower() == spec.value:
+                return Position(spec)
+        choices = ", ".join(s.value for s in allowed)
+        raise ConfigError(
+            f"option {name!r}: expected {choices} or per-lane JSON like {{\"orders\": {{\"0\": 42}}}}, got {value!r}"
+        )
+    try:
+        document: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"option {name!r}: not valid JSON ({exc.msg} at character {exc.pos}): {value!r}") from None
+    lanes: dict[str, dict[int, int]] = {}
+    if not isinstance(document, dict) or not document:
+        raise ConfigError(f"option {name!r}: expected a JSON object stream -> {{lane: sequence}}, got {value!r}")
+    for stream, per_lane in document.items():
+        if not isinstance(per_lane, dict) or not per_lane:
+            raise ConfigError(
+                f"option {name!r}: stream {stream!r} must map lane numbers to ring sequences, e.g. "
+                f"{{\"{stream}\": {{\"0\": 42}}}}, got {json.dumps(per_lane)}"
+            )
+        lanes[stream] = {}
+        for lane_text, sequence in per_lane.items():
+            lane = _as_int(lane_text)
+            if lane is None or lane < 0:
+                raise ConfigError(f"option {name!r}: stream {stream!r}: lane {lane_text!r} is not a lane number")
+            lowest = LATEST_SENTINEL if name == "endingOffsets" else EARLIEST_SENTINEL
+            if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < lowest:
+                raise ConfigError(
+                    f"option {name!r}: stream {stream!r} lane {lane}: expected a ring sequence >= 0 "
+                    f"(or {lowest} for {'latest' if lowest == -1 else 'earliest, -1 for latest'}), got "
+                    f"{json.dumps(sequence)}"
+                )
+            lanes[stream][lane] = sequence
+    return Position(None, lanes)
+
+
+def _as_int(text: Any) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None

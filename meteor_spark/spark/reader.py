@@ -1,0 +1,629 @@
+"""Readers of ``format("meteor")``: streaming (admission control, AvailableNow, groups) and batch.
+
+What runs where (PySpark 4.3, see the module docstring of ``datasource``):
+
+* ``MeteorStreamReader`` #1 lives in Spark's **source runner**, one long-lived Python process per query run on the
+  driver. Only it talks to the grid on the driver side: lane bounds, the group's leases and confirmed offsets.
+  Its grid connection and group members are created on first use (``_driver()``), never in ``__init__``, and are
+  dropped when the reader is pickled.
+* ``MeteorStreamReader`` #2 is pickled into the read UDF once per query run; its ``read(partition)`` runs in
+  executor workers and depends only on the partition (replays read exactly the same ring items).
+
+Offsets (``meteor_spark.spark.offsets``): per lane, the next ring sequence; a batch reads ``[start, end)``.
+
+Groups. With option ``group`` the source runner holds the group's lane leases for the whole query
+(``GroupMember(want="all")``, renewed by the member's background thread) and confirms offsets, fenced by the lease
+epoch, **only for batches Spark has committed**:
+
+1. in ``latestOffset(start, ...)``: Spark asks for the next batch's end only after the previous batch (which ended
+   at ``start``) is in the commit log, so ``start`` is confirmed then. This is what makes confirmation timely:
+   Spark's own ``commit(end)`` lags one batch, and an AvailableNow run never calls it for its last batch, but it
+   does call ``latestOffset`` once more to learn there is nothing left, which confirms the last batch before the
+   query stops;
+2. in ``commit(end)``, which repeats it (and is what a restarted query calls first).
+
+Confirmed offsets only move forward. A query that does not hold a lane (a standby: another query in the group
+holds it) reads nothing from it; its checkpoint follows the group's confirmed offset for that lane with batches
+that read no rows, so when it takes over (the holder stopped, or died and its lease expired) it starts where the
+group stopped, without re-reading. Start position of a new query: the checkpoint, else the group's confirmed
+offsets, else ``startingOffsets``.
+
+Leases are released when the source runner ends: Spark terminates it with SIGTERM (``stop()`` is otherwise never
+called in 4.3), so the first driver-side call installs a SIGTERM handler that raises ``SystemExit``; Spark's
+runner then runs ``stop()``, and ``atexit`` covers a normal exit. A SIGKILLed driver cannot release anything: its
+leases expire after ``groupLeaseMs``.
+
+Data loss (the ring overwrote items before this query read them) fails the query with ``DataLossError`` (stream,
+lane, requested and oldest available sequence, how to fix) or, with ``failOnDataLoss=false``, is skipped: logged
+with the number of skipped items, and counted in ``skipped_items`` of the driver-side reader.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from meteor_spark import offsets as record_offsets
+from meteor_spark.errors import ConfigError, DataLossError, GroupError
+from meteor_spark.grid import GridSettings
+from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.options import (
+    EARLIEST_SENTINEL,
+    LATEST_SENTINEL,
+    OffsetSpec,
+    Position,
+    SourceOptions,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow
+
+    from meteor_spark.grid import Grid
+    from meteor_spark.groups import GroupMember
+    from meteor_spark.streams import StreamInfo
+
+logger = logging.getLogger(__name__)
+
+#: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
+TARGET_ROWS_PER_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class LaneRange(InputPartition):
+    """One Spark task: ring items ``[start, end)`` of one lane.
+
+    Attributes:
+        stream: stream name.
+        lane: lane number.
+        start: first ring sequence to read.
+        end: ring sequence to stop before (exclusive).
+        grid: how the executor reaches the grid.
+        info: the stream's metadata (ring names, format), so executors need no metadata lookup.
+        include_headers: produce the ``headers`` column.
+        fail_on_data_loss: raise ``DataLossError`` (True) or skip overwritten items (False).
+        first_offset: drop the records of the first item before this record offset (a group member outside
+            Spark confirmed a position inside an item); None = read whole items.
+    """
+
+    stream: str
+    lane: int
+    start: int
+    end: int
+    grid: GridSettings
+    info: Any
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    first_offset: int | None = None
+
+    @property
+    def items(self) -> int:
+        return self.end - self.start
+
+
+def plan_partitions(
+    ranges: Sequence[tuple[str, int, int, int]],
+    *,
+    min_partitions: int | None,
+    max_items_per_partition: int | None,
+) -> list[tuple[str, int, int, int]]:
+    """Split lane ranges ``(stream, lane, start, end)`` into Spark tasks, deterministically.
+
+    Each range is cut into pieces of at most ``max_items_per_partition`` items; then, while there are fewer than
+    ``min_partitions`` pieces, the largest piece (of at least 2 items) is halved. Pieces are returned in stream,
+    lane, start order so that equal inputs give equal plans (replays).
+    """
+    pieces: list[tuple[str, int, int, int]] = []
+    for stream, lane, start, end in ranges:
+        if end <= start:
+            continue
+        step = max_items_per_partition or (end - start)
+        for lo in range(start, end, step):
+            pieces.append((stream, lane, lo, min(end, lo + step)))
+    if min_partitions:
+        while len(pieces) < min_partitions:
+            largest = max(pieces, key=lambda p: (p[3] - p[2], -pieces.index(p)), default=None)
+            if largest is None or largest[3] - largest[2] < 2:
+                break
+            stream, lane, lo, hi = largest
+            middle = lo + (hi - lo) // 2
+            index = pieces.index(largest)
+            pieces[index : index + 1] = [(stream, lane, lo, middle), (stream, lane, middle, hi)]
+    return sorted(pieces)
+
+
+def rate_limit(
+    start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int], max_items: int
+) -> dict[tuple[str, int], int]:
+    """Ends that admit at most about ``max_items`` ring items over all lanes (Kafka's proportional split).
+
+    Each lane gets a share proportional to its backlog, rounded down, except that a lane with any backlog gets at
+    least one item: a batch can therefore exceed ``max_items`` by up to one item per lane, and small lanes are
+    never starved.
+    """
+    backlog = {key: max(0, latest[key] - start[key]) for key in latest}
+    total = sum(backlog.values())
+    if total <= max_items:
+        return dict(latest)
+    ends = {}
+    for key, items in backlog.items():
+        share = max_items * items / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        ends[key] = start[key] + min(items, take)
+    return ends
+
+
+class _DriverState:
+    """Driver-side connections of a stream reader (source runner process only; never pickled)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        from meteor_spark.streams import open_stream
+
+        self.grid: Grid = grid_for(options.grid)
+        self.infos: dict[str, StreamInfo] = {
+            name: open_stream(self.grid, name, create=False) for name in options.streams
+        }
+        self.members: dict[str, GroupMember] = {}
+        if options.group is not None:
+            from meteor_spark.groups import GroupMember
+
+            member_id = options.group_member_id or f"spark-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            for name, info in self.infos.items():
+                member = GroupMember(
+                    self.grid, info, options.group, member_id=member_id, lease_ms=options.group_lease_ms, want="all"
+                )
+                member.start()
+                self.members[name] = member
+            logger.info("query reads stream(s) %s as member %r of group %r", ", ".join(options.streams), member_id,
+                        options.group)
+        self.available_now_target: SparkOffset | None = None
+        self.latest: SparkOffset | None = None
+        self.last_batch_mono = time.monotonic()
+        self.confirmed_locally: dict[tuple[str, int], int] = {}
+        self.standby_logged: set[tuple[str, int]] = set()
+        self.skipped_items = 0
+        self.closed = False
+
+    def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(head, next) ring sequences of every lane of every stream read."""
+        from meteor_spark.streams import lane_bounds
+
+        result = {}
+        for name, info in self.infos.items():
+            for lane, (head, next_seq) in lane_bounds(self.grid, info).items():
+                result[(name, lane)] = (head, next_seq)
+        return result
+
+    def held(self, stream: str, lane: int) -> bool:
+        member = self.members.get(stream)
+        return member is None or lane in member.assignment()
+
+    def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
+        """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
+        member = self.members.get(stream)
+        if member is None:
+            return None
+        confirmed = member.confirmed(lane)
+        if confirmed is None:
+            return None
+        return record_offsets.sequence_of(confirmed), confirmed
+
+    def confirm(self, offset: SparkOffset) -> None:
+        """Confirm ``offset`` (the end of a committed batch) for the lanes this query holds; forward only."""
+        if not self.members:
+            return
+        from meteor_spark.errors import FencedError
+
+        for stream, lane, sequence in offset.positions:
+            member = self.members.get(stream)
+            if member is None or self.confirmed_locally.get((stream, lane), -1) >= sequence:
+                continue
+            if lane not in member.assignment():
+                continue
+            record_offset = record_offsets.first_offset_of(sequence)
+            current = member.confirmed(lane)
+            if current is not None and current >= record_offset:
+                self.confirmed_locally[(stream, lane)] = sequence
+                continue
+            try:
+                member.confirm(lane, record_offset)
+            except FencedError as exc:
+                # Another member took the lane over (our lease lapsed): its position wins; ours is not written.
+                logger.warning("not confirming stream %r lane %d at sequence %d: %s", stream, lane, sequence, exc)
+                continue
+            self.confirmed_locally[(stream, lane)] = sequence
+            logger.debug("confirmed stream %r lane %d up to sequence %d", stream, lane, sequence)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for name, member in self.members.items():
+            try:
+                member.close()
+            except Exception:  # noqa: BLE001 - releasing is best effort; the lease expires anyway
+                logger.warning("could not release the group leases of stream %r; they expire on their own", name,
+                               exc_info=True)
+        if self.members:
+            logger.info("released the group's lane leases")
+
+
+_STOP_HOOKS: list[Any] = []
+
+
+def _install_stop_hooks(reader: "MeteorStreamReader") -> None:
+    """Make ``stop()`` run when Spark ends the source runner (SIGTERM) or the process exits."""
+    if not _STOP_HOOKS:
+        atexit.register(_run_stop_hooks)
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def on_sigterm(signum: int, frame: Any) -> None:
+                _run_stop_hooks()
+                if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN):
+                    previous(signum, frame)
+                raise SystemExit(128 + signum)
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+    _STOP_HOOKS.append(reader)
+
+
+def _run_stop_hooks() -> None:
+    while _STOP_HOOKS:
+        _STOP_HOOKS.pop().stop()
+
+
+class _ReadsLaneRanges:
+    """``read()`` shared by the streaming and batch readers: runs on executors, depends only on the partition."""
+
+    def read(self, partition: InputPartition) -> Iterator["pyarrow.RecordBatch"]:
+        assert isinstance(partition, LaneRange)
+        return read_lane_range(partition)
+
+
+def read_lane_range(partition: LaneRange) -> Iterator["pyarrow.RecordBatch"]:
+    """Read exactly the ring items ``[start, end)`` of one lane as Arrow record batches of up to ~64k rows."""
+    from meteor_spark.reading import read_range
+    from meteor_spark.records import items_to_arrow
+
+    grid = grid_for(partition.grid)
+    first_offset = partition.first_offset
+    items_per_batch = 64  # adapted after the first batch, from the rows per item actually seen
+    pending_items: list[bytes] = []
+    pending_sequences: list[int] = []
+    chunks = read_range(
+        grid, partition.info, partition.lane, partition.start, partition.end,
+        skip_data_loss=not partition.fail_on_data_loss,
+    )
+    for items, sequences in chunks:
+        if first_offset is not None and not pending_sequences and sequences:
+            # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
+            if sequences[0] != record_offsets.sequence_of(first_offset):
+                first_offset = None
+        pending_items.extend(items)
+        pending_sequences.extend(sequences)
+        while len(pending_items) >= items_per_batch:
+            batch = items_to_arrow(
+                pending_items[:items_per_batch], pending_sequences[:items_per_batch], stream=partition.stream,
+                lane=partition.lane, include_headers=partition.include_headers, first_offset=first_offset,
+            )
+            first_offset = None
+            del pending_items[:items_per_batch], pending_sequences[:items_per_batch]
+            items_per_batch = _items_for_target(batch.num_rows, items_per_batch)
+            if batch.num_rows:
+                yield batch
+    if pending_items:
+        batch = items_to_arrow(
+            pending_items, pending_sequences, stream=partition.stream, lane=partition.lane,
+            include_headers=partition.include_headers, first_offset=first_offset,
+        )
+        if batch.num_rows:
+            yield batch
+
+
+def _items_for_target(rows: int, items: int) -> int:
+    if rows <= 0:
+        return min(items * 4, 4096)
+    per_item = rows / items
+    return max(1, min(4096, int(TARGET_ROWS_PER_BATCH / per_item)))
+
+
+class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("meteor")``: micro-batches of ring items per lane, with admission control."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._state: _DriverState | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_state"] = None  # connections and leases stay in the source runner
+        return state
+
+    # -- driver side (source runner) ---------------------------------------------------------------------------
+
+    def _driver(self) -> _DriverState:
+        if self._state is None:
+            self._state = _DriverState(self.options)
+            _install_stop_hooks(self)
+        return self._state
+
+    @property
+    def skipped_items(self) -> int:
+        """Ring items skipped because they were overwritten before they were read (``failOnDataLoss=false``)."""
+        return 0 if self._state is None else self._state.skipped_items
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        state = self._driver()
+        state.available_now_target = SparkOffset.of(_by_stream({k: nxt for k, (_, nxt) in state.bounds().items()}))
+        logger.info("Trigger.AvailableNow: reading up to %s", state.available_now_target.dumps())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        state = self._driver()
+        bounds = state.bounds()
+        start: dict[tuple[str, int], int] = {}
+        for (stream, lane), (head, next_seq) in sorted(bounds.items()):
+            confirmed = state.confirmed_sequence(stream, lane)
+            if confirmed is not None:
+                start[(stream, lane)] = confirmed[0]
+                continue
+            start[(stream, lane)] = _resolve(self.options.starting, "startingOffsets", stream, lane, head, next_seq,
+                                             group=self.options.group)
+        offset = SparkOffset.of(_by_stream(start))
+        logger.info("new query starts at %s", offset.dumps())
+        return offset.to_json()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict[str, dict[str, int]]:
+        state = self._driver()
+        begin = SparkOffset.from_json(start)
+        if state.available_now_target is not None and state.members:
+            # An AvailableNow run stops at the first batch that finds nothing to read; give a holder that just died
+            # (its lease not yet expired) the time to lose its lanes instead of ending without reading.
+            self._await_lanes(state, 2 * self.options.group_lease_ms / 1000 + 1)
+        # Spark asks for the next end only once the batch that ended at `start` is in its commit log.
+        state.confirm(begin)
+        bounds = state.bounds()
+        latest = {key: nxt for key, (_, nxt) in bounds.items()}
+        state.latest = SparkOffset.of(_by_stream(latest))
+        if state.available_now_target is not None:
+            target = state.available_now_target.as_dict()
+            latest = {key: min(nxt, target.get(key, nxt)) for key, nxt in latest.items()}
+        current = begin.as_dict()
+        for key, (head, _) in bounds.items():
+            current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
+
+        ends: dict[tuple[str, int], int] = {}
+        candidates: dict[tuple[str, int], int] = {}
+        for key, position in current.items():
+            stream, lane = key
+            confirmed = state.confirmed_sequence(stream, lane)
+            if not state.held(stream, lane):
+                if key not in state.standby_logged:
+                    state.standby_logged.add(key)
+                    logger.info(
+                        "standby: group %r lane %d of stream %r is held by another member; this query follows the "
+                        "group's confirmed offset and reads nothing until the lane is free", self.options.group,
+                        lane, stream,
+                    )
+                ends[key] = max(position, confirmed[0]) if confirmed is not None else position
+            elif confirmed is not None and confirmed[0] > position:
+                ends[key] = confirmed[0]  # taken over: skip what the group already processed
+            else:
+                if key in state.standby_logged:
+                    state.standby_logged.discard(key)
+                    logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane,
+                                stream)
+                candidates[key] = position
+        ends.update(self._admit(state, candidates, latest, limit))
+        end = SparkOffset.of(_by_stream(ends))
+        if end.positions == SparkOffset.of(_by_stream(current)).positions:
+            return begin.to_json()
+        state.last_batch_mono = time.monotonic()
+        return end.to_json()
+
+    def _admit(
+        self, state: _DriverState, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+        limit: ReadLimit,
+    ) -> dict[tuple[str, int], int]:
+        available = {key: max(start[key], latest.get(key, start[key])) for key in start}
+        if isinstance(limit, ReadAllAvailable) or not start:
+            return available  # Trigger.Once (or a limit-less query) reads everything
+        backlog = sum(available[key] - start[key] for key in start)
+        minimum = self.options.min_offsets_per_trigger
+        if minimum is not None and state.available_now_target is None and backlog < minimum:
+            waited_ms = (time.monotonic() - state.last_batch_mono) * 1000
+            if waited_ms < self.options.max_trigger_delay_ms:
+                return dict(start)
+        maximum = self.options.max_offsets_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            maximum = limit.max_rows if maximum is None else min(maximum, limit.max_rows)
+        if maximum is None:
+            return available
+        return rate_limit(start, available, maximum)
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        state = self._state
+        return None if state is None or state.latest is None else state.latest.to_json()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        state = self._driver()
+        begin, finish = SparkOffset.from_json(start), SparkOffset.from_json(end)
+        bounds = state.bounds()
+        ranges: list[tuple[str, int, int, int]] = []
+        # (stream, lane) -> (first sequence, record offset inside that item to start at)
+        first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        begin_at = begin.as_dict()
+        for stream, lane, end_seq in finish.positions:
+            lo = begin_at.get((stream, lane), bounds.get((stream, lane), (0, 0))[0])
+            if end_seq <= lo:
+                continue
+            confirmed = state.confirmed_sequence(stream, lane)
+            if confirmed is not None:
+                confirmed_seq, confirmed_offset = confirmed
+                if end_seq <= confirmed_seq:
+                    continue  # the group already processed this range (catch-up batch of a standby or takeover)
+                if confirmed_seq >= lo:
+                    lo = confirmed_seq
+                    if record_offsets.index_of(confirmed_offset):
+                        first_offsets[(stream, lane)] = (lo, confirmed_offset)
+            if not state.held(stream, lane):
+                self._await_lane(state, stream, lane)
+            lo = self._check_loss(state, stream, lane, lo, bounds.get((stream, lane)))
+            if lo < end_seq:
+                ranges.append((stream, lane, lo, end_seq))
+        planned = plan_partitions(
+            ranges, min_partitions=self.options.min_partitions,
+            max_items_per_partition=self.options.max_offsets_per_partition,
+        )
+        partitions = []
+        for stream, lane, lo, hi in planned:
+            first = first_offsets.get((stream, lane))
+            partitions.append(
+                LaneRange(
+                    stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
+                    self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
+                )
+            )
+        return partitions
+
+    def _await_lanes(self, state: _DriverState, timeout_s: float) -> None:
+        lanes = [key for key in state.bounds()]
+        if all(state.held(*key) for key in lanes):
+            return
+        logger.info("standby: waiting up to %.0f s for group %r's lanes held by another member", timeout_s,
+                    self.options.group)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not all(state.held(*key) for key in lanes):
+            time.sleep(0.05)
+
+    def _await_lane(self, state: _DriverState, stream: str, lane: int) -> None:
+        """A batch planned while holding the lane is being replayed: wait (bounded) until we hold it again."""
+        deadline = time.monotonic() + 3 * self.options.group_lease_ms / 1000
+        while time.monotonic() < deadline and not state.held(stream, lane):
+            time.sleep(0.05)  # the group member's background thread acquires the lease; poll its local view
+        if not state.held(stream, lane):
+            logger.warning(
+                "replaying a batch of stream %r lane %d without holding the group %r lease (another member holds "
+                "it); its rows may also be read by that member", stream, lane, self.options.group,
+            )
+
+    def _check_loss(
+        self, state: _DriverState, stream: str, lane: int, start: int, bounds: tuple[int, int] | None
+    ) -> int:
+        head = bounds[0] if bounds else start
+        if start >= head:
+            return start
+        if self.options.fail_on_data_loss:
+            raise DataLossError(stream, lane, requested=start, oldest_available=head, unit="sequence")
+        state.skipped_items += head - start
+        logger.warning(
+            "data loss on stream %r lane %d: ring items %d..%d were overwritten before this query read them; "
+            "skipping %d items (failOnDataLoss=false); %d skipped so far", stream, lane, start, head - 1,
+            head - start, state.skipped_items,
+        )
+        return head
+
+    def commit(self, end: dict) -> None:
+        self._driver().confirm(SparkOffset.from_json(end))
+
+    def stop(self) -> None:
+        if self._state is not None:
+            self._state.close()
+
+
+class MeteorBatchReader(_ReadsLaneRanges, DataSourceReader):
+    """``spark.read.format("meteor")``: the ring items between ``startingOffsets`` and ``endingOffsets``."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from meteor_spark.streams import lane_bounds, open_stream
+
+        grid = grid_for(self.options.grid)
+        ranges: list[tuple[str, int, int, int]] = []
+        infos = {}
+        for name in self.options.streams:
+            info = open_stream(grid, name, create=False)
+            infos[name] = info
+            for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
+                lo = _resolve(self.options.starting, "startingOffsets", name, lane, head, next_seq, group=None)
+                hi = _resolve(self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None)
+                if lo < head:
+                    if self.options.fail_on_data_loss:
+                        raise DataLossError(name, lane, requested=lo, oldest_available=head, unit="sequence")
+                    logger.warning("data loss on stream %r lane %d: skipping %d overwritten ring items", name, lane,
+                                   head - lo)
+                    lo = head
+                ranges.append((name, lane, lo, hi))
+        planned = plan_partitions(
+            ranges, min_partitions=self.options.min_partitions,
+            max_items_per_partition=self.options.max_offsets_per_partition,
+        )
+        return [
+            LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
+                      self.options.fail_on_data_loss)
+            for stream, lane, lo, hi in planned
+        ]
+
+
+def _by_stream(flat: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:
+    nested: dict[str, dict[int, int]] = {}
+    for (stream, lane), sequence in flat.items():
+        nested.setdefault(stream, {})[lane] = sequence
+    return nested
+
+
+def _resolve(
+    position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None
+) -> int:
+    """The ring sequence a symbolic or per-lane position means for one lane."""
+    if position.spec is OffsetSpec.EARLIEST:
+        return head
+    if position.spec is OffsetSpec.LATEST:
+        return next_seq
+    if position.spec is OffsetSpec.GROUP:
+        raise GroupError(
+            f"startingOffsets=group: group {group!r} has no confirmed offset for stream {stream!r} lane {lane}; "
+            f"start it with startingOffsets=earliest or latest (lanes the group has confirmed still start there)"
+        )
+    lanes = position.lanes.get(stream)
+    if lanes is None or lane not in lanes:
+        given = ", ".join(str(k) for k in sorted(lanes or {}))
+        raise ConfigError(
+            f"{option} has no position for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); give "
+            f"every lane, e.g. {{\"{stream}\": {{\"{lane}\": {EARLIEST_SENTINEL}}}}} for its oldest item"
+        )
+    sequence = lanes[lane]
+    if sequence == EARLIEST_SENTINEL:
+        return head
+    if sequence == LATEST_SENTINEL:
+        return next_seq
+    return sequence

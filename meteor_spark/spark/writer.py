@@ -1,0 +1,395 @@
+"""Writers of ``format("meteor")``: ``df.write`` and ``df.writeStream`` publish rows as records.
+
+Input columns (Kafka's sink, with ``topic`` -> ``stream`` and ``partition`` -> ``lane``):
+
+==========  ====================================================  ==========================================
+column      type                                                  meaning
+==========  ====================================================  ==========================================
+value       binary or string (required)                           the record value (strings as UTF-8)
+key         binary or string                                      the record key; picks the lane by CRC-32
+headers     array<struct<key: string, value: binary or string>>   record headers
+timestamp   timestamp                                             record timestamp (default: publish time)
+lane        int                                                   explicit lane (else by key, else any)
+stream      string                                                target stream (the ``stream`` option wins)
+offset      bigint                                                ignored (a meteor source's column)
+==========  ====================================================  ==========================================
+
+Anything else fails at query start, naming the column and listing these.
+
+Guarantees. Each Spark task publishes its rows through one core ``Publisher`` per target stream and flushes before
+it reports success; its commit message carries, per target stream, the records and ring items written (counted
+after the grid acknowledged them). For
+``writeStream``, the micro-batch id of every committed batch is recorded in the grid map ``meteor.sink.commits``
+under ``<sinkId>/<query id>`` (``sinkId`` defaults to the checkpoint location; Spark's query id survives restarts
+from the same checkpoint and changes when the checkpoint is deleted), and a task of a batch id already recorded
+publishes nothing. So:
+
+* a batch Spark replays **after** it was committed (the driver died between the sink commit and Spark's commit
+  log) is not published twice;
+* a batch that failed part-way (some tasks published, then a failure) is published again when Spark retries it:
+  **at least once** for that batch, never lost. Ring items are not transactional; readers that need exactly-once
+  results deduplicate by key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from meteor_spark.errors import ConfigError, MeteorError
+from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.options import SinkOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow
+
+    from meteor_spark.grid import Grid
+
+logger = logging.getLogger(__name__)
+
+#: Grid map of committed micro-batch ids: key ``<sinkId>/<query id>``, value JSON ``{"batch": N, ...}``.
+SINK_COMMITS_MAP = "meteor.sink.commits"
+
+_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
+
+#: column -> (accepted types as text, check)
+_COLUMNS: dict[str, str] = {
+    "value": "binary or string (required)",
+    "key": "binary or string",
+    "headers": "array<struct<key: string, value: binary or string>>",
+    "timestamp": "timestamp",
+    "lane": "int",
+    "stream": "string",
+    "offset": "bigint (ignored)",
+}
+
+
+def expected_columns() -> str:
+    return ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
+
+
+def _type_ok(name: str, data_type: DataType) -> bool:
+    if name in ("value", "key"):
+        return isinstance(data_type, (BinaryType, StringType))
+    if name == "headers":
+        if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
+            return False
+        fields = {f.name: f.dataType for f in data_type.elementType.fields}
+        return (
+            set(fields) == {"key", "value"}
+            and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], (BinaryType, StringType))
+        )
+    if name == "timestamp":
+        return isinstance(data_type, (TimestampType, TimestampNTZType))
+    if name == "lane":
+        return isinstance(data_type, _INTEGER_TYPES)
+    if name == "stream":
+        return isinstance(data_type, StringType)
+    if name == "offset":
+        return isinstance(data_type, _INTEGER_TYPES)
+    return False
+
+
+def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
+    """Fail at query start when the rows cannot be published; the message lists the expected columns.
+
+    Raises:
+        ConfigError: a missing ``value`` column, a column of the wrong type, an unknown column, or no target
+            stream (neither the ``stream`` option nor a ``stream`` column).
+    """
+    names = [f.name for f in schema.fields]
+    expected = expected_columns()
+    lowered = {n.lower(): n for n in names}
+    if len(lowered) != len(names):
+        raise ConfigError(f"the rows to write have duplicate column names {names}; expected columns: {expected}")
+    if "value" not in names:
+        hint = f" (found {lowered['value']!r}: column names are case-sensitive)" if "value" in lowered else ""
+        raise ConfigError(
+            f"the rows to write have no 'value' column{hint}; columns given: {', '.join(names) or 'none'}. Expected "
+            f"columns: {expected}. Select or rename, e.g. df.selectExpr(\"CAST(id AS STRING) AS key\", "
+            f"\"to_json(struct(*)) AS value\")"
+        )
+    for f in schema.fields:
+        if f.name not in _COLUMNS:
+            raise ConfigError(
+                f"the rows to write have an unknown column {f.name!r} ({f.dataType.simpleString()}); expected "
+                f"columns: {expected}. Drop it or fold it into 'value' (e.g. to_json(struct(...)))"
+            )
+        if not _type_ok(f.name, f.dataType):
+            raise ConfigError(
+                f"column {f.name!r} has type {f.dataType.simpleString()}, expected {_COLUMNS[f.name]}; cast it "
+                f"(expected columns: {expected})"
+            )
+    if options.stream is None and "stream" not in names:
+        raise ConfigError(
+            "no target stream: set option 'stream' (or save(\"name\") / start(\"name\")), or give the rows a "
+            "'stream' column"
+        )
+
+
+@dataclass(frozen=True)
+class StreamWrite:
+    """What one task wrote to one stream.
+
+    Attributes:
+        stream: stream name.
+        records: records stored in the stream (counted by the publisher after the grid acknowledged them).
+        items: ring items they took.
+    """
+
+    stream: str
+    records: int
+    items: int
+
+
+@dataclass(frozen=True)
+class MeteorCommitMessage(WriterCommitMessage):
+    """What one task did, sent back to the committer.
+
+    Attributes:
+        batch_id: the micro-batch id (None for ``df.write``).
+        query_id: Spark's query id (None for ``df.write``).
+        rows: rows the task received.
+        skipped: True when the batch id was already committed and nothing was published (a replay).
+        streams: per target stream, records and ring items written.
+    """
+
+    batch_id: int | None
+    query_id: str | None
+    rows: int
+    skipped: bool = False
+    streams: tuple[StreamWrite, ...] = field(default_factory=tuple)
+
+
+def _local_property(name: str) -> str | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty(name)
+
+
+class _PublishesRows:
+    """``write()`` shared by the batch and streaming writers: publishes Arrow batches through the core Publisher."""
+
+    options: SinkOptions
+    schema: StructType
+
+    def _publish(self, batches: Iterator["pyarrow.RecordBatch"], batch_id: int | None,
+                 query_id: str | None) -> MeteorCommitMessage:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from meteor_spark.publisher import Publisher
+        from meteor_spark.streams import StreamConfig, open_stream
+
+        grid = grid_for(self.options.grid)
+        publishers: dict[str, Any] = {}
+        rows = 0
+        stored: dict[str, list[Any]] = {}  # stream -> futures of publish_arrow (records stored)
+
+        def publisher_for(stream: str) -> Any:
+            publisher = publishers.get(stream)
+            if publisher is None:
+                target: StreamConfig | str = stream
+                if self.options.create_stream:
+                    try:
+                        open_stream(grid, stream)
+                    except LookupError:
+                        target = StreamConfig(stream)
+                publisher = Publisher(grid, target)
+                publishers[stream] = publisher
+            return publisher
+
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                rows += batch.num_rows
+                batch = _prepare(batch)
+                if self.options.stream is not None or "stream" not in batch.schema.names:
+                    groups = [(self.options.stream, batch)]
+                else:
+                    streams = batch.column("stream")
+                    if streams.null_count:
+                        raise ConfigError(
+                            "a row to write has a null 'stream' and option 'stream' is not set; fill the column "
+                            "or set the option"
+                        )
+                    groups = [
+                        (name, batch.filter(pc.equal(streams, pa.scalar(name))))
+                        for name in pc.unique(streams).to_pylist()
+                    ]
+                for stream, part in groups:
+                    if "stream" in part.schema.names:
+                        part = part.drop_columns(["stream"])
+                    stored.setdefault(stream, []).append(publisher_for(stream).publish_arrow(part))
+            for publisher in publishers.values():
+                publisher.flush()
+            # A failed write raises here, so the task fails and Spark does not commit the batch.
+            writes = tuple(
+                StreamWrite(stream, sum(f.result() for f in futures), publishers[stream].items_sent)
+                for stream, futures in sorted(stored.items())
+            )
+        finally:
+            for publisher in publishers.values():
+                publisher.close()
+        return MeteorCommitMessage(batch_id, query_id, rows, False, writes)
+
+
+def _prepare(batch: "pyarrow.RecordBatch") -> "pyarrow.RecordBatch":
+    """Drop what is not published (a meteor source's ``offset``) and make timestamps timezone-aware."""
+    import pyarrow as pa
+
+    if "offset" in batch.schema.names:
+        batch = batch.drop_columns(["offset"])
+    if "timestamp" in batch.schema.names:
+        column = batch.column("timestamp")
+        if pa.types.is_timestamp(column.type) and column.type.tz is None:
+            # TIMESTAMP_NTZ: Spark's wall-clock time, taken as UTC.
+            index = batch.schema.get_field_index("timestamp")
+            batch = batch.set_column(index, "timestamp", column.cast(pa.timestamp("us", tz="UTC")))
+    return batch
+
+
+class MeteorBatchWriter(_PublishesRows, DataSourceArrowWriter):
+    """``df.write.format("meteor")``: every task publishes its rows; at least once if the job is retried."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ConfigError(
+                "mode('overwrite') is not supported by format('meteor'): a stream is an append-only log. Use "
+                "mode('append')"
+            )
+        validate_input_schema(schema, options)
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> MeteorCommitMessage:
+        return self._publish(iterator, None, None)
+
+    def commit(self, messages: Sequence[MeteorCommitMessage | None]) -> None:
+        done = [m for m in messages if m is not None]
+        logger.info("wrote %d rows to meteor (%s)", sum(m.rows for m in done), _summary(done))
+
+    def abort(self, messages: Sequence[MeteorCommitMessage | None]) -> None:
+        done = [m for m in messages if m is not None]
+        logger.warning(
+            "the write job failed; %d rows of %d successful tasks were already published (ring items cannot be "
+            "taken back)", sum(m.rows for m in done), len(done),
+        )
+
+
+class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("meteor")``: publishes each micro-batch; a committed batch is never republished."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ConfigError(
+                "outputMode('complete') is not supported by format('meteor'): a stream is an append-only log. Use "
+                "outputMode('append')"
+            )
+        validate_input_schema(schema, options)
+        if options.sink_id is None:
+            raise ConfigError("writeStream to meteor needs option 'checkpointLocation' (or 'sinkId')")
+        self.options = options
+        self.schema = schema
+
+    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> MeteorCommitMessage:
+        batch_text = _local_property("streaming.sql.batchId")
+        query_id = _local_property("sql.streaming.queryId")
+        batch_id = None if batch_text is None else int(batch_text)
+        if batch_id is not None:
+            committed = _committed_batch(grid_for(self.options.grid), self._key(query_id))
+            if committed is not None and batch_id <= committed:
+                rows = sum(b.num_rows for b in iterator)
+                logger.info(
+                    "micro-batch %d of sink %r was already committed (last committed %d): not publishing its %d "
+                    "rows again", batch_id, self.options.sink_id, committed, rows,
+                )
+                return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
+        return self._publish(iterator, batch_id, query_id)
+
+    def _key(self, query_id: str | None) -> str:
+        return f"{self.options.sink_id}/{query_id or 'unknown-query'}"
+
+    def commit(self, messages: Sequence[MeteorCommitMessage | None], batchId: int) -> None:
+        done = [m for m in messages if m is not None]
+        query_ids = {m.query_id for m in done if m.query_id is not None}
+        if not done:
+            return  # no task ran: nothing was published, nothing to remember
+        if len(query_ids) > 1:
+            raise ConfigError(f"tasks of micro-batch {batchId} report different query ids {sorted(query_ids)}")
+        key = self._key(next(iter(query_ids), None))
+        _record_commit(grid_for(self.options.grid), key, batchId, done)
+        if all(m.skipped for m in done):
+            logger.info("micro-batch %d replayed after its commit: nothing republished", batchId)
+        else:
+            logger.info("micro-batch %d: wrote %d rows (%s)", batchId, sum(m.rows for m in done), _summary(done))
+
+    def abort(self, messages: Sequence[MeteorCommitMessage | None], batchId: int) -> None:
+        done = [m for m in messages if m is not None and not m.skipped]
+        logger.warning(
+            "micro-batch %d failed; %d rows of %d successful tasks were already published and will be published "
+            "again when Spark retries the batch (at least once)", batchId, sum(m.rows for m in done), len(done),
+        )
+
+
+def _committed_batch(grid: "Grid", key: str) -> int | None:
+    text = grid.map(SINK_COMMITS_MAP).get(key)
+    if text is None:
+        return None
+    return int(json.loads(text)["batch"])
+
+
+def _record_commit(grid: "Grid", key: str, batch_id: int, messages: Sequence[MeteorCommitMessage]) -> None:
+    """Store ``batch_id`` as the sink's last committed batch, never moving it backwards (CAS loop)."""
+    commits = grid.map(SINK_COMMITS_MAP)
+    value = json.dumps(
+        {"batch": batch_id, "rows": sum(m.rows for m in messages), "updated_ms": int(time.time() * 1000)},
+        sort_keys=True, separators=(",", ":"),
+    )
+    for _ in range(100):
+        current = commits.get(key)
+        if current is None:
+            if commits.put_if_absent(key, value) is None:
+                return
+            continue
+        if int(json.loads(current)["batch"]) >= batch_id:
+            return
+        if commits.replace_if_same(key, current, value):
+            return
+    raise MeteorError(f"could not record the commit of micro-batch {batch_id} under {key!r}: too many concurrent "
+                      f"writers of that sink id; give each query its own sinkId")
+
+
+def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
+    per_stream: dict[str, list[int]] = {}
+    for message in messages:
+        for write in message.streams:
+            entry = per_stream.setdefault(write.stream, [0, 0])
+            entry[0] += write.records
+            entry[1] += write.items
+    return ", ".join(f"{s}: {n} records in {i} items" for s, (n, i) in sorted(per_stream.items())) or "nothing published"

@@ -1,0 +1,697 @@
+"""The Subscriber (ungrouped or grouped) and its Receiver.
+
+An **ungrouped** subscriber reads every lane of a stream with its own, local positions (lost on close, like
+Meteor). A **grouped** subscriber is a member of a subscriber group (``meteor_spark.groups.GroupMember``): it reads
+only the lanes the group assigned to it, starts each at the group's confirmed offset (else the initial scheme),
+re-validates its lease before delivering a batch (so a lane it lost is never delivered again), and confirms
+offsets synchronously and fenced.
+
+Reading: at most one ``read_many`` per lane is outstanding. It parks on the member until records arrive and is
+kept across polls (a poll that times out leaves it in place for the next one) instead of leaving one parked
+operation behind per timed-out poll. Hazelcast cannot cancel a parked read; one left behind by ``seek``, a lost
+lane or ``close`` ends when the next item arrives in that lane.
+
+Falling behind: the grid silently restarts a read below the ring's head at the head; the subscriber compares
+sequences and raises ``DataLossError`` (position unchanged, so it keeps failing until the application seeks), or,
+with ``skip_data_loss=True``, moves to the oldest record still held, counts the skipped ring items
+(``skipped_items``) and logs a warning. The number of *records* in overwritten items is unknowable (they are gone),
+so the skip is counted in ring items and reported as an offset range.
+
+Offsets: ``position(lane)`` is the offset of the next record to deliver; ``last_offset(lane)`` that of the last
+one delivered. ``confirm()`` stores every delivered position in the group (the confirmed offset means "the next
+record to read"); ``confirm(offset)`` / ``confirm(record)`` stores "everything up to and including this record".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from meteor_spark.errors import (
+    ConfigError,
+    DataLossError,
+    FencedError,
+    GridError,
+    GridOperationError,
+    GroupError,
+    MeteorError,
+    NotAssignedError,
+)
+from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
+from meteor_spark.offsets import (
+    INDEX_BITS,
+    InitialOffsetScheme,
+    first_offset_of,
+    index_of,
+    sequence_of,
+)
+from meteor_spark.records import BatchPart, Record, RecordBatch, decode_item
+from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
+
+#: ``callback(record)`` for a Receiver (or ``callback(batch)`` with ``per_batch=True``).
+RecordHandler = Callable[[Any], None]
+#: ``on_error(error, record_or_None)``: told about callback and poll failures of a Receiver.
+ErrorHandler = Callable[[BaseException, Record | None], None]
+
+
+class _Lane:
+    """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
+
+    __slots__ = (
+        "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
+        "parts", "buffered", "dirty",
+    )
+
+    def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
+        self.lane = lane
+        self.ring = ring
+        self.capacity = capacity
+        self.epoch = epoch
+        self.position = position  # offset of the next record to deliver
+        self.last_delivered = -1  # offset of the last record delivered
+        self.fetch_seq = sequence_of(position)  # next ring sequence to request
+        self.pending: Any = None
+        self.pending_seq = -1
+        self.parts: deque[BatchPart] = deque()
+        self.buffered = 0
+        self.dirty = False  # delivered since the last confirm()
+
+    def reset(self, position: int) -> Any:
+        """Move to ``position``; returns the outstanding read, now orphaned."""
+        orphan = self.pending
+        self.pending = None
+        self.position = position
+        self.fetch_seq = sequence_of(position)
+        self.parts.clear()
+        self.buffered = 0
+        return orphan
+
+
+class Subscriber:
+    """Reads records from a stream.
+
+    Args:
+        grid: the grid connection.
+        stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        group: subscriber group name; None = ungrouped.
+        initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
+        skip_data_loss: skip (and count) overwritten records instead of raising ``DataLossError``.
+        max_poll_records: records returned by one ``poll`` at most.
+        max_items_per_read: ring items asked for by one ``read_many`` (each holds up to ``max_batch_records``).
+        lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
+        member_id: grouped: this member's id (default ``<host>-<pid>-<random>``).
+
+    Examples:
+        >>> with Subscriber(grid, "orders", group="billing") as sub:      # doctest: +SKIP
+        ...     batch = sub.poll(timeout_ms=100)
+        ...     for record in batch:
+        ...         handle(record)
+        ...     sub.confirm()
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        stream: StreamConfig | str,
+        *,
+        group: str | None = None,
+        initial_offset_scheme: InitialOffsetScheme | str = InitialOffsetScheme.AUTO,
+        skip_data_loss: bool = False,
+        max_poll_records: int = 10_000,
+        max_items_per_read: int = 100,
+        lease_ms: int = 5000,
+        member_id: str | None = None,
+    ) -> None:
+        self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
+        for name, value, low, high in (
+            ("max_poll_records", max_poll_records, 1, 1 << 31),
+            ("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ConfigError(f"group must be a non-empty string (or None for ungrouped), got {group!r}")
+        if group is None and self.scheme is InitialOffsetScheme.NONE:
+            raise ConfigError(
+                "initial_offset_scheme NONE needs a group: an ungrouped subscriber has no stored offset to start "
+                "from; use EARLIEST or LATEST, or give the subscriber a group"
+            )
+        self._grid = grid
+        self.info: StreamInfo = open_stream(grid, stream)
+        self.stream = self.info.name
+        self.group = group
+        self.skip_data_loss = skip_data_loss
+        self.max_poll_records = max_poll_records
+        self._items_per_read = max_items_per_read
+        self._lease_ms = lease_ms
+        self._member_id = member_id
+        self._lock = threading.RLock()  # reader state
+        self._poll_lock = threading.Lock()  # one poll at a time
+        self._wakeup = threading.Event()
+        self._lanes: dict[int, _Lane] = {}
+        self._orphans: list[Any] = []
+        self._next_lane = 0
+        self._member: Any = None
+        self._receiver: Receiver | None = None
+        self._closed = False
+        self._active = True
+        self.skipped_items = 0
+        self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
+        self.delivered_records = 0
+        if group is None:
+            bounds = self._bounds()
+            for lane in range(self.info.lanes):
+                head, nxt = bounds[lane]
+                start = first_offset_of(head if self.scheme.concrete(False) is InitialOffsetScheme.EARLIEST else nxt)
+                self._lanes[lane] = self._new_lane(lane, start, None)
+        else:
+            self._join()
+            if self.scheme is InitialOffsetScheme.NONE:
+                missing = [lane for lane in range(self.info.lanes) if self._member.confirmed(lane) is None]
+                if missing:
+                    self._member.close()
+                    raise GroupError(
+                        f"initial_offset_scheme NONE: group {group!r} has no confirmed offset on stream "
+                        f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
+                    )
+
+    # ------------------------------------------------------------------------------------------------ state
+
+    def _bounds(self) -> dict[int, tuple[int, int]]:
+        from meteor_spark.streams import lane_bounds
+
+        return lane_bounds(self._grid, self.info)
+
+    def _new_lane(self, lane: int, position: int, epoch: int | None) -> _Lane:
+        ring = self._grid.ring(self.info.ring_names[lane])
+        return _Lane(lane, ring, ring.capacity(), position, epoch)
+
+    def _join(self) -> None:
+        from meteor_spark.groups import GroupMember
+
+        member = GroupMember(
+            self._grid,
+            self.info,
+            self.group,  # type: ignore[arg-type]
+            member_id=self._member_id,
+            lease_ms=self._lease_ms,
+            on_change=lambda _assignment: self._wakeup.set(),
+        )
+        member.start()
+        self._member = member
+
+    def _sync_assignment(self) -> None:
+        """Grouped: follow the member's assignment (new lanes start at the confirmed offset or the scheme)."""
+        if self._member is None:
+            return
+        assignment = dict(self._member.assignment().items())
+        with self._lock:
+            for lane in [lane for lane in self._lanes if lane not in assignment]:
+                self._drop_lane(lane, "no longer assigned")
+            fresh = [
+                (lane, epoch)
+                for lane, epoch in assignment.items()
+                if lane not in self._lanes or self._lanes[lane].epoch != epoch
+            ]
+        for lane, epoch in fresh:
+            ring = self._grid.ring(self.info.ring_names[lane])
+            head = ring.head()
+            nxt = ring.tail() + 1
+            try:
+                position = self._member.initial_offset(lane, self.scheme, min(head, nxt), nxt)
+            except (FencedError, NotAssignedError) as exc:
+                logger.debug("lane %d lost while starting it: %s", lane, exc)
+                continue
+            with self._lock:
+                if lane in self._lanes:
+                    self._drop_lane(lane, "assigned again with a new epoch")
+                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), position, epoch)
+            logger.info(
+                "subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
+                self.stream, self.group, lane, epoch, position,
+            )
+
+    def _drop_lane(self, lane: int, why: str) -> None:
+        state = self._lanes.pop(lane)
+        if state.pending is not None:
+            self._orphans.append(state.pending)
+        logger.info("subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why)
+
+    # ------------------------------------------------------------------------------------------------ polling
+
+    def poll(self, timeout_ms: float = 0) -> RecordBatch:
+        """Records available now, or the first to arrive within ``timeout_ms``; empty when none came.
+
+        Raises:
+            DataLossError: the next records were overwritten (unless ``skip_data_loss``).
+            FormatError: a ring item is corrupt (named by stream, lane and sequence); ``seek`` past it to go on.
+            GridError: the grid failed.
+        """
+        if self._closed:
+            raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        with self._poll_lock:
+            while True:
+                self._wakeup.clear()
+                if self._active:
+                    self._sync_assignment()
+                    self._harvest()
+                    if self._has_buffered():
+                        break
+                    self._issue_reads()
+                    self._harvest()
+                    if self._has_buffered():
+                        break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wakeup.wait(remaining)
+            batch = self._take()
+            if self._active:
+                self._issue_reads()  # prefetch while the caller works on this batch
+            return batch
+
+    def _has_buffered(self) -> bool:
+        with self._lock:
+            return any(state.buffered for state in self._lanes.values())
+
+    def _issue_reads(self) -> None:
+        with self._lock:
+            self._orphans = [f for f in self._orphans if not f.done()]
+            for state in self._lanes.values():
+                if state.pending is not None or state.buffered >= self.max_poll_records:
+                    continue
+                count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
+                future = state.ring.read_many_async(state.fetch_seq, 1, count)
+                state.pending = future
+                state.pending_seq = state.fetch_seq
+                future.add_done_callback(self._on_read_done)
+
+    def _on_read_done(self, _future: Any) -> None:
+        self._wakeup.set()
+
+    def _harvest(self) -> None:
+        """Decode every finished read into buffered parts."""
+        with self._lock:
+            for state in list(self._lanes.values()):
+                future = state.pending
+                if future is None or not future.done():
+                    continue
+                state.pending = None
+                if state.pending_seq != state.fetch_seq:
+                    continue  # issued before a seek
+                where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
+                batch = Ring.to_batch(result(future, where))
+                if batch.items:
+                    self._accept(state, list(batch.items), list(batch.sequences))
+
+    def _accept(self, state: _Lane, items: list[Any], sequences: list[int]) -> None:
+        expected = state.fetch_seq
+        first = sequences[0]
+        if first > expected:
+            oldest = first_offset_of(first)
+            if not self.skip_data_loss:
+                raise DataLossError(self.stream, state.lane, requested=state.position, oldest_available=oldest)
+            self.skipped_items += first - expected
+            self.skips.append((state.lane, state.position, oldest))
+            logger.warning(
+                "stream %r lane %d: offsets %d..%d (ring items %d..%d) were overwritten before they were read; "
+                "skipped them (skip_data_loss is on)",
+                self.stream, state.lane, state.position, oldest - 1, expected, first - 1,
+            )
+            state.position = oldest
+        elif first < expected:
+            raise GridOperationError(
+                f"stream {self.stream!r} lane {state.lane}: asked for ring sequence {expected} but the lane now ends "
+                f"before it (its first answer is sequence {first}); was the stream deleted and recreated, or the grid "
+                f"restarted without persistence? Seek to a valid offset or open a new subscriber"
+            )
+        for item, seq in zip(items, sequences):
+            view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
+            start = 0
+            if seq == sequence_of(state.position):
+                start = min(index_of(state.position), view.count)
+            if start < view.count:
+                state.parts.append(BatchPart(self.stream, state.lane, seq, view, start, view.count))
+                state.buffered += view.count - start
+            elif seq == sequence_of(state.position):
+                state.position = first_offset_of(seq + 1)
+            state.fetch_seq = seq + 1
+
+    def _take(self) -> RecordBatch:
+        """Up to ``max_poll_records`` buffered records, lanes in rotation; lanes lost meanwhile are dropped."""
+        with self._lock:
+            lanes = sorted(self._lanes)
+            if not lanes:
+                return RecordBatch.empty()
+            rotation = [lane for lane in lanes if lane >= self._next_lane] + [lane for lane in lanes if lane < self._next_lane]
+            budget = self.max_poll_records
+            taken: dict[int, list[BatchPart]] = {}
+            for lane in rotation:
+                state = self._lanes[lane]
+                parts: list[BatchPart] = []
+                for part in state.parts:
+                    if budget <= 0:
+                        break
+                    if part.size > budget:
+                        part = BatchPart(part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget)
+                    parts.append(part)
+                    budget -= part.size
+                if parts:
+                    taken[lane] = parts
+                if budget <= 0:
+                    break
+            if not taken:
+                return RecordBatch.empty()
+            self._next_lane = (max(taken) + 1) % max(1, self.info.lanes)
+        if self._member is not None:
+            # Re-validate leases before delivering: a lane taken over meanwhile must not be delivered again.
+            for lane in list(taken):
+                if not self._member.is_current(lane):
+                    del taken[lane]
+                    with self._lock:
+                        if lane in self._lanes:
+                            self._drop_lane(lane, "lease lost before delivery")
+        out: list[BatchPart] = []
+        with self._lock:
+            for lane, parts in taken.items():
+                state = self._lanes.get(lane)
+                if state is None:
+                    continue
+                for part in parts:
+                    head = state.parts[0]
+                    if part.stop >= head.stop:
+                        state.parts.popleft()
+                    else:
+                        state.parts[0] = BatchPart(head.stream, head.lane, head.sequence, head.item, part.stop, head.stop)
+                    state.buffered -= part.size
+                    out.append(part)
+                last = parts[-1]
+                state.last_delivered = last.last_offset
+                state.position = (
+                    first_offset_of(last.sequence + 1)
+                    if last.stop >= last.item.count
+                    else last.sequence << INDEX_BITS | last.stop
+                )
+                state.dirty = True
+        batch = RecordBatch(out)
+        self.delivered_records += len(batch)
+        return batch
+
+    # ------------------------------------------------------------------------------------------------ offsets
+
+    def _lane_arg(self, lane: int | None, what: str) -> int:
+        if lane is None:
+            if self.info.lanes == 1:
+                return 0
+            raise ConfigError(
+                f"{what}: stream {self.stream!r} has {self.info.lanes} lanes; say which one (lane=...), or pass a "
+                f"Record"
+            )
+        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.info.lanes:
+            raise ConfigError(f"{what}: lane {lane!r} does not exist in stream {self.stream!r} (0..{self.info.lanes - 1})")
+        return lane
+
+    def position(self, lane: int | None = None) -> int:
+        """Offset of the next record this subscriber will deliver on ``lane``."""
+        lane = self._lane_arg(lane, "position")
+        with self._lock:
+            state = self._lanes.get(lane)
+            if state is None:
+                raise NotAssignedError(f"lane {lane} of stream {self.stream!r} is not assigned to this subscriber")
+            return state.position
+
+    def positions(self) -> dict[int, int]:
+        """``position`` of every lane this subscriber reads."""
+        with self._lock:
+            return {lane: state.position for lane, state in sorted(self._lanes.items())}
+
+    def last_offset(self, lane: int | None = None) -> int:
+        """Offset of the last record delivered on ``lane`` (-1 before the first)."""
+        lane = self._lane_arg(lane, "last_offset")
+        with self._lock:
+            state = self._lanes.get(lane)
+            return -1 if state is None else state.last_delivered
+
+    def confirm(self, offset: int | Record | None = None, *, lane: int | None = None) -> None:
+        """Grouped: store in the group that records were processed (synchronous, fenced).
+
+        ``confirm()`` confirms everything delivered so far on every lane (a no-op before the first delivery);
+        ``confirm(offset, lane=...)`` or ``confirm(record)`` confirms up to and including that record.
+
+        Raises:
+            GroupError: ungrouped subscriber. FencedError: the lane was taken over (nothing written).
+            ConfigError: an offset that was not delivered yet.
+        """
+        self._need_group("confirm")
+        if offset is None:
+            with self._lock:
+                todo = [(lane_, s.position) for lane_, s in sorted(self._lanes.items()) if s.dirty]
+            for lane_, position in todo:
+                self._member.confirm(lane_, position)
+                with self._lock:
+                    state = self._lanes.get(lane_)
+                    if state is not None and state.position == position:
+                        state.dirty = False
+            return
+        if isinstance(offset, Record):
+            lane, offset = offset.lane, offset.offset
+        lane = self._lane_arg(lane, "confirm")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
+        with self._lock:
+            state = self._lanes.get(lane)
+            last = -1 if state is None else state.last_delivered
+        if offset > last:
+            raise ConfigError(
+                f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
+                f"subscriber (last delivered: {last}); confirm only records you processed"
+            )
+        self._member.confirm(lane, offset + 1)
+
+    def seek(self, offset: int, *, lane: int | None = None) -> None:
+        """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).
+
+        Raises:
+            ConfigError: a negative offset or one past the lane's end.
+        """
+        if self._closed:
+            raise MeteorError(f"the subscriber of stream {self.stream!r} is closed")
+        lane = self._lane_arg(lane, "seek")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
+        ring = self._grid.ring(self.info.ring_names[lane])
+        end = ring.tail() + 1
+        if sequence_of(offset) > end:
+            raise ConfigError(
+                f"seek: offset {offset} (ring sequence {sequence_of(offset)}) is past the end of lane {lane} of "
+                f"stream {self.stream!r}, whose next offset is {first_offset_of(end)}"
+            )
+        if self._member is not None:
+            with self._lock:
+                if lane not in self._lanes:
+                    raise NotAssignedError(
+                        f"seek: lane {lane} of stream {self.stream!r} is not assigned to this member of group "
+                        f"{self.group!r}"
+                    )
+            self._member.seek(lane, offset)
+        with self._lock:
+            state = self._lanes[lane]
+            orphan = state.reset(offset)
+            if orphan is not None:
+                self._orphans.append(orphan)
+
+    # ------------------------------------------------------------------------------------------------ groups
+
+    def _need_group(self, what: str) -> None:
+        if self.group is None:
+            raise GroupError(
+                f"{what} needs a subscriber group: an ungrouped subscriber keeps its position locally; create it "
+                f"with group=... to store offsets in the grid"
+            )
+
+    def is_assigned(self) -> bool:
+        """Ungrouped: always True. Grouped: holds at least one lane."""
+        if self._member is None:
+            return self.group is None
+        return bool(self._member.assignment())
+
+    @property
+    def lanes(self) -> list[int]:
+        """The lanes this subscriber reads now."""
+        with self._lock:
+            return sorted(self._lanes)
+
+    @property
+    def member(self) -> Any:
+        """Grouped: the ``GroupMember`` (None when ungrouped or deactivated)."""
+        return self._member
+
+    def deactivate(self) -> None:
+        """Grouped: leave the group (its lanes go to other members); ``poll`` returns nothing until ``reactivate``.
+
+        Confirm what was processed first: unconfirmed records are read again by the next holder.
+        """
+        self._need_group("deactivate")
+        with self._poll_lock:
+            member, self._member = self._member, None
+            self._active = False
+            with self._lock:
+                for lane in list(self._lanes):
+                    self._drop_lane(lane, "deactivated")
+        if member is not None:
+            member.close()
+
+    def reactivate(self) -> None:
+        """Grouped: join the group again after ``deactivate``."""
+        self._need_group("reactivate")
+        with self._poll_lock:
+            if self._active:
+                return
+            self._join()
+            self._active = True
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------------------------------------ receiver
+
+    def attach_receiver(
+        self,
+        callback: RecordHandler,
+        poll_timeout_ms: float = 100,
+        *,
+        on_error: ErrorHandler | None = None,
+        per_batch: bool = False,
+    ) -> "Receiver":
+        """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber)."""
+        if self._receiver is not None and self._receiver.is_alive():
+            raise ConfigError(
+                f"the subscriber of stream {self.stream!r} already has a receiver; close it before attaching another"
+            )
+        self._receiver = Receiver(self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch)
+        return self._receiver
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    def metrics(self) -> dict[str, int]:
+        return {"delivered_records": self.delivered_records, "skipped_items": self.skipped_items}
+
+    def close(self) -> None:
+        """Stop the receiver, leave the group (grouped). Confirm what was processed before closing."""
+        if self._closed:
+            return
+        if self._receiver is not None:
+            self._receiver.close()
+        self._closed = True
+        self._wakeup.set()
+        with self._poll_lock:
+            member, self._member = self._member, None
+            with self._lock:
+                self._lanes.clear()
+        if member is not None:
+            member.close()
+
+    def __enter__(self) -> "Subscriber":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        kind = f"group {self.group!r}" if self.group else "ungrouped"
+        return f"Subscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
+
+
+class Receiver:
+    """Polls a subscriber on a background thread and hands each record (or batch) to a callback.
+
+    A callback that raises does not stop the receiver: the error goes to ``on_error(error, record)`` (default: logged
+    with its traceback) and is counted in ``errors``. Poll failures (grid errors, data loss) are reported the same
+    way, with ``record=None``, and polling resumes after a short pause.
+    """
+
+    def __init__(
+        self,
+        subscriber: Subscriber,
+        callback: RecordHandler,
+        poll_timeout_ms: float = 100,
+        *,
+        on_error: ErrorHandler | None = None,
+        per_batch: bool = False,
+    ) -> None:
+        if not callable(callback):
+            raise ConfigError(f"the receiver callback must be callable, got {callback!r}")
+        if isinstance(poll_timeout_ms, bool) or not isinstance(poll_timeout_ms, (int, float)) or poll_timeout_ms <= 0:
+            raise ConfigError(f"poll_timeout_ms must be a number > 0, got {poll_timeout_ms!r}")
+        self._subscriber = subscriber
+        self._callback = callback
+        self._timeout_ms = poll_timeout_ms
+        self._on_error = on_error
+        self._per_batch = per_batch
+        self._stop = threading.Event()
+        self.delivered = 0
+        self.errors = 0
+        self._thread = threading.Thread(
+            target=self._run, name=f"meteor-receiver-{subscriber.stream}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = self._subscriber.poll(self._timeout_ms)
+            except Exception as exc:  # noqa: BLE001 - reported, then polling resumes
+                if self._stop.is_set():
+                    return
+                self._report(exc, None)
+                self._stop.wait(min(1.0, self._timeout_ms / 1000.0))
+                continue
+            if not batch:
+                continue
+            if self._per_batch:
+                try:
+                    self._callback(batch)
+                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
+                    self._report(exc, None)
+                self.delivered += len(batch)
+                continue
+            for record in batch:
+                try:
+                    self._callback(record)
+                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
+                    self._report(exc, record)
+                self.delivered += 1
+
+    def _report(self, error: BaseException, record: Record | None) -> None:
+        self.errors += 1
+        if self._on_error is not None:
+            try:
+                self._on_error(error, record)
+                return
+            except Exception:  # noqa: BLE001
+                logger.exception("the receiver's on_error handler raised")
+        where = "" if record is None else f" at offset {record.offset} of lane {record.lane}"
+        logger.error("receiver of stream %r: %s%s", self._subscriber.stream, error, where, exc_info=error)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self, timeout_s: float | None = 10.0) -> None:
+        """Stop after the record being delivered; waits for the thread (unless called from the callback)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> "Receiver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,105 @@
+"""``meteor grid start|status``, connection errors, and the real console script in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from meteor_spark.grid import GridSettings
+
+Meteor = Callable[..., Any]
+METEOR = Path(sys.executable).with_name("meteor")
+
+
+def test_status_shows_members_and_streams(meteor: Meteor, grid_settings: GridSettings, unique_name: str) -> None:
+    assert meteor("streams", "create", unique_name).code == 0
+    status = meteor("grid", "status")
+    assert status.code == 0, status
+    assert f"cluster {grid_settings.cluster_name!r}" in status.out
+    assert "MEMBER" in status.out and "VERSION" in status.out
+    assert unique_name in status.out
+    assert "hz:impl:mapService" in status.out  # the stream metadata map at least
+
+
+def test_unreachable_grid_is_one_clear_line(meteor: Meteor) -> None:
+    run = meteor("--members", "127.0.0.1:1", "--connect-timeout", "1", "streams", "list", connect=False)
+    run.assert_user_error("could not connect to cluster 'dev' at 127.0.0.1:1", "meteor grid start")
+
+
+def test_wrong_cluster_name_is_one_clear_line(meteor: Meteor, grid_settings: GridSettings) -> None:
+    members = ",".join(grid_settings.members)
+    run = meteor("streams", "list", "-m", members, "--cluster-name", "no-such-cluster", "--connect-timeout", "1",
+                 connect=False)
+    run.assert_user_error("could not connect to cluster 'no-such-cluster'")
+
+
+def test_debug_shows_the_traceback(meteor: Meteor) -> None:
+    run = meteor("--debug", "-m", "127.0.0.1:1", "--connect-timeout", "1", "streams", "list", connect=False)
+    assert run.code == 1 and "Traceback" in run.err and "GridConnectionError" in run.err
+
+
+def test_bad_config_value_is_one_clear_line(meteor: Meteor, tmp_path: Path) -> None:
+    config = tmp_path / "meteor.toml"
+    config.write_text('[hazelcast]\nmembrs = "x:1"\n')
+    meteor("--config", str(config), "streams", "list", connect=False).assert_user_error(
+        "unknown option 'hazelcast.membrs'", "did you mean 'hazelcast.members'"
+    )
+
+
+def test_help_and_version(meteor: Meteor, capsys: pytest.CaptureFixture[str]) -> None:
+    assert meteor("--help", connect=False).code == 0
+    assert meteor("grid", "start", "--help", connect=False).code == 0
+    assert meteor("--version", connect=False).code == 0
+    unknown = meteor("frobnicate", connect=False)
+    assert unknown.code == 2 and "invalid choice: 'frobnicate'" in unknown.err
+
+
+def _start_member(*args: str) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        [str(METEOR), "grid", "start", "--port", "0", "--log-level", "WARNING", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()  # blocks until the member printed its address (or died)
+    assert first.startswith("listening on "), (first, process.stderr.read() if process.poll() is not None else "")
+    return process, first.split()[2]
+
+
+@pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
+def test_console_script_grid_start_status_and_sigterm(tmp_path: Path) -> None:
+    config = tmp_path / "meteor.toml"
+    config.write_text('[server]\ncluster-name = "from-toml"\n')
+    process, address = _start_member("--config", str(config))
+    try:
+        status = subprocess.run(
+            [str(METEOR), "grid", "status", "-m", address, "--cluster-name", "from-toml"],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert status.returncode == 0, status.stderr
+        assert address in status.stdout
+        assert "cluster 'from-toml'" in status.stdout
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert code == 0  # a clean stop on SIGTERM
+
+
+@pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
+def test_console_script_reports_user_errors_without_traceback() -> None:
+    done = subprocess.run(
+        [str(METEOR), "streams", "list", "-m", "127.0.0.1:1", "--connect-timeout", "1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith("meteor streams: error: could not connect")
+    assert "Traceback" not in done.stderr

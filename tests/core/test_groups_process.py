@@ -1,0 +1,174 @@
+"""A group member in another process is SIGKILLed; its lanes are taken over and resume at the confirmed offset."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.groups import GroupMember
+from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.testing import wait_until
+
+# The child joins the group first (so it holds every lane), confirms one offset per lane, reports, then idles with
+# its renewal thread running until it is killed.
+MEMBER_CHILD = r"""
+import json, sys, threading
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.groups import GroupMember
+from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.streams import open_stream
+
+address, cluster, stream, group = sys.argv[1:5]
+grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
+member = GroupMember(grid, open_stream(grid, stream), group, member_id="child", lease_ms=600)
+member.start()
+confirmed = {}
+for lane in member.assignment():
+    member.confirm(lane, make_offset(10 + lane, lane))
+    confirmed[lane] = member.confirmed(lane)
+print(json.dumps(confirmed), flush=True)
+threading.Event().wait()
+"""
+
+
+# The child subscribes in group "g" (it starts first, so it reads both lanes), confirms what its first polls
+# delivered, reads a few more records WITHOUT confirming them, reports both, then idles until it is killed.
+SUBSCRIBER_CHILD = r"""
+import json, sys, threading
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.testing import wait_until
+
+address, cluster, stream, group = sys.argv[1:5]
+grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
+sub = Subscriber(grid, stream, group=group, member_id="child", lease_ms=600, initial_offset_scheme="earliest",
+                 max_poll_records=3)
+confirmed, unconfirmed = [], []
+wait_until(lambda: confirmed.extend(r.value.decode() for r in sub.poll(100)) or len(confirmed) >= 4, 30)
+sub.confirm()
+wait_until(lambda: unconfirmed.extend(r.value.decode() for r in sub.poll(100)) or len(unconfirmed) >= 2, 30)
+print(json.dumps({"confirmed": confirmed, "unconfirmed": unconfirmed}), flush=True)
+threading.Event().wait()
+"""
+
+
+class Child:
+    """A Python child process whose stdout lines are read with a deadline."""
+
+    def __init__(self, script: str, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def read_line(self, timeout_s: float = 60.0) -> str:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
+            if ready:
+                line = self.process.stdout.readline()
+                if line:
+                    return line
+            if self.process.poll() is not None:
+                break
+        stderr = self.process.stderr.read() if self.process.poll() is not None and self.process.stderr else ""
+        raise AssertionError(f"child printed nothing within {timeout_s:g} s (exit {self.process.poll()}): {stderr}")
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.kill()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def child_args(grid_settings: GridSettings) -> tuple[str, str]:
+    return grid_settings.members[0], grid_settings.cluster_name
+
+
+@pytest.fixture
+def stream4(grid: Grid, unique_name: str) -> StreamInfo:
+    return open_stream(grid, StreamConfig(unique_name, lanes=4, capacity=100))
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    made: list[Child] = []
+    yield made
+    for child in made:
+        child.close()
+
+
+def test_sigkilled_member_process_lanes_are_taken_over_at_the_confirmed_offsets(
+    grid: Grid, stream4: StreamInfo, child_args: tuple[str, str], children: list[Child]
+) -> None:
+    child = Child(MEMBER_CHILD, *child_args, stream4.name, "g")
+    children.append(child)
+    confirmed = {int(lane): offset for lane, offset in json.loads(child.read_line()).items()}
+    assert confirmed == {lane: make_offset(10 + lane, lane) for lane in range(4)}
+
+    # want="all": a standby that never takes a live lease (a balanced one would get half the lanes handed over).
+    survivor = GroupMember(grid, stream4, "g", member_id="survivor", lease_ms=600, want="all")
+    survivor.start()
+    try:
+        assert survivor.assignment() == {}  # the child's leases are live: nothing is stolen
+        child.kill()  # no close(), no release: the leases just stop being renewed
+        wait_until(lambda: len(survivor.assignment()) == 4, 20, message="survivor holds all 4 lanes")
+        assert {lane: survivor.confirmed(lane) for lane in range(4)} == confirmed
+        for lane in range(4):
+            assert survivor.is_current(lane)
+            survivor.confirm(lane, make_offset(20, 0))
+    finally:
+        survivor.close()
+
+
+def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_are_redelivered(
+    grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
+    published = [f"r{i}" for i in range(12)]
+    with Publisher(grid, info.name, max_batch_records=2) as publisher:  # several items per lane
+        publisher.publish_many([Record(v.encode(), lane=i % 2) for i, v in enumerate(published)]).result(30)
+
+    child = Child(SUBSCRIBER_CHILD, *child_args, info.name, "g")
+    children.append(child)
+    report = json.loads(child.read_line())
+    confirmed, unconfirmed = report["confirmed"], report["unconfirmed"]
+    child.kill()
+
+    with Subscriber(grid, info.name, group="g", member_id="survivor", lease_ms=600) as survivor:
+        received: list[str] = []
+        expected = len(published) - len(confirmed)
+        wait_until(
+            lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
+            30, message=f"{expected} records redelivered",
+        )
+        # Everything after the confirmed offsets, each once, per lane in publish order; nothing confirmed again.
+        assert sorted(received, key=lambda v: int(v[1:])) == [v for v in published if v not in confirmed]
+        for lane in (0, 1):
+            lane_values = [v for v in received if int(v[1:]) % 2 == lane]
+            assert lane_values == sorted(lane_values, key=lambda v: int(v[1:]))
+        assert set(unconfirmed) <= set(received)  # read but not confirmed: at least once
+        survivor.confirm()
+        assert survivor.member is not None
+        assert {lane: survivor.member.confirmed(lane) for lane in (0, 1)} == survivor.positions()

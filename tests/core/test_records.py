@@ -1,0 +1,223 @@
+"""The ring-item wire format and its Arrow conversion (unit tests, no grid)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
+from meteor_spark.offsets import make_offset
+from meteor_spark.records import (
+    ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
+    FLAG_LZ4,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    MAGIC,
+    BatchPart,
+    Record,
+    RecordBatch,
+    decode_batch,
+    decode_item,
+    encode_batch,
+    encode_batch_v0,
+    encode_columns,
+    encode_prepared,
+    items_to_arrow,
+    prepare_columns,
+)
+
+
+def _records() -> list[Record]:
+    return [
+        Record(
+            value=f"value-{i}".encode() * (i % 4),
+            key=None if i % 3 == 0 else f"key-{i}".encode(),
+            headers=(("trace", f"t{i}".encode()), ("ünï", b"\x00\xff")) if i % 2 else (),
+            timestamp_ms=1_700_000_000_000 + i * 7,
+        )
+        for i in range(50)
+    ]
+
+
+def _same(a: Record, b: Record) -> bool:
+    return (a.value, a.key, a.headers, a.timestamp_ms) == (b.value, b.key, b.headers, b.timestamp_ms)
+
+
+def test_round_trip_keeps_every_field_and_assigns_offsets() -> None:
+    records = _records()
+    item = encode_batch(records, producer_id=42, producer_seq=7, compression="none")
+    batch = decode_batch(item, stream="orders", lane=3, sequence=9)
+    assert len(batch) == len(records)
+    for i, (got, sent) in enumerate(zip(batch, records)):
+        assert _same(got, sent)
+        assert (got.offset, got.lane, got.stream) == (make_offset(9, i), 3, "orders")
+    view = decode_item(item, stream="orders", lane=3, sequence=9)
+    assert (view.producer_id, view.producer_seq, view.version) == (42, 7, FORMAT_VERSION)
+
+
+def test_plain_values_and_uniform_timestamps_need_no_optional_columns() -> None:
+    item = encode_columns([b"a", b"", b"ccc"], timestamps=123, producer_id=1, producer_seq=2, compression="none")
+    flags = item[5]
+    assert flags == 0  # no keys, no headers, no per-record timestamps
+    batch = decode_batch(item, stream="s", lane=0, sequence=0)
+    assert [(r.value, r.key, r.headers, r.timestamp_ms) for r in batch] == [
+        (b"a", None, (), 123), (b"", None, (), 123), (b"ccc", None, (), 123)
+    ]
+
+
+def test_lz4_is_used_above_the_threshold_and_only_when_it_shrinks() -> None:
+    values = [b"x" * 100] * 100
+    small = encode_columns(values[:2], timestamps=0, producer_id=0, producer_seq=0, compression_threshold=10_000)
+    assert not small[5] & FLAG_LZ4
+    big = encode_columns(values, timestamps=0, producer_id=0, producer_seq=0, compression_threshold=1024)
+    assert big[5] & FLAG_LZ4
+    assert len(big) < 100 * 100 / 4
+    assert decode_batch(big, stream="s", lane=0, sequence=0).values() == values
+    random = [bytes(np.random.default_rng(1).integers(0, 256, 2000, dtype=np.uint8))]
+    incompressible = encode_columns(random, timestamps=0, producer_id=0, producer_seq=0, compression_threshold=0)
+    assert not incompressible[5] & FLAG_LZ4
+    none = encode_columns(values, timestamps=0, producer_id=0, producer_seq=0, compression="none")
+    assert not none[5] & FLAG_LZ4
+
+
+def test_prepared_pieces_concatenate_into_one_item() -> None:
+    a = prepare_columns([b"a1", b"a2"], timestamps=5)
+    b = prepare_columns([b"b1"], keys=[b"k"], headers=[(("h", b"v"),)], timestamps=[9])
+    item = encode_prepared([a, b], producer_id=0, producer_seq=0)
+    got = [(r.value, r.key, r.headers, r.timestamp_ms) for r in decode_batch(item, stream="s", lane=0, sequence=0)]
+    assert got == [(b"a1", None, (), 5), (b"a2", None, (), 5), (b"b1", b"k", (("h", b"v"),), 9)]
+
+
+def test_encoding_rejects_bad_input_naming_the_record() -> None:
+    with pytest.raises(ConfigError, match="record 1: value is a str"):
+        encode_columns([b"ok", "text"], timestamps=0, producer_id=0, producer_seq=0)  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="1..65536 records"):
+        encode_columns([], timestamps=0, producer_id=0, producer_seq=0)
+    with pytest.raises(ConfigError, match="compression 'zstd'"):
+        encode_columns([b"x"], timestamps=0, producer_id=0, producer_seq=0, compression="zstd")
+    with pytest.raises(ConfigError, match="headers must be"):
+        encode_columns([b"x"], headers=[((b"k", b"v"),)], timestamps=0, producer_id=0, producer_seq=0)  # type: ignore[list-item]
+
+
+def test_newer_format_version_asks_for_an_upgrade() -> None:
+    item = bytearray(encode_columns([b"x"], timestamps=0, producer_id=0, producer_seq=0))
+    item[4] = FORMAT_VERSION + 1
+    with pytest.raises(UnsupportedFormatVersionError, match=r"version 2.*upgrade meteor-spark") as info:
+        decode_item(bytes(item), stream="orders", lane=1, sequence=77)
+    assert "stream 'orders' lane 1 sequence 77" in str(info.value)
+
+
+def test_legacy_version_0_items_are_upgraded_on_read() -> None:
+    item = encode_batch_v0([b"old-1", b"", b"old-3"])
+    assert item[:4] == MAGIC and item[4] == 0
+    batch = decode_batch(item, stream="s", lane=0, sequence=4)
+    assert [(r.value, r.key, r.timestamp_ms, r.offset) for r in batch] == [
+        (b"old-1", None, None, make_offset(4, 0)),
+        (b"", None, None, make_offset(4, 1)),
+        (b"old-3", None, None, make_offset(4, 2)),
+    ]
+    table = items_to_arrow([item], [4], stream="s", lane=0, include_headers=True)
+    assert table.schema == ARROW_SCHEMA_WITH_HEADERS
+    assert table.column("timestamp").null_count == 3
+    assert table.column("value").to_pylist() == [b"old-1", b"", b"old-3"]
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[:HEADER_SIZE - 3], "truncated ring item"),
+        (lambda b: b[:-1], "announces"),
+        (lambda b: b[:HEADER_SIZE + 4] + bytes([b[HEADER_SIZE + 4] ^ 0x40]) + b[HEADER_SIZE + 5:], "checksum"),
+        (lambda b: b"XXXX" + b[4:], "bad magic"),
+        (lambda b: b"", "bad magic"),
+    ],
+)
+def test_corrupt_items_raise_format_error_naming_stream_lane_and_sequence(damage, message) -> None:  # type: ignore[no-untyped-def]
+    item = encode_batch(_records(), producer_id=0, producer_seq=0)
+    with pytest.raises(FormatError, match=message) as info:
+        decode_item(damage(item), stream="pay", lane=2, sequence=1234)
+    assert "stream 'pay' lane 2 sequence 1234" in str(info.value)
+
+
+def test_a_consistent_checksum_does_not_hide_inconsistent_lengths() -> None:
+    # Rewrite the first value length and fix the checksum: the structural checks still catch it.
+    item = bytearray(encode_columns([b"abc", b"de"], timestamps=0, producer_id=0, producer_seq=0, compression="none"))
+    struct.pack_into("<i", item, HEADER_SIZE, 99)
+    crc = zlib.crc32(bytes(item[HEADER_SIZE:]), zlib.crc32(bytes(item[:HEADER_SIZE - 4])))
+    struct.pack_into("<I", item, HEADER_SIZE - 4, crc)
+    with pytest.raises(FormatError, match="too short"):
+        decode_item(bytes(item), stream="s", lane=0, sequence=0)
+
+
+def test_arrow_schema_is_exactly_the_contract() -> None:
+    assert ARROW_SCHEMA == pa.schema(
+        [
+            pa.field("key", pa.binary(), nullable=True),
+            pa.field("value", pa.binary(), nullable=True),
+            pa.field("stream", pa.string(), nullable=True),
+            pa.field("lane", pa.int32(), nullable=True),
+            pa.field("offset", pa.int64(), nullable=True),
+            pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
+        ]
+    )
+    element = pa.struct([pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary(), nullable=True)])
+    headers = pa.field("headers", pa.list_(pa.field("element", element, nullable=True)), nullable=True)
+    assert ARROW_SCHEMA_WITH_HEADERS == ARROW_SCHEMA.append(headers)
+    assert ARROW_SCHEMA_WITH_HEADERS.field("headers").type.value_field.name == "element"
+
+
+def test_items_to_arrow_matches_the_records_and_validates() -> None:
+    records = _records()
+    items = [
+        encode_batch(records[:20], producer_id=1, producer_seq=0),
+        encode_batch(records[20:], producer_id=1, producer_seq=1),
+    ]
+    batch = items_to_arrow(items, [5, 6], stream="orders", lane=2, include_headers=True)
+    batch.validate(full=True)
+    assert batch.schema == ARROW_SCHEMA_WITH_HEADERS
+    rows = batch.to_pylist()
+    assert len(rows) == 50
+    for i, (row, sent) in enumerate(zip(rows, records)):
+        assert row["value"] == sent.value and row["key"] == sent.key
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(sent.headers)
+        assert row["stream"] == "orders" and row["lane"] == 2
+        assert row["offset"] == (make_offset(5, i) if i < 20 else make_offset(6, i - 20))
+        assert int(row["timestamp"].timestamp() * 1000) == sent.timestamp_ms
+    without = items_to_arrow(items, [5, 6], stream="orders", lane=2, include_headers=False)
+    assert without.schema == ARROW_SCHEMA
+    assert without.column("key").null_count == sum(1 for r in records if r.key is None)
+
+
+def test_items_to_arrow_resumes_mid_item_with_first_offset() -> None:
+    item = encode_columns([b"a", b"b", b"c"], timestamps=0, producer_id=0, producer_seq=0)
+    batch = items_to_arrow([item, item], [8, 9], stream="s", lane=0, include_headers=False, first_offset=make_offset(8, 2))
+    assert batch.column("value").to_pylist() == [b"c", b"a", b"b", b"c"]
+    assert batch.column("offset").to_pylist() == [make_offset(8, 2), make_offset(9, 0), make_offset(9, 1), make_offset(9, 2)]
+    past_end = items_to_arrow([item], [8], stream="s", lane=0, include_headers=False, first_offset=make_offset(8, 5))
+    assert past_end.num_rows == 0 and past_end.schema == ARROW_SCHEMA
+    with pytest.raises(ConfigError, match="first_offset"):
+        items_to_arrow([item], [8], stream="s", lane=0, include_headers=False, first_offset=make_offset(7, 0))
+
+
+def test_record_batch_is_a_lazy_sequence_over_parts_of_several_lanes() -> None:
+    item = encode_columns([b"a", b"b", b"c"], timestamps=1, producer_id=0, producer_seq=0)
+    view = decode_item(item, stream="s", lane=0, sequence=0)
+    batch = RecordBatch([BatchPart("s", 0, 3, view, 1, 3), BatchPart("s", 1, 0, view, 0, 2)])
+    assert len(batch) == 4
+    assert batch[0].value == b"b" and batch[0].offset == make_offset(3, 1)
+    assert batch[-1].value == b"b" and batch[-1].lane == 1
+    assert [r.value for r in batch] == [b"b", b"c", b"a", b"b"]
+    assert batch.first().value == b"b" and batch.last().offset == make_offset(0, 1)
+    assert batch.last_offsets() == {0: make_offset(3, 2), 1: make_offset(0, 1)}
+    table = batch.to_arrow()
+    assert table.column("lane").to_pylist() == [0, 0, 1, 1]
+    assert table.column("offset").to_pylist() == [r.offset for r in batch]
+    empty = RecordBatch.empty()
+    assert len(empty) == 0 and not empty and empty.to_arrow().num_rows == 0
+    with pytest.raises(IndexError):
+        empty.first()

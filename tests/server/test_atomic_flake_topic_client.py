@@ -1,0 +1,145 @@
+"""AtomicLong (CP unsafe mode), FlakeIdGenerator and Topic through the official client over TCP.
+
+Runs against the ``grid_settings`` grid (embedded, or a real Hazelcast 5.x member without CP members), so only
+Hazelcast's documented behaviour is asserted. The "CP Subsystem is not enabled!" mode is an engine switch, tested at
+the engine level at the end of this file.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import hazelcast
+import pytest
+from hazelcast.errors import DistributedObjectDestroyedError
+
+from meteor_spark.grid import GridSettings
+from meteor_spark.server.engine import ManualClock
+from meteor_spark.server.engine.atomics import Atomics, CpMode, CpSubsystemNotEnabled, GroupId
+from meteor_spark.server.engine.flake_ids import EPOCH_START_MS, FlakeIds
+from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
+from meteor_spark.testing import wait_until
+
+LONG_MAX = (1 << 63) - 1
+LONG_MIN = -(1 << 63)
+
+
+@pytest.fixture(scope="module")
+def client(grid_settings: GridSettings) -> Iterator[Any]:
+    c = hazelcast.HazelcastClient(**grid_settings.client_config())
+    yield c
+    c.shutdown()
+
+
+def test_atomic_long_operations(client: Any, unique_name: str) -> None:
+    counter = client.cp_subsystem.get_atomic_long(unique_name).blocking()
+    assert counter.get() == 0
+    assert counter.increment_and_get() == 1
+    assert counter.add_and_get(10) == 11
+    assert counter.get_and_add(5) == 11
+    assert counter.get_and_increment() == 16
+    assert counter.decrement_and_get() == 16
+    assert counter.get_and_set(100) == 16
+    counter.set(7)
+    assert counter.compare_and_set(6, 1) is False
+    assert counter.compare_and_set(7, 1) is True
+    assert counter.get() == 1
+    counter.set(LONG_MAX)
+    assert counter.increment_and_get() == LONG_MIN  # Java long overflow
+    other = client.cp_subsystem.get_atomic_long(unique_name + "@default").blocking()
+    assert other.get() == LONG_MIN  # "@default" names the same object
+
+
+def test_atomic_long_groups_are_separate_namespaces(client: Any, unique_name: str) -> None:
+    a = client.cp_subsystem.get_atomic_long(unique_name).blocking()
+    b = client.cp_subsystem.get_atomic_long(f"{unique_name}@group-b").blocking()
+    a.set(1)
+    b.set(2)
+    assert (a.get(), b.get()) == (1, 2)
+
+
+def test_destroyed_atomic_long_cannot_be_used(client: Any, unique_name: str) -> None:
+    counter = client.cp_subsystem.get_atomic_long(unique_name).blocking()
+    counter.set(5)
+    counter.destroy()
+    with pytest.raises(DistributedObjectDestroyedError):
+        counter.get()
+    with pytest.raises(DistributedObjectDestroyedError):
+        client.cp_subsystem.get_atomic_long(unique_name).blocking().increment_and_get()
+
+
+def test_flake_ids_are_unique_and_ordered(client: Any, unique_name: str) -> None:
+    generator = client.get_flake_id_generator(unique_name).blocking()
+    ids = [generator.new_id() for _ in range(300)]  # more than one prefetched batch (100)
+    assert len(set(ids)) == 300
+    assert ids == sorted(ids)
+    assert all(b - a == 1 << 16 for a, b in zip(ids[:99], ids[1:100]))  # within a batch: 65536 apart
+    timestamp_ms = (ids[0] >> 22) + EPOCH_START_MS
+    assert abs(timestamp_ms - time.time() * 1000) < 60_000  # ids carry the member's clock
+
+
+def test_topic_delivers_in_order_with_member_and_time(client: Any, unique_name: str) -> None:
+    topic = client.get_topic(unique_name).blocking()
+    received: list[Any] = []
+    registration = topic.add_listener(received.append)
+    before_ms = time.time() * 1000
+    for i in range(20):
+        topic.publish(f"m{i}")
+    topic.publish_all(["x", "y"])
+    wait_until(lambda: len(received) >= 22, message="22 topic messages")
+    assert [message.message for message in received] == [f"m{i}" for i in range(20)] + ["x", "y"]
+    assert all(message.member is not None for message in received)
+    assert all(message.publish_time * 1000 >= before_ms - 60_000 for message in received)
+    assert topic.remove_listener(registration) is True
+    assert topic.remove_listener(registration) is False
+
+
+def test_removed_topic_listener_gets_nothing(client: Any, unique_name: str) -> None:
+    topic = client.get_topic(unique_name).blocking()
+    removed: list[Any] = []
+    kept: list[Any] = []
+    registration = topic.add_listener(removed.append)
+    topic.add_listener(kept.append)
+    topic.remove_listener(registration)
+    topic.publish("after")
+    wait_until(lambda: kept, message="the remaining listener's message")
+    assert removed == []
+
+
+# ---------------------------------------------------------------------------------------------- engine level
+
+
+def test_cp_disabled_mode_refuses_like_newer_hazelcast() -> None:
+    atomics = Atomics(CpMode.DISABLED)
+    with pytest.raises(CpSubsystemNotEnabled, match="CP Subsystem is not enabled!") as raised:
+        atomics.create_group("counter")
+    assert raised.value.code == 18
+
+
+def test_atomic_engine_details() -> None:
+    atomics = Atomics()
+    group = atomics.create_group("c@grp")
+    assert (group.name, group.seed) == ("grp", 0)
+    assert atomics.create_group("c") == GroupId("default", 0, atomics.create_group("d").id)
+    with pytest.raises(IllegalArgument, match="metadata"):
+        atomics.create_group("c@METADATA")
+    with pytest.raises(UnsupportedOperation, match="IFunction"):
+        atomics.apply_function(group, "c")
+    atomics.destroy(group, "hz:raft:atomicLongService", "c")
+    with pytest.raises(DistributedObjectDestroyed, match=r"AtomicLong\[c\] is already destroyed!"):
+        atomics.get(group, "c")
+
+
+def test_flake_id_algorithm() -> None:
+    clock = ManualClock(wall_ms=EPOCH_START_MS + 1000)
+    flakes = FlakeIds(clock, node_id=3)
+    first = flakes.new_id_batch("f", 10)
+    assert first.base == ((1000 << 6) << 16) | 3 and first.increment == 1 << 16 and first.wait_ms == 0
+    second = flakes.new_id_batch("f", 100)  # same millisecond: continues after the first batch
+    assert second.base == (((1000 << 6) + 10) << 16) | 3
+    assert flakes.new_id_batch("other", 1).base == first.base  # generators are independent
+    with pytest.raises(IllegalArgument, match="batchSize"):
+        flakes.new_id_batch("f", 0)
+    ahead = FlakeIds(clock, allowed_future_ms=1)
+    assert ahead.new_id_batch("f", 64 * 5).wait_ms == 4  # 5 ms worth of ids, 1 ms allowed ahead

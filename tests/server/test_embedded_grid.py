@@ -1,0 +1,123 @@
+"""EmbeddedGrid lifecycle and ``python -m meteor_spark.server`` (our own member's process and bind address)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.server import EmbeddedGrid, RingConfig
+from meteor_spark.server.member import READY_LINE, parse_ring_config
+
+pytestmark = pytest.mark.embedded_only
+
+
+def test_thread_mode_start_stop_on_an_ephemeral_port() -> None:
+    member = EmbeddedGrid()
+    with pytest.raises(RuntimeError, match="not started"):
+        member.address
+    member.start()
+    try:
+        host, port = member.address.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+        assert member.pid is None
+        with Grid(GridSettings(members=(member.address,))) as grid:
+            assert grid.ring("r").add(b"x") == 0
+    finally:
+        member.stop()
+    assert not member.running
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", int(port))) != 0, "nothing listens after stop()"
+    member.stop()  # idempotent
+
+
+def test_process_mode_kill_and_restart_on_the_same_port() -> None:
+    with EmbeddedGrid(process=True, ring_configs=[RingConfig("small*", capacity=2)]) as member:
+        assert member.pid is not None and member.pid != os.getpid()
+        address = member.address
+        with Grid(GridSettings(members=(address,))) as grid:
+            assert grid.ring("small-1").add(b"x") == 0
+            assert grid.client.get_ringbuffer("small-1").blocking().capacity() == 2
+        member.kill()
+        assert not member.running
+        member.restart()
+        assert member.address == address
+        with Grid(GridSettings(members=(address,))) as grid:
+            assert grid.ring("small-1").add(b"y") == 0, "memory-only member starts empty"
+    assert not member.running
+
+
+def test_binds_loopback_by_default() -> None:
+    with EmbeddedGrid() as member:
+        port = member.port
+        assert member.address.startswith("127.0.0.1:")
+        addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+        outside = [a for a in addresses if not a.startswith("127.")]
+        for address in outside:
+            with socket.socket() as probe:
+                probe.settimeout(1)
+                assert probe.connect_ex((address, port)) != 0, f"member reachable on {address}"
+
+
+def test_port_already_in_use_is_a_clear_error() -> None:
+    with EmbeddedGrid() as first:
+        with pytest.raises(RuntimeError, match=f"could not start on 127.0.0.1:{first.port}"):
+            EmbeddedGrid(port=first.port).start()
+
+
+def test_password_is_not_in_repr_nor_command_line() -> None:
+    with EmbeddedGrid(process=True, username="u", password="hunter2") as member:
+        assert "hunter2" not in repr(member) and "hunter2" not in repr(member.options)
+        with open(f"/proc/{member.pid}/cmdline", "rb") as cmdline:
+            assert b"hunter2" not in cmdline.read()
+        with Grid(GridSettings(members=(member.address,), username="u", password="hunter2")) as grid:
+            assert grid.ring("r").size() == 0
+        assert member.log_path is not None
+    with open(member.log_path, encoding="utf-8") as log:
+        assert "hunter2" not in log.read()
+
+
+def test_python_dash_m_prints_the_address_and_exits_cleanly_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "meteor_spark.server", "--port", "0", "--cluster-name", "c1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().decode().strip()
+        match = READY_LINE.match(line)
+        assert match, line
+        assert match["cluster"] == "c1" and int(match["pid"]) == process.pid
+        with Grid(GridSettings(members=(match["address"],), cluster_name="c1")) as grid:
+            assert grid.ring("r").add(b"x") == 0
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_bad_arguments_exit_with_an_error_message() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "meteor_spark.server", "--port", "0", "--username", "u"],
+        capture_output=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "METEOR_GRID_PASSWORD"},
+    )
+    assert result.returncode == 2
+    assert b"username and password go together" in result.stderr
+
+
+def test_ring_config_argument_parsing() -> None:
+    assert parse_ring_config("meteor.stream::o.*:capacity=5,ttl=3") == RingConfig("meteor.stream::o.*", capacity=5, ttl_s=3)
+    with pytest.raises(ValueError, match="unknown setting 'size'"):
+        parse_ring_config("x:size=3")
+    with pytest.raises(ValueError, match="capacity must be an integer"):
+        parse_ring_config("x:capacity=lots")

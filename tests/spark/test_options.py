@@ -1,0 +1,211 @@
+"""Options, offsets, partition planning and rate limiting of format("meteor"): plain Python, no Spark session."""
+
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from meteor_spark.errors import ConfigError
+from meteor_spark.grid import GridSettings
+from meteor_spark.records import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS
+from meteor_spark.spark.datasource import SOURCE_SCHEMA, SOURCE_SCHEMA_WITH_HEADERS, MeteorDataSource
+from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.options import (
+    OPTION_TABLE,
+    OffsetSpec,
+    SinkOptions,
+    SourceOptions,
+    describe_options,
+    parse_duration_ms,
+)
+from meteor_spark.spark.reader import LaneRange, MeteorStreamReader, plan_partitions, rate_limit
+
+
+def test_defaults_follow_kafka() -> None:
+    stream = SourceOptions.parse({"stream": "orders"})
+    batch = SourceOptions.parse({"stream": "orders"}, batch=True)
+    assert stream.streams == ("orders",)
+    assert stream.starting.spec is OffsetSpec.LATEST
+    assert batch.starting.spec is OffsetSpec.EARLIEST
+    assert batch.ending.spec is OffsetSpec.LATEST
+    assert stream.fail_on_data_loss is True
+    assert stream.include_headers is False
+    assert stream.max_trigger_delay_ms == 15 * 60 * 1000
+    assert stream.grid == GridSettings()
+
+
+def test_keys_are_case_insensitive_and_typed() -> None:
+    options = SourceOptions.parse(
+        {
+            "STREAM": "a, b",
+            "maxoffsetspertrigger": "10",
+            "MinOffsetsPerTrigger": "2",
+            "maxTriggerDelay": "30s",
+            "minPartitions": "4",
+            "maxOffsetsPerPartition": "100",
+            "failOnDataLoss": "false",
+            "includeHeaders": "TRUE",
+            "group": "billing",
+            "groupLeaseMs": "2000",
+            "hazelcast.members": "10.0.0.1:5701,10.0.0.2:5701",
+            "hazelcast.clusterName": "prod",
+        }
+    )
+    assert options.streams == ("a", "b")
+    assert (options.max_offsets_per_trigger, options.min_offsets_per_trigger) == (10, 2)
+    assert options.max_trigger_delay_ms == 30_000
+    assert (options.min_partitions, options.max_offsets_per_partition) == (4, 100)
+    assert options.fail_on_data_loss is False and options.include_headers is True
+    assert options.group == "billing" and options.group_lease_ms == 2000
+    assert options.grid.members == ("10.0.0.1:5701", "10.0.0.2:5701")
+    assert options.grid.cluster_name == "prod"
+
+
+def test_path_from_load_is_the_stream() -> None:
+    assert SourceOptions.parse({"path": "orders"}).streams == ("orders",)
+    with pytest.raises(ConfigError, match="disagree"):
+        SourceOptions.parse({"path": "orders", "stream": "other"})
+
+
+def test_unknown_option_suggests_the_closest_name() -> None:
+    with pytest.raises(ConfigError, match=r"unknown read option 'maxoffsetpertrigger'.*did you mean 'maxOffsetsPerTrigger'"):
+        SourceOptions.parse({"stream": "s", "maxOffsetPerTrigger": "5"})
+    with pytest.raises(ConfigError, match="maxOffsetsPerPartition"):
+        SourceOptions.parse({"stream": "s", "maxRecordsPerPartition": "5"})
+    with pytest.raises(ConfigError, match="hazelcast.clusterName"):
+        SourceOptions.parse({"stream": "s", "hazelcast.clustername2": "x"})
+    with pytest.raises(ConfigError, match="unknown write option 'startingoffsets'"):
+        SinkOptions.parse({"stream": "s", "startingOffsets": "earliest"})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "option 'stream' is required"),
+        ({"stream": "a,,b"}, "empty stream name"),
+        ({"stream": "a,a"}, "names a stream twice"),
+        ({"stream": "s", "maxOffsetsPerTrigger": "0"}, r"'maxOffsetsPerTrigger': expected a whole number > 0, got '0'"),
+        ({"stream": "s", "maxOffsetsPerTrigger": "ten"}, "got 'ten'"),
+        ({"stream": "s", "failOnDataLoss": "maybe"}, r"'failOnDataLoss': expected true or false, got 'maybe'"),
+        ({"stream": "s", "maxTriggerDelay": "soon"}, "expected a duration like 15m"),
+        ({"stream": "s", "startingOffsets": "oldest"}, r"expected earliest, latest, group or per-lane JSON"),
+        ({"stream": "s", "startingOffsets": "{bad"}, "not valid JSON"),
+        ({"stream": "s", "startingOffsets": '{"s": {"x": 1}}'}, "lane 'x' is not a lane number"),
+        ({"stream": "s", "startingOffsets": '{"s": {"0": -3}}'}, "expected a ring sequence >= 0"),
+        ({"stream": "s", "startingOffsets": '{"t": {"0": 1}}'}, "that option 'stream' does not read"),
+        ({"stream": "s", "startingOffsets": "group"}, "needs option 'group'"),
+        ({"stream": "s", "endingOffsets": "latest"}, "applies to batch reads only"),
+        ({"stream": "s", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}, "larger than maxOffsetsPerTrigger"),
+        ({"stream": "s", "group": " "}, "option 'group' is empty"),
+    ],
+)
+def test_invalid_stream_options_name_option_value_and_fix(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SourceOptions.parse(options)
+
+
+def test_streaming_only_options_are_rejected_by_batch_reads() -> None:
+    with pytest.raises(ConfigError, match="'maxOffsetsPerTrigger' applies to streaming reads only"):
+        SourceOptions.parse({"stream": "s", "maxOffsetsPerTrigger": "5"}, batch=True)
+    parsed = SourceOptions.parse({"stream": "s", "endingOffsets": '{"s": {"0": 7, "1": -1}}'}, batch=True)
+    assert parsed.ending.lanes == {"s": {0: 7, 1: -1}}
+
+
+def test_sink_options() -> None:
+    sink = SinkOptions.parse({"path": "out", "checkpointLocation": "/tmp/cp"})
+    assert sink.stream == "out" and sink.sink_id == "/tmp/cp" and sink.create_stream
+    assert SinkOptions.parse({"sinkId": "mine", "checkpointlocation": "/tmp/cp"}).sink_id == "mine"
+    assert SinkOptions.parse({}).stream is None
+    with pytest.raises(ConfigError, match="a writer takes one default stream"):
+        SinkOptions.parse({"stream": "a,b"})
+
+
+def test_conf_file_then_hazelcast_options(tmp_path) -> None:
+    conf = tmp_path / "meteor.toml"
+    conf.write_text('[hazelcast]\nmembers = ["10.1.1.1:5701"]\nclusterName = "fromfile"\n')
+    options = SourceOptions.parse({"stream": "s", "conf": str(conf), "hazelcast.clusterName": "override"})
+    assert options.grid.members == ("10.1.1.1:5701",)
+    assert options.grid.cluster_name == "override"
+
+
+def test_durations() -> None:
+    assert [parse_duration_ms("d", v) for v in ("15m", "30s", "500ms", "1h", "250", "1.5s")] == [
+        900_000, 30_000, 500, 3_600_000, 250, 1500,
+    ]
+
+
+def test_option_table_covers_every_accepted_option() -> None:
+    names = {row[0] for row in describe_options()}
+    assert len(names) == len(OPTION_TABLE)
+    # Every documented name parses (somewhere); every row is filled in.
+    for name, applies_to, kind, default, meaning in describe_options():
+        assert applies_to and kind and default and meaning, name
+    for doc in OPTION_TABLE:
+        if doc.name.startswith("hazelcast.") or doc.name == "conf":
+            continue
+        value = {"includeHeaders": "true", "failOnDataLoss": "true", "createStream": "true",
+                 "maxTriggerDelay": "1m", "startingOffsets": "earliest", "endingOffsets": "latest", "stream": "s",
+                 "group": "g", "groupMemberId": "m", "sinkId": "x"}.get(doc.name, "3")
+        if "read" in doc.applies_to:
+            batch = doc.applies_to.strip() == "read (batch)" or None
+            SourceOptions.parse({"stream": "s", doc.name: value, **({"group": "g"} if doc.name == "group" else {})},
+                                batch=batch)
+        else:
+            SinkOptions.parse({doc.name: value})
+
+
+def test_spark_offset_json_is_canonical() -> None:
+    a = SparkOffset.of({"b": {10: 5, 2: 1}, "a": {0: 3}})
+    b = SparkOffset.from_json({"a": {"0": 3}, "b": {"2": 1, "10": 5}})
+    assert a == b
+    assert a.dumps() == '{"a": {"0": 3}, "b": {"2": 1, "10": 5}}'
+    assert SparkOffset.from_json(a.dumps()) == a
+    assert a.get("b", 10) == 5 and a.get("b", 3) is None
+    assert SparkOffset.of({"s": {0: 2}}).total_items_to(SparkOffset.of({"s": {0: 7, 1: 3}})) == 8
+    with pytest.raises(ConfigError, match="not a meteor offset"):
+        SparkOffset.from_json({"seq": 5})
+
+
+def test_plan_partitions_splits_deterministically() -> None:
+    ranges = [("s", 0, 0, 10), ("s", 1, 5, 6), ("s", 2, 3, 3)]
+    assert plan_partitions(ranges, min_partitions=None, max_items_per_partition=None) == [
+        ("s", 0, 0, 10), ("s", 1, 5, 6),
+    ]
+    assert plan_partitions(ranges, min_partitions=None, max_items_per_partition=4) == [
+        ("s", 0, 0, 4), ("s", 0, 4, 8), ("s", 0, 8, 10), ("s", 1, 5, 6),
+    ]
+    four = plan_partitions(ranges, min_partitions=4, max_items_per_partition=None)
+    assert len(four) == 4
+    assert sum(hi - lo for _, _, lo, hi in four) == 11
+    assert four == plan_partitions(ranges, min_partitions=4, max_items_per_partition=None)
+    # A range of one item cannot be split further: fewer partitions than asked, never empty ones.
+    assert plan_partitions([("s", 0, 0, 1)], min_partitions=8, max_items_per_partition=None) == [("s", 0, 0, 1)]
+
+
+def test_rate_limit_is_proportional_and_never_starves_a_lane() -> None:
+    start = {("s", 0): 0, ("s", 1): 0, ("s", 2): 0}
+    latest = {("s", 0): 90, ("s", 1): 9, ("s", 2): 1}
+    ends = rate_limit(start, latest, 10)
+    assert ends == {("s", 0): 9, ("s", 1): 1, ("s", 2): 1}
+    assert rate_limit(start, latest, 1000) == latest
+
+
+def test_schemas_match_spark_exactly() -> None:
+    assert to_arrow_schema(SOURCE_SCHEMA, timezone="UTC") == ARROW_SCHEMA
+    assert to_arrow_schema(SOURCE_SCHEMA_WITH_HEADERS, timezone="UTC") == ARROW_SCHEMA_WITH_HEADERS
+    source = MeteorDataSource({"stream": "s", "includeHeaders": "true"})
+    assert source.schema() == SOURCE_SCHEMA_WITH_HEADERS
+
+
+def test_reader_and_partitions_pickle_without_connections() -> None:
+    options = SourceOptions.parse({"stream": "s"})
+    reader = MeteorStreamReader(options, SOURCE_SCHEMA)
+    reader._state = object()  # type: ignore[assignment]  # stands in for live connections
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._state is None and copy.options == options
+    partition = LaneRange("s", 0, 1, 5, options.grid, None)
+    assert pickle.loads(pickle.dumps(partition)) == partition
+    assert isinstance(pa.schema([]), pa.Schema)

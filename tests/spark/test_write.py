@@ -1,0 +1,135 @@
+"""df.write / df.writeStream .format("meteor"): round trips, schema errors, no duplicates for replayed batches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql.types import StructType
+
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.spark.options import SinkOptions
+from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, validate_input_schema
+from meteor_spark.errors import ConfigError
+from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_batch_write_then_batch_read_round_trip(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    make_stream(grid, unique_name, lanes=3)
+    rows = [(f"k{i % 5}", f"value-{i}", [("h", bytes([i]))]) for i in range(50)]
+    df = spark.createDataFrame(rows, "key string, value string, headers array<struct<key:string,value:binary>>")
+    df.write.format("meteor").options(**grid_options(grid_settings)).mode("append").save(unique_name)
+
+    back = (
+        spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
+        .option("includeHeaders", "true").load()
+    )
+    got = sorted((r.key.decode(), r.value.decode(), [(h.key, h.value) for h in r.headers]) for r in back.collect())
+    assert got == sorted((k, v, h) for k, v, h in rows)
+    # Records with the same key went to the same lane, in the order they were written.
+    by_key: dict[bytes, set[int]] = {}
+    for r in back.collect():
+        by_key.setdefault(r.key, set()).add(r.lane)
+    assert all(len(lanes) == 1 for lanes in by_key.values())
+
+
+def test_stream_write_from_a_meteor_stream_round_trip_and_no_duplicates_on_replay(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    source = make_stream(grid, f"{unique_name}-in", lanes=2)
+    make_stream(grid, f"{unique_name}-out", lanes=2)
+    published = [r.value for lane in (0, 1) for r in put_items(grid, source, lane, values_items(f"l{lane}", 3, 2))]
+    checkpoint = tmp_path / "cp"
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("meteor").options(**grid_options(grid_settings))
+            .option("stream", f"{unique_name}-in").option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "2").load()
+            .writeStream.format("meteor").options(**grid_options(grid_settings))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start(f"{unique_name}-out")
+        )
+        query.awaitTermination()
+
+    run()
+    written = read_values(grid, f"{unique_name}-out")
+    assert sorted(v for values in written.values() for v in values) == sorted(published)
+    # The source's lane column routes each record to the same lane of the target stream.
+    assert sorted(written[0]) == sorted(v for v in published if v.startswith(b"l0"))
+
+    # Make Spark replay the last batch although the sink committed it: drop the commit-log entry (what a driver
+    # crash between the sink's commit and Spark's commit log leaves behind).
+    commits = sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    last = commits[-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    run()
+    assert (checkpoint / "commits" / last.name).exists()  # the batch really ran again
+    again = read_values(grid, f"{unique_name}-out")
+    assert again == written  # ... and published nothing twice
+    keys = [k for k in grid.map(SINK_COMMITS_MAP).keys() if k.startswith(str(checkpoint))]
+    assert len(keys) == 1 and json.loads(grid.map(SINK_COMMITS_MAP).get(keys[0]))["batch"] == int(last.name)
+
+
+def test_a_committed_batch_id_is_never_published_again(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_stream(grid, unique_name)
+    schema = StructType.fromJson({"type": "struct", "fields": [
+        {"name": "value", "type": "binary", "nullable": True, "metadata": {}}]})
+    options = SinkOptions.parse({"stream": unique_name, "sinkId": unique_name, **grid_options(grid_settings)})
+    writer = MeteorStreamWriter(options, schema, overwrite=False)
+    properties = {"streaming.sql.batchId": "4", "sql.streaming.queryId": "q-1"}
+    monkeypatch.setattr("meteor_spark.spark.writer._local_property", properties.get)
+    batch = pa.RecordBatch.from_pydict({"value": [b"a", b"b"]})
+
+    first = writer.write(iter([batch]))
+    assert (first.rows, first.skipped, first.streams[0].records) == (2, False, 2)
+    writer.commit([first], 4)
+    replay = writer.write(iter([batch]))
+    assert replay.skipped and replay.rows == 2
+    writer.commit([replay], 4)
+    properties["streaming.sql.batchId"] = "5"
+    assert not writer.write(iter([batch])).skipped
+    assert read_values(grid, unique_name)[0] == [b"a", b"b", b"a", b"b"]
+    # Another query (a deleted and recreated checkpoint gets a new query id) starts from batch 0 again.
+    properties.update({"streaming.sql.batchId": "0", "sql.streaming.queryId": "q-2"})
+    assert not writer.write(iter([batch])).skipped
+
+
+@pytest.mark.parametrize(
+    ("ddl", "message"),
+    [
+        ("key string", r"no 'value' column; columns given: key. Expected columns: value binary or string"),
+        ("Value string", r"found 'Value': column names are case-sensitive"),
+        ("value int", r"column 'value' has type int, expected binary or string"),
+        ("value string, partition int", r"unknown column 'partition' \(int\); expected columns: value"),
+        ("value string, headers map<string,string>", "column 'headers' has type map<string,string>"),
+        ("value string, lane string", "column 'lane' has type string, expected int"),
+    ],
+)
+def test_wrong_input_schemas_are_explained(ddl: str, message: str) -> None:
+    schema = StructType.fromDDL(ddl)
+    with pytest.raises(ConfigError, match=message):
+        validate_input_schema(schema, SinkOptions.parse({"stream": "s"}))
+
+
+def test_wrong_schema_fails_the_write_at_start_listing_columns(spark: Any, grid_settings: GridSettings) -> None:
+    df = spark.createDataFrame([(1, "x")], "id int, payload string")
+    with pytest.raises(AnalysisException, match=r"no 'value' column; columns given: id, payload. Expected columns: "):
+        df.write.format("meteor").options(**grid_options(grid_settings)).mode("append").save("never-written")
+    with pytest.raises(Exception, match="no target stream"):
+        spark.createDataFrame([("x",)], "value string").write.format("meteor").options(
+            **grid_options(grid_settings)).mode("append").save()
+    shutil.rmtree("spark-warehouse", ignore_errors=True)

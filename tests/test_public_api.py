@@ -1,0 +1,62 @@
+"""The public surface is small, curated and real: every name in ``meteor_spark.__all__`` resolves, nothing else
+leaks, and the names a user reaches for first are there."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import meteor_spark
+
+EXPECTED = {
+    "ConfigError",
+    "DataLossError",
+    "EmbeddedGrid",
+    "Grid",
+    "GridConnectionError",
+    "GridError",
+    "GridSettings",
+    "InitialOffsetScheme",
+    "MeteorDataSource",
+    "MeteorError",
+    "Publisher",
+    "Receiver",
+    "Record",
+    "RecordBatch",
+    "StreamConfig",
+    "Subscriber",
+    "__version__",
+    "register",
+}
+
+
+def test_all_is_the_curated_list() -> None:
+    assert set(meteor_spark.__all__) == EXPECTED
+    assert len(meteor_spark.__all__) == len(set(meteor_spark.__all__))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED - {"__version__"}))
+def test_every_exported_name_resolves_to_a_documented_object(name: str) -> None:
+    obj = getattr(meteor_spark, name)
+    assert inspect.isclass(obj) or callable(obj)
+    assert inspect.getdoc(obj), f"meteor_spark.{name} has no docstring"
+    # Exported from where it is defined: one obvious home per name.
+    assert obj.__module__.startswith("meteor_spark.")
+
+
+def test_errors_share_one_root() -> None:
+    for name in ("ConfigError", "DataLossError", "GridError", "GridConnectionError"):
+        assert issubclass(getattr(meteor_spark, name), meteor_spark.MeteorError)
+    assert issubclass(meteor_spark.ConfigError, ValueError)  # `except ValueError` keeps working
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Publsher'"):
+        meteor_spark.Publsher  # noqa: B018
+
+
+def test_version_is_the_package_version() -> None:
+    from importlib.metadata import version
+
+    assert meteor_spark.__version__ == version("meteor-spark")
