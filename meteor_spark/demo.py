@@ -526,6 +526,11 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    from meteor_spark.spark.datasource import register
+
+    # Spark finds format("meteor") by scanning sys.path for `pyspark_*` modules; an editable (development)
+    # install hides them from that scan unless the process runs in the checkout. Registering is cheap and certain.
+    register(session)
     return session
 
 

@@ -66,7 +66,7 @@ class _Lane:
 
     __slots__ = (
         "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
-        "parts", "buffered", "dirty",
+        "parts", "buffered", "dirty", "item_counts",
     )
 
     def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -82,6 +82,7 @@ class _Lane:
         self.parts: deque[BatchPart] = deque()
         self.buffered = 0
         self.dirty = False  # delivered since the last confirm()
+        self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
 
     def reset(self, position: int) -> Any:
         """Move to ``position``; returns the outstanding read, now orphaned."""
@@ -396,6 +397,7 @@ class Subscriber:
                     state.buffered -= part.size
                     out.append(part)
                 last = parts[-1]
+                state.item_counts = {part.sequence: part.item.count for part in parts}
                 state.last_delivered = last.last_offset
                 state.position = (
                     first_offset_of(last.sequence + 1)
@@ -476,7 +478,12 @@ class Subscriber:
                 f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
                 f"subscriber (last delivered: {last}); confirm only records you processed"
             )
-        self._member.confirm(lane, offset + 1)
+        with self._lock:
+            count = state.item_counts.get(sequence_of(offset)) if state is not None else None
+        # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
+        # the same way, but would count the finished item as lag).
+        after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
+        self._member.confirm(lane, after)
 
     def seek(self, offset: int, *, lane: int | None = None) -> None:
         """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).

@@ -44,6 +44,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="ring buffer config for names matching PATTERN (one * wildcard), e.g. 'meteor.stream::orders.*:capacity=50000'",
     )
     parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help=argparse.SUPPRESS,  # EmbeddedGrid(process=True): stop when stdin closes, i.e. when the parent dies
+    )
+    parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (default INFO)"
     )
     return parser
@@ -88,6 +93,18 @@ def run_member(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
+        if getattr(args, "exit_with_parent", False):
+            # The parent holds our stdin open; EOF means it died (even by SIGKILL): do not outlive it.
+            def on_stdin() -> None:
+                try:
+                    data = os.read(0, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    loop.remove_reader(0)
+                    stop.set()
+
+            loop.add_reader(0, on_stdin)
 
         def on_ready(address: str) -> None:
             print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}", flush=True)

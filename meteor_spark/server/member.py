@@ -316,7 +316,7 @@ class EmbeddedGrid:
 
     def _start_process(self) -> None:
         options = self.options
-        argv = [sys.executable, "-m", "meteor_spark.server", *member_arguments(options)]
+        argv = [sys.executable, "-m", "meteor_spark.server", *member_arguments(options), "--exit-with-parent"]
         if self.log_level is not None:
             argv += ["--log-level", str(logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level)]
         env = dict(os.environ)
@@ -328,7 +328,7 @@ class EmbeddedGrid:
             os.close(handle)
         with open(self._log_file, "ab") as log:
             self._process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
             )
         assert self._process.stdout is not None
         line = _read_line(self._process.stdout, self.start_timeout_s)
@@ -356,8 +356,9 @@ class EmbeddedGrid:
                 logger.warning("embedded grid process %s ignored SIGTERM for %g s; killing it", process.pid, timeout_s)
                 process.kill()
                 process.wait()
-        if process.stdout is not None:
-            process.stdout.close()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
         self._process = None
 
 

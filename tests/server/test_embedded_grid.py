@@ -121,3 +121,37 @@ def test_ring_config_argument_parsing() -> None:
         parse_ring_config("x:size=3")
     with pytest.raises(ValueError, match="capacity must be an integer"):
         parse_ring_config("x:capacity=lots")
+
+
+def test_the_member_imports_neither_hazelcast_nor_pyspark() -> None:
+    code = (
+        "import sys, meteor_spark.server, meteor_spark.server.__main__, meteor_spark.server.tcp;"
+        "bad = [m for m in ('hazelcast', 'pyspark') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_member_process_exits_when_its_parent_dies() -> None:
+    """A test run killed mid-way must not leave member processes behind."""
+    code = (
+        "import sys, time; from meteor_spark.server import EmbeddedGrid;"
+        "g = EmbeddedGrid(process=True).start(); print(g.pid, flush=True); time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    member_pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+
+    def gone() -> bool:
+        try:
+            os.kill(member_pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{member_pid}/stat") as stat:
+            return stat.read().split()[2] == "Z"
+
+    from meteor_spark.testing import wait_until
+
+    wait_until(gone, timeout_s=20, message=f"member process {member_pid} to exit after its parent was killed")

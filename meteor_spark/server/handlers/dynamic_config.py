@@ -45,6 +45,3 @@ def _warn_if_existing_rings_differ(ctx: RequestContext, config: RingConfig) -> N
                 "ring %r already exists with capacity %d, TTL %d s; the new config %r applies from its next creation",
                 name, ring.capacity, ring.config.ttl_s, config.name,
             )
-
-
-

@@ -1,0 +1,66 @@
+"""Generate ``docs/supported-protocol.md`` from the handler registry (the list can never drift from the code)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from meteor_spark.server.handlers.registry import HandlerEntry, supported_messages
+from meteor_spark.server.protocol.codecs import Param
+
+SERVICES = {
+    0x00: "Client",
+    0x01: "Map",
+    0x04: "Topic",
+    0x07: "FencedLock",
+    0x09: "AtomicLong",
+    0x17: "Ringbuffer",
+    0x1B: "DynamicConfig",
+    0x1C: "FlakeIdGenerator",
+    0x1E: "CPGroup",
+    0x1F: "CPSession",
+}
+
+
+def _params(params: tuple[Param, ...]) -> str:
+    return ", ".join(f"{param.name}: {param.type}" for param in params) or "-"
+
+
+def supported_protocol_markdown() -> str:
+    """The Markdown page listing every message the member serves, grouped by service."""
+    by_service: dict[int, list[HandlerEntry]] = defaultdict(list)
+    for entry in supported_messages():
+        by_service[entry.spec.request_type >> 16].append(entry)
+    total = sum(len(entries) for entries in by_service.values())
+    lines = [
+        "# Client protocol messages served by the embedded grid",
+        "",
+        "Generated from the handler registry by `meteor_spark.server.handlers.docs` (a test keeps it in sync);",
+        "do not edit by hand. Parameters are listed in protocol-definition order; on the wire fixed-size parameters",
+        "come first. Any other message type is answered with Hazelcast's `UnsupportedOperationException` (code 61),",
+        "never a dropped connection.",
+        "",
+        f"{total} message types in {len(by_service)} services.",
+        "",
+    ]
+    for service in sorted(by_service):
+        entries = by_service[service]
+        lines += [f"## {SERVICES.get(service, f'service 0x{service:02X}')} ({len(entries)})", ""]
+        lines += ["| id | message | request | response | events |", "|---|---|---|---|---|"]
+        for entry in entries:
+            spec = entry.spec
+            events = "; ".join(f"0x{event.type_id:06X} {event.name}" for event in spec.events) or "-"
+            lines.append(
+                f"| 0x{spec.request_type:06X} | {spec.name} | {_params(spec.request)} | {_params(spec.response)} "
+                f"| {events} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_supported_protocol(path: str | Path) -> None:
+    Path(path).write_text(supported_protocol_markdown(), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    write_supported_protocol(Path(__file__).resolve().parents[3] / "docs" / "supported-protocol.md")

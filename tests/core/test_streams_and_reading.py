@@ -1,0 +1,104 @@
+"""Stream metadata in the grid, lane bounds and exact range reads (real client over TCP)."""
+
+from __future__ import annotations
+
+import pytest
+
+from meteor_spark.errors import ConfigError, DataLossError, StreamConfigConflictError, StreamNotFoundError
+from meteor_spark.grid import Grid
+from meteor_spark.publisher import Publisher
+from meteor_spark.reading import read_range
+from meteor_spark.records import decode_batch
+from meteor_spark.streams import (
+    STREAMS_MAP,
+    StreamConfig,
+    delete_stream,
+    lane_bounds,
+    list_streams,
+    open_stream,
+)
+
+
+def test_open_creates_once_then_opens_by_name(grid: Grid, unique_name: str) -> None:
+    config = StreamConfig(unique_name, lanes=3, capacity=50, linger_ms=1.5)
+    created = open_stream(grid, config)
+    assert created.config == config
+    assert created.ring_names == tuple(f"meteor.stream::{unique_name}.{i}" for i in range(3))
+    by_name = open_stream(grid, unique_name)
+    assert by_name.config == config
+    assert by_name.created_at_ms == created.created_at_ms
+    assert unique_name in [info.name for info in list_streams(grid)]
+    assert grid.map(STREAMS_MAP).get(unique_name) is not None
+
+
+def test_conflicting_layout_is_an_error_naming_the_fields(grid: Grid, unique_name: str) -> None:
+    open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
+    with pytest.raises(StreamConfigConflictError, match=r"lanes: 4 asked, 2 stored; capacity: 5 asked, 100 stored"):
+        open_stream(grid, StreamConfig(unique_name, lanes=4, capacity=5))
+    # Batching settings are the publisher's own business: no conflict, and the caller keeps its values.
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100, linger_ms=7))
+    assert info.config.linger_ms == 7
+
+
+def test_unknown_stream_by_name_is_not_found(grid: Grid, unique_name: str) -> None:
+    with pytest.raises(StreamNotFoundError, match=unique_name):
+        open_stream(grid, unique_name)
+    with pytest.raises(StreamNotFoundError):
+        open_stream(grid, StreamConfig(unique_name), create=False)
+
+
+def test_ring_capacity_follows_the_stream_config(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, capacity=7))
+    assert grid.ring(info.ring_names[0]).capacity() == 7
+
+
+def test_delete_removes_metadata_and_lanes(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2))
+    with Publisher(grid, unique_name) as pub:
+        pub.publish(b"x")
+    assert delete_stream(grid, unique_name) is True
+    assert delete_stream(grid, unique_name) is False
+    with pytest.raises(StreamNotFoundError):
+        open_stream(grid, unique_name)
+    assert grid.ring(info.ring_names[0]).tail() == -1
+
+
+def test_lane_bounds_and_exact_range_reads(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
+    with Publisher(grid, info.config) as pub:
+        for i in range(10):
+            pub.publish(f"r{i}".encode())  # one ring item each, keyless -> sticky lane
+    bounds = lane_bounds(grid, info)
+    assert sum(end - head for head, end in bounds.values()) == 10
+    lane = max(bounds, key=lambda lane: bounds[lane][1])
+    head, end = bounds[lane]
+    chunks = list(read_range(grid, info, lane, head + 1, end - 1, max_items_per_call=2))
+    assert all(len(items) <= 2 for items, _ in chunks)
+    sequences = [s for _, seqs in chunks for s in seqs]
+    assert sequences == list(range(head + 1, end - 1))
+    values = [
+        decode_batch(item, stream=info.name, lane=lane, sequence=seq).values()[0]
+        for items, seqs in chunks for item, seq in zip(items, seqs)
+    ]
+    assert len(values) == len(sequences)
+    assert list(read_range(grid, info, lane, end, end)) == []
+    with pytest.raises(ConfigError, match="never written"):
+        list(read_range(grid, info, lane, end, end + 3))
+
+
+def test_range_over_overwritten_items_is_data_loss_or_counted_skip(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, capacity=3))
+    with Publisher(grid, info.config) as pub:
+        for i in range(8):
+            pub.publish(f"r{i}".encode())
+    assert lane_bounds(grid, info)[0] == (5, 8)
+    with pytest.raises(DataLossError) as info_error:
+        list(read_range(grid, info, 0, 2, 8))
+    error = info_error.value
+    assert (error.stream, error.lane, error.requested, error.oldest_available) == (unique_name, 0, 2, 5)
+    assert "sequence 2" in str(error) and "failOnDataLoss" in str(error)
+    reader = read_range(grid, info, 0, 2, 8, skip_data_loss=True)
+    assert [s for _, seqs in reader for s in seqs] == [5, 6, 7]
+    assert reader.skipped_items == 3
+    wholly_lost = read_range(grid, info, 0, 0, 4, skip_data_loss=True)
+    assert list(wholly_lost) == [] and wholly_lost.skipped_items == 4
