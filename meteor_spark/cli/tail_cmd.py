@@ -113,7 +113,6 @@ def run_tail(args: argparse.Namespace) -> int:
             info.config.name,
             group=args.group,
             initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
-            **({"lanes": (tail_plan.lane,)} if tail_plan.lane is not None else {}),
         )
         printed = 0
         last_record_at = time.monotonic()
@@ -122,19 +121,24 @@ def run_tail(args: argparse.Namespace) -> int:
                 subscriber.seek(tail_plan.offset, lane=tail_plan.lane)
             while args.max is None or printed < args.max:
                 batch = subscriber.poll(POLL_MS)
+                if tail_plan.lane is not None:
+                    batch = [record for record in batch if record.lane == tail_plan.lane]
                 if not batch:
                     if args.timeout is not None and time.monotonic() - last_record_at >= args.timeout:
                         break
                     continue
                 last_record_at = time.monotonic()
+                last_printed: dict[int, Record] = {}
                 for record in batch:
                     out(json_line(record) if args.json else pretty_line(record))
+                    last_printed[record.lane] = record
                     printed += 1
                     if args.max is not None and printed >= args.max:
                         break
                 if args.group:
-                    # Confirm only what was printed: with --max the rest of this batch stays for the group.
-                    subscriber.confirm(record.offset + 1, lane=record.lane) if printed == args.max else subscriber.confirm()
+                    # Confirm exactly what was printed: with --max, the rest of this batch stays for the group.
+                    for record in last_printed.values():
+                        subscriber.confirm(record)
         except KeyboardInterrupt:
             pass  # Ctrl-C is how a tail is meant to end
         finally:

@@ -8,7 +8,8 @@ nor ``pyspark``.
 
 from __future__ import annotations
 
+from meteor_spark.server.engine.maps import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.member import EmbeddedGrid, MemberOptions
 
-__all__ = ["EmbeddedGrid", "MemberOptions", "RingConfig"]
+__all__ = ["EmbeddedGrid", "MapConfig", "MemberOptions", "RingConfig"]

@@ -14,7 +14,16 @@ import signal
 import sys
 from typing import Sequence
 
-from meteor_spark.server.member import FSYNC_POLICIES, PASSWORD_ENV, MemberOptions, parse_ring_config, serve
+from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
+from meteor_spark.server.member import (
+    MAP_CONFIG_SYNTAX,
+    PASSWORD_ENV,
+    RING_CONFIG_SYNTAX,
+    MemberOptions,
+    parse_map_config,
+    parse_ring_config,
+    serve,
+)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -37,11 +46,34 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--fsync", choices=FSYNC_POLICIES, default="interval", help="when persisted writes are fsynced (default interval)"
     )
     parser.add_argument(
+        "--fsync-interval-ms",
+        type=int,
+        default=100,
+        metavar="MS",
+        help="with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)",
+    )
+    parser.add_argument(
+        "--cp-mode",
+        choices=CP_MODES,
+        default="unsafe",
+        help="AtomicLong without CP members: 'unsafe' works as on Hazelcast 4.x-5.4 (default); 'disabled' refuses "
+        "with 'CP Subsystem is not enabled!' as newer members do",
+    )
+    parser.add_argument(
         "--ring-config",
         action="append",
         default=[],
-        metavar="PATTERN:capacity=N[,ttl=S]",
-        help="ring buffer config for names matching PATTERN (one * wildcard), e.g. 'meteor.stream::orders.*:capacity=50000'",
+        metavar=RING_CONFIG_SYNTAX.usage,
+        help="ring buffer config for names matching PATTERN (one * wildcard), e.g. "
+        "'meteor.stream::orders.*:capacity=50000'; repeatable",
+    )
+    parser.add_argument(
+        "--map-config",
+        action="append",
+        default=[],
+        metavar=MAP_CONFIG_SYNTAX.usage,
+        help="default TTL / max-idle in seconds of the maps matching PATTERN (one * wildcard), e.g. "
+        "'sessions.*:ttl=600'; applies to writes without a TTL of their own; repeatable",
     )
     parser.add_argument(
         "--exit-with-parent",
@@ -71,7 +103,10 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
         password=password,
         data_dir=args.data_dir,
         fsync=args.fsync,
+        fsync_interval_ms=args.fsync_interval_ms,
+        cp_mode=args.cp_mode,
         ring_configs=tuple(parse_ring_config(text) for text in args.ring_config),
+        map_configs=tuple(parse_map_config(text) for text in args.map_config),
     )
 
 

@@ -60,7 +60,9 @@ class Authentication(ServerError):
     java_class = "com.hazelcast.client.AuthenticationException"
 
 
-class InvalidConfiguration(ServerError):
+class InvalidConfiguration(ServerError, ValueError):
+    """A bad config, from a client (dynamic config) or from whoever starts the member (``except ValueError`` works)."""
+
     code = 32
     java_class = "com.hazelcast.config.InvalidConfigurationException"
 

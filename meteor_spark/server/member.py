@@ -21,16 +21,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Generic, Iterable, TypeVar
 
-from meteor_spark.server.engine import Engine, EngineConfig
+from meteor_spark.errors import ConfigError, unknown_option
+from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES, Clock, Engine, EngineConfig
+from meteor_spark.server.engine.maps import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.handlers.registry import MemberSettings
 
 logger = logging.getLogger(__name__)
-
-FSYNC_POLICIES = ("always", "interval", "never")
 
 #: Environment variable the member process reads its password from (never put on a command line: ``ps`` shows it).
 PASSWORD_ENV = "METEOR_GRID_PASSWORD"
@@ -41,10 +41,11 @@ READY_LINE = re.compile(r"^listening on (?P<address>\S+:\d+) cluster=(?P<cluster
 
 @dataclass(frozen=True)
 class MemberOptions:
-    """Everything a member is started with, validated once.
+    """Everything a member is started with, validated once (see ``EmbeddedGrid`` for the meaning of each).
 
     Raises:
-        ValueError: on a bad port, an unknown fsync policy, or a username without a password (or the reverse).
+        ValueError: on a bad port, a username without a password (or the reverse), an empty cluster name, or an
+            invalid engine setting (``InvalidConfiguration``: fsync policy, fsync interval, CP mode).
     """
 
     host: str = "127.0.0.1"
@@ -54,53 +55,60 @@ class MemberOptions:
     password: str | None = field(default=None, repr=False)
     data_dir: str | None = None
     fsync: str = "interval"
+    fsync_interval_ms: int = 100
+    cp_mode: str = "unsafe"
     ring_configs: tuple[RingConfig, ...] = ()
+    map_configs: tuple[MapConfig, ...] = ()
     partition_count: int = 271
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535 (0 = any free port), got {self.port}")
-        if self.fsync not in FSYNC_POLICIES:
-            raise ValueError(f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
         if (self.username is None) != (self.password is None):
             raise ValueError("username and password go together: give both or neither")
         if not self.cluster_name:
             raise ValueError("cluster name is empty; Hazelcast's default is 'dev'")
+        self.engine_config()  # validates the engine's settings now, not when the member starts
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(
+            partition_count=self.partition_count,
+            cluster_name=self.cluster_name,
+            data_dir=self.data_dir,
+            fsync=self.fsync,
+            fsync_interval_ms=self.fsync_interval_ms,
+            cp_mode=self.cp_mode,
+        )
+
+    def member_settings(self) -> MemberSettings:
+        return MemberSettings(
+            host=self.host,
+            port=self.port,
+            cluster_name=self.cluster_name,
+            username=self.username,
+            password=self.password,
+            partition_count=self.partition_count,
+        )
 
 
 async def serve(
     options: MemberOptions,
     stop: asyncio.Event,
     on_ready: Callable[[str], None],
-    clock: object | None = None,
+    clock: Clock | None = None,
 ) -> None:
     """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens."""
     from meteor_spark.server.tcp import MemberServer
 
     engine = Engine(
-        EngineConfig(
-            partition_count=options.partition_count,
-            cluster_name=options.cluster_name,
-            data_dir=options.data_dir,
-            fsync=options.fsync,
-        ),
-        clock=clock,  # type: ignore[arg-type]
-        ring_configs=options.ring_configs,
+        options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
     await engine.open()
-    settings = MemberSettings(
-        host=options.host,
-        port=options.port,
-        cluster_name=options.cluster_name,
-        username=options.username,
-        password=options.password,
-        partition_count=options.partition_count,
-    )
-    server = MemberServer(engine, settings)
+    server = MemberServer(engine, options.member_settings())
     try:
         await server.start(options.host, options.port)
         address = f"{server.member.host}:{server.member.port}"
-        logger.info("member %s of cluster %r listening on %s", settings.member_uuid, options.cluster_name, address)
+        logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
         on_ready(address)
         await stop.wait()
     finally:
@@ -119,8 +127,13 @@ class EmbeddedGrid:
         username, password: when given, clients must present them. The password is never logged nor shown.
         data_dir: keep ring buffers and maps on disk there (survive restarts); None = memory only.
         fsync: "always", "interval" or "never" (see docs/persistence.md for what each risks).
+        fsync_interval_ms: with ``fsync="interval"``, how often written data is fsynced (what a machine crash may
+            lose).
+        cp_mode: "unsafe" (AtomicLong works without CP members, as on Hazelcast 4.x-5.4) or "disabled" (refused with
+            "CP Subsystem is not enabled!", as on newer members).
         process: run the member in its own process (``python -m meteor_spark.server``) instead of a thread.
         ring_configs: ring buffer configs (exact names or ``*`` patterns) the member starts with.
+        map_configs: map configs (exact names or ``*`` patterns): the default TTL / max-idle of matching maps.
         log_level: log level of the member process (process mode; a thread logs through this process's logging).
         start_timeout_s: how long ``start()`` waits for the member to listen.
     """
@@ -134,8 +147,11 @@ class EmbeddedGrid:
         password: str | None = None,
         data_dir: str | os.PathLike[str] | None = None,
         fsync: str = "interval",
+        fsync_interval_ms: int = 100,
+        cp_mode: str = "unsafe",
         process: bool = False,
         ring_configs: Iterable[RingConfig] = (),
+        map_configs: Iterable[MapConfig] = (),
         log_level: str | int | None = None,
         start_timeout_s: float = 30.0,
     ) -> None:
@@ -147,7 +163,10 @@ class EmbeddedGrid:
             password=password,
             data_dir=os.fspath(data_dir) if data_dir is not None else None,
             fsync=fsync,
+            fsync_interval_ms=fsync_interval_ms,
+            cp_mode=cp_mode,
             ring_configs=tuple(ring_configs),
+            map_configs=tuple(map_configs),
         )
         self.process_mode = process
         self.log_level = log_level
@@ -245,7 +264,7 @@ class EmbeddedGrid:
         """Stop (if running) and start again on the same port and data directory."""
         port = self.port if self._address is not None else self.options.port
         self.stop()
-        self.options = _replace_port(self.options, port)
+        self.options = replace(self.options, port=port)
         return self.start()
 
     def __enter__(self) -> "EmbeddedGrid":
@@ -370,42 +389,77 @@ def member_arguments(options: MemberOptions) -> list[str]:
         argv += ["--username", options.username]
     if options.data_dir is not None:
         argv += ["--data-dir", options.data_dir]
-    argv += ["--fsync", options.fsync]
-    for config in options.ring_configs:
-        argv += ["--ring-config", format_ring_config(config)]
+    argv += ["--fsync", options.fsync, "--fsync-interval-ms", str(options.fsync_interval_ms)]
+    argv += ["--cp-mode", options.cp_mode]
+    for ring_config in options.ring_configs:
+        argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
+    for map_config in options.map_configs:
+        argv += ["--map-config", MAP_CONFIG_SYNTAX.format(map_config)]
     return argv
 
 
-def format_ring_config(config: RingConfig) -> str:
-    return f"{config.name}:capacity={config.capacity},ttl={config.ttl_s},backups={config.backup_count},async-backups={config.async_backup_count}"
+ConfigT = TypeVar("ConfigT", RingConfig, MapConfig)
+
+
+@dataclass(frozen=True)
+class ConfigSyntax(Generic[ConfigT]):
+    """The command-line form ``PATTERN:setting=N[,setting=N]`` of a per-name config (ring buffers, maps).
+
+    ``settings`` maps each command-line setting to the config's field; every setting is an integer.
+    """
+
+    kind: str
+    config_type: type[ConfigT]
+    settings: dict[str, str]
+
+    @property
+    def usage(self) -> str:
+        return "PATTERN:" + ",".join(f"{setting}=N" for setting in self.settings)
+
+    def parse(self, text: str) -> ConfigT:
+        """Parse one config.
+
+        Raises:
+            ValueError: naming the part that is wrong and showing the expected form.
+        """
+        name, sep, rest = text.rpartition(":")
+        if not sep or not name:
+            raise ConfigError(f"{self.kind} {text!r}: expected {self.usage} (settings optional)")
+        values: dict[str, Any] = {}
+        for part in filter(None, rest.split(",")):
+            key, eq, value = part.partition("=")
+            if not eq or key not in self.settings:
+                error = unknown_option(f"{self.kind} setting", key, self.settings)
+                raise ConfigError(f"{self.kind} {text!r}: {error}")
+            try:
+                values[self.settings[key]] = int(value)
+            except ValueError:
+                raise ConfigError(f"{self.kind} {text!r}: {key} must be an integer, got {value!r}") from None
+        return self.config_type(name=name, **values)
+
+    def format(self, config: ConfigT) -> str:
+        values = ",".join(f"{setting}={getattr(config, name)}" for setting, name in self.settings.items())
+        return f"{config.name}:{values}"
+
+
+RING_CONFIG_SYNTAX = ConfigSyntax(
+    "ring config",
+    RingConfig,
+    {"capacity": "capacity", "ttl": "ttl_s", "backups": "backup_count", "async-backups": "async_backup_count"},
+)
+MAP_CONFIG_SYNTAX = ConfigSyntax(
+    "map config", MapConfig, {"ttl": "time_to_live_seconds", "max-idle": "max_idle_seconds"}
+)
 
 
 def parse_ring_config(text: str) -> RingConfig:
-    """Parse ``PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]``.
-
-    Raises:
-        ValueError: naming the part that is wrong and showing the expected form.
-    """
-    name, sep, rest = text.rpartition(":")
-    if not sep or not name:
-        raise ValueError(f"ring config {text!r}: expected PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]")
-    known = {"capacity": "capacity", "ttl": "ttl_s", "backups": "backup_count", "async-backups": "async_backup_count"}
-    values: dict[str, int] = {}
-    for part in filter(None, rest.split(",")):
-        key, eq, value = part.partition("=")
-        if not eq or key not in known:
-            raise ValueError(f"ring config {text!r}: unknown setting {key!r}; known settings: {', '.join(known)}")
-        try:
-            values[known[key]] = int(value)
-        except ValueError:
-            raise ValueError(f"ring config {text!r}: {key} must be an integer, got {value!r}") from None
-    return RingConfig(name=name, **values)
+    """``PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]`` (see ``ConfigSyntax.parse``)."""
+    return RING_CONFIG_SYNTAX.parse(text)
 
 
-def _replace_port(options: MemberOptions, port: int) -> MemberOptions:
-    from dataclasses import replace
-
-    return replace(options, port=port)
+def parse_map_config(text: str) -> MapConfig:
+    """``PATTERN:ttl=S[,max-idle=S]`` (see ``ConfigSyntax.parse``)."""
+    return MAP_CONFIG_SYNTAX.parse(text)
 
 
 def _read_line(stream: object, timeout_s: float) -> bytes:
@@ -446,4 +500,12 @@ def _cancel_remaining(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_until_complete(loop.shutdown_asyncgens())
 
 
-__all__ = ["EmbeddedGrid", "MemberOptions", "serve", "parse_ring_config", "format_ring_config"]
+__all__ = [
+    "EmbeddedGrid",
+    "MemberOptions",
+    "serve",
+    "parse_ring_config",
+    "parse_map_config",
+    "RING_CONFIG_SYNTAX",
+    "MAP_CONFIG_SYNTAX",
+]

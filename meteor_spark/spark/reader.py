@@ -43,12 +43,10 @@ from __future__ import annotations
 import atexit
 import logging
 import math
-import os
 import signal
 import threading
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -64,6 +62,7 @@ from pyspark.sql.types import StructType
 from meteor_spark import offsets as record_offsets
 from meteor_spark.errors import ConfigError, DataLossError, GroupError
 from meteor_spark.grid import GridSettings
+from meteor_spark.groups import GroupMember, default_member_id
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import (
@@ -78,7 +77,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
     from meteor_spark.grid import Grid
-    from meteor_spark.groups import GroupMember
     from meteor_spark.streams import StreamInfo
 
 logger = logging.getLogger(__name__)
@@ -183,9 +181,7 @@ class _DriverState:
         }
         self.members: dict[str, GroupMember] = {}
         if options.group is not None:
-            from meteor_spark.groups import GroupMember
-
-            member_id = options.group_member_id or f"spark-{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            member_id = options.group_member_id or f"spark-{default_member_id()}"
             for name, info in self.infos.items():
                 member = GroupMember(
                     self.grid, info, options.group, member_id=member_id, lease_ms=options.group_lease_ms, want="all"
@@ -267,6 +263,7 @@ class _DriverState:
 
 
 _STOP_HOOKS: list[Any] = []
+_stopping = threading.Event()
 
 
 def _install_stop_hooks(reader: "MeteorStreamReader") -> None:
@@ -274,19 +271,20 @@ def _install_stop_hooks(reader: "MeteorStreamReader") -> None:
     if not _STOP_HOOKS:
         atexit.register(_run_stop_hooks)
         if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGTERM)
-
-            def on_sigterm(signum: int, frame: Any) -> None:
-                _run_stop_hooks()
-                if callable(previous) and previous not in (signal.SIG_DFL, signal.SIG_IGN):
-                    previous(signum, frame)
-                raise SystemExit(128 + signum)
-
-            signal.signal(signal.SIGTERM, on_sigterm)
+            signal.signal(signal.SIGTERM, _on_sigterm)
     _STOP_HOOKS.append(reader)
 
 
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # Spark may signal more than once; a second SIGTERM must not interrupt the release the first one started.
+    if _stopping.is_set():
+        return
+    _run_stop_hooks()
+    raise SystemExit(128 + signum)
+
+
 def _run_stop_hooks() -> None:
+    _stopping.set()
     while _STOP_HOOKS:
         _STOP_HOOKS.pop().stop()
 

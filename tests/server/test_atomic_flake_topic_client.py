@@ -16,7 +16,7 @@ from hazelcast.errors import DistributedObjectDestroyedError
 
 from meteor_spark.grid import GridSettings
 from meteor_spark.server.engine import ManualClock
-from meteor_spark.server.engine.atomics import Atomics, CpMode, CpSubsystemNotEnabled, GroupId
+from meteor_spark.server.engine.atomics import Atomics, CpMode, CpSubsystemNotEnabled, RaftGroupId
 from meteor_spark.server.engine.flake_ids import EPOCH_START_MS, FlakeIds
 from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
 from meteor_spark.testing import wait_until
@@ -121,7 +121,7 @@ def test_atomic_engine_details() -> None:
     atomics = Atomics()
     group = atomics.create_group("c@grp")
     assert (group.name, group.seed) == ("grp", 0)
-    assert atomics.create_group("c") == GroupId("default", 0, atomics.create_group("d").id)
+    assert atomics.create_group("c") == RaftGroupId("default", 0, atomics.create_group("d").id)
     with pytest.raises(IllegalArgument, match="metadata"):
         atomics.create_group("c@METADATA")
     with pytest.raises(UnsupportedOperation, match="IFunction"):

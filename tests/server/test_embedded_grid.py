@@ -8,11 +8,14 @@ import socket
 import subprocess
 import sys
 
+import hazelcast
 import pytest
+from hazelcast.errors import HazelcastError
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.server import EmbeddedGrid, RingConfig
-from meteor_spark.server.member import READY_LINE, parse_ring_config
+from meteor_spark.server import EmbeddedGrid, MapConfig, MemberOptions, RingConfig
+from meteor_spark.server.__main__ import build_parser, options_from_args
+from meteor_spark.server.member import READY_LINE, member_arguments, parse_map_config, parse_ring_config
 
 pytestmark = pytest.mark.embedded_only
 
@@ -115,12 +118,81 @@ def test_bad_arguments_exit_with_an_error_message() -> None:
     assert b"username and password go together" in result.stderr
 
 
-def test_ring_config_argument_parsing() -> None:
+def test_ring_and_map_config_argument_parsing() -> None:
     assert parse_ring_config("meteor.stream::o.*:capacity=5,ttl=3") == RingConfig("meteor.stream::o.*", capacity=5, ttl_s=3)
-    with pytest.raises(ValueError, match="unknown setting 'size'"):
-        parse_ring_config("x:size=3")
+    with pytest.raises(ValueError, match="unknown ring config setting 'capacty' \\(did you mean 'capacity'\\?\\)"):
+        parse_ring_config("x:capacty=3")
     with pytest.raises(ValueError, match="capacity must be an integer"):
         parse_ring_config("x:capacity=lots")
+    assert parse_map_config("sessions.*:ttl=600,max-idle=60") == MapConfig("sessions.*", 600, 60)
+    assert parse_map_config("plain:") == MapConfig("plain")
+    with pytest.raises(ValueError, match="unknown map config setting 'capacity'"):
+        parse_map_config("m:capacity=3")
+    with pytest.raises(ValueError, match="time_to_live_seconds=-5 is negative"):
+        parse_map_config("m:ttl=-5")
+    with pytest.raises(ValueError, match="expected PATTERN:ttl=N,max-idle=N"):
+        parse_map_config("no-colon")
+
+
+def test_every_member_option_survives_the_command_line() -> None:
+    """``EmbeddedGrid(process=True)`` and ``meteor grid start`` reach the member through these flags."""
+    options = MemberOptions(
+        port=5799,
+        cluster_name="c2",
+        data_dir="/tmp/somewhere",
+        fsync="always",
+        fsync_interval_ms=25,
+        cp_mode="disabled",
+        ring_configs=(RingConfig("r.*", capacity=7, ttl_s=2, backup_count=0, async_backup_count=1),),
+        map_configs=(MapConfig("m.*", time_to_live_seconds=3, max_idle_seconds=4), MapConfig("default", 9)),
+    )
+    assert options_from_args(build_parser().parse_args(member_arguments(options))) == options
+
+
+def test_invalid_member_options_name_the_setting() -> None:
+    with pytest.raises(ValueError, match="cp_mode 'maybe' is unknown; use one of unsafe, disabled"):
+        EmbeddedGrid(cp_mode="maybe")
+    with pytest.raises(ValueError, match="fsync_interval_ms must be a positive number of milliseconds, got 0"):
+        EmbeddedGrid(fsync_interval_ms=0)
+    with pytest.raises(ValueError, match="fsync policy 'sometimes' is unknown"):
+        EmbeddedGrid(fsync="sometimes")
+
+
+def _client(member: EmbeddedGrid) -> "hazelcast.HazelcastClient":
+    return hazelcast.HazelcastClient(
+        cluster_members=[member.address], cluster_name=member.cluster_name, cluster_connect_timeout=10
+    )
+
+
+def test_map_configs_give_matching_maps_their_default_ttl() -> None:
+    configs = [MapConfig("sessions.*", time_to_live_seconds=600, max_idle_seconds=60), MapConfig("default", 30)]
+    with EmbeddedGrid(map_configs=configs) as member:
+        client = _client(member)
+        try:
+            sessions = client.get_map("sessions.web").blocking()
+            sessions.put("k", "v")
+            view = sessions.get_entry_view("k")
+            assert (view.ttl, view.max_idle) == (600_000, 60_000)
+            sessions.put("k", "v", ttl=5)  # a write's own TTL wins over the map default
+            assert sessions.get_entry_view("k").ttl == 5_000
+            other = client.get_map("other").blocking()
+            other.put("k", "v")
+            assert other.get_entry_view("k").ttl == 30_000  # the "default" config
+        finally:
+            client.shutdown()
+
+
+def test_process_member_honours_cp_mode_and_map_configs_from_its_flags() -> None:
+    with EmbeddedGrid(process=True, cp_mode="disabled", map_configs=[MapConfig("short.*", 1)]) as member:
+        client = _client(member)
+        try:
+            with pytest.raises(HazelcastError, match="CP Subsystem is not enabled!"):
+                client.cp_subsystem.get_atomic_long("counter")
+            short = client.get_map("short.lived").blocking()
+            short.put("k", "v")
+            assert short.get_entry_view("k").ttl == 1_000
+        finally:
+            client.shutdown()
 
 
 def test_the_member_imports_neither_hazelcast_nor_pyspark() -> None:

@@ -16,9 +16,8 @@ from meteor_spark.server.engine.maps import (
     MapConfigs,
     Maps,
     WouldBlock,
-    match_config_name,
 )
-from meteor_spark.server.errors import IllegalArgument, IllegalMonitorState
+from meteor_spark.server.errors import IllegalMonitorState, InvalidConfiguration
 
 ALICE = LockOwner(uuid.UUID(int=1), 7)
 ALICE_OTHER_THREAD = LockOwner(uuid.UUID(int=1), 8)
@@ -140,11 +139,9 @@ def test_sweep_fires_expired_for_untouched_entries(maps: Maps, clock: ManualCloc
                                                     events: list[EntryEvent]) -> None:
     maps.put("m", b"a", b"1", ALICE, ttl_ms=50)
     maps.put("m", b"b", b"2", ALICE)
-    assert maps.next_deadline_ms() == clock.monotonic_ms() + 50
     clock.advance(60)
     assert maps.sweep() == 1
     assert [e.event_type for e in events] == [EntryEventType.ADDED, EntryEventType.ADDED, EntryEventType.EXPIRED]
-    assert maps.next_deadline_ms() is None
 
 
 def test_entry_view_reports_times_hits_and_versions(maps: Maps, clock: ManualClock) -> None:
@@ -209,10 +206,11 @@ def test_listener_filters_by_key_flags_and_include_value(maps: Maps) -> None:
     assert len(added_only) == 2
 
 
-def test_listeners_of_a_closed_connection_are_dropped(maps: Maps) -> None:
+def test_removed_listeners_hear_nothing_more(maps: Maps) -> None:
     seen: list[EntryEvent] = []
-    maps.add_listener("m", seen.append, flags=ALL_EVENTS, owner="conn-1")
-    assert maps.remove_listeners_of("conn-1") == 1
+    registration = maps.add_listener("m", seen.append, flags=ALL_EVENTS)
+    assert maps.remove_listener("m", registration) is True
+    assert maps.remove_listener("m", registration) is False
     maps.put("m", b"k", b"v", ALICE)
     assert seen == []
 
@@ -222,8 +220,9 @@ def test_lock_ownership_reentrancy_and_reference_ids(maps: Maps) -> None:
     maps.lock("m", b"k", ALICE, -1, reference_id=1)  # retry of the same request: not counted
     maps.lock("m", b"k", ALICE, -1, reference_id=2)
     assert maps.is_locked("m", b"k")
-    assert maps.try_lock("m", b"k", BOB, -1, reference_id=1) is False
-    assert maps.try_lock("m", b"k", ALICE_OTHER_THREAD, -1, reference_id=1) is False
+    for other in (BOB, ALICE_OTHER_THREAD):  # the owner is (client, thread): another thread of Alice waits too
+        with pytest.raises(WouldBlock):
+            maps.lock("m", b"k", other, -1, reference_id=1)
     with pytest.raises(IllegalMonitorState, match="not owner of the lock! -> Owner: "):
         maps.unlock("m", b"k", BOB, reference_id=5)
     maps.unlock("m", b"k", ALICE, reference_id=3)
@@ -274,7 +273,7 @@ def test_lease_expiry_releases_lock(maps: Maps, clock: ManualClock) -> None:
     assert blocked.value.retry_at_ms == clock.monotonic_ms() + 100
     clock.advance(100)
     assert maps.is_locked("m", b"k") is False
-    assert maps.try_lock("m", b"k", BOB, -1, reference_id=2) is True
+    maps.lock("m", b"k", BOB, -1, reference_id=2)
     assert maps.lock_owner("m", b"k") == BOB
 
 
@@ -316,15 +315,23 @@ def test_destroy_drops_data_and_wakes_lock_waiters(maps: Maps, waiters: Waiters)
 
 
 def test_config_wildcards() -> None:
-    assert match_config_name("orders", "orders") > match_config_name("ord*", "orders") > -1
-    assert match_config_name("ord*s", "orders") > match_config_name("ord*", "orders")
-    assert match_config_name("ord*", "customers") == -1
-    assert match_config_name("a*b", "ab") == 2
-    configs = MapConfigs((MapConfig("default", time_to_live_seconds=1), MapConfig("meteor.*", max_idle_seconds=5)))
-    assert configs.for_name("meteor.offsets").max_idle_seconds == 5
-    assert configs.for_name("other").time_to_live_seconds == 1
-    assert MapConfigs().for_name("x") == MapConfig()
-    with pytest.raises(IllegalArgument, match="time_to_live_seconds=-1"):
+    configs = MapConfigs(
+        (
+            MapConfig("default", time_to_live_seconds=1),
+            MapConfig("meteor.*", max_idle_seconds=5),
+            MapConfig("meteor.*s", time_to_live_seconds=9),
+            MapConfig("meteor.offsets", time_to_live_seconds=3),
+        )
+    )
+    assert configs.find("meteor.offsets").time_to_live_seconds == 3  # an exact name beats every pattern
+    assert configs.find("meteor.groups").time_to_live_seconds == 9  # the longer literal part wins
+    assert configs.find("meteor.group").max_idle_seconds == 5
+    assert configs.find("other").time_to_live_seconds == 1
+    assert MapConfigs().find("x") == MapConfig()
+    assert configs.add(MapConfig("meteor.*", max_idle_seconds=5)) is False
+    with pytest.raises(InvalidConfiguration, match="conflicts with the existing one"):
+        configs.add(MapConfig("meteor.*", max_idle_seconds=6))
+    with pytest.raises(InvalidConfiguration, match="time_to_live_seconds=-1"):
         MapConfig("x", time_to_live_seconds=-1)
-    with pytest.raises(IllegalArgument, match="more than one"):
+    with pytest.raises(InvalidConfiguration, match="more than one"):
         MapConfig("a*b*")

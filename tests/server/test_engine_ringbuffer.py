@@ -14,8 +14,8 @@ from meteor_spark.server.engine.ringbuffer import (
     RingConfigs,
     Ringbuffer,
     check_read_many_arguments,
-    match_pattern,
 )
+from meteor_spark.server.engine.configs import match_pattern
 from meteor_spark.server.errors import IllegalArgument, InvalidConfiguration, StaleSequence
 
 
@@ -213,6 +213,8 @@ def test_invalid_configs_name_the_problem() -> None:
         RingConfig("x", capacity=0)
     with pytest.raises(InvalidConfiguration, match="inMemoryFormat"):
         RingConfig("x", in_memory_format="NATIVE")
+    with pytest.raises(InvalidConfiguration, match="more than one"):
+        RingConfig("a*b*")
     assert RingConfigs().find("anything").capacity == 10_000
 
 

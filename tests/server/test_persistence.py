@@ -207,6 +207,28 @@ def test_group_commit_shares_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(calls) == 2
 
 
+def test_interval_policy_fsyncs_on_its_own_every_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    engine = Engine(EngineConfig(data_dir=str(tmp_path), fsync="interval", fsync_interval_ms=20))
+    asyncio.run(engine.open())
+    try:
+        assert engine.persistence is not None and engine.persistence.syncer.interval_ms == 20
+        ring = engine.rings.get("r")
+        ring.add(b"x")  # nobody awaits a commit: the interval thread alone must make it durable
+        log_fd = ring.store._fd  # type: ignore[union-attr]
+        synced.clear()
+        wait_until(lambda: log_fd in synced, timeout_s=10, message="the ring log fsynced by the 20 ms interval")
+    finally:
+        _close(engine)
+
+
 def test_a_data_directory_has_one_member(tmp_path: Path) -> None:
     engine = _open(tmp_path)
     with pytest.raises(InvalidConfiguration, match="in use by another member"):
@@ -215,9 +237,11 @@ def test_a_data_directory_has_one_member(tmp_path: Path) -> None:
     _close(_open(tmp_path))
 
 
-def test_bad_fsync_policy_is_refused() -> None:
+def test_bad_fsync_settings_are_refused() -> None:
     with pytest.raises(InvalidConfiguration, match="fsync policy 'sometimes' is unknown"):
-        Syncer("sometimes", 100)
+        EngineConfig(fsync="sometimes")
+    with pytest.raises(InvalidConfiguration, match="fsync_interval_ms must be a positive number of milliseconds, got 0"):
+        EngineConfig(fsync_interval_ms=0)
 
 
 # ---------------------------------------------------------------------------------------------- member process

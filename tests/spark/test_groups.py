@@ -46,6 +46,12 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
         with lock:
             return len(seen[name])
 
+    offsets = grid.map(OFFSETS_MAP)
+
+    def confirmed(lane: int) -> int | None:
+        text = offsets.get(lane_key(unique_name, "g", lane))
+        return None if text is None else json.loads(text)["offset"]
+
     first = put_items(grid, info, 0, values_items("one", 2, 2)) + put_items(grid, info, 1, values_items("one", 1, 2))
     # Query a's leases would take a minute to expire: b can only take over within the deadlines below because
     # stopping a releases them.
@@ -73,6 +79,8 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
             )
             third = put_items(grid, info, 0, values_items("three", 1, 2))
             wait_until(lambda: count("b") == len(third), timeout_s=30, message="query b to take over")
+            # b confirms its batch once Spark has committed it and plans the next trigger.
+            wait_until(lambda: confirmed(0) == first_offset_of(3), timeout_s=30, message="b's confirmation")
         finally:
             query_b.stop()
     finally:
@@ -81,6 +89,4 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
     with lock:
         assert sorted(seen["a"]) == sorted(r.value for r in first + second)
         assert sorted(seen["b"]) == sorted(r.value for r in third)
-    offsets = grid.map(OFFSETS_MAP)
-    confirmed = {lane: json.loads(offsets.get(lane_key(unique_name, "g", lane)))["offset"] for lane in (0, 1)}
-    assert confirmed == {0: first_offset_of(3), 1: first_offset_of(3)}
+    assert (confirmed(0), confirmed(1)) == (first_offset_of(3), first_offset_of(3))

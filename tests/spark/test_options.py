@@ -209,3 +209,11 @@ def test_reader_and_partitions_pickle_without_connections() -> None:
     partition = LaneRange("s", 0, 1, 5, options.grid, None)
     assert pickle.loads(pickle.dumps(partition)) == partition
     assert isinstance(pa.schema([]), pa.Schema)
+
+
+def test_readme_option_table_is_in_sync() -> None:
+    from meteor_spark.cli.docs import README, options_table
+
+    assert options_table() in README.read_text(encoding="utf-8"), (
+        "README's option table differs from OPTION_TABLE; regenerate it from meteor_spark.cli.docs.options_table()"
+    )

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
 
+from meteor_spark.server.errors import InvalidConfiguration
+
 if TYPE_CHECKING:
     from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.atomics import Atomics
@@ -93,8 +95,12 @@ class Waiters:
             for callback in callbacks.values():
                 callback()
 
-    def pending(self) -> int:
-        return sum(len(c) for c in self._callbacks.values())
+
+FSYNC_POLICIES = ("always", "interval", "never")
+"""When persisted writes reach the disk; what each risks is in ``docs/persistence.md``."""
+
+CP_MODES = ("unsafe", "disabled")
+"""What ``createCPGroup`` does on a member without CP members (see ``engine/atomics.py``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,9 @@ class EngineConfig:
         fsync_interval_ms: with ``fsync="interval"``, how often written data is fsynced.
         cp_mode: "unsafe" (CP data structures in AP mode, Hazelcast 4.x-5.4 without CP members) or "disabled"
             ("CP Subsystem is not enabled!", newer members).
+
+    Raises:
+        InvalidConfiguration: (a ``ValueError``) naming the setting, the value and the allowed ones.
     """
 
     partition_count: int = 271
@@ -117,6 +126,18 @@ class EngineConfig:
     fsync: str = "interval"
     fsync_interval_ms: int = 100
     cp_mode: str = "unsafe"
+
+    def __post_init__(self) -> None:
+        if self.partition_count < 1:
+            raise InvalidConfiguration(f"partition_count must be >= 1, got {self.partition_count}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise InvalidConfiguration(f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
+        if self.fsync_interval_ms <= 0:
+            raise InvalidConfiguration(
+                f"fsync_interval_ms must be a positive number of milliseconds, got {self.fsync_interval_ms}"
+            )
+        if self.cp_mode not in CP_MODES:
+            raise InvalidConfiguration(f"cp_mode {self.cp_mode!r} is unknown; use one of {', '.join(CP_MODES)}")
 
 
 class Engine:
@@ -142,10 +163,7 @@ class Engine:
         self.clock: Clock = clock or SystemClock()
         self.waiters = Waiters()
         self.proxies = ProxyRegistry()
-        configs = RingConfigs()
-        for ring_config in ring_configs:
-            configs.add(ring_config)
-        self.rings = RingService(self.clock.monotonic_ms, self.waiters.notify, configs)
+        self.rings = RingService(self.clock.monotonic_ms, self.waiters.notify, RingConfigs(ring_configs))
         self.proxies.on_destroy(RING_SERVICE, self.rings.destroy)
         self.schemas: dict[int, object] = {}
         #: Called with a client uuid when its last connection closes (locks, listeners); services append to it.
@@ -165,24 +183,12 @@ class Engine:
         attach_data_services(self, map_configs)
 
     async def open(self) -> None:
-        """Attach persistence when ``config.data_dir`` is set.
+        """Attach persistence (``engine/persistence.py``) when ``config.data_dir`` is set; called on the member's
+        event loop before it accepts clients."""
+        if self.config.data_dir is not None:
+            from meteor_spark.server.engine.persistence import attach
 
-        Persistence lives in ``engine/persistence.py`` and is entered through ``attach(engine)`` (sync or async),
-        called on the member's event loop before it accepts clients. It sets ``engine.rings.store_factory`` (ring
-        stores: see ``RingStore``), restores maps, and adds its flush/close to ``close_hooks``.
-        """
-        if self.config.data_dir is None:
-            return
-        try:
-            from meteor_spark.server.engine import persistence
-        except ModuleNotFoundError as exc:
-            if exc.name != "meteor_spark.server.engine.persistence":
-                raise
-            logger.warning("persistence is not available in this build; data_dir %s is ignored", self.config.data_dir)
-            return
-        result = persistence.attach(self)  # type: ignore[attr-defined]
-        if inspect.isawaitable(result):
-            await result
+            attach(self)
 
     async def close(self) -> None:
         """Run ``close_hooks`` (newest first); every hook runs even if one fails."""

@@ -31,8 +31,9 @@ class CpMode(enum.Enum):
 
 
 @dataclass(frozen=True)
-class GroupId:
-    """A ``RaftGroupId`` (field names as in the protocol's custom struct)."""
+class RaftGroupId:
+    """Hazelcast's ``RaftGroupId``: what ``createCPGroup`` answers and every CP operation carries back (also the
+    protocol's custom struct of that name)."""
 
     name: str
     seed: int
@@ -71,15 +72,15 @@ class Atomics:
         self._values: dict[tuple[str, str], int] = {}
         self._destroyed: set[tuple[str, str]] = set()
 
-    def create_group(self, proxy_name: str) -> GroupId:
+    def create_group(self, proxy_name: str) -> RaftGroupId:
         """Answer ``CPGroup.createCPGroup``: the group id the proxy will send with each operation."""
         if self.mode is CpMode.DISABLED:
             raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
         _, group = split_proxy_name(proxy_name)
         # Unsafe mode places the group on the partition of its name; any stable number in range works for clients.
-        return GroupId(group, 0, zlib.crc32(group.encode("utf-8")) % _PARTITION_COUNT)
+        return RaftGroupId(group, 0, zlib.crc32(group.encode("utf-8")) % _PARTITION_COUNT)
 
-    def _key(self, group: GroupId, name: str) -> tuple[str, str]:
+    def _key(self, group: RaftGroupId, name: str) -> tuple[str, str]:
         if self.mode is CpMode.DISABLED:
             raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
         key = (group.name, name)
@@ -87,34 +88,34 @@ class Atomics:
             raise DistributedObjectDestroyed(f"AtomicLong[{name}] is already destroyed!")
         return key
 
-    def get(self, group: GroupId, name: str) -> int:
+    def get(self, group: RaftGroupId, name: str) -> int:
         return self._values.get(self._key(group, name), 0)
 
-    def add_and_get(self, group: GroupId, name: str, delta: int) -> int:
+    def add_and_get(self, group: RaftGroupId, name: str, delta: int) -> int:
         key = self._key(group, name)
         value = self._values[key] = _wrap(self._values.get(key, 0) + delta)
         return value
 
-    def get_and_add(self, group: GroupId, name: str, delta: int) -> int:
+    def get_and_add(self, group: RaftGroupId, name: str, delta: int) -> int:
         key = self._key(group, name)
         old = self._values.get(key, 0)
         self._values[key] = _wrap(old + delta)
         return old
 
-    def get_and_set(self, group: GroupId, name: str, value: int) -> int:
+    def get_and_set(self, group: RaftGroupId, name: str, value: int) -> int:
         key = self._key(group, name)
         old = self._values.get(key, 0)
         self._values[key] = _wrap(value)
         return old
 
-    def compare_and_set(self, group: GroupId, name: str, expected: int, updated: int) -> bool:
+    def compare_and_set(self, group: RaftGroupId, name: str, expected: int, updated: int) -> bool:
         key = self._key(group, name)
         if self._values.get(key, 0) != expected:
             return False
         self._values[key] = _wrap(updated)
         return True
 
-    def apply_function(self, group: GroupId, name: str) -> None:
+    def apply_function(self, group: RaftGroupId, name: str) -> None:
         """``apply`` / ``alter`` carry a serialized Java ``IFunction``, which a Python member cannot run."""
         self._key(group, name)
         raise UnsupportedOperation(
@@ -122,7 +123,7 @@ class Atomics:
             "use compare_and_set in a loop instead"
         )
 
-    def destroy(self, group: GroupId, service_name: str, name: str) -> None:
+    def destroy(self, group: RaftGroupId, service_name: str, name: str) -> None:
         """``CPGroup.destroyCPObject``: drop the value and refuse every later use of the name."""
         if service_name != ATOMIC_LONG_SERVICE:
             raise UnsupportedOperation(

@@ -52,10 +52,3 @@ class FlakeIds:
         self._generated[name] = base + batch_size
         wait_ms = max(0, ((base + batch_size - now) >> BITS_SEQUENCE) - self._allowed_future_ms)
         return IdBatch((base << BITS_NODE_ID) | self._node_id, INCREMENT, batch_size, wait_ms)
-
-    def high_water_marks(self) -> dict[str, int]:
-        """Per generator, the next unused (timestamp << 6 | sequence): what persistence keeps across restarts."""
-        return dict(self._generated)
-
-    def restore(self, name: str, generated: int) -> None:
-        self._generated[name] = max(self._generated.get(name, 0), generated)

@@ -20,10 +20,12 @@ import logging
 import uuid
 from dataclasses import dataclass, field, replace
 from enum import IntFlag
-from typing import Callable, Hashable, Iterable, Iterator, Protocol
+from typing import Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
 
 from meteor_spark.server.engine import Clock, Waiters
-from meteor_spark.server.errors import IllegalArgument, IllegalMonitorState
+from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
+from meteor_spark.server.engine.listeners import Listeners
+from meteor_spark.server.errors import IllegalMonitorState, InvalidConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +61,12 @@ class WouldBlock(Exception):
         self.retry_at_ms = retry_at_ms
 
 
-@dataclass(frozen=True)
-class LockOwner:
-    """Hazelcast's lock owner: the client's uuid from authentication plus the client-side thread id."""
+class LockOwner(NamedTuple):
+    """Hazelcast's lock owner: the client's uuid from authentication plus the client-side thread id.
+
+    A named tuple rather than a dataclass: one is built for every map write, and tuples are the cheapest immutable
+    value to build and compare.
+    """
 
     client_uuid: uuid.UUID | None
     thread_id: int
@@ -83,52 +88,28 @@ class MapConfig:
     max_idle_seconds: int = 0
 
     def __post_init__(self) -> None:
-        if self.time_to_live_seconds < 0:
-            raise IllegalArgument(
-                f"map config {self.name!r}: time_to_live_seconds={self.time_to_live_seconds} is negative; "
-                "use 0 for 'never expire' or a positive number of seconds"
-            )
-        if self.max_idle_seconds < 0:
-            raise IllegalArgument(
-                f"map config {self.name!r}: max_idle_seconds={self.max_idle_seconds} is negative; "
-                "use 0 for 'never expire' or a positive number of seconds"
-            )
-        if self.name.count("*") > 1:
-            raise IllegalArgument(
-                f"map config name {self.name!r} has more than one '*'; Hazelcast patterns allow at most one wildcard"
-            )
+        check_pattern("map", self.name)
+        for setting in ("time_to_live_seconds", "max_idle_seconds"):
+            value = getattr(self, setting)
+            if value < 0:
+                raise InvalidConfiguration(
+                    f"map config {self.name!r}: {setting}={value} is negative; "
+                    "use 0 for 'never expire' or a positive number of seconds"
+                )
+
+    def describe(self) -> str:
+        """Java-like rendering, used in conflict messages."""
+        return (
+            f"MapConfig{{name='{self.name}', timeToLiveSeconds={self.time_to_live_seconds}, "
+            f"maxIdleSeconds={self.max_idle_seconds}}}"
+        )
 
 
-def match_config_name(pattern: str, name: str) -> int:
-    """Hazelcast's ``MatchingPointConfigPatternMatcher``: -1 if ``pattern`` does not match, else its strength.
+class MapConfigs(NamedConfigs[MapConfig]):
+    """The member's map configs; ``find`` picks the best match, else the ``default`` config."""
 
-    One ``*`` stands for any run of characters; the longer the literal part, the better the match.
-    """
-    star = pattern.find("*")
-    if star < 0:
-        return LONG_MAX if pattern == name else -1
-    prefix, suffix = pattern[:star], pattern[star + 1 :]
-    if len(name) < len(prefix) + len(suffix) or not name.startswith(prefix) or not name.endswith(suffix):
-        return -1
-    return len(prefix) + len(suffix)
-
-
-@dataclass(frozen=True)
-class MapConfigs:
-    """The member's map configs; ``for_name`` picks the best match, else the ``default`` config."""
-
-    configs: tuple[MapConfig, ...] = ()
-
-    def for_name(self, name: str) -> MapConfig:
-        best: MapConfig | None = None
-        best_score = -1
-        for config in self.configs:
-            score = match_config_name(config.name, name)
-            if score > best_score:
-                best, best_score = config, score
-        if best is not None:
-            return best
-        return next((c for c in self.configs if c.name == "default"), MapConfig())
+    def __init__(self, configs: Iterable[MapConfig] = ()) -> None:
+        super().__init__(MapConfig(), configs)
 
 
 @dataclass(frozen=True)
@@ -144,8 +125,9 @@ class EntryEvent:
 
 
 @dataclass(frozen=True)
-class EntryView:
-    """Hazelcast's ``SimpleEntryView`` of one entry; times are epoch ms, ``LONG_MAX`` means never."""
+class SimpleEntryView:
+    """Hazelcast's ``SimpleEntryView`` of one entry (also the protocol's custom struct of that name); times are epoch
+    ms, ``LONG_MAX`` means never."""
 
     key: bytes
     value: bytes
@@ -163,14 +145,11 @@ class EntryView:
 
 @dataclass(frozen=True)
 class Listener:
-    """An entry-listener registration. ``owner`` identifies the connection so it can be dropped with it."""
+    """An entry-listener registration: which events of which key (None: all keys) go to ``sink``."""
 
-    registration_id: uuid.UUID
-    map_name: str
     key: bytes | None
     include_value: bool
     flags: int
-    owner: Hashable
     sink: Callable[[EntryEvent], None]
 
 
@@ -185,7 +164,7 @@ class MapJournal(Protocol):
     def map_destroy(self, name: str) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     value: bytes
     created_wall: int
@@ -201,15 +180,14 @@ class _Record:
     version: int = 0
 
     def expires_at_mono(self) -> float | None:
-        ends = []
-        if self.ttl_ms > 0:
-            ends.append(self.ttl_base_mono + self.ttl_ms)
-        if self.max_idle_ms > 0:
-            ends.append(self.accessed_mono + self.max_idle_ms)
-        return min(ends) if ends else None
+        """When the record expires (monotonic ms): the earlier of its TTL and max-idle ends; None: never."""
+        if self.max_idle_ms <= 0:
+            return self.ttl_base_mono + self.ttl_ms if self.ttl_ms > 0 else None
+        idle_end = self.accessed_mono + self.max_idle_ms
+        return min(idle_end, self.ttl_base_mono + self.ttl_ms) if self.ttl_ms > 0 else idle_end
 
 
-@dataclass
+@dataclass(slots=True)
 class _Lock:
     owner: LockOwner
     count: int
@@ -233,9 +211,9 @@ class Maps:
     def __init__(self, clock: Clock, waiters: Waiters, configs: MapConfigs | None = None) -> None:
         self._clock = clock
         self._waiters = waiters
-        self._configs = configs or MapConfigs()
+        self._configs = configs if configs is not None else MapConfigs()
         self._stores: dict[str, _Store] = {}
-        self._listeners: dict[str, dict[uuid.UUID, Listener]] = {}
+        self._listeners: Listeners[Listener] = Listeners()
         self.journal: MapJournal | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -243,7 +221,7 @@ class Maps:
     def _store(self, name: str) -> _Store:
         store = self._stores.get(name)
         if store is None:
-            store = self._stores[name] = _Store(self._configs.for_name(name))
+            store = self._stores[name] = _Store(self._configs.find(name))
         return store
 
     def names(self) -> list[str]:
@@ -272,7 +250,7 @@ class Maps:
         expires = record.expires_at_mono()
         if expires is not None and self._clock.monotonic_ms() >= expires:
             self._drop(name, store, key)
-            self._fire(EntryEvent(name, EntryEventType.EXPIRED, key, None, record.value))
+            self._fire(name, EntryEventType.EXPIRED, key, None, record.value)
             return None
         return record
 
@@ -314,9 +292,9 @@ class Maps:
         self._track_expiry(store, key, record)
         self._journal_put(name, key, record)
         if existing is None:
-            self._fire(EntryEvent(name, EntryEventType.ADDED, key, value, None))
+            self._fire(name, EntryEventType.ADDED, key, value, None)
         else:
-            self._fire(EntryEvent(name, EntryEventType.UPDATED, key, value, old_value))
+            self._fire(name, EntryEventType.UPDATED, key, value, old_value)
 
     def _track_expiry(self, store: _Store, key: bytes, record: _Record) -> None:
         if record.ttl_ms > 0 or record.max_idle_ms > 0:
@@ -406,14 +384,14 @@ class Maps:
     def is_empty(self, name: str) -> bool:
         return next(self._live_items(name, self._store(name)), None) is None
 
-    def get_entry_view(self, name: str, key: bytes) -> EntryView | None:
+    def get_entry_view(self, name: str, key: bytes) -> SimpleEntryView | None:
         store = self._store(name)
         record = self._live(name, store, key)
         if record is None:
             return None
         expires = record.expires_at_mono()
         expiration = LONG_MAX if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
-        return EntryView(
+        return SimpleEntryView(
             key=key,
             value=record.value,
             cost=len(key) + len(record.value),
@@ -479,7 +457,7 @@ class Maps:
         if existing is None:
             return None
         self._drop(name, store, key)
-        self._fire(EntryEvent(name, EntryEventType.REMOVED, key, None, existing.value))
+        self._fire(name, EntryEventType.REMOVED, key, None, existing.value)
         return existing.value
 
     def remove(self, name: str, key: bytes, caller: LockOwner) -> bytes | None:
@@ -519,7 +497,7 @@ class Maps:
         if record is None:
             return False
         self._drop(name, store, key)
-        self._fire(EntryEvent(name, EntryEventType.EVICTED, key, None, record.value))
+        self._fire(name, EntryEventType.EVICTED, key, None, record.value)
         return True
 
     def put_all(self, name: str, entries: Iterable[tuple[bytes, bytes]]) -> None:
@@ -536,7 +514,7 @@ class Maps:
                 self._drop(name, store, key)
                 removed += 1
         if removed:
-            self._fire(EntryEvent(name, event_type, None, None, None, removed))
+            self._fire(name, event_type, None, None, None, removed)
         return removed
 
     def clear(self, name: str) -> int:
@@ -554,7 +532,7 @@ class Maps:
     def destroy(self, name: str) -> None:
         """Drop the map's data, locks and listeners (``destroy_proxy``); waiters re-check and find it free."""
         store = self._stores.pop(name, None)
-        self._listeners.pop(name, None)
+        self._listeners.drop(name)
         if self.journal is not None:
             self.journal.map_destroy(name)
         if store is not None:
@@ -584,14 +562,6 @@ class Maps:
         lock.reference_id = reference_id
         lock.count += 1
         lock.expires_mono = expires
-
-    def try_lock(self, name: str, key: bytes, caller: LockOwner, lease_ms: int, reference_id: int) -> bool:
-        """One non-waiting attempt; callers with a timeout retry on ``wait_key`` notifications."""
-        try:
-            self.lock(name, key, caller, lease_ms, reference_id)
-        except WouldBlock:
-            return False
-        return True
 
     def unlock(self, name: str, key: bytes, caller: LockOwner, reference_id: int) -> None:
         store = self._store(name)
@@ -637,36 +607,19 @@ class Maps:
     # ------------------------------------------------------------------ listeners and expiry
 
     def add_listener(self, name: str, sink: Callable[[EntryEvent], None], *, key: bytes | None = None,
-                     include_value: bool = True, flags: int = 0, owner: Hashable = None) -> uuid.UUID:
-        registration = Listener(uuid.uuid4(), name, key, include_value, flags, owner, sink)
-        self._listeners.setdefault(name, {})[registration.registration_id] = registration
-        return registration.registration_id
+                     include_value: bool = True, flags: int = 0) -> uuid.UUID:
+        """Send ``name``'s events whose type is in ``flags`` (and, with ``key``, only that key's) to ``sink``."""
+        return self._listeners.add(name, Listener(key, include_value, flags, sink))
 
     def remove_listener(self, name: str, registration_id: uuid.UUID) -> bool:
-        listeners = self._listeners.get(name)
-        if listeners is None or listeners.pop(registration_id, None) is None:
-            return False
-        if not listeners:
-            del self._listeners[name]
-        return True
+        return self._listeners.remove(name, registration_id)
 
-    def remove_listeners_of(self, owner: Hashable) -> int:
-        """Drop every registration made by ``owner`` (a closed connection)."""
-        removed = 0
-        for name in list(self._listeners):
-            listeners = self._listeners[name]
-            for registration_id in [r for r, reg in listeners.items() if reg.owner == owner]:
-                del listeners[registration_id]
-                removed += 1
-            if not listeners:
-                del self._listeners[name]
-        return removed
-
-    def _fire(self, event: EntryEvent) -> None:
-        listeners = self._listeners.get(event.map_name)
-        if not listeners:
-            return
-        for registration in list(listeners.values()):
+    def _fire(self, name: str, event_type: EntryEventType, key: bytes | None, value: bytes | None,
+              old_value: bytes | None, affected_entries: int = 1) -> None:
+        if name not in self._listeners:
+            return  # the common case: no event object is built for a map nobody listens to
+        event = EntryEvent(name, event_type, key, value, old_value, affected_entries)
+        for registration_id, registration in self._listeners.of(name):
             if not registration.flags & event.event_type:
                 continue
             if registration.key is not None and event.key is not None and registration.key != event.key:
@@ -675,7 +628,7 @@ class Maps:
             try:
                 registration.sink(delivered)
             except Exception:  # a broken listener connection must not fail the operation that fired the event
-                log.exception("entry listener %s on map %r failed", registration.registration_id, event.map_name)
+                log.exception("entry listener %s on map %r failed", registration_id, event.map_name)
 
     def sweep(self) -> int:
         """Purge every expired entry (firing EXPIRED) and every lapsed lock lease; return entries expired."""
@@ -687,18 +640,6 @@ class Maps:
             for key in list(store.locks):
                 self._lock_of(name, store, key)
         return expired
-
-    def next_deadline_ms(self) -> float | None:
-        """The earliest monotonic time at which an entry expires or a lease ends (for the sweep timer)."""
-        deadlines: list[float] = []
-        for store in self._stores.values():
-            for key in store.expiring:
-                record = store.records.get(key)
-                expires = record.expires_at_mono() if record is not None else None
-                if expires is not None:
-                    deadlines.append(expires)
-            deadlines.extend(lock.expires_mono for lock in store.locks.values() if lock.expires_mono is not None)
-        return min(deadlines) if deadlines else None
 
     # ------------------------------------------------------------------ persistence
 

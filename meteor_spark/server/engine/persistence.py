@@ -49,8 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FSYNC_POLICIES = ("always", "interval", "never")
-
 _HEADER = struct.Struct("<II")
 _SEQUENCE = struct.Struct("<q")
 _MAX_RECORD = 1 << 31  # a length beyond this is garbage, not a record
@@ -75,6 +73,20 @@ def frame(body_parts: list[bytes | bytearray | memoryview]) -> list[bytes | byte
         crc = zlib.crc32(part, crc)
         length += len(part)
     return [_HEADER.pack(length, crc), *body_parts]
+
+
+def _append_record(fd: int, body_parts: list[bytes | bytearray | memoryview]) -> int:
+    """Append one framed record to a log opened with ``O_APPEND``; the bytes written.
+
+    Raises:
+        OSError: the write failed (disk full...): the operation is refused, never acknowledged.
+    """
+    parts = frame(body_parts)
+    expected = sum(len(part) for part in parts)
+    written = os.writev(fd, parts)
+    while written < expected:  # a short write: finish the record, never leave a silent hole in the log
+        written += os.write(fd, b"".join(bytes(part) for part in parts)[written:])
+    return expected
 
 
 @dataclass(frozen=True)
@@ -135,12 +147,9 @@ class Syncer:
     """
 
     def __init__(self, policy: str, interval_ms: int) -> None:
-        if policy not in FSYNC_POLICIES:
-            raise InvalidConfiguration(f"fsync policy {policy!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
-        if interval_ms <= 0:
-            raise InvalidConfiguration(f"fsync_interval_ms must be positive, got {interval_ms}")
+        # ``policy`` and ``interval_ms`` come validated from ``EngineConfig``.
         self.policy = policy
-        self._interval_s = interval_ms / 1000.0
+        self.interval_ms = interval_ms
         self._cond = threading.Condition()
         self._dirty: set[int] = set()
         self._requested = 0
@@ -195,7 +204,7 @@ class Syncer:
                     while not self._waiters and not self._closing:
                         self._cond.wait()
                 else:
-                    self._cond.wait(self._interval_s)
+                    self._cond.wait(self.interval_ms / 1000.0)
                 if self._closing and not self._waiters and not self._dirty:
                     return
                 dirty, self._dirty = self._dirty, set()
@@ -327,14 +336,8 @@ class RingStore:
             self._base = sequence
         elif sequence != self._base + len(self._offsets):
             raise AssertionError(f"ring log {self.path}: sequence {sequence} after {self._base + len(self._offsets) - 1}")
-        parts = frame([_SEQUENCE.pack(sequence), item])
-        written = os.writev(self._fd, parts)
-        expected = sum(len(part) for part in parts)
-        if written != expected:  # a short write (disk full): finish it or fail loudly, never leave a silent hole
-            remainder = b"".join(bytes(part) for part in parts)[written:]
-            os.write(self._fd, remainder)
         self._offsets.append(self._end)
-        self._end += expected
+        self._end += _append_record(self._fd, [_SEQUENCE.pack(sequence), item])
         self._syncer.written(self._fd)
 
     async def commit(self) -> None:
@@ -381,11 +384,7 @@ class MapLog:
         self.records = 0
 
     def _write(self, parts: list[bytes | bytearray | memoryview]) -> None:
-        framed = frame(parts)
-        written = os.writev(self._fd, framed)
-        expected = sum(len(part) for part in framed)
-        if written != expected:
-            os.write(self._fd, b"".join(bytes(part) for part in framed)[written:])
+        _append_record(self._fd, parts)
         self.records += 1
         self._syncer.written(self._fd)
 

@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol, Sequence
 
+from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
 from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, InvalidConfiguration, StaleSequence
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class RingConfig:
     in_memory_format: str = "BINARY"
 
     def __post_init__(self) -> None:
+        check_pattern("ring buffer", self.name)
         if self.capacity < 1:
             raise InvalidConfiguration(f"ring buffer config {self.name!r}: capacity must be >= 1, got {self.capacity}")
         if self.ttl_s < 0:
@@ -87,78 +89,11 @@ class RingConfig:
         )
 
 
-def match_pattern(patterns: Iterable[str], name: str) -> str | None:
-    """Hazelcast's ``MatchingPointConfigPatternMatcher``: an exact name wins; otherwise the pattern with one ``*``
-    whose literal prefix + suffix match the most characters.
-
-    Raises:
-        InvalidConfiguration: two patterns match equally well (Hazelcast refuses the ambiguity too).
-    """
-    base = name.split("@", 1)[0]  # "name@partitionKey" uses the config of "name"
-    best: str | None = None
-    best_points = -1
-    duplicate: str | None = None
-    for pattern in patterns:
-        if pattern == base:
-            return pattern
-        star = pattern.find("*")
-        if star < 0:
-            continue
-        prefix, suffix = pattern[:star], pattern[star + 1 :]
-        if len(base) < len(prefix) + len(suffix) or not base.startswith(prefix) or not base.endswith(suffix):
-            continue
-        points = len(prefix) + len(suffix)
-        if points > best_points:
-            best, best_points, duplicate = pattern, points, None
-        elif points == best_points:
-            duplicate = pattern
-    if duplicate is not None:
-        raise InvalidConfiguration(
-            f"configuration {name!r} has duplicate configuration: patterns {best!r} and {duplicate!r} match it equally well"
-        )
-    return best
-
-
-@dataclass
-class RingConfigs:
+class RingConfigs(NamedConfigs[RingConfig]):
     """Per-name ring configs (static ones from the member's start-up, dynamic ones added by clients)."""
 
-    default: RingConfig = field(default_factory=RingConfig)
-    configs: dict[str, RingConfig] = field(default_factory=dict)
-
-    def add(self, config: RingConfig) -> bool:
-        """Add a config; True if it is new, False if the same one exists.
-
-        Raises:
-            InvalidConfiguration: a different config with the same name exists.
-        """
-        if config.name == "default":
-            if config == self.default:
-                return False
-            if self.default != RingConfig():
-                raise _conflict(config, self.default)
-            self.default = config
-            return True
-        existing = self.configs.get(config.name)
-        if existing is None:
-            self.configs[config.name] = config
-            return True
-        if existing == config:
-            return False
-        raise _conflict(config, existing)
-
-    def find(self, name: str) -> RingConfig:
-        pattern = match_pattern(self.configs, name)
-        if pattern is None:
-            return replace(self.default, name=name)
-        return self.configs[pattern]
-
-
-def _conflict(new: RingConfig, existing: RingConfig) -> InvalidConfiguration:
-    return InvalidConfiguration(
-        f"Cannot add a new dynamic configuration {new.describe()} as it conflicts with the existing one "
-        f"{existing.describe()}; use another name, or the same capacity/backups/TTL as the existing configuration"
-    )
+    def __init__(self, configs: Iterable[RingConfig] = ()) -> None:
+        super().__init__(RingConfig(), configs)
 
 
 # --------------------------------------------------------------------------------------------------------------------

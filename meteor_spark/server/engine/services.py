@@ -15,7 +15,6 @@ from meteor_spark.server.engine.atomics import Atomics, CpMode
 from meteor_spark.server.engine.flake_ids import FlakeIds
 from meteor_spark.server.engine.maps import MapConfig, MapConfigs, Maps
 from meteor_spark.server.engine.topics import Topics
-from meteor_spark.server.errors import InvalidConfiguration
 
 if TYPE_CHECKING:
     from meteor_spark.server.engine import Engine
@@ -58,15 +57,8 @@ class Housekeeping:
 def attach_data_services(engine: "Engine", map_configs: Iterable[MapConfig] = ()) -> None:
     """Create ``engine.maps``, ``atomics``, ``flake_ids``, ``topics`` and ``housekeeping`` (persistence is attached
     later, by ``persistence.attach`` from ``Engine.open``)."""
-    config = engine.config
-    try:
-        cp_mode = CpMode(config.cp_mode)
-    except ValueError:
-        raise InvalidConfiguration(
-            f"cp_mode {config.cp_mode!r} is unknown; use one of {[mode.value for mode in CpMode]}"
-        ) from None
-    engine.maps = Maps(engine.clock, engine.waiters, MapConfigs(tuple(map_configs)))
-    engine.atomics = Atomics(cp_mode)
+    engine.maps = Maps(engine.clock, engine.waiters, MapConfigs(map_configs))
+    engine.atomics = Atomics(CpMode(engine.config.cp_mode))  # validated by EngineConfig
     engine.flake_ids = FlakeIds(engine.clock)
     engine.topics = Topics(engine.clock)
     engine.housekeeping = Housekeeping(engine.maps)

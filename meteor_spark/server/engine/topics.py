@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Iterable
 
 from meteor_spark.server.engine import Clock
+from meteor_spark.server.engine.listeners import Listeners
 
 log = logging.getLogger(__name__)
 
@@ -23,63 +24,34 @@ class TopicMessage:
     publish_time: int
 
 
-@dataclass(frozen=True)
-class _Registration:
-    registration_id: uuid.UUID
-    owner: Hashable
-    sink: Callable[[TopicMessage], None]
-
-
 class Topics:
     """Every topic's listener registrations. Not thread-safe."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._listeners: dict[str, dict[uuid.UUID, _Registration]] = {}
+        self._listeners: Listeners[Callable[[TopicMessage], None]] = Listeners()
 
-    def add_listener(self, name: str, sink: Callable[[TopicMessage], None], owner: Hashable = None) -> uuid.UUID:
-        registration = _Registration(uuid.uuid4(), owner, sink)
-        self._listeners.setdefault(name, {})[registration.registration_id] = registration
-        return registration.registration_id
+    def add_listener(self, name: str, sink: Callable[[TopicMessage], None]) -> uuid.UUID:
+        return self._listeners.add(name, sink)
 
     def remove_listener(self, name: str, registration_id: uuid.UUID) -> bool:
-        listeners = self._listeners.get(name)
-        if listeners is None or listeners.pop(registration_id, None) is None:
-            return False
-        if not listeners:
-            del self._listeners[name]
-        return True
-
-    def remove_listeners_of(self, owner: Hashable) -> int:
-        removed = 0
-        for name in list(self._listeners):
-            listeners = self._listeners[name]
-            for registration_id in [r for r, reg in listeners.items() if reg.owner == owner]:
-                del listeners[registration_id]
-                removed += 1
-            if not listeners:
-                del self._listeners[name]
-        return removed
-
-    def listener_count(self, name: str) -> int:
-        return len(self._listeners.get(name, {}))
+        return self._listeners.remove(name, registration_id)
 
     def publish(self, name: str, item: bytes) -> None:
         self.publish_all(name, (item,))
 
     def publish_all(self, name: str, items: Iterable[bytes]) -> None:
-        listeners = self._listeners.get(name)
-        if not listeners:
+        registrations = self._listeners.of(name)
+        if not registrations:
             return
         now = self._clock.now_ms()
-        registrations = list(listeners.values())
         for item in items:
             message = TopicMessage(name, item, now)
-            for registration in registrations:
+            for registration_id, sink in registrations:
                 try:
-                    registration.sink(message)
+                    sink(message)
                 except Exception:  # one broken subscriber connection must not stop delivery to the others
-                    log.exception("topic listener %s on %r failed", registration.registration_id, name)
+                    log.exception("topic listener %s on %r failed", registration_id, name)
 
     def destroy(self, name: str) -> None:
-        self._listeners.pop(name, None)
+        self._listeners.drop(name)

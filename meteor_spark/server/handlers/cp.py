@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from meteor_spark.server.engine.atomics import GroupId
 from meteor_spark.server.handlers.registry import RequestContext, handles
 from meteor_spark.server.protocol import messages_data as m
-from meteor_spark.server.protocol.codecs import RaftGroupId
-
-
-def group_of(req: dict[str, Any]) -> GroupId:
-    """The engine's group id from a request's ``group_id`` struct."""
-    raw = req["group_id"]
-    return GroupId(raw.name, raw.seed, raw.id)
 
 
 @handles(m.CP_GROUP_CREATE_CP_GROUP)
 async def create_cp_group(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    group = ctx.engine.atomics.create_group(req["proxy_name"])
-    return {"response": RaftGroupId(group.name, group.seed, group.id)}
+    return {"response": ctx.engine.atomics.create_group(req["proxy_name"])}
 
 
 @handles(m.CP_GROUP_DESTROY_CP_OBJECT)
 async def destroy_cp_object(ctx: RequestContext, req: dict[str, Any]) -> None:
-    ctx.engine.atomics.destroy(group_of(req), req["service_name"], req["object_name"])
+    ctx.engine.atomics.destroy(req["group_id"], req["service_name"], req["object_name"])

@@ -45,22 +45,23 @@ async def remaining_capacity(ctx: RequestContext, req: dict[str, Any]) -> dict[s
     return {"response": _ring(ctx, req).remaining_capacity()}
 
 
-@handles(m.RINGBUFFER_ADD)
-async def add(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    ring = _ring(ctx, req)
-    sequence = ring.add(req["value"], req["overflow_policy"])
+async def _acknowledge(ring: Ringbuffer, sequence: int) -> dict[str, Any]:
+    """The response to a write, once it is as durable as the fsync policy promises (at once without a store)."""
     if ring.store is not None and sequence >= 0:
         await ring.store.commit()
     return {"response": sequence}
+
+
+@handles(m.RINGBUFFER_ADD)
+async def add(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    ring = _ring(ctx, req)
+    return await _acknowledge(ring, ring.add(req["value"], req["overflow_policy"]))
 
 
 @handles(m.RINGBUFFER_ADD_ALL)
 async def add_all(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     ring = _ring(ctx, req)
-    sequence = ring.add_all(req["value_list"], req["overflow_policy"])
-    if ring.store is not None and sequence >= 0:
-        await ring.store.commit()
-    return {"response": sequence}
+    return await _acknowledge(ring, ring.add_all(req["value_list"], req["overflow_policy"]))
 
 
 @handles(m.RINGBUFFER_READ_ONE)

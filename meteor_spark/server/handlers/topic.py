@@ -29,7 +29,7 @@ async def add_message_listener(ctx: RequestContext, req: dict[str, Any]) -> dict
     def deliver(message: TopicMessage) -> None:
         ctx.send_event(_TOPIC_EVENT, publish_time=message.publish_time, uuid=member_uuid, item=message.item)
 
-    registration = topics.add_listener(name, deliver, owner=ctx.endpoint)
+    registration = topics.add_listener(name, deliver)
     ctx.endpoint.on_close(("topic-listener", registration), lambda: topics.remove_listener(name, registration))
     return {"response": registration}
 

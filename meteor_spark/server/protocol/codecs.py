@@ -12,7 +12,9 @@ independent check in the tests.
 
 Python values: ``String`` -> ``str``; ``Data`` and ``byte[]`` -> ``bytes`` (raw serialized form, never
 deserialized); ``UUID`` -> ``uuid.UUID``; lists -> ``list``; entry lists -> ``list[tuple[K, V]]``; maps ->
-``dict``; custom structs -> the frozen dataclasses below; nullable -> ``None``.
+``dict``; custom structs -> the frozen dataclasses below, or the engine's own value for the structs that are
+engine values too (``RaftGroupId``, ``SimpleEntryView``: one class each, so handlers pass them through); nullable ->
+``None``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import uuid as uuid_module
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from meteor_spark.server.engine.atomics import RaftGroupId
+from meteor_spark.server.engine.maps import SimpleEntryView
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
@@ -29,6 +33,7 @@ from meteor_spark.server.protocol.frames import (
     EVENT_FIXED_OFFSET,
     Frame,
     IS_EVENT,
+    IS_FINAL,
     IS_NULL,
     Message,
     REQUEST_FIXED_OFFSET,
@@ -68,9 +73,6 @@ class FrameCursor:
 
     def peek(self) -> Frame | None:
         return self.frames[self.index] if self.index < len(self.frames) else None
-
-    def at_end(self) -> bool:
-        return self.index >= len(self.frames)
 
     def skip_to_end_frame(self) -> None:
         """Skip to and past the END frame of the current structure (skipping nested structures): forward
@@ -538,29 +540,6 @@ class ErrorHolder:
 
 
 @dataclass(frozen=True)
-class RaftGroupId:
-    name: str
-    seed: int
-    id: int
-
-
-@dataclass(frozen=True)
-class SimpleEntryView:
-    key: bytes
-    value: bytes
-    cost: int
-    creation_time: int
-    expiration_time: int
-    hits: int
-    last_access_time: int
-    last_stored_time: int
-    last_update_time: int
-    version: int
-    ttl: int
-    max_idle: int
-
-
-@dataclass(frozen=True)
 class FieldDescriptor:
     field_name: str
     kind: int
@@ -717,8 +696,9 @@ def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
 
 
 def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, Any]) -> None:
+    count = len(cursor.frames)
     for param in params:
-        if cursor.at_end():
+        if cursor.index >= count:
             if not param.optional:
                 raise ProtocolError(f"message ends before parameter {param.name!r} ({param.type})")
             into[param.name] = param.default
@@ -726,28 +706,47 @@ def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, An
         into[param.name] = param.type.decode(cursor)  # type: ignore[union-attr]
 
 
+#: An initial frame's frame header (length, flags) followed by the message header of each message kind.
+_RESPONSE_INITIAL = struct.Struct("<iHiqB")  # type, correlation id, backup acks
+_EVENT_INITIAL = struct.Struct("<iHiqi")  # type, correlation id, partition id (requests have the same layout)
+
+
 def _encode(
-    header: bytes, header_size: int, fixed: _FixedBlock, var: Sequence[Param], values: Mapping[str, Any], flags: int
+    initial_header: struct.Struct,
+    header: tuple[int, int, int],
+    fixed: _FixedBlock,
+    var: Sequence[Param],
+    values: Mapping[str, Any],
+    flags: int,
 ) -> list[bytes | bytearray | memoryview]:
-    initial = bytearray(header_size + fixed.size)
-    initial[: len(header)] = header
+    """Byte chunks of a message: the initial frame (frame header, message header and fixed parameters packed into one
+    buffer), then the frames of the variable-size parameters."""
+    size = initial_header.size + fixed.size
+    initial = bytearray(size)
+    initial_header.pack_into(initial, 0, size, flags if var else flags | IS_FINAL, *header)
     if fixed.params:
         try:
-            fixed.pack_into(initial, header_size, values)
+            fixed.pack_into(initial, initial_header.size, values)
         except KeyError as exc:
             raise ValueError(f"missing fixed parameter {exc.args[0]!r}") from None
-    out: list[OutFrame] = [(flags, initial)]
+    if not var:
+        return [initial]
+    out: list[OutFrame] = []
     for param in var:
         try:
             value = values[param.name]
         except KeyError:
             raise ValueError(f"missing parameter {param.name!r}") from None
         param.type.encode(out, value)  # type: ignore[union-attr]
-    return encode_frames(out)
+    chunks: list[bytes | bytearray | memoryview] = [initial]
+    chunks += encode_frames(out)
+    return chunks
 
 
-_RESPONSE_HEADER = struct.Struct("<iqB")
-_EVENT_HEADER = struct.Struct("<iqi")
+def _merge(values: Mapping[str, Any] | None, kw: dict[str, Any]) -> Mapping[str, Any]:
+    if not kw:
+        return values if values is not None else {}
+    return {**values, **kw} if values else kw
 
 
 def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
@@ -767,11 +766,13 @@ def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
 def encode_response(
     spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, **kw: Any
 ) -> list[bytes | bytearray | memoryview]:
-    """Byte chunks of the response to ``correlation_id`` (backup acks always 0: one member has no backups)."""
-    merged = {**(values or {}), **kw}
-    header = _RESPONSE_HEADER.pack(spec.response_type, correlation_id, 0)
+    """Byte chunks of the response to ``correlation_id`` (backup acks always 0: one member has no backups).
+
+    Values the spec does not declare are ignored (one handler may serve messages whose responses differ).
+    """
+    header = (spec.response_type, correlation_id, 0)
     return _encode(
-        header, RESPONSE_FIXED_OFFSET, spec._resp_fixed, spec._resp_var, merged, UNFRAGMENTED  # type: ignore[attr-defined]
+        _RESPONSE_INITIAL, header, spec._resp_fixed, spec._resp_var, _merge(values, kw), UNFRAGMENTED  # type: ignore[attr-defined]
     )
 
 
@@ -779,10 +780,9 @@ def encode_event(
     spec: EventSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
 ) -> list[bytes | bytearray | memoryview]:
     """Byte chunks of an event for the listener registered by request ``correlation_id``."""
-    merged = {**(values or {}), **kw}
-    header = _EVENT_HEADER.pack(spec.type_id, correlation_id, partition_id)
+    header = (spec.type_id, correlation_id, partition_id)
     return _encode(
-        header, EVENT_FIXED_OFFSET, spec._fixed, spec._var, merged, UNFRAGMENTED | IS_EVENT  # type: ignore[attr-defined]
+        _EVENT_INITIAL, header, spec._fixed, spec._var, _merge(values, kw), UNFRAGMENTED | IS_EVENT  # type: ignore[attr-defined]
     )
 
 
@@ -790,10 +790,9 @@ def encode_request(
     spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
 ) -> list[bytes | bytearray | memoryview]:
     """Byte chunks of a request (client side; used by tests, tools and the bench)."""
-    merged = {**(values or {}), **kw}
-    header = _EVENT_HEADER.pack(spec.request_type, correlation_id, partition_id)
+    header = (spec.request_type, correlation_id, partition_id)
     return _encode(
-        header, REQUEST_FIXED_OFFSET, spec._req_fixed, spec._req_var, merged, UNFRAGMENTED  # type: ignore[attr-defined]
+        _EVENT_INITIAL, header, spec._req_fixed, spec._req_var, _merge(values, kw), UNFRAGMENTED  # type: ignore[attr-defined]
     )
 
 
@@ -804,16 +803,3 @@ def decode_response(spec: MessageSpec, msg: Message) -> dict[str, Any]:
     if spec._resp_var:  # type: ignore[attr-defined]
         _decode_var(FrameCursor(msg.frames), spec._resp_var, values)  # type: ignore[attr-defined]
     return values
-
-
-def decode_event(spec: EventSpec, msg: Message) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    spec._fixed.unpack(msg.frames[0].content, EVENT_FIXED_OFFSET, values)  # type: ignore[attr-defined]
-    if spec._var:  # type: ignore[attr-defined]
-        _decode_var(FrameCursor(msg.frames), spec._var, values)  # type: ignore[attr-defined]
-    return values
-
-
-def type_name(type_: FixedType | VarType) -> str:
-    return type_.name
-

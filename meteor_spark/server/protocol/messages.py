@@ -46,6 +46,16 @@ _AUTH_RESPONSE = (
     p("failover_supported", BOOLEAN),
 )
 
+#: Who the client is: the parameters both authentication messages end with.
+_AUTH_CLIENT = (
+    p("uuid", UUID),
+    p("client_type", STRING),
+    p("serialization_version", BYTE),
+    p("client_hazelcast_version", STRING),
+    p("client_name", STRING),
+    p("labels", list_of(STRING)),
+)
+
 CLIENT_AUTHENTICATION = message(  # 0x000100
     "Client.authentication",
     0x000100,
@@ -53,12 +63,7 @@ CLIENT_AUTHENTICATION = message(  # 0x000100
         p("cluster_name", STRING),
         p("username", nullable(STRING)),
         p("password", nullable(STRING)),
-        p("uuid", UUID),
-        p("client_type", STRING),
-        p("serialization_version", BYTE),
-        p("client_hazelcast_version", STRING),
-        p("client_name", STRING),
-        p("labels", list_of(STRING)),
+        *_AUTH_CLIENT,
     ),
     response=_AUTH_RESPONSE,
 )
@@ -69,12 +74,7 @@ CLIENT_AUTHENTICATION_CUSTOM = message(  # 0x000200
     request=(
         p("cluster_name", STRING),
         p("credentials", BYTE_ARRAY),
-        p("uuid", UUID),
-        p("client_type", STRING),
-        p("serialization_version", BYTE),
-        p("client_hazelcast_version", STRING),
-        p("client_name", STRING),
-        p("labels", list_of(STRING)),
+        *_AUTH_CLIENT,
     ),
     response=_AUTH_RESPONSE,
 )

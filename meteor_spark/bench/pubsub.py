@@ -1,0 +1,368 @@
+"""``meteor bench pubsub``: the core data path on an embedded grid in its own process, 100-byte records.
+
+Scenarios (issue 3's targets on a 2-core machine in brackets):
+
+- (a) one publisher's throughput, three ways: ``publish_async`` per record, ``publish_many`` of lists,
+  ``publish_arrow`` of tables [>= 1,000,000 records/s];
+- (b) Meteor's headline scenario: 4 publishers (threads of this process) and 16 ungrouped subscribers (threads of a
+  second process) on one stream; unique records/s and deliveries/s (= unique x 16) [>= 4,300,000 deliveries/s];
+- (c) round-trip latency: request/reply over two streams with one message in flight, the responder in a third
+  process; p50/p99 [p50 <= 1 ms, p99 <= 5 ms].
+
+Ceilings measured in the same run: encoding + LZ4 of the same records in memory (CPU bound, no grid), raw
+``add_all`` / ``read_many`` of the same pre-encoded ring items through the client (the grid and the client, no
+Meteor logic), and a raw ring add + read round trip for latency. Payloads are random bytes from a pool, so LZ4
+cannot cheat (Meteor's benchmark used one all-zero payload).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import encode_columns
+from meteor_spark.streams import StreamConfig, delete_stream
+from meteor_spark.subscriber import Subscriber
+
+RECORD_BYTES = 100
+SUBSCRIBERS = 16
+PUBLISHERS = 4
+
+
+@dataclass(frozen=True)
+class PubSubSettings:
+    """Sizes of one run (``--quick`` shrinks everything to seconds)."""
+
+    async_records: int
+    bulk_records: int
+    fanout_records: int
+    round_trips: int
+    record_bytes: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "PubSubSettings":
+        quick = bool(getattr(args, "quick", False))
+        settings = cls(
+            async_records=args.async_records or (20_000 if quick else 200_000),
+            bulk_records=args.bulk_records or (200_000 if quick else 2_000_000),
+            fanout_records=args.fanout_records or (100_000 if quick else 1_000_000),
+            round_trips=args.round_trips or (200 if quick else 2000),
+            record_bytes=args.record_bytes,
+        )
+        for name in ("async_records", "bulk_records", "fanout_records", "round_trips", "record_bytes"):
+            if getattr(settings, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        return settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds instead of a minute)")
+    parser.add_argument("--async-records", type=int, default=None, help="records for publish_async (default 200k)")
+    parser.add_argument("--bulk-records", type=int, default=None, help="records for the bulk publishes (default 2M)")
+    parser.add_argument("--fanout-records", type=int, default=None, help="unique records in scenario (b) (default 1M)")
+    parser.add_argument("--round-trips", type=int, default=None, help="request/reply round trips (default 2000)")
+    parser.add_argument("--record-bytes", type=int, default=RECORD_BYTES, help="value size (default 100)")
+
+
+def _payloads(size: int, count: int = 4096) -> list[bytes]:
+    return [os.urandom(size) for _ in range(count)]
+
+
+def _values(pool: list[bytes], n: int) -> list[bytes]:
+    return (pool * (n // len(pool) + 1))[:n]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    settings = PubSubSettings.from_args(args)
+    from meteor_spark.server import EmbeddedGrid
+
+    server = EmbeddedGrid(port=0, process=True)
+    server.start()
+    grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
+    grid = Grid(grid_settings)
+    figures: dict[str, Any] = {"settings": settings.__dict__}
+    try:
+        pool = _payloads(settings.record_bytes)
+        figures["ceiling"] = _ceilings(grid, pool, settings)
+        figures["one_publisher"] = _one_publisher(grid, pool, settings)
+        figures["fanout"] = _fanout(grid, grid_settings, pool, settings)
+        figures["latency"] = _latency(grid, grid_settings, settings)
+    finally:
+        grid.close()
+        server.stop()
+    _print(figures)
+    return figures
+
+
+# ------------------------------------------------------------------------------------------------ ceilings
+
+
+def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+    values = _values(pool, settings.bulk_records)
+    per_item = 1000
+    start = time.perf_counter()
+    items = [
+        encode_columns(values[i:i + per_item], timestamps=0, producer_id=1, producer_seq=i)
+        for i in range(0, len(values), per_item)
+    ]
+    encode_rate = len(values) / (time.perf_counter() - start)
+    name = f"bench.ceiling.{os.getpid()}.{time.time_ns()}"
+    ring = grid.ring(name)
+    calls = [items[i:i + 64] for i in range(0, len(items), 64)]
+    start = time.perf_counter()
+    for call in calls:
+        ring.add_all(call)
+    add_rate = len(values) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    seq = ring.head()
+    read = 0
+    while read < len(items):
+        batch = ring.read_many(seq, 1, 64)
+        read += len(batch.items)
+        seq = batch.sequences[-1] + 1
+    read_rate = len(values) / (time.perf_counter() - start)
+    ring.destroy()
+    return {"encode_lz4_records_s": encode_rate, "raw_add_all_records_s": add_rate, "raw_read_many_records_s": read_rate}
+
+
+# ------------------------------------------------------------------------------------------------ (a)
+
+
+def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+    name = f"bench-pub-{os.getpid()}-{time.time_ns()}"
+    config = StreamConfig(name, capacity=100_000)
+    out: dict[str, float] = {}
+    try:
+        with Publisher(grid, config, max_buffered_records=1_000_000) as pub:
+            values = _values(pool, settings.async_records)
+            start = time.perf_counter()
+            futures = [pub.publish_async(v) for v in values]
+            pub.flush()
+            out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
+            assert futures[-1].result() >= 0
+            values = _values(pool, settings.bulk_records)
+            chunk = 10_000
+            start = time.perf_counter()
+            for i in range(0, len(values), chunk):
+                pub.publish_many(values[i:i + chunk])
+            pub.flush()
+            out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
+            table = pa.table({"value": pa.array(_values(pool, 100_000), pa.binary())})
+            rounds = max(1, settings.bulk_records // table.num_rows)
+            start = time.perf_counter()
+            for _ in range(rounds):
+                pub.publish_arrow(table)
+            pub.flush()
+            out["publish_arrow_records_s"] = rounds * table.num_rows / (time.perf_counter() - start)
+    finally:
+        delete_stream(grid, name)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ (b)
+
+
+def _fanout_subscribers(
+    members: str, cluster: str, stream: str, expected: int, ready: Any, results: Any
+) -> None:
+    """Child process: 16 ungrouped subscribers (receivers counting batch sizes) until each saw every record."""
+    grid = Grid(GridSettings(members=(members,), cluster_name=cluster))
+    counts = [0] * SUBSCRIBERS
+    done = threading.Event()
+    finished = [0.0] * SUBSCRIBERS
+
+    def counter(i: int) -> Any:
+        def on_batch(batch: Any) -> None:
+            counts[i] += len(batch)
+            if counts[i] >= expected and not finished[i]:
+                finished[i] = time.monotonic()
+                if all(finished):
+                    done.set()
+        return on_batch
+
+    subs = [
+        Subscriber(grid, stream, initial_offset_scheme="earliest", max_poll_records=200_000, max_items_per_read=64)
+        for _ in range(SUBSCRIBERS)
+    ]
+    for i, sub in enumerate(subs):
+        sub.attach_receiver(counter(i), poll_timeout_ms=100, per_batch=True)
+    ready.set()
+    completed = done.wait(600)
+    results.put({"finished": max(finished) if completed else None, "counts": counts})
+    for sub in subs:
+        sub.close()
+    grid.close()
+
+
+def _fanout(grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+    name = f"bench-fanout-{os.getpid()}-{time.time_ns()}"
+    per_publisher = settings.fanout_records // PUBLISHERS
+    total = per_publisher * PUBLISHERS
+    # Room for everything: the run measures throughput, not overwrite (Meteor throttled publishers instead).
+    config = StreamConfig(name, capacity=max(1000, 2 * total // 1000 + 100))
+    Publisher(grid, config).close()
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    results = context.Queue()
+    child = context.Process(
+        target=_fanout_subscribers, args=(grid_settings.members[0], grid_settings.cluster_name, name, total, ready,
+                                          results), daemon=True,
+    )
+    child.start()
+    try:
+        if not ready.wait(120):
+            raise RuntimeError("the subscriber process did not start within 120 s")
+        publishers = [Publisher(grid, name, max_buffered_records=200_000) for _ in range(PUBLISHERS)]
+        values = _values(pool, per_publisher)
+
+        def publish(pub: Publisher) -> None:
+            for i in range(0, len(values), 10_000):
+                pub.publish_many(values[i:i + 10_000])
+            pub.flush()
+
+        threads = [threading.Thread(target=publish, args=(p,)) for p in publishers]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        published = time.monotonic()
+        outcome = results.get(timeout=600)
+        for pub in publishers:
+            pub.close()
+        if outcome["finished"] is None:
+            raise RuntimeError(f"subscribers did not receive everything: {outcome['counts']}")
+        elapsed = outcome["finished"] - start
+        return {
+            "unique_records_s": total / elapsed,
+            "deliveries_s": total * SUBSCRIBERS / elapsed,
+            "publish_records_s": total / (published - start),
+            "seconds": elapsed,
+        }
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+        delete_stream(grid, name)
+
+
+# ------------------------------------------------------------------------------------------------ (c)
+
+
+def _responder(members: str, cluster: str, requests: str, replies: str, ready: Any, stop: Any) -> None:
+    """Child process: answer every request with a reply carrying the same bytes."""
+    grid = Grid(GridSettings(members=(members,), cluster_name=cluster))
+    pub = Publisher(grid, replies)
+    sub = Subscriber(grid, requests)
+    ready.set()
+    while not stop.is_set():
+        for record in sub.poll(100):
+            pub.publish_async(record.value)
+    sub.close()
+    pub.close()
+    grid.close()
+
+
+def _percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": ordered[len(ordered) // 2] * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+        "mean_ms": statistics.fmean(ordered) * 1000,
+    }
+
+
+def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) -> dict[str, Any]:
+    base = f"bench-rtt-{os.getpid()}-{time.time_ns()}"
+    requests, replies = StreamConfig(base + "-req"), StreamConfig(base + "-rep")
+    Publisher(grid, requests).close()
+    Publisher(grid, replies).close()
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    child = context.Process(
+        target=_responder,
+        args=(grid_settings.members[0], grid_settings.cluster_name, requests.name, replies.name, ready, stop),
+        daemon=True,
+    )
+    child.start()
+    try:
+        if not ready.wait(120):
+            raise RuntimeError("the responder process did not start within 120 s")
+        out: dict[str, Any] = {}
+        with Publisher(grid, requests.name) as pub, Subscriber(grid, replies.name) as sub:
+            samples = []
+            for i in range(settings.round_trips + 20):
+                payload = i.to_bytes(8, "big") * 12
+                start = time.perf_counter()
+                pub.publish_async(payload)
+                while True:
+                    batch = sub.poll(5000)
+                    if batch:
+                        break
+                if i >= 20:  # warm-up
+                    samples.append(time.perf_counter() - start)
+            out["meteor"] = _percentiles(samples)
+        ring = grid.ring(base + "-raw")
+        samples = []
+        for i in range(settings.round_trips):
+            start = time.perf_counter()
+            seq = ring.add(b"x" * 100)
+            ring.read_many(seq, 1, 1)
+            samples.append(time.perf_counter() - start)
+        ring.destroy()
+        out["raw_add_read"] = _percentiles(samples)
+        return out
+    finally:
+        stop.set()
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+        delete_stream(grid, requests.name)
+        delete_stream(grid, replies.name)
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def _print(figures: dict[str, Any]) -> None:
+    ceiling = figures["ceiling"]
+    one = figures["one_publisher"]
+    fan = figures["fanout"]
+    lat = figures["latency"]
+    raw_add = ceiling["raw_add_all_records_s"]
+    rows = [
+        ("ceiling: encode + LZ4 in memory", f"{ceiling['encode_lz4_records_s']:,.0f} rec/s", "", ""),
+        ("ceiling: raw add_all (1000 rec/item)", f"{raw_add:,.0f} rec/s", "", ""),
+        ("ceiling: raw read_many", f"{ceiling['raw_read_many_records_s']:,.0f} rec/s", "", ""),
+        ("(a) publish_async, one record a call", f"{one['publish_async_records_s']:,.0f} rec/s",
+         f"{one['publish_async_records_s'] / raw_add:.2f}", ">= 1,000,000"),
+        ("(a) publish_many, 10k records a call", f"{one['publish_many_records_s']:,.0f} rec/s",
+         f"{one['publish_many_records_s'] / raw_add:.2f}", ">= 1,000,000"),
+        ("(a) publish_arrow, 100k rows a call", f"{one['publish_arrow_records_s']:,.0f} rec/s",
+         f"{one['publish_arrow_records_s'] / raw_add:.2f}", ">= 1,000,000"),
+        ("(b) 4 pub x 16 sub: unique", f"{fan['unique_records_s']:,.0f} rec/s", "", ""),
+        ("(b) 4 pub x 16 sub: deliveries", f"{fan['deliveries_s']:,.0f} rec/s",
+         f"{fan['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}", ">= 4,300,000"),
+        ("(c) request/reply p50 / p99", f"{lat['meteor']['p50_ms']:.2f} / {lat['meteor']['p99_ms']:.2f} ms",
+         f"{lat['meteor']['p50_ms'] / lat['raw_add_read']['p50_ms']:.1f}x", "<= 1 / <= 5 ms"),
+        ("ceiling: raw add + read p50 / p99",
+         f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms", "", ""),
+    ]
+    header = ("scenario (100-byte records)", "result", "ratio", "target")
+    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(4)]
+    for row in [header] + rows:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
+    print(
+        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many rate; "
+        "(c) against a raw add + read round trip"
+    )

@@ -1,0 +1,229 @@
+"""The Spark side of ``meteor bench spark`` (kept in ``meteor_spark.spark``, the only package that imports pyspark):
+the Spark connector's throughput next to ceilings measured in the same run.
+
+Setup: an embedded grid in its own process, a local[2] SparkSession, 100-byte records.
+
+* **write**: ``spark.range(n)`` turned into 100-byte ``value``s, ``df.write.format("meteor")`` into a stream of 1
+  (then 4) lanes; ceiling: the same DataFrame into a no-op Python Arrow writer (what Spark costs to hand the rows
+  to Python at all). Wall time of the write job.
+* **read**: ``readStream.format("meteor")`` of that stream with ``Trigger.AvailableNow`` into the ``noop`` sink;
+  rows / ``addBatch`` time summed over the batches; ceiling: a synthetic Python Arrow stream source with the same
+  schema and partitions (Arrow built from buffers, no grid) into the same sink.
+
+Targets on 2 cores: read >= 4,000,000 records/s and >= 80% of its ceiling; write >= 2,000,000 records/s; 4 lanes
+no worse than 1 lane.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+logger = logging.getLogger(__name__)
+
+RECORD_BYTES = 100
+READ_TARGET = 4_000_000
+WRITE_TARGET = 2_000_000
+
+
+def run(records: int, lane_counts: Sequence[int], partitions: int) -> dict[str, Any]:
+    """Run the benchmark, print its table, return the figures."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from meteor_spark.config import grid_options
+    from meteor_spark.grid import Grid, GridSettings
+    from meteor_spark.server import EmbeddedGrid
+    from meteor_spark.streams import StreamConfig, delete_stream, open_stream
+
+    server = EmbeddedGrid(port=0, process=True)
+    server.start()
+    spark = None
+    owned = SparkSession.getActiveSession() is None  # inside a test run, borrow the session and leave it running
+    try:
+        settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
+        options = grid_options(settings)
+        spark = (
+            SparkSession.builder.master("local[2]").appName("meteor-bench-spark")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.memory", "3g")
+            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(SyntheticSource)
+        spark.dataSource.register(NoopArrowSink)
+        rows = spark.range(records, numPartitions=partitions).selectExpr(
+            f"CAST(lpad(CAST(id AS STRING), {RECORD_BYTES}, 'x') AS BINARY) AS value"
+        )
+        # Warm-up: the first Python task and the first streaming query of a session pay for starting workers.
+        rows.limit(1000).write.format("bench-noop-arrow").mode("append").save()
+        _stream_seconds(spark.readStream.format("bench-synthetic").option("rows", "1000")
+                        .option("partitions", str(partitions)).load())
+
+        figures: dict[str, Any] = {"records": records}
+        with Grid(settings) as grid:
+            for lanes in lane_counts:
+                name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
+                capacity = max(10_000, 4 * records // 1000)
+                open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
+                write_ceiling = _timed(lambda: rows.write.format("bench-noop-arrow").mode("append").save())
+                write_s = _timed(lambda: rows.write.format("meteor").options(**options).mode("append").save(name))
+                read_s, read_rows = _stream_seconds(
+                    spark.readStream.format("meteor").options(**options).option("stream", name)
+                    .option("startingOffsets", "earliest").option("minPartitions", str(partitions)).load()
+                )
+                if read_rows != records:
+                    raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
+                ceiling_s, ceiling_rows = _stream_seconds(
+                    spark.readStream.format("bench-synthetic").option("rows", str(records))
+                    .option("partitions", str(partitions)).load()
+                )
+                delete_stream(grid, name)
+                figures[f"{lanes}_lanes"] = {
+                    "read_records_per_s": read_rows / read_s,
+                    "read_ceiling_records_per_s": ceiling_rows / ceiling_s,
+                    "read_vs_ceiling": (read_rows / read_s) / (ceiling_rows / ceiling_s),
+                    "write_records_per_s": records / write_s,
+                    "write_ceiling_records_per_s": records / write_ceiling,
+                    "write_vs_ceiling": write_ceiling / write_s,
+                }
+        _print(figures, lane_counts)
+        return figures
+    finally:
+        if spark is not None and owned:
+            spark.stop()
+        server.stop()
+
+
+def _timed(action: Any) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def _stream_seconds(df: Any) -> tuple[float, int]:
+    """(sum of addBatch seconds, rows) of an AvailableNow run of ``df`` into the noop sink."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="meteor-bench-") as checkpoint:
+        query = df.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(
+            availableNow=True
+        ).start()
+        query.awaitTermination()
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    seconds = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
+    return max(seconds, 1e-9), sum(p["numInputRows"] for p in progress)
+
+
+def _print(figures: dict[str, Any], lane_counts: Sequence[int]) -> None:
+    from meteor_spark.cli.common import out, render_table
+
+    rows = []
+    for lanes in lane_counts:
+        f = figures[f"{lanes}_lanes"]
+        rows.append([f"read, {lanes} lane(s)", f"{f['read_records_per_s']:,.0f}",
+                     f"{f['read_ceiling_records_per_s']:,.0f}", f"{f['read_vs_ceiling']:.0%}", f"{READ_TARGET:,}"])
+        rows.append([f"write, {lanes} lane(s)", f"{f['write_records_per_s']:,.0f}",
+                     f"{f['write_ceiling_records_per_s']:,.0f}", f"{f['write_vs_ceiling']:.0%}", f"{WRITE_TARGET:,}"])
+    out(f"meteor bench spark: {figures['records']:,} records of {RECORD_BYTES} bytes, local[2]")
+    out(render_table(["RUN", "RECORDS/S", "CEILING/S", "OF CEILING", "TARGET/S"], rows, right=[1, 2, 3, 4]))
+
+
+# ---------------------------------------------------------------------------------------------- the ceilings
+
+
+
+@dataclass(frozen=True)
+class _Range(InputPartition):
+    start: int
+    end: int
+
+
+class SyntheticSource(DataSource):
+    """In-memory Arrow stream source with meteor's schema: the read ceiling (no grid, no decoding)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench-synthetic"
+
+    def schema(self) -> Any:
+        from meteor_spark.spark.datasource import SOURCE_SCHEMA
+
+        return SOURCE_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _SyntheticReader(int(self.options["rows"]), int(self.options["partitions"]))
+
+
+class _SyntheticReader(DataSourceStreamReader):
+    def __init__(self, rows: int, partitions: int) -> None:
+        self.rows = rows
+        self.partitions_count = partitions
+
+    def initialOffset(self) -> dict:
+        return {"rows": 0}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        return {"rows": self.rows}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = start["rows"], end["rows"]
+        step = -(-(hi - lo) // self.partitions_count)
+        return [_Range(a, min(hi, a + step)) for a in range(lo, hi, step)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+
+        from meteor_spark.records import ARROW_SCHEMA
+
+        assert isinstance(partition, _Range)
+        chunk = 65_536
+        data = pa.py_buffer(b"x" * (RECORD_BYTES * chunk))
+        value_offsets = pa.py_buffer((np.arange(chunk + 1, dtype=np.int32) * RECORD_BYTES).tobytes())
+        now = pa.scalar(int(time.time() * 1_000_000), pa.timestamp("us", tz="UTC"))
+        for lo in range(partition.start, partition.end, chunk):
+            n = min(chunk, partition.end - lo)
+            values = pa.Array.from_buffers(pa.binary(), chunk, [None, value_offsets, data]).slice(0, n)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    values,
+                    pa.array(["synthetic"] * 1, pa.string()).take(pa.array(np.zeros(n, dtype=np.int32))),
+                    pa.array(np.zeros(n, dtype=np.int32)),
+                    pa.array(np.arange(lo, lo + n, dtype=np.int64)),
+                    pa.array(np.full(n, now.value, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+                ],
+                schema=ARROW_SCHEMA,
+            )
+
+
+class NoopArrowSink(DataSource):
+    """A Python Arrow writer that drops its rows: the write ceiling."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench-noop-arrow"
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+        return _NoopWriter()
+
+
+class _NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()

@@ -1,0 +1,114 @@
+"""``meteor tail``: from earliest / latest / an offset, as a group, pretty or JSON, and its stop conditions."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from meteor_spark.grid import Grid
+from meteor_spark.groups import group_state
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.offsets import first_offset_of
+from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
+
+Meteor = Callable[..., Any]
+
+
+@pytest.fixture
+def stream(grid: Grid, unique_name: str) -> str:
+    """A two-lane stream holding 20 records in both lanes: keys user-1..user-4 (lanes 0, 0, 0, 1), values v0..v19."""
+    with Publisher(grid, StreamConfig(unique_name, lanes=2)) as publisher:
+        publisher.publish_many(
+            [Record(value=f"v{n}".encode(), key=f"user-{n % 4 + 1}".encode(), timestamp_ms=1_700_000_000_000 + n)
+             for n in range(20)]
+        ).result()
+    return unique_name
+
+
+def values(run: Any) -> list[str]:
+    return [json.loads(line)["value"] for line in run.out.splitlines()]
+
+
+def test_from_earliest_as_json(meteor: Meteor, stream: str) -> None:
+    run = meteor("tail", stream, "--from", "earliest", "--json", "--max", "20")
+    assert run.code == 0, run
+    documents = [json.loads(line) for line in run.out.splitlines()]
+    assert sorted(d["value"] for d in documents) == sorted(f"v{n}" for n in range(20))
+    first = documents[0]
+    assert set(first) == {"stream", "lane", "offset", "timestamp", "key", "value"}
+    assert first["stream"] == stream and first["timestamp"].startswith("2023-11-14T22:13:20.")
+    assert {d["lane"] for d in documents} == {0, 1}
+    for lane in (0, 1):  # per lane, offsets increase and order is publish order
+        lane_docs = [d for d in documents if d["lane"] == lane]
+        assert [d["offset"] for d in lane_docs] == sorted(d["offset"] for d in lane_docs)
+        assert [int(d["value"][1:]) for d in lane_docs] == sorted(int(d["value"][1:]) for d in lane_docs)
+
+
+def test_pretty_output_and_binary_values(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name)) as publisher:
+        publisher.publish(Record(value=b"\xff\x00binary", key=b"k"))
+        publisher.publish(Record(value=b"text"))
+    run = meteor("tail", unique_name, "--from", "earliest", "--max", "2")
+    assert run.code == 0, run
+    lines = run.out.splitlines()
+    assert lines[0].startswith("0:0  ") and "key=k  0xff0062696e617279" in lines[0]
+    assert lines[1].endswith("  text")
+    as_json = meteor("tail", unique_name, "--from", "earliest", "--max", "1", "--json")
+    assert json.loads(as_json.out)["value_base64"] == "/wBiaW5hcnk="
+
+
+def test_from_latest_sees_only_new_records_and_timeout_stops(meteor: Meteor, grid: Grid, stream: str) -> None:
+    def publish_later() -> None:
+        with Publisher(grid, stream) as publisher:
+            publisher.publish(Record(value=b"new", key=b"k1"))
+
+    timer = threading.Timer(1.0, publish_later)
+    timer.start()
+    try:
+        run = meteor("tail", stream, "--json", "--timeout", "3")
+    finally:
+        timer.join()
+    assert run.code == 0, run
+    assert values(run) == ["new"]
+
+
+def test_timeout_without_records_says_so(meteor: Meteor, stream: str) -> None:
+    run = meteor("tail", stream, "--from", "latest", "--timeout", "0.5")
+    assert run.code == 0 and run.out == ""
+    assert "no record arrived" in run.err
+
+
+def test_from_an_offset_on_one_lane(meteor: Meteor, stream: str) -> None:
+    everything = [json.loads(l) for l in meteor("tail", stream, "--from", "earliest", "--json", "--max", "20").out.splitlines()]
+    lane1 = [d for d in everything if d["lane"] == 1]
+    start = lane1[2]["offset"]
+    run = meteor("tail", stream, "--from", str(start), "--lane", "1", "--json", "--max", str(len(lane1) - 2))
+    assert run.code == 0, run
+    assert values(run) == [d["value"] for d in lane1[2:]]
+
+
+def test_as_a_group_confirms_what_it_printed(meteor: Meteor, grid: Grid, stream: str, unique_name: str) -> None:
+    group = f"g-{unique_name[-8:]}"
+    first = meteor("tail", stream, "--group", group, "--json", "--max", "20")
+    assert first.code == 0, first
+    assert len(values(first)) == 20
+    info = open_stream(grid, stream, create=False)
+    confirmed = {s.lane: s.confirmed for s in group_state(grid, info, group)}
+    lane_ends = {lane: first_offset_of(end) for lane, (_head, end) in lane_bounds(grid, info).items()}
+    assert confirmed == lane_ends  # "the next record to read" is the end of each lane
+    # The group resumes after what it confirmed: nothing left to print.
+    again = meteor("tail", stream, "--group", group, "--json", "--timeout", "1.5")
+    assert again.code == 0 and again.out == ""
+
+
+def test_mistakes(meteor: Meteor, stream: str, unique_name: str) -> None:
+    meteor("tail", unique_name).assert_user_error(f"stream {unique_name!r} does not exist")
+    meteor("tail", stream, "--from", "12345").assert_user_error("offsets are per lane", "add --lane N")
+    meteor("tail", stream, "--from", "soon").assert_user_error("expected earliest, latest or an offset")
+    meteor("tail", stream, "--lane", "5").assert_user_error("--lane 5", "lanes 0..1")
+    meteor("tail", stream, "--lane", "0", "--group", "g").assert_user_error("exclude each other")
+    meteor("tail", stream, "--max", "0").assert_user_error("--max must be at least 1")
