@@ -30,6 +30,39 @@ from meteor_spark.errors import (
 
 logger = logging.getLogger(__name__)
 
+
+def _fix_reactor_waker_race() -> None:
+    """Work around a lost-wakeup race in hazelcast-python-client 5.7's reactor (added by the core helper, C1).
+
+    ``_PipedWaker.handle_read`` clears its ``awake`` flag *before* draining the wake pipe. A ``wake()`` from
+    another thread in between writes its byte, which the drain then swallows, leaving ``awake`` set with an empty
+    pipe: no thread can wake the reactor again, so every request sent from a non-reactor thread waits for the
+    10 ms poll timeout (request/reply latency jumps from ~1 ms to ~20 ms, at random per client). Draining first
+    and clearing the flag afterwards cannot lose a wakeup: a ``wake()`` that sees the flag still set finds its
+    write queued when the reactor builds its next poll set.
+    """
+    import os
+
+    from hazelcast import reactor
+
+    waker_class = getattr(reactor, "_PipedWaker", None)
+    if waker_class is None or getattr(waker_class, "_meteor_fixed", False):
+        return
+
+    def handle_read(self: Any) -> None:
+        try:
+            while len(os.read(self._read_fd, 4096)) == 4096:
+                pass
+        except OSError:
+            pass
+        self.awake = False
+
+    waker_class.handle_read = handle_read
+    waker_class._meteor_fixed = True
+
+
+_fix_reactor_waker_race()
+
 T = TypeVar("T")
 
 DEFAULT_ADDRESS = "127.0.0.1:5701"

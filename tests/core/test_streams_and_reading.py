@@ -9,6 +9,7 @@ from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
 from meteor_spark.records import decode_batch
+from meteor_spark.testing import wait_until
 from meteor_spark.streams import (
     STREAMS_MAP,
     StreamConfig,
@@ -61,6 +62,22 @@ def test_delete_removes_metadata_and_lanes(grid: Grid, unique_name: str) -> None
     with pytest.raises(StreamNotFoundError):
         open_stream(grid, unique_name)
     assert grid.ring(info.ring_names[0]).tail() == -1
+
+
+def test_recreated_stream_does_not_inherit_group_offsets(grid: Grid, unique_name: str) -> None:
+    from meteor_spark.groups import GroupMember, group_state
+
+    info = open_stream(grid, StreamConfig(unique_name, lanes=1))
+    with Publisher(grid, unique_name) as pub:
+        offset = pub.publish(b"x")
+    with GroupMember(grid, info, "g", lease_ms=600) as member:
+        wait_until(lambda: 0 in member.assignment(), message="lane 0 assigned")
+        member.confirm(0, offset + 1)
+    assert [state.confirmed for state in group_state(grid, info, "g")] == [offset + 1]
+
+    assert delete_stream(grid, unique_name) is True
+    recreated = open_stream(grid, StreamConfig(unique_name, lanes=1))
+    assert [state.confirmed for state in group_state(grid, recreated, "g")] == [None]
 
 
 def test_lane_bounds_and_exact_range_reads(grid: Grid, unique_name: str) -> None:

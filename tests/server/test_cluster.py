@@ -116,12 +116,14 @@ def test_distributed_object_listener_sees_created_and_destroyed(
     try:
         ring = other.get_ringbuffer(unique_name)
         ring.blocking().size()
+        client.get_ringbuffer(unique_name).blocking().size()  # a second create_proxy: idempotent, no new event
         ring.destroy()
         wait_until(
             lambda: (unique_name, RING_SERVICE, "DESTROYED") in events,
             message="CREATED and DESTROYED events",
         )
         assert events.index((unique_name, RING_SERVICE, "CREATED")) < events.index((unique_name, RING_SERVICE, "DESTROYED"))
+        assert events.count((unique_name, RING_SERVICE, "CREATED")) == 1
     finally:
         other.shutdown()
         assert client.remove_distributed_object_listener(registration).result() is True

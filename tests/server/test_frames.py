@@ -50,6 +50,19 @@ def test_every_split_point_gives_the_same_messages() -> None:
         assert reader.buffered == 0
 
 
+def test_every_split_after_the_preamble_gives_the_same_messages() -> None:
+    """Reads that arrive while nothing is buffered are cut straight from the received bytes; the rest is buffered."""
+    body = request(1, 1, b"a" * 10) + request(2, 2) + request(3, 3, b"", b"xyz")
+    for split in range(len(body) + 1):
+        reader = FrameReader()
+        assert reader.feed(PREAMBLE) == []
+        got = reader.feed(body[:split]) + reader.feed(body[split:])
+        assert [m.request_header()[:2] for m in got] == [(1, 1), (2, 2), (3, 3)], split
+        # Contents become map keys: they must be immutable bytes, never views of a reused buffer.
+        assert all(type(f.content) is bytes for m in got for f in m.frames), split
+        assert reader.buffered == 0
+
+
 def test_byte_by_byte_input() -> None:
     data = PREAMBLE + request(5, 9, b"payload" * 100)
     reader = FrameReader()

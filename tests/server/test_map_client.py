@@ -266,3 +266,54 @@ def test_expiry_fires_expired_event(m: BlockingMap) -> None:
     wait_until(lambda: m.get("k") is None, message="the entry to expire")
     wait_until(lambda: expired, timeout_s=EVENT_TIMEOUT_S, message="the EXPIRED event")
     assert (expired[0].event_type, expired[0].key, expired[0].old_value) == (16, "k", "v")
+
+
+def test_negative_and_sub_millisecond_ttls_mean_never_expire(m: BlockingMap) -> None:
+    m.put("forever", "v")
+    m.put("negative", "v", ttl=-5)
+    m.put("tiny", "v", ttl=0.0001)  # rounds to 0 ms on the wire
+    m.put("short", "v", ttl=0.3)
+    wait_until(lambda: "short" not in m.key_set(), message="the 0.3 s TTL entry to expire")
+    assert sorted(m.key_set()) == ["forever", "negative", "tiny"]
+    never = m.get_entry_view("forever").ttl
+    assert m.get_entry_view("negative").ttl == never and m.get_entry_view("tiny").ttl == never
+
+
+def test_entry_view_of_an_entry_with_ttl_and_max_idle(m: BlockingMap) -> None:
+    m.put("k", "v", ttl=300, max_idle=200)
+    view = m.get_entry_view("k")
+    assert (view.ttl, view.max_idle) == (300_000, 200_000)
+    assert view.last_update_time > 0  # Hazelcast 5.x reports real times for entries with a TTL
+    assert view.creation_time <= view.last_update_time < view.expiration_time <= view.last_update_time + 300_000 + 1000
+
+
+def test_max_idle_expires_entries_nobody_reads(m: BlockingMap) -> None:
+    m.put("idle", "v", max_idle=0.3)
+    m.put("kept", "v", max_idle=300)
+    # key_set is a query: it does not count as an access, so the idle entry is left alone until it expires.
+    wait_until(lambda: "idle" not in m.key_set(), message="the entry idle for 0.3 s to expire")
+    assert m.get("idle") is None and m.get("kept") == "v"
+
+
+def test_evict_and_evict_all_skip_locked_keys(m: BlockingMap, other_client: Any) -> None:
+    m.put_all({"a": "1", "b": "2", "c": "3"})
+    assert m.evict("a") is True
+    assert m.evict("a") is False
+    m.lock("b")
+    other_client.get_map(m.name).blocking().evict_all()
+    assert m.key_set() == ["b"]
+    m.unlock("b")
+
+
+def test_lock_on_a_key_that_is_not_in_the_map(m: BlockingMap, other_client: Any) -> None:
+    m.lock("ghost")
+    assert m.contains_key("ghost") is False
+    assert other_client.get_map(m.name).blocking().is_locked("ghost") is True
+    m.unlock("ghost")
+
+
+def test_destroy_drops_the_data(client: Any, unique_name: str) -> None:
+    proxy = client.get_map(unique_name).blocking()
+    proxy.put("k", "v")
+    proxy.destroy()
+    assert client.get_map(unique_name).blocking().get("k") is None

@@ -206,3 +206,57 @@ def test_dynamic_config_conflict_is_refused(client: hazelcast.HazelcastClient, g
     assert caught.value.code == 32
     assert "conflicts with the existing one" in str(caught.value) or "InvalidConfiguration" in str(caught.value)
     assert client.get_ringbuffer(unique_name + ".0").blocking().capacity() == 5
+
+
+def test_read_one_on_an_untouched_ring_parks_until_the_first_add(
+    client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
+) -> None:
+    pending = client.get_ringbuffer(unique_name).read_one(0)
+    # The same connection answers in order: once this size comes back, the read was served and is parked.
+    assert client.get_ringbuffer(unique_name).blocking().size() == 0
+    assert not pending.done()
+    other_client.get_ringbuffer(unique_name).blocking().add(bytearray(b"first"))
+    assert pending.result() == bytearray(b"first")
+
+
+def test_read_many_beyond_the_tail_waits_from_tail_plus_one(client: hazelcast.HazelcastClient, unique_name: str) -> None:
+    ring = client.get_ringbuffer(unique_name)
+    ring.blocking().add_all(items(b"a", b"b"))
+    pending = ring.read_many(10, 1, 5)  # clamped to tail + 1 = 2: waits for the next item, not for sequence 10
+    assert ring.blocking().size() == 2
+    assert not pending.done()
+    ring.blocking().add(bytearray(b"c"))
+    result = pending.result()
+    assert list(result) == items(b"c")
+    assert result.get_sequence(0) == 2 and result.next_sequence_to_read_from == 3
+
+
+def test_reliable_topic_runs_on_a_ring_buffer(client: hazelcast.HazelcastClient, unique_name: str) -> None:
+    """ReliableTopic has no messages of its own: it is ring buffer ``_hz_rb_<name>`` plus add / read_many."""
+    topic = client.get_reliable_topic(unique_name).blocking()
+    received: list[str] = []
+    registration = topic.add_listener(lambda message: received.append(message.message))
+    for i in range(30):
+        topic.publish(f"m{i}")
+    wait_until(lambda: len(received) >= 30, message="30 reliable topic messages")
+    assert received == [f"m{i}" for i in range(30)]
+    assert client.get_ringbuffer(f"_hz_rb_{unique_name}").blocking().tail_sequence() == 29
+    assert topic.remove_listener(registration) is True
+
+
+@pytest.mark.embedded_only
+def test_read_many_with_a_filter_is_unsupported_by_the_embedded_member(
+    client: hazelcast.HazelcastClient, unique_name: str
+) -> None:
+    """A filter is a serialized Java ``IFunction``, which only a Java member can run: ours answers code 61."""
+    from hazelcast.errors import UnsupportedOperationError
+    from hazelcast.invocation import Invocation
+    from hazelcast.protocol.codec import ringbuffer_read_many_codec
+    from hazelcast.serialization.data import Data
+
+    java_function = Data(b"\x00\x00\x00\x00\xff\xff\xff\xfe" + b"\x00" * 8)  # an IdentifiedDataSerializable header
+    request = ringbuffer_read_many_codec.encode_request(unique_name, 0, 0, 10, java_function)
+    invocation = Invocation(request, partition_id=0, response_handler=lambda message: message)
+    client._invocation_service.invoke(invocation)
+    with pytest.raises(UnsupportedOperationError, match="filter needs a Java IFunction"):
+        invocation.future.result()

@@ -1,0 +1,26 @@
+"""``meteor bench pubsub --quick`` runs end to end and reports every figure (values are not judged: timing never
+decides pass/fail)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from meteor_spark.bench import pubsub
+
+
+@pytest.mark.slow
+@pytest.mark.embedded_only
+def test_quick_bench_reports_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    pubsub.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--async-records", "2000", "--bulk-records", "20000",
+                              "--fanout-records", "8000", "--round-trips", "20"])
+    figures = pubsub.run(args)
+    assert set(figures) >= {"ceiling", "one_publisher", "fanout", "latency"}
+    assert figures["fanout"]["deliveries_s"] == pytest.approx(figures["fanout"]["unique_records_s"] * 16)
+    assert all(value > 0 for value in figures["one_publisher"].values())
+    assert figures["latency"]["meteor"]["p50_ms"] > 0
+    printed = capsys.readouterr().out
+    assert "deliveries" in printed and "p50 / p99" in printed
