@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Generic, Iterable, TypeVar
 
 from meteor_spark.errors import ConfigError, unknown_option
-from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES, Clock, Engine, EngineConfig
+from meteor_spark.server.engine import Clock, Engine, EngineConfig
 from meteor_spark.server.engine.maps import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.handlers.registry import MemberSettings

@@ -144,8 +144,9 @@ class Engine:
     """All the member's state: one instance per member, used only from the member's event-loop thread.
 
     Services (attributes): ``rings`` (ring buffers), ``proxies`` (distributed-object registry), ``schemas`` (compact
-    serialization schemas sent by clients). The map / lock / AtomicLong / FlakeId / Topic services and persistence
-    attach themselves here too (``maps``, ``atomics``, ``flake_ids``, ``topics``), each in its own module.
+    serialization schemas sent by clients), ``maps`` (maps and their locks), ``atomics``, ``flake_ids``, ``topics``
+    (each in its own module, wired by ``services.attach_data_services``) and ``persistence`` (set by ``open()`` when
+    a data directory is configured, else None).
     """
 
     def __init__(

@@ -30,7 +30,6 @@ from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
     END_DATA_STRUCTURE,
-    EVENT_FIXED_OFFSET,
     Frame,
     IS_EVENT,
     IS_FINAL,
