@@ -6,14 +6,18 @@ How a record travels:
    ``lane_for_key(key)``, else the publisher's choice) and appends it to that lane's queue. When more than
    ``max_buffered_records`` are accepted but not yet stored, the caller blocks up to ``max_block_ms``, then gets
    ``PublishTimeoutError`` (back-pressure instead of Meteor's unbounded queue).
-2. The sender thread cuts each lane's queue into ring items (``max_batch_records`` / ``max_batch_bytes``, after
-   waiting up to ``linger_ms`` for a partly filled item) and sends up to ``max_items_per_call`` items in one
-   ``add_all``. At most one ``add_all`` per lane is in flight: Hazelcast does not promise the order of concurrent
-   appends (hazelcast/hazelcast#13010), so this is what keeps a publisher's records in order per lane. Lanes are
-   sent in parallel, and records keep piling into the next items while a call is in flight.
-3. When the grid answers, the completion thread assigns offsets (``add_all`` stores its items contiguously and
-   returns the last sequence) and completes futures and callbacks. Callbacks run there, never on the grid
-   client's I/O thread; one that raises is logged and the publisher goes on.
+2. The lane's queue is cut into ring items (``max_batch_records`` / ``max_batch_bytes``, after waiting up to
+   ``linger_ms`` for a partly filled item) and up to ``max_items_per_call`` items go in one ``add_all``. At most one
+   ``add_all`` per lane is in flight: Hazelcast does not promise the order of concurrent appends
+   (hazelcast/hazelcast#13010), so this is what keeps a publisher's records in order per lane. With ``linger_ms=0``
+   an idle lane is sent by the publishing thread itself (one record's latency is then one ``add_all``, with no
+   hand-off to another thread); records that arrive while a call is in flight pile up in the next items, and the
+   sender thread sends them when the call completes (or when their linger ends). Lanes are sent in parallel.
+3. When the grid answers, the grid client's thread settles the outcome of the stored records (``add_all`` stores
+   its items contiguously and returns the last sequence): a ``publish_async`` future reads its offset from there,
+   so most futures cost no completion work at all. Whatever runs user code (callbacks, done-callbacks), wakes
+   waiters, or completes a bulk future happens on the publisher's completion thread, never on the grid client's
+   I/O thread; a callback that raises is logged and the publisher goes on.
 
 A failed ``add_all`` fails exactly the records it carried (their futures get the error); it is not retried,
 because a call that timed out may still have been applied and retrying could duplicate it. ``flush()`` waits
@@ -28,7 +32,7 @@ import queue
 import threading
 import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import _base as _futures_base
@@ -63,6 +67,17 @@ PublishCallback = Callable[[int | None, BaseException | None], None]
 
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
+
+
+_AFTER_ANY = float("inf")
+
+
+def _START(outcome: tuple[int, int, int, BaseException | None]) -> int:
+    return outcome[0]
+
+
+def _INDEX(future: "_RecordFuture") -> int:
+    return future._index
 
 
 @dataclass(frozen=True)
@@ -118,13 +133,14 @@ class PublisherSettings:
 
 _FUTURE_LOCK = threading.Lock()
 _DONE_STATES = (_futures_base.CANCELLED, _futures_base.CANCELLED_AND_NOTIFIED, _futures_base.FINISHED)
+_LAZY_SYNC = ("_condition", "_waiters", "_done_callbacks")
 
 
 class _LightFuture(Future):  # type: ignore[type-arg]
     """A ``concurrent.futures.Future`` that allocates its condition, waiter and callback lists only when used.
 
-    A plain Future costs a Condition and an RLock per record, which (mostly through the garbage collector)
-    made ``publish_async`` 5x slower. Nobody waits on most publish futures, so the synchronisation objects are
+    A plain Future costs a Condition and an RLock, which (mostly through the garbage collector) is expensive for
+    the many futures of a busy publisher. Nobody waits on most publish futures, so the synchronisation objects are
     created on first use instead; creation and completion agree under one module lock, so a waiter that arrives
     while the future completes is never missed. Futures start RUNNING: an accepted record cannot be cancelled.
     """
@@ -136,7 +152,7 @@ class _LightFuture(Future):  # type: ignore[type-arg]
 
     def __getattr__(self, name: str) -> Any:
         # Only called for missing attributes: create the lazily allocated ones.
-        if name in ("_condition", "_waiters", "_done_callbacks"):
+        if name in _LAZY_SYNC:
             with _FUTURE_LOCK:
                 if name not in self.__dict__:
                     self.__dict__[name] = threading.Condition() if name == "_condition" else []
@@ -180,34 +196,136 @@ class _LightFuture(Future):  # type: ignore[type-arg]
 
 
 class _Sink(_LightFuture):
-    """The future of one publish call, and where its offsets go: one record ("one"), a list of records ("list",
-    the offsets in order) or an Arrow bulk ("count", the number of records stored)."""
+    """The future of one bulk publish, and where its offsets go: a list of records ("list", the offsets in order)
+    or an Arrow bulk ("count", the number of records stored)."""
 
-    def __init__(self, kind: str, size: int = 1, callback: PublishCallback | None = None) -> None:
+    def __init__(self, kind: str, size: int) -> None:
         super().__init__()
-        self.callback = callback
         self.kind = kind
         self.size = size
         self.offsets: np.ndarray | None = np.empty(size, dtype=np.int64) if kind == "list" else None
         self.remaining = size
         self.failed = False
 
+
+class _RecordFuture(Future):  # type: ignore[type-arg]
+    """The future of one ``publish_async``: a position in its segment, whose outcome the segment holds.
+
+    ``publish_async`` must cost well under a microsecond and a half, so a record future is two attributes and no
+    completion work of its own: storing an ``add_all`` records one outcome per piece of a segment
+    (``_Segment.settle``), and every record future reads its offset or error from there. Only futures somebody
+    waits on or attached a callback to (``watched``) are told individually, and that registration and the
+    settling agree under the publisher's lock, so no completion is ever missed. ``concurrent.futures.wait`` and
+    ``as_completed`` work: they only use ``_state``, ``_condition`` and ``_waiters``, which are provided here.
+    """
+
+    def __init__(self, segment: "_Segment", index: int) -> None:  # not calling Future.__init__ (too costly)
+        self._segment = segment
+        self._index = index
+
     @property
-    def future(self) -> "_Sink":
-        return self
+    def _state(self) -> str:  # type: ignore[override]
+        return _futures_base.FINISHED if self._segment.outcome(self._index) is not None else _futures_base.RUNNING
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for missing attributes: a waiter or callback turns up, so this future must be told.
+        if name in _LAZY_SYNC:
+            self._segment.watch(self)
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def done(self) -> bool:
+        return self._segment.outcome(self._index) is not None
+
+    def running(self) -> bool:
+        return not self.done()
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        return False  # an accepted record cannot be taken back
+
+    def _outcome(self, timeout: float | None) -> tuple[int | None, BaseException | None]:
+        outcome = self._segment.outcome(self._index)
+        if outcome is None:
+            condition = self._condition
+            with condition:
+                condition.wait_for(lambda: self._segment.outcome(self._index) is not None, timeout)
+            outcome = self._segment.outcome(self._index)
+            if outcome is None:
+                raise TimeoutError()
+        return outcome
+
+    def result(self, timeout: float | None = None) -> int:
+        offset, error = self._outcome(timeout)
+        if error is not None:
+            raise error
+        return offset  # type: ignore[return-value]
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        return self._outcome(timeout)[1]
+
+    def add_done_callback(self, fn: Callable[["Future[int]"], object]) -> None:
+        if not self._segment.watch(self, fn):
+            _run_done_callback(fn, self)
+
+    def set_running_or_notify_cancel(self) -> bool:
+        raise RuntimeError("publish futures are completed by their publisher")
+
+    def set_result(self, result: Any) -> None:
+        raise RuntimeError("publish futures are completed by their publisher")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        raise RuntimeError("publish futures are completed by their publisher")
+
+    def wake(self, error: BaseException | None) -> None:
+        """Tell the waiters, once the segment holds this record's outcome (any thread: no user code runs)."""
+        condition = self.__dict__.get("_condition")
+        if condition is not None:
+            with condition:
+                for waiter in self.__dict__["_waiters"]:
+                    if error is None:
+                        waiter.add_result(self)
+                    else:
+                        waiter.add_exception(self)
+                condition.notify_all()
+
+    def has_callbacks(self) -> bool:
+        return bool(self.__dict__.get("_done_callbacks")) or "callback" in self.__dict__
+
+    def call_back(self, offset: int | None, error: BaseException | None) -> None:
+        """Run the done-callbacks and the publish callback (completion thread only: user code)."""
+        for fn in self.__dict__.get("_done_callbacks", ()):
+            _run_done_callback(fn, self)
+        callback = self.__dict__.get("callback")
+        if callback is not None:
+            _call_back(callback, offset, error)
+
+
+def _run_done_callback(fn: Callable[[Any], object], future: Any) -> None:
+    try:
+        fn(future)
+    except Exception:  # noqa: BLE001 - as concurrent.futures does: a done callback never breaks completion
+        logger.exception("a done callback of a publish future raised")
 
 
 class _Segment:
     """Records queued for one lane, in order: Python lists (single publishes, ``publish_many``) or Arrow arrays.
 
-    ``targets`` maps runs of the segment's records to sinks: ``(first record, count, sink, position in sink)``.
+    ``targets`` maps runs of the segment's records to bulk sinks: ``(first record, count, sink, position in
+    sink)``. Single records have ``_RecordFuture`` s instead, which read ``outcomes``: one ``(start, stop, base,
+    error)`` per stored (or failed) piece, sorted by start; record ``i`` of a stored piece has offset ``base + i``.
+    ``watched`` are the record futures, sorted by index, that must be told of their outcome.
     """
 
     __slots__ = (
-        "values", "keys", "headers", "stamps", "arrow", "n", "pos", "nbytes", "open", "targets", "_cum", "_starts"
+        "lock", "values", "keys", "headers", "stamps", "arrow", "n", "pos", "nbytes", "open", "targets", "singles",
+        "outcomes", "watched", "_cum", "_starts",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock  # the publisher's
         self.values: list[bytes] = []
         self.keys: list[bytes | None] | None = None
         self.headers: list[tuple[tuple[str, bytes], ...]] | None = None
@@ -218,12 +336,77 @@ class _Segment:
         self.nbytes = 0
         self.open = True
         self.targets: list[tuple[int, int, _Sink, int]] = []
+        self.singles = False  # holds records of publish_async (with record futures)
+        # Only appended to, or replaced, so futures read it without the lock.
+        self.outcomes: list[tuple[int, int, int, BaseException | None]] = []
+        self.watched: list[_RecordFuture] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None
 
-    def add(self, record: Record, stamp: int, sink: _Sink, sink_pos: int = 0) -> int:
+    # ----------------------------------------------------------------------------------------- record futures
+
+    def outcome(self, index: int) -> tuple[int | None, BaseException | None] | None:
+        """``(offset, None)`` or ``(None, error)`` once record ``index`` was stored or failed, else None."""
+        outcomes = self.outcomes
+        # Tuples compare by start first: no Python key function on this path.
+        k = bisect_right(outcomes, (index, _AFTER_ANY)) - 1
+        if k < 0:
+            return None
+        start, stop, base, error = outcomes[k]
+        if index >= stop:
+            return None
+        return (None, error) if error is not None else (base + index, None)
+
+    def watch(self, future: _RecordFuture, done_callback: Callable[[Any], object] | None = None) -> bool:
+        """Give ``future`` its synchronisation objects and have it told of its outcome; False when already done."""
+        with self.lock:
+            state = future.__dict__
+            if "_condition" not in state:
+                state["_condition"] = threading.Condition()
+                state["_waiters"] = []
+                state["_done_callbacks"] = []
+            if self.outcome(future._index) is not None:
+                return False
+            if done_callback is not None:
+                state["_done_callbacks"].append(done_callback)
+            self.watch_locked(future)
+            return True
+
+    def watch_locked(self, future: _RecordFuture) -> None:
+        watched = self.watched
+        if not watched or watched[-1]._index < future._index:
+            watched.append(future)
+        elif future not in watched:
+            insort(watched, future, key=_INDEX)
+
+    def settle(
+        self, start: int, stop: int, base: int, error: BaseException | None
+    ) -> list[_RecordFuture]:
+        """Record the outcome of records ``[start, stop)`` (lock held); returns the watched futures among them."""
+        if not self.singles:
+            return []
+        outcome = (start, stop, base, error)
+        if not self.outcomes or self.outcomes[-1][0] < start:
+            self.outcomes.append(outcome)  # in order (the usual case): readers see a consistent prefix
+        else:
+            outcomes = list(self.outcomes)  # out of order (close failing queued records): copy, then swap
+            insort(outcomes, outcome, key=_START)
+            self.outcomes = outcomes
+        watched = self.watched
+        if not watched:
+            return []
+        lo = bisect_left(watched, start, key=_INDEX)
+        hi = bisect_left(watched, stop, lo, key=_INDEX)
+        told = watched[lo:hi]
+        del watched[lo:hi]
+        return told
+
+    # ----------------------------------------------------------------------------------------- appending
+
+    def add(self, record: Record, stamp: int, sink: _Sink | None = None, sink_pos: int = 0) -> int:
         """Append one record; returns its size in bytes."""
-        self._target(sink, sink_pos, 1)
+        if sink is not None:
+            self._target(sink, sink_pos, 1)
         self.values.append(record.value)
         size = len(record.value)
         if record.key is not None:
@@ -242,6 +425,19 @@ class _Segment:
             self.headers.append(())
         self.stamps.append(stamp)
         self.n += 1
+        self.nbytes += size
+        return size
+
+    def add_value(self, value: bytes, stamp: int) -> int:
+        """Append one plain value (no key, no headers, no sink): ``publish_async``'s hot path; returns its size."""
+        self.values.append(value)
+        if self.keys is not None:
+            self.keys.append(None)
+        if self.headers is not None:
+            self.headers.append(())
+        self.stamps.append(stamp)
+        self.n += 1
+        size = len(value)
         self.nbytes += size
         return size
 
@@ -378,11 +574,12 @@ class _Piece:
 
 
 class _Lane:
-    __slots__ = ("lane", "ring", "segments", "queued", "queued_bytes", "since", "in_flight")
+    __slots__ = ("lane", "ring", "lock", "segments", "queued", "queued_bytes", "since", "in_flight")
 
-    def __init__(self, lane: int, ring: Any) -> None:
+    def __init__(self, lane: int, ring: Any, lock: Any) -> None:
         self.lane = lane
         self.ring = ring
+        self.lock = lock  # the publisher's
         self.segments: deque[_Segment] = deque()
         self.queued = 0
         self.queued_bytes = 0
@@ -390,9 +587,11 @@ class _Lane:
         self.in_flight = False
 
     def open_segment(self) -> _Segment:
-        if self.segments and self.segments[-1].open and self.segments[-1].arrow is None:
-            return self.segments[-1]
-        segment = _Segment()
+        if self.segments:
+            last = self.segments[-1]
+            if last.open and last.arrow is None:
+                return last
+        segment = _Segment(self.lock)
         self.segments.append(segment)
         return segment
 
@@ -447,11 +646,12 @@ class Publisher:
         self.stream = self.info.name
         self.lanes = self.info.config.lanes
         self.producer_id = _producer_id(grid)
+        self._max_buffered = self.settings.max_buffered_records
         self._items_per_call = min(self.settings.max_items_per_call, self.info.config.capacity)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # the sender waits here
         self._room = threading.Condition(self._lock)  # publishers (back-pressure) and flush() wait here
-        self._lanes = [_Lane(i, grid.ring(name)) for i, name in enumerate(self.info.ring_names)]
+        self._lanes = [_Lane(i, grid.ring(name), self._lock) for i, name in enumerate(self.info.ring_names)]
         self._outstanding = 0  # accepted, not yet completed
         self._flushing = 0
         self._closing = False
@@ -489,25 +689,50 @@ class Publisher:
             ) from None
 
     def publish_async(self, record: Record | bytes | str, callback: PublishCallback | None = None) -> "Future[int]":
-        """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored."""
-        sink = _Sink("one", 1, callback)
+        """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored.
+
+        The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
+        """
         if type(record) is bytes:
-            # Fast path for a plain value: no Record object.
-            with self._lock:
-                self._admit(1)
-                state = self._lanes[self._sticky]
-                size = state.open_segment().add_values([record], int(time.time() * 1000), sink, 0)
-                self._queued(state, 1, size)
-            return sink
-        rec = _checked_record(record)
-        lane = self._lane_of(rec)
-        stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
+            # The hot path: a plain value needs no Record and no checks.
+            rec = None
+            lane = -1
+            stamp = int(time.time() * 1000)
+        else:
+            rec = _checked_record(record)
+            lane = self._lane_of(rec)
+            stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
         with self._lock:
-            self._admit(1)
-            state = self._lanes[lane]
-            size = state.open_segment().add(rec, stamp, sink)
-            self._queued(state, 1, size)
-        return sink
+            if self._closing or self._outstanding >= self._max_buffered:
+                self._admit(1)
+            else:
+                self._outstanding += 1
+            state = self._lanes[self._sticky if lane < 0 else lane]
+            segment = state.open_segment()
+            segment.singles = True
+            future = _RecordFuture(segment, segment.n)
+            if rec is None and segment.keys is None and segment.headers is None:
+                # add_value, inlined: this path runs a million times a second.
+                segment.values.append(record)
+                segment.stamps.append(stamp)
+                segment.n += 1
+                size = len(record)  # type: ignore[arg-type]
+                segment.nbytes += size
+            else:
+                size = segment.add_value(record, stamp) if rec is None else segment.add(rec, stamp)  # type: ignore[arg-type]
+            if callback is not None:
+                future.callback = callback
+                segment.watch_locked(future)
+            if state.in_flight:
+                # _queued's answer for a lane in flight, inlined: its completion wakes the sender.
+                state.queued += 1
+                state.queued_bytes += size
+                call = None
+            else:
+                call = self._claim(state) if self._queued(state, 1, size) else None
+        if call is not None:
+            self._send(*call)
+        return future
 
     def publish_many(self, records: Iterable[Record | bytes | str]) -> "Future[list[int]]":
         """Queue many records at once (cheaper per record); the future completes with their offsets, in order.
@@ -517,23 +742,27 @@ class Publisher:
         items = records if isinstance(records, list) else list(records)
         sink = _Sink("list", len(items))
         if not items:
-            sink.future.set_result([])
-            return sink.future
+            sink.set_result([])
+            return sink
         now = int(time.time() * 1000)
         if all(type(r) is bytes for r in items):
             # Fast path for plain values: no Record objects, contiguous runs over the lanes.
             values: list[bytes] = items  # type: ignore[assignment]
             with self._lock:
                 self._admit(len(values))
+                calls = []
                 for lane, start, stop in self._spread(len(values)):
                     state = self._lanes[lane]
                     size = state.open_segment().add_values(values[start:stop], now, sink, start)
-                    self._queued(state, stop - start, size)
-            return sink.future
+                    if self._queued(state, stop - start, size):
+                        calls.append(self._claim(state))
+            self._send_all(calls)
+            return sink
         recs = [_checked_record(r) for r in items]
         by_lane = self._split_by_lane(recs)
         with self._lock:
             self._admit(len(recs))
+            calls = []
             for lane, positions in by_lane.items():
                 state = self._lanes[lane]
                 segment = state.open_segment()
@@ -541,8 +770,10 @@ class Publisher:
                 for position in positions:
                     rec = recs[position]
                     size += segment.add(rec, now if rec.timestamp_ms is None else rec.timestamp_ms, sink, position)
-                self._queued(state, len(positions), size)
-        return sink.future
+                if self._queued(state, len(positions), size):
+                    calls.append(self._claim(state))
+        self._send_all(calls)
+        return sink
 
     def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> "Future[int]":
         """Queue the rows of an Arrow batch or table; the future completes with the number of records stored.
@@ -560,8 +791,8 @@ class Publisher:
         n = table.num_rows
         sink = _Sink("count", n)
         if n == 0:
-            sink.future.set_result(0)
-            return sink.future
+            sink.set_result(0)
+            return sink
         table = table.combine_chunks()
         values = _binary_column(table, "value", nullable=False)
         keys = _binary_column(table, "key", nullable=True) if "key" in columns else None
@@ -594,7 +825,7 @@ class Publisher:
                 seg_keys = None if keys is None else keys.take(indices)
                 seg_stamps = stamps if isinstance(stamps, int) else stamps[rows]
                 seg_headers = None if headers is None else [headers[i] for i in rows.tolist()]
-            segment = _Segment()
+            segment = _Segment(self._lock)
             segment.arrow = _ArrowColumns(seg_values, seg_keys, seg_headers, seg_stamps)
             segment.n = len(seg_values)
             segment.nbytes = int(segment.cumulative_bytes()[-1])
@@ -603,11 +834,14 @@ class Publisher:
             segments.append((lane, segment))
         with self._lock:
             self._admit(n)
+            calls = []
             for lane, segment in segments:
                 state = self._lanes[lane]
                 state.segments.append(segment)
-                self._queued(state, segment.n, segment.nbytes)
-        return sink.future
+                if self._queued(state, segment.n, segment.nbytes):
+                    calls.append(self._claim(state))
+        self._send_all(calls)
+        return sink
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -690,7 +924,7 @@ class Publisher:
             return record.lane
         if record.key is not None:
             return lane_for_key(record.key, self.lanes)
-        return self._sticky
+        return -1  # the publisher chooses (the sticky lane, read under the lock)
 
     def _split_by_lane(self, records: list[Record]) -> dict[int, list[int]]:
         by_lane: dict[int, list[int]] = {}
@@ -766,21 +1000,38 @@ class Publisher:
                 raise PublisherClosedError(f"the publisher of stream {self.stream!r} was closed while waiting")
         self._outstanding += n
 
-    def _queued(self, state: _Lane, n: int, nbytes: int) -> None:
+    def _queued(self, state: _Lane, n: int, nbytes: int) -> bool:
+        """Count records queued on a lane (lock held); True when the caller should send the lane now (``_claim``)."""
         first = state.queued == 0
         if first:
             state.since = time.monotonic()
         state.queued += n
         state.queued_bytes += nbytes
-        # Wake the sender only when it has something new to decide: a lane that starts its linger, or a batch
-        # that just filled up. While the lane's call is in flight, its completion wakes the sender anyway.
+        # While the lane's call is in flight, its completion wakes the sender anyway.
         if state.in_flight:
-            return
-        if first or (
-            self.settings.linger_ms > 0
-            and (state.queued >= self.settings.max_batch_records or state.queued_bytes >= self.settings.max_batch_bytes)
-        ):
+            return False
+        settings = self.settings
+        if settings.linger_ms <= 0:
+            # Nothing to wait for: sending from the publishing thread saves a hand-off to the sender thread (the
+            # latency of one record), and the lane is claimed under the lock, so order per lane holds.
+            return True
+        # Wake the sender only when it has something new to decide: a lane that starts its linger, or a batch
+        # that just filled up.
+        if first or state.queued >= settings.max_batch_records or state.queued_bytes >= settings.max_batch_bytes:
             self._work.notify()
+        return False
+
+    def _claim(self, state: _Lane) -> tuple[_Lane, list["_Piece"], int, int]:
+        """Take the next call's items off an idle lane and mark it in flight (lock held); ``_send`` sends them."""
+        pieces, n_items, n_records = self._take(state)
+        state.in_flight = True
+        if self.lanes > 1 and state.lane == self._sticky:
+            self._sticky = (self._sticky + 1) % self.lanes
+        return state, pieces, n_items, n_records
+
+    def _send_all(self, calls: list[tuple[_Lane, list["_Piece"], int, int]]) -> None:
+        for call in calls:
+            self._send(*call)
 
     # ------------------------------------------------------------------------------------------------ sending
 
@@ -812,15 +1063,8 @@ class Publisher:
                         return
                     pending = [w for w, _ in waits if w is not None]
                     self._work.wait(min(pending) if pending else None)
-                calls = []
-                for state in ready:
-                    pieces, n_items, n_records = self._take(state)
-                    state.in_flight = True
-                    if self.lanes > 1 and state.lane == self._sticky:
-                        self._sticky = (self._sticky + 1) % self.lanes
-                    calls.append((state, pieces, n_items, n_records))
-            for state, pieces, n_items, n_records in calls:
-                self._send(state, pieces, n_items, n_records)
+                calls = [self._claim(state) for state in ready]
+            self._send_all(calls)
 
     def _take(self, state: _Lane) -> tuple[list[_Piece], int, int]:
         """Cut up to ``max_items_per_call`` ring items off the lane's queue (lock held)."""
@@ -898,21 +1142,48 @@ class Publisher:
         future: Any,
         error: BaseException | None,
     ) -> None:
-        """Runs on the grid client's thread: free the lane at once, hand the completion to the callback thread."""
+        """Runs on the grid client's thread: settle the records' outcomes and free the lane at once.
+
+        Record futures nobody watches are done by then; callbacks, waiters and bulk futures are handed to the
+        completion thread (user code never runs on the grid client's thread).
+        """
         last_seq = None
         if error is None:
             try:
                 last_seq = result(future, f"publish to stream {self.stream!r} lane {state.lane}")
             except MeteorError as exc:
                 error = exc
+        if error is None and (last_seq is None or last_seq < 0):
+            error = GridError(
+                f"stream {self.stream!r} lane {state.lane}: the grid refused the write (add_all returned {last_seq})"
+            )
+        if error is not None:
+            logger.warning("stream %r lane %d: publishing %d items failed: %s", self.stream, state.lane, n_items, error)
+        first_seq = None if error is not None else last_seq - n_items + 1  # type: ignore[operator]
         with self._lock:
             state.in_flight = False
+            self.calls += 1
             if error is None:
                 self.records_sent += n_records
                 self.items_sent += n_items
-            self.calls += 1
-            self._work.notify()
-        self._completions.put((state.lane, pieces, n_items, n_records, last_seq, error))
+            else:
+                self.failed_records += n_records
+            told: list[_RecordFuture] = []
+            for piece in pieces:
+                base = 0 if first_seq is None else ((first_seq + piece.item) << INDEX_BITS) + piece.index - piece.start
+                told.extend(piece.segment.settle(piece.start, piece.stop, base, error))
+            # Callbacks can no longer be added to settled futures (they would run at once), so this is final.
+            called = [future for future in told if future.has_callbacks()]
+            late = bool(called) or any(piece.segment.targets for piece in pieces)
+            if not late:
+                self._outstanding -= n_records
+                self._room.notify_all()
+            if state.queued or self._closed:
+                self._work.notify()
+        for future in told:
+            future.wake(error)  # a blocked publish() resumes without waiting for the completion thread
+        if late:
+            self._completions.put((state.lane, pieces, n_records, first_seq, called, error))
 
     # ------------------------------------------------------------------------------------------------ completing
 
@@ -921,30 +1192,24 @@ class Publisher:
             work = self._completions.get()
             if work is None:
                 return
-            lane, pieces, n_items, n_records, last_seq, error = work
+            lane, pieces, n_records, first_seq, called, error = work
             try:
-                self._complete(lane, pieces, n_items, last_seq, error)
+                self._complete(pieces, first_seq, error)
+                for record_future in called:
+                    record_future.call_back(*record_future._segment.outcome(record_future._index))  # type: ignore[misc]
             except Exception:  # noqa: BLE001 - the completion thread must survive anything
                 logger.exception("stream %r lane %d: completing a publish failed", self.stream, lane)
             with self._lock:
                 self._outstanding -= n_records
-                if error is not None:
-                    self.failed_records += n_records
                 self._room.notify_all()
 
-    def _complete(
-        self, lane: int, pieces: list[_Piece], n_items: int, last_seq: int | None, error: BaseException | None
-    ) -> None:
-        if error is None and (last_seq is None or last_seq < 0):
-            error = GridError(
-                f"stream {self.stream!r} lane {lane}: the grid refused the write (add_all returned {last_seq})"
-            )
-        if error is not None:
-            logger.warning("stream %r lane %d: publishing %d items failed: %s", self.stream, lane, n_items, error)
-        first_seq = None if error is not None else last_seq - n_items + 1  # type: ignore[operator]
+    def _complete(self, pieces: list[_Piece], first_seq: int | None, error: BaseException | None) -> None:
+        """Give the bulk futures (``publish_many``, ``publish_arrow``) their part of the stored pieces."""
         for piece in pieces:
             segment = piece.segment
             targets = segment.targets
+            if not targets:
+                continue
             i = 0 if len(targets) == 1 else max(0, bisect_right(segment.target_starts(), piece.start) - 1)
             while i < len(targets):
                 t_start, t_count, sink, sink_pos = targets[i]
@@ -963,35 +1228,35 @@ class Publisher:
     def _deliver(self, sink: _Sink, position: int, first_offset: int, count: int) -> None:
         if sink.failed:
             return
-        if sink.kind == "one":
-            _resolve(sink, first_offset)
-            return
         if sink.offsets is not None:
             if count == 1:
                 sink.offsets[position] = first_offset
             else:
                 sink.offsets[position:position + count] = np.arange(first_offset, first_offset + count)
         sink.remaining -= count
-        if sink.remaining == 0:
-            _resolve(sink, sink.offsets.tolist() if sink.offsets is not None else sink.size)
+        if sink.remaining == 0 and not sink.done():
+            sink.set_result(sink.offsets.tolist() if sink.offsets is not None else sink.size)
 
     def _fail(self, sink: _Sink, error: BaseException) -> None:
         if sink.failed:
             return
         sink.failed = True
-        if not sink.future.done():
-            sink.future.set_exception(error)
-        _call_back(sink, None, error)
+        if not sink.done():
+            sink.set_exception(error)
 
     def _fail_queued(self, error: BaseException) -> None:
         """Fail every record still queued (close with a deadline that passed)."""
+        told: list[_RecordFuture] = []
         with self._lock:
             dropped = []
             for state in self._lanes:
                 while state.segments:
                     segment = state.segments.popleft()
                     dropped.append(segment)
+                    if segment.pos < segment.n:
+                        told.extend(segment.settle(segment.pos, segment.n, 0, error))
                     self._outstanding -= segment.n - segment.pos
+                    self.failed_records += segment.n - segment.pos
                 state.queued = 0
                 state.queued_bytes = 0
             self._room.notify_all()
@@ -999,20 +1264,14 @@ class Publisher:
             for t_start, t_count, sink, _ in segment.targets:
                 if t_start + t_count > segment.pos:
                     self._fail(sink, error)
+        for record_future in told:
+            record_future.wake(error)
+            record_future.call_back(None, error)
 
 
-def _resolve(sink: _Sink, value: Any) -> None:
-    if not sink.future.done():
-        sink.future.set_result(value)
-    if sink.callback is not None:
-        _call_back(sink, value, None)
-
-
-def _call_back(sink: _Sink, offset: Any, error: BaseException | None) -> None:
-    if sink.callback is None:
-        return
+def _call_back(callback: PublishCallback, offset: int | None, error: BaseException | None) -> None:
     try:
-        sink.callback(offset, error)
+        callback(offset, error)
     except Exception:  # noqa: BLE001 - a user's callback must never stop the publisher
         logger.exception("a publish callback raised; the publisher goes on")
 

@@ -66,7 +66,7 @@ class _Lane:
 
     __slots__ = (
         "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
-        "parts", "buffered", "dirty", "item_counts",
+        "parts", "buffered", "dirty", "item_counts", "item_bytes",
     )
 
     def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -83,6 +83,7 @@ class _Lane:
         self.buffered = 0
         self.dirty = False  # delivered since the last confirm()
         self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
+        self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
 
     def reset(self, position: int) -> Any:
         """Move to ``position``; returns the outstanding read, now orphaned."""
@@ -106,6 +107,9 @@ class Subscriber:
         skip_data_loss: skip (and count) overwritten records instead of raising ``DataLossError``.
         max_poll_records: records returned by one ``poll`` at most.
         max_items_per_read: ring items asked for by one ``read_many`` (each holds up to ``max_batch_records``).
+        max_bytes_per_read: ring-item bytes asked for by one ``read_many``, about: the item count is adapted to the
+            lane's item size (at least one item). One response of many MiB holds up every other reader sharing the
+            grid connection and makes the member buffer it; about a MiB keeps responses streaming.
         lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
         member_id: grouped: this member's id (default ``<host>-<pid>-<random>``).
 
@@ -127,6 +131,7 @@ class Subscriber:
         skip_data_loss: bool = False,
         max_poll_records: int = 10_000,
         max_items_per_read: int = 100,
+        max_bytes_per_read: int = 1 << 20,
         lease_ms: int = 5000,
         member_id: str | None = None,
     ) -> None:
@@ -134,6 +139,7 @@ class Subscriber:
         for name, value, low, high in (
             ("max_poll_records", max_poll_records, 1, 1 << 31),
             ("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS),
+            ("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
@@ -151,6 +157,7 @@ class Subscriber:
         self.skip_data_loss = skip_data_loss
         self.max_poll_records = max_poll_records
         self._items_per_read = max_items_per_read
+        self._bytes_per_read = max_bytes_per_read
         self._lease_ms = lease_ms
         self._member_id = member_id
         self._lock = threading.RLock()  # reader state
@@ -292,6 +299,8 @@ class Subscriber:
                 if state.pending is not None or state.buffered >= self.max_poll_records:
                     continue
                 count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
+                # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
+                count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
                 future = state.ring.read_many_async(state.fetch_seq, 1, count)
                 state.pending = future
                 state.pending_seq = state.fetch_seq
@@ -313,6 +322,7 @@ class Subscriber:
                 where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
                 batch = Ring.to_batch(result(future, where))
                 if batch.items:
+                    state.item_bytes = max(1, sum(map(len, batch.items)) // len(batch.items))
                     self._accept(state, list(batch.items), list(batch.sequences))
 
     def _accept(self, state: _Lane, items: list[Any], sequences: list[int]) -> None:

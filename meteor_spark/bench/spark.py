@@ -1,8 +1,9 @@
 """``meteor bench spark``: the Spark connector's throughput next to ceilings measured in the same run.
 
 Streaming read into the ``noop`` sink (Trigger.AvailableNow, rows / addBatch time) next to a synthetic in-memory
-Python Arrow source, and a batch ``df.write`` next to a no-op Python Arrow writer, for 1 and 4 lanes, 100-byte
-records, an embedded grid in its own process and a local[2] SparkSession. The Spark code lives in
+Python Arrow source, and a batch ``df.write`` of a cached DataFrame next to a no-op Python Arrow writer, for 1 and
+4 lanes, 100-byte records, an embedded grid in its own process and a local[2] SparkSession; after a warm-up,
+medians of ``--repeat`` runs. The Spark code lives in
 ``meteor_spark.spark.benchmark`` (only ``meteor_spark.spark`` imports pyspark).
 """
 
@@ -16,7 +17,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds): 100,000 records")
     parser.add_argument("--records", type=int, default=None, help="records per run (default 2,000,000)")
     parser.add_argument("--lanes", default="1,4", help="lane counts to compare, comma-separated (default 1,4)")
-    parser.add_argument("--partitions", type=int, default=2, help="Spark tasks per read (default 2 = the cores)")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="Spark tasks per read and write (default: the connector's planning; the cores)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="runs per figure, the median is reported (default 3; 1 with --quick)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -24,4 +28,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     records = args.records or (100_000 if args.quick else 2_000_000)
     lanes = [int(part) for part in str(args.lanes).split(",") if part.strip()]
-    return run_spark(records, lanes, args.partitions)
+    repeat = args.repeat or (1 if args.quick else 3)
+    return run_spark(records, lanes, args.partitions, repeat)

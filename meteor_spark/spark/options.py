@@ -87,8 +87,16 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "Ignored by Trigger.AvailableNow (it reads what was there when it started, then stops)."),
     OptionDoc("maxTriggerDelay", "readStream", "duration (15m, 30s, 500ms)", "15m",
               "Longest wait for minOffsetsPerTrigger before a smaller batch runs anyway."),
-    OptionDoc("minPartitions", "read, readStream", "int > 0", "(one per lane range)",
-              "Split lane ranges so a batch has at least this many Spark tasks (one task per range)."),
+    OptionDoc("minPartitions", "read, readStream", "int > 0", "(the driver's CPU count)",
+              "Split lane ranges so a batch has at least this many Spark tasks. Given explicitly, ranges are split "
+              "down to single ring items if needed; by default only into pieces of at least 64 items, so one "
+              "busy lane uses every local core but small batches are not cut up. On a cluster, set it to the "
+              "cores that read."),
+    OptionDoc("maxPartitions", "read, readStream", "int > 0", "(see meaning)",
+              "Most Spark tasks per batch: lane ranges beyond it are grouped, a task reading its ranges one after "
+              "another. Without it, ranges are grouped only while the batch has more tasks than minPartitions "
+              "and than one per 4096 ring items (a Python task costs ~0.1 s to start, so many small ranges read "
+              "faster together); large ranges keep one task each, like Kafka's."),
     OptionDoc("maxOffsetsPerPartition", "read, readStream", "int > 0 (ring items)", "(no limit)",
               "Split a lane range into Spark tasks of at most this many ring items (Kafka's "
               "maxRecordsPerPartition, counted in ring items)."),
@@ -173,7 +181,8 @@ class SourceOptions:
         max_offsets_per_trigger: most ring items per micro-batch over all lanes (None = no limit).
         min_offsets_per_trigger: fewest ring items worth a micro-batch (None = any).
         max_trigger_delay_ms: longest wait for ``min_offsets_per_trigger``.
-        min_partitions: fewest Spark tasks per batch (None = one per lane range).
+        min_partitions: fewest Spark tasks per batch (None = the driver's CPU count, for large ranges only).
+        max_partitions: most Spark tasks per batch (None = grouping by size only; see ``reader.plan_tasks``).
         max_offsets_per_partition: most ring items per Spark task (None = no limit).
         fail_on_data_loss: fail (True) or skip and count (False) when unread items were overwritten.
         include_headers: add the ``headers`` column.
@@ -190,6 +199,7 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     min_partitions: int | None = None
+    max_partitions: int | None = None
     max_offsets_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
@@ -223,6 +233,7 @@ class SourceOptions:
             min_offsets_per_trigger=raw.positive_int("minOffsetsPerTrigger"),
             max_trigger_delay_ms=raw.duration_ms("maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
             min_partitions=raw.positive_int("minPartitions"),
+            max_partitions=raw.positive_int("maxPartitions"),
             max_offsets_per_partition=raw.positive_int("maxOffsetsPerPartition"),
             fail_on_data_loss=raw.boolean("failOnDataLoss", True),
             include_headers=raw.boolean("includeHeaders", False),
@@ -262,6 +273,15 @@ class SourceOptions:
             raise ConfigError(
                 f"minOffsetsPerTrigger ({self.min_offsets_per_trigger}) is larger than maxOffsetsPerTrigger "
                 f"({self.max_offsets_per_trigger}); lower the minimum or raise the maximum"
+            )
+        if (
+            self.min_partitions is not None
+            and self.max_partitions is not None
+            and self.min_partitions > self.max_partitions
+        ):
+            raise ConfigError(
+                f"minPartitions ({self.min_partitions}) is larger than maxPartitions ({self.max_partitions}); "
+                f"lower the minimum or raise the maximum"
             )
         for position, name in ((self.starting, "startingOffsets"), (self.ending, "endingOffsets")):
             extra = sorted(set(position.lanes) - set(self.streams))

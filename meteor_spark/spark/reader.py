@@ -41,13 +41,15 @@ with the number of skipped items, and counted in ``skipped_items`` of the driver
 from __future__ import annotations
 
 import atexit
+import heapq
 import logging
 import math
+import os
 import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -80,6 +82,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.streams import StreamInfo
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Ring items per grid read of an executor (each item up to a publisher batch, ~100 KB for 1000 x 100 bytes).
 ITEMS_PER_READ = 32
@@ -120,35 +124,149 @@ class LaneRange(InputPartition):
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class LaneRanges(InputPartition):
+    """One Spark task: lane ranges read one after another (``plan_tasks`` groups small ranges into one task).
+
+    Attributes:
+        ranges: the ranges, in stream, lane, start order.
+    """
+
+    ranges: tuple[LaneRange, ...]
+
+    @property
+    def items(self) -> int:
+        return sum(r.items for r in self.ranges)
+
+
+#: Without an explicit ``minPartitions``, a lane range is split only into pieces of at least this many ring items:
+#: splitting a small micro-batch costs more in task start-up than it saves.
+AUTO_SPLIT_MIN_ITEMS = 64
+
+#: Grouping keeps at least one task per this many ring items of the batch. A Python data source task costs about
+#: 0.1 s of Spark-side start-up (measured on 2 cores), and 4096 items hold ~4M records at the default 1000 records
+#: per item (~2 s of reading for one core): larger tasks gain nothing from grouping, smaller ones lose to start-up.
+ITEMS_PER_GROUPED_TASK = 4096
+
+#: ``(stream, lane, start, end)``: ring items ``[start, end)`` of one lane.
+Piece = tuple[str, int, int, int]
+
+
+def default_partitions() -> int:
+    """The planning process's usable CPUs: Spark's local cores in local mode (the source runner and the planner run
+    on the driver, which cannot ask Spark for its parallelism)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def plan_partitions(
-    ranges: Sequence[tuple[str, int, int, int]],
+    ranges: Sequence[Piece],
     *,
     min_partitions: int | None,
     max_items_per_partition: int | None,
-) -> list[tuple[str, int, int, int]]:
-    """Split lane ranges ``(stream, lane, start, end)`` into Spark tasks, deterministically.
+    min_piece_items: int = 1,
+) -> list[Piece]:
+    """Split lane ranges ``(stream, lane, start, end)`` into pieces, deterministically.
 
     Each range is cut into pieces of at most ``max_items_per_partition`` items; then, while there are fewer than
-    ``min_partitions`` pieces, the largest piece (of at least 2 items) is halved. Pieces are returned in stream,
-    lane, start order so that equal inputs give equal plans (replays).
+    ``min_partitions`` pieces, the piece with the most items per resulting part gets one more part (parts of a
+    piece are equal to within one item), as long as every part keeps at least ``min_piece_items`` items. Pieces
+    are returned in stream, lane, start order so that equal inputs give equal plans (replays).
     """
-    pieces: list[tuple[str, int, int, int]] = []
+    cut: list[Piece] = []
     for stream, lane, start, end in ranges:
         if end <= start:
             continue
         step = max_items_per_partition or (end - start)
         for lo in range(start, end, step):
-            pieces.append((stream, lane, lo, min(end, lo + step)))
-    if min_partitions:
-        while len(pieces) < min_partitions:
-            largest = max(pieces, key=lambda p: (p[3] - p[2], -pieces.index(p)), default=None)
-            if largest is None or largest[3] - largest[2] < 2:
-                break
-            stream, lane, lo, hi = largest
-            middle = lo + (hi - lo) // 2
-            index = pieces.index(largest)
-            pieces[index : index + 1] = [(stream, lane, lo, middle), (stream, lane, middle, hi)]
+            cut.append((stream, lane, lo, min(end, lo + step)))
+    parts = [1] * len(cut)
+    if min_partitions and len(cut) < min_partitions:
+        # Max-heap on items per part; ties go to the earlier piece, so the plan does not depend on heap internals.
+        heap = [(-(hi - lo), index) for index, (_, _, lo, hi) in enumerate(cut)]
+        heapq.heapify(heap)
+        total = len(cut)
+        while total < min_partitions and heap:
+            _, index = heapq.heappop(heap)
+            size = cut[index][3] - cut[index][2]
+            if size // (parts[index] + 1) < max(1, min_piece_items):
+                continue  # cannot be split further: drop it, other pieces may still split
+            parts[index] += 1
+            total += 1
+            heapq.heappush(heap, (-(size / parts[index]), index))
+    pieces: list[Piece] = []
+    for (stream, lane, lo, hi), k in zip(cut, parts):
+        size = hi - lo
+        bounds = [lo + (j * size) // k for j in range(k + 1)]
+        pieces.extend((stream, lane, a, b) for a, b in zip(bounds, bounds[1:]))
     return sorted(pieces)
+
+
+def group_pieces(pieces: Sequence[Piece], *, tasks: int, max_items_per_task: int | None) -> list[tuple[Piece, ...]]:
+    """Group pieces into about ``tasks`` Spark tasks of balanced size (largest first into the least loaded task).
+
+    A task never exceeds ``max_items_per_task`` items (a piece that fits nowhere opens one more task). Inside a
+    task, pieces are ordered by stream, lane and start, and adjacent pieces of one lane are merged.
+    """
+    if len(pieces) <= tasks:
+        return [(piece,) for piece in sorted(pieces)]
+    loads: list[int] = []
+    members: list[list[Piece]] = []
+    for piece in sorted(pieces, key=lambda p: (-(p[3] - p[2]), p)):
+        size = piece[3] - piece[2]
+        fits = [
+            i for i in range(len(loads)) if max_items_per_task is None or loads[i] + size <= max_items_per_task
+        ]
+        if len(loads) < tasks or not fits:
+            loads.append(size)
+            members.append([piece])
+            continue
+        best = min(fits, key=lambda i: (loads[i], i))
+        loads[best] += size
+        members[best].append(piece)
+    grouped = []
+    for task in members:
+        merged: list[Piece] = []
+        for stream, lane, lo, hi in sorted(task):
+            if merged and merged[-1][:2] == (stream, lane) and merged[-1][3] == lo:
+                merged[-1] = (stream, lane, merged[-1][2], hi)
+            else:
+                merged.append((stream, lane, lo, hi))
+        grouped.append(tuple(merged))
+    return sorted(grouped)
+
+
+def plan_tasks(
+    ranges: Sequence[Piece],
+    *,
+    min_partitions: int | None,
+    max_partitions: int | None,
+    max_items_per_partition: int | None,
+    cpus: int | None = None,
+) -> list[tuple[Piece, ...]]:
+    """The Spark tasks of one batch: each a tuple of lane ranges read one after another. Deterministic.
+
+    1. Split: ranges are cut at ``max_items_per_partition``, then split until there are at least
+       ``min_partitions`` pieces (default: ``cpus``, the driver's CPU count, splitting only into pieces of at
+       least ``AUTO_SPLIT_MIN_ITEMS`` items), so one busy lane keeps every core reading.
+    2. Group: with more pieces than ``min_partitions`` times ``ceil(total items / (min_partitions x
+       ITEMS_PER_GROUPED_TASK))`` (a multiple of it, so the tasks fill the cores evenly; capped by
+       ``max_partitions``), pieces are grouped into that many balanced tasks, because every Python task costs
+       Spark-side start-up: four lanes on two cores read faster as two tasks. Large ranges keep one task each.
+    """
+    explicit = min_partitions is not None
+    target = min_partitions if explicit else (cpus or default_partitions())
+    pieces = plan_partitions(
+        ranges, min_partitions=target, max_items_per_partition=max_items_per_partition,
+        min_piece_items=1 if explicit else AUTO_SPLIT_MIN_ITEMS,
+    )
+    total = sum(hi - lo for _, _, lo, hi in pieces)
+    tasks = target * max(1, -(-total // (target * ITEMS_PER_GROUPED_TASK)))
+    if max_partitions is not None:
+        tasks = min(tasks, max_partitions)
+    return group_pieces(pieces, tasks=max(1, tasks), max_items_per_task=max_items_per_partition)
 
 
 def rate_limit(
@@ -296,51 +414,78 @@ class _ReadsLaneRanges:
     """``read()`` shared by the streaming and batch readers: runs on executors, depends only on the partition."""
 
     def read(self, partition: InputPartition) -> Iterator["pyarrow.RecordBatch"]:
-        assert isinstance(partition, LaneRange)
-        return read_lane_range(partition)
+        if isinstance(partition, LaneRange):
+            return read_lane_ranges((partition,))
+        assert isinstance(partition, LaneRanges)
+        return read_lane_ranges(partition.ranges)
 
 
 def read_lane_range(partition: LaneRange) -> Iterator["pyarrow.RecordBatch"]:
     """Read exactly the ring items ``[start, end)`` of one lane as Arrow record batches of up to ~64k rows."""
+    return read_lane_ranges((partition,))
+
+
+def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBatch"]:
+    """Read exactly the ring items of each range, in order, as Arrow record batches of up to ~64k rows.
+
+    One prefetch thread reads ahead across range boundaries, so a task of several small ranges keeps the network
+    busy while it decodes. A batch never mixes two ranges (``items_to_arrow`` converts items of one lane).
+    """
     from meteor_spark.reading import read_range
     from meteor_spark.records import items_to_arrow
 
-    grid = grid_for(partition.grid)
-    first_offset = partition.first_offset
-    items_per_batch = 64  # adapted after the first batch, from the rows per item actually seen
+    def chunks() -> Iterator[tuple[int, list[bytes], list[int]]]:
+        for index, part in enumerate(ranges):
+            for items, sequences in read_range(
+                grid_for(part.grid), part.info, part.lane, part.start, part.end,
+                max_items_per_call=ITEMS_PER_READ, skip_data_loss=not part.fail_on_data_loss,
+            ):
+                yield index, items, sequences
+
+    items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
+    current = -1
+    part = ranges[0] if ranges else None
+    first_offset: int | None = None
     pending_items: list[bytes] = []
     pending_sequences: list[int] = []
-    chunks = _prefetched(read_range(
-        grid, partition.info, partition.lane, partition.start, partition.end,
-        max_items_per_call=ITEMS_PER_READ, skip_data_loss=not partition.fail_on_data_loss,
-    ))
-    for items, sequences in chunks:
-        if first_offset is not None and not pending_sequences and sequences:
+
+    def convert(count: int) -> "pyarrow.RecordBatch":
+        nonlocal first_offset
+        assert part is not None
+        batch = items_to_arrow(
+            pending_items[:count], pending_sequences[:count], stream=part.stream, lane=part.lane,
+            include_headers=part.include_headers, first_offset=first_offset,
+        )
+        first_offset = None
+        del pending_items[:count], pending_sequences[:count]
+        return batch
+
+    for index, items, sequences in _prefetched(chunks()):
+        if index != current:
+            if pending_items:
+                batch = convert(len(pending_items))  # the rest of the previous range
+                if batch.num_rows:
+                    yield batch
+            current, part = index, ranges[index]
+            first_offset = part.first_offset
             # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
-            if sequences[0] != record_offsets.sequence_of(first_offset):
+            if first_offset is not None and sequences[0] != record_offsets.sequence_of(first_offset):
                 first_offset = None
         pending_items.extend(items)
         pending_sequences.extend(sequences)
         while len(pending_items) >= items_per_batch:
-            batch = items_to_arrow(
-                pending_items[:items_per_batch], pending_sequences[:items_per_batch], stream=partition.stream,
-                lane=partition.lane, include_headers=partition.include_headers, first_offset=first_offset,
-            )
-            first_offset = None
-            del pending_items[:items_per_batch], pending_sequences[:items_per_batch]
-            items_per_batch = _items_for_target(batch.num_rows, items_per_batch)
+            count = items_per_batch
+            batch = convert(count)
+            items_per_batch = _items_for_target(batch.num_rows, count)
             if batch.num_rows:
                 yield batch
     if pending_items:
-        batch = items_to_arrow(
-            pending_items, pending_sequences, stream=partition.stream, lane=partition.lane,
-            include_headers=partition.include_headers, first_offset=first_offset,
-        )
+        batch = convert(len(pending_items))
         if batch.num_rows:
             yield batch
 
 
-def _prefetched(chunks: Iterator[tuple[list[bytes], list[int]]], depth: int = 2) -> Iterator[tuple[list[bytes], list[int]]]:
+def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
     """Iterate ``chunks`` with the next grid reads already under way while the caller decodes and Spark
     serialises (network and Arrow work overlap). Errors (DataLossError) are re-raised in the caller's thread."""
     import queue
@@ -349,20 +494,24 @@ def _prefetched(chunks: Iterator[tuple[list[bytes], list[int]]], depth: int = 2)
     slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
+    def hand_over(value: Any) -> bool:
+        # Bounded waits: a consumer that stopped early (a Spark limit) must not leave this thread blocked forever.
+        while not stop.is_set():
+            try:
+                slots.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
             for chunk in chunks:
-                while not stop.is_set():
-                    try:
-                        slots.put(chunk, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not hand_over(chunk):
                     return
-            slots.put(done)
+            hand_over(done)
         except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-            slots.put(exc)
+            hand_over(exc)
 
     thread = threading.Thread(target=produce, name="meteor-read-prefetch", daemon=True)
     thread.start()
@@ -536,20 +685,19 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             lo = self._check_loss(state, stream, lane, lo, bounds.get((stream, lane)))
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
-        planned = plan_partitions(
-            ranges, min_partitions=self.options.min_partitions,
-            max_items_per_partition=self.options.max_offsets_per_partition,
-        )
-        partitions = []
-        for stream, lane, lo, hi in planned:
-            first = first_offsets.get((stream, lane))
-            partitions.append(
-                LaneRange(
-                    stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
-                    self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
+        tasks = []
+        for task in _plan(self.options, ranges):
+            lane_ranges = []
+            for stream, lane, lo, hi in task:
+                first = first_offsets.get((stream, lane))
+                lane_ranges.append(
+                    LaneRange(
+                        stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
+                        self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
+                    )
                 )
-            )
-        return partitions
+            tasks.append(LaneRanges(tuple(lane_ranges)))
+        return tasks
 
     def _await_lanes(self, state: _DriverState, timeout_s: float) -> None:
         lanes = [key for key in state.bounds()]
@@ -622,15 +770,23 @@ class MeteorBatchReader(_ReadsLaneRanges, DataSourceReader):
                                    head - lo)
                     lo = head
                 ranges.append((name, lane, lo, hi))
-        planned = plan_partitions(
-            ranges, min_partitions=self.options.min_partitions,
-            max_items_per_partition=self.options.max_offsets_per_partition,
-        )
         return [
-            LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
-                      self.options.fail_on_data_loss)
-            for stream, lane, lo, hi in planned
+            LaneRanges(tuple(
+                LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
+                          self.options.fail_on_data_loss)
+                for stream, lane, lo, hi in task
+            ))
+            for task in _plan(self.options, ranges)
         ]
+
+
+def _plan(options: SourceOptions, ranges: Sequence[Piece]) -> list[tuple[Piece, ...]]:
+    tasks = plan_tasks(
+        ranges, min_partitions=options.min_partitions, max_partitions=options.max_partitions,
+        max_items_per_partition=options.max_offsets_per_partition,
+    )
+    logger.debug("planned %d Spark task(s) for %d lane range(s): %s", len(tasks), len(ranges), tasks)
+    return tasks
 
 
 def _by_stream(flat: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:

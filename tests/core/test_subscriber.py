@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -199,3 +200,26 @@ def test_failed_writes_reach_futures_and_callbacks(grid_settings: GridSettings, 
     pub.close()
     with pytest.raises(PublisherClosedError):
         pub.publish_async(b"x")
+
+
+def test_reads_are_sized_by_bytes_and_lose_nothing(grid: Grid, unique_name: str) -> None:
+    values = [os.urandom(1000) for _ in range(1200)]  # 12 ring items of ~100 kB (incompressible)
+    with Publisher(grid, StreamConfig(unique_name), max_batch_records=100) as pub:
+        pub.publish_many(values).result(10)
+    with pytest.raises(ConfigError, match="max_bytes_per_read"):
+        Subscriber(grid, unique_name, max_bytes_per_read=0)
+    sizes: list[int] = []
+    got: list[bytes] = []
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest", max_bytes_per_read=250_000) as sub:
+
+        def poll() -> bool:
+            batch = sub.poll(50)
+            if batch:
+                sizes.append(len(batch))
+                got.extend(batch.values())
+            return len(got) >= len(values)
+
+        wait_until(poll, 10, message="all records")
+    assert got == values
+    # The first read asks for a few items (their size is unknown), later ones for ~250 kB: two 100 kB items.
+    assert sizes[0] <= 400 and max(sizes[1:]) <= 200, sizes

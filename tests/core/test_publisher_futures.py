@@ -1,0 +1,146 @@
+"""The publisher's cheap per-record futures and its direct send (no hand-off when the lane is idle and linger is 0).
+
+A ``publish_async`` future has no completion work of its own: it reads its outcome from its segment, and only the
+futures somebody waits on or attached a callback to are told. These tests pin what a user can observe: offsets,
+waiting from other threads, ``concurrent.futures`` helpers, callbacks on the completion thread, failures reaching
+every future and callback, and order per lane.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any
+
+import pytest
+
+from meteor_spark.errors import GridError
+from meteor_spark.grid import Grid
+from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.streams import StreamConfig
+from meteor_spark.testing import wait_until
+
+
+def test_every_future_gets_its_own_offset_in_order(grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name), max_batch_records=7) as pub:
+        futures = [pub.publish_async(f"r{i}".encode()) for i in range(100)]
+        mixed = pub.publish_async(Record(b"keyed", key=b"k"))
+        pub.flush(10)
+    offsets = [f.result(0) for f in futures] + [mixed.result(0)]
+    assert offsets[0] == make_offset(0, 0)
+    assert all(a < b for a, b in zip(offsets, offsets[1:])), "one lane: offsets follow the publishing order"
+    assert all(f.done() and not f.running() and not f.cancelled() and f.exception() is None for f in futures)
+
+
+def test_waiting_from_other_threads_and_done_callbacks(grid: Grid, unique_name: str) -> None:
+    # A long linger keeps the records queued while other threads start waiting on them.
+    pub = Publisher(grid, StreamConfig(unique_name), linger_ms=60_000)
+    try:
+        futures = [pub.publish_async(b"x") for _ in range(20)]
+        results: list[int] = []
+        waiters = [threading.Thread(target=lambda f=f: results.append(f.result(10))) for f in futures[::4]]
+        for thread in waiters:
+            thread.start()
+        seen: list[tuple[int, str]] = []
+        futures[3].add_done_callback(lambda f: seen.append((f.result(), threading.current_thread().name)))
+        with pytest.raises(concurrent.futures.TimeoutError):
+            futures[0].result(0.01)
+        assert not futures[0].cancel() and not futures[0].done()
+        pub.flush(10)
+        for thread in waiters:
+            thread.join(10)
+        assert sorted(results) == [f.result() for f in futures[::4]]
+        wait_until(lambda: len(seen) == 1, message="done callback")
+        assert seen[0][0] == futures[3].result()
+        assert seen[0][1].startswith("meteor-publisher-callbacks")  # never the grid client's thread
+        late: list[int] = []
+        futures[5].add_done_callback(lambda f: late.append(f.result()))  # already done: runs at once, here
+        assert late == [futures[5].result()]
+        done, not_done = concurrent.futures.wait(futures, timeout=0)
+        assert len(done) == 20 and not not_done
+        with pytest.raises(RuntimeError, match="completed by their publisher"):
+            futures[0].set_result(1)
+    finally:
+        pub.close()
+
+
+def test_concurrent_futures_helpers_on_records_still_queued(grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name), linger_ms=200) as pub:
+        futures = [pub.publish_async(b"y") for _ in range(10)]
+        ordered = [f.result() for f in concurrent.futures.as_completed(futures, timeout=10)]
+        assert sorted(ordered) == sorted(f.result() for f in futures)
+        done, not_done = concurrent.futures.wait(
+            [pub.publish_async(b"z")], timeout=10, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        assert len(done) == 1 and not not_done
+
+
+def test_callbacks_run_in_order_on_the_completion_thread(grid: Grid, unique_name: str) -> None:
+    calls: list[tuple[int | None, str]] = []
+
+    def note(offset: int | None, error: BaseException | None) -> None:
+        assert error is None
+        calls.append((offset, threading.current_thread().name))
+
+    with Publisher(grid, StreamConfig(unique_name), max_batch_records=3) as pub:
+        futures = [pub.publish_async(b"c", callback=note) for _ in range(10)]
+    assert [offset for offset, _ in calls] == [f.result() for f in futures]
+    assert all(name.startswith("meteor-publisher-callbacks") for _, name in calls)
+
+
+def test_a_failed_write_reaches_every_future_and_callback(grid: Grid, unique_name: str, monkeypatch: Any) -> None:
+    errors: list[BaseException | None] = []
+    pub = Publisher(grid, StreamConfig(unique_name))
+    try:
+        lane = pub._lanes[0]
+
+        def refuse(items: Any, overflow_policy: int = 0) -> Any:
+            raise GridError("the grid refused (test)")
+
+        monkeypatch.setattr(lane.ring, "add_all_async", refuse)
+        failing = [pub.publish_async(b"lost", callback=lambda o, e: errors.append(e)) for _ in range(5)]
+        watched = pub.publish_async(b"lost too")
+        for future in failing + [watched]:
+            with pytest.raises(GridError, match="refused"):
+                future.result(10)
+        wait_until(lambda: len(errors) == 5, message="failure callbacks")
+        assert all(isinstance(e, GridError) for e in errors)
+        monkeypatch.undo()
+        assert pub.publish(b"fine", timeout_s=10) == make_offset(0, 0)  # the publisher goes on
+        assert pub.metrics()["failed_records"] == 6
+    finally:
+        pub.close()
+
+
+def test_an_idle_lane_is_sent_from_the_publishing_thread(grid: Grid, unique_name: str, monkeypatch: Any) -> None:
+    with Publisher(grid, StreamConfig(unique_name, lanes=2)) as pub:
+        senders: list[str] = []
+        for state in pub._lanes:
+            original = state.ring.add_all_async
+
+            def traced(items: Any, overflow_policy: int = 0, original: Any = original) -> Any:
+                senders.append(threading.current_thread().name)
+                return original(items, overflow_policy)
+
+            monkeypatch.setattr(state.ring, "add_all_async", traced)
+        pub.publish(b"one", timeout_s=10)
+        pub.publish(Record(b"two", lane=1), timeout_s=10)
+        assert senders == [threading.current_thread().name] * 2
+
+
+def test_order_per_lane_with_direct_sends_from_many_threads(grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name, lanes=3)) as pub:
+
+        def publish(thread: int) -> list[tuple[int, Any]]:
+            return [
+                (i, pub.publish_async(Record(f"{thread}:{i}".encode(), key=f"t{thread}".encode())))
+                for i in range(300)
+            ]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            per_thread = list(pool.map(publish, range(4)))
+    for sent in per_thread:
+        offsets = [future.result(10) for _, future in sent]
+        assert offsets == sorted(offsets), "records of one key (one lane) must keep the publishing order"
