@@ -24,11 +24,14 @@ import json
 import logging
 import os
 import random
+import re
+import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,7 +94,7 @@ class DemoOptions:
 
     records: int = 20_000
     lanes: int = 4
-    seconds: float = 15.0
+    seconds: float = 20.0
     shop_minutes: int = 10
     timeout_s: float = 120.0
     live: bool = True
@@ -283,7 +286,20 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
             f"and {RESULTS!r} for the results"
         )
 
-        shop_start_ms = (int(time.time() * 1000) // WINDOW_MS - options.shop_minutes - 60) * WINDOW_MS
+        say("[spark]   starting Spark (local[2]); the first start takes a few seconds ...")
+        spark = local_spark_session("meteor-demo")
+        cleanup.push("Spark", spark.stop)
+        checkpoint = tempfile.mkdtemp(prefix="meteor-demo-checkpoint-")
+        cleanup.push("checkpoint directory", lambda: shutil.rmtree(checkpoint, ignore_errors=True))
+        query = start_windowed_query(spark, grid, checkpoint, options.trigger)
+        cleanup.push("streaming query", query.stop)
+        say(
+            f"[spark]   streaming query {query.name!r} reads {ORDERS!r} as group {GROUP!r}, counts orders and revenue "
+            f"per category over 1-minute event-time windows (watermark {WATERMARK}) and appends closed windows "
+            f"to {RESULTS!r}"
+        )
+
+        shop_start_ms = (int(time.time() * 1000) // WINDOW_MS - options.shop_minutes) * WINDOW_MS
         generator = OrderGenerator(options, shop_start_ms)
         state = PublishState()
         publisher = threading.Thread(
@@ -295,18 +311,6 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
             f"[publish] publishing {options.records:,} orders over {options.seconds:g} s in the background: JSON "
             f"keyed by customer, event times covering {options.shop_minutes} minutes of shop time "
             f"({iso_ms(shop_start_ms)[11:16]}-{iso_ms(shop_start_ms + options.shop_minutes * WINDOW_MS)[11:16]} UTC)"
-        )
-
-        say("[spark]   starting Spark (local[2]); the first start takes a few seconds ...")
-        spark = local_spark_session("meteor-demo")
-        cleanup.push("Spark", spark.stop)
-        checkpoint = tempfile.mkdtemp(prefix="meteor-demo-checkpoint-")
-        query = start_windowed_query(spark, grid, checkpoint, options.trigger)
-        cleanup.push("streaming query", query.stop)
-        say(
-            f"[spark]   streaming query {query.name!r} reads {ORDERS!r} as group {GROUP!r}, counts orders and revenue "
-            f"per category over 1-minute event-time windows (watermark {WATERMARK}) and appends closed windows "
-            f"to {RESULTS!r}"
         )
         say()
 
@@ -342,7 +346,7 @@ class _Monitor:
         self.results: dict[tuple[int, str], WindowResult] = {}
         self.lag: dict[int, int] = {}
         self.results_reader = Subscriber(grid, RESULTS, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
-        self._last_line = (time.monotonic(), 0, 0)
+        self._last_line = (state.started, 0, 0)
 
     @property
     def read(self) -> int:
@@ -389,7 +393,7 @@ class _Monitor:
 
         exception = self.query.exception()
         if exception is not None:
-            raise MeteorError(f"the Spark streaming query failed: {_first_lines(str(exception))}")
+            raise MeteorError(f"the Spark streaming query failed: {_essence(str(exception))}")
         for progress in self.query.recentProgress:
             self.rows_by_batch[int(progress.batchId)] = int(progress.numInputRows)
         self.lag = _records_behind(lag_report(self.grid, self.orders_info, GROUP, count_records=True, max_items=200))
@@ -411,11 +415,20 @@ class _Monitor:
             f" | read by Spark {read:>9,} ({(read - last_read) / elapsed:>7,.0f}/s)"
             f" | group lag per lane {lanes} | windows out {len(self.results):,}"
             + ("  (complete)" if final else "")
+            + ("  (Spark is starting its Python workers)" if not self.rows_by_batch else "")
         )
 
 
-def _first_lines(text: str, lines: int = 6) -> str:
-    return "\n".join(text.strip().splitlines()[:lines])
+_PYTHON_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception)\b[^:]*: ")
+
+
+def _essence(text: str) -> str:
+    """Spark's error text is a JVM wrapper around a Python traceback: keep its first line and the Python error."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    errors = [line for line in lines[1:] if _PYTHON_ERROR_LINE.match(line)]
+    return lines[0] if not errors else f"{lines[0]} ... {errors[-1]}"
 
 
 def _records_behind(report: Any) -> dict[int, int]:
@@ -483,7 +496,8 @@ def _print_summary(say: Callable[..., None], summary: DemoSummary, results: dict
     say("summary")
     rows = [
         ["orders published", f"{summary.published:,}", f"+ 1 clock event, into {ORDERS!r}"],
-        ["records read by Spark", f"{summary.read:,}", f"in {summary.batches} micro-batches, as group {GROUP!r}"],
+        ["records read by Spark", f"{summary.read:,}",
+         f"in {summary.batches} micro-batch{'es' if summary.batches != 1 else ''}, as group {GROUP!r}"],
         ["windows written back", f"{summary.windows_out:,}", f"of {summary.windows_expected:,} expected, into {RESULTS!r}"],
         ["windows checked", f"{summary.windows_expected - len(summary.mismatches):,}",
          "match the publisher's own count and revenue" if not summary.mismatches else "match; see the mismatches below"],
@@ -518,6 +532,8 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
     console), with workers on this interpreter."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # PySpark warns about pandas >= 3 on import; the connector does not use pandas, so it is noise here.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
     from pyspark.sql import SparkSession
 
     settings = spark_conf(conf_dir or CONF_DIR)
@@ -575,7 +591,9 @@ def start_windowed_query(spark: Any, grid: Grid, checkpoint: str, trigger: str) 
     events = orders.select(F.from_json(F.col("value").cast("string"), schema).alias("e")).select("e.*")
     windows = (
         events.withWatermark("event_time", WATERMARK)
-        .where(F.col("type") == "order")  # after the watermark: the clock event moves it, then is dropped
+        # Orders only. The clock event must reach the watermark first, so the filter is written against
+        # event_time: Spark pushes filters that do not reference the event-time column below the watermark.
+        .where(F.when(F.col("type") == "order", F.col("event_time")).isNotNull())
         .groupBy(F.window("event_time", "1 minute"), F.col("category"))
         .agg(F.count("*").alias("orders"), F.round(F.sum(F.col("price") * F.col("quantity")), 2).alias("revenue"))
     )

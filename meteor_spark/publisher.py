@@ -15,9 +15,9 @@ How a record travels:
    sender thread sends them when the call completes (or when their linger ends). Lanes are sent in parallel.
 3. When the grid answers, the grid client's thread settles the outcome of the stored records (``add_all`` stores
    its items contiguously and returns the last sequence): a ``publish_async`` future reads its offset from there,
-   so most futures cost no completion work at all. Whatever runs user code (callbacks, done-callbacks), wakes
-   waiters, or completes a bulk future happens on the publisher's completion thread, never on the grid client's
-   I/O thread; a callback that raises is logged and the publisher goes on.
+   so most futures cost no completion work at all, and threads blocked on one resume at once. User code
+   (callbacks, done-callbacks) and bulk futures run on the publisher's completion thread, never on the grid
+   client's I/O thread; a callback that raises is logged and the publisher goes on.
 
 A failed ``add_all`` fails exactly the records it carried (their futures get the error); it is not retried,
 because a call that timed out may still have been applied and retrying could duplicate it. ``flush()`` waits
@@ -53,6 +53,7 @@ from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, result
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.records import (
     COMPRESSIONS,
+    ItemFraming,
     PreparedColumns,
     Record,
     encode_prepared,
@@ -211,8 +212,8 @@ class _Sink(_LightFuture):
 class _RecordFuture(Future):  # type: ignore[type-arg]
     """The future of one ``publish_async``: a position in its segment, whose outcome the segment holds.
 
-    ``publish_async`` must cost well under a microsecond and a half, so a record future is two attributes and no
-    completion work of its own: storing an ``add_all`` records one outcome per piece of a segment
+    ``publish_async`` is meant to cost about a microsecond, so a record future is two attributes and no completion
+    work of its own: storing an ``add_all`` records one outcome per piece of a segment
     (``_Segment.settle``), and every record future reads its offset or error from there. Only futures somebody
     waits on or attached a callback to (``watched``) are told individually, and that registration and the
     settling agree under the publisher's lock, so no completion is ever missed. ``concurrent.futures.wait`` and
@@ -269,6 +270,14 @@ class _RecordFuture(Future):  # type: ignore[type-arg]
     def add_done_callback(self, fn: Callable[["Future[int]"], object]) -> None:
         if not self._segment.watch(self, fn):
             _run_done_callback(fn, self)
+
+    def __repr__(self) -> str:
+        outcome = self._segment.outcome(self._index)
+        if outcome is None:
+            return f"<publish future at {id(self):#x} state=running>"
+        offset, error = outcome
+        shown = f"raised {type(error).__name__}" if error is not None else f"offset={offset}"
+        return f"<publish future at {id(self):#x} state=finished {shown}>"
 
     def set_running_or_notify_cancel(self) -> bool:
         raise RuntimeError("publish futures are completed by their publisher")
@@ -489,6 +498,15 @@ class _Segment:
             self._cum = cum
         return self._cum
 
+    def release(self) -> None:
+        """Drop the records once the last piece is encoded: a future kept by the user keeps its segment alive, and
+        must not keep every record of it too (outcomes and counts stay)."""
+        self.values = []
+        self.keys = self.headers = None
+        self.stamps = []
+        self.arrow = None
+        self._cum = None
+
     def prepare(self, start: int, stop: int) -> PreparedColumns:
         if self.arrow is not None:
             return self.arrow.prepare(start, stop)
@@ -697,7 +715,7 @@ class Publisher:
             # The hot path: a plain value needs no Record and no checks.
             rec = None
             lane = -1
-            stamp = int(time.time() * 1000)
+            stamp = time.time_ns() // 1_000_000
         else:
             rec = _checked_record(record)
             lane = self._lane_of(rec)
@@ -708,7 +726,10 @@ class Publisher:
             else:
                 self._outstanding += 1
             state = self._lanes[self._sticky if lane < 0 else lane]
-            segment = state.open_segment()
+            segments = state.segments
+            segment = segments[-1] if segments else None
+            if segment is None or not segment.open:  # (an Arrow segment is never open)
+                segment = state.open_segment()
             segment.singles = True
             future = _RecordFuture(segment, segment.n)
             if rec is None and segment.keys is None and segment.headers is None:
@@ -723,8 +744,8 @@ class Publisher:
             if callback is not None:
                 future.callback = callback
                 segment.watch_locked(future)
-            if state.in_flight:
-                # _queued's answer for a lane in flight, inlined: its completion wakes the sender.
+            if state.in_flight and state.queued:
+                # _queued's answer for a lane in flight that has records queued already, inlined.
                 state.queued += 1
                 state.queued_bytes += size
                 call = None
@@ -1117,16 +1138,16 @@ class Publisher:
             by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
             for piece in pieces:
                 by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
+                if piece.stop == piece.segment.n:
+                    piece.segment.release()
             for prepared in by_item:
-                items.append(
-                    encode_prepared(
-                        prepared,
-                        producer_id=self.producer_id,
-                        producer_seq=next(self._producer_seq),
-                        compression=self.settings.compression,
-                        compression_threshold=self.settings.compression_threshold,
-                    )
+                framing = ItemFraming(
+                    self.producer_id,
+                    next(self._producer_seq),
+                    self.settings.compression,
+                    self.settings.compression_threshold,
                 )
+                items.append(encode_prepared(prepared, framing))
             future = state.ring.add_all_async(items)
         except BaseException as exc:  # noqa: BLE001 - whatever broke, these records' futures must hear of it
             self._stored(state, pieces, n_items, n_records, None, exc)
@@ -1144,8 +1165,8 @@ class Publisher:
     ) -> None:
         """Runs on the grid client's thread: settle the records' outcomes and free the lane at once.
 
-        Record futures nobody watches are done by then; callbacks, waiters and bulk futures are handed to the
-        completion thread (user code never runs on the grid client's thread).
+        Record futures are done by then and their waiters are woken here; callbacks and bulk futures are handed
+        to the completion thread (user code never runs on the grid client's thread).
         """
         last_seq = None
         if error is None:

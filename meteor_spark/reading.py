@@ -20,10 +20,18 @@ DEFAULT_ITEMS_PER_CALL = 100
 
 
 class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
-    """Iterates ``(items, sequences)`` chunks of exactly the ring items in ``[start_seq, end_seq)``, in order.
+    """Iterates ``(items, sequences)`` chunks of exactly the ring items of ``lane`` in ``[start_seq, end_seq)``, in
+    order.
+
+    Deterministic for a given range while its items are in the ring (the Spark reader replays partitions with it).
 
     Attributes:
         skipped_items: ring items of the range that were already overwritten and skipped (``skip_data_loss``).
+
+    Raises (while iterating):
+        DataLossError: some of the items were already overwritten (unless ``skip_data_loss``: then they are
+            skipped and counted in ``skipped_items``).
+        ConfigError: the range reaches past the lane's end.
     """
 
     def __init__(
@@ -108,25 +116,6 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         self.next_seq = lost_until
 
 
-def read_range(
-    grid: Grid,
-    info: StreamInfo,
-    lane: int,
-    start_seq: int,
-    end_seq: int,
-    *,
-    max_items_per_call: int = DEFAULT_ITEMS_PER_CALL,
-    skip_data_loss: bool = False,
-) -> RangeReader:
-    """Exactly the ring items of ``lane`` with sequences in ``[start_seq, end_seq)``, in order, in chunks.
-
-    Deterministic for a given range while its items are in the ring (the Spark reader replays partitions with it).
-
-    Raises:
-        DataLossError: some of the items were already overwritten (unless ``skip_data_loss``: then they are
-            skipped and counted in the returned reader's ``skipped_items``).
-        ConfigError: the range reaches past the lane's end.
-    """
-    return RangeReader(
-        grid, info, lane, start_seq, end_seq, max_items_per_call=max_items_per_call, skip_data_loss=skip_data_loss
-    )
+#: ``read_range(grid, info, lane, start_seq, end_seq, *, max_items_per_call=100, skip_data_loss=False)`` (the
+#: contract's name): the reader is its own iterator, so the function is the class.
+read_range = RangeReader

@@ -135,19 +135,13 @@ def encode_batch(
     """Encode records into one ring item (the current format version). Timestamps left None become now."""
     recs = [as_record(r) for r in records]
     now = int(time.time() * 1000)
-    stamps = [now if r.timestamp_ms is None else r.timestamp_ms for r in recs]
-    keys = [r.key for r in recs]
-    headers = [r.headers for r in recs]
-    return encode_columns(
+    columns = prepare_columns(
         [r.value for r in recs],
-        keys=keys,
-        headers=headers,
-        timestamps=stamps,
-        producer_id=producer_id,
-        producer_seq=producer_seq,
-        compression=compression,
-        compression_threshold=compression_threshold,
+        keys=[r.key for r in recs],
+        headers=[r.headers for r in recs],
+        timestamps=[now if r.timestamp_ms is None else r.timestamp_ms for r in recs],
     )
+    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
 
 
 def encode_columns(
@@ -167,13 +161,25 @@ def encode_columns(
     may be None when no record has any.
     """
     columns = prepare_columns(values, keys=keys, headers=headers, timestamps=timestamps)
-    return encode_prepared(
-        [columns],
-        producer_id=producer_id,
-        producer_seq=producer_seq,
-        compression=compression,
-        compression_threshold=compression_threshold,
-    )
+    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
+
+
+@dataclass(frozen=True)
+class ItemFraming:
+    """Who writes a ring item and how its body is stored: the header fields beyond the records themselves.
+
+    Attributes:
+        producer_id: the writer (a FlakeId or random id).
+        producer_seq: the writer's item counter (gaps or repeats show lost or duplicated publishes).
+        compression: "lz4" or "none".
+        compression_threshold: bodies from this many bytes on are compressed (when that pays, see
+            ``encode_prepared``).
+    """
+
+    producer_id: int
+    producer_seq: int
+    compression: str = "lz4"
+    compression_threshold: int = 1024
 
 
 @dataclass(frozen=True)
@@ -246,35 +252,27 @@ def prepare_columns(
             ) from None
         hkey_lengths = np.fromiter(map(len, hkeys), dtype=_I32, count=len(hkeys))
         hvalue_lengths = np.fromiter(map(len, hvalues), dtype=_I32, count=len(hvalues))
+    # Positional, in field order (the locals are named after the fields).
     return PreparedColumns(
-        count=count,
-        value_lengths=value_lengths,
-        value_data=value_data,
-        timestamps=stamps,
-        key_lengths=key_lengths,
-        key_data=key_data,
-        header_counts=header_counts,
-        hkey_lengths=hkey_lengths,
-        hkey_data=hkey_data,
-        hvalue_lengths=hvalue_lengths,
-        hvalue_data=hvalue_data,
+        count, value_lengths, value_data, stamps, key_lengths, key_data, header_counts, hkey_lengths, hkey_data,
+        hvalue_lengths, hvalue_data,
     )
 
 
-def encode_prepared(
-    pieces: Sequence[PreparedColumns],
-    *,
-    producer_id: int,
-    producer_seq: int,
-    compression: str = "lz4",
-    compression_threshold: int = 1024,
-) -> bytes:
-    """Frame the records of one or more prepared pieces, in order, as one ring item (current format version)."""
+def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> bytes:
+    """Frame the records of one or more prepared pieces, in order, as one ring item (current format version).
+
+    The body is LZ4-compressed when it reaches ``framing.compression_threshold`` and compression saves at least
+    1/16 of it: every reader decompresses every item, so a body that barely shrinks (incompressible values) is
+    cheaper to store as it is.
+    """
     count = sum(p.count for p in pieces)
     if not 0 < count <= MAX_RECORDS_PER_ITEM:
         raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
-    if compression not in COMPRESSIONS:
-        raise ConfigError(f"compression {compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}")
+    if framing.compression not in COMPRESSIONS:
+        raise ConfigError(
+            f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
+        )
     flags = 0
     columns: list[Any] = [_join_arrays([p.value_lengths for p in pieces], _I32)]
     blobs: list[Any] = [p.value_data for p in pieces]
@@ -320,12 +318,12 @@ def encode_prepared(
             f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
         )
     stored: bytes = body
-    if compression == "lz4" and len(body) >= compression_threshold:
+    if framing.compression == "lz4" and len(body) >= framing.compression_threshold:
         packed = lz4.block.compress(body, store_size=False)
-        if len(packed) < len(body):
+        if len(packed) <= len(body) - (len(body) >> 4):
             stored = packed
             flags |= FLAG_LZ4
-    return _frame(FORMAT_VERSION, flags, count, base_ts, producer_id, producer_seq, len(body), stored)
+    return _frame(FORMAT_VERSION, flags, count, base_ts, framing.producer_id, framing.producer_seq, len(body), stored)
 
 
 def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
@@ -520,22 +518,10 @@ def _decode_v1(view: memoryview, where: str) -> ItemView:
         hkey_data = reader.blob(int(hkey_lengths.sum()), "header keys")
         hvalue_data = reader.blob(int(hvalue_lengths.sum()), "header values")
     reader.finish()
+    # Positional, in field order (the locals are named after the fields).
     return ItemView(
-        version=version,
-        count=count,
-        producer_id=producer_id,
-        producer_seq=producer_seq,
-        base_timestamp_ms=base_ts,
-        timestamp_deltas=deltas,
-        value_lengths=value_lengths,
-        value_data=value_data,
-        key_lengths=key_lengths,
-        key_data=key_data,
-        header_counts=header_counts,
-        hkey_lengths=hkey_lengths,
-        hkey_data=hkey_data,
-        hvalue_lengths=hvalue_lengths,
-        hvalue_data=hvalue_data,
+        version, count, producer_id, producer_seq, base_ts, deltas, value_lengths, value_data, key_lengths, key_data,
+        header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data,
     )
 
 
@@ -837,14 +823,9 @@ def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.R
     value_lengths = []
     value_chunks = []
     for p in parts:
-        it = p.item
-        if p.start == 0 and p.stop == it.count:
-            value_lengths.append(it.value_lengths)
-            value_chunks.append(it.value_data)
-        else:
-            vo = it.value_offsets
-            value_lengths.append(it.value_lengths[p.start:p.stop])
-            value_chunks.append(it.value_data[vo[p.start]:vo[p.stop]])
+        lengths, chunk = _part_column(p, "value")
+        value_lengths.append(lengths)
+        value_chunks.append(chunk)
     values = _binary_array(pa.binary(), n, _concat(value_lengths), value_chunks, None)
 
     # keys (-1 = no key)
@@ -856,13 +837,9 @@ def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.R
             if it.key_lengths is None or it.key_data is None:
                 key_lengths_list.append(np.full(p.size, -1, dtype=_I32))
                 continue
-            if p.start == 0 and p.stop == it.count:
-                key_lengths_list.append(it.key_lengths)
-                key_chunks.append(it.key_data)
-            else:
-                ko = it.key_offsets
-                key_lengths_list.append(it.key_lengths[p.start:p.stop])
-                key_chunks.append(it.key_data[ko[p.start]:ko[p.stop]])
+            lengths, chunk = _part_column(p, "key")
+            key_lengths_list.append(lengths)
+            key_chunks.append(chunk)
         key_lengths = _concat(key_lengths_list)
         present = key_lengths >= 0
         keys = _binary_array(pa.binary(), n, np.maximum(key_lengths, 0), key_chunks, present)
@@ -911,6 +888,17 @@ def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.R
     if include_headers:
         columns.append(_headers_array(parts, n))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _part_column(part: BatchPart, column: str) -> tuple[np.ndarray, Any]:
+    """``(lengths, bytes)`` of a part's records in one column ("value" or "key") of its item; a whole item is used
+    as it is (no slicing, no copy). Key lengths keep their -1 (no key)."""
+    item = part.item
+    lengths, data = getattr(item, f"{column}_lengths"), getattr(item, f"{column}_data")
+    if part.start == 0 and part.stop == item.count:
+        return lengths, data
+    offsets = getattr(item, f"{column}_offsets")
+    return lengths[part.start:part.stop], data[offsets[part.start]:offsets[part.stop]]
 
 
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:

@@ -6,7 +6,7 @@ Where each piece runs ::
     source runner      streamReader() #1: initialOffset, latestOffset, partitions, commit   (driver side, one
                        long-lived process per query run: it holds the group's leases)
     planner worker     streamReader() #2: pickled into the read UDF (never talks to the grid)
-    executor workers   #2.read(partition): reads one lane range from the grid, yields Arrow batches
+    executor workers   #2.read(partition): reads its lane range(s) from the grid, yields Arrow batches
     planner worker     streamWriter()/writer(): validates the input schema; pickled into the write UDF
     executor workers   write(batches): publishes through the core Publisher
     commit worker      commit(messages, batchId): records the committed batch id (no duplicates on replay)

@@ -24,8 +24,8 @@ from typing import Any, Mapping
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
 
-#: Spark adds these keys itself (``load(path)`` / ``start(path)`` and the sink's checkpoint); they are not typos.
-_SPARK_ADDED = frozenset({"path", "checkpointlocation"})
+#: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``); they are not typos.
+_SPARK_ADDED = frozenset({"path", "checkpointlocation", "queryname"})
 
 #: Kafka's sentinels in per-lane JSON offsets.
 EARLIEST_SENTINEL = -2

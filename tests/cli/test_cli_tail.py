@@ -105,8 +105,9 @@ def test_as_a_group_confirms_what_it_printed(meteor: Meteor, grid: Grid, stream:
     assert again.code == 0 and again.out == ""
 
 
-def test_mistakes(meteor: Meteor, stream: str, unique_name: str) -> None:
-    meteor("tail", unique_name).assert_user_error(f"stream {unique_name!r} does not exist")
+def test_mistakes(meteor: Meteor, stream: str) -> None:
+    missing = f"{stream}-missing"
+    meteor("tail", missing).assert_user_error(f"stream {missing!r} does not exist")
     meteor("tail", stream, "--from", "12345").assert_user_error("offsets are per lane", "add --lane N")
     meteor("tail", stream, "--from", "soon").assert_user_error("expected earliest, latest or an offset")
     meteor("tail", stream, "--lane", "5").assert_user_error("--lane 5", "lanes 0..1")

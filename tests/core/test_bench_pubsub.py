@@ -16,11 +16,13 @@ def test_quick_bench_reports_every_scenario(capsys: pytest.CaptureFixture[str]) 
     parser = argparse.ArgumentParser()
     pubsub.add_arguments(parser)
     args = parser.parse_args(["--quick", "--async-records", "2000", "--bulk-records", "20000",
-                              "--fanout-records", "8000", "--round-trips", "20"])
+                              "--fanout-records", "8000", "--round-trips", "20", "--subscriber-processes", "3"])
     figures = pubsub.run(args)
-    assert set(figures) >= {"ceiling", "one_publisher", "fanout", "latency"}
-    assert figures["fanout"]["deliveries_s"] == pytest.approx(figures["fanout"]["unique_records_s"] * 16)
+    assert set(figures) >= {"ceiling", "one_publisher", "fanout", "fanout_constant", "latency"}
+    for fanout in (figures["fanout"], figures["fanout_constant"]):
+        assert fanout["deliveries_s"] == pytest.approx(fanout["unique_records_s"] * 16)
+    assert set(figures["one_publisher"]) >= {"publish_async_records_s", "publish_async_kept_records_s"}
     assert all(value > 0 for value in figures["one_publisher"].values())
     assert figures["latency"]["meteor"]["p50_ms"] > 0
     printed = capsys.readouterr().out
-    assert "deliveries" in printed and "p50 / p99" in printed
+    assert "deliveries" in printed and "Meteor's constant payload" in printed and "p50 / p99" in printed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -21,7 +22,16 @@ from meteor_spark.spark.options import (
     describe_options,
     parse_duration_ms,
 )
-from meteor_spark.spark.reader import LaneRange, MeteorStreamReader, plan_partitions, rate_limit
+from meteor_spark.spark.reader import (
+    AUTO_SPLIT_MIN_ITEMS,
+    ITEMS_PER_GROUPED_TASK,
+    LaneRange,
+    LaneRanges,
+    MeteorStreamReader,
+    plan_partitions,
+    plan_tasks,
+    rate_limit,
+)
 
 
 def test_defaults_follow_kafka() -> None:
@@ -45,6 +55,7 @@ def test_keys_are_case_insensitive_and_typed() -> None:
             "MinOffsetsPerTrigger": "2",
             "maxTriggerDelay": "30s",
             "minPartitions": "4",
+            "maxPartitions": "8",
             "maxOffsetsPerPartition": "100",
             "failOnDataLoss": "false",
             "includeHeaders": "TRUE",
@@ -57,7 +68,7 @@ def test_keys_are_case_insensitive_and_typed() -> None:
     assert options.streams == ("a", "b")
     assert (options.max_offsets_per_trigger, options.min_offsets_per_trigger) == (10, 2)
     assert options.max_trigger_delay_ms == 30_000
-    assert (options.min_partitions, options.max_offsets_per_partition) == (4, 100)
+    assert (options.min_partitions, options.max_partitions, options.max_offsets_per_partition) == (4, 8, 100)
     assert options.fail_on_data_loss is False and options.include_headers is True
     assert options.group == "billing" and options.group_lease_ms == 2000
     assert options.grid.members == ("10.0.0.1:5701", "10.0.0.2:5701")
@@ -100,6 +111,7 @@ def test_unknown_option_suggests_the_closest_name() -> None:
         ({"stream": "s", "endingOffsets": "latest"}, "applies to batch reads only"),
         ({"stream": "s", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}, "larger than maxOffsetsPerTrigger"),
         ({"stream": "s", "group": " "}, "option 'group' is empty"),
+        ({"stream": "s", "minPartitions": "4", "maxPartitions": "2"}, r"minPartitions \(4\) is larger than maxPartitions"),
     ],
 )
 def test_invalid_stream_options_name_option_value_and_fix(options: dict[str, str], message: str) -> None:
@@ -183,6 +195,52 @@ def test_plan_partitions_splits_deterministically() -> None:
     assert four == plan_partitions(ranges, min_partitions=4, max_items_per_partition=None)
     # A range of one item cannot be split further: fewer partitions than asked, never empty ones.
     assert plan_partitions([("s", 0, 0, 1)], min_partitions=8, max_items_per_partition=None) == [("s", 0, 0, 1)]
+    # Parts are equal to within one item (not halves of halves), and a split floor is respected.
+    assert plan_partitions([("s", 0, 0, 2000)], min_partitions=3, max_items_per_partition=None) == [
+        ("s", 0, 0, 666), ("s", 0, 666, 1333), ("s", 0, 1333, 2000),
+    ]
+    assert plan_partitions([("s", 0, 0, 100)], min_partitions=2, max_items_per_partition=None,
+                           min_piece_items=64) == [("s", 0, 0, 100)]
+
+
+def _tasks(ranges: list[tuple[str, int, int, int]], **options: Any) -> list[tuple[tuple[str, int, int, int], ...]]:
+    settings: dict[str, Any] = {"min_partitions": None, "max_partitions": None, "max_items_per_partition": None,
+                                "cpus": 2}
+    settings.update(options)
+    return plan_tasks(ranges, **settings)
+
+
+def test_plan_tasks_splits_one_busy_lane_over_the_cores_but_not_a_small_batch() -> None:
+    assert _tasks([("s", 0, 0, 2000)]) == [(("s", 0, 0, 1000),), (("s", 0, 1000, 2000),)]
+    assert _tasks([("s", 0, 0, 2000)], cpus=4) == [
+        (("s", 0, 0, 500),), (("s", 0, 500, 1000),), (("s", 0, 1000, 1500),), (("s", 0, 1500, 2000),),
+    ]
+    # Without minPartitions a range is split only into pieces of >= AUTO_SPLIT_MIN_ITEMS items.
+    assert _tasks([("s", 0, 0, AUTO_SPLIT_MIN_ITEMS * 2 - 1)]) == [(("s", 0, 0, AUTO_SPLIT_MIN_ITEMS * 2 - 1),)]
+    # An explicit minPartitions splits down to single items.
+    assert _tasks([("s", 0, 0, 3)], min_partitions=3) == [(("s", 0, 0, 1),), (("s", 0, 1, 2),), (("s", 0, 2, 3),)]
+
+
+def test_plan_tasks_groups_lanes_into_balanced_tasks_deterministically() -> None:
+    four = [("s", lane, 0, 551 if lane == 0 else 550) for lane in range(4)]
+    tasks = _tasks(four)
+    assert tasks == [(("s", 0, 0, 551), ("s", 3, 0, 550)), (("s", 1, 0, 550), ("s", 2, 0, 550))]
+    assert tasks == _tasks(list(reversed(four)))  # replays plan the same tasks whatever the input order
+    # Every item is read exactly once.
+    assert sorted(p for task in tasks for p in task) == sorted(four)
+    # Large ranges keep a task each (one per ITEMS_PER_GROUPED_TASK items at least, a multiple of the cores).
+    wide = [("s", lane, 0, ITEMS_PER_GROUPED_TASK) for lane in range(6)]
+    assert len(_tasks(wide)) == 6
+    # maxPartitions caps grouping; adjacent pieces of one lane that end up together are merged.
+    assert _tasks(four, max_partitions=1) == [tuple(sorted(four))]
+    assert _tasks([("s", 0, 0, 2000)], max_partitions=1) == [(("s", 0, 0, 2000),)]
+    # maxOffsetsPerPartition bounds a task's items even when that means more tasks.
+    capped = _tasks(four, max_items_per_partition=600)
+    assert len(capped) == 4 and all(sum(hi - lo for _, _, lo, hi in task) <= 600 for task in capped)
+    # A stream with many small lanes: as many tasks as cores, not one per lane.
+    trickle = [("s", lane, 10, 12) for lane in range(64)]
+    assert len(_tasks(trickle)) == 2
+    assert sorted(p for task in _tasks(trickle) for p in task) == sorted(trickle)
 
 
 def test_rate_limit_is_proportional_and_never_starves_a_lane() -> None:
@@ -208,6 +266,8 @@ def test_reader_and_partitions_pickle_without_connections() -> None:
     assert copy._state is None and copy.options == options
     partition = LaneRange("s", 0, 1, 5, options.grid, None)
     assert pickle.loads(pickle.dumps(partition)) == partition
+    task = LaneRanges((partition, LaneRange("s", 1, 0, 2, options.grid, None)))
+    assert pickle.loads(pickle.dumps(task)) == task and task.items == 6
     assert isinstance(pa.schema([]), pa.Schema)
 
 

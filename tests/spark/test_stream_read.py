@@ -200,3 +200,53 @@ def test_missing_stream_fails_the_query_naming_it(
     )
     with pytest.raises(StreamingQueryException, match=rf"stream '{unique_name}' does not exist"):
         query.awaitTermination()
+
+
+def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
+    """The executor path without Spark: a grouped task reads each of its ranges exactly, a resume offset inside
+    the first item of a later range included, one lane per Arrow batch."""
+    from meteor_spark.spark.datasource import SOURCE_SCHEMA
+    from meteor_spark.spark.options import SourceOptions
+    from meteor_spark.spark.reader import LaneRange, LaneRanges, MeteorBatchReader
+
+    info = make_stream(grid, unique_name, lanes=3)
+    published = {lane: put_items(grid, info, lane, values_items(f"l{lane}", items=4, per_item=3)) for lane in range(3)}
+    task = LaneRanges((
+        LaneRange(unique_name, 0, 1, 3, grid_settings, info),
+        LaneRange(unique_name, 1, 0, 4, grid_settings, info),
+        LaneRange(unique_name, 2, 2, 4, grid_settings, info, first_offset=first_offset_of(2) + 1),
+    ))
+    reader = MeteorBatchReader(SourceOptions.parse({"stream": unique_name}, batch=True), SOURCE_SCHEMA)
+    batches = list(reader.read(task))
+    assert all(len(set(b.column("lane").to_pylist())) == 1 for b in batches)
+    got = [
+        (lane, value)
+        for b in batches
+        for lane, value in zip(b.column("lane").to_pylist(), b.column("value").to_pylist())
+    ]
+    expected = (
+        [(0, r.value) for r in published[0][3:9]]
+        + [(1, r.value) for r in published[1]]
+        + [(2, r.value) for r in published[2][7:12]]
+    )
+    assert got == expected
+    offsets = [o for b in batches if b.column("lane")[0].as_py() == 2 for o in b.column("offset").to_pylist()]
+    assert offsets == [first_offset_of(2) + 1, first_offset_of(2) + 2] + [first_offset_of(3) + i for i in range(3)]
+
+
+def test_grouped_lanes_read_equals_published(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    info = make_stream(grid, unique_name, lanes=3)
+    published = {lane: put_items(grid, info, lane, values_items(f"g{lane}", items=3, per_item=2)) for lane in range(3)}
+    df = (
+        spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
+        .option("maxPartitions", "1").load()
+    )
+    assert df.rdd.getNumPartitions() == 1
+    rows = df.select("lane", "offset", "value").collect()
+    for lane, records in published.items():
+        assert [r.value for r in sorted((r for r in rows if r.lane == lane), key=lambda r: r.offset)] == [
+            r.value for r in records
+        ]
+    assert len(rows) == 18
