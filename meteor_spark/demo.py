@@ -1,4 +1,4 @@
-"""``meteor demo``: meteor-spark doing its real job on this machine, start to finish, in about a minute.
+"""``meteor demo``: meteor-spark doing its real job on this machine, start to finish, in about half a minute.
 
 1. An embedded grid starts in its own process (a Hazelcast-compatible member; no Java Hazelcast install).
 2. A stream ``orders`` with several lanes is created, and a background thread publishes shop orders as JSON,
@@ -266,7 +266,7 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
     say = _Printer(stream or sys.stdout)
     started = time.monotonic()
     stop = threading.Event()
-    with _sigterm_as_interrupt(), _Cleanup() as cleanup:
+    with _Interrupts() as interrupts, _Cleanup() as cleanup:
         from meteor_spark.server import EmbeddedGrid
         from meteor_spark.streams import open_stream
 
@@ -276,6 +276,7 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
         server.start()
         cleanup.push("embedded grid", server.stop)
         say(f"[grid]    embedded grid member running in its own process at {server.address} (cluster 'dev')")
+        interrupts.check()
         grid = Grid.connect(server.address, cluster_name=server.cluster_name)
         cleanup.push("grid client", grid.close)
 
@@ -289,6 +290,8 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
         say("[spark]   starting Spark (local[2]); the first start takes a few seconds ...")
         spark = local_spark_session("meteor-demo")
         cleanup.push("Spark", spark.stop)
+        interrupts.install()
+        interrupts.check()
         checkpoint = tempfile.mkdtemp(prefix="meteor-demo-checkpoint-")
         cleanup.push("checkpoint directory", lambda: shutil.rmtree(checkpoint, ignore_errors=True))
         query = start_windowed_query(spark, grid, checkpoint, options.trigger)
@@ -314,8 +317,12 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
         )
         say()
 
-        monitor = _Monitor(grid, orders_info, query, state, options, say)
-        results = monitor.run_until_complete()
+        monitor = _Monitor(grid, orders_info, query, state, options, say, interrupts)
+        try:
+            results = monitor.run_until_complete()
+        except KeyboardInterrupt:
+            say("[demo]    interrupted: stopping the publisher, the query, Spark and the grid ...")
+            raise
         summary = _summarise(monitor, generator, results, grid, orders_info, time.monotonic() - started)
         cleanup.close()
         _print_summary(say, summary, results)
@@ -332,7 +339,14 @@ class _Monitor:
     """Watches the query, the group's lag and the results stream; prints a progress line every second."""
 
     def __init__(
-        self, grid: Grid, orders_info: Any, query: Any, state: PublishState, options: DemoOptions, say: Callable[..., None]
+        self,
+        grid: Grid,
+        orders_info: Any,
+        query: Any,
+        state: PublishState,
+        options: DemoOptions,
+        say: Callable[..., None],
+        interrupts: "_Interrupts",
     ) -> None:
         from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
 
@@ -342,9 +356,11 @@ class _Monitor:
         self.state = state
         self.options = options
         self.say = say
+        self.interrupts = interrupts
         self.rows_by_batch: dict[int, int] = {}
         self.results: dict[tuple[int, str], WindowResult] = {}
-        self.lag: dict[int, int] = {}
+        self.lag: dict[int, str] = {}
+        self.caught_up = False
         self.results_reader = Subscriber(grid, RESULTS, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
         self._last_line = (state.started, 0, 0)
 
@@ -372,10 +388,8 @@ class _Monitor:
                     return self.results
                 if self.options.live:
                     self._progress_line()
-                try:
-                    self.query.awaitTermination(1.0)  # a one-second tick that ends early when the query dies
-                except Exception:  # noqa: BLE001 - the next _observe reports the query's exception in plain words
-                    pass
+                self.interrupts.event.wait(1.0)  # a one-second tick that ends at once on Ctrl-C
+                self.interrupts.check()
         finally:
             self.results_reader.close()
 
@@ -385,7 +399,7 @@ class _Monitor:
         return (
             self.read >= expected_rows
             and results_orders >= self.state.published
-            and all(behind == 0 for behind in self.lag.values())
+            and self.caught_up
         )
 
     def _observe(self) -> None:
@@ -396,7 +410,10 @@ class _Monitor:
             raise MeteorError(f"the Spark streaming query failed: {_essence(str(exception))}")
         for progress in self.query.recentProgress:
             self.rows_by_batch[int(progress.batchId)] = int(progress.numInputRows)
-        self.lag = _records_behind(lag_report(self.grid, self.orders_info, GROUP, count_records=True, max_items=200))
+        report = lag_report(self.grid, self.orders_info, GROUP, count_records=True, max_items=500)
+        self.lag = _behind(report)
+        # A lane that never held a record may never be confirmed; it is caught up all the same.
+        self.caught_up = all(entry.items == 0 or (entry.items is None and entry.next_sequence == 0) for entry in report)
         for record in self.results_reader.poll(0):
             document = json.loads(record.value)
             start_ms = int(datetime.fromisoformat(document["window_start"]).timestamp() * 1000)
@@ -409,11 +426,11 @@ class _Monitor:
         elapsed = max(now - last_time, 1e-6)
         published, read = self.state.published, self.read
         self._last_line = (now, published, read)
-        lanes = " ".join(f"{lane}:{behind:,}" for lane, behind in sorted(self.lag.items())) or "-"
+        lanes = " ".join(f"{lane}:{behind}" for lane, behind in sorted(self.lag.items())) or "-"
         self.say(
             f"[{now - self.state.started:5.1f}s] published {published:>9,} ({(published - last_published) / elapsed:>7,.0f}/s)"
             f" | read by Spark {read:>9,} ({(read - last_read) / elapsed:>7,.0f}/s)"
-            f" | group lag per lane {lanes} | windows out {len(self.results):,}"
+            f" | records behind per lane {lanes} | windows out {len(self.results):,}"
             + ("  (complete)" if final else "")
             + ("  (Spark is starting its Python workers)" if not self.rows_by_batch else "")
         )
@@ -431,14 +448,16 @@ def _essence(text: str) -> str:
     return lines[0] if not errors else f"{lines[0]} ... {errors[-1]}"
 
 
-def _records_behind(report: Any) -> dict[int, int]:
-    """Records behind per lane (ring items where too many to count; a lane never confirmed counts everything)."""
-    behind: dict[int, int] = {}
+def _behind(report: Any) -> dict[int, str]:
+    """The group's lag per lane for display: records behind, or ring items when too many to count quickly."""
+    behind: dict[int, str] = {}
     for entry in report:
         if entry.items is None:
-            behind[entry.lane] = entry.next_sequence  # nothing confirmed yet: every item is still ahead
+            behind[entry.lane] = f"{entry.next_sequence:,} items"  # nothing confirmed yet: all of it is ahead
+        elif entry.records is not None:
+            behind[entry.lane] = f"{entry.records:,}"
         else:
-            behind[entry.lane] = entry.records if entry.records is not None else entry.items
+            behind[entry.lane] = f"{entry.items:,} items"
     return behind
 
 
@@ -540,7 +559,13 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
     builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # py4j/JVM start-up failures are not MeteorErrors; the user needs one clear line
+        raise MeteorError(
+            f"could not start Spark ({_essence(str(exc))}); Spark needs Java 17 or newer on the PATH "
+            f"(`java -version`; `bash .ci/dev demo` installs it)"
+        ) from exc
     session.sparkContext.setLogLevel("ERROR")
     from meteor_spark.spark.datasource import register
 
@@ -647,19 +672,37 @@ class _Cleanup:
         self.close()
 
 
-class _sigterm_as_interrupt:
-    """Treat SIGTERM like Ctrl-C while the demo runs, so ``kill`` also stops Spark and the grid process."""
+class _Interrupts:
+    """Ctrl-C and SIGTERM set a flag that the demo checks between steps (``check``), where stopping is safe.
 
-    def __enter__(self) -> None:
-        self._previous: Any = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._handle)
+    Raising KeyboardInterrupt from the signal handler itself would land inside whatever call is running, often a
+    py4j call to the JVM, and leave the gateway's socket mid-message (PySpark's own SIGINT handler does that). A
+    flag is checked at least once a second by the monitor loop.
+    """
 
-    @staticmethod
-    def _handle(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """(Re)install the handlers; PySpark replaces the SIGINT handler when it starts, so call again after."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.signal(signum, self._handle)
+            self._previous.setdefault(signum, previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.event.set()
+
+    def check(self) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "_Interrupts":
+        self.install()
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)

@@ -1,4 +1,4 @@
-"""``meteor demo``: the main job on this machine (embedded grid + Spark), in about a minute."""
+"""``meteor demo``: the main job on this machine (embedded grid + Spark), in about half a minute."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections import Counter
 from typing import Any
 
@@ -67,6 +68,8 @@ def run_start(args: argparse.Namespace) -> int:
             # A flag given on the command line wins over the file: only fill what still has its default.
             if getattr(args, key, None) == member_args[key]:
                 setattr(args, key, value)
+    # `meteor` set up logging before the member could (its basicConfig would then do nothing): apply its level.
+    logging.getLogger().setLevel(getattr(args, "log_level", "INFO"))
     return int(run_member(args) or EXIT_OK)
 
 

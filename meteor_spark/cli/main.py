@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 import traceback
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 from meteor_spark import __version__
 from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_cmd, streams_cmd, tail_cmd
@@ -31,7 +32,7 @@ variables or a TOML file (--config, $METEOR_CONFIG; example: conf/meteor.toml).
 
 EPILOG = """\
 examples:
-  meteor demo                                   the whole thing on this machine: grid + Spark, ~1 minute
+  meteor demo                                   the whole thing on this machine: grid + Spark, ~30 s
   meteor grid start                             run an embedded grid on 127.0.0.1:5701 (Ctrl-C stops it)
   meteor streams create orders --lanes 4
   meteor publish orders events.jsonl --key-field user_id
@@ -76,30 +77,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     args.extra = extra  # handed to commands that parse their own flags (meteor bench AREA)
     debug = bool(getattr(args, "debug", False))
-    _configure_logging(debug)
-    try:
-        return int(args.run(args))
-    except (MeteorError, CommandError) as exc:
-        if debug:
-            traceback.print_exc()
-        err(f"meteor {args.command}: error: {exc}")
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        err(f"meteor {args.command}: interrupted")
-        return EXIT_INTERRUPTED
+    with _cli_logging(debug):
+        try:
+            return int(args.run(args))
+        except (MeteorError, CommandError) as exc:
+            if debug:
+                traceback.print_exc()
+            err(f"meteor {args.command}: error: {exc}")
+            return EXIT_FAILURE
+        except KeyboardInterrupt:
+            err(f"meteor {args.command}: interrupted")
+            return EXIT_INTERRUPTED
 
 
-def _configure_logging(debug: bool) -> None:
-    # The application (not the library) decides levels. Warnings stay visible; the hazelcast client's routine
-    # connection chatter is INFO and would bury the command's output.
-    level = logging.DEBUG if debug else logging.WARNING
+@contextmanager
+def _cli_logging(debug: bool) -> Iterator[None]:
+    """Logging for one command, undone afterwards (``main`` also runs inside other programs and tests).
+
+    The application, not the library, decides levels: warnings stay visible; the hazelcast client's routine
+    connection chatter (and its retry warnings while a grid is unreachable) would bury the one-line error.
+    """
     root = logging.getLogger()
+    quiet = logging.getLogger("hazelcast")
+    saved = (root.level, quiet.level)
+    handler: logging.Handler | None = None
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
-    root.setLevel(level)
-    logging.getLogger("hazelcast").setLevel(logging.DEBUG if debug else logging.ERROR)
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    quiet.setLevel(logging.DEBUG if debug else logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(saved[0])
+        quiet.setLevel(saved[1])
+        if handler is not None:
+            root.removeHandler(handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -203,9 +203,9 @@ def run_publish(args: argparse.Namespace) -> int:
                         f"or add --create (settings from the TOML [stream] table)"
                     ) from None
                 info = open_stream(grid, config.stream_defaults.config(args.stream), create=True)
-            if line_format.lane >= info.config.lanes:
+            if args.lane is not None and not 0 <= args.lane < info.config.lanes:
                 raise CommandError(
-                    f"--lane {line_format.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}"
+                    f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}"
                 )
             progress = Progress(f"publishing to {args.stream}", total_bytes)
             with Publisher(grid, info.config.name) as publisher:

@@ -24,6 +24,7 @@ from meteor_spark.server.member import (
     parse_ring_config,
     serve,
 )
+from meteor_spark.server.tcp import DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -76,6 +77,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "'sessions.*:ttl=600'; applies to writes without a TTL of their own; repeatable",
     )
     parser.add_argument(
+        "--client-heartbeat-timeout-s",
+        type=float,
+        default=DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
+        metavar="S",
+        help="close a client connection nothing was received on for S seconds (a vanished client), releasing its "
+        f"locks and listeners; idle clients ping every 5 s (default {DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S:g}, as "
+        "Hazelcast; 0 = never)",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help=argparse.SUPPRESS,  # EmbeddedGrid(process=True): stop when stdin closes, i.e. when the parent dies
@@ -107,6 +117,7 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
         cp_mode=args.cp_mode,
         ring_configs=tuple(parse_ring_config(text) for text in args.ring_config),
         map_configs=tuple(parse_map_config(text) for text in args.map_config),
+        client_heartbeat_timeout_s=getattr(args, "client_heartbeat_timeout_s", DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S),
     )
 
 

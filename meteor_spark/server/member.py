@@ -29,6 +29,7 @@ from meteor_spark.server.engine import Clock, Engine, EngineConfig
 from meteor_spark.server.engine.maps import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.handlers.registry import MemberSettings
+from meteor_spark.server.tcp import DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S, ConnectionInfo, MemberServer
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,8 @@ class MemberOptions:
     """Everything a member is started with, validated once (see ``EmbeddedGrid`` for the meaning of each).
 
     Raises:
-        ValueError: on a bad port, a username without a password (or the reverse), an empty cluster name, or an
-            invalid engine setting (``InvalidConfiguration``: fsync policy, fsync interval, CP mode).
+        ValueError: on a bad port, a username without a password (or the reverse), an empty cluster name, a negative
+            client heartbeat timeout, or an invalid engine setting (``InvalidConfiguration``: fsync policy, fsync interval, CP mode).
     """
 
     host: str = "127.0.0.1"
@@ -60,10 +61,16 @@ class MemberOptions:
     ring_configs: tuple[RingConfig, ...] = ()
     map_configs: tuple[MapConfig, ...] = ()
     partition_count: int = 271
+    client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535 (0 = any free port), got {self.port}")
+        if not self.client_heartbeat_timeout_s >= 0:  # also refuses NaN
+            raise ValueError(
+                f"client heartbeat timeout must be >= 0 seconds (0 = never close silent clients), got "
+                f"{self.client_heartbeat_timeout_s}; Hazelcast's default is {DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S:g}"
+            )
         if (self.username is None) != (self.password is None):
             raise ValueError("username and password go together: give both or neither")
         if not self.cluster_name:
@@ -96,17 +103,19 @@ async def serve(
     stop: asyncio.Event,
     on_ready: Callable[[str], None],
     clock: Clock | None = None,
+    on_listening: Callable[[MemberServer], None] | None = None,
 ) -> None:
-    """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens."""
-    from meteor_spark.server.tcp import MemberServer
-
+    """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens
+    (``on_listening(server)`` just before, for in-process inspection)."""
     engine = Engine(
         options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
     await engine.open()
-    server = MemberServer(engine, options.member_settings())
+    server = MemberServer(engine, options.member_settings(), options.client_heartbeat_timeout_s)
     try:
         await server.start(options.host, options.port)
+        if on_listening is not None:
+            on_listening(server)
         address = f"{server.member.host}:{server.member.port}"
         logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
         on_ready(address)
@@ -136,6 +145,9 @@ class EmbeddedGrid:
         map_configs: map configs (exact names or ``*`` patterns): the default TTL / max-idle of matching maps.
         log_level: log level of the member process (process mode; a thread logs through this process's logging).
         start_timeout_s: how long ``start()`` waits for the member to listen.
+        client_heartbeat_timeout_s: close a client connection the member heard nothing from for this long (the
+            client vanished: partition, frozen process), which releases its locks and listeners; idle official
+            clients ping every 5 s. Hazelcast's default, 60 s; 0 = never.
     """
 
     def __init__(
@@ -154,6 +166,7 @@ class EmbeddedGrid:
         map_configs: Iterable[MapConfig] = (),
         log_level: str | int | None = None,
         start_timeout_s: float = 30.0,
+        client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
     ) -> None:
         self.options = MemberOptions(
             host=host,
@@ -167,6 +180,7 @@ class EmbeddedGrid:
             cp_mode=cp_mode,
             ring_configs=tuple(ring_configs),
             map_configs=tuple(map_configs),
+            client_heartbeat_timeout_s=client_heartbeat_timeout_s,
         )
         self.process_mode = process
         self.log_level = log_level
@@ -175,6 +189,7 @@ class EmbeddedGrid:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
+        self._server: MemberServer | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: str | None = None
         self._lock = threading.Lock()
@@ -215,6 +230,24 @@ class EmbeddedGrid:
         if self._process is not None:
             return self._process.poll() is None
         return self._thread is not None and self._thread.is_alive()
+
+    def connections(self, timeout_s: float = 10.0) -> list[ConnectionInfo]:
+        """A snapshot of the member's client connections: who, how many response bytes wait for each to read, whether
+        the member holds a client back for reading too slowly, how long each was silent. Thread mode only.
+
+        Raises:
+            RuntimeError: in process mode (the member's state is in another process) or when not running.
+        """
+        loop, server = self._loop, self._server
+        if self.process_mode:
+            raise RuntimeError("connections() inspects a member thread; this EmbeddedGrid runs in its own process")
+        if loop is None or server is None or not self.running:
+            raise RuntimeError(f"{self!r} is not running; call start() first")
+
+        async def snapshot() -> list[ConnectionInfo]:
+            return server.connection_info()
+
+        return asyncio.run_coroutine_threadsafe(snapshot(), loop).result(timeout_s)
 
     def __repr__(self) -> str:
         mode = "process" if self.process_mode else "thread"
@@ -292,8 +325,11 @@ class EmbeddedGrid:
                 self._address = address
                 ready.set()
 
+            def on_listening(server: MemberServer) -> None:
+                self._server = server
+
             try:
-                loop.run_until_complete(serve(self.options, stop, on_ready))
+                loop.run_until_complete(serve(self.options, stop, on_ready, on_listening=on_listening))
             except BaseException as exc:  # reported to start(), never lost
                 failure.append(exc)
                 ready.set()
@@ -330,6 +366,7 @@ class EmbeddedGrid:
         self._thread = None
         self._loop = None
         self._stop_event = None
+        self._server = None
 
     # ------------------------------------------------------------------------------------------------ process mode
 
@@ -391,6 +428,7 @@ def member_arguments(options: MemberOptions) -> list[str]:
         argv += ["--data-dir", options.data_dir]
     argv += ["--fsync", options.fsync, "--fsync-interval-ms", str(options.fsync_interval_ms)]
     argv += ["--cp-mode", options.cp_mode]
+    argv += ["--client-heartbeat-timeout-s", repr(float(options.client_heartbeat_timeout_s))]
     for ring_config in options.ring_configs:
         argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
     for map_config in options.map_configs:

@@ -1,23 +1,46 @@
 """The TCP shell: accept connections, cut bytes into messages, dispatch, write responses. Nothing else.
 
 One asyncio ``Protocol`` per connection with its own ``FrameReader`` (a buffer, not a StreamReader, for speed).
-Responses produced while a chunk of input is processed are collected and written with one ``writelines`` call.
 A malformed message closes only its connection, with one log line; the member never crashes.
+
+Writing. Responses are byte chunks that mostly reference ring items (64 KiB each); a ``read_many`` answer can be
+tens of MiB. asyncio's transport would join them into one bytes object and append what the kernel does not take
+at once to a growing ``bytearray`` (copied again on every reallocation) - with a client that reads slowly that copy
+was most of the member's CPU, and the buffer grew without bound. So a connection keeps its own queue of chunks and
+hands them to the kernel with ``os.writev`` on the socket's descriptor (scatter-gather, no copy in Python). When the
+kernel is full, only a small piece is given to the transport, whose flow control (limits 0/0) tells us with
+``resume_writing`` the moment the socket drains.
+
+Back-pressure. When more than ``OUTPUT_HIGH_WATER`` bytes wait in that queue the connection is *congested*: it
+stops reading and dispatching that client's requests (the received ones wait in a backlog, in order) and parked
+requests that wake up (long polls) wait before producing their response (``RequestContext.park``). Below
+``OUTPUT_LOW_WATER`` it resumes. So a client that reads slowly or not at all costs the member at most about one
+response beyond the high-water mark, and never stalls other connections. Each response is queued whole, so its
+frames stay contiguous on the wire.
+
+Silent clients. A connection on which nothing was received and nothing could be written for the client heartbeat
+timeout is closed (like a Hazelcast member's client heartbeat monitor), which releases the client's locks and
+listeners as any disconnect does. Idle official clients ping every 5 s, so only vanished ones hit it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
+import os
 import socket
-from typing import Any
+import time
+import uuid
+from itertools import islice
+from typing import Any, Iterable
 
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.handlers import registry
 from meteor_spark.server.handlers.registry import Chunks, Endpoint, MemberSettings
-from meteor_spark.server.protocol.frames import FrameReader
+from meteor_spark.server.protocol.frames import FrameReader, Message
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
 
@@ -25,6 +48,43 @@ logger = logging.getLogger(__name__)
 
 #: Kernel socket buffer size requested for client connections.
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+
+#: Bytes queued for a client (beyond what the kernel took) above which the member stops producing more for it.
+OUTPUT_HIGH_WATER = 4 * 1024 * 1024
+#: ... and below which it resumes.
+OUTPUT_LOW_WATER = 1024 * 1024
+#: When the kernel is full, at most this much is copied into the transport to wait for writability.
+HANDOFF_BYTES = 64 * 1024
+
+#: Hazelcast's default: a member closes a client connection it heard nothing from for 60 s.
+DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S = 60.0
+
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+_WRITEV = getattr(os, "writev", None)  # None on Windows: chunks then go through the transport
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionInfo:
+    """A snapshot of one client connection, for inspection and tests.
+
+    Attributes:
+        remote: the client's ``host:port``.
+        client_name, client_uuid: who authenticated on it (``""`` / None before authentication).
+        queued_bytes: response bytes waiting in the member for the client to read (beyond the kernel's buffer).
+        transport_bytes: bytes in the asyncio transport's own buffer (at most one hand-off piece).
+        congested: the member stopped serving this client until it reads (back-pressure).
+        backlog: received requests waiting to be served because of the back-pressure.
+        idle_s: seconds since the member last received from, or could write to, the client.
+    """
+
+    remote: str
+    client_name: str
+    client_uuid: uuid.UUID | None
+    queued_bytes: int
+    transport_bytes: int
+    congested: bool
+    backlog: int
+    idle_s: float
 
 
 class ClientConnection(asyncio.Protocol):
@@ -34,8 +94,19 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.endpoint = Endpoint(self, "?")
         self.closed = False
+        self.congested = False
+        self.last_activity = time.monotonic()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._pending: Chunks | None = None  # responses gathered while a data_received call runs
+        self._pending: Chunks | None = None  # responses gathered while a batch of requests is served
+        self._pending_bytes = 0
+        self._queue: collections.deque[bytes | bytearray | memoryview] = collections.deque()
+        self._queued = 0
+        self._fd: int | None = None  # the socket's descriptor, for writev; None: write through the transport
+        self._writing_paused = False  # the transport holds unsent bytes (it calls resume_writing when drained)
+        self._backlog: list[Message] = []
+        self._reading_paused = False
+        self._resume_scheduled = False
+        self._writable_waiters: list[asyncio.Future[None]] = []
 
     # ------------------------------------------------------------------------------------------- asyncio.Protocol
 
@@ -55,32 +126,39 @@ class ClientConnection(asyncio.Protocol):
                     sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
                 except OSError:
                     pass
+        if sock is not None and _WRITEV is not None and sock.type == socket.SOCK_STREAM:
+            self._fd = sock.fileno()
+            # Paused exactly while the transport holds bytes: our own writes must wait for those.
+            transport.set_write_buffer_limits(high=0, low=0)
+        else:
+            transport.set_write_buffer_limits(high=OUTPUT_LOW_WATER, low=OUTPUT_LOW_WATER // 4)
         logger.debug("connection from %s", self.endpoint.remote)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self._pending = pending = []
+        self.last_activity = time.monotonic()
         try:
             messages = self.reader.feed(data)
-            engine, member, endpoint = self.server.engine, self.server.member, self.endpoint
-            for message in messages:
-                registry.dispatch(engine, member, endpoint, message)
-                if self.closed:
-                    break
         except ProtocolError as exc:
             self.close(f"protocol error: {exc}")
-        except Exception:  # a bug must cost one connection, never the member
-            logger.exception("unexpected error serving %s; closing that connection", self.endpoint.remote)
-            self.close("internal error")
-        finally:
-            self._pending = None
-            if pending and self.transport is not None and not self.closed:
-                self.transport.writelines(pending)
+            return
+        if self._backlog:  # only if the transport delivered data after pause_reading(): keep the order
+            self._backlog.extend(messages)
+        elif messages:
+            self._serve(messages)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
         logger.debug("connection from %s closed (%s)", self.endpoint.remote, exc or "EOF")
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self.last_activity = time.monotonic()
+        self._drain()
 
     # ------------------------------------------------------------------------------------------- registry.Connection
 
@@ -89,16 +167,41 @@ class ClientConnection(asyncio.Protocol):
             return
         if self._pending is not None:
             self._pending.extend(chunks)
-        elif self.transport is not None:
-            self.transport.writelines(chunks)
+            self._pending_bytes += _size(chunks)
+            return
+        self._enqueue(chunks)
+
+    async def writable(self) -> None:
+        """Return once the connection is no longer congested (or closed)."""
+        loop = asyncio.get_running_loop()
+        while self.congested and not self.closed:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._writable_waiters.append(waiter)
+            await waiter
 
     def close(self, reason: str) -> None:
+        """Close after delivering what was already answered; a protocol error aborts at once."""
         if self.closed:
             return
         if reason.startswith("protocol error") or reason == "internal error":
             logger.warning("closing connection from %s: %s", self.endpoint.remote, reason)
+            if reason.startswith("protocol error"):
+                self.abort()
+                return
+        transport = self.transport
+        if transport is not None:
+            if self._queue:  # the transport flushes these before it closes the socket
+                transport.writelines(list(self._queue))
+                self._queue.clear()
+            transport.close()
+        self._shutdown()
+
+    def abort(self) -> None:
+        """Close at once, dropping unsent bytes (a client that cannot be written to, or talks garbage)."""
+        if self.closed:
+            return
         if self.transport is not None:
-            self.transport.abort() if reason.startswith("protocol error") else self.transport.close()
+            self.transport.abort()
         self._shutdown()
 
     def track(self, task: asyncio.Task[Any]) -> None:
@@ -108,6 +211,137 @@ class ClientConnection(asyncio.Protocol):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    # ------------------------------------------------------------------------------------------- inspection
+
+    def info(self, now: float) -> ConnectionInfo:
+        endpoint = self.endpoint
+        return ConnectionInfo(
+            remote=endpoint.remote,
+            client_name=endpoint.client_name,
+            client_uuid=endpoint.client_uuid,
+            queued_bytes=self._queued + self._pending_bytes,
+            transport_bytes=self.transport.get_write_buffer_size() if self.transport is not None else 0,
+            congested=self.congested,
+            backlog=len(self._backlog),
+            idle_s=max(0.0, now - self.last_activity),
+        )
+
+    # ------------------------------------------------------------------------------------------- serving requests
+
+    def _serve(self, messages: list[Message]) -> None:
+        """Dispatch ``messages`` in order, their responses written together; stop early when the client is not
+        reading (the rest waits in the backlog)."""
+        self._pending = pending = []
+        self._pending_bytes = 0
+        engine, member, endpoint = self.server.engine, self.server.member, self.endpoint
+        try:
+            for index, message in enumerate(messages):
+                registry.dispatch(engine, member, endpoint, message)
+                if self.closed:
+                    break
+                if self.congested or self._pending_bytes + self._queued > OUTPUT_HIGH_WATER:
+                    self._pending = None
+                    self._pending_bytes = 0
+                    self._enqueue(pending)
+                    self._pending = pending = []
+                    if self.congested and index + 1 < len(messages):
+                        self._backlog.extend(messages[index + 1 :])
+                        break
+        except ProtocolError as exc:
+            self.close(f"protocol error: {exc}")
+        except Exception:  # a bug must cost one connection, never the member
+            logger.exception("unexpected error serving %s; closing that connection", self.endpoint.remote)
+            self.close("internal error")
+        finally:
+            self._pending = None
+            self._pending_bytes = 0
+            if pending and not self.closed:
+                self._enqueue(pending)
+        if self.congested and not self.closed and not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def _resume_input(self) -> None:
+        """Serve the backlog, then read again - unless the client is still (or again) not reading."""
+        self._resume_scheduled = False
+        if self.closed or self.congested:
+            return
+        backlog, self._backlog = self._backlog, []
+        if backlog:
+            self._serve(backlog)
+        if not self.congested and not self._backlog and self._reading_paused and not self.closed:
+            self._reading_paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------------------------------------- writing
+
+    def _enqueue(self, chunks: Chunks) -> None:
+        if self.closed:
+            return
+        self._queue.extend(chunks)
+        self._queued += _size(chunks)
+        self._drain()
+        if self._queued > OUTPUT_HIGH_WATER and not self.congested:
+            self.congested = True
+            logger.debug("client %s reads slower than the member answers; holding its requests", self.endpoint.remote)
+
+    def _drain(self) -> None:
+        """Give the kernel as much of the queue as it takes; when it is full, hand one piece to the transport,
+        which calls ``resume_writing`` once the socket drained."""
+        queue = self._queue
+        transport = self.transport
+        fd = self._fd
+        while queue and not self._writing_paused and not self.closed and transport is not None:
+            if fd is None:
+                chunks = list(queue)
+                queue.clear()
+                self._queued = 0
+                transport.writelines(chunks)
+                break
+            batch = list(queue) if len(queue) <= _IOV_MAX else list(islice(queue, _IOV_MAX))
+            try:
+                written = _WRITEV(fd, batch)  # type: ignore[misc]
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError as exc:
+                logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
+                self.abort()
+                return
+            if written:
+                self.last_activity = time.monotonic()
+                if written == self._queued:  # the usual case: the kernel took everything
+                    queue.clear()
+                    self._queued = 0
+                    break
+                self._queued -= written
+                while written:
+                    size = len(queue[0])
+                    if written >= size:
+                        queue.popleft()
+                        written -= size
+                    else:
+                        queue[0] = memoryview(queue[0])[written:]
+                        written = 0
+                continue  # a partial write usually means the kernel is full: the next writev says so
+            head = memoryview(queue.popleft())
+            piece = head[:HANDOFF_BYTES]
+            if len(head) > HANDOFF_BYTES:
+                queue.appendleft(head[HANDOFF_BYTES:])
+            self._queued -= len(piece)
+            # Tiny copy; pauses us (limits 0/0) unless the socket took it all after all, then the loop goes on.
+            transport.write(piece)
+        if self.congested and self._queued <= OUTPUT_LOW_WATER and not self.closed:
+            self.congested = False
+            waiters, self._writable_waiters = self._writable_waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            if (self._backlog or self._reading_paused) and not self._resume_scheduled:
+                # Not now: _drain may run inside a handler's send(); serving requests there would re-enter.
+                self._resume_scheduled = True
+                asyncio.get_running_loop().call_soon(self._resume_input)
+
     # ------------------------------------------------------------------------------------------- internals
 
     def _shutdown(self) -> None:
@@ -115,6 +349,13 @@ class ClientConnection(asyncio.Protocol):
             return
         self.closed = True
         self.server.connections.discard(self)
+        self._queue.clear()
+        self._queued = 0
+        self._backlog.clear()
+        for waiter in self._writable_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._writable_waiters.clear()
         for task in list(self._tasks):
             task.cancel()
         self._tasks.clear()
@@ -129,14 +370,32 @@ class ClientConnection(asyncio.Protocol):
                 logger.exception("releasing the resources of client %s failed", client_uuid)
 
 
-class MemberServer:
-    """The listening socket and its connections, on the running event loop."""
+def _size(chunks: Iterable[bytes | bytearray | memoryview]) -> int:
+    return sum(map(len, chunks))
 
-    def __init__(self, engine: Engine, member: MemberSettings) -> None:
+
+class MemberServer:
+    """The listening socket and its connections, on the running event loop.
+
+    Args:
+        client_heartbeat_timeout_s: close a connection on which nothing was received (and nothing could be
+            written) for this long; 0 disables the check.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        member: MemberSettings,
+        client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
+    ) -> None:
+        if client_heartbeat_timeout_s < 0:
+            raise ValueError(f"client heartbeat timeout must be >= 0 s (0 = never), got {client_heartbeat_timeout_s}")
         self.engine = engine
         self.member = member
+        self.client_heartbeat_timeout_s = client_heartbeat_timeout_s
         self.connections: set[ClientConnection] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._monitor: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Bind and listen; the (host, port) actually bound (port 0 picks a free one)."""
@@ -145,9 +404,14 @@ class MemberServer:
         bound = self._server.sockets[0].getsockname()
         # Clients learn the member's address from the member list: advertise the port actually bound.
         self.member = dataclasses.replace(self.member, host=advertised_host(host), port=bound[1])
+        if self.client_heartbeat_timeout_s > 0:
+            self._monitor = loop.create_task(self._monitor_heartbeats(self.client_heartbeat_timeout_s))
         return bound[0], bound[1]
 
     async def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            self._monitor = None
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
@@ -155,6 +419,28 @@ class MemberServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+
+    def connection_info(self) -> list[ConnectionInfo]:
+        """A snapshot of every open connection (call on the member's loop)."""
+        now = time.monotonic()
+        return sorted((connection.info(now) for connection in self.connections), key=lambda info: info.remote)
+
+    async def _monitor_heartbeats(self, timeout_s: float) -> None:
+        # Hazelcast checks every 10 s; a short timeout (tests) is checked proportionally often.
+        interval = min(10.0, timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for connection in list(self.connections):
+                silent = now - connection.last_activity
+                if silent > timeout_s and not connection.closed:
+                    endpoint = connection.endpoint
+                    logger.warning(
+                        "closing connection from %s (client %r, uuid %s): nothing received for %.1f s, more than the "
+                        "client heartbeat timeout of %g s; its locks and listeners are released",
+                        endpoint.remote, endpoint.client_name, endpoint.client_uuid, silent, timeout_s,
+                    )
+                    connection.abort()
 
 
 def advertised_host(bind_host: str) -> str:

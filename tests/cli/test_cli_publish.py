@@ -106,3 +106,4 @@ def test_input_and_flag_mistakes(meteor: Meteor, stream: str, tmp_path: Path) ->
     source = tmp_path / "one.jsonl"
     source.write_text('{"a": 1}\n')
     meteor("publish", stream, str(source), "--lane", "7").assert_user_error("--lane 7", "lanes 0..2")
+    meteor("publish", stream, str(source), "--lane", "-1").assert_user_error("--lane -1", "lanes 0..2")

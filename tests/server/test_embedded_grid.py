@@ -145,6 +145,7 @@ def test_every_member_option_survives_the_command_line() -> None:
         cp_mode="disabled",
         ring_configs=(RingConfig("r.*", capacity=7, ttl_s=2, backup_count=0, async_backup_count=1),),
         map_configs=(MapConfig("m.*", time_to_live_seconds=3, max_idle_seconds=4), MapConfig("default", 9)),
+        client_heartbeat_timeout_s=0.123456789,
     )
     assert options_from_args(build_parser().parse_args(member_arguments(options))) == options
 
@@ -156,6 +157,8 @@ def test_invalid_member_options_name_the_setting() -> None:
         EmbeddedGrid(fsync_interval_ms=0)
     with pytest.raises(ValueError, match="fsync policy 'sometimes' is unknown"):
         EmbeddedGrid(fsync="sometimes")
+    with pytest.raises(ValueError, match="client heartbeat timeout must be >= 0 seconds .*got -1"):
+        EmbeddedGrid(client_heartbeat_timeout_s=-1)
 
 
 def _client(member: EmbeddedGrid) -> "hazelcast.HazelcastClient":

@@ -101,6 +101,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
 class FakeConnection:
     def __init__(self) -> None:
         self.closed = False
+        self.congested = False
         self.sent = 0
         self.tasks: list[asyncio.Task[Any]] = []
 
@@ -112,6 +113,9 @@ class FakeConnection:
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self.tasks.append(task)
+
+    async def writable(self) -> None:
+        return None
 
 
 @pytest.mark.timeout(120)

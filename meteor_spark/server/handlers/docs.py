@@ -40,6 +40,13 @@ def supported_protocol_markdown() -> str:
         "come first. Any other message type is answered with Hazelcast's `UnsupportedOperationException` (code 61),",
         "never a dropped connection.",
         "",
+        "Connections behave as on a Hazelcast member in two more ways. A client that reads its responses slower than",
+        "the member produces them is held back (its further requests and woken long polls wait, about 4 MiB stay",
+        "queued for it) instead of making the member buffer without bound; other clients are not affected. A",
+        "connection the member hears nothing from for the client heartbeat timeout (60 s by default,",
+        "`--client-heartbeat-timeout-s` / `EmbeddedGrid(client_heartbeat_timeout_s=...)`; idle clients ping every",
+        "5 s) is closed, which releases the client's locks and listeners.",
+        "",
         f"{total} message types in {len(by_service)} services.",
         "",
     ]

@@ -88,11 +88,18 @@ class MemberSettings:
 
 
 class Connection(Protocol):
-    """What the dispatcher needs from a client connection (the TCP shell implements it)."""
+    """What the dispatcher needs from a client connection (the TCP shell implements it).
+
+    ``congested`` is true while the client reads slower than the member answers; ``writable()`` returns once it is
+    not (or the connection closed).
+    """
 
     closed: bool
+    congested: bool
 
     def send(self, chunks: Chunks) -> None: ...
+
+    async def writable(self) -> None: ...
 
     def close(self, reason: str) -> None: ...
 
@@ -169,8 +176,11 @@ class RequestContext:
         """Wait until ``engine.waiters`` is notified for ``key``; False when ``timeout_s`` passed first.
 
         The wait is cancelled (CancelledError) when the connection closes. Callers re-check their condition
-        afterwards: wake-ups may be spurious.
+        afterwards: wake-ups may be spurious. While the client is not reading its responses, the return is held
+        back until it does: the caller's response (a long poll's items) would only pile up in the member.
         """
+        if timeout_s is not None and timeout_s <= 0:
+            return False  # no suspension: answered inline like any other request
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
 
@@ -183,16 +193,19 @@ class RequestContext:
         try:
             if timeout_s is None:
                 await waiter
-                return True
-            if timeout_s <= 0:
-                return False
-            try:
-                await asyncio.wait_for(waiter, timeout_s)
-                return True
-            except asyncio.TimeoutError:
-                return False
+                woken = True
+            else:
+                try:
+                    await asyncio.wait_for(waiter, timeout_s)
+                    woken = True
+                except asyncio.TimeoutError:
+                    woken = False
         finally:
             waiters.cancel(key, handle)
+        connection = self.endpoint.connection
+        if connection.congested:
+            await connection.writable()
+        return woken
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""``meteor bench``: each area's flags reach its own parser; ``all`` runs every area and sums up."""
+
+from __future__ import annotations
+
+import argparse
+import types
+from typing import Any, Callable
+
+import pytest
+
+from meteor_spark.cli import bench_cmd
+
+Meteor = Callable[..., Any]
+
+
+def test_area_help_comes_from_the_bench_module(meteor: Meteor) -> None:
+    run = meteor("bench", "grid", "--help", connect=False)
+    assert run.code == 0
+    assert "usage: meteor bench grid" in run.out and "--item-kb" in run.out and "--quick" in run.out
+
+
+@pytest.mark.slow
+def test_bench_grid_quick_prints_its_table(meteor: Meteor) -> None:
+    run = meteor("bench", "grid", "--quick", connect=False)
+    assert run.code == 0, run
+    assert "ring ingest" in run.out and "ceiling" in run.out
+
+
+def test_unknown_area_flag_is_a_usage_error(meteor: Meteor) -> None:
+    run = meteor("bench", "grid", "--no-such-flag", connect=False)
+    assert run.code == 2 and "unrecognized arguments: --no-such-flag" in run.err
+
+
+def test_all_runs_every_area_and_keeps_going_after_a_failure(
+    meteor: Meteor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, bool]] = []
+
+    def fake(name: str, fail: bool = False) -> types.ModuleType:
+        module = types.ModuleType(f"fake_{name}")
+
+        def add_arguments(parser: argparse.ArgumentParser) -> None:
+            parser.add_argument("--quick", action="store_true")
+
+        def run(args: argparse.Namespace) -> dict[str, Any]:
+            calls.append((name, args.quick))
+            if fail:
+                raise RuntimeError("boom")
+            return {"read": {"records_per_s": 1234567.0, "ratio": 0.5}}
+
+        module.add_arguments = add_arguments  # type: ignore[attr-defined]
+        module.run = run  # type: ignore[attr-defined]
+        return module
+
+    modules = {"grid": fake("grid"), "pubsub": fake("pubsub", fail=True), "spark": fake("spark")}
+    monkeypatch.setattr(bench_cmd, "_module", lambda name: modules[name])
+    run = meteor("bench", "all", "--quick", connect=False)
+    assert calls == [("grid", True), ("pubsub", True), ("spark", True)]
+    assert run.code == 1 and "area(s) failed: pubsub" in run.err
+    assert "read.records_per_s" in run.out and "1,234,567" in run.out and "0.5" in run.out
+
+
+def test_flatten_keeps_numbers_and_text() -> None:
+    rows = bench_cmd.flatten({"a": {"b": 12.3456, "c": [1000, 2]}, "ok": True, "note": "x", "skip": None})
+    assert rows == [("a.b", "12.3"), ("a.c.0", "1,000"), ("a.c.1", "2"), ("ok", "true"), ("note", "x")]
