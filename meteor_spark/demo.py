@@ -428,7 +428,8 @@ class _Monitor:
         self._last_line = (now, published, read)
         lanes = " ".join(f"{lane}:{behind}" for lane, behind in sorted(self.lag.items())) or "-"
         self.say(
-            f"[{now - self.state.started:5.1f}s] published {published:>9,} ({(published - last_published) / elapsed:>7,.0f}/s)"
+            f"[{now - self.state.started:5.1f}s] published {published:>9,} "
+            f"({(published - last_published) / elapsed:>7,.0f}/s)"
             f" | read by Spark {read:>9,} ({(read - last_read) / elapsed:>7,.0f}/s)"
             f" | records behind per lane {lanes} | windows out {len(self.results):,}"
             + ("  (complete)" if final else "")
@@ -480,7 +481,9 @@ def _summarise(
         if got is None:
             mismatches.append(f"{where}: missing from {RESULTS!r}")
         elif got.orders != count or abs(got.revenue - revenue) > 0.011:
-            mismatches.append(f"{where}: Spark says {got.orders} orders / {got.revenue:.2f}, published {count} / {revenue:.2f}")
+            mismatches.append(
+                f"{where}: Spark says {got.orders} orders / {got.revenue:.2f}, published {count} / {revenue:.2f}"
+            )
     for key in sorted(set(results) - set(generator.tally.windows)):
         mismatches.append(f"window {iso_ms(key[0])[11:16]} {key[1]}: in {RESULTS!r} but nothing was published there")
     confirmed = {s.lane: s.confirmed for s in group_state(grid, orders_info, GROUP)}
@@ -508,7 +511,9 @@ def _summarise(
     )
 
 
-def _print_summary(say: Callable[..., None], summary: DemoSummary, results: dict[tuple[int, str], WindowResult]) -> None:
+def _print_summary(
+    say: Callable[..., None], summary: DemoSummary, results: dict[tuple[int, str], WindowResult]
+) -> None:
     from meteor_spark.cli.common import render_table
 
     say()
@@ -517,9 +522,10 @@ def _print_summary(say: Callable[..., None], summary: DemoSummary, results: dict
         ["orders published", f"{summary.published:,}", f"+ 1 clock event, into {ORDERS!r}"],
         ["records read by Spark", f"{summary.read:,}",
          f"in {summary.batches} micro-batch{'es' if summary.batches != 1 else ''}, as group {GROUP!r}"],
-        ["windows written back", f"{summary.windows_out:,}", f"of {summary.windows_expected:,} expected, into {RESULTS!r}"],
+        ["windows written back", f"{summary.windows_out:,}",
+         f"of {summary.windows_expected:,} expected, into {RESULTS!r}"],
         ["windows checked", f"{summary.windows_expected - len(summary.mismatches):,}",
-         "match the publisher's own count and revenue" if not summary.mismatches else "match; see the mismatches below"],
+         "match; see the mismatches below" if summary.mismatches else "match the publisher's own count and revenue"],
         ["elapsed", f"{summary.elapsed_s:.1f} s", "wall time, Spark start included"],
     ]
     say(render_table(["WHAT", "COUNT", ""], rows, right=[1]))
@@ -536,7 +542,8 @@ def _print_summary(say: Callable[..., None], summary: DemoSummary, results: dict
         last_window = max(start for start, _ in results)
         top = sorted((r for r in results.values() if r.window_start_ms == last_window), key=lambda r: -r.revenue)
         say(f"the last window, {iso_ms(last_window)[11:16]} UTC, as Spark wrote it to {RESULTS!r}:")
-        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in top], right=[1, 2]))
+        rows = [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in top]
+        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], rows, right=[1, 2]))
     say()
     for problem in summary.mismatches[:10]:
         say(f"  mismatch: {problem}")

@@ -127,6 +127,9 @@ def test_importing_the_server_loads_neither_pyspark_nor_hazelcast() -> None:
 
 
 def test_importing_the_package_is_cheap() -> None:
-    probe = "import sys, meteor_spark; print(sorted(m for m in ('pyspark', 'hazelcast', 'pyarrow') if m in sys.modules))"
+    probe = (
+        "import sys, meteor_spark\n"
+        "print(sorted(m for m in ('pyspark', 'hazelcast', 'pyarrow') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

@@ -39,7 +39,6 @@ def kernel_on_this_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.embedded_only  # the notebook starts its own embedded member, by design
 @pytest.mark.timeout(420)
 def test_notebook_runs_top_to_bottom(kernel_on_this_interpreter: str, tmp_path: Path) -> None:
     notebook = nbformat.read(NOTEBOOK, as_version=4)

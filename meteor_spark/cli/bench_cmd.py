@@ -22,6 +22,10 @@ AREAS: dict[str, str] = {
 }
 
 
+#: Top-level keys of an area's figures left out of the ``all`` summary.
+SUMMARY_SKIPS = frozenset({"settings", "samples"})
+
+
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     bench = commands.add_parser(
         "bench",
@@ -88,7 +92,10 @@ def run_all(args: argparse.Namespace) -> int:
             failed.append(name)
             continue
         out(f"   ({time.monotonic() - started:.1f} s)\n")
-        summary.extend([name, key, value] for key, value in flatten(figures))
+        # The run's settings and per-repeat samples are in each area's own table above; the summary keeps results.
+        summary.extend(
+            [name, key, value] for key, value in flatten(figures) if key.split(".")[0] not in SUMMARY_SKIPS
+        )
     if summary:
         out(render_table(["AREA", "FIGURE", "VALUE"], summary, right=[2]))
     if failed:

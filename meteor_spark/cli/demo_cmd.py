@@ -27,7 +27,9 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--records", type=int, default=DEFAULTS.records, help=f"orders to publish (default {DEFAULTS.records:,})"
     )
-    demo.add_argument("--lanes", type=int, default=DEFAULTS.lanes, help=f"lanes of the stream (default {DEFAULTS.lanes})")
+    demo.add_argument(
+        "--lanes", type=int, default=DEFAULTS.lanes, help=f"lanes of the stream (default {DEFAULTS.lanes})"
+    )
     demo.add_argument(
         "--seconds",
         type=float,

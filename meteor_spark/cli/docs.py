@@ -33,7 +33,8 @@ def environment_table() -> str:
     """The environment variables the tools read, as a Markdown table (from ``meteor_spark.config``)."""
     from meteor_spark.config import CONFIG_ENV, ENV_VARS
 
-    lines = ["| variable | sets |", "|---|---|", f"| `{CONFIG_ENV}` | the TOML file to read when `--config` is not given |"]
+    lines = ["| variable | sets |", "|---|---|"]
+    lines.append(f"| `{CONFIG_ENV}` | the TOML file to read when `--config` is not given |")
     lines += [f"| `{variable}` | `{option}` |" for variable, option in ENV_VARS.items()]
     return "\n".join(lines)
 
@@ -59,7 +60,9 @@ def cli_reference() -> str:
             os.environ["COLUMNS"] = previous
 
 
-def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+def _walk(
+    parser: argparse.ArgumentParser, path: tuple[str, ...]
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     yield path, parser
     for action in parser._actions:  # noqa: SLF001 - argparse has no public way to list subparsers
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001

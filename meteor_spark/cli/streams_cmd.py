@@ -44,7 +44,9 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     create.add_argument("--lanes", type=int, help="number of lanes (ring buffers); records with one key share a lane")
     create.add_argument("--capacity", type=int, help="ring items kept per lane before the oldest are overwritten")
     create.add_argument("--backups", type=int, help="synchronous backup copies of each lane (real clusters)")
-    create.add_argument("--ttl", dest="ttl_s", type=int, metavar="SECONDS", help="seconds a ring item lives (0 = until overwritten)")
+    create.add_argument(
+        "--ttl", dest="ttl_s", type=int, metavar="SECONDS", help="seconds a ring item lives (0 = until overwritten)"
+    )
     create.add_argument("--compression", help="compression of record batches (lz4 or none)")
     create.set_defaults(run=run_create)
 
@@ -78,7 +80,8 @@ def run_list(args: argparse.Namespace) -> int:
                     fmt_time_ms(info.created_at_ms),
                 ]
             )
-        out(render_table(["STREAM", "LANES", "CAPACITY", "ITEMS HELD", "COMPRESSION", "CREATED"], rows, right=[1, 2, 3]))
+        headers = ["STREAM", "LANES", "CAPACITY", "ITEMS HELD", "COMPRESSION", "CREATED"]
+        out(render_table(headers, rows, right=[1, 2, 3]))
     return EXIT_OK
 
 
@@ -87,7 +90,8 @@ def run_describe(args: argparse.Namespace) -> int:
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
-        out(f"stream {info.config.name!r} (format version {info.format_version}, created {fmt_time_ms(info.created_at_ms)})")
+        created = fmt_time_ms(info.created_at_ms)
+        out(f"stream {info.config.name!r} (format version {info.format_version}, created {created})")
         out()
         settings = [[f.name, getattr(info.config, f.name)] for f in fields(info.config) if f.name != "name"]
         out(render_table(["SETTING", "VALUE"], settings))
@@ -138,7 +142,7 @@ def run_delete(args: argparse.Namespace) -> int:
         info = open_stream(grid, args.stream, create=False)
         if not args.yes:
             if not sys.stdin.isatty():
-                err(f"meteor streams: not deleting stream {args.stream!r}: add --yes to confirm (no terminal to ask on)")
+                err(f"meteor streams: not deleting {args.stream!r}: add --yes to confirm (no terminal to ask on)")
                 return EXIT_FAILURE
             answer = input(f"delete stream {args.stream!r} and all {info.config.lanes} lane(s) of records? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):

@@ -29,7 +29,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "Print a stream's records as they arrive, until Ctrl-C, --max records or --timeout seconds without a "
             "new record. Without --group the reader is independent (it moves no offsets). With --group it joins "
             "the subscriber group: it reads only the lanes the group gives it, starts at the group's confirmed "
-            "offsets, and confirms each batch after printing it."
+            "offsets, and confirms each batch after printing it. A pretty line is LANE:OFFSET, the record's "
+            "timestamp (UTC), key=KEY when there is one, then the value (hex when it is not UTF-8 text)."
         ),
     )
     tail.add_argument("stream", help="stream name")

@@ -11,10 +11,10 @@ hands them to the kernel with ``os.writev`` on the socket's descriptor (scatter-
 kernel is full, only a small piece is given to the transport, whose flow control (limits 0/0) tells us with
 ``resume_writing`` the moment the socket drains.
 
-Back-pressure. When more than ``OUTPUT_HIGH_WATER`` bytes wait in that queue the connection is *congested*: it
-stops reading and dispatching that client's requests (the received ones wait in a backlog, in order) and parked
-requests that wake up (long polls) wait before producing their response (``RequestContext.park``). Below
-``OUTPUT_LOW_WATER`` it resumes. So a client that reads slowly or not at all costs the member at most about one
+Back-pressure. When more than ``OUTPUT_HIGH_WATER`` bytes wait in that queue the connection is *congested*: the
+member stops serving that client's requests (received ones wait in a backlog, in order; it keeps reading, so the
+client's pings still count, up to ``BACKLOG_HIGH_WATER`` bytes) and parked requests that wake up (long polls) wait
+before producing their response (``RequestContext.park``). Below ``OUTPUT_LOW_WATER`` it resumes. So a client that reads slowly or not at all costs the member at most about one
 response beyond the high-water mark, and never stalls other connections. Each response is queued whole, so its
 frames stay contiguous on the wire.
 
@@ -53,6 +53,8 @@ SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 OUTPUT_HIGH_WATER = 4 * 1024 * 1024
 #: ... and below which it resumes.
 OUTPUT_LOW_WATER = 1024 * 1024
+#: Bytes received from a held-back client beyond which the member stops reading from it.
+BACKLOG_HIGH_WATER = 1024 * 1024
 #: When the kernel is full, at most this much is copied into the transport to wait for writability.
 HANDOFF_BYTES = 64 * 1024
 
@@ -104,6 +106,7 @@ class ClientConnection(asyncio.Protocol):
         self._fd: int | None = None  # the socket's descriptor, for writev; None: write through the transport
         self._writing_paused = False  # the transport holds unsent bytes (it calls resume_writing when drained)
         self._backlog: list[Message] = []
+        self._backlog_bytes = 0  # received while held back (what the backlog and the frame reader hold)
         self._reading_paused = False
         self._resume_scheduled = False
         self._writable_waiters: list[asyncio.Future[None]] = []
@@ -126,7 +129,10 @@ class ClientConnection(asyncio.Protocol):
                     sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER_BYTES)
                 except OSError:
                     pass
-        if sock is not None and _WRITEV is not None and sock.type == socket.SOCK_STREAM:
+        # Writing to the descriptor ourselves is only right for a plain socket transport (not TLS, which encrypts).
+        plain = sock is not None and sock.type == socket.SOCK_STREAM and transport.get_extra_info("sslcontext") is None
+        if plain and _WRITEV is not None:
+            assert sock is not None
             self._fd = sock.fileno()
             # Paused exactly while the transport holds bytes: our own writes must wait for those.
             transport.set_write_buffer_limits(high=0, low=0)
@@ -143,8 +149,14 @@ class ClientConnection(asyncio.Protocol):
         except ProtocolError as exc:
             self.close(f"protocol error: {exc}")
             return
-        if self._backlog:  # only if the transport delivered data after pause_reading(): keep the order
+        if self.congested or self._backlog:
+            # Held back: keep reading (a ping proves the client alive) but serve nothing until it reads; stop
+            # reading only if it keeps sending that much.
             self._backlog.extend(messages)
+            self._backlog_bytes += len(data)
+            if self._backlog_bytes > BACKLOG_HIGH_WATER and not self._reading_paused and self.transport is not None:
+                self._reading_paused = True
+                self.transport.pause_reading()
         elif messages:
             self._serve(messages)
 
@@ -244,7 +256,7 @@ class ClientConnection(asyncio.Protocol):
                     self._pending_bytes = 0
                     self._enqueue(pending)
                     self._pending = pending = []
-                    if self.congested and index + 1 < len(messages):
+                    if self.congested:
                         self._backlog.extend(messages[index + 1 :])
                         break
         except ProtocolError as exc:
@@ -257,9 +269,6 @@ class ClientConnection(asyncio.Protocol):
             self._pending_bytes = 0
             if pending and not self.closed:
                 self._enqueue(pending)
-        if self.congested and not self.closed and not self._reading_paused and self.transport is not None:
-            self._reading_paused = True
-            self.transport.pause_reading()
 
     def _resume_input(self) -> None:
         """Serve the backlog, then read again - unless the client is still (or again) not reading."""
@@ -269,10 +278,11 @@ class ClientConnection(asyncio.Protocol):
         backlog, self._backlog = self._backlog, []
         if backlog:
             self._serve(backlog)
-        if not self.congested and not self._backlog and self._reading_paused and not self.closed:
-            self._reading_paused = False
-            assert self.transport is not None
-            self.transport.resume_reading()
+        if not self._backlog:
+            self._backlog_bytes = 0
+            if self._reading_paused and not self.closed and self.transport is not None:
+                self._reading_paused = False
+                self.transport.resume_reading()
 
     # ------------------------------------------------------------------------------------------- writing
 
@@ -436,8 +446,8 @@ class MemberServer:
                 if silent > timeout_s and not connection.closed:
                     endpoint = connection.endpoint
                     logger.warning(
-                        "closing connection from %s (client %r, uuid %s): nothing received for %.1f s, more than the "
-                        "client heartbeat timeout of %g s; its locks and listeners are released",
+                        "closing connection from %s (client %r, uuid %s): nothing heard from it for %.1f s, more than "
+                        "the client heartbeat timeout of %g s (its locks and listeners are released)",
                         endpoint.remote, endpoint.client_name, endpoint.client_uuid, silent, timeout_s,
                     )
                     connection.abort()

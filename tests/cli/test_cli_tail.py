@@ -83,7 +83,8 @@ def test_timeout_without_records_says_so(meteor: Meteor, stream: str) -> None:
 
 
 def test_from_an_offset_on_one_lane(meteor: Meteor, stream: str) -> None:
-    everything = [json.loads(l) for l in meteor("tail", stream, "--from", "earliest", "--json", "--max", "20").out.splitlines()]
+    listing = meteor("tail", stream, "--from", "earliest", "--json", "--max", "20")
+    everything = [json.loads(line) for line in listing.out.splitlines()]
     lane1 = [d for d in everything if d["lane"] == 1]
     start = lane1[2]["offset"]
     run = meteor("tail", stream, "--from", str(start), "--lane", "1", "--json", "--max", str(len(lane1) - 2))

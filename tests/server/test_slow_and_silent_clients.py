@@ -157,6 +157,41 @@ def test_a_silent_client_is_disconnected_and_its_lock_released_while_a_pinging_i
             idle.shutdown()
 
 
+@pytest.mark.timeout(120)
+def test_a_held_back_client_that_pings_stays_connected_while_a_frozen_one_is_closed(unique_name: str) -> None:
+    """Back-pressure must not look like silence: the member keeps reading a client it holds back."""
+    timeout_s = 1.0
+    with EmbeddedGrid(client_heartbeat_timeout_s=timeout_s, ring_configs=[RingConfig(unique_name, ITEMS)]) as member:
+        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid:
+            grid.ring(unique_name).add_all([bytes([index]) * ITEM_BYTES for index in range(ITEMS)])
+        reads = [_read_many(unique_name, 0, 1, ITEMS) for _ in range(8)]
+        with RawClient(member.address, receive_buffer=64 * 1024) as alive, RawClient(
+            member.address, receive_buffer=64 * 1024
+        ) as frozen:
+            alive.authenticate(client_name="pinging")
+            frozen.authenticate(client_name="frozen")
+            requested = alive.send_all(reads)
+            frozen.send_all(reads)
+
+            def both_held() -> bool:
+                return all((info := _connection(member, name)) is not None and info.congested for name in ("pinging", "frozen"))
+
+            wait_until(both_held, message="the member to hold back both clients")
+            pings: list[int] = []
+
+            def ping_until_frozen_is_closed() -> bool:
+                pings.append(alive.send(m.CLIENT_PING))
+                return _connection(member, "frozen") is None
+
+            wait_until(ping_until_frozen_is_closed, timeout_s=30, interval_s=timeout_s / 10)
+            _wait_closed(frozen)
+            assert _connection(member, "pinging") is not None, "pings keep a held-back client connected"
+            # Everything it asked for arrives once it reads.
+            answered: set[int] = set()
+            while not answered >= set(requested + pings):
+                answered.add(correlation_id_of(alive.receive(deadline_s=30)))
+
+
 def _wait_closed(client: RawClient, timeout_s: float = 30.0) -> None:
     """Read until the member closes the connection (EOF or reset); raises ``socket.timeout`` if it does not."""
     client.sock.settimeout(timeout_s)
