@@ -574,11 +574,8 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
             f"(`java -version`; `bash .ci/dev demo` installs it)"
         ) from exc
     session.sparkContext.setLogLevel("ERROR")
-    from meteor_spark.spark.datasource import register
-
-    # Spark finds format("meteor") by scanning sys.path for `pyspark_*` modules; an editable (development)
-    # install hides them from that scan unless the process runs in the checkout. Registering is cheap and certain.
-    register(session)
+    # No register() call: Spark finds format("meteor") through the installed top-level `pyspark_meteor` module,
+    # which is exactly what a user's own job relies on.
     return session
 
 
