@@ -111,7 +111,8 @@ def test_unknown_option_suggests_the_closest_name() -> None:
         ({"stream": "s", "endingOffsets": "latest"}, "applies to batch reads only"),
         ({"stream": "s", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}, "larger than maxOffsetsPerTrigger"),
         ({"stream": "s", "group": " "}, "option 'group' is empty"),
-        ({"stream": "s", "minPartitions": "4", "maxPartitions": "2"}, r"minPartitions \(4\) is larger than maxPartitions"),
+        ({"stream": "s", "minPartitions": "4", "maxPartitions": "2"},
+         r"minPartitions \(4\) is larger than maxPartitions \(2\)"),
     ],
 )
 def test_invalid_stream_options_name_option_value_and_fix(options: dict[str, str], message: str) -> None:
