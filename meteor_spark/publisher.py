@@ -978,7 +978,7 @@ class Publisher:
         """Per-row lanes (explicit ``lane`` column, else by key, else the sticky lane); None = spread the rows."""
         explicit: np.ndarray | None = None
         if "lane" in table.column_names:
-            column = table.column("lane").combine_chunks()
+            column = _column(table, "lane")
             if not pa.types.is_integer(column.type):
                 raise ConfigError(f"column 'lane' must be an integer column, got {column.type}")
             explicit = np.asarray(column.fill_null(-1).cast(pa.int64()))
@@ -1334,8 +1334,15 @@ def _producer_id(grid: Grid) -> int:
         return uuid.uuid4().int >> 65
 
 
+def _column(table: pa.Table, name: str) -> pa.Array:
+    """One column as a single array. ``ChunkedArray.combine_chunks`` copies even a lone chunk (the whole values
+    buffer of a large batch), so a single chunk is taken as it is."""
+    chunked = table.column(name)
+    return chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
+
+
 def _binary_column(table: pa.Table, name: str, *, nullable: bool) -> pa.Array:
-    column = table.column(name).combine_chunks()
+    column = _column(table, name)
     kind = column.type
     if pa.types.is_string(kind):
         column = column.view(pa.binary())
@@ -1349,7 +1356,7 @@ def _binary_column(table: pa.Table, name: str, *, nullable: bool) -> pa.Array:
 
 
 def _timestamps_column(table: pa.Table) -> np.ndarray | int:
-    column = table.column("timestamp").combine_chunks()
+    column = _column(table, "timestamp")
     now = int(time.time() * 1000)
     if pa.types.is_timestamp(column.type):
         millis = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
@@ -1361,7 +1368,7 @@ def _timestamps_column(table: pa.Table) -> np.ndarray | int:
 
 
 def _headers_column(table: pa.Table) -> list[tuple[tuple[str, bytes], ...]] | None:
-    column = table.column("headers").combine_chunks()
+    column = _column(table, "headers")
     if column.null_count == len(column):
         return None
     out: list[tuple[tuple[str, bytes], ...]] = []
