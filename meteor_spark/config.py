@@ -276,3 +276,39 @@ def _in_file(file_path: Path | None, exc: ConfigError) -> ConfigError:
     if file_path is None:
         return exc
     return type(exc)(f"{file_path}: {exc}")
+
+
+#: Where the repository's example configuration lives (present in a source checkout / editable install).
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+#: Used when ``conf/spark-defaults.conf`` is not there (a wheel install): the same settings.
+FALLBACK_SPARK_CONF: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.streaming.pollingDelay": "10ms",
+    "spark.driver.memory": "1g",
+}
+
+
+def spark_conf(conf_dir: Path) -> dict[str, str]:
+    """``spark-defaults.conf`` as a dict (``key value`` lines, ``#`` comments), plus the log4j2 file as the
+    driver's logging configuration. Falls back to ``FALLBACK_SPARK_CONF`` when the directory has no such file."""
+    defaults_file = conf_dir / "spark-defaults.conf"
+    if not defaults_file.is_file():
+        return dict(FALLBACK_SPARK_CONF)
+    settings: dict[str, str] = {}
+    for number, line in enumerate(defaults_file.read_text().splitlines(), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        parts = text.split(None, 1)
+        if len(parts) != 2:
+            raise ConfigError(f"{defaults_file}:{number}: expected 'key value', got {text!r}")
+        settings[parts[0]] = parts[1].strip()
+    log4j = conf_dir / "log4j2.properties"
+    if log4j.is_file() and "spark.driver.extraJavaOptions" not in settings:
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
+    return settings

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from meteor_spark.config import grid_options
+from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import Grid
 from meteor_spark.records import Record
@@ -61,21 +61,6 @@ CATEGORIES: dict[str, tuple[tuple[str, float], ...]] = {
     "grocery": (("coffee", 8.75), ("olive oil", 14.2), ("chocolate", 2.99)),
     "toys": (("puzzle", 17.0), ("kite", 22.5), ("blocks", 34.99)),
 }
-
-#: Where the repository's example configuration lives (present in a source checkout / editable install).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-#: Used when ``conf/spark-defaults.conf`` is not there (a wheel install): the same settings.
-FALLBACK_SPARK_CONF: dict[str, str] = {
-    "spark.master": "local[2]",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.streaming.pollingDelay": "10ms",
-    "spark.driver.memory": "1g",
-}
-
 
 @dataclass(frozen=True)
 class DemoOptions:
@@ -577,27 +562,6 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
     # No register() call: Spark finds format("meteor") through the installed top-level `pyspark_meteor` module,
     # which is exactly what a user's own job relies on.
     return session
-
-
-def spark_conf(conf_dir: Path) -> dict[str, str]:
-    """``spark-defaults.conf`` as a dict (``key value`` lines, ``#`` comments), plus the log4j2 file as the
-    driver's logging configuration. Falls back to ``FALLBACK_SPARK_CONF`` when the directory has no such file."""
-    defaults_file = conf_dir / "spark-defaults.conf"
-    if not defaults_file.is_file():
-        return dict(FALLBACK_SPARK_CONF)
-    settings: dict[str, str] = {}
-    for number, line in enumerate(defaults_file.read_text().splitlines(), start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        parts = text.split(None, 1)
-        if len(parts) != 2:
-            raise ConfigError(f"{defaults_file}:{number}: expected 'key value', got {text!r}")
-        settings[parts[0]] = parts[1].strip()
-    log4j = conf_dir / "log4j2.properties"
-    if log4j.is_file() and "spark.driver.extraJavaOptions" not in settings:
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
-    return settings
 
 
 def start_windowed_query(spark: Any, grid: Grid, checkpoint: str, trigger: str) -> Any:

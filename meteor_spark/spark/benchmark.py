@@ -58,7 +58,7 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from meteor_spark.config import grid_options
+    from meteor_spark.config import CONF_DIR, grid_options, spark_conf
     from meteor_spark.grid import Grid, GridSettings
     from meteor_spark.server import EmbeddedGrid
     from meteor_spark.spark.reader import default_partitions
@@ -73,12 +73,12 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     try:
         settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
         options = grid_options(settings)
-        spark = (
-            SparkSession.builder.master("local[2]").appName("meteor-bench-spark")
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-            .config("spark.driver.memory", "3g")
-            .config("spark.sql.shuffle.partitions", "2").getOrCreate()
-        )
+        # The same quiet, local[2] settings as the demo (conf/spark-defaults.conf, conf/log4j2.properties), with
+        # more driver memory for the cached write input.
+        builder = SparkSession.builder.appName("meteor-bench-spark")
+        for key, value in {**spark_conf(CONF_DIR), "spark.driver.memory": "3g"}.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         spark.dataSource.register(SyntheticSource)
         spark.dataSource.register(NoopArrowSink)
