@@ -196,6 +196,23 @@ class _LightFuture(Future):  # type: ignore[type-arg]
             super()._invoke_callbacks()
 
 
+@dataclass(frozen=True)
+class LaneWritten:
+    """What one bulk publish stored in one lane.
+
+    Attributes:
+        lane: the lane.
+        records: records of the publish stored in it.
+        first_offset: offset of the first of them.
+        last_offset: offset of the last of them (records of other publishes may lie in between).
+    """
+
+    lane: int
+    records: int
+    first_offset: int
+    last_offset: int
+
+
 class _Sink(_LightFuture):
     """The future of one bulk publish, and where its offsets go: a list of records ("list", the offsets in order)
     or an Arrow bulk ("count", the number of records stored)."""
@@ -207,6 +224,26 @@ class _Sink(_LightFuture):
         self.offsets: np.ndarray | None = np.empty(size, dtype=np.int64) if kind == "list" else None
         self.remaining = size
         self.failed = False
+        # lane -> [records, first offset, last offset]; updated once per stored piece (never per record), by the
+        # completion thread only, and complete before the future's result is set.
+        self.lanes: dict[int, list[int]] = {}
+
+
+class ArrowPublishFuture(_Sink):
+    """The future of ``Publisher.publish_arrow``: completes with the number of records stored (an ``int``, as
+    ever) and then tells, per lane, how many records went there and their first and last offsets."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__("count", size)
+
+    def lanes_written(self) -> tuple[LaneWritten, ...]:
+        """Per lane (sorted), what this publish stored; waits for the publish like ``result()``.
+
+        Raises:
+            the publish's error, like ``result()``.
+        """
+        self.result()
+        return tuple(LaneWritten(lane, n, first, last) for lane, (n, first, last) in sorted(self.lanes.items()))
 
 
 class _RecordFuture(Future):  # type: ignore[type-arg]
@@ -796,8 +833,10 @@ class Publisher:
         self._send_all(calls)
         return sink
 
-    def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> "Future[int]":
+    def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> ArrowPublishFuture:
         """Queue the rows of an Arrow batch or table; the future completes with the number of records stored.
+
+        ``lanes_written()`` of the future then gives, per lane, the records stored and their first/last offsets.
 
         Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed),
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
@@ -810,7 +849,7 @@ class Publisher:
                 f"publish_arrow needs a 'value' column (binary or string); got columns {sorted(columns)}"
             )
         n = table.num_rows
-        sink = _Sink("count", n)
+        sink = ArrowPublishFuture(n)
         if n == 0:
             sink.set_result(0)
             return sink
@@ -1215,7 +1254,7 @@ class Publisher:
                 return
             lane, pieces, n_records, first_seq, called, error = work
             try:
-                self._complete(pieces, first_seq, error)
+                self._complete(lane, pieces, first_seq, error)
                 for record_future in called:
                     record_future.call_back(*record_future._segment.outcome(record_future._index))  # type: ignore[misc]
             except Exception:  # noqa: BLE001 - the completion thread must survive anything
@@ -1224,7 +1263,9 @@ class Publisher:
                 self._outstanding -= n_records
                 self._room.notify_all()
 
-    def _complete(self, pieces: list[_Piece], first_seq: int | None, error: BaseException | None) -> None:
+    def _complete(
+        self, lane: int, pieces: list[_Piece], first_seq: int | None, error: BaseException | None
+    ) -> None:
         """Give the bulk futures (``publish_many``, ``publish_arrow``) their part of the stored pieces."""
         for piece in pieces:
             segment = piece.segment
@@ -1243,12 +1284,19 @@ class Publisher:
                         self._fail(sink, error)  # type: ignore[arg-type]
                     else:
                         base = ((first_seq + piece.item) << INDEX_BITS) + piece.index - piece.start
-                        self._deliver(sink, sink_pos + lo - t_start, base + lo, hi - lo)
+                        self._deliver(sink, sink_pos + lo - t_start, base + lo, hi - lo, lane)
                 i += 1
 
-    def _deliver(self, sink: _Sink, position: int, first_offset: int, count: int) -> None:
+    def _deliver(self, sink: _Sink, position: int, first_offset: int, count: int, lane: int) -> None:
         if sink.failed:
             return
+        written = sink.lanes.get(lane)
+        if written is None:
+            sink.lanes[lane] = [count, first_offset, first_offset + count - 1]
+        else:
+            written[0] += count
+            written[1] = min(written[1], first_offset)
+            written[2] = max(written[2], first_offset + count - 1)
         if sink.offsets is not None:
             if count == 1:
                 sink.offsets[position] = first_offset

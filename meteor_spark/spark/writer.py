@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
     from meteor_spark.grid import Grid
+    from meteor_spark.publisher import ArrowPublishFuture, LaneWritten
 
 logger = logging.getLogger(__name__)
 
@@ -158,11 +159,14 @@ class StreamWrite:
         stream: stream name.
         records: records stored in the stream (counted by the publisher after the grid acknowledged them).
         items: ring items they took.
+        lanes: per lane (sorted), records stored and their first/last offsets (records of other writers of the
+            lane may lie in between).
     """
 
     stream: str
     records: int
     items: int
+    lanes: tuple["LaneWritten", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,7 @@ class MeteorCommitMessage(WriterCommitMessage):
         query_id: Spark's query id (None for ``df.write``).
         rows: rows the task received.
         skipped: True when the batch id was already committed and nothing was published (a replay).
-        streams: per target stream, records and ring items written.
+        streams: per target stream, records and ring items written, and per lane records and first/last offsets.
     """
 
     batch_id: int | None
@@ -208,7 +212,7 @@ class _PublishesRows:
         grid = grid_for(self.options.grid)
         publishers: dict[str, Any] = {}
         rows = 0
-        stored: dict[str, list[Any]] = {}  # stream -> futures of publish_arrow (records stored)
+        stored: dict[str, list["ArrowPublishFuture"]] = {}  # stream -> futures of publish_arrow
 
         def publisher_for(stream: str) -> Any:
             publisher = publishers.get(stream)
@@ -250,13 +254,33 @@ class _PublishesRows:
                 publisher.flush()
             # A failed write raises here, so the task fails and Spark does not commit the batch.
             writes = tuple(
-                StreamWrite(stream, sum(f.result() for f in futures), publishers[stream].items_sent)
+                StreamWrite(
+                    stream, sum(f.result() for f in futures), publishers[stream].items_sent, _merge_lanes(futures)
+                )
                 for stream, futures in sorted(stored.items())
             )
         finally:
             for publisher in publishers.values():
                 publisher.close()
         return MeteorCommitMessage(batch_id, query_id, rows, False, writes)
+
+
+def _merge_lanes(futures: Sequence["ArrowPublishFuture"]) -> tuple["LaneWritten", ...]:
+    """One entry per lane over all the publishes of a task (a few per Arrow batch, never per record)."""
+    return _merged(written for future in futures for written in future.lanes_written())
+
+
+def _merged(entries: Iterable["LaneWritten"]) -> tuple["LaneWritten", ...]:
+    from meteor_spark.publisher import LaneWritten
+
+    by_lane: dict[int, LaneWritten] = {}
+    for entry in entries:
+        seen = by_lane.get(entry.lane)
+        by_lane[entry.lane] = entry if seen is None else LaneWritten(
+            entry.lane, seen.records + entry.records, min(seen.first_offset, entry.first_offset),
+            max(seen.last_offset, entry.last_offset),
+        )
+    return tuple(by_lane[lane] for lane in sorted(by_lane))
 
 
 def _prepare(batch: "pyarrow.RecordBatch") -> "pyarrow.RecordBatch":
@@ -385,6 +409,15 @@ def _record_commit(grid: "Grid", key: str, batch_id: int, messages: Sequence[Met
                       f"writers of that sink id; give each query its own sinkId")
 
 
+def lanes_written(messages: Sequence[MeteorCommitMessage]) -> dict[tuple[str, int], "LaneWritten"]:
+    """Per (stream, lane), what the tasks of a job or micro-batch wrote: records and first/last offsets."""
+    per_stream: dict[str, list["LaneWritten"]] = {}
+    for message in messages:
+        for write in message.streams:
+            per_stream.setdefault(write.stream, []).extend(write.lanes)
+    return {(stream, w.lane): w for stream, entries in sorted(per_stream.items()) for w in _merged(entries)}
+
+
 def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
     per_stream: dict[str, list[int]] = {}
     for message in messages:
@@ -392,4 +425,12 @@ def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
             entry = per_stream.setdefault(write.stream, [0, 0])
             entry[0] += write.records
             entry[1] += write.items
-    return ", ".join(f"{s}: {n} records in {i} items" for s, (n, i) in sorted(per_stream.items())) or "nothing published"
+    lanes: dict[str, list[str]] = {}
+    for (stream, lane), w in lanes_written(messages).items():
+        lanes.setdefault(stream, []).append(
+            f"lane {lane} {w.records} records at offsets {w.first_offset}..{w.last_offset}"
+        )
+    return "; ".join(
+        f"{s}: {n} records in {i} items" + (f" ({', '.join(lanes[s])})" if s in lanes else "")
+        for s, (n, i) in sorted(per_stream.items())
+    ) or "nothing published"

@@ -1,4 +1,5 @@
-"""Two streaming queries in one subscriber group: one reads, the other stands by and takes over."""
+"""Subscriber groups with Spark: two queries (one reads, the other stands by and takes over), and a Python
+Subscriber sharing a group with a query."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, lane_key
-from meteor_spark.offsets import first_offset_of
+from meteor_spark.offsets import first_offset_of, make_offset
+from meteor_spark.records import Record
+from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
@@ -98,3 +101,88 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
         assert sorted(seen["a"]) == sorted(r.value for r in first + second)
         assert sorted(seen["b"]) == sorted(r.value for r in third)
     assert (confirmed(0), confirmed(1)) == (first_offset_of(3), first_offset_of(3))
+
+
+def test_a_python_subscriber_and_a_spark_query_share_a_group(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    info = make_stream(grid, unique_name, lanes=2)
+    lane0 = put_items(grid, info, 0, values_items("a", 3, 2))  # items 0..2 of 2 records
+    lane1 = put_items(grid, info, 1, values_items("b", 2, 2))  # items 0..1
+    offsets = grid.map(OFFSETS_MAP)
+
+    def confirmed(lane: int) -> int | None:
+        text = offsets.get(lane_key(unique_name, "g", lane))
+        return None if text is None else json.loads(text)["offset"]
+
+    def poll_values(subscriber: Subscriber, count: int) -> list[Record]:
+        got: list[Record] = []
+        wait_until(lambda: bool(got.extend(subscriber.poll(timeout_ms=100)) or len(got) >= count), timeout_s=30,
+                   message=f"the subscriber to read {count} records")
+        return got
+
+    # The Python member holds both lanes (a Spark query is a want="all" member: it never takes a balanced share).
+    subscriber = Subscriber(grid, unique_name, group="g", lease_ms=800, member_id="python-1",
+                            initial_offset_scheme="earliest")
+    query = None
+    try:
+        read = poll_values(subscriber, len(lane0) + len(lane1))
+        assert sorted(r.value for r in read) == sorted(r.value for r in lane0 + lane1)
+        by_value = {r.value: r for r in read}
+        # Lane 0: confirmed inside item 1 (its first record processed); lane 1: through the end of item 0.
+        subscriber.confirm(by_value[lane0[2].value])
+        subscriber.confirm(by_value[lane1[1].value])
+        assert (confirmed(0), confirmed(1)) == (make_offset(1, 1), first_offset_of(1))
+
+        lock = threading.Lock()
+        seen: list[tuple[int, bytes]] = []
+
+        def on_batch(df: Any, batch_id: int) -> None:
+            rows = [(r.lane, r.value) for r in df.select("lane", "value").collect()]
+            with lock:
+                seen.extend(rows)
+
+        def seen_now() -> list[tuple[int, bytes]]:
+            with lock:
+                return list(seen)
+
+        query = (
+            spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
+            .option("group", "g").option("groupLeaseMs", "1000").option("groupMemberId", "spark-1")
+            .option("startingOffsets", "earliest").load()
+            .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="100 milliseconds").start()
+        )
+        # Standby: its batches follow the group's confirmed sequences and read nothing while Python holds the lanes.
+        wait_until(lambda: _end_offsets(query, unique_name) == {"0": 1, "1": 1}, timeout_s=60,
+                   message="the query to follow the group as a standby")
+        assert seen_now() == [], "the Spark query read while the Python subscriber held the lanes"
+        assert subscriber.lanes == [0, 1]
+        subscriber.close()
+
+        # It takes over exactly at the confirmed offsets: the rest of item 1 and item 2 of lane 0, item 1 of lane 1.
+        expected = [(0, r.value) for r in lane0[3:]] + [(1, r.value) for r in lane1[2:]]
+        wait_until(lambda: len(seen_now()) >= len(expected), timeout_s=60, message="the query to take over")
+        assert sorted(seen_now()) == sorted(expected)
+        # ... and confirms what it read in the grid once the batch is committed.
+        wait_until(lambda: (confirmed(0), confirmed(1)) == (first_offset_of(3), first_offset_of(2)), timeout_s=30,
+                   message="the query's confirmed offsets")
+    finally:
+        subscriber.close()
+        if query is not None:
+            query.stop()
+    assert sorted(seen) == sorted(expected)  # nothing read twice
+
+    # A new Python member resumes after what Spark confirmed (stopping the query released its leases).
+    newer = put_items(grid, info, 0, values_items("c", 1, 2)) + put_items(grid, info, 1, values_items("d", 1, 1))
+    with Subscriber(grid, unique_name, group="g", lease_ms=800, member_id="python-2") as again:
+        assert sorted(r.value for r in poll_values(again, len(newer))) == sorted(r.value for r in newer)
+        assert again.positions() == {0: first_offset_of(4), 1: first_offset_of(3)}
+
+
+def _end_offsets(query: Any, stream: str) -> dict[str, int] | None:
+    progress = query.lastProgress
+    if not progress or not progress["sources"][0].get("endOffset"):
+        return None
+    end = progress["sources"][0]["endOffset"]
+    return (json.loads(end) if isinstance(end, str) else end).get(stream)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,11 @@ from pyspark.sql.types import StructType
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.spark.options import SinkOptions
-from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, validate_input_schema
+from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
+from meteor_spark.offsets import first_offset_of
+from meteor_spark.publisher import LaneWritten
+from meteor_spark.records import decode_batch
+from meteor_spark.streams import lane_bounds
 from meteor_spark.errors import ConfigError
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
@@ -107,6 +112,56 @@ def test_a_committed_batch_id_is_never_published_again(
     # Another query (a deleted and recreated checkpoint gets a new query id) starts from batch 0 again.
     properties.update({"streaming.sql.batchId": "0", "sql.streaming.queryId": "q-2"})
     assert not writer.write(iter([batch])).skipped
+
+
+def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    info = make_stream(grid, unique_name, lanes=2)
+    # Lane 1 already holds two items: the writer's offsets there must start after them.
+    put_items(grid, info, 1, values_items("old", 2, 3))
+    schema = StructType.fromJson({"type": "struct", "fields": [
+        {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
+        {"name": "lane", "type": "integer", "nullable": True, "metadata": {}}]})
+    options = SinkOptions.parse({"stream": unique_name, "sinkId": unique_name, **grid_options(grid_settings)})
+    writer = MeteorStreamWriter(options, schema, overwrite=False)
+    properties = {"streaming.sql.batchId": "0", "sql.streaming.queryId": "q-lanes"}
+    monkeypatch.setattr("meteor_spark.spark.writer._local_property", properties.get)
+    batches = [
+        pa.RecordBatch.from_pydict({"value": [b"a0", b"b1", b"c0"], "lane": [0, 1, 0]}),
+        pa.RecordBatch.from_pydict({"value": [b"d1", b"e0"], "lane": [1, 0]}),
+    ]
+
+    message = writer.write(iter(batches))
+
+    assert [(w.stream, w.records) for w in message.streams] == [(unique_name, 5)]
+    got = {w.lane: (w.records, w.first_offset, w.last_offset) for w in message.streams[0].lanes}
+    # Compare with the offsets the records really have in the grid.
+    stored: dict[int, list[tuple[bytes, int]]] = {}
+    for lane, (head, next_seq) in lane_bounds(grid, info).items():
+        for item, sequence in zip(*_items(grid, info, lane, head, next_seq)):
+            stored.setdefault(lane, []).extend(
+                (r.value, r.offset) for r in decode_batch(item, stream=unique_name, lane=lane, sequence=sequence)
+            )
+    ours = {lane: [o for v, o in pairs if not v.startswith(b"old")] for lane, pairs in stored.items()}
+    assert got == {lane: (len(o), o[0], o[-1]) for lane, o in ours.items()}
+    assert got[1][1] >= first_offset_of(2)  # after the two items that were there
+    assert [v for v, _ in stored[0]] == [b"a0", b"c0", b"e0"]
+
+    with caplog.at_level(logging.INFO, logger="meteor_spark.spark.writer"):
+        writer.commit([message, None], 0)
+    summary = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("micro-batch 0: wrote"))
+    for lane, (records, first, last) in got.items():
+        assert f"lane {lane} {records} records at offsets {first}..{last}" in summary
+    assert lanes_written([message, message]) == {
+        (unique_name, lane): LaneWritten(lane, 2 * records, first, last) for lane, (records, first, last) in got.items()
+    }
+
+
+def _items(grid: Grid, info: Any, lane: int, head: int, next_seq: int) -> tuple[list[bytes], list[int]]:
+    batch = grid.ring(info.ring_names[lane]).read_many(head, 0, next_seq - head)
+    return list(batch.items), list(batch.sequences)
 
 
 @pytest.mark.parametrize(
