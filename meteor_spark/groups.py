@@ -84,7 +84,7 @@ from meteor_spark.errors import (
     NotAssignedError,
     unknown_option,
 )
-from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, canonical, wall_ms
+from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, canonical, decode_entry, wall_ms
 from meteor_spark.offsets import InitialOffsetScheme, first_offset_of, index_of, sequence_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -195,23 +195,17 @@ class ConfirmedOffset:
 
     @classmethod
     def decode(cls, text: str, where: str) -> "ConfirmedOffset":
-        try:
-            raw = json.loads(text)
-            _check_version(raw, where)
-            offset = raw["offset"]
-            return cls(
-                epoch=int(raw["epoch"]),
-                offset=None if offset is None else int(offset),
-                by=raw.get("by"),
-                updated_ms=int(raw.get("updated_ms", 0)),
-            )
-        except FormatError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise FormatError(
-                f"confirmed offset {where} holds {text!r}, which is not a meteor offset entry ({exc}); "
-                f"remove the entry if something else wrote it"
-            ) from exc
+        return decode_entry(text, f"confirmed offset {where}", "offset entry", "group", GROUP_FORMAT, cls._build)
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> "ConfirmedOffset":
+        offset = raw["offset"]
+        return cls(
+            epoch=int(raw["epoch"]),
+            offset=None if offset is None else int(offset),
+            by=raw.get("by"),
+            updated_ms=int(raw.get("updated_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -234,32 +228,18 @@ class MemberEntry:
 
     @classmethod
     def decode(cls, text: str, where: str) -> "MemberEntry":
-        try:
-            raw = json.loads(text)
-            _check_version(raw, where)
-            return cls(
-                member=str(raw["member"]),
-                want=str(raw["want"]),
-                beat=int(raw["beat"]),
-                lease_ms=int(raw["lease_ms"]),
-                renewed_ms=int(raw.get("renewed_ms", 0)),
-                host=str(raw.get("host", "")),
-                pid=int(raw.get("pid", 0)),
-            )
-        except FormatError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise FormatError(
-                f"group member entry {where} holds {text!r}, which is not a meteor heartbeat ({exc})"
-            ) from exc
+        return decode_entry(text, f"group member entry {where}", "heartbeat", "group", GROUP_FORMAT, cls._build)
 
-
-def _check_version(raw: Any, where: str) -> None:
-    version = int(raw.get("v", 0))
-    if version > GROUP_FORMAT:
-        raise FormatError(
-            f"{where} was written in group format {version}, newer than this version of meteor-spark understands "
-            f"({GROUP_FORMAT}); upgrade meteor-spark on this host"
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> "MemberEntry":
+        return cls(
+            member=str(raw["member"]),
+            want=str(raw["want"]),
+            beat=int(raw["beat"]),
+            lease_ms=int(raw["lease_ms"]),
+            renewed_ms=int(raw.get("renewed_ms", 0)),
+            host=str(raw.get("host", "")),
+            pid=int(raw.get("pid", 0)),
         )
 
 

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridMap
@@ -47,10 +47,38 @@ logger = logging.getLogger(__name__)
 #: Version of the lease value layout; a reader meeting a newer one refuses to interpret it.
 LEASE_FORMAT = 1
 
+T = TypeVar("T")
+
 
 def canonical(obj: Any) -> str:
     """Compact JSON with sorted keys: equal values always give equal bytes, as compare-and-set needs."""
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def decode_entry(
+    text: str, entry: str, what: str, format_name: str, max_version: int, build: Callable[[dict[str, Any]], "T"]
+) -> "T":
+    """Parse a canonical-JSON map value meteor wrote: check its layout version, then ``build`` it.
+
+    ``entry`` names the map entry (e.g. ``lease <key> in map 'meteor.group.leases'``), ``what`` the kind of value
+    for the error message. A newer layout, or anything malformed, is a ``FormatError`` naming the entry.
+    """
+    try:
+        raw = json.loads(text)
+        version = int(raw.get("v", 0))
+        if version > max_version:
+            raise FormatError(
+                f"{entry} was written in {format_name} format {version}, newer than this version of meteor-spark "
+                f"understands ({max_version}); upgrade meteor-spark on this host"
+            )
+        return build(raw)
+    except FormatError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise FormatError(
+            f"{entry} holds {text!r}, which is not a meteor {what} ({exc}); remove the entry if something else "
+            f"wrote it"
+        ) from exc
 
 
 def wall_ms() -> int:
@@ -95,29 +123,18 @@ class Lease:
     @classmethod
     def decode(cls, text: str, where: str) -> "Lease":
         """Parse a stored lease; ``where`` names the map entry in the error message."""
-        try:
-            raw = json.loads(text)
-            version = int(raw.get("v", 0))
-            if version > LEASE_FORMAT:
-                raise FormatError(
-                    f"lease {where} was written in lease format {version}, newer than this version of "
-                    f"meteor-spark understands ({LEASE_FORMAT}); upgrade meteor-spark on this host"
-                )
-            holder = raw["holder"]
-            return cls(
-                epoch=int(raw["epoch"]),
-                holder=None if holder is None else str(holder),
-                beat=int(raw.get("beat", 0)),
-                lease_ms=int(raw.get("lease_ms", 0)),
-                renewed_ms=int(raw.get("renewed_ms", 0)),
-            )
-        except FormatError:
-            raise
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise FormatError(
-                f"lease {where} holds {text!r}, which is not a meteor lease ({exc}); remove the entry if "
-                f"something else wrote it"
-            ) from exc
+        return decode_entry(text, f"lease {where}", "lease", "lease", LEASE_FORMAT, cls._build)
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> "Lease":
+        holder = raw["holder"]
+        return cls(
+            epoch=int(raw["epoch"]),
+            holder=None if holder is None else str(holder),
+            beat=int(raw.get("beat", 0)),
+            lease_ms=int(raw.get("lease_ms", 0)),
+            renewed_ms=int(raw.get("renewed_ms", 0)),
+        )
 
 
 @dataclass(frozen=True)
