@@ -1377,7 +1377,7 @@ def _checked_record(item: Record | bytes | str) -> Record:
 def _producer_id(grid: Grid) -> int:
     try:
         return grid.flake_id("meteor.producer")
-    except (GridError, AttributeError) as exc:
+    except GridError as exc:
         logger.debug("no FlakeIdGenerator (%s); using a random producer id", exc)
         return uuid.uuid4().int >> 65
 

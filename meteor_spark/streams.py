@@ -247,15 +247,11 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
 
 
 def _configure_rings(grid: Grid, info: StreamInfo) -> None:
-    add_ring_config = getattr(grid, "add_ring_config", None)
-    if add_ring_config is None:
-        logger.debug("the grid client cannot add ring configs; lanes of %r use the cluster's defaults", info.name)
-        return
     config = info.config
     # Exact names, not a wildcard: "meteor.stream::a.*" would also match the lanes of a stream named "a.b".
     for name in info.ring_names:
         try:
-            add_ring_config(name, capacity=config.capacity, backups=config.backups, ttl_s=config.ttl_s)
+            grid.add_ring_config(name, capacity=config.capacity, backups=config.backups, ttl_s=config.ttl_s)
         except GridOperationError as exc:
             if exc.code != _INVALID_CONFIGURATION:
                 raise

@@ -7,7 +7,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, CommandError, config_of, config_parent, open_grid, out, render_table
+from meteor_spark.cli.common import EXIT_OK, config_of, config_parent, open_grid, out, render_table
 from meteor_spark.errors import unknown_option
 
 
@@ -44,17 +44,12 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 def _add_member_arguments(parser: argparse.ArgumentParser) -> None:
     """The embedded member's own flags (``python -m meteor_spark.server``), so both commands stay identical."""
-    try:
-        from meteor_spark.server.__main__ import build_parser
-    except ImportError as exc:  # a broken server package must not take `meteor streams list` down with it
-        parser.set_defaults(member_unavailable=str(exc))
-        return
+    from meteor_spark.server.__main__ import build_parser
+
     build_parser(parser)
 
 
 def run_start(args: argparse.Namespace) -> int:
-    if getattr(args, "member_unavailable", None):
-        raise CommandError(f"the embedded grid cannot be loaded: {args.member_unavailable}")
     from meteor_spark.server.__main__ import run_member
 
     server_defaults = config_of(args).server
