@@ -955,6 +955,7 @@ def lag_report(
     Counting records reads the unread items (at most ``max_items`` per lane) and their batch headers; it never
     multiplies items by an average.
     """
+    from meteor_spark.reading import count_records as records_in
     from meteor_spark.streams import lane_bounds
 
     bounds = lane_bounds(grid, info)
@@ -971,20 +972,9 @@ def lag_report(
         lost = max(0, min(head, next_seq) - start)
         records = None
         if count_records and lost == 0 and items <= max_items:
-            records = _count_records(grid, info, lane, start, next_seq) - (index_of(stored.offset) if items else 0)
+            records = records_in(grid, info, lane, start, next_seq) - (index_of(stored.offset) if items else 0)
         report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost))
     return report
-
-
-def _count_records(grid: "Grid", info: "StreamInfo", lane: int, start: int, end: int) -> int:
-    from meteor_spark.reading import read_range
-    from meteor_spark.records import decode_item
-
-    total = 0
-    for items, sequences in read_range(grid, info, lane, start, end):
-        for item, sequence in zip(items, sequences):
-            total += decode_item(item, stream=info.config.name, lane=lane, sequence=sequence).count
-    return total
 
 
 def list_groups(grid: "Grid", stream: str | None = None) -> list[GroupSummary]:

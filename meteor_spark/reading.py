@@ -119,3 +119,18 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
 #: ``read_range(grid, info, lane, start_seq, end_seq, *, max_items_per_call=100, skip_data_loss=False)`` (the
 #: contract's name): the reader is its own iterator, so the function is the class.
 read_range = RangeReader
+
+
+def count_records(grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int) -> int:
+    """Records in the ring items ``[start_seq, end_seq)`` of a lane (reads and decodes their headers).
+
+    Raises:
+        DataLossError: some of those items were already overwritten, so there is no exact count any more.
+    """
+    from meteor_spark.records import decode_item
+
+    total = 0
+    for items, sequences in read_range(grid, info, lane, start_seq, end_seq):
+        for item, sequence in zip(items, sequences):
+            total += decode_item(item, stream=info.name, lane=lane, sequence=sequence).count
+    return total

@@ -128,8 +128,7 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
 def count_records_behind(grid: "Grid", report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:
     """Exact records behind per (stream, lane), reading the unread items from the grid (at most ``max_items``
     per lane; lanes further behind, or already overwritten, are left out)."""
-    from meteor_spark.reading import read_range
-    from meteor_spark.records import decode_item
+    from meteor_spark.reading import count_records
     from meteor_spark.streams import open_stream
 
     counts: dict[tuple[str, int], int] = {}
@@ -137,14 +136,10 @@ def count_records_behind(grid: "Grid", report: LagReport, *, max_items: int = 10
         if lane.items_behind > max_items:
             continue
         info = open_stream(grid, lane.stream)
-        total = 0
         try:
-            for items, sequences in read_range(grid, info, lane.lane, lane.processed, lane.latest):
-                for item, sequence in zip(items, sequences):
-                    total += decode_item(item, stream=lane.stream, lane=lane.lane, sequence=sequence).count
+            counts[(lane.stream, lane.lane)] = count_records(grid, info, lane.lane, lane.processed, lane.latest)
         except DataLossError:
             continue  # some of them were overwritten: there is no exact count any more
-        counts[(lane.stream, lane.lane)] = total
     return counts
 
 
