@@ -116,6 +116,21 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         self.next_seq = lost_until
 
 
+def oldest_sequence(grid: Grid, info: StreamInfo, lane: int) -> int:
+    """The oldest ring sequence the grid can serve for ``lane`` (``tail + 1`` when it holds nothing).
+
+    That is the ring's head, or lower where the grid keeps history below the head: a persistent embedded member, or
+    a Hazelcast member whose ring buffer has a RingbufferStore. Neither says so in ``headSequence``; both answer a
+    read below the head from the store, and a grid without one clamps the read to the head. So one read of one item
+    from sequence 0 finds the oldest servable sequence on every grid.
+    """
+    ring = grid.ring(info.ring_names[lane])
+    batch = ring.read_many(0, 0, 1)
+    if batch.sequences:
+        return batch.sequences[0]
+    return ring.tail() + 1
+
+
 #: ``read_range(grid, info, lane, start_seq, end_seq, *, max_items_per_call=100, skip_data_loss=False)`` (the
 #: contract's name): the reader is its own iterator, so the function is the class.
 read_range = RangeReader
