@@ -10,6 +10,7 @@ Every error the library raises on purpose is a ``MeteorError``::
     │   └── GridOperationError               the member answered with an error (carries the Hazelcast code)
     ├── StreamNotFoundError (also LookupError) a stream opened by name has no metadata in the grid
     ├── DataLossError                        records were overwritten before they were read
+    ├── OffsetOutOfRangeError (also ValueError) a position lies past a lane's end (never written there)
     ├── FormatError (also ValueError)        a ring item is not a valid record batch (corrupt, truncated)
     │   └── UnsupportedFormatVersionError    written by a newer format version than this reader knows
     ├── GroupError                           subscriber-group protocol violations
@@ -87,6 +88,37 @@ class DataLossError(MeteorError):
         self.lane = lane
         self.requested = requested
         self.oldest_available = oldest_available
+
+
+class OffsetOutOfRangeError(MeteorError, ValueError):
+    """A position lies past the end of its lane: nothing was ever written there (Kafka's OffsetOutOfRange).
+
+    Raised, never skipped: a reader positioned past the end would silently pass over every record written up to
+    that position. It happens with a typo in a start position, or when a lane was truncated or re-created (a
+    stream deleted and created again, a grid restarted without persistence) under a stored position.
+
+    Attributes:
+        stream: stream name.
+        lane: lane number.
+        position: the position asked for.
+        end: one past the last position the lane holds (the valid range is ``[oldest, end]``).
+        unit: ``"offset"`` (record offsets) or ``"sequence"`` (ring sequences).
+    """
+
+    def __init__(self, stream: str, lane: int, position: int, oldest: int, end: int, unit: str = "offset",
+                 hint: str = "") -> None:
+        super().__init__(
+            f"stream {stream!r} lane {lane}: {unit} {position} is past the end of the lane; valid {unit}s are "
+            f"{oldest} to {end} ({end} = the next one to be written). "
+            + (hint or "Was the stream deleted and re-created, or the grid restarted without persistence? "
+               "Start from earliest or latest, or seek to a position inside the range.")
+        )
+        self.stream = stream
+        self.lane = lane
+        self.position = position
+        self.oldest = oldest
+        self.end = end
+        self.unit = unit
 
 
 class FormatError(MeteorError, ValueError):
