@@ -9,7 +9,7 @@ Every error the library raises on purpose is a ``MeteorError``::
     │   ├── GridConnectionError              cluster unreachable, authentication refused, timed out
     │   └── GridOperationError               the member answered with an error (carries the Hazelcast code)
     ├── StreamNotFoundError (also LookupError) a stream opened by name has no metadata in the grid
-    ├── DataLossError                        records were overwritten before they were read
+    ├── DataLossError                        records were overwritten (or quarantined) before they were read
     ├── OffsetOutOfRangeError (also ValueError) a position lies past a lane's end (never written there)
     ├── FormatError (also ValueError)        a ring item is not a valid record batch (corrupt, truncated)
     │   └── UnsupportedFormatVersionError    written by a newer format version than this reader knows
@@ -68,7 +68,8 @@ class StreamNotFoundError(MeteorError, LookupError):
 
 
 class DataLossError(MeteorError):
-    """Records were overwritten in the ring before they were read.
+    """Records a reader still needed are gone: overwritten in the ring before they were read, or (on a persistent
+    member) found damaged on disk and quarantined.
 
     Attributes:
         stream: stream name.
@@ -79,8 +80,9 @@ class DataLossError(MeteorError):
 
     def __init__(self, stream: str, lane: int, requested: int, oldest_available: int, unit: str = "offset") -> None:
         super().__init__(
-            f"data loss on stream {stream!r} lane {lane}: requested {unit} {requested} was already overwritten; "
-            f"the oldest available {unit} is {oldest_available}. Raise the stream's capacity or read faster; "
+            f"data loss on stream {stream!r} lane {lane}: requested {unit} {requested} is no longer available "
+            f"(overwritten in the ring, or damaged on disk and quarantined by a persistent member); the oldest "
+            f"available {unit} is {oldest_available}. Raise the stream's capacity or read faster; "
             f"to skip the lost records and go on, opt in to skipping (Subscriber(..., skip_data_loss=True) or "
             f"the Spark option failOnDataLoss=false)."
         )

@@ -1,17 +1,23 @@
 """Reading an exact range of ring items of one lane (shared by the Subscriber's catch-up and the Spark reader).
 
-The grid never says "that sequence is gone": ``read_many`` below the head silently starts at the head. A range
-read therefore compares the sequences it gets with the ones it asked for, and turns any gap into a
-``DataLossError`` (or, when the caller opted in, into a count of skipped items it can report).
+The grid never says "that sequence is gone": ``read_many`` below the oldest item it can serve silently starts at
+that item. A range read therefore compares the sequences it gets with the ones it asked for, and turns any gap into
+a ``DataLossError`` (or, when the caller opted in, into a count of skipped items it can report). A range reaching
+past the lane's end is an ``OffsetOutOfRangeError``: those sequences were never written (a typo, or a lane that was
+truncated or re-created), and waiting for them would silently skip everything written before them.
+
+"The oldest item it can serve" is the ring's head on a plain grid, and lower on a grid that keeps history below
+the head (a persistent embedded member, a Hazelcast ring buffer with a RingbufferStore): ``oldest_sequence``.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Iterator
 
-from meteor_spark.errors import ConfigError, DataLossError
-from meteor_spark.grid import MAX_BATCH_ITEMS, Grid
+from meteor_spark.errors import ConfigError, DataLossError, FormatError, GridOperationError, OffsetOutOfRangeError
+from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.streams import StreamInfo
 
 logger = logging.getLogger(__name__)
@@ -31,7 +37,7 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
     Raises (while iterating):
         DataLossError: some of the items were already overwritten (unless ``skip_data_loss``: then they are
             skipped and counted in ``skipped_items``).
-        ConfigError: the range reaches past the lane's end.
+        OffsetOutOfRangeError: the range reaches past the lane's end (names the valid range).
     """
 
     def __init__(
@@ -45,8 +51,7 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         max_items_per_call: int = DEFAULT_ITEMS_PER_CALL,
         skip_data_loss: bool = False,
     ) -> None:
-        if not 0 <= lane < info.config.lanes:
-            raise ConfigError(f"lane {lane} does not exist in stream {info.name!r} (lanes 0..{info.config.lanes - 1})")
+        check_lane(info, lane)
         if start_seq < 0 or end_seq < start_seq:
             raise ConfigError(f"invalid sequence range [{start_seq}, {end_seq}): need 0 <= start <= end")
         if max_items_per_call < 1:
@@ -70,7 +75,12 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
                 self._capacity = self._ring.capacity()
             want = min(self.end - self.next_seq, self._max_items, self._capacity, MAX_BATCH_ITEMS)
             # min_count=0: never park on the server; a range is only ever asked for what was already written.
-            batch = self._ring.read_many(self.next_seq, 0, want)
+            try:
+                batch = self._ring.read_many(self.next_seq, 0, want)
+            except GridOperationError:
+                # Hazelcast refuses a start past tail + 1 outright (the embedded member answers with nothing).
+                self._check_end(self.next_seq)
+                raise
             items, sequences = list(batch.items), list(batch.sequences)
             if not items:
                 self._nothing_at(self.next_seq)
@@ -97,11 +107,15 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         if head > seq:
             self._lost(seq, head)
             return
-        tail = self._ring.tail()
-        raise ConfigError(
-            f"stream {self.stream!r} lane {self.lane}: ring sequences [{seq}, {self.end}) were never written; the "
-            f"lane ends at sequence {tail + 1}. Was the stream deleted, or the grid restarted without persistence?"
+        self._check_end(seq)
+        raise OffsetOutOfRangeError(
+            self.stream, self.lane, self.end, oldest_in(self._ring), self._ring.tail() + 1, unit="sequence"
         )
+
+    def _check_end(self, seq: int) -> None:
+        end = self._ring.tail() + 1
+        if seq > end or self.end > end:
+            raise OffsetOutOfRangeError(self.stream, self.lane, self.end, oldest_in(self._ring), end, unit="sequence")
 
     def _lost(self, requested: int, available: int) -> None:
         if not self._skip:
@@ -109,11 +123,20 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         lost_until = min(available, self.end)
         self.skipped_items += lost_until - requested
         logger.warning(
-            "stream %r lane %d: ring items [%d, %d) were overwritten before they were read; skipped them "
+            "stream %r lane %d: ring items [%d, %d) were gone (overwritten or quarantined) before they were read; skipped them "
             "(skip_data_loss is on)",
             self.stream, self.lane, requested, lost_until,
         )
         self.next_seq = lost_until
+
+
+def check_lane(info: StreamInfo, lane: object) -> int:
+    """``lane`` when it is a lane of the stream; else a ``ConfigError`` naming the valid lanes."""
+    if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < info.config.lanes:
+        raise ConfigError(
+            f"lane {lane!r} does not exist in stream {info.name!r}; its lanes are 0..{info.config.lanes - 1}"
+        )
+    return lane
 
 
 def oldest_sequence(grid: Grid, info: StreamInfo, lane: int) -> int:
@@ -124,7 +147,11 @@ def oldest_sequence(grid: Grid, info: StreamInfo, lane: int) -> int:
     read below the head from the store, and a grid without one clamps the read to the head. So one read of one item
     from sequence 0 finds the oldest servable sequence on every grid.
     """
-    ring = grid.ring(info.ring_names[lane])
+    return oldest_in(grid.ring(info.ring_names[check_lane(info, lane)]))
+
+
+def oldest_in(ring: Ring) -> int:
+    """``oldest_sequence`` of one ring."""
     batch = ring.read_many(0, 0, 1)
     if batch.sequences:
         return batch.sequences[0]
@@ -139,13 +166,35 @@ read_range = RangeReader
 def count_records(grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int) -> int:
     """Records in the ring items ``[start_seq, end_seq)`` of a lane (reads and decodes their headers).
 
+    A corrupt or undecodable item counts as 0 records (it holds none this reader can deliver) and is logged;
+    ``tally_records`` also says how many there were.
+
     Raises:
-        DataLossError: some of those items were already overwritten, so there is no exact count any more.
+        DataLossError: some of those items are gone, so there is no exact count any more.
+        OffsetOutOfRangeError: the range reaches past the lane's end.
     """
+    return tally_records(grid, info, lane, start_seq, end_seq).records
+
+
+@dataclass(frozen=True)
+class RecordTally:
+    """What ``tally_records`` found: records in the decodable items, and the sequences of undecodable ones."""
+
+    records: int
+    corrupt_sequences: tuple[int, ...] = ()
+
+
+def tally_records(grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int) -> RecordTally:
+    """``count_records``, also naming the items that could not be decoded (counted as 0 records)."""
     from meteor_spark.records import decode_item
 
     total = 0
+    corrupt: list[int] = []
     for items, sequences in read_range(grid, info, lane, start_seq, end_seq):
         for item, sequence in zip(items, sequences):
-            total += decode_item(item, stream=info.name, lane=lane, sequence=sequence).count
-    return total
+            try:
+                total += decode_item(item, stream=info.name, lane=lane, sequence=sequence).count
+            except FormatError as exc:
+                corrupt.append(sequence)
+                logger.warning("counting records: %s; counted as 0 records", exc)
+    return RecordTally(total, tuple(corrupt))

@@ -11,11 +11,26 @@ kept across polls (a poll that times out leaves it in place for the next one) in
 operation behind per timed-out poll. Hazelcast cannot cancel a parked read; one left behind by ``seek``, a lost
 lane or ``close`` ends when the next item arrives in that lane.
 
-Falling behind: the grid silently restarts a read below the ring's head at the head; the subscriber compares
-sequences and raises ``DataLossError`` (position unchanged, so it keeps failing until the application seeks), or,
-with ``skip_data_loss=True``, moves to the oldest record still held, counts the skipped ring items
-(``skipped_items``) and logs a warning. The number of *records* in overwritten items is unknowable (they are gone),
-so the skip is counted in ring items and reported as an offset range.
+Falling behind: the grid silently restarts a read below the oldest item it can serve at that item; the subscriber
+compares sequences and raises ``DataLossError`` (position unchanged, so it keeps failing until the application
+seeks), or, with ``skip_data_loss=True``, moves straight to the oldest record still served, counts the skipped
+ring items once (``skipped_items``, ``skips``) and logs a warning. The number of *records* in lost items is
+unknowable (they are gone), so the skip is counted in ring items and reported as an offset range. On a grid that
+keeps history below the ring's head (a persistent embedded member, a Hazelcast RingbufferStore) such reads are
+served, so they are not data loss, and EARLIEST starts at the oldest record the grid can serve.
+
+Past the end: a position beyond a lane's end (``seek`` past it, or a group's confirmed offset after the stream was
+re-created or truncated) is an ``OffsetOutOfRangeError`` naming the valid range, never a wait that silently skips
+everything written up to that position.
+
+Corrupt items: a ring item that cannot be decoded (damaged, foreign, or of a newer format version) is handled by
+the ``on_corrupt`` policy (``meteor_spark.corrupt``): ``error`` (default) raises ``FormatError`` with the position
+left AT the item; ``skip`` passes over it and counts it (``corrupt_items``); ``dead_letter`` publishes the raw item
+to a dead-letter stream, waits for the grid's acknowledgement, and only then moves past it.
+
+Errors and good records: a poll first returns the records read before a bad item (corrupt, lost, out of range);
+the error is raised by the next poll, which finds nothing left before it in that lane. Errors stay until the
+application seeks the lane (they are conditions of the position, not of the read).
 
 Offsets: ``position(lane)`` is the offset of the next record to deliver; ``last_offset(lane)`` that of the last
 one delivered. ``confirm()`` stores every delivered position in the group (the confirmed offset means "the next
@@ -30,15 +45,18 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
     FencedError,
-    GridError,
+    FormatError,
     GridOperationError,
     GroupError,
     MeteorError,
     NotAssignedError,
+    OffsetOutOfRangeError,
+    StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.offsets import (
@@ -48,6 +66,7 @@ from meteor_spark.offsets import (
     index_of,
     sequence_of,
 )
+from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch, decode_item
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 
@@ -66,7 +85,7 @@ class _Lane:
 
     __slots__ = (
         "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
-        "parts", "buffered", "dirty", "item_counts", "item_bytes",
+        "parts", "buffered", "dirty", "item_counts", "item_bytes", "error", "bad",
     )
 
     def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -84,6 +103,8 @@ class _Lane:
         self.dirty = False  # delivered since the last confirm()
         self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
         self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
+        self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
+        self.bad: tuple[int, bytes, FormatError] | None = None  # an undecodable item at fetch_seq, not settled yet
 
     def reset(self, position: int) -> Any:
         """Move to ``position``; returns the outstanding read, now orphaned."""
@@ -93,7 +114,19 @@ class _Lane:
         self.fetch_seq = sequence_of(position)
         self.parts.clear()
         self.buffered = 0
+        self.error = None
+        self.bad = None
         return orphan
+
+    def passed(self) -> None:
+        """Items up to ``fetch_seq`` were skipped by policy: with nothing buffered, the position moves past them
+        (and is confirmed by the next ``confirm()``), so a restarted reader does not count them again."""
+        if self.parts:
+            return
+        after = first_offset_of(self.fetch_seq)
+        if after > self.position:
+            self.position = after
+            self.dirty = True
 
 
 class Subscriber:
@@ -104,7 +137,13 @@ class Subscriber:
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
-        skip_data_loss: skip (and count) overwritten records instead of raising ``DataLossError``.
+        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``.
+        on_corrupt: what to do with a ring item that cannot be decoded: ``"error"`` (default: ``FormatError``,
+            position left at the item), ``"skip"`` (counted in ``corrupt_items``, logged) or ``"dead_letter"``.
+        dead_letter_stream: the stream undecodable items are published to (implies ``on_corrupt="dead_letter"``);
+            opened by name, created with the default configuration when missing. Each refused item becomes one
+            record (its raw bytes, with headers naming source stream, lane, sequence, offset and the error;
+            ``meteor_spark.corrupt``), acknowledged by the grid before reading goes on.
         max_poll_records: records returned by one ``poll`` at most.
         max_items_per_read: ring items asked for by one ``read_many`` (each holds up to ``max_batch_records``).
         max_bytes_per_read: ring-item bytes asked for by one ``read_many``, about: the item count is adapted to the
@@ -134,8 +173,11 @@ class Subscriber:
         max_bytes_per_read: int = 1 << 20,
         lease_ms: int = 5000,
         member_id: str | None = None,
+        on_corrupt: str | None = None,
+        dead_letter_stream: str | None = None,
     ) -> None:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
+        self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
         for name, value, low, high in (
             ("max_poll_records", max_poll_records, 1, 1 << 31),
             ("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS),
@@ -153,6 +195,11 @@ class Subscriber:
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
+        if self.corrupt_policy.dead_letter_stream == self.stream:
+            raise ConfigError(
+                f"dead_letter_stream={self.stream!r} is the stream being read: refused items would be read again; "
+                f"name another stream"
+            )
         self.group = group
         self.skip_data_loss = skip_data_loss
         self.max_poll_records = max_poll_records
@@ -172,13 +219,16 @@ class Subscriber:
         self._active = True
         self.skipped_items = 0
         self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
+        self.corrupt_items = 0
+        self.corrupt: list[tuple[int, int]] = []  # (lane, sequence) of every undecodable item passed over
         self.delivered_records = 0
+        self._dead_letters: Any = None
         if group is None:
-            bounds = self._bounds()
+            earliest = self.scheme.concrete(False) is InitialOffsetScheme.EARLIEST
             for lane in range(self.info.lanes):
-                head, nxt = bounds[lane]
-                start = first_offset_of(head if self.scheme.concrete(False) is InitialOffsetScheme.EARLIEST else nxt)
-                self._lanes[lane] = self._new_lane(lane, start, None)
+                ring = grid.ring(self.info.ring_names[lane])
+                start = oldest_in(ring) if earliest else ring.tail() + 1
+                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), first_offset_of(start), None)
         else:
             self._join()
             if self.scheme is InitialOffsetScheme.NONE:
@@ -189,17 +239,15 @@ class Subscriber:
                         f"initial_offset_scheme NONE: group {group!r} has no confirmed offset on stream "
                         f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
                     )
+        if self.corrupt_policy.dead_letter_stream is not None:
+            try:
+                self._dead_letters = _dead_letter_publisher(grid, self.corrupt_policy.dead_letter_stream)
+            except BaseException:
+                if self._member is not None:
+                    self._member.close()
+                raise
 
     # ------------------------------------------------------------------------------------------------ state
-
-    def _bounds(self) -> dict[int, tuple[int, int]]:
-        from meteor_spark.streams import lane_bounds
-
-        return lane_bounds(self._grid, self.info)
-
-    def _new_lane(self, lane: int, position: int, epoch: int | None) -> _Lane:
-        ring = self._grid.ring(self.info.ring_names[lane])
-        return _Lane(lane, ring, ring.capacity(), position, epoch)
 
     def _join(self) -> None:
         from meteor_spark.groups import GroupMember
@@ -230,17 +278,29 @@ class Subscriber:
             ]
         for lane, epoch in fresh:
             ring = self._grid.ring(self.info.ring_names[lane])
-            head = ring.head()
+            oldest = oldest_in(ring)
             nxt = ring.tail() + 1
             try:
-                position = self._member.initial_offset(lane, self.scheme, min(head, nxt), nxt)
+                position = self._member.initial_offset(lane, self.scheme, min(oldest, nxt), nxt)
             except (FencedError, NotAssignedError) as exc:
                 logger.debug("lane %d lost while starting it: %s", lane, exc)
                 continue
+            state = _Lane(lane, ring, ring.capacity(), position, epoch)
+            if position > first_offset_of(nxt):
+                # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
+                # without persistence): reading on would silently skip every record written up to it.
+                state.error = OffsetOutOfRangeError(
+                    self.stream, lane, position, first_offset_of(min(oldest, nxt)), first_offset_of(nxt),
+                    hint=(
+                        f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
+                        f"or the grid restarted without persistence? Seek the lane (Subscriber.seek, or "
+                        f"groups.seek_group with the group stopped) to a position inside the range."
+                    ),
+                )
             with self._lock:
                 if lane in self._lanes:
                     self._drop_lane(lane, "assigned again with a new epoch")
-                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), position, epoch)
+                self._lanes[lane] = state
             logger.info(
                 "subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
                 self.stream, self.group, lane, epoch, position,
@@ -257,10 +317,16 @@ class Subscriber:
     def poll(self, timeout_ms: float = 0) -> RecordBatch:
         """Records available now, or the first to arrive within ``timeout_ms``; empty when none came.
 
+        Records read before a bad item are returned first; the error comes with the next poll. A lane stays
+        stopped at its error until ``seek``.
+
         Raises:
-            DataLossError: the next records were overwritten (unless ``skip_data_loss``).
-            FormatError: a ring item is corrupt (named by stream, lane and sequence); ``seek`` past it to go on.
-            GridError: the grid failed.
+            DataLossError: the next records are gone (unless ``skip_data_loss``).
+            FormatError: a ring item cannot be decoded (named by stream, lane and sequence) and ``on_corrupt`` is
+                ``error``; the position stays at the item; ``seek`` past it to go on.
+            OffsetOutOfRangeError: the lane's position lies past its end.
+            GridError: the grid failed (for ``dead_letter``: publishing the refused item failed; retried by the
+                next poll).
         """
         if self._closed:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
@@ -273,16 +339,19 @@ class Subscriber:
                 if self._active:
                     self._sync_assignment()
                     self._harvest()
-                    if self._has_buffered():
+                    self._settle_bad_items()
+                    if self._has_buffered() or self._has_error():
                         break
                     self._issue_reads()
                     self._harvest()
-                    if self._has_buffered():
+                    self._settle_bad_items()
+                    if self._has_buffered() or self._has_error():
                         break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._wakeup.wait(remaining)
+            self._raise_stopped_lane()
             batch = self._take()
             if self._active:
                 self._issue_reads()  # prefetch while the caller works on this batch
@@ -292,12 +361,57 @@ class Subscriber:
         with self._lock:
             return any(state.buffered for state in self._lanes.values())
 
+    def _has_error(self) -> bool:
+        with self._lock:
+            return any(state.error is not None for state in self._lanes.values())
+
+    def _raise_stopped_lane(self) -> None:
+        """Raise the error of a lane stopped at it, once the records read before it were delivered."""
+        with self._lock:
+            for lane in sorted(self._lanes):
+                state = self._lanes[lane]
+                if state.error is not None and not state.buffered:
+                    raise state.error
+
+    def _settle_bad_items(self) -> None:
+        """Apply the corrupt-item policy to lanes stopped at an undecodable item (outside the reader lock: a
+        dead letter waits for the grid)."""
+        with self._lock:
+            todo = [(state, state.bad) for state in self._lanes.values() if state.bad is not None]
+        for state, (sequence, raw, error) in todo:
+            mode = self.corrupt_policy.mode
+            if mode == "error":
+                with self._lock:
+                    state.bad = None
+                    state.error = error
+                continue
+            if mode == "dead_letter":
+                record = dead_letter_record(raw, stream=self.stream, lane=state.lane, sequence=sequence, error=error)
+                self._dead_letters.publish(record)  # returns once the grid acknowledged it
+            with self._lock:
+                if state.bad is None or state.bad[0] != sequence or state.fetch_seq != sequence:
+                    continue  # sought meanwhile
+                state.bad = None
+                state.fetch_seq = sequence + 1
+                state.passed()
+                self.corrupt_items += 1
+                self.corrupt.append((state.lane, sequence))
+            logger.warning(
+                "stream %r lane %d: passed over the undecodable ring item at sequence %d (offset %d)%s: %s",
+                self.stream, state.lane, sequence, first_offset_of(sequence),
+                f" after publishing it to dead-letter stream {self.corrupt_policy.dead_letter_stream!r}"
+                if mode == "dead_letter" else " (on_corrupt=skip)",
+                error,
+            )
+
     def _issue_reads(self) -> None:
         with self._lock:
             self._orphans = [f for f in self._orphans if not f.done()]
             for state in self._lanes.values():
                 if state.pending is not None or state.buffered >= self.max_poll_records:
                     continue
+                if state.error is not None or state.bad is not None:
+                    continue  # stopped at a bad position until seek (or until the policy settles the item)
                 count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
                 # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
                 count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
@@ -320,34 +434,53 @@ class Subscriber:
                 if state.pending_seq != state.fetch_seq:
                     continue  # issued before a seek
                 where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
-                batch = Ring.to_batch(result(future, where))
+                try:
+                    batch = Ring.to_batch(result(future, where))
+                except GridOperationError:
+                    # Hazelcast refuses a read past tail + 1 (a lane truncated or re-created under the position).
+                    end = state.ring.tail() + 1
+                    if state.fetch_seq <= end:
+                        raise
+                    state.error = self._past_end(state, end)
+                    continue
                 if batch.items:
                     state.item_bytes = max(1, sum(map(len, batch.items)) // len(batch.items))
                     self._accept(state, list(batch.items), list(batch.sequences))
 
+    def _past_end(self, state: _Lane, end: int) -> OffsetOutOfRangeError:
+        position = state.position if not state.parts else first_offset_of(state.fetch_seq)
+        oldest = min(oldest_in(state.ring), end)
+        return OffsetOutOfRangeError(self.stream, state.lane, position, first_offset_of(oldest), first_offset_of(end))
+
     def _accept(self, state: _Lane, items: list[Any], sequences: list[int]) -> None:
+        """Buffer the records of one read; stop at a gap, a bad position or an undecodable item."""
         expected = state.fetch_seq
         first = sequences[0]
+        lost_from = state.position if not state.parts else first_offset_of(expected)
         if first > expected:
             oldest = first_offset_of(first)
             if not self.skip_data_loss:
-                raise DataLossError(self.stream, state.lane, requested=state.position, oldest_available=oldest)
+                state.error = DataLossError(self.stream, state.lane, requested=lost_from, oldest_available=oldest)
+                return
             self.skipped_items += first - expected
-            self.skips.append((state.lane, state.position, oldest))
+            self.skips.append((state.lane, lost_from, oldest))
             logger.warning(
-                "stream %r lane %d: offsets %d..%d (ring items %d..%d) were overwritten before they were read; "
-                "skipped them (skip_data_loss is on)",
-                self.stream, state.lane, state.position, oldest - 1, expected, first - 1,
+                "stream %r lane %d: offsets %d..%d (ring items %d..%d) were gone (overwritten or quarantined) "
+                "before they were read; skipped them (skip_data_loss is on)",
+                self.stream, state.lane, lost_from, oldest - 1, expected, first - 1,
             )
-            state.position = oldest
+            state.fetch_seq = first
+            state.passed()
         elif first < expected:
-            raise GridOperationError(
-                f"stream {self.stream!r} lane {state.lane}: asked for ring sequence {expected} but the lane now ends "
-                f"before it (its first answer is sequence {first}); was the stream deleted and recreated, or the grid "
-                f"restarted without persistence? Seek to a valid offset or open a new subscriber"
-            )
+            # The grid answered below the position: the lane now ends before it (re-created or truncated).
+            state.error = self._past_end(state, state.ring.tail() + 1)
+            return
         for item, seq in zip(items, sequences):
-            view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
+            try:
+                view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
+            except FormatError as exc:
+                state.bad = (seq, bytes(item), exc)
+                return  # the items after it are read again once the policy has settled this one
             start = 0
             if seq == sequence_of(state.position):
                 start = min(index_of(state.position), view.count)
@@ -415,6 +548,7 @@ class Subscriber:
                     else last.sequence << INDEX_BITS | last.stop
                 )
                 state.dirty = True
+                state.passed()  # items skipped by policy right after the last delivered one
         batch = RecordBatch(out)
         self.delivered_records += len(batch)
         return batch
@@ -429,9 +563,10 @@ class Subscriber:
                 f"{what}: stream {self.stream!r} has {self.info.lanes} lanes; say which one (lane=...), or pass a "
                 f"Record"
             )
-        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.info.lanes:
-            raise ConfigError(f"{what}: lane {lane!r} does not exist in stream {self.stream!r} (0..{self.info.lanes - 1})")
-        return lane
+        try:
+            return check_lane(self.info, lane)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
 
     def position(self, lane: int | None = None) -> int:
         """Offset of the next record this subscriber will deliver on ``lane``."""
@@ -498,8 +633,13 @@ class Subscriber:
     def seek(self, offset: int, *, lane: int | None = None) -> None:
         """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).
 
+        Also the way on from a lane stopped at an error (data loss, corrupt item, position past the end).
+        An offset below the oldest record the grid can serve is accepted: reading it is data loss (raised, or
+        skipped with ``skip_data_loss``).
+
         Raises:
-            ConfigError: a negative offset or one past the lane's end.
+            ConfigError: a negative offset, or a lane the stream does not have.
+            OffsetOutOfRangeError: an offset past the lane's end (the valid range is named).
         """
         if self._closed:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed")
@@ -508,10 +648,11 @@ class Subscriber:
             raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
         ring = self._grid.ring(self.info.ring_names[lane])
         end = ring.tail() + 1
-        if sequence_of(offset) > end:
-            raise ConfigError(
-                f"seek: offset {offset} (ring sequence {sequence_of(offset)}) is past the end of lane {lane} of "
-                f"stream {self.stream!r}, whose next offset is {first_offset_of(end)}"
+        if offset > first_offset_of(end):
+            oldest = min(oldest_in(ring), end)
+            raise OffsetOutOfRangeError(
+                self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end),
+                hint="Seek to a position inside the range, or to the end to read only new records.",
             )
         if self._member is not None:
             with self._lock:
@@ -599,10 +740,15 @@ class Subscriber:
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     def metrics(self) -> dict[str, int]:
-        return {"delivered_records": self.delivered_records, "skipped_items": self.skipped_items}
+        return {
+            "delivered_records": self.delivered_records,
+            "skipped_items": self.skipped_items,
+            "corrupt_items": self.corrupt_items,
+        }
 
     def close(self) -> None:
-        """Stop the receiver, leave the group (grouped). Confirm what was processed before closing."""
+        """Stop the receiver, leave the group (grouped), close the dead-letter publisher. Confirm what was processed
+        before closing."""
         if self._closed:
             return
         if self._receiver is not None:
@@ -613,8 +759,12 @@ class Subscriber:
             member, self._member = self._member, None
             with self._lock:
                 self._lanes.clear()
-        if member is not None:
-            member.close()
+        try:
+            if member is not None:
+                member.close()
+        finally:
+            if self._dead_letters is not None:
+                self._dead_letters.close()
 
     def __enter__(self) -> "Subscriber":
         return self
@@ -625,6 +775,16 @@ class Subscriber:
     def __repr__(self) -> str:
         kind = f"group {self.group!r}" if self.group else "ungrouped"
         return f"Subscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
+
+
+def _dead_letter_publisher(grid: Grid, name: str) -> Any:
+    """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
+    from meteor_spark.publisher import Publisher
+
+    try:
+        return Publisher(grid, name)
+    except StreamNotFoundError:
+        return Publisher(grid, StreamConfig(name))
 
 
 class Receiver:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from meteor_spark.errors import ConfigError, DataLossError, StreamConfigConflictError, StreamNotFoundError
+from meteor_spark.errors import (
+    ConfigError,
+    DataLossError,
+    OffsetOutOfRangeError,
+    StreamConfigConflictError,
+    StreamNotFoundError,
+)
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
@@ -99,8 +105,14 @@ def test_lane_bounds_and_exact_range_reads(grid: Grid, unique_name: str) -> None
     ]
     assert len(values) == len(sequences)
     assert list(read_range(grid, info, lane, end, end)) == []
-    with pytest.raises(ConfigError, match="never written"):
+    with pytest.raises(OffsetOutOfRangeError) as past:
         list(read_range(grid, info, lane, end, end + 3))
+    assert (past.value.lane, past.value.position, past.value.end, past.value.unit) == (lane, end + 3, end, "sequence")
+    assert past.value.oldest == head and f"valid sequences are {head} to {end}" in str(past.value)
+    with pytest.raises(OffsetOutOfRangeError):  # starting inside, reaching past the end
+        list(read_range(grid, info, lane, end - 1, end + 1))
+    with pytest.raises(ConfigError, match=r"lane 9 does not exist in stream .*lanes are 0\.\.1"):
+        read_range(grid, info, 9, 0, 1)
 
 
 def test_range_over_overwritten_items_is_data_loss_or_counted_skip(grid: Grid, unique_name: str) -> None:

@@ -13,6 +13,7 @@ from meteor_spark.errors import (
     FormatError,
     GridError,
     GroupError,
+    OffsetOutOfRangeError,
     PublisherClosedError,
 )
 from meteor_spark.grid import Grid, GridSettings
@@ -79,8 +80,14 @@ def test_seek(grid: Grid, unique_name: str) -> None:
         assert _poll_values(sub, 3) == [b"h0", b"h1", b"h2"]
         with pytest.raises(ConfigError, match="offset -5 is invalid"):
             sub.seek(-5)
-        with pytest.raises(ConfigError, match="past the end"):
+        with pytest.raises(OffsetOutOfRangeError) as past:
             sub.seek(first_offset_of(10))
+        assert (past.value.stream, past.value.lane, past.value.position) == (unique_name, 0, first_offset_of(10))
+        assert (past.value.oldest, past.value.end) == (first_offset_of(0), first_offset_of(3))
+        assert f"valid offsets are 0 to {first_offset_of(3)}" in str(past.value)
+        sub.seek(first_offset_of(3))  # the end itself is a valid position: the next record to be written
+        with pytest.raises(ConfigError, match=r"lane 7 does not exist in stream .*lanes are 0\.\.0"):
+            sub.seek(0, lane=7)
     with Subscriber(grid, StreamConfig(unique_name + "-multi", lanes=2)) as multi:
         with pytest.raises(ConfigError, match="say which one"):
             multi.seek(0)
