@@ -82,6 +82,7 @@ from meteor_spark.errors import (
     GridError,
     GroupError,
     NotAssignedError,
+    OffsetOutOfRangeError,
     unknown_option,
 )
 from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, canonical, decode_entry, wall_ms
@@ -285,8 +286,13 @@ class LaneLag:
         next_sequence: the lane's next ring sequence (tail + 1).
         items: ring items not yet fully read (the item holding the confirmed offset counts when partly read).
         records: records not yet read, when counted (``count_records=True`` and at most ``max_items`` items
-            behind, none lost); else None.
-        lost_items: items behind that the ring already overwrote (the group will hit DataLossError there).
+            behind, none lost); else None. Undecodable items count as 0 records (see ``corrupt_items``).
+        lost_items: items behind that the grid can no longer serve (overwritten, or quarantined on a persistent
+            member): the group will hit DataLossError there.
+        past_end: the confirmed offset lies past the lane's end (the stream was re-created, the lane truncated or
+            the grid restarted without persistence); the group's members get OffsetOutOfRangeError until the lane
+            is sought. ``items`` and ``records`` are None then.
+        corrupt_items: undecodable items among those counted (counted as 0 records).
     """
 
     lane: int
@@ -295,6 +301,8 @@ class LaneLag:
     items: int | None
     records: int | None = None
     lost_items: int = 0
+    past_end: bool = False
+    corrupt_items: int = 0
 
 
 @dataclass(frozen=True)
@@ -336,7 +344,7 @@ def resolve_initial(
     ========  =====================================  ======================================================
     scheme    ungrouped                              grouped
     ========  =====================================  ======================================================
-    EARLIEST  oldest record still in the lane        confirmed offset if any, else oldest record available
+    EARLIEST  oldest record the grid can serve       confirmed offset if any, else oldest record available
     LATEST    end of the lane (only new records)     confirmed offset if any, else end of the lane
     NONE      ConfigError (needs a group)            confirmed offset; GroupError when none is stored
     AUTO      LATEST                                 EARLIEST
@@ -346,7 +354,8 @@ def resolve_initial(
         scheme: the scheme, as the enum or its name.
         grouped: whether the reader is a group member.
         confirmed: the group's confirmed offset for the lane (ignored when ungrouped).
-        head_seq: the lane's oldest ring sequence still held.
+        head_seq: the lane's oldest ring sequence the grid can serve (``reading.oldest_sequence``: the ring's head,
+            or lower on a grid that keeps history below it).
         next_seq: the lane's next ring sequence (tail + 1); equal to ``head_seq`` when the lane is empty.
         where: names the lane in error messages, e.g. ``"stream 'orders' lane 2 of group 'billing'"``.
 
@@ -468,6 +477,7 @@ class GroupMember:
         self._lock = threading.Lock()
         self._held: dict[int, Held] = {}
         self._offset_texts: dict[int, str] = {}  # lane -> offsets entry text this member last wrote
+        self._deposed: dict[int, int] = {}  # lane -> epoch this member held it with until another member took it
         self._target_lanes: frozenset[int] = frozenset()
         self._waiting_for: frozenset[int] = frozenset()  # target lanes held by others: probed between renewals
         self._notified = Assignment()
@@ -600,33 +610,46 @@ class GroupMember:
 
     # -- offsets ------------------------------------------------------------------------------------------------
 
-    def confirm(self, lane: int, offset: int) -> None:
+    def confirm(self, lane: int, offset: int, *, epoch: int | None = None) -> None:
         """Record that every record of ``lane`` before ``offset`` was processed (``offset`` = next to read).
 
         A confirm at or below the stored offset is ignored: offsets never go backwards by accident (use ``seek``).
+        ``epoch``: the epoch the records were read under (a reader passes it, so records read before the lane
+        was lost are never confirmed under a later epoch of the same member).
 
         Raises:
-            NotAssignedError: this member does not hold ``lane``.
-            FencedError: the lane was taken over by a newer holder; nothing was written.
+            NotAssignedError: this member does not hold ``lane`` (and never lost it to another member).
+            FencedError: the lane was taken over by a newer holder (or ``epoch`` is not the current one);
+                nothing was written.
             ConfigError: a negative offset.
         """
-        self._write_offset(lane, offset, backwards=False)
+        self._write_offset(lane, offset, backwards=False, read_epoch=epoch)
 
     def seek(self, lane: int, offset: int) -> None:
         """Set the group's offset of a held lane, forwards or backwards (the explicit way back). Fenced like
         ``confirm``."""
         self._write_offset(lane, offset, backwards=True)
 
-    def _write_offset(self, lane: int, offset: int, *, backwards: bool) -> None:
+    def _write_offset(self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None) -> None:
         what = "seek" if backwards else "confirm"
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(
                 f"{what} offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0 "
                 f"(use the offset of the next record to read)"
             )
-        epoch = self._epoch_of(lane)
+        self._check_lane(lane)
         key = lane_key(self.stream, self.group, lane)
+        with self._lock:
+            held = self._held.get(lane)
+            deposed = self._deposed.get(lane)
+        if held is None and deposed is not None:
+            _, lease = self._leases.read(key)
+            raise self._fenced(what, lane, offset, deposed, lease.holder if lease else None,
+                               lease.epoch if lease else None)
+        epoch = self._epoch_of(lane)
         _, lease = self._leases.read(key)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
         if lease is None or lease.holder != self.member_id or lease.epoch != epoch:
             raise self._fenced(what, lane, offset, epoch, lease.holder if lease else None,
                                lease.epoch if lease else None)
@@ -782,6 +805,7 @@ class GroupMember:
             with self._lock:
                 if renewed is None:
                     self._held.pop(lane, None)
+                    self._deposed[lane] = lease.lease.epoch
                     self._offset_texts.pop(lane, None)
                     logger.warning(
                         "member %r lost %s (epoch %d): another member took it over after the lease was not seen "
@@ -860,6 +884,7 @@ class GroupMember:
         with self._lock:
             self._held[lane] = held
             self._offset_texts[lane] = fenced
+            self._deposed.pop(lane, None)
         previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
         logger.info(
             "member %r took %s with epoch %d (from %s)", self.member_id, self._where(lane), held.lease.epoch,
@@ -953,9 +978,10 @@ def lag_report(
     """Per-lane lag of ``group``: items behind, items already overwritten, and records behind when counted.
 
     Counting records reads the unread items (at most ``max_items`` per lane) and their batch headers; it never
-    multiplies items by an average.
+    multiplies items by an average. Items below the ring's head that the grid still serves (a persistent member,
+    a RingbufferStore) are behind, not lost.
     """
-    from meteor_spark.reading import count_records as records_in
+    from meteor_spark.reading import oldest_sequence, tally_records
     from meteor_spark.streams import lane_bounds
 
     bounds = lane_bounds(grid, info)
@@ -967,13 +993,21 @@ def lag_report(
         if stored is None or stored.offset is None:
             report.append(LaneLag(lane, None, next_seq, None))
             continue
+        if stored.offset > first_offset_of(next_seq):
+            report.append(LaneLag(lane, stored.offset, next_seq, None, past_end=True))
+            continue
         start = sequence_of(stored.offset)
         items = max(0, next_seq - start)
-        lost = max(0, min(head, next_seq) - start)
+        oldest = head if start >= head else oldest_sequence(grid, info, lane)
+        lost = max(0, min(oldest, next_seq) - start)
         records = None
+        corrupt = 0
         if count_records and lost == 0 and items <= max_items:
-            records = records_in(grid, info, lane, start, next_seq) - (index_of(stored.offset) if items else 0)
-        report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost))
+            tally = tally_records(grid, info, lane, start, next_seq)
+            corrupt = len(tally.corrupt_sequences)
+            partly_read = index_of(stored.offset) if items and start not in tally.corrupt_sequences else 0
+            records = tally.records - partly_read
+        report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt))
     return report
 
 
@@ -1015,7 +1049,8 @@ def seek_group(grid: "Grid", info: "StreamInfo", group: str, offsets: Mapping[in
     the group's members first (their leases must be released or expired-and-taken).
 
     Raises:
-        GroupError: a lane is held. ConfigError: a lane or offset is invalid.
+        GroupError: a lane is held. ConfigError: a lane or offset is invalid. OffsetOutOfRangeError: an offset past
+        the lane's end.
     """
     stream = info.config.name
     lease_map = LeaseMap(grid.map(LEASES_MAP))
@@ -1027,6 +1062,15 @@ def seek_group(grid: "Grid", info: "StreamInfo", group: str, offsets: Mapping[in
             )
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"offset {offset!r} for lane {lane} is invalid; offsets are integers >= 0")
+        ring = grid.ring(info.ring_names[lane])
+        end = ring.tail() + 1
+        if offset > first_offset_of(end):
+            from meteor_spark.reading import oldest_in
+
+            raise OffsetOutOfRangeError(
+                stream, lane, offset, first_offset_of(min(oldest_in(ring), end)), first_offset_of(end),
+                hint="Seek the group to a position inside the range, or to the end to read only new records.",
+            )
         key = lane_key(stream, group, lane)
         for _ in range(_MAX_CAS_ATTEMPTS):
             _, lease = lease_map.read(key)

@@ -63,14 +63,16 @@ class InitialOffsetScheme(enum.Enum):
     ========  ===================================  ==================================================
     scheme    ungrouped subscriber                 grouped subscriber (per lane, when first assigned)
     ========  ===================================  ==================================================
-    EARLIEST  the oldest record still in the lane  the confirmed offset if any, else the oldest record
+    EARLIEST  the oldest record the grid can serve the confirmed offset if any, else the oldest record
     LATEST    the end of the lane (new records)    the confirmed offset if any, else the end of the lane
     NONE      illegal: ConfigError at creation     the confirmed offset; none stored -> GroupError
     AUTO      LATEST                               EARLIEST
     ========  ===================================  ==================================================
 
-    Fixes against the original: EARLIEST is the ring's head (the oldest item still held), not literal offset 0,
-    so a wrapped ring is not a data loss; NONE works for a group with a stored offset. Ungrouped subscribers
+    Fixes against the original: EARLIEST is the oldest item the grid can serve, not literal offset 0, so a wrapped
+    ring is not a data loss: the ring's head on a plain grid, lower on a grid keeping history below the head (a
+    persistent embedded member, a Hazelcast RingbufferStore; ``reading.oldest_sequence``). NONE works for a group
+    with a stored offset. Ungrouped subscribers
     resolve the scheme when they are created; grouped ones when a lane is assigned to them.
     """
 

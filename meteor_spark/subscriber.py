@@ -211,6 +211,7 @@ class Subscriber:
         self._poll_lock = threading.Lock()  # one poll at a time
         self._wakeup = threading.Event()
         self._lanes: dict[int, _Lane] = {}
+        self._unconfirmed_lost: dict[int, int | None] = {}  # lane -> epoch of records delivered, lost unconfirmed
         self._orphans: list[Any] = []
         self._next_lane = 0
         self._member: Any = None
@@ -310,6 +311,9 @@ class Subscriber:
         state = self._lanes.pop(lane)
         if state.pending is not None:
             self._orphans.append(state.pending)
+        if state.dirty and why != "deactivated":
+            # Delivered, not confirmed, and the lane is gone: the next confirm() says so instead of passing over it.
+            self._unconfirmed_lost[lane] = state.epoch
         logger.info("subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why)
 
     # ------------------------------------------------------------------------------------------------ polling
@@ -596,19 +600,29 @@ class Subscriber:
         ``confirm(offset, lane=...)`` or ``confirm(record)`` confirms up to and including that record.
 
         Raises:
-            GroupError: ungrouped subscriber. FencedError: the lane was taken over (nothing written).
+            GroupError: ungrouped subscriber. FencedError: the lane was taken over (nothing written for it; with
+            ``confirm()``, the other lanes are confirmed first).
             ConfigError: an offset that was not delivered yet.
         """
         self._need_group("confirm")
         if offset is None:
             with self._lock:
-                todo = [(lane_, s.position) for lane_, s in sorted(self._lanes.items()) if s.dirty]
-            for lane_, position in todo:
-                self._member.confirm(lane_, position)
+                todo = [(lane_, s.position, s.epoch) for lane_, s in sorted(self._lanes.items()) if s.dirty]
+            for lane_, position, epoch in todo:
+                self._member.confirm(lane_, position, epoch=epoch)
                 with self._lock:
                     state = self._lanes.get(lane_)
                     if state is not None and state.position == position:
                         state.dirty = False
+            with self._lock:
+                lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+            if lost:
+                raise FencedError(
+                    f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
+                    f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
+                    f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
+                    f"records again"
+                )
             return
         if isinstance(offset, Record):
             lane, offset = offset.lane, offset.offset
@@ -628,7 +642,7 @@ class Subscriber:
         # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
         # the same way, but would count the finished item as lag).
         after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
-        self._member.confirm(lane, after)
+        self._member.confirm(lane, after, epoch=None if state is None else state.epoch)
 
     def seek(self, offset: int, *, lane: int | None = None) -> None:
         """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).

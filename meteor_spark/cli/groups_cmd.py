@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, out, render_table
+from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import Grid
+from meteor_spark.offsets import first_offset_of
 
 
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
@@ -19,8 +21,9 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "Show the subscriber groups reading a stream. Per lane: the member holding the lane's lease, the lease's "
             "fencing epoch, when the lease expires unless renewed, the confirmed offset (the next record the group "
             "will read), how far behind the end of the lane that is (records; ring items when too many to count), "
-            "and how many unread items the ring already overwrote. Without a group, every group of the stream is "
-            "shown."
+            "and how many unread items the grid can no longer serve. A confirmed offset past the lane's end (stream "
+            "re-created, lane truncated) is marked 'PAST END'. Without a group, every group of the stream is shown; "
+            "an unknown group is an error listing the stream's groups."
         ),
     )
     groups.add_argument("stream", help="stream name")
@@ -34,7 +37,12 @@ def run_groups(args: argparse.Namespace) -> int:
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
-        names = [args.group] if args.group else sorted(g.group for g in list_groups(grid, info.config.name))
+        known = sorted(g.group for g in list_groups(grid, info.config.name))
+        if args.group and args.group not in known:
+            if not known:
+                raise ConfigError(f"group {args.group!r} is unknown: no group has read stream {args.stream!r} yet")
+            raise unknown_option("group", args.group, known)
+        names = [args.group] if args.group else known
         if not names:
             out(f"no group has read stream {args.stream!r} yet")
             return EXIT_OK
@@ -65,6 +73,13 @@ def run_groups(args: argparse.Namespace) -> int:
                     right=[0, 2, 4, 5, 6],
                 )
             )
+            for entry in sorted(behind.values(), key=lambda e: e.lane):
+                if entry.past_end:
+                    out(
+                        f"lane {entry.lane}: the confirmed offset {entry.confirmed} is past the lane's end (offset "
+                        f"{first_offset_of(entry.next_sequence)}): the stream was re-created or the lane truncated. "
+                        f"Members of the group get OffsetOutOfRangeError until the lane is sought to a valid offset"
+                    )
     return EXIT_OK
 
 
@@ -78,15 +93,18 @@ def _expiry(expires_ms: int | None, now_ms: int, holder: str | None) -> str:
 
 def _behind(entry: Any) -> str:
     """Records behind when counted; else ring items (each holds a batch of records), labelled as such."""
+    if entry is not None and entry.past_end:
+        return f"PAST END (lane ends at offset {first_offset_of(entry.next_sequence)})"
     if entry is None or entry.items is None:
         return "-"
     if entry.records is not None:
-        return f"{entry.records:,} records"
+        corrupt = f" + {entry.corrupt_items:,} corrupt items" if entry.corrupt_items else ""
+        return f"{entry.records:,} records{corrupt}"
     return f"{entry.items:,} items"
 
 
 def _lost(entry: Any) -> str:
-    """Ring items the group has not read that the ring already overwrote (reading will raise DataLossError)."""
+    """Ring items the group has not read that the grid can no longer serve (reading will raise DataLossError)."""
     if entry is None or not entry.lost_items:
         return "-"
     return f"{entry.lost_items:,} items"

@@ -12,7 +12,14 @@ from typing import Callable, Iterator
 
 import pytest
 
-from meteor_spark.errors import ConfigError, FencedError, FormatError, GroupError, NotAssignedError
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    FormatError,
+    GroupError,
+    NotAssignedError,
+    OffsetOutOfRangeError,
+)
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import (
     LEASES_MAP,
@@ -457,6 +464,10 @@ def test_seek_group_from_a_tool_refuses_held_lanes(grid: Grid, stream4: StreamIn
     with pytest.raises(GroupError, match="member 'a' holds it"):
         seek_group(grid, stream4, "g", {0: 0})
     a.close()
+    with pytest.raises(OffsetOutOfRangeError, match=r"lane 1: offset 65536 is past the end of the lane; valid offsets are 0 to 0"):
+        seek_group(grid, stream4, "g", {1: make_offset(1, 0)})  # the lanes are empty: nothing was written there
+    for lane in (0, 1):
+        grid.ring(stream4.ring_names[lane]).add_all([b"not read"] * 2)
     seek_group(grid, stream4, "g", {0: make_offset(2, 0), 1: make_offset(1, 0)})
     b = members(stream4, "g", "b")
     assert (b.confirmed(0), b.confirmed(1)) == (make_offset(2, 0), make_offset(1, 0))
