@@ -98,7 +98,8 @@ def _behind(entry: Any) -> str:
     if entry is None or entry.items is None:
         return "-"
     if entry.records is not None:
-        corrupt = f" + {entry.corrupt_items:,} corrupt items" if entry.corrupt_items else ""
+        count = entry.corrupt_items
+        corrupt = f" + {count:,} corrupt item{'' if count == 1 else 's'}" if count else ""
         return f"{entry.records:,} records{corrupt}"
     return f"{entry.items:,} items"
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from meteor_spark.grid import Grid
+from meteor_spark.groups import seek_group
+from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig
+from meteor_spark.records import Record, encode_batch
+from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 
@@ -52,3 +54,42 @@ def test_stream_without_groups_and_unknown_stream(meteor: Meteor, grid: Grid, un
     run = meteor("groups", unique_name)
     assert run.code == 0 and "no group has read stream" in run.out
     meteor("groups", f"{unique_name}-missing").assert_user_error("does not exist")
+
+
+def test_unknown_group_is_an_error_listing_the_streams_groups(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2))
+    meteor("groups", unique_name, "nosuchgroup").assert_user_error(
+        "'nosuchgroup'", f"no group has read stream {unique_name!r}"
+    )
+    seek_group(grid, info, "billing", {0: 0})
+    seek_group(grid, info, "billing-eu", {1: 0})
+    meteor("groups", unique_name, "biling").assert_user_error(
+        "unknown group 'biling'", "did you mean 'billing'", "known groups: billing, billing-eu"
+    )
+
+
+def test_a_confirmed_offset_past_the_lanes_end_is_shown_not_a_crash(
+    meteor: Meteor, grid: Grid, unique_name: str
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, capacity=1000))
+    ring = grid.ring(info.ring_names[0])
+    ring.add_all([encode_batch([b"x"], producer_id=1, producer_seq=i) for i in range(600)])
+    seek_group(grid, info, "g", {0: first_offset_of(600)})
+    ring.destroy()  # the lane starts again at 0: the group's offset now lies past its end
+    ring.add_all([encode_batch([b"x"], producer_id=1, producer_seq=i) for i in range(353)])
+    run = meteor("groups", unique_name, "g")
+    assert run.code == 0, run
+    assert "invalid sequence range" not in run.out + run.err
+    row = " ".join(_rows(run.out)[0])
+    assert f"PAST END (lane ends at offset {first_offset_of(353)})" in row
+    assert f"lane 0: the confirmed offset {first_offset_of(600)} is past the lane's end" in run.out
+
+
+def test_corrupt_items_are_counted_apart(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name))
+    ring = grid.ring(info.ring_names[0])
+    ring.add_all([encode_batch([b"a", b"b"], producer_id=1, producer_seq=0), b"not a meteor batch"])
+    seek_group(grid, info, "g", {0: 0})
+    run = meteor("groups", unique_name, "g")
+    assert run.code == 0, run
+    assert "2 records + 1 corrupt item" in " ".join(_rows(run.out)[0])
