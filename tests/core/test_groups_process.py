@@ -1,4 +1,5 @@
-"""A group member in another process is SIGKILLed; its lanes are taken over and resume at the confirmed offset."""
+"""Group members in other processes: SIGKILLed (lanes taken over at the confirmed offsets, nothing lost) and
+SIGSTOPped past their lease (a zombie: every confirm it tries after waking up is refused)."""
 
 from __future__ import annotations
 
@@ -67,13 +68,67 @@ threading.Event().wait()
 """
 
 
+# The zombie: confirms what its first polls delivered, reads more WITHOUT confirming, reports, then waits for a
+# line on stdin (the parent SIGSTOPs it meanwhile and SIGCONTs it after another member took its lanes over and
+# confirmed). Then it tries to confirm in every way a subscriber can, and reports what became of each attempt.
+ZOMBIE_CHILD = r"""
+import json, sys
+from meteor_spark.errors import FencedError, MeteorError
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.testing import wait_until
+
+address, cluster, stream, group, lease_ms = sys.argv[1:6]
+grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
+sub = Subscriber(grid, stream, group=group, member_id="zombie", lease_ms=int(lease_ms),
+                 initial_offset_scheme="earliest", max_poll_records=3)
+confirmed, delivered = [], []
+wait_until(lambda: confirmed.extend(sub.poll(100)) or len(confirmed) >= 4, 30)
+sub.confirm()
+wait_until(lambda: delivered.extend(sub.poll(100)) or len(delivered) >= 2, 30)
+print(json.dumps({"confirmed": [r.value.decode() for r in confirmed],
+                  "delivered": [r.value.decode() for r in delivered]}), flush=True)
+sys.stdin.readline()
+outcomes = []
+def attempt(confirm):
+    try:
+        confirm()
+        outcomes.append("accepted")
+    except FencedError:
+        outcomes.append("fenced")
+    except MeteorError as exc:
+        outcomes.append(type(exc).__name__ + ": " + str(exc))
+last = {}
+for record in delivered:
+    last[record.lane] = record
+for record in last.values():
+    attempt(lambda: sub.confirm(record))
+attempt(sub.confirm)
+sub.poll(300)  # the subscriber notices that its lanes are gone
+attempt(sub.confirm)
+print(json.dumps(outcomes), flush=True)
+sys.stdin.readline()
+"""
+
+
 class Child:
     """A Python child process whose stdout lines are read with a deadline."""
 
     def __init__(self, script: str, *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", script, *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+
+    def write_line(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def has_line(self, timeout_s: float) -> bool:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        return bool(ready)
 
     def read_line(self, timeout_s: float = 60.0) -> str:
         assert self.process.stdout is not None
@@ -95,8 +150,9 @@ class Child:
 
     def close(self) -> None:
         if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)  # a stopped process cannot die until it runs again
             self.kill()
-        for pipe in (self.process.stdout, self.process.stderr):
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
             if pipe is not None:
                 pipe.close()
 
@@ -142,6 +198,12 @@ def test_sigkilled_member_process_lanes_are_taken_over_at_the_confirmed_offsets(
         survivor.close()
 
 
+def _figures(name: str, **figures: object) -> None:
+    """The fault tier's one-line summary (visible with ``-s``, and in the captured output of a failure)."""
+    print(f"[fault] {name}: " + ", ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
+
+
+@pytest.mark.fault
 def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_are_redelivered(
     grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
 ) -> None:
@@ -155,14 +217,28 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
     report = json.loads(child.read_line())
     confirmed, unconfirmed = report["confirmed"], report["unconfirmed"]
     child.kill()
+    killed_at = time.monotonic()
 
-    with Subscriber(grid, info.name, group="g", member_id="survivor", lease_ms=600) as survivor:
+    lease_ms = 600
+    with Subscriber(grid, info.name, group="g", member_id="survivor", lease_ms=lease_ms) as survivor:
+        assert survivor.member is not None
+        wait_until(lambda: len(survivor.member.assignment()) == 2, 20, message="survivor holds both lanes")
+        takeover_s = time.monotonic() - killed_at
         received: list[str] = []
         expected = len(published) - len(confirmed)
         wait_until(
             lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
             30, message=f"{expected} records redelivered",
         )
+        assert len(survivor.poll(200)) == 0  # and nothing more
+        lost = sorted(set(published) - set(confirmed) - set(received))
+        duplicated = len(received) - len(set(received)) + len(set(confirmed) & set(received))
+        _figures(
+            "sigkill group member", lost=len(lost), duplicated=duplicated, takeover_s=f"{takeover_s:.2f}",
+            lease_s=lease_ms / 1000, redelivered_unconfirmed=len(set(unconfirmed) & set(received)),
+        )
+        assert lost == [] and duplicated == 0
+        assert takeover_s <= lease_ms / 1000 + 1.0
         # Everything after the confirmed offsets, each once, per lane in publish order; nothing confirmed again.
         assert sorted(received, key=lambda v: int(v[1:])) == [v for v in published if v not in confirmed]
         for lane in (0, 1):
@@ -170,5 +246,67 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
             assert lane_values == sorted(lane_values, key=lambda v: int(v[1:]))
         assert set(unconfirmed) <= set(received)  # read but not confirmed: at least once
         survivor.confirm()
-        assert survivor.member is not None
         assert {lane: survivor.member.confirmed(lane) for lane in (0, 1)} == survivor.positions()
+
+
+@pytest.mark.fault
+def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
+    grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
+) -> None:
+    from meteor_spark.groups import group_state
+
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
+    published = [f"r{i}" for i in range(16)]
+    with Publisher(grid, info.name, max_batch_records=2) as publisher:
+        publisher.publish_many([Record(v.encode(), lane=i % 2) for i, v in enumerate(published)]).result(30)
+    lease_ms = 1000
+
+    def offsets() -> dict[int, int | None]:
+        return {state.lane: state.confirmed for state in group_state(grid, info, "g")}
+
+    zombie = Child(ZOMBIE_CHILD, *child_args, info.name, "g", str(lease_ms))
+    children.append(zombie)
+    report = json.loads(zombie.read_line())
+    os.kill(zombie.process.pid, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    samples = [offsets()]
+
+    with Subscriber(grid, info.name, group="g", member_id="survivor", lease_ms=lease_ms) as survivor:
+        assert survivor.member is not None
+        wait_until(lambda: len(survivor.member.assignment()) == 2, 20, message="survivor holds both lanes")
+        takeover_s = time.monotonic() - stopped_at
+        received: list[str] = []
+        expected = len(published) - len(report["confirmed"])
+        wait_until(
+            lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
+            30, message=f"{expected} records after the zombie's confirmed offsets",
+        )
+        survivor.confirm()
+        after_takeover = offsets()
+        samples.append(after_takeover)
+
+        os.kill(zombie.process.pid, signal.SIGCONT)
+        zombie.write_line("go")
+        deadline = time.monotonic() + 60
+        while not zombie.has_line(0.02):  # sample the group's offsets while the zombie tries to confirm
+            samples.append(offsets())
+            assert time.monotonic() < deadline, "the zombie reported nothing"
+        outcomes = json.loads(zombie.read_line())
+        samples.append(offsets())
+        final = offsets()
+
+    refused = sum(outcome == "fenced" for outcome in outcomes)
+    backwards = sum(
+        1 for before, after in zip(samples, samples[1:]) for lane in before
+        if before[lane] is not None and (after[lane] is None or after[lane] < before[lane])
+    )
+    lost = sorted(set(published) - set(report["confirmed"]) - set(received))
+    _figures(
+        "sigstopped zombie", confirms_tried=len(outcomes), refused=refused, accepted=outcomes.count("accepted"),
+        offsets_backwards=backwards, takeover_s=f"{takeover_s:.2f}", lost=len(lost),
+        final_offsets=json.dumps(final, sort_keys=True),
+    )
+    assert outcomes and all(outcome == "fenced" for outcome in outcomes), outcomes
+    assert backwards == 0 and final == after_takeover
+    assert lost == [] and set(report["delivered"]) <= set(received)
+    assert takeover_s <= lease_ms / 1000 + 1.0
