@@ -53,6 +53,11 @@ def _one_record_items(grid: Grid, info: StreamInfo, count: int, lane: int = 0) -
     ring.add_all([encode_batch([f"r{i}".encode()], producer_id=1, producer_seq=i) for i in range(count)])
 
 
+def _figures(name: str, **figures: object) -> None:
+    """The fault tier's one-line summary (visible with ``-s``, and in the captured output of a failure)."""
+    print(f"[fault] {name}: " + ", ".join(f"{key}={value}" for key, value in figures.items()), flush=True)
+
+
 def _v2_item() -> bytes:
     item = bytearray(encode_batch([b"from the future"], producer_id=1, producer_seq=0))
     item[4] = FORMAT_VERSION + 1
@@ -171,18 +176,26 @@ def with_foreign_item(grid: Grid, unique_name: str) -> StreamInfo:
     return info
 
 
+@pytest.mark.fault
 def test_corrupt_item_default_is_an_error_that_keeps_the_position(grid: Grid, with_foreign_item: StreamInfo) -> None:
     with Subscriber(grid, with_foreign_item.name, initial_offset_scheme="earliest") as sub:
-        assert [r.value for r in sub.poll(5000)] == [b"a"]  # the good record before the bad item comes first
+        delivered = [r.value for r in sub.poll(5000)]
+        assert delivered == [b"a"]  # the good record before the bad item comes first
+        raised = 0
         for _ in range(3):
             with pytest.raises(FormatError, match=rf"stream '{with_foreign_item.name}' lane 0 sequence 1"):
                 sub.poll(100)
+            raised += 1
             assert sub.position() == first_offset_of(1)  # AT the bad item: nothing passed over
         assert sub.corrupt_items == 0
         sub.seek(first_offset_of(2))
-        assert _values(sub, 1) == [b"b"]
+        delivered += _values(sub, 1)
+        assert delivered == [b"a", b"b"]
+        _figures("corrupt item, on_corrupt=error", errors_raised=raised, delivered=len(delivered),
+                 lost=2 - len(delivered))
 
 
+@pytest.mark.fault
 def test_corrupt_item_skip_passes_over_it_and_counts_it_once(grid: Grid, with_foreign_item: StreamInfo) -> None:
     info = with_foreign_item
     with Subscriber(grid, info.name, group="g", initial_offset_scheme="earliest", on_corrupt="skip",
@@ -191,6 +204,7 @@ def test_corrupt_item_skip_passes_over_it_and_counts_it_once(grid: Grid, with_fo
         assert _drain(sub, 10) == []
         assert (sub.corrupt_items, sub.corrupt, sub.metrics()["corrupt_items"]) == (1, [(0, 1)], 1)
         sub.confirm()
+        _figures("corrupt item, on_corrupt=skip", delivered=sub.delivered_records, corrupt_counted=sub.corrupt_items)
     with Subscriber(grid, info.name, group="g", on_corrupt="skip", lease_ms=1000) as again:
         assert _drain(again, 5) == [] and again.corrupt_items == 0
 
@@ -208,6 +222,7 @@ def test_corrupt_item_as_the_last_item_is_passed_over_and_confirmed(grid: Grid, 
         assert sub.member.confirmed(0) == first_offset_of(2)
 
 
+@pytest.mark.fault
 def test_corrupt_item_dead_letter_publishes_the_raw_item_before_moving_on(
     grid: Grid, with_foreign_item: StreamInfo
 ) -> None:
@@ -215,7 +230,8 @@ def test_corrupt_item_dead_letter_publishes_the_raw_item_before_moving_on(
     dead = f"{info.name}-dlq"
     with Subscriber(grid, info.name, initial_offset_scheme="earliest", dead_letter_stream=dead) as sub:
         assert sub.corrupt_policy.mode == "dead_letter"
-        assert _values(sub, 2) == [b"a", b"b"]
+        delivered = _values(sub, 2)
+        assert delivered == [b"a", b"b"]
         assert sub.corrupt_items == 1
     with Subscriber(grid, dead, initial_offset_scheme="earliest") as letters:
         got: list[Record] = []
@@ -229,6 +245,8 @@ def test_corrupt_item_dead_letter_publishes_the_raw_item_before_moving_on(
     assert headers[HEADER_SOURCE_SEQUENCE] == b"1"
     assert headers[HEADER_SOURCE_OFFSET] == str(first_offset_of(1)).encode()
     assert b"lane 0 sequence 1" in headers[HEADER_ERROR]
+    _figures("corrupt item, dead_letter_stream", delivered=len(delivered), dead_letters=len(got),
+             lost=3 - len(delivered) - len(got))
 
 
 def test_corrupt_item_settings_are_checked_at_creation(grid: Grid, with_foreign_item: StreamInfo) -> None:
@@ -253,6 +271,7 @@ def test_a_newer_format_version_is_a_corrupt_item_too(grid: Grid, unique_name: s
         assert _values(lenient, 1) == [b"after"] and lenient.corrupt == [(0, 0)]
 
 
+@pytest.mark.fault
 def test_a_receiver_with_skip_gets_past_a_corrupt_item_without_errors(
     grid: Grid, with_foreign_item: StreamInfo
 ) -> None:
