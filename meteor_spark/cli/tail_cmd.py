@@ -40,7 +40,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         default=None,
         metavar="WHERE",
         help=(
-            "earliest (the oldest record still held), latest (only new records; the default without --group) or an "
+            "earliest (the oldest record the grid can serve), latest (only new records; the default without --group) or an "
             "offset (with --lane, or on a one-lane stream). With --group: where lanes without a confirmed offset "
             "start (default earliest)"
         ),
@@ -53,6 +53,21 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     )
     tail.add_argument(
         "--json", action="store_true", help="one JSON object per record (key/value as text, or base64 if binary)"
+    )
+    tail.add_argument(
+        "--on-corrupt",
+        choices=("error", "skip", "dead_letter"),
+        default=None,
+        help=(
+            "a ring item that cannot be decoded: error (the default: stop with an error naming lane and sequence), "
+            "skip (pass over it, with a warning) or dead_letter (see --dead-letter-stream)"
+        ),
+    )
+    tail.add_argument(
+        "--dead-letter-stream",
+        metavar="STREAM",
+        default=None,
+        help="publish undecodable ring items to this stream (created when missing), then go on",
     )
     tail.set_defaults(run=run_tail)
 
@@ -103,17 +118,24 @@ def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
 
 
 def run_tail(args: argparse.Namespace) -> int:
+    from meteor_spark.corrupt import CorruptItemPolicy
     from meteor_spark.streams import open_stream
     from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
         tail_plan = plan(args, info.config.lanes)
+        # Checked here to name the flags in errors; the subscriber parses the same two settings again.
+        CorruptItemPolicy.parse(
+            args.on_corrupt, args.dead_letter_stream, mode_name="--on-corrupt", stream_name="--dead-letter-stream"
+        )
         subscriber = Subscriber(
             grid,
             info.config.name,
             group=args.group,
             initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
+            on_corrupt=args.on_corrupt,
+            dead_letter_stream=args.dead_letter_stream,
         )
         printed = 0
         last_record_at = time.monotonic()

@@ -11,7 +11,7 @@ import pytest
 from meteor_spark.grid import Grid
 from meteor_spark.groups import group_state
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.records import Record, encode_batch
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
 
@@ -114,3 +114,33 @@ def test_mistakes(meteor: Meteor, stream: str) -> None:
     meteor("tail", stream, "--lane", "5").assert_user_error("--lane 5", "lanes 0..1")
     meteor("tail", stream, "--lane", "0", "--group", "g").assert_user_error("exclude each other")
     meteor("tail", stream, "--max", "0").assert_user_error("--max must be at least 1")
+
+
+def test_a_corrupt_item_stops_tail_unless_told_to_skip_or_dead_letter(
+    meteor: Meteor, grid: Grid, unique_name: str
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name))
+    ring = grid.ring(info.ring_names[0])
+    ring.add_all([encode_batch([b"a"], producer_id=1, producer_seq=0), b"not a meteor batch",
+                  encode_batch([b"b"], producer_id=1, producer_seq=1)])
+    stopped = meteor("tail", unique_name, "--from", "earliest", "--json", "--max", "2", "--timeout", "5")
+    stopped.assert_user_error(f"stream {unique_name!r} lane 0 sequence 1")
+    assert values(stopped) == ["a"]  # what came before the bad item was printed first
+    skipped = meteor("tail", unique_name, "--from", "earliest", "--json", "--max", "2", "--on-corrupt", "skip")
+    assert skipped.code == 0 and values(skipped) == ["a", "b"], skipped
+    dead = f"{unique_name}-dlq"
+    lettered = meteor("tail", unique_name, "--from", "earliest", "--json", "--max", "2", "--dead-letter-stream", dead)
+    assert lettered.code == 0 and values(lettered) == ["a", "b"], lettered
+    letters = meteor("tail", dead, "--from", "earliest", "--json", "--max", "1")
+    assert values(letters) == ["not a meteor batch"]
+    meteor("tail", unique_name, "--on-corrupt", "dead_letter").assert_user_error(
+        "--on-corrupt=dead_letter needs --dead-letter-stream"
+    )
+
+
+def test_an_offset_past_the_end_is_an_error_naming_the_valid_range(meteor: Meteor, stream: str, grid: Grid) -> None:
+    end = lane_bounds(grid, open_stream(grid, stream))[0][1]
+    meteor("tail", stream, "--lane", "0", "--from", str(first_offset_of(end + 5))).assert_user_error(
+        f"stream {stream!r} lane 0: offset {first_offset_of(end + 5)} is past the end of the lane",
+        f"valid offsets are 0 to {first_offset_of(end)}",
+    )
