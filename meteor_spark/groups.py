@@ -36,7 +36,9 @@ The protocol:
 - **Confirm / seek**: the lease must still name this member with its epoch, and the offsets entry is
   compare-and-set only while its stored epoch is not greater than ours. A deposed holder therefore always gets
   ``FencedError`` and the offset stays where the new holder found it, even while the deposed one still believes
-  its lease is live. A confirm below the stored offset is **ignored** (logged at debug level): late, out-of-order
+  its lease is live, and also after it noticed (a lane lost to another member stays fenced, it does not become
+  "not assigned"). A reader passes the epoch its records were read under, so records read before a lane was lost
+  are never confirmed under a later epoch of the same member (one that got the lane back). A confirm below the stored offset is **ignored** (logged at debug level): late, out-of-order
   confirms from several threads are normal in at-least-once processing and must not move the group back. ``seek``
   is the explicit way back.
 - **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
