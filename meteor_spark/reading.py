@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Iterator
 
-from meteor_spark.errors import ConfigError, DataLossError, FormatError, GridOperationError, OffsetOutOfRangeError
+from meteor_spark.errors import ConfigError, DataLossError, FormatError, OffsetOutOfRangeError
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.streams import StreamInfo
 
@@ -75,12 +75,8 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
                 self._capacity = self._ring.capacity()
             want = min(self.end - self.next_seq, self._max_items, self._capacity, MAX_BATCH_ITEMS)
             # min_count=0: never park on the server; a range is only ever asked for what was already written.
-            try:
-                batch = self._ring.read_many(self.next_seq, 0, want)
-            except GridOperationError:
-                # Hazelcast refuses a start past tail + 1 outright (the embedded member answers with nothing).
-                self._check_end(self.next_seq)
-                raise
+            # The grid clamps a start past tail + 1 to tail + 1, so a range past the end reads as empty there.
+            batch = self._ring.read_many(self.next_seq, 0, want)
             items, sequences = list(batch.items), list(batch.sequences)
             if not items:
                 self._nothing_at(self.next_seq)
@@ -107,15 +103,9 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         if head > seq:
             self._lost(seq, head)
             return
-        self._check_end(seq)
         raise OffsetOutOfRangeError(
             self.stream, self.lane, self.end, oldest_in(self._ring), self._ring.tail() + 1, unit="sequence"
         )
-
-    def _check_end(self, seq: int) -> None:
-        end = self._ring.tail() + 1
-        if seq > end or self.end > end:
-            raise OffsetOutOfRangeError(self.stream, self.lane, self.end, oldest_in(self._ring), end, unit="sequence")
 
     def _lost(self, requested: int, available: int) -> None:
         if not self._skip:

@@ -441,7 +441,8 @@ class Subscriber:
                 try:
                     batch = Ring.to_batch(result(future, where))
                 except GridOperationError:
-                    # Hazelcast refuses a read past tail + 1 (a lane truncated or re-created under the position).
+                    # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
+                    # the lane now ends before the position, that is a position past the end, not a grid failure.
                     end = state.ring.tail() + 1
                     if state.fetch_seq <= end:
                         raise
@@ -476,7 +477,8 @@ class Subscriber:
             state.fetch_seq = first
             state.passed()
         elif first < expected:
-            # The grid answered below the position: the lane now ends before it (re-created or truncated).
+            # The grid clamps a read past tail + 1 to tail + 1: the lane now ends before the position (re-created
+            # or truncated), and the answer holds items written since, below it.
             state.error = self._past_end(state, state.ring.tail() + 1)
             return
         for item, seq in zip(items, sequences):
