@@ -967,7 +967,8 @@ def group_members(grid: "Grid", info: "StreamInfo", group: str) -> list[MemberSt
 
 
 def lag(grid: "Grid", info: "StreamInfo", group: str) -> dict[int, int]:
-    """Ring items each lane of ``group`` still has to read, from offsets (lanes never confirmed are left out).
+    """Ring items each lane of ``group`` still has to read, from offsets (lanes never confirmed, and lanes whose
+    confirmed offset lies past their end, are left out; ``lag_report`` says which).
 
     The item holding the confirmed offset counts while partly read. For record counts use ``lag_report``.
     """
