@@ -32,11 +32,11 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
     Deterministic for a given range while its items are in the ring (the Spark reader replays partitions with it).
 
     Attributes:
-        skipped_items: ring items of the range that were already overwritten and skipped (``skip_data_loss``).
+        skipped_items: ring items of the range that were gone and skipped (``skip_data_loss``), each counted once.
 
     Raises (while iterating):
-        DataLossError: some of the items were already overwritten (unless ``skip_data_loss``: then they are
-            skipped and counted in ``skipped_items``).
+        DataLossError: some of the items are gone: overwritten, or quarantined by a persistent member (unless
+            ``skip_data_loss``: then they are skipped and counted in ``skipped_items``).
         OffsetOutOfRangeError: the range reaches past the lane's end (names the valid range).
     """
 
@@ -98,7 +98,7 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         raise StopIteration
 
     def _nothing_at(self, seq: int) -> None:
-        """An empty read: either the range's items expired/were overwritten, or they were never written."""
+        """An empty read: either the range's items are gone (expired, overwritten), or they were never written."""
         head = self._ring.head()
         if head > seq:
             self._lost(seq, head)
@@ -113,8 +113,8 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         lost_until = min(available, self.end)
         self.skipped_items += lost_until - requested
         logger.warning(
-            "stream %r lane %d: ring items [%d, %d) were gone (overwritten or quarantined) before they were read; skipped them "
-            "(skip_data_loss is on)",
+            "stream %r lane %d: ring items [%d, %d) were gone (overwritten or quarantined) before they were read; "
+            "skipped them (skip_data_loss is on)",
             self.stream, self.lane, requested, lost_until,
         )
         self.next_seq = lost_until
