@@ -152,6 +152,13 @@ class Subscriber:
         lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
         member_id: grouped: this member's id (default ``<host>-<pid>-<random>``).
 
+    Attributes:
+        skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
+        skips: ``(lane, first lost offset, first offset read after)`` per skip.
+        corrupt_items: undecodable ring items passed over (``on_corrupt`` skip or dead_letter).
+        corrupt: ``(lane, sequence)`` of each of them.
+        delivered_records: records returned by ``poll``.
+
     Examples:
         >>> with Subscriber(grid, "orders", group="billing") as sub:      # doctest: +SKIP
         ...     batch = sub.poll(timeout_ms=100)
