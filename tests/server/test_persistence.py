@@ -113,20 +113,84 @@ def test_torn_tail_is_truncated_never_served(tmp_path: Path) -> None:
     _close(engine)
 
 
-def test_corrupt_last_record_is_cut(tmp_path: Path) -> None:
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_last_record_is_quarantined_and_its_sequence_never_reused(tmp_path: Path) -> None:
     engine = _open(tmp_path)
     engine.rings.get("r-crc").add_all([b"first", b"second"])
     _close(engine)
-    ring_log = next((tmp_path / "rings").glob("r-crc*"))
-    data = bytearray(ring_log.read_bytes())
-    data[-1] ^= 0xFF  # flip a bit of the last item
-    ring_log.write_bytes(bytes(data))
+    ring_log = next((tmp_path / "rings").glob("r-crc*.log"))
+    damaged = ring_log.read_bytes()[-(8 + 8 + len(b"second")) :]
+    _flip(ring_log, ring_log.stat().st_size - 1)  # the last item's last byte: a complete record, bad CRC
     engine = _open(tmp_path)
     ring = engine.rings.get("r-crc")
-    assert ring.tail_sequence() == 0
+    assert ring.tail_sequence() == 1  # sequence 1 may have been acknowledged: it is never handed out again
     assert ring.read_one(0) == b"first"
     with pytest.raises(StaleSequence):
-        ring.read_one(-1)
+        ring.read_one(1)
+    assert ring.add(b"third") == 2
+    quarantine = ring_log.with_name(ring_log.name + ".quarantine-1")
+    assert quarantine.read_bytes()[:-1] == damaged[:-1]
+    _close(engine)
+    engine = _open(tmp_path)  # the high-water mark outlives the restart that wrote it
+    ring = engine.rings.get("r-crc")
+    assert ring.tail_sequence() == 2
+    assert [ring.read_one(0), ring.read_one(2)] == [b"first", b"third"]
+    _close(engine)
+
+
+def test_damage_in_the_middle_keeps_every_intact_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    engine = _open(tmp_path, capacity=100)
+    engine.rings.get("r-mid").add_all([f"item-{i:02d}".encode() for i in range(20)])
+    _close(engine)
+    ring_log = next((tmp_path / "rings").glob("r-mid*.log"))
+    record = 8 + 8 + len(b"item-00")
+    _flip(ring_log, 7 * record + 8 + 8 + 2)  # a byte of item 7
+    _flip(ring_log, 12 * record + 1)  # the length field of item 12: resynchronised by scanning
+    engine = _open(tmp_path, capacity=100)
+    ring = engine.rings.get("r-mid")
+    assert ring.tail_sequence() == 19
+    state = ReadManyState(0, 0, 100)
+    ring.read_many(state)
+    assert state.sequences == list(range(0, 7))
+    state = ReadManyState(7, 0, 100)  # a read that starts on a lost sequence starts at the next intact one
+    ring.read_many(state)
+    assert state.sequences[0] == 8
+    assert ring.add(b"new") == 20
+    assert len(list((tmp_path / "rings").glob("r-mid*.quarantine-*"))) == 2
+    assert "torn" not in caplog.text and "never acknowledged" not in caplog.text
+    assert "ring sequences 7..7" in caplog.text and "ring sequences 12..12" in caplog.text
+    _close(engine)
+
+
+def test_damaged_first_record_keeps_the_rest(tmp_path: Path) -> None:
+    engine = _open(tmp_path, capacity=100)
+    engine.rings.get("r-start").add_all([f"item-{i:02d}".encode() for i in range(5)])
+    _close(engine)
+    ring_log = next((tmp_path / "rings").glob("r-start*.log"))
+    _flip(ring_log, 0)
+    engine = _open(tmp_path, capacity=100)
+    ring = engine.rings.get("r-start")
+    assert ring.tail_sequence() == 4
+    assert [ring.read_one(s) for s in range(1, 5)] == [f"item-{i:02d}".encode() for i in range(1, 5)]
+    _close(engine)
+
+
+def test_damaged_map_log_record_is_quarantined_not_truncated(tmp_path: Path) -> None:
+    engine = _open(tmp_path)
+    for i in range(10):
+        engine.maps.put("m", f"k{i}".encode(), f"v{i}".encode(), OWNER)
+    _close(engine)  # the map log is a compacted snapshot of 10 puts now
+    map_log = tmp_path / "maps.log"
+    size = map_log.stat().st_size
+    _flip(map_log, size // 2)
+    engine = _open(tmp_path)
+    assert 9 <= engine.maps.size("m") < 10
+    assert len(list(tmp_path.glob("maps.log.quarantine-*"))) == 1
     _close(engine)
 
 
