@@ -421,3 +421,23 @@ def test_history_below_head_is_read_from_disk_after_restart(tmp_path: Path) -> N
         client.shutdown()
     finally:
         grid.stop()
+
+
+def test_damaged_length_field_in_old_history_quarantines_exactly_that_record(tmp_path: Path) -> None:
+    engine = _open(tmp_path, capacity=3)  # only the last 3 records are CRC-checked at start
+    engine.rings.get("r-len").add_all([f"item-{i:02d}".encode() for i in range(20)])
+    _close(engine)
+    ring_log = next((tmp_path / "rings").glob("r-len*.log"))
+    record = 8 + 8 + len(b"item-00")
+    data = bytearray(ring_log.read_bytes())
+    data[5 * record] -= 4  # item 5 claims to be 4 bytes shorter: the structure alone looks fine up to it
+    ring_log.write_bytes(bytes(data))
+    engine = _open(tmp_path, capacity=3)
+    ring = engine.rings.get("r-len")
+    assert ring.tail_sequence() == 19
+    assert [ring.read_one(s) for s in (4, 6)] == [b"item-04", b"item-06"]
+    with pytest.raises(StaleSequence):
+        ring.read_one(5)
+    quarantine = ring_log.with_name(ring_log.name + ".quarantine-1")
+    assert len(quarantine.read_bytes()) == record
+    _close(engine)

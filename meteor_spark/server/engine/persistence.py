@@ -179,6 +179,11 @@ class _Scanner:
                 previous = record.sequence
                 offset = record.end
                 continue
+            if not self.verify and result.records and not self.crc_ok(result.records[-1]):
+                # The record before took its length on trust: if it fails its CRC, the damage starts there (a
+                # damaged length field made it end in the wrong place).
+                offset = result.records.pop().offset
+                previous = result.records[-1].sequence if result.records else -1
             resume = self._resync(offset, previous)
             if resume is None:
                 damage = self._tail(offset, previous, reason)
