@@ -148,6 +148,28 @@ class _ScanResult:
     torn: Damage | None = None
 
 
+_MAX_GAP = 1 << 40
+"""No ring log holds a sequence gap this large: a record claiming one is garbage (keeps resynchronisation from
+checksumming random lengths)."""
+
+
+def _map_record_fits(raw: bytes, length: int) -> bool:
+    """Whether the fixed fields of a map record (``raw`` = header + up to its fixed part) agree with its length."""
+    body = raw[_HEADER.size : _HEADER.size + length]
+    kind = body[0]
+    fixed = {_PUT: _PUT_FIXED, _REMOVE: _REMOVE_FIXED, _DESTROY: _DESTROY_FIXED}.get(kind)
+    if fixed is None or len(body) < fixed.size:
+        return False
+    if kind == _PUT:
+        _, _, _, _, name_len, key_len = _PUT_FIXED.unpack_from(body)
+        return _PUT_FIXED.size + name_len + key_len <= length
+    if kind == _REMOVE:
+        _, name_len, key_len = _REMOVE_FIXED.unpack_from(body)
+        return _REMOVE_FIXED.size + name_len + key_len == length
+    _, name_len = _DESTROY_FIXED.unpack_from(body)
+    return _DESTROY_FIXED.size + name_len == length
+
+
 class _Scanner:
     """Walks a log's records; around damage it resynchronises on the next record that checks out.
 
@@ -205,9 +227,9 @@ class _Scanner:
         left = self.size - offset
         if left < _HEADER.size:
             return None, f"a record header cut short ({left} of {_HEADER.size} bytes)"
-        raw = os.pread(self.fd, _HEADER.size + self.min_body, offset)
+        raw = os.pread(self.fd, _HEADER.size + _PUT_FIXED.size, offset)
         length, crc = _HEADER.unpack_from(raw)
-        if length < self.min_body or length >= _MAX_RECORD:
+        if length < self.min_body or length >= _MAX_RECORD or len(raw) < _HEADER.size + self.min_body:
             return None, f"an impossible record length {length}"
         if offset + _HEADER.size + length > self.size:
             return None, f"a record of {length} bytes cut short by the end of the file ({left} bytes left)"
@@ -216,9 +238,11 @@ class _Scanner:
             sequence = _SEQUENCE.unpack_from(raw, _HEADER.size)[0]
             if sequence <= previous:
                 return None, f"a record numbered {sequence} after sequence {previous}"
+            if sequence - previous > _MAX_GAP:
+                return None, f"a record numbered {sequence} far after sequence {previous}"
             verify = verify or sequence != previous + 1
-        elif raw[_HEADER.size] not in (_PUT, _REMOVE, _DESTROY):
-            return None, f"a record of unknown kind {raw[_HEADER.size]}"
+        elif not _map_record_fits(raw, length):
+            return None, "a map record whose fields do not fit its length"
         record = _Scanned(offset, length, crc, sequence)
         if verify and not self.crc_ok(record):
             return None, "a record whose CRC does not match its contents"

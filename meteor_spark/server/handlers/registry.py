@@ -230,6 +230,7 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
                 Authentication(f"client {endpoint.remote} must authenticate before any operation; it sent {what}"),
             )
         )
+        logger.warning("closing connection from %s: it sent %s before authenticating", endpoint.remote, what)
         connection.close(f"{what} before authentication")
         return
     if entry is None:
