@@ -135,9 +135,10 @@ class Damage:
         if self.lost_first < 0:
             return "unknown records"
         count = self.lost_last - self.lost_first + 1
+        items = "item" if count == 1 else "items"
         if self.exact:
-            return f"ring sequences {self.lost_first}..{self.lost_last} ({count} items)"
-        return f"ring sequences from {self.lost_first} up to at most {self.lost_last} (at most {count} items)"
+            return f"ring sequences {self.lost_first}..{self.lost_last} ({count} {items})"
+        return f"ring sequences from {self.lost_first} up to at most {self.lost_last} (at most {count} {items})"
 
 
 @dataclass
