@@ -114,7 +114,8 @@ class MapConfig:
         """Java-like rendering, used in conflict messages."""
         return (
             f"MapConfig{{name='{self.name}', timeToLiveSeconds={self.time_to_live_seconds}, "
-            f"maxIdleSeconds={self.max_idle_seconds}, perEntryStatsEnabled={str(self.per_entry_stats_enabled).lower()}}}"
+            f"maxIdleSeconds={self.max_idle_seconds}, "
+            f"perEntryStatsEnabled={str(self.per_entry_stats_enabled).lower()}}}"
         )
 
 
