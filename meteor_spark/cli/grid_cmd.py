@@ -7,7 +7,8 @@ import logging
 from collections import Counter
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, config_of, config_parent, open_grid, out, render_table
+from meteor_spark.cli.common import EXIT_OK, config_parent, open_grid, out, render_table
+from meteor_spark.config import load_config
 from meteor_spark.errors import unknown_option
 
 
@@ -52,7 +53,9 @@ def _add_member_arguments(parser: argparse.ArgumentParser) -> None:
 def run_start(args: argparse.Namespace) -> int:
     from meteor_spark.server.__main__ import run_member
 
-    server_defaults = config_of(args).server
+    # Only the file's [server] table matters here: --username / --cluster-name of `grid start` are the member's own,
+    # not the settings of a client connection (and its password comes from $METEOR_GRID_PASSWORD or --password).
+    server_defaults = load_config(getattr(args, "config", None)).server
     if server_defaults:
         from meteor_spark.server.__main__ import build_parser
 

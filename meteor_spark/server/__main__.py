@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ from meteor_spark.server.member import (
     parse_ring_config,
     serve,
 )
-from meteor_spark.server.tcp import DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
+from meteor_spark.server.tcp import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -74,7 +75,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=[],
         metavar=MAP_CONFIG_SYNTAX.usage,
         help="default TTL / max-idle in seconds of the maps matching PATTERN (one * wildcard), e.g. "
-        "'sessions.*:ttl=600'; applies to writes without a TTL of their own; repeatable",
+        "'sessions.*:ttl=600' (applies to writes without a TTL of their own), and per-entry-stats=1 to keep "
+        "Hazelcast's per-entry statistics (hits, access and creation times; off by default, as in Hazelcast 5.x); "
+        "repeatable",
     )
     parser.add_argument(
         "--client-heartbeat-timeout-s",
@@ -84,6 +87,14 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="close a client connection nothing was received on for S seconds (a vanished client), releasing its "
         f"locks and listeners; idle clients ping every 5 s (default {DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S:g}, as "
         "Hazelcast; 0 = never)",
+    )
+    parser.add_argument(
+        "--auth-timeout-s",
+        type=float,
+        default=DEFAULT_AUTH_TIMEOUT_S,
+        metavar="S",
+        help="close a connection that has not authenticated within S seconds of opening it "
+        f"(default {DEFAULT_AUTH_TIMEOUT_S:g}; 0 = never)",
     )
     parser.add_argument(
         "--exit-with-parent",
@@ -118,6 +129,7 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
         ring_configs=tuple(parse_ring_config(text) for text in args.ring_config),
         map_configs=tuple(parse_map_config(text) for text in args.map_config),
         client_heartbeat_timeout_s=getattr(args, "client_heartbeat_timeout_s", DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S),
+        auth_timeout_s=getattr(args, "auth_timeout_s", DEFAULT_AUTH_TIMEOUT_S),
     )
 
 
@@ -128,6 +140,11 @@ def run_member(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        print(f"error: --data-dir {data_dir} is a file, not a directory; give a directory (created if missing)",
+              file=sys.stderr)
+        return 1
     try:
         options = options_from_args(args)
     except ValueError as exc:
@@ -160,7 +177,14 @@ def run_member(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     except OSError as exc:
-        print(f"error: cannot listen on {options.host}:{options.port}: {exc}", file=sys.stderr)
+        if exc.errno == errno.EADDRINUSE:
+            print(
+                f"error: port {options.port} on {options.host} is in use (another member?); stop what uses it, "
+                f"choose another --port, or use --port 0 for a free port",
+                file=sys.stderr,
+            )
+        else:
+            print(f"error: cannot listen on {options.host}:{options.port}: {exc}", file=sys.stderr)
         return 1
     return 0
 

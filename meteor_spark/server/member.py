@@ -29,7 +29,12 @@ from meteor_spark.server.engine import Clock, Engine, EngineConfig
 from meteor_spark.server.engine.maps import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.handlers.registry import MemberSettings
-from meteor_spark.server.tcp import DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S, ConnectionInfo, MemberServer
+from meteor_spark.server.tcp import (
+    DEFAULT_AUTH_TIMEOUT_S,
+    DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
+    ConnectionInfo,
+    MemberServer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +67,18 @@ class MemberOptions:
     map_configs: tuple[MapConfig, ...] = ()
     partition_count: int = 271
     client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
+    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535 (0 = any free port), got {self.port}")
+        if not self.auth_timeout_s >= 0:  # also refuses NaN
+            raise ValueError(
+                f"authentication timeout must be >= 0 seconds (0 = never close unauthenticated connections), got "
+                f"{self.auth_timeout_s}; the default is {DEFAULT_AUTH_TIMEOUT_S:g}"
+            )
+        if self.data_dir is not None and os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
+            raise ValueError(f"data directory {self.data_dir} is a file, not a directory")
         if not self.client_heartbeat_timeout_s >= 0:  # also refuses NaN
             raise ValueError(
                 f"client heartbeat timeout must be >= 0 seconds (0 = never close silent clients), got "
@@ -111,7 +124,9 @@ async def serve(
         options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
     await engine.open()
-    server = MemberServer(engine, options.member_settings(), options.client_heartbeat_timeout_s)
+    server = MemberServer(
+        engine, options.member_settings(), options.client_heartbeat_timeout_s, auth_timeout_s=options.auth_timeout_s
+    )
     try:
         await server.start(options.host, options.port)
         if on_listening is not None:
@@ -148,6 +163,8 @@ class EmbeddedGrid:
         client_heartbeat_timeout_s: close a client connection the member heard nothing from for this long (the
             client vanished: partition, frozen process), which releases its locks and listeners; idle official
             clients ping every 5 s. Hazelcast's default, 60 s; 0 = never.
+        auth_timeout_s: close a connection that has not authenticated this long after it opened (a peer without
+            credentials cannot hold a connection, nor more than 64 KiB of the member's memory); 0 = never.
     """
 
     def __init__(
@@ -167,6 +184,7 @@ class EmbeddedGrid:
         log_level: str | int | None = None,
         start_timeout_s: float = 30.0,
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
+        auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
     ) -> None:
         self.options = MemberOptions(
             host=host,
@@ -181,6 +199,7 @@ class EmbeddedGrid:
             ring_configs=tuple(ring_configs),
             map_configs=tuple(map_configs),
             client_heartbeat_timeout_s=client_heartbeat_timeout_s,
+            auth_timeout_s=auth_timeout_s,
         )
         self.process_mode = process
         self.log_level = log_level
@@ -429,6 +448,7 @@ def member_arguments(options: MemberOptions) -> list[str]:
     argv += ["--fsync", options.fsync, "--fsync-interval-ms", str(options.fsync_interval_ms)]
     argv += ["--cp-mode", options.cp_mode]
     argv += ["--client-heartbeat-timeout-s", repr(float(options.client_heartbeat_timeout_s))]
+    argv += ["--auth-timeout-s", repr(float(options.auth_timeout_s))]
     for ring_config in options.ring_configs:
         argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
     for map_config in options.map_configs:
@@ -476,7 +496,7 @@ class ConfigSyntax(Generic[ConfigT]):
         return self.config_type(name=name, **values)
 
     def format(self, config: ConfigT) -> str:
-        values = ",".join(f"{setting}={getattr(config, name)}" for setting, name in self.settings.items())
+        values = ",".join(f"{setting}={int(getattr(config, name))}" for setting, name in self.settings.items())
         return f"{config.name}:{values}"
 
 
@@ -486,7 +506,9 @@ RING_CONFIG_SYNTAX = ConfigSyntax(
     {"capacity": "capacity", "ttl": "ttl_s", "backups": "backup_count", "async-backups": "async_backup_count"},
 )
 MAP_CONFIG_SYNTAX = ConfigSyntax(
-    "map config", MapConfig, {"ttl": "time_to_live_seconds", "max-idle": "max_idle_seconds"}
+    "map config",
+    MapConfig,
+    {"ttl": "time_to_live_seconds", "max-idle": "max_idle_seconds", "per-entry-stats": "per_entry_stats_enabled"},
 )
 
 

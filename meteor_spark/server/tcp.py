@@ -18,6 +18,13 @@ before producing their response (``RequestContext.park``). Below ``OUTPUT_LOW_WA
 response beyond the high-water mark, and never stalls other connections. Each response is queued whole, so its
 frames stay contiguous on the wire.
 
+Unauthenticated peers. Until a connection authenticates, the member accepts one message of at most
+``UNAUTHENTICATED_MESSAGE_LIMIT`` bytes (the authentication request); a bigger or fragmented one, or any other request,
+closes the connection, and so does not authenticating within ``auth_timeout_s``. The frame reader buffers only bytes
+that arrived (never an announced length) and gives its memory back when the connection closes. So a peer without
+credentials can pin at most 64 KiB per connection, for a few seconds. Authenticated clients may send frames of up to
+``MAX_FRAME_SIZE``.
+
 Silent clients. A connection on which nothing was received and nothing could be written for the client heartbeat
 timeout is closed (like a Hazelcast member's client heartbeat monitor), which releases the client's locks and
 listeners as any disconnect does. Idle official clients ping every 5 s, so only vanished ones hit it.
@@ -40,7 +47,7 @@ from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.handlers import registry
 from meteor_spark.server.handlers.registry import Chunks, Endpoint, MemberSettings
-from meteor_spark.server.protocol.frames import FrameReader, Message
+from meteor_spark.server.protocol.frames import MAX_FRAME_SIZE, UNAUTHENTICATED_MESSAGE_LIMIT, FrameReader, Message
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
 
@@ -60,6 +67,9 @@ HANDOFF_BYTES = 64 * 1024
 
 #: Hazelcast's default: a member closes a client connection it heard nothing from for 60 s.
 DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S = 60.0
+
+#: A connection that has not authenticated this long after it was opened is closed.
+DEFAULT_AUTH_TIMEOUT_S = 10.0
 
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 _WRITEV = getattr(os, "writev", None)  # None on Windows: chunks then go through the transport
@@ -92,7 +102,8 @@ class ConnectionInfo:
 class ClientConnection(asyncio.Protocol):
     def __init__(self, server: "MemberServer") -> None:
         self.server = server
-        self.reader = FrameReader()
+        self.reader = FrameReader(max_frame_size=UNAUTHENTICATED_MESSAGE_LIMIT, message_limit=UNAUTHENTICATED_MESSAGE_LIMIT)
+        self._auth_deadline: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.endpoint = Endpoint(self, "?")
         self.closed = False
@@ -138,12 +149,28 @@ class ClientConnection(asyncio.Protocol):
             transport.set_write_buffer_limits(high=0, low=0)
         else:
             transport.set_write_buffer_limits(high=OUTPUT_LOW_WATER, low=OUTPUT_LOW_WATER // 4)
+        if self.server.auth_timeout_s > 0:
+            self._auth_deadline = asyncio.get_running_loop().call_later(
+                self.server.auth_timeout_s, self._auth_timed_out
+            )
         logger.debug("connection from %s", self.endpoint.remote)
+
+    def _auth_timed_out(self) -> None:
+        self._auth_deadline = None
+        if not self.endpoint.authenticated and not self.closed:
+            logger.warning(
+                "closing connection from %s: it did not authenticate within %g s", self.endpoint.remote,
+                self.server.auth_timeout_s,
+            )
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
         self.last_activity = time.monotonic()
+        if self.reader.message_limit and self.endpoint.authenticated:
+            self.reader.max_frame_size = MAX_FRAME_SIZE
+            self.reader.message_limit = 0
         try:
             messages = self.reader.feed(data)
         except ProtocolError as exc:
@@ -201,6 +228,9 @@ class ClientConnection(asyncio.Protocol):
                 self.abort()
                 return
         transport = self.transport
+        if self._pending:  # responses of the requests served so far in this batch (an error explaining the close)
+            self._queue.extend(self._pending)
+            self._pending.clear()
         if transport is not None:
             if self._queue:  # the transport flushes these before it closes the socket
                 transport.writelines(list(self._queue))
@@ -359,6 +389,10 @@ class ClientConnection(asyncio.Protocol):
             return
         self.closed = True
         self.server.connections.discard(self)
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
+            self._auth_deadline = None
+        self.reader.release()
         self._queue.clear()
         self._queued = 0
         self._backlog.clear()
@@ -390,6 +424,7 @@ class MemberServer:
     Args:
         client_heartbeat_timeout_s: close a connection on which nothing was received (and nothing could be
             written) for this long; 0 disables the check.
+        auth_timeout_s: close a connection that has not authenticated this long after it opened; 0 disables it.
     """
 
     def __init__(
@@ -397,9 +432,13 @@ class MemberServer:
         engine: Engine,
         member: MemberSettings,
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
+        auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
     ) -> None:
         if client_heartbeat_timeout_s < 0:
             raise ValueError(f"client heartbeat timeout must be >= 0 s (0 = never), got {client_heartbeat_timeout_s}")
+        if not auth_timeout_s >= 0:
+            raise ValueError(f"authentication timeout must be >= 0 s (0 = never), got {auth_timeout_s}")
+        self.auth_timeout_s = auth_timeout_s
         self.engine = engine
         self.member = member
         self.client_heartbeat_timeout_s = client_heartbeat_timeout_s

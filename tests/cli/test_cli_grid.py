@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any, Callable
 
 import pytest
 
-from meteor_spark.grid import GridSettings
+from meteor_spark.errors import GridConnectionError
+from meteor_spark.grid import Grid, GridSettings
 
 Meteor = Callable[..., Any]
 METEOR = Path(sys.executable).with_name("meteor")
@@ -60,8 +62,8 @@ def test_help_and_version(meteor: Meteor, capsys: pytest.CaptureFixture[str]) ->
     assert unknown.code == 2 and "invalid choice: 'frobnicate'" in unknown.err
 
 
-def _start_member(*args: str) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _start_member(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(
         [str(METEOR), "grid", "start", "--port", "0", "--log-level", "WARNING", *args],
         stdout=subprocess.PIPE,
@@ -103,3 +105,50 @@ def test_console_script_reports_user_errors_without_traceback() -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("meteor streams: error: could not connect")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
+def test_grid_start_takes_the_member_password_from_the_environment() -> None:
+    secret = "s3cret-from-env"
+    process, address = _start_member("--username", "alice", "--log-level", "DEBUG", env={"METEOR_GRID_PASSWORD": secret})
+    try:
+        with Grid.connect(address, username="alice", password=secret, connect_timeout_s=10) as grid:
+            assert grid.members()
+        with pytest.raises(GridConnectionError):
+            Grid.connect(address, username="alice", password="wrong", connect_timeout_s=1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert process.stderr is not None
+    log = process.stderr.read()
+    assert code == 0, log
+    assert secret not in log
+
+
+def _grid_start(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(METEOR), "grid", "start", "--log-level", "WARNING", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
+def test_grid_start_on_a_data_dir_that_is_a_file_says_so(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "grid-data"
+    not_a_dir.write_text("I am a file")
+    done = _grid_start("--port", "0", "--data-dir", str(not_a_dir))
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [f"error: --data-dir {not_a_dir} is a file, not a directory; give a "
+                                                "directory (created if missing)"]
+
+
+@pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
+def test_grid_start_on_a_busy_port_says_so_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = _grid_start("--port", str(port))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in lines[0] and "--port 0 for a free port" in lines[0]

@@ -36,10 +36,13 @@ def test_client_connects_and_sees_one_member_with_271_partitions(grid_settings: 
         assert c.lifecycle_service.is_running()
         members = c.cluster_service.get_members()
         assert len(members) >= 1
-        assert c.partition_service.get_partition_count() == 271
+        # A real member may deliver the partition table after the member list: poll for it.
+        partitions = c.partition_service
+        wait_until(lambda: partitions.get_partition_count() == 271, timeout_s=30, message="the partition table")
         if len(members) == 1:
-            owner = c.partition_service.get_partition_owner(0)
-            assert owner == members[0].uuid
+            wait_until(lambda: partitions.get_partition_owner(0) is not None, timeout_s=30,
+                       message="the owner of partition 0")
+            assert partitions.get_partition_owner(0) == members[0].uuid
         ring = c.get_ringbuffer("t-connect-probe").blocking()
         assert ring.capacity() >= 1
     finally:

@@ -144,8 +144,13 @@ def test_every_member_option_survives_the_command_line() -> None:
         fsync_interval_ms=25,
         cp_mode="disabled",
         ring_configs=(RingConfig("r.*", capacity=7, ttl_s=2, backup_count=0, async_backup_count=1),),
-        map_configs=(MapConfig("m.*", time_to_live_seconds=3, max_idle_seconds=4), MapConfig("default", 9)),
+        map_configs=(
+            MapConfig("m.*", time_to_live_seconds=3, max_idle_seconds=4),
+            MapConfig("default", 9),
+            MapConfig("stats", per_entry_stats_enabled=True),
+        ),
         client_heartbeat_timeout_s=0.123456789,
+        auth_timeout_s=3.5,
     )
     assert options_from_args(build_parser().parse_args(member_arguments(options))) == options
 
@@ -159,6 +164,32 @@ def test_invalid_member_options_name_the_setting() -> None:
         EmbeddedGrid(fsync="sometimes")
     with pytest.raises(ValueError, match="client heartbeat timeout must be >= 0 seconds .*got -1"):
         EmbeddedGrid(client_heartbeat_timeout_s=-1)
+    with pytest.raises(ValueError, match="authentication timeout must be >= 0 seconds .*got -2"):
+        EmbeddedGrid(auth_timeout_s=-2)
+    with pytest.raises(ValueError, match="per-entry-stats must be 0 or 1, got 2"):
+        parse_map_config("m:per-entry-stats=2")
+
+
+def test_a_data_dir_that_is_a_file_is_refused(tmp_path: "os.PathLike[str]") -> None:
+    not_a_dir = os.path.join(tmp_path, "file")
+    with open(not_a_dir, "w") as handle:
+        handle.write("x")
+    with pytest.raises(ValueError, match="is a file, not a directory"):
+        EmbeddedGrid(data_dir=not_a_dir)
+
+
+def test_authentication_with_long_credentials_and_labels_fits_the_unauthenticated_limit() -> None:
+    username, password = "u" * 500, "p" * 4000
+    with EmbeddedGrid(username=username, password=password) as member:
+        client = hazelcast.HazelcastClient(
+            cluster_members=[member.address], cluster_name=member.cluster_name, cluster_connect_timeout=10,
+            creds_username=username, creds_password=password, client_name="n" * 500,
+            labels=[f"label-{i}-" + "l" * 200 for i in range(40)],
+        )
+        try:
+            assert client.get_map("m").blocking().put("k", "v") is None
+        finally:
+            client.shutdown()
 
 
 def _client(member: EmbeddedGrid) -> "hazelcast.HazelcastClient":

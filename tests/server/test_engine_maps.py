@@ -37,7 +37,11 @@ def waiters() -> Waiters:
 
 @pytest.fixture
 def maps(clock: ManualClock, waiters: Waiters) -> Maps:
-    return Maps(clock, waiters, MapConfigs((MapConfig("ttl-*", time_to_live_seconds=10),)))
+    return Maps(
+        clock,
+        waiters,
+        MapConfigs((MapConfig("ttl-*", time_to_live_seconds=10), MapConfig("m", per_entry_stats_enabled=True))),
+    )
 
 
 @pytest.fixture

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 LONG_MAX = (1 << 63) - 1
 """What Hazelcast reports for "never" in entry views (``Long.MAX_VALUE``)."""
 
+UNSET = -1
+"""What Hazelcast reports in entry views for per-entry statistics it does not keep (``Record.UNSET``)."""
+
 
 class EntryEventType(IntFlag):
     """Hazelcast ``EntryEventType`` ids; also the bits of a listener's ``listener_flags``."""
@@ -81,14 +84,24 @@ class MapConfig:
 
     ``time_to_live_seconds`` / ``max_idle_seconds``: defaults applied when a write gives a negative TTL / max-idle
     (the client sends -1 when none is given); 0 means entries never expire.
+
+    ``per_entry_stats_enabled``: Hazelcast 5.x's ``per-entry-stats-enabled``, off by default. Off, an entry view
+    reports -1 for hits, last access time, creation time and last stored time, and for the last update time unless
+    the entry expires (TTL or max-idle: the member keeps that time to expire it), as a Hazelcast member does.
     """
 
     name: str = "default"
     time_to_live_seconds: int = 0
     max_idle_seconds: int = 0
+    per_entry_stats_enabled: bool = False
 
     def __post_init__(self) -> None:
         check_pattern("map", self.name)
+        if self.per_entry_stats_enabled not in (0, 1):  # True / False, or 0 / 1 from a command line
+            raise InvalidConfiguration(
+                f"map config {self.name!r}: per-entry-stats must be 0 or 1, got {self.per_entry_stats_enabled!r}"
+            )
+        object.__setattr__(self, "per_entry_stats_enabled", bool(self.per_entry_stats_enabled))
         for setting in ("time_to_live_seconds", "max_idle_seconds"):
             value = getattr(self, setting)
             if value < 0:
@@ -101,7 +114,8 @@ class MapConfig:
         """Java-like rendering, used in conflict messages."""
         return (
             f"MapConfig{{name='{self.name}', timeToLiveSeconds={self.time_to_live_seconds}, "
-            f"maxIdleSeconds={self.max_idle_seconds}}}"
+            f"maxIdleSeconds={self.max_idle_seconds}, "
+            f"perEntryStatsEnabled={str(self.per_entry_stats_enabled).lower()}}}"
         )
 
 
@@ -391,16 +405,17 @@ class Maps:
             return None
         expires = record.expires_at_mono()
         expiration = LONG_MAX if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
+        stats = store.config.per_entry_stats_enabled
         return SimpleEntryView(
             key=key,
             value=record.value,
             cost=len(key) + len(record.value),
-            creation_time=record.created_wall,
+            creation_time=record.created_wall if stats else UNSET,
             expiration_time=expiration,
-            hits=record.hits,
-            last_access_time=record.accessed_wall,
-            last_stored_time=0,
-            last_update_time=record.updated_wall,
+            hits=record.hits if stats else UNSET,
+            last_access_time=record.accessed_wall if stats else UNSET,
+            last_stored_time=0 if stats else UNSET,
+            last_update_time=record.updated_wall if stats or expires is not None else UNSET,
             version=record.version,
             ttl=record.ttl_ms if record.ttl_ms > 0 else LONG_MAX,
             max_idle=record.max_idle_ms if record.max_idle_ms > 0 else LONG_MAX,

@@ -6,9 +6,17 @@ Layout of ``data_dir``::
     maps.log                        the map change log (put / remove / destroy), compacted into a snapshot at start
 
 Every record is framed as ``uint32 length | uint32 crc32 | body`` (little-endian); a ring record's body starts with
-its int64 sequence. At recovery the logs are scanned; the first record that is cut short or fails its CRC marks a
-torn tail (a write the crash interrupted, never acknowledged under ``fsync=always``): the file is truncated there,
-with a warning, and nothing after it is ever served.
+its int64 sequence. At recovery the logs are scanned (``_Scanner``):
+
+- a **torn tail** (the last record cut short by the end of the file: a write the crash interrupted, never
+  acknowledged under ``fsync=always``) is truncated, with a warning;
+- any other **damage** (a CRC mismatch, an impossible length, a sequence out of order) is never "repaired" by
+  truncation: the scan resynchronises on the next record that checks out, the damaged bytes are copied to
+  ``<log>.quarantine-<n>`` beside the log, the log is rewritten with every intact record before and after them, and
+  an error names the file, the byte range and the ring sequences lost (they may have been acknowledged);
+- a ring's sequence never goes backwards: when damage took a ring's last records, the highest sequence they may have
+  held is kept in ``<log>.hwm`` (written only then: appends cost nothing more) and the ring continues above it.
+  Lost sequences are holes: reads answer them as a gap in stored history, which clients report as data loss.
 
 Durability (``EngineConfig.fsync``, documented for users in ``docs/persistence.md``):
 
@@ -96,44 +104,296 @@ class _Scanned:
     length: int
     """Body length."""
     crc: int
+    sequence: int = -1
+    """A ring record's sequence (-1 in the map log)."""
+
+    @property
+    def end(self) -> int:
+        return self.offset + _HEADER.size + self.length
 
 
-def _truncate(fd: int, path: Path, offset: int, reason: str) -> None:
-    size = os.fstat(fd).st_size
-    log.warning(
-        "%s: torn tail after a crash: %s at byte %d; truncating %d bytes (never acknowledged under fsync=always)",
-        path, reason, offset, size - offset,
-    )
-    os.ftruncate(fd, offset)
+@dataclass(frozen=True)
+class Damage:
+    """A damaged byte range ``[start, end)`` of a log, and what it cost."""
+
+    start: int
+    end: int
+    reason: str
+    torn: bool = False
+    """A real torn tail: the last record, cut short by the end of the file (a write the crash interrupted)."""
+    lost_first: int = -1
+    """Ring logs: the first sequence lost with these bytes (-1 when the log is a map log)."""
+    lost_last: int = -2
+    """Ring logs: the last sequence lost (an upper bound when ``exact`` is False)."""
+    exact: bool = True
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def lost(self) -> str:
+        if self.lost_first < 0:
+            return "unknown records"
+        count = self.lost_last - self.lost_first + 1
+        items = "item" if count == 1 else "items"
+        if self.exact:
+            return f"ring sequences {self.lost_first}..{self.lost_last} ({count} {items})"
+        return f"ring sequences from {self.lost_first} up to at most {self.lost_last} (at most {count} {items})"
 
 
-def scan(fd: int, path: Path, verify: bool = True) -> tuple[list[_Scanned], int]:
-    """Walk the records of a log; return them and the offset where valid data ends.
+@dataclass
+class _ScanResult:
+    records: list[_Scanned]
+    damage: list[Damage]
+    """Damaged ranges to quarantine, in file order (a torn tail is not among them)."""
+    torn: Damage | None = None
 
-    The file is truncated at the first record that is cut short or (with ``verify``) fails its CRC. Without
-    ``verify`` only lengths are checked; the caller then checks the CRCs of what it reads.
+
+_MAX_GAP = 1 << 40
+"""No ring log holds a sequence gap this large: a record claiming one is garbage (keeps resynchronisation from
+checksumming random lengths)."""
+
+
+def _map_record_fits(raw: bytes, length: int) -> bool:
+    """Whether the fixed fields of a map record (``raw`` = header + up to its fixed part) agree with its length."""
+    body = raw[_HEADER.size : _HEADER.size + length]
+    kind = body[0]
+    fixed = {_PUT: _PUT_FIXED, _REMOVE: _REMOVE_FIXED, _DESTROY: _DESTROY_FIXED}.get(kind)
+    if fixed is None or len(body) < fixed.size:
+        return False
+    if kind == _PUT:
+        _, _, _, _, name_len, key_len = _PUT_FIXED.unpack_from(body)
+        return _PUT_FIXED.size + name_len + key_len <= length
+    if kind == _REMOVE:
+        _, name_len, key_len = _REMOVE_FIXED.unpack_from(body)
+        return _REMOVE_FIXED.size + name_len + key_len == length
+    _, name_len = _DESTROY_FIXED.unpack_from(body)
+    return _DESTROY_FIXED.size + name_len == length
+
+
+class _Scanner:
+    """Walks a log's records; around damage it resynchronises on the next record that checks out.
+
+    A record checks out when its length fits in the file, its CRC matches and (ring logs) its sequence is above the
+    previous record's; a candidate found by resynchronisation must also be followed by another well-formed record or
+    by the end of the file. A random byte string passes that with odds of about 2^-32 per position, so no marker is
+    needed and the format stays the one every existing log already has.
+
+    ``verify=False`` checks only the structure (lengths, sequences) of records whose sequence follows the previous
+    one; records that open a sequence gap, and candidates after damage, are always CRC-checked.
     """
-    size = os.fstat(fd).st_size
-    records: list[_Scanned] = []
-    offset = 0
-    reason = ""
-    while offset < size:
-        if size - offset < _HEADER.size:
-            reason = f"a record header cut short ({size - offset} of {_HEADER.size} bytes)"
-            break
-        length, crc = _HEADER.unpack(os.pread(fd, _HEADER.size, offset))
-        end = offset + _HEADER.size + length
-        if length >= _MAX_RECORD or end > size:
-            reason = f"a record of {length} bytes cut short by the end of the file ({size - offset} bytes left)"
-            break
-        if verify and zlib.crc32(os.pread(fd, length, offset + _HEADER.size)) != crc:
-            reason = "a record whose CRC does not match its contents"
-            break
-        records.append(_Scanned(offset, length, crc))
-        offset = end
-    if offset < size:
-        _truncate(fd, path, offset, reason)
-    return records, offset
+
+    def __init__(self, fd: int, path: Path, *, sequenced: bool, verify: bool) -> None:
+        self.fd = fd
+        self.path = path
+        self.sequenced = sequenced
+        self.verify = verify
+        self.size = os.fstat(fd).st_size
+        self.min_body = _SEQUENCE.size if sequenced else _DESTROY_FIXED.size
+
+    def scan(self) -> _ScanResult:
+        result = _ScanResult([], [])
+        offset = 0
+        previous = -1
+        while offset < self.size:
+            record, reason = self._record_at(offset, previous, self.verify)
+            if record is not None:
+                result.records.append(record)
+                previous = record.sequence
+                offset = record.end
+                continue
+            if not self.verify and result.records and not self.crc_ok(result.records[-1]):
+                # The record before took its length on trust: if it fails its CRC, the damage starts there (a
+                # damaged length field made it end in the wrong place).
+                offset = result.records.pop().offset
+                previous = result.records[-1].sequence if result.records else -1
+            resume = self._resync(offset, previous)
+            if resume is None:
+                damage = self._tail(offset, previous, reason)
+                if damage.torn:
+                    result.torn = damage
+                else:
+                    result.damage.append(damage)
+                break
+            lost_first, lost_last = (previous + 1, resume.sequence - 1) if self.sequenced else (-1, -2)
+            result.damage.append(Damage(offset, resume.offset, reason, False, lost_first, lost_last))
+            offset = resume.offset
+        return result
+
+    def crc_ok(self, record: _Scanned) -> bool:
+        body = os.pread(self.fd, record.length, record.offset + _HEADER.size)
+        return len(body) == record.length and zlib.crc32(body) == record.crc
+
+    def _record_at(self, offset: int, previous: int, verify: bool) -> tuple[_Scanned | None, str]:
+        left = self.size - offset
+        if left < _HEADER.size:
+            return None, f"a record header cut short ({left} of {_HEADER.size} bytes)"
+        raw = os.pread(self.fd, _HEADER.size + _PUT_FIXED.size, offset)
+        length, crc = _HEADER.unpack_from(raw)
+        if length < self.min_body or length >= _MAX_RECORD or len(raw) < _HEADER.size + self.min_body:
+            return None, f"an impossible record length {length}"
+        if offset + _HEADER.size + length > self.size:
+            return None, f"a record of {length} bytes cut short by the end of the file ({left} bytes left)"
+        sequence = -1
+        if self.sequenced:
+            sequence = _SEQUENCE.unpack_from(raw, _HEADER.size)[0]
+            if sequence <= previous:
+                return None, f"a record numbered {sequence} after sequence {previous}"
+            if sequence - previous > _MAX_GAP:
+                return None, f"a record numbered {sequence} far after sequence {previous}"
+            verify = verify or sequence != previous + 1
+        elif not _map_record_fits(raw, length):
+            return None, "a map record whose fields do not fit its length"
+        record = _Scanned(offset, length, crc, sequence)
+        if verify and not self.crc_ok(record):
+            return None, "a record whose CRC does not match its contents"
+        return record, ""
+
+    def _confirmed(self, offset: int, previous: int) -> _Scanned | None:
+        """A record that checks out at ``offset`` and is followed by a well-formed record or the end of the file."""
+        record, _ = self._record_at(offset, previous, True)
+        if record is None:
+            return None
+        if record.end == self.size:
+            return record
+        following, _ = self._record_at(record.end, record.sequence, False)
+        return record if following is not None else None
+
+    def _resync(self, start: int, previous: int) -> _Scanned | None:
+        """The first record after damage at ``start`` that checks out, or None (the damage runs to the end)."""
+        header = os.pread(self.fd, _HEADER.size, start)
+        if len(header) == _HEADER.size:
+            # Most damage leaves the length intact (a flipped body byte): the next record is where it says.
+            length, _ = _HEADER.unpack(header)
+            after = start + _HEADER.size + length
+            if length >= self.min_body and after < self.size:
+                record = self._confirmed(after, previous)
+                if record is not None:
+                    return record
+        chunk_size = 1 << 20
+        position = start + 1
+        last = self.size - _HEADER.size - self.min_body
+        while position <= last:
+            chunk = os.pread(self.fd, chunk_size + _HEADER.size + self.min_body, position)
+            for index in range(min(chunk_size, last - position + 1)):
+                length = int.from_bytes(chunk[index : index + 4], "little")
+                if length < self.min_body or position + index + _HEADER.size + length > self.size:
+                    continue
+                record = self._confirmed(position + index, previous)
+                if record is not None:
+                    return record
+            position += chunk_size
+        return None
+
+    def _tail(self, start: int, previous: int, reason: str) -> Damage:
+        """Damage that runs to the end of the file: a torn tail, or damaged last records."""
+        left = self.size - start
+        if left < _HEADER.size:
+            return Damage(start, self.size, reason, True, -1, -2)
+        raw = os.pread(self.fd, left, start) if left <= 1 << 20 else os.pread(self.fd, _HEADER.size + 8, start)
+        length, crc = _HEADER.unpack_from(raw)
+        next_sequence = previous + 1
+        if start + _HEADER.size + length > self.size and length < _MAX_RECORD:
+            sequence_ok = (
+                not self.sequenced
+                or left < _HEADER.size + _SEQUENCE.size
+                or _SEQUENCE.unpack_from(raw, _HEADER.size)[0] == next_sequence
+            )
+            rest = os.pread(self.fd, left - _HEADER.size, start + _HEADER.size)
+            if sequence_ok and zlib.crc32(rest) != crc:
+                lost = (next_sequence, next_sequence) if self.sequenced else (-1, -2)
+                return Damage(start, self.size, reason, True, *lost)
+            if sequence_ok:  # the whole body is there: only the length field is damaged
+                lost = (next_sequence, next_sequence) if self.sequenced else (-1, -2)
+                return Damage(start, self.size, "a complete record whose length field is damaged", False, *lost)
+        if not self.sequenced:
+            return Damage(start, self.size, reason)
+        # How many records did these bytes hold? Exactly, when their lengths still chain to the end of the file;
+        # otherwise at most one per 16 bytes (the smallest ring record).
+        count = 0
+        offset = start
+        while offset < self.size:
+            header = os.pread(self.fd, _HEADER.size + _SEQUENCE.size, offset)
+            if len(header) < _HEADER.size + _SEQUENCE.size:
+                break
+            length, _ = _HEADER.unpack_from(header)
+            if length < _SEQUENCE.size or offset + _HEADER.size + length > self.size:
+                break
+            if _SEQUENCE.unpack_from(header, _HEADER.size)[0] != next_sequence + count:
+                break
+            count += 1
+            offset += _HEADER.size + length
+        if offset == self.size and count:
+            return Damage(start, self.size, reason, False, next_sequence, next_sequence + count - 1)
+        bound = max(1, left // (_HEADER.size + _SEQUENCE.size))
+        return Damage(start, self.size, reason, False, next_sequence, next_sequence + bound - 1, exact=False)
+
+
+def _next_free(path: Path, suffix: str) -> Path:
+    number = 1
+    while True:
+        candidate = path.with_name(f"{path.name}.{suffix}-{number}")
+        if not candidate.exists():
+            return candidate
+        number += 1
+
+
+def _quarantine(fd: int, path: Path, damage: Damage) -> Path:
+    """Copy a damaged byte range to ``<log>.quarantine-<n>`` beside the log (fsynced); its path."""
+    target = _next_free(path, "quarantine")
+    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        position = damage.start
+        while position < damage.end:
+            data = os.pread(fd, min(1 << 20, damage.end - position), position)
+            if not data:
+                break
+            os.write(out, data)
+            position += len(data)
+        os.fsync(out)
+    finally:
+        os.close(out)
+    _fsync_dir(path.parent)
+    return target
+
+
+def _truncate_torn(fd: int, path: Path, torn: Damage) -> None:
+    log.warning(
+        "%s: torn tail: %s at byte %d, the last record a crash interrupted while it was written; truncating %d "
+        "bytes (under fsync=always such a write was never acknowledged)",
+        path, torn.reason, torn.start, torn.size,
+    )
+    os.ftruncate(fd, torn.start)
+
+
+def _rewrite(fd: int, path: Path, records: list[_Scanned]) -> list[_Scanned]:
+    """Replace the log by its intact records only (temporary file, fsync, atomic rename); their new positions."""
+    tmp_path = path.with_name(path.name + ".tmp")
+    out = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    moved: list[_Scanned] = []
+    try:
+        position = 0
+        for record in records:
+            size = record.end - record.offset
+            data = os.pread(fd, size, record.offset)
+            os.write(out, data)
+            moved.append(_Scanned(position, record.length, record.crc, record.sequence))
+            position += size
+        os.fsync(out)
+    finally:
+        os.close(out)
+    os.replace(tmp_path, path)
+    _fsync_dir(path.parent)
+    return moved
+
+
+def _report(path: Path, damage: Damage, target: Path, what: str) -> None:
+    log.error(
+        "%s: bytes %d..%d are damaged (%s); moved them to %s. Lost: %s, which may have been acknowledged to "
+        "clients. %s",
+        path, damage.start, damage.end - 1, damage.reason, target, damage.lost() if damage.lost_first >= 0 else what,
+        "Every intact record before and after them is kept.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------ fsync policy
@@ -283,51 +543,128 @@ def _file_name(name: str) -> str:
 
 # ------------------------------------------------------------------------------------------------ rings
 
+_HWM = struct.Struct("<qI")
+
 
 class RingStore:
     """One ring's append-only log (``engine.ringbuffer.RingStore``): every item by sequence, including history
-    below the ring's head."""
+    below the ring's head.
+
+    Sequences lost to damage (quarantined at recovery, or found corrupt when read back) are holes: ``load`` answers
+    None for them and ``next_stored`` skips them, so readers see a gap, never wrong bytes.
+    """
 
     def __init__(self, path: Path, syncer: Syncer) -> None:
         self.path = path
+        self.hwm_path = path.with_name(path.name + ".hwm")
         self._syncer = syncer
         new = not path.exists()
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         if new and syncer.policy == "always":
             _fsync_dir(path.parent)
         self._offsets = array("q")
-        """File offset of each record's header, by ``sequence - self._base``."""
+        """File offset of each record's header, by ``sequence - self._base``; -1 for a lost sequence."""
         self._base = 0
         self._end = 0
         self._closed = False
+        self.quarantined: list[Damage] = []
+        """What recovery moved out of the log (damaged ranges)."""
 
     def recover(self, capacity: int) -> tuple[int, list[bytes]]:
-        """(tail, the last ``capacity`` items) from the log; a torn tail is truncated first.
+        """(tail, the intact items ending at that tail, at most ``capacity``) from the log.
 
-        Only the tail can be torn, and the last ``capacity`` records are read into memory anyway, so those are the
-        records whose CRC is checked here (older history is checked when ``load`` reads it): a start never has to
-        read a long history.
+        The tail never goes below the highest sequence ever assigned: it is the last record's sequence, or the
+        high-water mark kept in ``<log>.hwm`` when damage took the last records away. A torn tail is truncated;
+        other damage is quarantined (``<log>.quarantine-<n>``) and the log rewritten without it. The structure of
+        the whole log is checked, and the CRC of the last ``capacity`` records (the ones read into memory); older
+        history has its CRC checked when it is read back, so a start never has to read a long history.
         """
-        records, self._end = scan(self._fd, self.path, verify=False)
-        keep = max(len(records) - capacity, 0)
-        items: list[bytes] = []
-        for index in range(keep, len(records)):
+        scanner = _Scanner(self._fd, self.path, sequenced=True, verify=False)
+        result = scanner.scan()
+        records = result.records
+        recent: dict[int, bytes] = {}
+        index = len(records) - 1
+        while index >= 0 and len(recent) < capacity:
             record = records[index]
             body = os.pread(self._fd, record.length, record.offset + _HEADER.size)
-            if zlib.crc32(body) != record.crc:
-                _truncate(self._fd, self.path, record.offset, "a record whose CRC does not match its contents")
-                del records[index:]
-                self._end = record.offset
-                break
-            items.append(body[_SEQUENCE.size :])
-        if not records:
-            return -1, []
-        first_sequence = _SEQUENCE.unpack(os.pread(self._fd, _SEQUENCE.size, records[0].offset + _HEADER.size))[0]
-        self._base = first_sequence
-        self._offsets.extend(record.offset for record in records)
-        tail = first_sequence + len(records) - 1
-        log.info("ring log %s: %d items on disk (sequences %d..%d)", self.path.name, len(records), first_sequence, tail)
-        return tail, items[-capacity:] if capacity > 0 else []
+            if len(body) == record.length and zlib.crc32(body) == record.crc:
+                recent[record.sequence] = body[_SEQUENCE.size :]
+            else:
+                result.damage.append(
+                    Damage(record.offset, record.end, "a record whose CRC does not match its contents", False,
+                           record.sequence, record.sequence)
+                )
+                del records[index]
+            index -= 1
+        result.damage.sort(key=lambda damage: damage.start)
+        last = records[-1].sequence if records else -1
+        tail = max([last, self._read_hwm()] + [damage.lost_last for damage in result.damage])
+        if result.damage:
+            for damage in result.damage:
+                target = _quarantine(self._fd, self.path, damage)
+                _report(self.path, damage, target, "")
+            self.quarantined = result.damage
+            if tail > last:
+                self._write_hwm(tail)
+                log.error(
+                    "ring log %s: its last records were damaged; the ring continues after sequence %d (kept in %s), so "
+                    "no sequence is ever reused", self.path, tail, self.hwm_path.name,
+                )
+            records = _rewrite(self._fd, self.path, records)
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            if result.torn is not None:
+                log.warning("%s: torn tail at byte %d (%d bytes, a write a crash interrupted) dropped",
+                            self.path, result.torn.start, result.torn.size)
+        elif result.torn is not None:
+            _truncate_torn(self._fd, self.path, result.torn)
+        self._end = records[-1].end if records else 0
+        if records:
+            self._base = records[0].sequence
+            offsets = self._offsets
+            for record in records:
+                while self._base + len(offsets) < record.sequence:
+                    offsets.append(-1)
+                offsets.append(record.offset)
+        if tail >= 0:
+            if not records:
+                self._base = tail + 1
+            while self._base + len(self._offsets) <= tail:
+                self._offsets.append(-1)
+        items: list[bytes] = []
+        sequence = tail
+        while sequence in recent and len(items) < capacity:
+            items.append(recent[sequence])
+            sequence -= 1
+        items.reverse()
+        if records:
+            log.info("ring log %s: %d items on disk (sequences %d..%d), tail %d", self.path.name, len(records),
+                     records[0].sequence, last, tail)
+        return tail, items if capacity > 0 else []
+
+    def _read_hwm(self) -> int:
+        try:
+            data = self.hwm_path.read_bytes()
+        except FileNotFoundError:
+            return -1
+        if len(data) == _HWM.size:
+            sequence, crc = _HWM.unpack(data)
+            if zlib.crc32(data[:8]) == crc:
+                return sequence
+        log.error("%s is damaged; the ring's high-water mark comes from its log alone", self.hwm_path)
+        return -1
+
+    def _write_hwm(self, sequence: int) -> None:
+        tmp = self.hwm_path.with_name(self.hwm_path.name + ".tmp")
+        data = _SEQUENCE.pack(sequence)
+        tmp.write_bytes(_HWM.pack(sequence, zlib.crc32(data)))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.hwm_path)
+        _fsync_dir(self.path.parent)
 
     def append(self, sequence: int, item: bytes) -> None:
         if self._closed:
@@ -348,20 +685,38 @@ class RingStore:
         if index < 0 or index >= len(self._offsets) or self._closed:
             return None
         offset = self._offsets[index]
+        if offset < 0:
+            return None
         header = os.pread(self._fd, _HEADER.size, offset)
         length, crc = _HEADER.unpack(header)
         body = os.pread(self._fd, length, offset + _HEADER.size)
-        if len(body) != length or zlib.crc32(body) != crc:
-            log.error("ring log %s: record of sequence %d is corrupt on disk; not serving it", self.path, sequence)
+        if len(body) != length or zlib.crc32(body) != crc or _SEQUENCE.unpack_from(body)[0] != sequence:
+            log.error(
+                "ring log %s: the record of sequence %d (bytes from %d) is damaged on disk; it is not served (readers "
+                "see it as lost) and stays in the log", self.path, sequence, offset,
+            )
+            self._offsets[index] = -1
             return None
         return body[_SEQUENCE.size :]
 
+    def next_stored(self, sequence: int, below: int) -> int | None:
+        """The first sequence in ``[sequence, below)`` the log holds (skipping lost ones), or None."""
+        offsets = self._offsets
+        index = max(sequence - self._base, 0)
+        stop = min(below - self._base, len(offsets))
+        while index < stop:
+            if offsets[index] >= 0:
+                return self._base + index
+            index += 1
+        return None
+
     def destroy(self) -> None:
         self.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        for path in (self.path, self.hwm_path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
 
     def close(self) -> None:
         if self._closed:
@@ -382,6 +737,8 @@ class MapLog:
         self._syncer = syncer
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.records = 0
+        self.quarantined: list[Damage] = []
+        """What the last ``replay`` moved out of the log (damaged ranges)."""
 
     def _write(self, parts: list[bytes | bytearray | memoryview]) -> None:
         _append_record(self._fd, parts)
@@ -404,8 +761,20 @@ class MapLog:
         self._write([_DESTROY_FIXED.pack(_DESTROY, len(encoded)), encoded])
 
     def replay(self) -> Iterator[tuple[int, str, bytes, bytes, int | None, int, int]]:
-        """Every valid record as ``(kind, map, key, value, expires_wall_ms, ttl_ms, max_idle_ms)`` (torn tail cut)."""
-        records, _ = scan(self._fd, self.path, verify=True)
+        """Every intact record as ``(kind, map, key, value, expires_wall_ms, ttl_ms, max_idle_ms)``.
+
+        A torn tail is truncated; damaged records elsewhere are copied to ``maps.log.quarantine-<n>`` and skipped (the
+        compaction that follows every start rewrites the log without them).
+        """
+        result = _Scanner(self._fd, self.path, sequenced=False, verify=True).scan()
+        for damage in result.damage:
+            target = _quarantine(self._fd, self.path, damage)
+            _report(self.path, damage, target, "the map updates (put / remove / destroy) these bytes held; a key may "
+                    "show an older value, or a removed key come back")
+        self.quarantined = result.damage
+        if result.torn is not None:
+            _truncate_torn(self._fd, self.path, result.torn)
+        records = result.records
         self.records = len(records)
         for record in records:
             body = os.pread(self._fd, record.length, record.offset + _HEADER.size)

@@ -114,6 +114,9 @@ class RingStore(Protocol):
     def load(self, sequence: int) -> bytes | None:
         """The item at ``sequence`` if the store still has it (used for reads below the ring's head)."""
 
+    def next_stored(self, sequence: int, below: int) -> int | None:
+        """The first sequence in ``[sequence, below)`` the store holds (past sequences lost to damage), or None."""
+
     def recover(self, capacity: int) -> tuple[int, list[bytes]]:
         """(tail sequence, the last ``<= capacity`` items ending at that tail), at ring creation; (-1, []) if new."""
 
@@ -332,14 +335,23 @@ class Ringbuffer:
 
     def _read_history(self, state: ReadManyState, sequence: int) -> tuple[int, bool]:
         """Read items below the head from the store, up to ``max_count``; (next sequence, False if it hit a gap
-        after reading something)."""
-        assert self.store is not None
+        after reading something).
+
+        A read that starts in a gap (sequences the store never had, or lost to damage) starts at the next stored
+        sequence, or at the head: the answer's first sequence then tells the client what is missing.
+        """
+        store = self.store
+        assert store is not None
         while sequence < self.head and len(state.items) < state.max_count:
-            item = self.store.load(sequence) if sequence >= 0 else None
+            item = store.load(sequence) if sequence >= 0 else None
             if item is None:
                 if state.items:
                     return sequence, False
-                return self.head, True  # nothing stored there: clamp to the head like a ring without a store
+                following = store.next_stored(max(sequence, 0) + 1, self.head)
+                if following is None:
+                    return self.head, True  # nothing stored there: clamp to the head like a ring without a store
+                sequence = following
+                continue
             state.items.append(item)
             state.sequences.append(sequence)
             sequence += 1

@@ -221,19 +221,23 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
     message_type, correlation_id, partition_id = msg.request_header()
     entry = HANDLERS.get(message_type)
     connection = endpoint.connection
+    if not endpoint.authenticated and (entry is None or entry.needs_auth):
+        # Hazelcast: "must authenticate before any operation", an error response, and the connection is closed.
+        what = entry.spec.name if entry is not None else f"message type 0x{message_type & 0xFFFFFFFF:x}"
+        connection.send(
+            encode_error(
+                correlation_id,
+                Authentication(f"client {endpoint.remote} must authenticate before any operation; it sent {what}"),
+            )
+        )
+        logger.warning("closing connection from %s: it sent %s before authenticating", endpoint.remote, what)
+        connection.close(f"{what} before authentication")
+        return
     if entry is None:
         connection.send(
             encode_error(
                 correlation_id,
                 UnsupportedOperation(f"Unrecognized client message received with type: 0x{message_type & 0xFFFFFFFF:x}"),
-            )
-        )
-        return
-    if entry.needs_auth and not endpoint.authenticated:
-        connection.send(
-            encode_error(
-                correlation_id,
-                Authentication(f"client {endpoint.remote} sent {entry.spec.name} before authenticating"),
             )
         )
         return

@@ -43,6 +43,11 @@ EVENT_FIXED_OFFSET = 16  # type, correlation id of the registration, partition i
 #: A single frame larger than this is treated as garbage: no client sends one (it would be a 256 MiB ring item).
 MAX_FRAME_SIZE = 256 * 1024 * 1024
 
+#: Before authentication a member accepts one message only, the authentication request: its frames together may not
+#: exceed this. The official client's request is a few hundred bytes even with long names, credentials and labels;
+#: a peer that has not proven who it is cannot make the member buffer more.
+UNAUTHENTICATED_MESSAGE_LIMIT = 64 * 1024
+
 _FRAME_HEADER = struct.Struct("<iH")
 _DIRECT_MAX = 16 * 1024  # reads up to this size are cut without copying them into the buffer first
 _REQUEST_HEADER = struct.Struct("<iqi")
@@ -94,14 +99,29 @@ class FrameReader:
     fragmentation id; an unfragmented message is handed out as soon as its final frame arrives.
 
     Raises ``ProtocolError`` (from ``feed``) on input no client sends: a bad preamble, a frame length below the header
-    size or above ``MAX_FRAME_SIZE``, a continuation of an unknown fragment.
+    size or above ``max_frame_size``, a continuation of an unknown fragment; and, while ``message_limit`` is set (a
+    connection not authenticated yet), a message whose frames add up to more than that or a fragmented one.
+
+    The buffer holds only bytes that arrived: a frame's announced length is never allocated up front.
     """
 
     expect_preamble: bool = True
+    max_frame_size: int = MAX_FRAME_SIZE
+    message_limit: int = 0
+    """When not 0, the most bytes the frames of one message may add up to (refused as soon as they pass it)."""
     _buffer: bytearray = field(default_factory=bytearray)
     _pos: int = 0
     _current: list[Frame] = field(default_factory=list)
+    _current_bytes: int = 0
     _fragments: dict[int, list[Frame]] = field(default_factory=dict)
+
+    def release(self) -> None:
+        """Drop everything buffered (the connection closed): its memory goes back at once."""
+        self._buffer = bytearray()
+        self._pos = 0
+        self._current = []
+        self._current_bytes = 0
+        self._fragments = {}
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Add received bytes; return the messages completed by them (possibly none)."""
@@ -150,13 +170,23 @@ class FrameReader:
         buffer), appending completed messages; the position after the last whole frame."""
         end = len(source)
         copy = type(view) is memoryview  # a buffer's slices must become bytes: the buffer is reused
+        max_frame = self.max_frame_size
+        message_limit = self.message_limit
         while end - pos >= HEADER_SIZE:
             length, flags = _FRAME_HEADER.unpack_from(source, pos)
-            if length < HEADER_SIZE or length > MAX_FRAME_SIZE:
+            if length < HEADER_SIZE or length > max_frame:
                 raise ProtocolError(
                     f"frame at buffer offset {pos} declares length {length}; valid lengths are "
-                    f"{HEADER_SIZE}..{MAX_FRAME_SIZE}"
+                    f"{HEADER_SIZE}..{max_frame}"
                 )
+            if message_limit:
+                if self._current_bytes + length > message_limit:
+                    raise ProtocolError(
+                        f"a message of more than {message_limit} bytes before authentication (only the "
+                        f"authentication request is accepted then)"
+                    )
+                if not self._current and flags & UNFRAGMENTED != UNFRAGMENTED:
+                    raise ProtocolError("a fragmented message before authentication")
             if end - pos < length:
                 break
             content = view[pos + HEADER_SIZE : pos + length]
@@ -164,8 +194,11 @@ class FrameReader:
             pos += length
             current = self._current
             current.append(frame)
+            if message_limit:
+                self._current_bytes += length
             if flags & IS_FINAL:
                 self._current = []
+                self._current_bytes = 0
                 message = self._complete(current)
                 if message is not None:
                     completed.append(message)
