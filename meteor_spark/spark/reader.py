@@ -374,17 +374,16 @@ class _DriverState:
 
         return oldest_sequence(self.grid, self.infos[stream], lane)
 
-    def lane_end(self, stream: str, lane: int) -> int:
-        """The lane's next sequence, read now."""
-        from meteor_spark.streams import lane_bounds
+    def check_confirmed(
+        self, stream: str, lane: int, confirmed: tuple[int, int] | None, group: str | None, known_end: int
+    ) -> None:
+        """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip.
 
-        return lane_bounds(self.grid, self.infos[stream])[lane][1]
-
-    def check_confirmed(self, stream: str, lane: int, confirmed: tuple[int, int] | None, group: str | None) -> None:
-        """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip."""
-        if confirmed is None:
+        ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
+        read and confirmed items published since), and only a confirm past that is stale."""
+        if confirmed is None or confirmed[0] <= known_end:
             return
-        end = self.lane_end(stream, lane)  # read after the confirmed offset: a concurrent confirm is never past it
+        end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
         if confirmed[0] > end:
             raise OffsetOutOfRangeError(
                 stream, lane, confirmed[0], self.oldest(stream, lane), end, unit="sequence",
@@ -719,7 +718,7 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         for (stream, lane), (head, next_seq) in sorted(bounds.items()):
             confirmed = state.confirmed_sequence(stream, lane)
             if confirmed is not None:
-                state.check_confirmed(stream, lane, confirmed, self.options.group)
+                state.check_confirmed(stream, lane, confirmed, self.options.group, next_seq)
                 start[(stream, lane)] = confirmed[0]
                 continue
             start[(stream, lane)] = _resolve(
@@ -750,6 +749,13 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         for key, (head, _) in bounds.items():
             current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
         for (stream, lane), position in current.items():
+            if stream in state.infos and (stream, lane) not in bounds:
+                raise ConfigError(
+                    f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "
+                    f"0..{state.infos[stream].config.lanes - 1}: the checkpoint is stale (the stream was deleted and "
+                    f"re-created with fewer lanes). Start the query with a fresh checkpointLocation"
+                )
+        for (stream, lane), position in current.items():
             if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
                 raise OffsetOutOfRangeError(
                     stream, lane, position, state.oldest(stream, lane), bounds[(stream, lane)][1], unit="sequence",
@@ -765,7 +771,7 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         for key, position in current.items():
             stream, lane = key
             confirmed = state.confirmed_sequence(stream, lane)
-            state.check_confirmed(stream, lane, confirmed, self.options.group)
+            state.check_confirmed(stream, lane, confirmed, self.options.group, bounds.get(key, (0, 0))[1])
             if not state.held(stream, lane):
                 if key not in state.standby_logged:
                     state.standby_logged.add(key)

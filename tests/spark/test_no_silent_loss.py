@@ -131,7 +131,7 @@ def test_unknown_and_invalid_stream_names_fail_before_anything_is_read(
 def test_a_stale_checkpoint_is_an_error_not_a_silent_skip(
     spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
 ) -> None:
-    info = make_stream(grid, unique_name, lanes=1)
+    info = make_stream(grid, unique_name, lanes=2)
     put_items(grid, info, 0, values_items("old", items=10, per_item=1))
     rows: list[bytes] = []
     reader = lambda: _stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest")  # noqa: E731
@@ -139,10 +139,15 @@ def test_a_stale_checkpoint_is_an_error_not_a_silent_skip(
     assert len(rows) == 10
 
     delete_stream(grid, unique_name)
-    info = make_stream(grid, unique_name, lanes=1)
+    info = make_stream(grid, unique_name, lanes=2)
     put_items(grid, info, 0, values_items("new", items=3, per_item=1))
     with pytest.raises(StreamingQueryException, match=r"sequence 10 is past the end of the lane; valid sequences "
                                                       r"are 0 to 3.*checkpoint is stale.*fresh checkpointLocation"):
+        _run_available_now(reader(), tmp_path / "cp", rows)
+    delete_stream(grid, unique_name)
+    make_stream(grid, unique_name, lanes=1)
+    with pytest.raises(StreamingQueryException, match=rf"checkpoint has a position for lane 1 of stream "
+                                                      rf"'{unique_name}', which has lanes 0..0: the checkpoint is stale"):
         _run_available_now(reader(), tmp_path / "cp", rows)
     assert len(rows) == 10
 
