@@ -106,7 +106,8 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "requested and oldest available sequence). false = skip to the oldest available item, log and "
               "count the skipped items. The driver moves a lane that fell behind straight to its oldest "
               "available item and counts each lost item once per query, across restarts (the count rides in the "
-              "checkpointed offsets)."),
+              "checkpointed offsets); items overwritten while their batch is being read are skipped and logged by "
+              "the task."),
     OptionDoc("onCorrupt", "read, readStream", " | ".join(CORRUPT_MODES), "error (dead_letter with deadLetterStream)",
               "What a task does with a ring item that is not a valid record batch (damaged, a foreign writer's, a "
               "newer format). `error` = fail the query naming stream, lane and sequence; `skip` = leave it out, "

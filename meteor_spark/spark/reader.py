@@ -922,7 +922,9 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             return start  # below the ring head, but the grid serves it from its store
         if self.options.fail_on_data_loss:
             raise DataLossError(stream, lane, requested=start, oldest_available=oldest, unit="sequence")
-        # Lost after the batch was planned (or replayed after more was overwritten): not in the offset's count.
+        # Lost after the batch was planned (or replayed after more was overwritten): the batch's end offset is
+        # logged already, and the next batch's start is past these items, so they are logged and counted by this
+        # source runner only (``skipped_items``), not in the query's count carried in the offsets.
         state.late_skipped += oldest - start
         logger.warning(
             "data loss on stream %r lane %d: ring items %d..%d were overwritten after this batch was planned; "
