@@ -14,7 +14,8 @@ present only when there is something to carry, so the offsets of most queries ar
 
 * ``"skipped": {"<stream>": {"<lane>": n}}``: ring items of the lane lost to overwriting (``failOnDataLoss=false``)
   since the query started, cumulative. Spark checkpoints every batch's end offset and replays a batch with the
-  logged one, so each lost item is counted once per query, across restarts, without any state of our own.
+  logged one, so each lost item is counted once per query, across restarts, without any state of our own. (Items
+  overwritten after their batch was planned are skipped and logged where they are found, outside this count.)
   Checkpoints written before this key existed read as 0.
 * ``"items": n``: ring items read by the batch this offset ends, only on a query's first batch (Spark's progress
   report has no start offset for it, and ``lag`` needs the items read to estimate records per item).

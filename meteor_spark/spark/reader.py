@@ -54,6 +54,8 @@ driver when it plans a batch**: a lane whose position is below the oldest availa
 once, and the lost items are added to the lane's count carried in the batch's end offset (``SparkOffset.skipped``).
 Spark checkpoints that offset and replays a batch with it, so every lost item is counted once per query, across
 restarts; ``partitions`` starts the executors' ranges after the skipped items, so executors never count them again.
+Items overwritten after a batch was planned (while it waits or is read, or before a replay) are skipped and logged
+where they are found (``partitions``, or the task), outside that count.
 
 Corrupt items (``onCorrupt`` / ``deadLetterStream``, one ``CorruptItemPolicy``): by default a task fails with the
 ``FormatError`` naming stream, lane and sequence. ``skip`` leaves the item out (counted and logged in the executor's
