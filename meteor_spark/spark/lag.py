@@ -4,7 +4,10 @@ The source reports the lanes' latest positions through ``reportLatestOffset``, s
 source entry carries ``endOffset`` (where the last batch stopped) and ``latestOffset`` (the lanes' ends when that
 batch was planned). ``lag_from_progress`` turns them into ring items behind per lane, exactly, plus Kafka-style
 min/max/avg. Records behind are **estimated** (items behind x the records per item of the last batch) and named
-so; ``count_records_behind`` counts them exactly by reading the unread items' headers from the grid.
+so; ``count_records_behind`` counts them exactly by reading the unread items' headers from the grid. The items a
+batch read come from its start and end offsets, or, for a query's first batch (whose progress has no start offset),
+from the count the source records in that batch's end offset; the source's bookkeeping key (``@meteor``) is never
+taken for a stream.
 
 Example::
 
@@ -108,7 +111,10 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
             continue
         start = _offset(source.get("startOffset"))
         if start is not None:
-            items_read += start.total_items_to(end)
+            # Items lost to overwriting inside the batch's range were never read (failOnDataLoss=false).
+            items_read += start.total_items_to(end) - max(0, end.skipped_items - start.skipped_items)
+        elif end.batch_items is not None:
+            items_read += end.batch_items  # a query's first batch: Spark reports no start offset for it
         rows += int(source.get("numInputRows") or 0)
         ends = end.as_dict()
         lanes.extend(

@@ -8,6 +8,19 @@ empty batch; ``SparkOffset.to_json`` always builds the dict in the canonical ord
 End offsets are exclusive: ``{"orders": {"0": 42}}`` as the end of a batch means the batch read lane 0 up to ring
 sequence 41, and the next batch starts at 42. The record offset of "everything before sequence 42" is
 ``42 << 16`` (``meteor_spark.offsets.first_offset_of(42)``), which is what a group confirms for it.
+
+Bookkeeping of the query rides along under the key ``"@meteor"`` (``META_KEY``: ``@`` cannot start a stream name),
+present only when there is something to carry, so the offsets of most queries are plain position maps:
+
+* ``"skipped": {"<stream>": {"<lane>": n}}``: ring items of the lane lost to overwriting (``failOnDataLoss=false``)
+  since the query started, cumulative. Spark checkpoints every batch's end offset and replays a batch with the
+  logged one, so each lost item is counted once per query, across restarts, without any state of our own. (Items
+  overwritten after their batch was planned are skipped and logged where they are found, outside this count.)
+  Checkpoints written before this key existed read as 0.
+* ``"items": n``: ring items read by the batch this offset ends, only on a query's first batch (Spark's progress
+  report has no start offset for it, and ``lag`` needs the items read to estimate records per item).
+
+``SparkOffset.from_json`` reads both forms; ``positions`` never contains the bookkeeping.
 """
 
 from __future__ import annotations
@@ -18,6 +31,9 @@ from typing import Any, Iterator, Mapping
 
 from meteor_spark.errors import ConfigError
 
+#: Key of the query's bookkeeping in the offset JSON; a stream name cannot start with ``@``.
+META_KEY = "@meteor"
+
 
 @dataclass(frozen=True)
 class SparkOffset:
@@ -25,19 +41,27 @@ class SparkOffset:
 
     Attributes:
         positions: ``((stream, lane, next_sequence), ...)`` sorted by stream name, then lane number.
+        skipped: ``((stream, lane, items), ...)``, same order: items lost to overwriting since the query started
+            (lanes with none are left out).
+        batch_items: ring items read by the batch ending here, on a query's first batch only (else None).
     """
 
     positions: tuple[tuple[str, int, int], ...]
+    skipped: tuple[tuple[str, int, int], ...] = ()
+    batch_items: int | None = None
 
     @classmethod
-    def of(cls, mapping: Mapping[str, Mapping[int, int]]) -> "SparkOffset":
-        """Build from ``{stream: {lane: next_sequence}}``."""
+    def of(
+        cls,
+        mapping: Mapping[str, Mapping[int, int]],
+        skipped: Mapping[tuple[str, int], int] | None = None,
+        batch_items: int | None = None,
+    ) -> "SparkOffset":
+        """Build from ``{stream: {lane: next_sequence}}`` (and ``{(stream, lane): items}`` lost so far)."""
         return cls(
-            tuple(
-                (stream, int(lane), int(sequence))
-                for stream in sorted(mapping)
-                for lane, sequence in sorted(mapping[stream].items(), key=lambda kv: int(kv[0]))
-            )
+            _canonical(mapping),
+            tuple(sorted((stream, lane, n) for (stream, lane), n in (skipped or {}).items() if n)),
+            batch_items,
         )
 
     @classmethod
@@ -50,29 +74,39 @@ class SparkOffset:
         """
         if isinstance(document, str):
             document = json.loads(document)
-        problem = "expected {stream: {lane: next_sequence}}"
         if not isinstance(document, dict):
-            raise ConfigError(f"not a meteor offset ({problem}): {json.dumps(document)}")
-        mapping: dict[str, dict[int, int]] = {}
-        for stream, lanes in document.items():
-            if not isinstance(lanes, dict):
-                raise ConfigError(f"not a meteor offset ({problem}): {json.dumps(document)}")
-            mapping[stream] = {}
-            for lane, sequence in lanes.items():
-                try:
-                    lane_number = int(lane)
-                except (TypeError, ValueError):
-                    raise ConfigError(f"not a meteor offset (lane {lane!r}): {json.dumps(document)}") from None
-                if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0:
-                    raise ConfigError(f"not a meteor offset (sequence {sequence!r}): {json.dumps(document)}")
-                mapping[stream][lane_number] = sequence
-        return cls.of(mapping)
+            raise ConfigError(f"not a meteor offset (expected {{stream: {{lane: next_sequence}}}}): "
+                              f"{json.dumps(document)}")
+        document = dict(document)
+        meta = document.pop(META_KEY, None) or {}
+        if not isinstance(meta, dict):
+            raise ConfigError(f"not a meteor offset ({META_KEY} {meta!r}): {json.dumps(document)}")
+        mapping = _lane_map(document, document)
+        skipped = _lane_map(meta.get("skipped") or {}, document)
+        items = meta.get("items")
+        if items is not None and (isinstance(items, bool) or not isinstance(items, int) or items < 0):
+            raise ConfigError(f"not a meteor offset (items {items!r}): {json.dumps(document)}")
+        return cls.of(
+            mapping,
+            {(stream, lane): n for stream, lanes in skipped.items() for lane, n in lanes.items()},
+            items,
+        )
 
-    def to_json(self) -> dict[str, dict[str, int]]:
+    def to_json(self) -> dict[str, Any]:
         """The dict Spark serialises; insertion order is the canonical order."""
-        result: dict[str, dict[str, int]] = {}
+        result: dict[str, Any] = {}
         for stream, lane, sequence in self.positions:
             result.setdefault(stream, {})[str(lane)] = sequence
+        meta: dict[str, Any] = {}
+        if self.batch_items is not None:
+            meta["items"] = self.batch_items
+        if self.skipped:
+            skipped: dict[str, dict[str, int]] = {}
+            for stream, lane, items in self.skipped:
+                skipped.setdefault(stream, {})[str(lane)] = items
+            meta["skipped"] = skipped
+        if meta:
+            result[META_KEY] = meta
         return result
 
     def dumps(self) -> str:
@@ -81,6 +115,14 @@ class SparkOffset:
 
     def as_dict(self) -> dict[tuple[str, int], int]:
         return {(stream, lane): sequence for stream, lane, sequence in self.positions}
+
+    def skipped_dict(self) -> dict[tuple[str, int], int]:
+        """Items lost to overwriting since the query started, per lane (lanes with none are absent)."""
+        return {(stream, lane): items for stream, lane, items in self.skipped}
+
+    @property
+    def skipped_items(self) -> int:
+        return sum(items for _, _, items in self.skipped)
 
     def get(self, stream: str, lane: int) -> int | None:
         for s, l, sequence in self.positions:
@@ -99,3 +141,31 @@ class SparkOffset:
         """Ring items between this offset and ``end`` (lanes missing here count from 0)."""
         start = self.as_dict()
         return sum(max(0, seq - start.get(key, 0)) for key, seq in end.as_dict().items())
+
+
+def _canonical(mapping: Mapping[str, Mapping[int, int]]) -> tuple[tuple[str, int, int], ...]:
+    return tuple(
+        (stream, int(lane), int(sequence))
+        for stream in sorted(mapping)
+        for lane, sequence in sorted(mapping[stream].items(), key=lambda kv: int(kv[0]))
+    )
+
+
+def _lane_map(lanes_by_stream: Any, document: Any) -> dict[str, dict[int, int]]:
+    """``{stream: {lane: n}}`` with whole numbers n >= 0, or a ConfigError showing ``document``."""
+    if not isinstance(lanes_by_stream, dict):
+        raise ConfigError(f"not a meteor offset (expected {{stream: {{lane: n}}}}): {json.dumps(document)}")
+    mapping: dict[str, dict[int, int]] = {}
+    for stream, lanes in lanes_by_stream.items():
+        if not isinstance(lanes, dict):
+            raise ConfigError(f"not a meteor offset (expected {{stream: {{lane: n}}}}): {json.dumps(document)}")
+        mapping[stream] = {}
+        for lane, number in lanes.items():
+            try:
+                lane_number = int(lane)
+            except (TypeError, ValueError):
+                raise ConfigError(f"not a meteor offset (lane {lane!r}): {json.dumps(document)}") from None
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise ConfigError(f"not a meteor offset (sequence {number!r}): {json.dumps(document)}")
+            mapping[stream][lane_number] = number
+    return mapping

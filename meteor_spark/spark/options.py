@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
+from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
 
@@ -103,7 +104,20 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
     OptionDoc("failOnDataLoss", "read, readStream", "bool", "true",
               "Fail the query when the ring overwrote items it had not read yet (the error names stream, lane, "
               "requested and oldest available sequence). false = skip to the oldest available item, log and "
-              "count the skipped items."),
+              "count the skipped items. The driver moves a lane that fell behind straight to its oldest "
+              "available item and counts each lost item once per query, across restarts (the count rides in the "
+              "checkpointed offsets); items overwritten while their batch is being read are skipped and logged by "
+              "the task."),
+    OptionDoc("onCorrupt", "read, readStream", " | ".join(CORRUPT_MODES), "error (dead_letter with deadLetterStream)",
+              "What a task does with a ring item that is not a valid record batch (damaged, a foreign writer's, a "
+              "newer format). `error` = fail the query naming stream, lane and sequence; `skip` = leave it out, "
+              "count and log it (executor log); `dead_letter` = publish the raw item to deadLetterStream and read "
+              "on."),
+    OptionDoc("deadLetterStream", "read, readStream", "string (an existing stream)", "(none)",
+              "Where refused items go (alone it implies onCorrupt=dead_letter): the raw item as the value of one "
+              "record, with headers meteor.source.stream, .lane, .sequence, .offset and meteor.error. Published "
+              "before the task hands on the rows after the item; a retried task may publish it again "
+              "(at-least-once)."),
     OptionDoc("includeHeaders", "read, readStream", "bool", "false",
               "Add the `headers` column (array<struct<key: string, value: binary>>)."),
     OptionDoc("group", "readStream", "string", "(none)",
@@ -111,9 +125,11 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "the group's confirmed offsets after each batch is committed. A second query in the group waits "
               "as standby and takes over when the first stops or dies."),
     OptionDoc("groupLeaseMs", "readStream", "int > 0 (ms)", str(DEFAULT_GROUP_LEASE_MS),
-              "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long."),
+              "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long. Needs "
+              "group."),
     OptionDoc("groupMemberId", "readStream", "string", "(generated)",
-              "Member id this query uses in the group (shown by `meteor group`); unique per running query."),
+              "Member id this query uses in the group (shown by `meteor group`); unique per running query. Needs "
+              "group."),
     OptionDoc("sinkId", "writeStream", "string", "(the checkpoint location)",
               "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "
               "that a batch Spark replays after it was committed is not published twice."),
@@ -189,6 +205,7 @@ class SourceOptions:
         group: subscriber group name, or None.
         group_lease_ms: lease length of the group's lanes.
         group_member_id: member id in the group, or None to generate one.
+        corrupt: what a task does with an undecodable ring item (``onCorrupt`` / ``deadLetterStream``).
     """
 
     streams: tuple[str, ...]
@@ -206,6 +223,7 @@ class SourceOptions:
     group: str | None = None
     group_lease_ms: int = DEFAULT_GROUP_LEASE_MS
     group_member_id: str | None = None
+    corrupt: CorruptItemPolicy = field(default_factory=CorruptItemPolicy)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> "SourceOptions":
@@ -240,6 +258,10 @@ class SourceOptions:
             group=group,
             group_lease_ms=raw.positive_int("groupLeaseMs") or DEFAULT_GROUP_LEASE_MS,
             group_member_id=raw.text("groupMemberId"),
+            corrupt=CorruptItemPolicy.parse(
+                raw.text("onCorrupt"), raw.text("deadLetterStream"), mode_name="onCorrupt",
+                stream_name="deadLetterStream",
+            ),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -263,6 +285,24 @@ class SourceOptions:
                 "option 'endingOffsets' applies to batch reads only (spark.read); a streaming query has no end. "
                 "Use trigger(availableNow=True) to read what is there and stop"
             )
+        if self.group is None:
+            for name in ("groupLeaseMs", "groupMemberId"):
+                if raw.given(name):
+                    raise ConfigError(
+                        f"option {name!r} needs option 'group' (it sets how this query reads as a group member); "
+                        f"add .option(\"group\", ...) or remove {name!r}"
+                    )
+        if self.group_member_id is not None and not self.group_member_id.strip():
+            raise ConfigError("option 'groupMemberId' is empty; give a member id or leave the option out to "
+                              "generate one")
+        dead_letter = self.corrupt.dead_letter_stream
+        if dead_letter is not None:
+            check_stream_name(dead_letter, "deadLetterStream")
+            if dead_letter in self.streams:
+                raise ConfigError(
+                    f"deadLetterStream {dead_letter!r} is also a stream this query reads; refused items would be "
+                    f"read back. Send them to a stream of their own"
+                )
         if self.starting.spec is OffsetSpec.GROUP and self.group is None:
             raise ConfigError("startingOffsets=group needs option 'group' (the subscriber group to start from)")
         if (
@@ -416,7 +456,19 @@ def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str
         )
     if len(set(names)) != len(names):
         raise ConfigError(f"option 'stream' names a stream twice: {text!r}")
+    for name in names:
+        check_stream_name(name, "stream")
     return names
+
+
+def check_stream_name(name: str, option: str) -> None:
+    """A ConfigError naming ``option`` when ``name`` cannot be a stream name (the rule of ``StreamConfig``)."""
+    from meteor_spark.streams import StreamConfig
+
+    try:
+        StreamConfig(name)
+    except ConfigError as exc:
+        raise ConfigError(f"option {option!r}: {exc}") from None
 
 
 def _grid(raw: _Raw) -> GridSettings:

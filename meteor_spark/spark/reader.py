@@ -37,9 +37,31 @@ called in 4.3), so the first driver-side call installs a SIGTERM handler that ra
 runner then runs ``stop()``, and ``atexit`` covers a normal exit. A SIGKILLed driver cannot release anything: its
 leases expire after ``groupLeaseMs``.
 
+Positions are checked when a query starts (``initialOffset``; ``partitions`` for a batch read): a position past a
+lane's end is an ``OffsetOutOfRangeError`` naming stream, lane, position and the valid range, a lane the stream does
+not have is a ``ConfigError``, a missing stream a ``StreamNotFoundError``. A checkpointed position or a group's
+confirmed offset past the lane's end (the stream was deleted and re-created, or the grid restarted without
+persistence) is the same error, saying the checkpoint or group offset is stale. Nothing is ever skipped silently.
+
+History: ``earliest`` means the oldest sequence the grid can serve (``reading.oldest_sequence``), below the ring's
+head where the grid keeps history (a persistent embedded member, a RingbufferStore), and the loss check compares
+positions with that sequence, not with the head.
+
 Data loss (the ring overwrote items before this query read them) fails the query with ``DataLossError`` (stream,
-lane, requested and oldest available sequence, how to fix) or, with ``failOnDataLoss=false``, is skipped: logged
-with the number of skipped items, and counted in ``skipped_items`` of the driver-side reader.
+lane, requested and oldest available sequence, how to fix) or, with ``failOnDataLoss=false``, is skipped **by the
+driver when it plans a batch**: a lane whose position is below the oldest available sequence moves straight to it
+(``maxOffsetsPerTrigger`` counts from there, so no batch is spent on a range known to be gone), the skip is logged
+once, and the lost items are added to the lane's count carried in the batch's end offset (``SparkOffset.skipped``).
+Spark checkpoints that offset and replays a batch with it, so every lost item is counted once per query, across
+restarts; ``partitions`` starts the executors' ranges after the skipped items, so executors never count them again.
+Items overwritten after a batch was planned (while it waits or is read, or before a replay) are skipped and logged
+where they are found (``partitions``, or the task), outside that count.
+
+Corrupt items (``onCorrupt`` / ``deadLetterStream``, one ``CorruptItemPolicy``): by default a task fails with the
+``FormatError`` naming stream, lane and sequence. ``skip`` leaves the item out (counted and logged in the executor's
+log); ``dead_letter`` publishes ``corrupt.dead_letter_record`` to the dead-letter stream, waiting until it is stored
+before the task hands Spark the rows that follow the item. A retried task publishes it again: dead letters are
+at-least-once.
 """
 
 from __future__ import annotations
@@ -66,7 +88,15 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from meteor_spark import offsets as record_offsets
-from meteor_spark.errors import ConfigError, DataLossError, GroupError
+from meteor_spark.corrupt import CorruptItemPolicy
+from meteor_spark.errors import (
+    ConfigError,
+    DataLossError,
+    FormatError,
+    GroupError,
+    OffsetOutOfRangeError,
+    StreamNotFoundError,
+)
 from meteor_spark.grid import GridSettings
 from meteor_spark.groups import GroupMember, default_member_id
 from meteor_spark.spark.clients import grid_for
@@ -111,6 +141,7 @@ class LaneRange(InputPartition):
         fail_on_data_loss: raise ``DataLossError`` (True) or skip overwritten items (False).
         first_offset: drop the records of the first item before this record offset (a group member outside
             Spark confirmed a position inside an item); None = read whole items.
+        corrupt: what to do with an undecodable ring item (error, skip, dead_letter).
     """
 
     stream: str
@@ -122,6 +153,7 @@ class LaneRange(InputPartition):
     include_headers: bool = False
     fail_on_data_loss: bool = True
     first_offset: int | None = None
+    corrupt: CorruptItemPolicy = CorruptItemPolicy()
 
     @property
     def items(self) -> int:
@@ -306,6 +338,7 @@ class _DriverState:
         self.infos: dict[str, StreamInfo] = {
             name: open_stream(self.grid, name, create=False) for name in options.streams
         }
+        check_dead_letter_stream(self.grid, options)
         self.members: dict[str, GroupMember] = {}
         if options.group is not None:
             member_id = options.group_member_id or f"spark-{default_member_id()}"
@@ -322,7 +355,9 @@ class _DriverState:
         self.last_batch_mono = time.monotonic()
         self.confirmed_locally: dict[tuple[str, int], int] = {}
         self.standby_logged: set[tuple[str, int]] = set()
-        self.skipped_items = 0
+        self.initial: SparkOffset | None = None
+        self.planned_skipped = 0
+        self.late_skipped = 0
         self.closed = False
 
     def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
@@ -334,6 +369,31 @@ class _DriverState:
             for lane, (head, next_seq) in lane_bounds(self.grid, info).items():
                 result[(name, lane)] = (head, next_seq)
         return result
+
+    def oldest(self, stream: str, lane: int) -> int:
+        """The oldest sequence the grid can serve for the lane (below the ring head where it keeps history)."""
+        from meteor_spark.reading import oldest_sequence
+
+        return oldest_sequence(self.grid, self.infos[stream], lane)
+
+    def check_confirmed(
+        self, stream: str, lane: int, confirmed: tuple[int, int] | None, group: str | None, known_end: int
+    ) -> None:
+        """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip.
+
+        ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
+        read and confirmed items published since), and only a confirm past that is stale."""
+        if confirmed is None or confirmed[0] <= known_end:
+            return
+        end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
+        if confirmed[0] > end:
+            raise OffsetOutOfRangeError(
+                stream, lane, confirmed[0], self.oldest(stream, lane), end, unit="sequence",
+                hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
+                     f"deleted and re-created (or the grid restarted without persistence). Move the group with "
+                     f"meteor_spark.groups.seek_group to a position inside the range, or read under a new group "
+                     f"name.",
+            )
 
     def held(self, stream: str, lane: int) -> bool:
         member = self.members.get(stream)
@@ -436,6 +496,10 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBat
 
     One prefetch thread reads ahead across range boundaries, so a task of several small ranges keeps the network
     busy while it decodes. A batch never mixes two ranges (``items_to_arrow`` converts items of one lane).
+
+    An undecodable item fails the task (``FormatError`` naming stream, lane and sequence) unless the range's
+    corrupt-item policy says otherwise; items are validated one by one only when a conversion failed, so good
+    data pays nothing for the policy.
     """
     from meteor_spark.reading import read_range
     from meteor_spark.records import items_to_arrow
@@ -454,41 +518,109 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBat
     first_offset: int | None = None
     pending_items: list[bytes] = []
     pending_sequences: list[int] = []
+    refused = _RefusedItems()
 
-    def convert(count: int) -> "pyarrow.RecordBatch":
+    def convert(count: int) -> "pyarrow.RecordBatch | None":
         nonlocal first_offset
         assert part is not None
-        batch = items_to_arrow(
-            pending_items[:count], pending_sequences[:count], stream=part.stream, lane=part.lane,
-            include_headers=part.include_headers, first_offset=first_offset,
-        )
-        first_offset = None
+        items, sequences = pending_items[:count], pending_sequences[:count]
         del pending_items[:count], pending_sequences[:count]
-        return batch
+        first, first_offset = first_offset, None
+        try:
+            return items_to_arrow(items, sequences, stream=part.stream, lane=part.lane,
+                                  include_headers=part.include_headers, first_offset=first)
+        except FormatError:
+            if part.corrupt.is_error:
+                raise
+        # Refused items are skipped or dead-lettered (and stored) here, before the rows after them are handed on.
+        good_items, good_sequences = refused.keep_decodable(part, items, sequences)
+        if not good_items:
+            return None
+        if first is not None and good_sequences[0] != sequences[0]:
+            first = None  # the item holding the resume offset was refused
+        return items_to_arrow(good_items, good_sequences, stream=part.stream, lane=part.lane,
+                              include_headers=part.include_headers, first_offset=first)
 
-    for index, items, sequences in _prefetched(chunks()):
-        if index != current:
-            if pending_items:
-                batch = convert(len(pending_items))  # the rest of the previous range
+    try:
+        for index, items, sequences in _prefetched(chunks()):
+            if index != current:
+                if pending_items:
+                    batch = convert(len(pending_items))  # the rest of the previous range
+                    if batch is not None and batch.num_rows:
+                        yield batch
+                current, part = index, ranges[index]
+                first_offset = part.first_offset
+                # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
+                if first_offset is not None and sequences[0] != record_offsets.sequence_of(first_offset):
+                    first_offset = None
+            pending_items.extend(items)
+            pending_sequences.extend(sequences)
+            while len(pending_items) >= items_per_batch:
+                count = items_per_batch
+                batch = convert(count)
+                if batch is None:
+                    continue
+                items_per_batch = _items_for_target(batch.num_rows, count)
                 if batch.num_rows:
                     yield batch
-            current, part = index, ranges[index]
-            first_offset = part.first_offset
-            # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
-            if first_offset is not None and sequences[0] != record_offsets.sequence_of(first_offset):
-                first_offset = None
-        pending_items.extend(items)
-        pending_sequences.extend(sequences)
-        while len(pending_items) >= items_per_batch:
-            count = items_per_batch
-            batch = convert(count)
-            items_per_batch = _items_for_target(batch.num_rows, count)
-            if batch.num_rows:
+        if pending_items:
+            batch = convert(len(pending_items))
+            if batch is not None and batch.num_rows:
                 yield batch
-    if pending_items:
-        batch = convert(len(pending_items))
-        if batch.num_rows:
-            yield batch
+    finally:
+        refused.close()
+
+
+class _RefusedItems:
+    """The undecodable items of one task, handled by their range's policy: skipped (counted, logged) or published
+    to the dead-letter stream through a core ``Publisher`` on the worker's shared grid client."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.dead_lettered = 0
+        self._publishers: dict[tuple[GridSettings, str], Any] = {}
+
+    def keep_decodable(
+        self, part: LaneRange, items: Sequence[bytes], sequences: Sequence[int]
+    ) -> tuple[list[bytes], list[int]]:
+        from meteor_spark.records import decode_item
+
+        good_items: list[bytes] = []
+        good_sequences: list[int] = []
+        for item, sequence in zip(items, sequences):
+            try:
+                decode_item(item, stream=part.stream, lane=part.lane, sequence=sequence)
+            except FormatError as exc:
+                self._refuse(part, item, sequence, exc)
+                continue
+            good_items.append(item)
+            good_sequences.append(sequence)
+        return good_items, good_sequences
+
+    def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
+        if part.corrupt.mode == "skip":
+            self.skipped += 1
+            logger.warning("stream %r lane %d: skipping the undecodable ring item at sequence %d (onCorrupt=skip; "
+                           "%d skipped by this task): %s", part.stream, part.lane, sequence, self.skipped, error)
+            return
+        from meteor_spark.corrupt import dead_letter_record
+        from meteor_spark.publisher import Publisher
+
+        target = part.corrupt.dead_letter_stream
+        assert target is not None
+        key = (part.grid, target)
+        publisher = self._publishers.get(key)
+        if publisher is None:
+            publisher = self._publishers[key] = Publisher(grid_for(part.grid), target)
+        # publish() returns once the record is stored: the task hands on no row after the item before that.
+        publisher.publish(dead_letter_record(item, stream=part.stream, lane=part.lane, sequence=sequence, error=error))
+        self.dead_lettered += 1
+        logger.warning("stream %r lane %d: sent the undecodable ring item at sequence %d to dead-letter stream %r: "
+                       "%s", part.stream, part.lane, sequence, target, error)
+
+    def close(self) -> None:
+        for publisher in self._publishers.values():
+            publisher.close()
 
 
 def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
@@ -563,8 +695,10 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
 
     @property
     def skipped_items(self) -> int:
-        """Ring items skipped because they were overwritten before they were read (``failOnDataLoss=false``)."""
-        return 0 if self._state is None else self._state.skipped_items
+        """Ring items skipped because they were overwritten before they were read (``failOnDataLoss=false``): the
+        query's count as of the last batch this source runner planned (carried across restarts in the offsets), plus
+        items lost between planning a batch and reading it."""
+        return 0 if self._state is None else self._state.planned_skipped + self._state.late_skipped
 
     def prepareForTriggerAvailableNow(self) -> None:
         state = self._driver()
@@ -578,18 +712,23 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def initialOffset(self) -> dict[str, dict[str, int]]:
+    def initialOffset(self) -> dict[str, Any]:
         state = self._driver()
+        _check_lanes(self.options.starting, "startingOffsets", state.infos)
         bounds = state.bounds()
         start: dict[tuple[str, int], int] = {}
         for (stream, lane), (head, next_seq) in sorted(bounds.items()):
             confirmed = state.confirmed_sequence(stream, lane)
             if confirmed is not None:
+                state.check_confirmed(stream, lane, confirmed, self.options.group, next_seq)
                 start[(stream, lane)] = confirmed[0]
                 continue
-            start[(stream, lane)] = _resolve(self.options.starting, "startingOffsets", stream, lane, head, next_seq,
-                                             group=self.options.group)
+            start[(stream, lane)] = _resolve(
+                self.options.starting, "startingOffsets", stream, lane, head, next_seq, group=self.options.group,
+                oldest=lambda s=stream, l=lane: state.oldest(s, l),
+            )
         offset = SparkOffset.of(_by_stream(start))
+        state.initial = offset
         logger.info("new query starts at %s", offset.dumps())
         return offset.to_json()
 
@@ -611,12 +750,30 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         current = begin.as_dict()
         for key, (head, _) in bounds.items():
             current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
+        for (stream, lane), position in current.items():
+            if stream in state.infos and (stream, lane) not in bounds:
+                raise ConfigError(
+                    f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "
+                    f"0..{state.infos[stream].config.lanes - 1}: the checkpoint is stale (the stream was deleted and "
+                    f"re-created with fewer lanes). Start the query with a fresh checkpointLocation"
+                )
+        for (stream, lane), position in current.items():
+            if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
+                raise OffsetOutOfRangeError(
+                    stream, lane, position, state.oldest(stream, lane), bounds[(stream, lane)][1], unit="sequence",
+                    hint="The query's checkpoint is stale: it was written before the stream was deleted and "
+                         "re-created (or the grid restarted without persistence), and reading on from it would "
+                         "skip every record up to that position. Start the query with a fresh checkpointLocation.",
+                )
+        skipped = begin.skipped_dict()
+        state.planned_skipped = begin.skipped_items
 
         ends: dict[tuple[str, int], int] = {}
         candidates: dict[tuple[str, int], int] = {}
         for key, position in current.items():
             stream, lane = key
             confirmed = state.confirmed_sequence(stream, lane)
+            state.check_confirmed(stream, lane, confirmed, self.options.group, bounds.get(key, (0, 0))[1])
             if not state.held(stream, lane):
                 if key not in state.standby_logged:
                     state.standby_logged.add(key)
@@ -633,13 +790,39 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
                     state.standby_logged.discard(key)
                     logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane,
                                 stream)
+                if key in bounds and position < bounds[key][0] and not self.options.fail_on_data_loss:
+                    position = self._skip_lost(state, stream, lane, position, skipped)
                 candidates[key] = position
         ends.update(self._admit(state, candidates, latest, limit))
-        end = SparkOffset.of(_by_stream(ends))
+        # A query's first batch records how many items it reads: its progress report has no start offset.
+        first_batch = state.initial is not None and begin.positions == state.initial.positions and not begin.skipped
+        end = SparkOffset.of(
+            _by_stream(ends), skipped,
+            sum(ends[key] - position for key, position in candidates.items()) if first_batch else None,
+        )
         if end.positions == SparkOffset.of(_by_stream(current)).positions:
             return begin.to_json()
+        state.planned_skipped = end.skipped_items
         state.last_batch_mono = time.monotonic()
         return end.to_json()
+
+    def _skip_lost(
+        self, state: _DriverState, stream: str, lane: int, position: int, skipped: dict[tuple[str, int], int]
+    ) -> int:
+        """Move a lane below the oldest servable sequence straight to it, counting the lost items into ``skipped``
+        (the query's count per lane, carried in the end offset). Called only when ``position`` is below the ring
+        head: the oldest servable sequence costs a grid read, the head is known anyway."""
+        oldest = state.oldest(stream, lane)
+        if position >= oldest:
+            return position  # below the head, but the grid serves it from its store
+        lost = oldest - position
+        skipped[(stream, lane)] = skipped.get((stream, lane), 0) + lost
+        logger.warning(
+            "data loss on stream %r lane %d: ring items %d..%d were overwritten before this query read them; "
+            "skipping %d items (failOnDataLoss=false); %d items of this lane lost since the query started",
+            stream, lane, position, oldest - 1, lost, skipped[(stream, lane)],
+        )
+        return oldest
 
     def _admit(
         self, state: _DriverState, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
@@ -673,8 +856,11 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         # (stream, lane) -> (first sequence, record offset inside that item to start at)
         first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
         begin_at = begin.as_dict()
+        skipped_before, skipped_after = begin.skipped_dict(), finish.skipped_dict()
         for stream, lane, end_seq in finish.positions:
             lo = begin_at.get((stream, lane), bounds.get((stream, lane), (0, 0))[0])
+            # Items the driver skipped as lost when it planned this batch: counted there, never read or counted here.
+            lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
             if end_seq <= lo:
                 continue
             confirmed = state.confirmed_sequence(stream, lane)
@@ -700,6 +886,7 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
                     LaneRange(
                         stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
                         self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
+                        self.options.corrupt,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
@@ -732,15 +919,20 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         head = bounds[0] if bounds else start
         if start >= head:
             return start
+        oldest = state.oldest(stream, lane)
+        if start >= oldest:
+            return start  # below the ring head, but the grid serves it from its store
         if self.options.fail_on_data_loss:
-            raise DataLossError(stream, lane, requested=start, oldest_available=head, unit="sequence")
-        state.skipped_items += head - start
+            raise DataLossError(stream, lane, requested=start, oldest_available=oldest, unit="sequence")
+        # Lost after the batch was planned (or replayed after more was overwritten): the batch's end offset is
+        # logged already, and the next batch's start is past these items, so they are logged and counted by this
+        # source runner only (``skipped_items``), not in the query's count carried in the offsets.
+        state.late_skipped += oldest - start
         logger.warning(
-            "data loss on stream %r lane %d: ring items %d..%d were overwritten before this query read them; "
-            "skipping %d items (failOnDataLoss=false); %d skipped so far", stream, lane, start, head - 1,
-            head - start, state.skipped_items,
+            "data loss on stream %r lane %d: ring items %d..%d were overwritten after this batch was planned; "
+            "skipping %d items (failOnDataLoss=false)", stream, lane, start, oldest - 1, oldest - start,
         )
-        return head
+        return oldest
 
     def commit(self, end: dict) -> None:
         self._driver().confirm(SparkOffset.from_json(end))
@@ -760,26 +952,39 @@ class MeteorBatchReader(_ReadsLaneRanges, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from meteor_spark.streams import lane_bounds, open_stream
 
+        from meteor_spark.reading import oldest_sequence
+
         grid = grid_for(self.options.grid)
         ranges: list[tuple[str, int, int, int]] = []
-        infos = {}
-        for name in self.options.streams:
-            info = open_stream(grid, name, create=False)
-            infos[name] = info
+        infos = {name: open_stream(grid, name, create=False) for name in self.options.streams}
+        check_dead_letter_stream(grid, self.options)
+        _check_lanes(self.options.starting, "startingOffsets", infos)
+        _check_lanes(self.options.ending, "endingOffsets", infos)
+        for name, info in infos.items():
             for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
-                lo = _resolve(self.options.starting, "startingOffsets", name, lane, head, next_seq, group=None)
-                hi = _resolve(self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None)
-                if lo < head:
+                oldest = _Once(lambda i=info, l=lane: oldest_sequence(grid, i, l))
+                lo = _resolve(self.options.starting, "startingOffsets", name, lane, head, next_seq, group=None,
+                              oldest=oldest)
+                hi = _resolve(self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None,
+                              oldest=oldest)
+                if hi < lo:
+                    raise ConfigError(
+                        f"stream {name!r} lane {lane}: endingOffsets ({hi}) is before startingOffsets ({lo}); a "
+                        f"batch read takes ring sequences [start, end)"
+                    )
+                if lo < head and lo < oldest():
                     if self.options.fail_on_data_loss:
-                        raise DataLossError(name, lane, requested=lo, oldest_available=head, unit="sequence")
-                    logger.warning("data loss on stream %r lane %d: skipping %d overwritten ring items", name, lane,
-                                   head - lo)
-                    lo = head
+                        raise DataLossError(name, lane, requested=lo, oldest_available=oldest(), unit="sequence")
+                    logger.warning(
+                        "data loss on stream %r lane %d: ring items %d..%d were overwritten; skipping %d items "
+                        "(failOnDataLoss=false)", name, lane, lo, oldest() - 1, oldest() - lo,
+                    )
+                    lo = min(oldest(), hi)
                 ranges.append((name, lane, lo, hi))
         return [
             LaneRanges(tuple(
                 LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
-                          self.options.fail_on_data_loss)
+                          self.options.fail_on_data_loss, corrupt=self.options.corrupt)
                 for stream, lane, lo, hi in task
             ))
             for task in _plan(self.options, ranges)
@@ -802,12 +1007,56 @@ def _by_stream(flat: dict[tuple[str, int], int]) -> dict[str, dict[int, int]]:
     return nested
 
 
+class _Once:
+    """A value computed on first use only (the oldest servable sequence costs a grid read)."""
+
+    def __init__(self, compute: Any) -> None:
+        self._compute = compute
+        self._value: int | None = None
+
+    def __call__(self) -> int:
+        if self._value is None:
+            self._value = int(self._compute())
+        return self._value
+
+
+def check_dead_letter_stream(grid: "Grid", options: SourceOptions) -> None:
+    """The dead-letter stream must exist when the query starts, not when the first corrupt item turns up."""
+    from meteor_spark.streams import open_stream
+
+    name = options.corrupt.dead_letter_stream
+    if name is None:
+        return
+    try:
+        open_stream(grid, name, create=False)
+    except StreamNotFoundError as exc:
+        raise StreamNotFoundError(f"option 'deadLetterStream': {exc}") from None
+
+
+def _check_lanes(position: Position, option: str, infos: "dict[str, StreamInfo]") -> None:
+    """Per-lane positions may name only lanes the stream has."""
+    for stream, lanes in position.lanes.items():
+        count = infos[stream].config.lanes
+        unknown = sorted(lane for lane in lanes if lane >= count)
+        if unknown:
+            raise ConfigError(
+                f"{option} names lane(s) {', '.join(map(str, unknown))} of stream {stream!r}, which has lanes "
+                f"0..{count - 1}; give positions for those lanes only"
+            )
+
+
 def _resolve(
-    position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None
+    position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None,
+    oldest: Any,
 ) -> int:
-    """The ring sequence a symbolic or per-lane position means for one lane."""
+    """The ring sequence a symbolic or per-lane position means for one lane. ``oldest()`` gives the oldest sequence
+    the grid can serve (called only when needed: it costs a grid read).
+
+    Raises:
+        OffsetOutOfRangeError: a per-lane position past the lane's end.
+    """
     if position.spec is OffsetSpec.EARLIEST:
-        return head
+        return oldest()
     if position.spec is OffsetSpec.LATEST:
         return next_seq
     if position.spec is OffsetSpec.GROUP:
@@ -824,7 +1073,13 @@ def _resolve(
         )
     sequence = lanes[lane]
     if sequence == EARLIEST_SENTINEL:
-        return head
+        return oldest()
     if sequence == LATEST_SENTINEL:
         return next_seq
+    if sequence > next_seq:
+        raise OffsetOutOfRangeError(
+            stream, lane, sequence, oldest(), next_seq, unit="sequence",
+            hint=f"{option} asks for a ring sequence nothing was written at yet; give one inside the range, or -2 "
+                 f"(earliest) / -1 (latest).",
+        )
     return sequence

@@ -22,7 +22,9 @@ def main() -> None:
     grid = {"hazelcast.members": members, "hazelcast.clusterName": cluster}
     writer = (
         spark.readStream.format("meteor").options(**grid).option("stream", source)
-        .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "1")
+        .option("startingOffsets", "earliest")
+        # Small batches while it may be killed (kills land mid-stream); larger ones to finish quickly.
+        .option("maxOffsetsPerTrigger", "8" if mode == "available-now" else "1")
         .option("group", "killed").option("groupMemberId", "the-driver").load()
         .writeStream.format("meteor").options(**grid).option("checkpointLocation", checkpoint)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
@@ -111,6 +112,18 @@ def test_unknown_option_suggests_the_closest_name() -> None:
         ({"stream": "s", "endingOffsets": "latest"}, "applies to batch reads only"),
         ({"stream": "s", "minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "3"}, "larger than maxOffsetsPerTrigger"),
         ({"stream": "s", "group": " "}, "option 'group' is empty"),
+        ({"stream": "s", "groupLeaseMs": "3000"}, r"option 'groupLeaseMs' needs option 'group'"),
+        ({"stream": "s", "groupMemberId": "m"}, r"option 'groupMemberId' needs option 'group'"),
+        ({"stream": "s", "group": "g", "groupMemberId": ""}, r"option 'groupMemberId' is empty"),
+        ({"stream": "s", "group": "g", "groupMemberId": "  "}, r"option 'groupMemberId' is empty"),
+        ({"stream": "no such stream"}, r"option 'stream': stream name 'no such stream' is not valid"),
+        ({"stream": "ok,@meteor"}, r"option 'stream': stream name '@meteor' is not valid"),
+        ({"stream": "s", "onCorrupt": "ignore"}, r"onCorrupt must be one of error, skip, dead_letter, got 'ignore'"),
+        ({"stream": "s", "onCorrupt": "dead_letter"}, r"onCorrupt=dead_letter needs deadLetterStream"),
+        ({"stream": "s", "onCorrupt": "skip", "deadLetterStream": "d"}, r"deadLetterStream='d' goes with "
+                                                                          r"onCorrupt=dead_letter"),
+        ({"stream": "s", "deadLetterStream": "bad name"}, r"option 'deadLetterStream': stream name 'bad name'"),
+        ({"stream": "s", "deadLetterStream": "s"}, r"deadLetterStream 's' is also a stream this query reads"),
         ({"stream": "s", "minPartitions": "4", "maxPartitions": "2"},
          r"minPartitions \(4\) is larger than maxPartitions \(2\)"),
     ],
@@ -161,13 +174,53 @@ def test_option_table_covers_every_accepted_option() -> None:
             continue
         value = {"includeHeaders": "true", "failOnDataLoss": "true", "createStream": "true",
                  "maxTriggerDelay": "1m", "startingOffsets": "earliest", "endingOffsets": "latest", "stream": "s",
-                 "group": "g", "groupMemberId": "m", "sinkId": "x"}.get(doc.name, "3")
+                 "group": "g", "groupMemberId": "m", "sinkId": "x", "onCorrupt": "skip",
+                 "deadLetterStream": "dlq"}.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
-            SourceOptions.parse({"stream": "s", doc.name: value, **({"group": "g"} if doc.name == "group" else {})},
-                                batch=batch)
+            grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}
+            SourceOptions.parse({"stream": "s", doc.name: value, **grouped}, batch=batch)
         else:
             SinkOptions.parse({doc.name: value})
+
+
+def test_corrupt_item_policy_is_parsed_once_into_the_options() -> None:
+    assert SourceOptions.parse({"stream": "s"}).corrupt.mode == "error"
+    assert SourceOptions.parse({"stream": "s", "onCorrupt": "SKIP"}, batch=True).corrupt.mode == "skip"
+    dead = SourceOptions.parse({"stream": "s", "deadLetterStream": "dlq"}).corrupt
+    assert (dead.mode, dead.dead_letter_stream) == ("dead_letter", "dlq")
+
+
+def test_spark_offset_carries_skip_counts_under_a_key_no_stream_can_have() -> None:
+    plain = SparkOffset.from_json({"s": {"0": 5}})  # a checkpoint from before the bookkeeping existed
+    assert plain.skipped_items == 0 and plain.batch_items is None and plain.dumps() == '{"s": {"0": 5}}'
+    counted = SparkOffset.of({"s": {0: 100, 1: 3}}, {("s", 0): 90, ("s", 1): 0}, batch_items=10)
+    assert counted.to_json() == {"s": {"0": 100, "1": 3}, "@meteor": {"items": 10, "skipped": {"s": {"0": 90}}}}
+    again = SparkOffset.from_json(json.loads(counted.dumps()))
+    assert again == counted and again.dumps() == counted.dumps()
+    assert again.positions == (("s", 0, 100), ("s", 1, 3)) and again.skipped_dict() == {("s", 0): 90}
+    assert list(again.lanes()) == [("s", 0), ("s", 1)] and again.streams() == ("s",)
+    with pytest.raises(ConfigError, match="not a meteor offset"):
+        SparkOffset.from_json({"s": {"0": 1}, "@meteor": {"skipped": {"s": {"0": -1}}}})
+
+
+def test_lag_of_a_first_batch_estimates_records_from_the_items_it_read() -> None:
+    from meteor_spark.spark.lag import lag_from_progress
+
+    first = {"batchId": 0, "sources": [{
+        "startOffset": None, "endOffset": json.dumps({"s": {"0": 2}, "@meteor": {"items": 2}}),
+        "latestOffset": json.dumps({"s": {"0": 6}}), "numInputRows": 8,
+    }]}
+    report = lag_from_progress(first)
+    assert report.records_per_item == 4.0 and report.records_behind_estimate == 16.0
+    assert [(lane.stream, lane.lane) for lane in report.lanes] == [("s", 0)]
+    skipping = {"batchId": 3, "sources": [{
+        "startOffset": json.dumps({"s": {"0": 0}}),
+        "endOffset": json.dumps({"s": {"0": 95}, "@meteor": {"skipped": {"s": {"0": 90}}}}),
+        "latestOffset": json.dumps({"s": {"0": 100}}), "numInputRows": 5,
+    }]}
+    report = lag_from_progress(skipping)
+    assert report.records_per_item == 1.0 and report.items_behind == 5  # the 90 lost items were never read
 
 
 def test_spark_offset_json_is_canonical() -> None:

@@ -86,7 +86,8 @@ def test_available_now_respects_max_offsets_per_trigger_and_reads_everything(
     assert len(everything) == 12 and len(set(everything)) == 12
     first, second = (lag_from_progress(p) for p in query.recentProgress[:2])
     assert first.items_behind == 6 - 2
-    assert first.records_behind_estimate is None  # batch 0 has no start offset to count its items from
+    # Batch 0 has no start offset in its progress; its end offset carries the items it read.
+    assert first.records_per_item == pytest.approx(2.0) and first.records_behind_estimate == pytest.approx(4 * 2.0)
     assert second.items_behind == 6 - 4 and second.records_behind_estimate == pytest.approx(2 * 2.0)
     assert lag_from_progress(query.lastProgress).items_behind == 0
 
