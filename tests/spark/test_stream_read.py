@@ -144,8 +144,8 @@ def test_overwritten_data_fails_with_the_data_loss_error_or_is_skipped(
         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "a")).trigger(availableNow=True).start()
     )
     with pytest.raises(StreamingQueryException, match=rf"data loss on stream '{unique_name}' lane 0: requested "
-                                                      r"sequence 0 was already overwritten; the oldest available "
-                                                      r"sequence is 6"):
+                                                      r"sequence 0 is no longer available \(overwritten in the "
+                                                      r"ring.*\); the oldest available sequence is 6"):
         query.awaitTermination()
 
     batch = spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
