@@ -85,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traceback.print_exc()
             err(f"meteor {args.command}: error: {exc}")
             return EXIT_FAILURE
+        except ModuleNotFoundError as exc:
+            if exc.name != "pyspark":  # a missing optional extra is a user's fix; anything else is a bug
+                raise
+            if debug:
+                traceback.print_exc()
+            err(f"meteor {args.command}: error: {exc.msg}")
+            return EXIT_FAILURE
         except KeyboardInterrupt:
             err(f"meteor {args.command}: interrupted")
             return EXIT_INTERRUPTED

@@ -7,6 +7,15 @@
 
 from __future__ import annotations
 
-from meteor_spark.spark.datasource import MeteorDataSource, register
+#: What to do when pyspark is not installed (the core does not need it; the connector, `meteor demo` and
+#: `meteor bench spark` do).
+PYSPARK_MISSING = "meteor_spark.spark needs pyspark: pip install 'meteor-spark[spark]'"
+
+try:
+    import pyspark  # noqa: F401
+except ImportError as exc:
+    raise ModuleNotFoundError(f"{PYSPARK_MISSING} ({exc})", name="pyspark") from exc
+
+from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: E402
 
 __all__ = ["MeteorDataSource", "register"]
