@@ -14,7 +14,7 @@ PYSPARK_MISSING = "meteor_spark.spark needs pyspark: pip install 'meteor-spark[s
 try:
     import pyspark  # noqa: F401
 except ImportError as exc:
-    raise ModuleNotFoundError(f"{PYSPARK_MISSING} ({exc})", name="pyspark") from exc
+    raise ModuleNotFoundError(PYSPARK_MISSING, name="pyspark") from exc
 
 from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: E402
 

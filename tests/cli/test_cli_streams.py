@@ -54,7 +54,7 @@ def test_bad_values_are_one_line_errors(meteor: Meteor, unique_name: str) -> Non
 def test_unknown_stream_and_usage_errors(meteor: Meteor, unique_name: str) -> None:
     meteor("streams", "describe", unique_name).assert_user_error("does not exist", "meteor streams create")
     usage = meteor("streams", "lst")
-    assert usage.code == 2 and "invalid choice: 'lst'" in usage.err
+    assert usage.code == 1 and "invalid choice: 'lst'" in usage.err  # every user error exits 1
 
 
 def test_stream_defaults_come_from_the_config_file(meteor: Meteor, unique_name: str, tmp_path) -> None:
