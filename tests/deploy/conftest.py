@@ -8,7 +8,6 @@ a directory outside the checkout, so nothing of the source tree can leak in.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -65,16 +64,3 @@ def deploy_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A working directory outside the checkout."""
     return tmp_path_factory.mktemp("outside")
-
-
-def deploy_env(python: Path) -> dict[str, str]:
-    """The environment of a process of the deployed install: its Python for Spark, nothing of the checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV")}
-    env.update(
-        PYSPARK_PYTHON=str(python),
-        PYSPARK_DRIVER_PYTHON=str(python),
-        PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
-        SPARK_LOCAL_IP="127.0.0.1",
-        PYTHONUNBUFFERED="1",
-    )
-    return env

@@ -137,3 +137,15 @@ def losses(expected: int, values: list[bytes]) -> tuple[int, int]:
     unique = set(seen)
     return len(set(range(expected)) - unique), len(seen) - len(unique)
 
+
+def deploy_env(python: Path) -> dict[str, str]:
+    """The environment of a process of the deployed install: its Python for Spark, nothing of the checkout."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME", "VIRTUAL_ENV")}
+    env.update(
+        PYSPARK_PYTHON=str(python),
+        PYSPARK_DRIVER_PYTHON=str(python),
+        PATH=f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONUNBUFFERED="1",
+    )
+    return env

@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from conftest import deploy_env
 from deploy_helpers import (
+    deploy_env,
     free_port,
     losses,
     publish_numbered,

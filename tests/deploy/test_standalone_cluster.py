@@ -12,8 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from conftest import deploy_env
 from deploy_helpers import (
+    deploy_env,
     descendants,
     free_port,
     kill_tree,

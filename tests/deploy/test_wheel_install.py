@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import deploy_env
-from deploy_helpers import publish_numbered, run_script
+from deploy_helpers import deploy_env, publish_numbered, run_script
 from meteor_spark.grid import Grid, GridSettings
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.timeout(1200)]
