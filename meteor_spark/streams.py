@@ -8,9 +8,10 @@ name alone (the Meteor roadmap's metadata service) and a party asking for a diff
 Which fields must agree: the layout fields (``lanes``, ``capacity``, ``backup_count``, ``async_backup_count``,
 ``ttl_s``) describe the rings every party shares, so a mismatch is a conflict. The backup counts are layout because
 the cluster holds one ring configuration per ring name and refuses a different one (Hazelcast's
-InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The batching fields (``compression``, ``compression_threshold``,
-``max_batch_records``, ``max_batch_bytes``, ``linger_ms``) only tune how one publisher writes; they are stored as
-the defaults for parties that open the stream by name, and a party passing its own ``StreamConfig`` keeps its own.
+InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The batching fields (``compression``,
+``compression_threshold``, ``max_batch_records``, ``max_batch_bytes``, ``linger_ms``) only tune how one publisher
+writes; they are stored as the defaults for parties that open the stream by name, and a party passing its own
+``StreamConfig`` keeps its own.
 
 Keys choose lanes with ``lane_for_key``: CRC-32 (zlib / IEEE 802.3) of the key bytes modulo the lane count. It is
 the same in every process, platform and version (it is part of the format: changing it would split a key's

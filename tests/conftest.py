@@ -1,8 +1,8 @@
 """Fixtures every test tier shares.
 
 The grid: ``METEOR_TEST_HAZELCAST=host:port[,host:port...]`` (cluster name from ``METEOR_TEST_CLUSTER``, default
-``dev``) selects a real Hazelcast 5.x cluster; otherwise one embedded member is started in its own process for the whole run.
-Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against both.
+``dev``) selects a real Hazelcast 5.x cluster; otherwise one embedded member is started in its own process for the
+whole run. Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against both.
 """
 
 from __future__ import annotations
