@@ -215,7 +215,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(
             f"configuration file {str(path)!r} does not exist; fix the path given to --config or ${CONFIG_ENV} "
-            f"(an example is conf/meteor.toml)"
+            f"(an example is conf/meteor.toml in the source repository)"
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"configuration file {str(path)!r} is not valid TOML: {exc}") from None
@@ -278,37 +278,38 @@ def _in_file(file_path: Path | None, exc: ConfigError) -> ConfigError:
     return type(exc)(f"{file_path}: {exc}")
 
 
-#: Where the repository's example configuration lives (present in a source checkout / editable install).
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-#: Used when ``conf/spark-defaults.conf`` is not there (a wheel install): the same settings.
-FALLBACK_SPARK_CONF: dict[str, str] = {
-    "spark.master": "local[2]",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.streaming.pollingDelay": "10ms",
-    "spark.driver.memory": "1g",
-}
+#: The Spark defaults shipped inside the package (``spark-defaults.conf``, ``log4j2.properties``): present in a
+#: wheel install as in a checkout, so ``meteor demo``, the notebook and the Spark bench start quiet everywhere.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-def spark_conf(conf_dir: Path) -> dict[str, str]:
-    """``spark-defaults.conf`` as a dict (``key value`` lines, ``#`` comments), plus the log4j2 file as the
-    driver's logging configuration. Falls back to ``FALLBACK_SPARK_CONF`` when the directory has no such file."""
-    defaults_file = conf_dir / "spark-defaults.conf"
-    if not defaults_file.is_file():
-        return dict(FALLBACK_SPARK_CONF)
+def spark_conf(conf_dir: Path | None = None) -> dict[str, str]:
+    """The packaged Spark defaults as a dict, for ``SparkSession.builder.config(map=spark_conf())``.
+
+    ``conf_dir`` (default: the package's own ``CONF_DIR``) holds ``spark-defaults.conf`` (``key value`` lines,
+    ``#`` comments) and ``log4j2.properties``; the latter becomes the driver's logging configuration
+    (``spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=...``), which only takes effect when the session
+    starts its JVM (the first ``getOrCreate()`` of the process).
+
+    Raises:
+        ConfigError: the directory has no ``spark-defaults.conf``, or a line is not ``key value``.
+    """
+    directory = CONF_DIR if conf_dir is None else Path(conf_dir)
+    defaults_file = directory / "spark-defaults.conf"
+    try:
+        text = defaults_file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"Spark defaults {str(defaults_file)!r} cannot be read: {exc.strerror}") from None
     settings: dict[str, str] = {}
-    for number, line in enumerate(defaults_file.read_text().splitlines(), start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
             continue
-        parts = text.split(None, 1)
+        parts = stripped.split(None, 1)
         if len(parts) != 2:
-            raise ConfigError(f"{defaults_file}:{number}: expected 'key value', got {text!r}")
+            raise ConfigError(f"{defaults_file}:{number}: expected 'key value', got {stripped!r}")
         settings[parts[0]] = parts[1].strip()
-    log4j = conf_dir / "log4j2.properties"
+    log4j = directory / "log4j2.properties"
     if log4j.is_file() and "spark.driver.extraJavaOptions" not in settings:
         settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
     return settings

@@ -255,6 +255,8 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
         from meteor_spark.server import EmbeddedGrid
         from meteor_spark.streams import open_stream
 
+        import meteor_spark.spark  # noqa: F401  (before starting anything: names the extra when pyspark is missing)
+
         say("meteor demo: shop orders -> meteor stream -> Spark (event-time windows) -> meteor stream")
         say()
         server = EmbeddedGrid(port=0, process=True)
@@ -344,7 +346,7 @@ class _Monitor:
         self.interrupts = interrupts
         self.rows_by_batch: dict[int, int] = {}
         self.results: dict[tuple[int, str], WindowResult] = {}
-        self.lag: dict[int, str] = {}
+        self.lag: dict[int, int] = {}
         self.caught_up = False
         self.results_reader = Subscriber(grid, RESULTS, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
         self._last_line = (state.started, 0, 0)
@@ -395,7 +397,7 @@ class _Monitor:
             raise MeteorError(f"the Spark streaming query failed: {_essence(str(exception))}")
         for progress in self.query.recentProgress:
             self.rows_by_batch[int(progress.batchId)] = int(progress.numInputRows)
-        report = lag_report(self.grid, self.orders_info, GROUP, count_records=True, max_items=500)
+        report = lag_report(self.grid, self.orders_info, GROUP)
         self.lag = _behind(report)
         # A lane that never held a record may never be confirmed; it is caught up all the same.
         self.caught_up = all(entry.items == 0 or (entry.items is None and entry.next_sequence == 0) for entry in report)
@@ -411,12 +413,12 @@ class _Monitor:
         elapsed = max(now - last_time, 1e-6)
         published, read = self.state.published, self.read
         self._last_line = (now, published, read)
-        lanes = " ".join(f"{lane}:{behind}" for lane, behind in sorted(self.lag.items())) or "-"
+        lanes = " ".join(f"{lane}:{behind:,}" for lane, behind in sorted(self.lag.items())) or "-"
         self.say(
             f"[{now - self.state.started:5.1f}s] published {published:>9,} "
             f"({(published - last_published) / elapsed:>7,.0f}/s)"
             f" | read by Spark {read:>9,} ({(read - last_read) / elapsed:>7,.0f}/s)"
-            f" | records behind per lane {lanes} | windows out {len(self.results):,}"
+            f" | ring items behind per lane {lanes} | windows out {len(self.results):,}"
             + ("  (complete)" if final else "")
             + ("  (Spark is starting its Python workers)" if not self.rows_by_batch else "")
         )
@@ -434,17 +436,11 @@ def _essence(text: str) -> str:
     return lines[0] if not errors else f"{lines[0]} ... {errors[-1]}"
 
 
-def _behind(report: Any) -> dict[int, str]:
-    """The group's lag per lane for display: records behind, or ring items when too many to count quickly."""
-    behind: dict[int, str] = {}
-    for entry in report:
-        if entry.items is None:
-            behind[entry.lane] = f"{entry.next_sequence:,} items"  # nothing confirmed yet: all of it is ahead
-        elif entry.records is not None:
-            behind[entry.lane] = f"{entry.records:,}"
-        else:
-            behind[entry.lane] = f"{entry.items:,} items"
-    return behind
+def _behind(report: Any) -> dict[int, int]:
+    """The group's lag per lane in ring items (one unit, known without reading the items: an item is one of the
+    publisher's micro-batches, so records behind would mean reading every item behind on each tick)."""
+    # nothing confirmed yet (items is None): everything the lane ever held is ahead of the group
+    return {entry.lane: entry.next_sequence if entry.items is None else entry.items for entry in report}
 
 
 def _summarise(
@@ -513,7 +509,7 @@ def _print_summary(
          "match; see the mismatches below" if summary.mismatches else "match the publisher's own count and revenue"],
         ["elapsed", f"{summary.elapsed_s:.1f} s", "wall time, Spark start included"],
     ]
-    say(render_table(["WHAT", "COUNT", ""], rows, right=[1]))
+    say(render_table(["WHAT", "COUNT", "DETAIL"], rows, right=[1]))
     say()
     lanes = []
     for lane, end in sorted(summary.lane_ends.items()):
@@ -521,7 +517,7 @@ def _print_summary(
         state = "at the end" if confirmed == end else ("nothing to read" if end == 0 else "BEHIND")
         lanes.append([lane, "-" if confirmed is None else f"{confirmed:,}", f"{end:,}", state])
     say(f"group {GROUP!r}: confirmed offsets (the next record the group will read; sequence << 16 | index)")
-    say(render_table(["LANE", "CONFIRMED", "LANE END", ""], lanes, right=[0, 1, 2]))
+    say(render_table(["LANE", "CONFIRMED", "LANE END", "STATE"], lanes, right=[0, 1, 2]))
     if results:
         say()
         last_window = max(start for start, _ in results)
@@ -545,6 +541,7 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # PySpark warns about pandas >= 3 on import; the connector does not use pandas, so it is noise here.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
+    import meteor_spark.spark  # noqa: F401  (names the `spark` extra when pyspark is missing)
     from pyspark.sql import SparkSession
 
     settings = spark_conf(conf_dir or CONF_DIR)

@@ -144,6 +144,8 @@ class GridSettings:
     )
 
     def __post_init__(self) -> None:
+        # "a:5701,b:5701" (one string, or inside a tuple) means two members, as in the hazelcast.members option
+        object.__setattr__(self, "members", split_members(self.members))
         if not self.members:
             raise ConfigError("hazelcast.members is empty; give at least one host:port, e.g. 127.0.0.1:5701")
         for member in self.members:
@@ -210,10 +212,25 @@ class GridSettings:
         return config
 
 
+def split_members(members: str | Sequence[str]) -> tuple[str, ...]:
+    """``"a:5701,b:5701"`` or ``["a:5701", "b:5701"]`` (or a mix) -> ``("a:5701", "b:5701")``.
+
+    Every entry point (Spark option, TOML, environment, ``Grid.connect``, ``GridSettings``) takes a comma-separated
+    members string, so they all go through this one function.
+    """
+    parts = [members] if isinstance(members, str) else list(members)
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, str):
+            raise ConfigError(f"hazelcast.members: {part!r} is not a host:port string; write it like 127.0.0.1:5701")
+        out.extend(piece.strip() for piece in part.split(",") if piece.strip())
+    return tuple(out)
+
+
 def _convert(option: str, value: str, annotation: Any) -> Any:
     text = str(annotation)
     if "tuple" in text:
-        return tuple(part.strip() for part in value.split(",") if part.strip())
+        return split_members(value)
     if "bool" in text:
         lowered = value.strip().lower()
         if lowered in ("true", "1", "yes"):
@@ -479,10 +496,10 @@ class Grid:
 
     @classmethod
     def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> "Grid":
-        """Connect to a cluster. ``members`` is ``host:port`` or a list of them; other keyword arguments are
-        ``GridSettings`` fields (``cluster_name``, ``username``, ``password``, ``ssl_*``, timeouts)."""
-        member_list = (members,) if isinstance(members, str) else tuple(members)
-        return cls(GridSettings(members=member_list, **settings))
+        """Connect to a cluster. ``members`` is ``host:port``, a comma-separated list of them
+        (``"10.0.0.5:5701,10.0.0.6:5701"``) or a sequence; other keyword arguments are ``GridSettings`` fields
+        (``cluster_name``, ``username``, ``password``, ``ssl_*``, timeouts)."""
+        return cls(GridSettings(members=split_members(members), **settings))
 
     @classmethod
     def local(cls, **settings: Any) -> "Grid":

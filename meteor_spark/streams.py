@@ -5,10 +5,13 @@ JSON, in the grid map ``meteor.streams`` (key = stream name), so publishers and 
 name alone (the Meteor roadmap's metadata service) and a party asking for a different layout gets a clear
 ``StreamConfigConflictError`` instead of Meteor's silent first-creator-wins.
 
-Which fields must agree: the layout fields (``lanes``, ``capacity``, ``backups``, ``ttl_s``) describe the rings
-every party shares, so a mismatch is a conflict. The batching fields (``compression``, ``compression_threshold``,
-``max_batch_records``, ``max_batch_bytes``, ``linger_ms``) only tune how one publisher writes; they are stored as
-the defaults for parties that open the stream by name, and a party passing its own ``StreamConfig`` keeps its own.
+Which fields must agree: the layout fields (``lanes``, ``capacity``, ``backup_count``, ``async_backup_count``,
+``ttl_s``) describe the rings every party shares, so a mismatch is a conflict. The backup counts are layout because
+the cluster holds one ring configuration per ring name and refuses a different one (Hazelcast's
+InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The batching fields (``compression``,
+``compression_threshold``, ``max_batch_records``, ``max_batch_bytes``, ``linger_ms``) only tune how one publisher
+writes; they are stored as the defaults for parties that open the stream by name, and a party passing its own
+``StreamConfig`` keeps its own.
 
 Keys choose lanes with ``lane_for_key``: CRC-32 (zlib / IEEE 802.3) of the key bytes modulo the lane count. It is
 the same in every process, platform and version (it is part of the format: changing it would split a key's
@@ -52,7 +55,10 @@ MAX_BACKUPS = 6
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 #: Fields every party must agree on (they describe the shared rings).
-LAYOUT_FIELDS = ("lanes", "capacity", "backups", "ttl_s")
+LAYOUT_FIELDS = ("lanes", "capacity", "backup_count", "async_backup_count", "ttl_s")
+
+#: Field names of older stored metadata -> today's names (read, never written).
+_RENAMED_FIELDS = {"backups": "backup_count"}
 
 
 def ring_name(stream: str, lane: int) -> str:
@@ -73,7 +79,11 @@ class StreamConfig:
         name: stream name (letters, digits, ``_ . -``; up to 200 characters).
         lanes: ring buffers in the stream; records with the same key go to the same lane (1..1024).
         capacity: ring items each lane keeps before overwriting the oldest (an item is a micro-batch of records).
-        backups: synchronous backup copies of each lane on other members (0..6).
+        backup_count: synchronous backup copies of each lane on other members (0..6; Hazelcast's
+            ``backup-count``). A publish is acknowledged after the backups have it. A single member (the embedded
+            grid) accepts and stores it but has nowhere to put a backup.
+        async_backup_count: asynchronous backup copies (Hazelcast's ``async-backup-count``); the sum of both is
+            at most 6.
         ttl_s: seconds a ring item lives (0 = until overwritten).
         compression: ``"lz4"`` or ``"none"`` (publisher default).
         compression_threshold: compress an item only from this many body bytes on (publisher default).
@@ -86,7 +96,8 @@ class StreamConfig:
     name: str
     lanes: int = 1
     capacity: int = 10_000
-    backups: int = 1
+    backup_count: int = 1
+    async_backup_count: int = 0
     ttl_s: int = 0
     compression: str = "lz4"
     compression_threshold: int = 1024
@@ -102,7 +113,13 @@ class StreamConfig:
             )
         _check_int("lanes", self.lanes, 1, MAX_LANES)
         _check_int("capacity", self.capacity, 1, (1 << 31) - 1)
-        _check_int("backups", self.backups, 0, MAX_BACKUPS)
+        _check_int("backup_count", self.backup_count, 0, MAX_BACKUPS)
+        _check_int("async_backup_count", self.async_backup_count, 0, MAX_BACKUPS)
+        if self.backup_count + self.async_backup_count > MAX_BACKUPS:
+            raise ConfigError(
+                f"backup_count ({self.backup_count}) + async_backup_count ({self.async_backup_count}) must be at "
+                f"most {MAX_BACKUPS} (Hazelcast's limit)"
+            )
         _check_int("ttl_s", self.ttl_s, 0, (1 << 31) - 1)
         if self.compression not in COMPRESSIONS:
             raise ConfigError(
@@ -195,7 +212,8 @@ def _parse_metadata(name: str, text: str) -> StreamInfo:
             f"up to {METADATA_VERSION}); upgrade meteor-spark to open it"
         )
     try:
-        config = StreamConfig.from_dict(document["config"])
+        stored = {_RENAMED_FIELDS.get(key, key): value for key, value in document["config"].items()}
+        config = StreamConfig.from_dict(stored)
         created = int(document["created_at_ms"])
         format_version = int(document.get("format_version", 0))
     except (KeyError, TypeError, ValueError) as exc:
@@ -251,13 +269,20 @@ def _configure_rings(grid: Grid, info: StreamInfo) -> None:
     # Exact names, not a wildcard: "meteor.stream::a.*" would also match the lanes of a stream named "a.b".
     for name in info.ring_names:
         try:
-            grid.add_ring_config(name, capacity=config.capacity, backups=config.backups, ttl_s=config.ttl_s)
+            grid.add_ring_config(
+                name,
+                capacity=config.capacity,
+                backups=config.backup_count,
+                async_backups=config.async_backup_count,
+                ttl_s=config.ttl_s,
+            )
         except GridOperationError as exc:
             if exc.code != _INVALID_CONFIGURATION:
                 raise
             raise StreamConfigConflictError(
                 f"stream {info.name!r}: the cluster already holds another ring configuration for {name!r} "
-                f"(capacity/backups/TTL differ from {config.capacity}/{config.backups}/{config.ttl_s}); a stream "
+                f"(capacity/backups/async backups/TTL differ from {config.capacity}/{config.backup_count}/"
+                f"{config.async_backup_count}/{config.ttl_s}); a stream "
                 f"deleted and recreated with a new layout keeps the old ring configuration until the cluster "
                 f"restarts. Use the old layout or a new stream name ({exc})"
             ) from exc

@@ -1,8 +1,8 @@
 """Fixtures every test tier shares.
 
-The grid: ``METEOR_TEST_HAZELCAST=host:port`` (cluster name from ``METEOR_TEST_CLUSTER``, default ``dev``) selects
-a real Hazelcast 5.x member; otherwise one embedded member is started in its own process for the whole run.
-Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against both.
+The grid: ``METEOR_TEST_HAZELCAST=host:port[,host:port...]`` (cluster name from ``METEOR_TEST_CLUSTER``, default
+``dev``) selects a real Hazelcast 5.x cluster; otherwise one embedded member is started in its own process for the
+whole run. Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against both.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid import Grid, GridSettings, split_members
 
 REAL_HAZELCAST = os.environ.get("METEOR_TEST_HAZELCAST")
 
@@ -32,7 +32,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def grid_settings() -> Iterator[GridSettings]:
     """Connection settings of the grid under test (real member or embedded member process)."""
     if REAL_HAZELCAST:
-        yield GridSettings(members=(REAL_HAZELCAST,), cluster_name=os.environ.get("METEOR_TEST_CLUSTER", "dev"))
+        yield GridSettings(
+            members=split_members(REAL_HAZELCAST), cluster_name=os.environ.get("METEOR_TEST_CLUSTER", "dev")
+        )
         return
     from meteor_spark.server import EmbeddedGrid
 
@@ -72,6 +74,8 @@ def spark() -> Iterator["object"]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.pollingDelay", "10ms")
+        # the Python worker's connect-back handshake, generous for a loaded 2-core CI machine (Spark's default: 15 s)
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -58,6 +58,30 @@ def test_every_meteor_command_in_the_readme_parses() -> None:
         assert not extra or getattr(args, "extra_args", False), words
 
 
+def test_the_spark_example_checkpoints_into_a_fresh_directory() -> None:
+    """A fixed checkpoint path resumes an old query's offsets against a new grid on the second run."""
+    spark_blocks = [b for b in re.findall(r"```python\n(.*?)```", README, re.DOTALL) if "checkpointLocation" in b]
+    assert spark_blocks
+    for block in spark_blocks:
+        assert re.search(r'checkpointLocation",\s*checkpoint\)', block) and "tempfile.mkdtemp(" in block, block
+
+
+def test_deploying_doc_is_linked_and_its_commands_parse() -> None:
+    deploying = (ROOT / "docs" / "deploying.md").read_text()
+    section = README[README.index("## Running on a cluster"):]
+    assert "docs/deploying.md" in section[: section.index("\n## ", 5)]
+    parser = build_parser()
+    commands = [
+        shlex.split(line.split("#", 1)[0].strip())
+        for block in _bash_blocks(deploying) + _bash_blocks(README)
+        for line in block.splitlines()
+        if line.strip().startswith("meteor ")
+    ]
+    assert any(words[:3] == ["meteor", "streams", "create"] for words in commands)
+    for words in commands:
+        parser.parse_args(words[1:])  # exits (fails the test) on a flag that does not exist
+
+
 def test_architecture_doc_names_every_module() -> None:
     architecture = (ROOT / "docs" / "architecture.md").read_text()
     package = ROOT / "meteor_spark"
@@ -82,8 +106,7 @@ def test_readme_python_examples_run(spark: Any, tmp_path: Path) -> None:
     namespace: dict[str, Any] = {}
     try:
         for number, block in enumerate(blocks):
-            source = block.replace("/tmp/meteor-readme-pages", str(tmp_path / "checkpoint"))
-            exec(compile(source, f"README.md python block {number + 1}", "exec"), namespace)  # noqa: S102
+            exec(compile(block, f"README.md python block {number + 1}", "exec"), namespace)  # noqa: S102
         assert len(namespace["seen"]) == 11
         assert namespace["pages_df"].count() >= 11
     finally:

@@ -133,3 +133,35 @@ def test_importing_the_package_is_cheap() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_without_pyspark_the_core_works_and_spark_entry_points_name_the_extra() -> None:
+    """pyspark is the ``spark`` extra: the core must not need it, and every Spark entry point says how to get it."""
+    script = """
+import contextlib, io, json, sys
+sys.modules["pyspark"] = None  # as if pyspark were not installed
+import meteor_spark
+from meteor_spark import Publisher, StreamConfig, Subscriber
+out = {}
+for what in ("import meteor_spark.spark", "meteor_spark.register"):
+    try:
+        exec(what)
+        out[what] = "no error"
+    except ModuleNotFoundError as exc:
+        out[what] = str(exc)
+from meteor_spark.cli.main import main
+for argv in (["demo"], ["bench", "spark", "--quick"]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    out[" ".join(argv)] = [code, err.getvalue()]
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    hint = "meteor_spark.spark needs pyspark: pip install 'meteor-spark[spark]'"
+    assert hint in results["import meteor_spark.spark"]
+    assert hint in results["meteor_spark.register"]
+    for command in ("demo", "bench spark --quick"):
+        code, stderr = results[command]
+        assert code == 1 and stderr.strip().splitlines() == [f"meteor {command.split()[0]}: error: {hint}"], stderr

@@ -68,7 +68,7 @@ def run_area(args: argparse.Namespace) -> int:
     try:
         bench_args = parser.parse_args(list(getattr(args, "extra", [])))
     except SystemExit as exc:
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_FAILURE
+        return EXIT_OK if exc.code in (0, None) else EXIT_FAILURE  # --help, or a usage error (exit 1, like main)
     module.run(bench_args)
     return EXIT_OK
 

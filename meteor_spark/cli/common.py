@@ -14,7 +14,6 @@ from meteor_spark.grid import Grid
 #: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 2 bad command line, 130 Ctrl-C.
 EXIT_OK = 0
 EXIT_FAILURE = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 _ENV_HELP = "METEOR_HAZELCAST_MEMBERS, METEOR_CLUSTER_NAME, METEOR_USERNAME, METEOR_PASSWORD, ...: see the README"

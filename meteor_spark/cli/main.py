@@ -14,7 +14,7 @@ from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_
 from meteor_spark.cli.common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
-    EXIT_USAGE,
+    EXIT_OK,
     CommandError,
     connection_parent,
     err,
@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``meteor`` with ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
 
-    User mistakes (unreachable grid, unknown stream, bad values) print one line on stderr and return 1; a bad
-    command line returns 2; Ctrl-C returns 130. ``--debug`` adds debug logging and tracebacks.
+    User mistakes (unreachable grid, unknown stream, bad values, a bad command line) print on stderr and return 1
+    (argparse's own 2 is folded into it: one exit code for every user error); ``--help``/``--version`` return 0;
+    Ctrl-C returns 130. ``--debug`` adds debug logging and tracebacks.
     """
     parser = build_parser()
     try:
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra and not getattr(args, "extra_args", False):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse exits on --help/--version (0) and on usage errors (2)
-        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+        return EXIT_OK if exc.code in (0, None) else EXIT_FAILURE
     args.extra = extra  # handed to commands that parse their own flags (meteor bench AREA)
     debug = bool(getattr(args, "debug", False))
     with _cli_logging(debug):
@@ -84,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if debug:
                 traceback.print_exc()
             err(f"meteor {args.command}: error: {exc}")
+            return EXIT_FAILURE
+        except ModuleNotFoundError as exc:
+            if exc.name != "pyspark":  # a missing optional extra is a user's fix; anything else is a bug
+                raise
+            if debug:
+                traceback.print_exc()
+            err(f"meteor {args.command}: error: {exc.msg}")
             return EXIT_FAILURE
         except KeyboardInterrupt:
             err(f"meteor {args.command}: interrupted")

@@ -43,7 +43,15 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     create.add_argument("stream", help="stream name")
     create.add_argument("--lanes", type=int, help="number of lanes (ring buffers); records with one key share a lane")
     create.add_argument("--capacity", type=int, help="ring items kept per lane before the oldest are overwritten")
-    create.add_argument("--backups", type=int, help="synchronous backup copies of each lane (real clusters)")
+    create.add_argument(
+        "--backup-count",
+        type=int,
+        metavar="N",
+        help="synchronous backup copies of each lane on other members (a one-member grid stores it, has no use for it)",
+    )
+    create.add_argument(
+        "--async-backup-count", type=int, metavar="N", help="asynchronous backup copies of each lane (default 0)"
+    )
     create.add_argument(
         "--ttl", dest="ttl_s", type=int, metavar="SECONDS", help="seconds a ring item lives (0 = until overwritten)"
     )
@@ -115,7 +123,8 @@ def run_create(args: argparse.Namespace) -> int:
         args.stream,
         lanes=args.lanes,
         capacity=args.capacity,
-        backups=args.backups,
+        backup_count=args.backup_count,
+        async_backup_count=args.async_backup_count,
         ttl_s=args.ttl_s,
         compression=args.compression,
     )
@@ -129,7 +138,8 @@ def run_create(args: argparse.Namespace) -> int:
     verb = "exists already with these settings" if existed else "created"
     out(
         f"stream {info.config.name!r} {verb}: {info.config.lanes} lane(s), capacity {info.config.capacity:,} items "
-        f"per lane, compression {info.config.compression}"
+        f"per lane, {info.config.backup_count} backup(s) + {info.config.async_backup_count} async, "
+        f"compression {info.config.compression}"
     )
     return EXIT_OK
 

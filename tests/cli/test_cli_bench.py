@@ -28,7 +28,7 @@ def test_bench_grid_quick_prints_its_table(meteor: Meteor) -> None:
 
 def test_unknown_area_flag_is_a_usage_error(meteor: Meteor) -> None:
     run = meteor("bench", "grid", "--no-such-flag", connect=False)
-    assert run.code == 2 and "unrecognized arguments: --no-such-flag" in run.err
+    assert run.code == 1 and "unrecognized arguments: --no-such-flag" in run.err
 
 
 def test_all_runs_every_area_and_keeps_going_after_a_failure(

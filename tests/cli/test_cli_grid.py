@@ -59,7 +59,7 @@ def test_help_and_version(meteor: Meteor, capsys: pytest.CaptureFixture[str]) ->
     assert meteor("grid", "start", "--help", connect=False).code == 0
     assert meteor("--version", connect=False).code == 0
     unknown = meteor("frobnicate", connect=False)
-    assert unknown.code == 2 and "invalid choice: 'frobnicate'" in unknown.err
+    assert unknown.code == 1 and "invalid choice: 'frobnicate'" in unknown.err
 
 
 def _start_member(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:

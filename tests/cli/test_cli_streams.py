@@ -54,7 +54,7 @@ def test_bad_values_are_one_line_errors(meteor: Meteor, unique_name: str) -> Non
 def test_unknown_stream_and_usage_errors(meteor: Meteor, unique_name: str) -> None:
     meteor("streams", "describe", unique_name).assert_user_error("does not exist", "meteor streams create")
     usage = meteor("streams", "lst")
-    assert usage.code == 2 and "invalid choice: 'lst'" in usage.err
+    assert usage.code == 1 and "invalid choice: 'lst'" in usage.err  # every user error exits 1
 
 
 def test_stream_defaults_come_from_the_config_file(meteor: Meteor, unique_name: str, tmp_path) -> None:
@@ -63,3 +63,14 @@ def test_stream_defaults_come_from_the_config_file(meteor: Meteor, unique_name: 
     created = meteor("--config", str(config), "streams", "create", unique_name, "--capacity", "77")
     assert created.code == 0, created
     assert "5 lane(s), capacity 77" in created.out  # the flag wins over the file
+
+
+def test_create_with_backup_counts_stores_them(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    created = meteor("streams", "create", unique_name, "--backup-count", "2", "--async-backup-count", "1")
+    assert created.code == 0, created
+    assert "2 backup(s) + 1 async" in created.out
+    config = open_stream(grid, unique_name, create=False).config
+    assert (config.backup_count, config.async_backup_count) == (2, 1)
+    conflict = meteor("streams", "create", unique_name, "--backup-count", "1")
+    conflict.assert_user_error("already exists with another layout", "backup_count: 1 asked, 2 stored")
+    meteor("streams", "create", unique_name + "-x", "--backup-count", "7").assert_user_error("backup_count", "got 7")

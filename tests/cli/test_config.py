@@ -147,3 +147,26 @@ def test_grid_options_round_trip_through_the_spark_option_parser() -> None:
         connect_timeout_s=1.5,
     )
     assert GridSettings.from_options(grid_options(settings)) == settings
+
+
+def test_a_comma_separated_members_string_is_several_members_at_every_entry_point() -> None:
+    expected = ("10.0.0.5:5701", "10.0.0.6:5701")
+    assert GridSettings(members="10.0.0.5:5701, 10.0.0.6:5701").members == expected  # type: ignore[arg-type]
+    assert GridSettings(members=("10.0.0.5:5701,10.0.0.6:5701",)).members == expected
+    assert GridSettings.from_options({"hazelcast.members": "10.0.0.5:5701,10.0.0.6:5701"}).members == expected
+    env = {"METEOR_HAZELCAST_MEMBERS": "10.0.0.5:5701,10.0.0.6:5701"}
+    assert load_config(env=env).grid.members == expected
+    with pytest.raises(ConfigError, match="'10.0.0.6' is not host:port"):
+        GridSettings(members="10.0.0.5:5701,10.0.0.6")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="hazelcast.members is empty"):
+        GridSettings(members=" , ")  # type: ignore[arg-type]
+
+
+def test_grid_connect_tries_each_member_of_a_comma_separated_string(grid_settings: GridSettings) -> None:
+    from meteor_spark.grid import Grid
+
+    # Port 1 refuses at once; the client moves on to the next member and connects.
+    members = ",".join(("127.0.0.1:1",) + grid_settings.members)
+    with Grid.connect(members, cluster_name=grid_settings.cluster_name, connect_timeout_s=20) as grid:
+        assert grid.settings.members == ("127.0.0.1:1",) + grid_settings.members
+        assert grid.members()

@@ -47,7 +47,9 @@ def test_initial_offset_scheme_parses_names_and_resolves_auto() -> None:
         ({"name": "s", "lanes": 0}, "lanes"),
         ({"name": "s", "lanes": 2000}, "lanes"),
         ({"name": "s", "capacity": 0}, "capacity"),
-        ({"name": "s", "backups": 7}, "backups"),
+        ({"name": "s", "backup_count": 7}, "backup_count"),
+        ({"name": "s", "async_backup_count": -1}, "async_backup_count"),
+        ({"name": "s", "backup_count": 4, "async_backup_count": 3}, "at most 6"),
         ({"name": "s", "ttl_s": -1}, "ttl_s"),
         ({"name": "s", "compression": "gzip"}, "compression"),
         ({"name": "s", "max_batch_records": 65537}, "max_batch_records"),
@@ -87,3 +89,16 @@ def test_publisher_settings_validate_overrides() -> None:
         PublisherSettings.parse(config, {"max_items_per_call": 5000})
     with pytest.raises(ConfigError, match="max_batch_records"):
         PublisherSettings.parse(config, {"max_batch_records": 0})
+
+
+def test_backup_counts_are_layout_fields_and_old_metadata_names_still_read() -> None:
+    from meteor_spark.streams import _metadata_json, _parse_metadata
+
+    config = StreamConfig("orders", backup_count=2, async_backup_count=1)
+    assert config.layout_differences(StreamConfig("orders", backup_count=2)) == [
+        "async_backup_count: 1 asked, 0 stored"
+    ]
+    assert _parse_metadata("orders", _metadata_json(config, 1)).config == config
+    # metadata stored by an older meteor-spark spells the synchronous count "backups"
+    old = '{"config":{"name":"orders","backups":3},"created_at_ms":1,"format_version":1,"metadata_version":1}'
+    assert _parse_metadata("orders", old).config.backup_count == 3
