@@ -36,10 +36,11 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
@@ -93,7 +94,7 @@ class StreamDefaults:
 
     values: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
-    def config(self, name: str, **overrides: Any) -> "StreamConfig":
+    def config(self, name: str, **overrides: Any) -> StreamConfig:
         """A ``StreamConfig`` for ``name``: these defaults, then ``overrides`` (``None`` values are ignored)."""
         from meteor_spark.streams import StreamConfig
 

@@ -27,8 +27,8 @@ Hazelcast client errors are translated into this tree in exactly one place: ``me
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from difflib import get_close_matches
-from typing import Iterable
 
 
 class MeteorError(Exception):

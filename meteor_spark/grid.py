@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import hazelcast
 from hazelcast import errors as hz_errors
@@ -164,7 +165,7 @@ class GridSettings:
             raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> "GridSettings":
+    def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> GridSettings:
         """Parse ``hazelcast.*`` options (case-insensitive keys, string values). Other keys are ignored.
 
         Raises:
@@ -184,7 +185,7 @@ class GridSettings:
             values[attr] = _convert(raw_key, str(raw_value), types[attr])
         return cls(**values)
 
-    def with_address(self, address: str) -> "GridSettings":
+    def with_address(self, address: str) -> GridSettings:
         """The same settings pointed at one ``host:port``."""
         return replace(self, members=(address,))
 
@@ -276,13 +277,13 @@ def translate_errors(what: str) -> Iterator[None]:
 
 
 def _code_of(exc: BaseException) -> int | None:
-    for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():  # noqa: SLF001 - the only code table there is
+    for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():
         if type(exc) is cls:
             return code
     return None
 
 
-def wait(future: "Future[T]", timeout_s: float | None) -> bool:
+def wait(future: Future[T], timeout_s: float | None) -> bool:
     """Wait for a Hazelcast future with a timeout (``Future.result()`` has none). True when it is done."""
     if future.done():
         return True
@@ -291,7 +292,7 @@ def wait(future: "Future[T]", timeout_s: float | None) -> bool:
     return done.wait(timeout_s)
 
 
-def result(future: "Future[T]", what: str) -> T:
+def result(future: Future[T], what: str) -> T:
     """The future's value, with errors translated."""
     with translate_errors(what):
         return future.result()
@@ -336,17 +337,17 @@ class Ring:
     def add(self, item: bytes, overflow_policy: int = OVERWRITE) -> int:
         return result(self.add_async(item, overflow_policy), f"add to ring {self.name!r}")
 
-    def add_async(self, item: bytes, overflow_policy: int = OVERWRITE) -> "Future[int]":
+    def add_async(self, item: bytes, overflow_policy: int = OVERWRITE) -> Future[int]:
         return self._proxy.add(bytearray(item), overflow_policy)
 
     def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
         """Append items in order; returns the sequence of the last one (-1 if FAIL refused them)."""
         return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
 
-    def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> "Future[int]":
+    def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> Future[int]:
         return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
 
-    def read_many_async(self, start: int, min_count: int, max_count: int) -> "Future[Any]":
+    def read_many_async(self, start: int, min_count: int, max_count: int) -> Future[Any]:
         """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""
         return self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
 
@@ -373,7 +374,7 @@ class GridMap:
         self._proxy = proxy
         self.name = name
 
-    def _call(self, what: str, future: "Future[T]") -> T:
+    def _call(self, what: str, future: Future[T]) -> T:
         return result(future, f"{what} on map {self.name!r}")
 
     def get(self, key: str) -> str | None:
@@ -495,19 +496,19 @@ class Grid:
             ) from exc
 
     @classmethod
-    def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> "Grid":
+    def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> Grid:
         """Connect to a cluster. ``members`` is ``host:port``, a comma-separated list of them
         (``"10.0.0.5:5701,10.0.0.6:5701"``) or a sequence; other keyword arguments are ``GridSettings`` fields
         (``cluster_name``, ``username``, ``password``, ``ssl_*``, timeouts)."""
         return cls(GridSettings(members=split_members(members), **settings))
 
     @classmethod
-    def local(cls, **settings: Any) -> "Grid":
+    def local(cls, **settings: Any) -> Grid:
         """Connect to the grid on this machine, 127.0.0.1:5701."""
         return cls.connect(DEFAULT_ADDRESS, **settings)
 
     @classmethod
-    def embedded(cls, **server_options: Any) -> "Grid":
+    def embedded(cls, **server_options: Any) -> Grid:
         """Start an embedded member owned by this Grid (stopped on ``close()``) and connect to it.
 
         ``server_options`` go to ``meteor_spark.server.EmbeddedGrid`` (port 0 = ephemeral by default).
@@ -584,7 +585,7 @@ class Grid:
         invocation = Invocation(_ring_config_request(pattern, capacity, backups, async_backups, ttl_s),
                                 response_handler=lambda message: None)
         with translate_errors(f"add ring buffer config {pattern!r}"):
-            self.client._invocation_service.invoke(invocation)  # noqa: SLF001 - no public API sends this message
+            self.client._invocation_service.invoke(invocation)
             invocation.future.result()
 
     def members(self) -> list[tuple[str, str, str]]:
@@ -612,7 +613,7 @@ class Grid:
             self._owned_server.stop()
             self._owned_server = None
 
-    def __enter__(self) -> "Grid":
+    def __enter__(self) -> Grid:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -37,6 +37,7 @@ from meteor_spark.publisher import Publisher
 from meteor_spark.records import encode_columns
 from meteor_spark.streams import StreamConfig, delete_stream
 from meteor_spark.subscriber import Subscriber
+from meteor_spark.tables import render_table
 
 RECORD_BYTES = 100
 SUBSCRIBERS = 16
@@ -55,7 +56,7 @@ class PubSubSettings:
     subscriber_processes: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "PubSubSettings":
+    def from_args(cls, args: argparse.Namespace) -> PubSubSettings:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
             async_records=args.async_records or (20_000 if quick else 200_000),
@@ -115,7 +116,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         grid.close()
         server.stop()
-    _print(figures)
     return figures
 
 
@@ -147,7 +147,11 @@ def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[s
         seq = batch.sequences[-1] + 1
     read_rate = len(values) / (time.perf_counter() - start)
     ring.destroy()
-    return {"encode_lz4_records_s": encode_rate, "raw_add_all_records_s": add_rate, "raw_read_many_records_s": read_rate}
+    return {
+        "encode_lz4_records_s": encode_rate,
+        "raw_add_all_records_s": add_rate,
+        "raw_read_many_records_s": read_rate,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ (a)
@@ -347,7 +351,7 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) 
             out["meteor"] = _percentiles(samples)
         ring = grid.ring(base + "-raw")
         samples = []
-        for i in range(settings.round_trips):
+        for _ in range(settings.round_trips):
             start = time.perf_counter()
             seq = ring.add(b"x" * 100)
             ring.read_many(seq, 1, 1)
@@ -367,7 +371,8 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) 
 # ------------------------------------------------------------------------------------------------ output
 
 
-def _print(figures: dict[str, Any]) -> None:
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench pubsub`` prints."""
     ceiling = figures["ceiling"]
     one = figures["one_publisher"]
     fan = figures["fanout"]
@@ -396,15 +401,11 @@ def _print(figures: dict[str, Any]) -> None:
         ("ceiling: raw add + read p50 / p99",
          f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms", "", ""),
     ]
-    header = ("scenario (100-byte records)", "result", "ratio", "target")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(4)]
-    for row in [header] + rows:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
-    print(
-        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many rate; "
-        "(c) against a raw add + read round trip"
-    )
-    print(
+    table = render_table(("scenario (100-byte records)", "result", "ratio", "target"), rows)
+    notes = [
+        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many "
+        "rate; (c) against a raw add + read round trip",
         "(b) 'random': incompressible values (LZ4 cannot help; every delivery moves 100 bytes); 'Meteor's constant "
-        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)"
-    )
+        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)",
+    ]
+    return "\n".join([table, *notes])

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
 from meteor_spark.server.member import (
@@ -45,14 +45,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
     parser.add_argument(
-        "--fsync", choices=FSYNC_POLICIES, default="interval", help="when persisted writes are fsynced (default interval)"
+        "--fsync", choices=FSYNC_POLICIES, default="interval",
+        help="when persisted writes are fsynced (default interval)",
     )
     parser.add_argument(
         "--fsync-interval-ms",
         type=int,
         default=100,
         metavar="MS",
-        help="with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)",
+        help=(
+            "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose "
+            "(default 100)"
+        ),
     )
     parser.add_argument(
         "--cp-mode",

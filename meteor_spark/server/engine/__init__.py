@@ -14,17 +14,18 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from meteor_spark.server.errors import InvalidConfiguration
 
 if TYPE_CHECKING:
-    from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.atomics import Atomics
     from meteor_spark.server.engine.flake_ids import FlakeIds
     from meteor_spark.server.engine.maps import MapConfig, Maps
     from meteor_spark.server.engine.persistence import Persistence
+    from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.services import Housekeeping
     from meteor_spark.server.engine.topics import Topics
 
@@ -131,7 +132,9 @@ class EngineConfig:
         if self.partition_count < 1:
             raise InvalidConfiguration(f"partition_count must be >= 1, got {self.partition_count}")
         if self.fsync not in FSYNC_POLICIES:
-            raise InvalidConfiguration(f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
+            raise InvalidConfiguration(
+                f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}"
+            )
         if self.fsync_interval_ms <= 0:
             raise InvalidConfiguration(
                 f"fsync_interval_ms must be a positive number of milliseconds, got {self.fsync_interval_ms}"
@@ -153,8 +156,8 @@ class Engine:
         self,
         config: EngineConfig | None = None,
         clock: Clock | None = None,
-        ring_configs: "Iterable[RingConfig]" = (),
-        map_configs: "Iterable[MapConfig]" = (),
+        ring_configs: Iterable[RingConfig] = (),
+        map_configs: Iterable[MapConfig] = (),
     ) -> None:
         from meteor_spark.server.engine.proxies import ProxyRegistry
         from meteor_spark.server.engine.ringbuffer import SERVICE_NAME as RING_SERVICE

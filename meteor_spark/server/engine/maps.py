@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import IntFlag
-from typing import Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from meteor_spark.server.engine import Clock, Waiters
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
