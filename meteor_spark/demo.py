@@ -532,8 +532,8 @@ def render_summary(summary: DemoSummary) -> str:
         say("")
         start_ms = summary.last_window[0].window_start_ms
         say(f"the last window, {iso_ms(start_ms)[11:16]} UTC, as Spark wrote it to {RESULTS!r}:")
-        rows: list[list[object]] = [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in summary.last_window]
-        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], rows, right=[1, 2]))
+        top: list[list[object]] = [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in summary.last_window]
+        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], top, right=[1, 2]))
     say("")
     for problem in summary.mismatches[:10]:
         say(f"  mismatch: {problem}")
