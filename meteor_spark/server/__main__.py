@@ -153,7 +153,7 @@ def run_member(args: argparse.Namespace) -> int:
         options = options_from_args(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -194,7 +194,12 @@ def run_member(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_member(build_parser().parse_args(argv))
+    """Exit codes as for ``meteor``: 0 success (and ``--help``), 1 any user error, usage errors included."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage and the error (exit 2), or the help (exit 0)
+        return 0 if exc.code in (0, None) else 1
+    return run_member(args)
 
 
 if __name__ == "__main__":
