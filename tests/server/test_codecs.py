@@ -21,7 +21,7 @@ from hazelcast.protocol.client_message import Frame as HzFrame
 from hazelcast.protocol.client_message import InboundMessage
 from hazelcast.serialization.data import Data
 
-from meteor_spark.server.handlers.registry import supported_messages
+from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol.codecs import FixedType, MessageSpec, Param, StructType, VarType
 from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
@@ -192,8 +192,8 @@ def test_every_served_message_has_a_spec_with_the_official_id() -> None:
         codec = official_codec(spec)
         if codec is None:
             continue
-        assert codec._REQUEST_MESSAGE_TYPE == spec.request_type, spec.name
-        assert codec._RESPONSE_MESSAGE_TYPE == spec.response_type, spec.name
+        assert spec.request_type == codec._REQUEST_MESSAGE_TYPE, spec.name
+        assert spec.response_type == codec._RESPONSE_MESSAGE_TYPE, spec.name
 
 
 @pytest.mark.parametrize("spec", [s for s in ALL_SPECS if official_codec(s) is not None], ids=_id)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntFlag
 from typing import NamedTuple, Protocol
 
-from meteor_spark.server.engine import Clock, Waiters
+from meteor_spark.server.engine.clock import Clock, Waiters
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
 from meteor_spark.server.engine.listeners import Listeners
 from meteor_spark.server.errors import IllegalMonitorState, InvalidConfiguration

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from meteor_spark.server.engine import Clock
+from meteor_spark.server.engine.clock import Clock
 from meteor_spark.server.engine.listeners import Listeners
 
 log = logging.getLogger(__name__)

@@ -313,10 +313,3 @@ def _fail(ctx: RequestContext, exc: BaseException) -> None:
     if ctx.endpoint.closed:
         return
     ctx.endpoint.connection.send(encode_error(ctx.correlation_id, exc))
-
-
-def supported_messages() -> list[HandlerEntry]:
-    """Every registered handler, by message type (for docs and tests)."""
-    import meteor_spark.server.handlers  # noqa: F401 - registers every handler module
-
-    return [HANDLERS[key] for key in sorted(HANDLERS)]
