@@ -21,6 +21,7 @@ import hazelcast
 from hazelcast import errors as hz_errors
 from hazelcast.future import Future
 
+from meteor_spark.compat import add_ringbuffer_config_request, fix_reactor_waker_race, invoke
 from meteor_spark.errors import (
     ConfigError,
     GridConnectionError,
@@ -32,37 +33,7 @@ from meteor_spark.errors import (
 logger = logging.getLogger(__name__)
 
 
-def _fix_reactor_waker_race() -> None:
-    """Work around a lost-wakeup race in hazelcast-python-client 5.7's reactor (added by the core helper, C1).
-
-    ``_PipedWaker.handle_read`` clears its ``awake`` flag *before* draining the wake pipe. A ``wake()`` from
-    another thread in between writes its byte, which the drain then swallows, leaving ``awake`` set with an empty
-    pipe: no thread can wake the reactor again, so every request sent from a non-reactor thread waits for the
-    10 ms poll timeout (request/reply latency jumps from ~1 ms to ~20 ms, at random per client). Draining first
-    and clearing the flag afterwards cannot lose a wakeup: a ``wake()`` that sees the flag still set finds its
-    write queued when the reactor builds its next poll set.
-    """
-    import os
-
-    from hazelcast import reactor
-
-    waker_class = getattr(reactor, "_PipedWaker", None)
-    if waker_class is None or getattr(waker_class, "_meteor_fixed", False):
-        return
-
-    def handle_read(self: Any) -> None:
-        try:
-            while len(os.read(self._read_fd, 4096)) == 4096:
-                pass
-        except OSError:
-            pass
-        self.awake = False
-
-    waker_class.handle_read = handle_read
-    waker_class._meteor_fixed = True
-
-
-_fix_reactor_waker_race()
+fix_reactor_waker_race()  # a private client detail, version-guarded in meteor_spark.compat
 
 T = TypeVar("T")
 
@@ -443,29 +414,6 @@ class GridMap:
         self._call("remove_entry_listener", self._proxy.remove_entry_listener(registration_id))
 
 
-def _ring_config_request(pattern: str, capacity: int, backups: int, async_backups: int, ttl_s: int) -> Any:
-    """The DynamicConfig.addRingbufferConfig request (0x1B0200); the Python client has no codec for it."""
-    from hazelcast.protocol.builtin import CodecUtil, FixSizedTypesCodec, StringCodec
-    from hazelcast.protocol.client_message import REQUEST_HEADER_SIZE, OutboundMessage, create_initial_buffer
-
-    # DynamicConfig.addRingbufferConfig, 0x1B0200 (protocol-definitions/DynamicConfig.yaml); the Python client
-    # has no codec for it. Fixed params first: capacity, backupCount, asyncBackupCount, timeToLiveSeconds,
-    # mergeBatchSize; then name, inMemoryFormat, ringbufferStoreConfig (null), splitBrainProtectionName (null),
-    # mergePolicy. Members older than protocol 2.7 ignore the trailing userCodeNamespace (null).
-    offset = REQUEST_HEADER_SIZE
-    buf = create_initial_buffer(offset + 5 * 4, 0x1B0200)
-    for value in (capacity, backups, async_backups, ttl_s, 100):
-        FixSizedTypesCodec.encode_int(buf, offset, value)
-        offset += 4
-    StringCodec.encode(buf, pattern)
-    StringCodec.encode(buf, "BINARY")
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
-    StringCodec.encode(buf, "com.hazelcast.spi.merge.PutIfAbsentMergePolicy")
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode, True)
-    return OutboundMessage(buf, False)
-
-
 class Grid:
     """A connection to a Hazelcast cluster (embedded or real).
 
@@ -571,8 +519,6 @@ class Grid:
             GridOperationError: the cluster has a different config under that name (Hazelcast code 32,
                 InvalidConfiguration), or refuses dynamic configuration.
         """
-        from hazelcast.invocation import Invocation
-
         if capacity < 1:
             raise ConfigError(f"ring config {pattern!r}: capacity must be >= 1, got {capacity}")
         if ttl_s < 0:
@@ -582,11 +528,9 @@ class Grid:
                 f"ring config {pattern!r}: backups ({backups}) and async_backups ({async_backups}) must be >= 0 "
                 f"and at most 6 together"
             )
-        invocation = Invocation(_ring_config_request(pattern, capacity, backups, async_backups, ttl_s),
-                                response_handler=lambda message: None)
+        request = add_ringbuffer_config_request(pattern, capacity, backups, async_backups, ttl_s)
         with translate_errors(f"add ring buffer config {pattern!r}"):
-            self.client._invocation_service.invoke(invocation)
-            invocation.future.result()
+            invoke(self.client, request)
 
     def members(self) -> list[tuple[str, str, str]]:
         """(``host:port``, uuid, ``major.minor.patch``) of every cluster member this client knows (tools)."""

@@ -1,4 +1,6 @@
-"""Dependencies point one way: spark/ -> core -> grid.py -> hazelcast; server/ imports neither pyspark nor hazelcast.
+"""Dependencies point one way: cli -> demo/bench -> spark/ -> core -> grid.py -> hazelcast; server/ imports neither
+pyspark nor hazelcast. ``meteor_spark.compat`` holds the private couplings to both dependencies and imports each only
+inside the function that needs it.
 
 Checked twice: statically (which files import ``hazelcast`` / ``pyspark`` at module level) and at runtime in a fresh
 interpreter (importing a module must not drag in a dependency it should not have, also not indirectly).
@@ -49,11 +51,13 @@ def imported_roots(path: Path, *, module_level_only: bool) -> set[str]:
     return roots
 
 
-def test_only_grid_module_imports_hazelcast() -> None:
+def test_only_grid_and_compat_import_hazelcast() -> None:
     offenders = [
         module_name(p) for p in python_files() if "hazelcast" in imported_roots(p, module_level_only=False)
     ]
-    assert offenders == ["meteor_spark.grid"]
+    assert offenders == ["meteor_spark.compat", "meteor_spark.grid"]
+    compat = PACKAGE / "compat.py"
+    assert "hazelcast" not in imported_roots(compat, module_level_only=True)  # inside functions only
 
 
 def test_only_the_spark_package_imports_pyspark_at_module_level() -> None:
@@ -64,6 +68,7 @@ def test_only_the_spark_package_imports_pyspark_at_module_level() -> None:
         and not module_name(p).startswith("meteor_spark.spark")
     ]
     assert offenders == [], "import pyspark inside the functions that need it, or move the code to meteor_spark.spark"
+    assert "pyspark" in imported_roots(PACKAGE / "compat.py", module_level_only=False)  # the runner hook's check
 
 
 def test_server_package_imports_nothing_outside_itself_but_the_error_tree() -> None:
