@@ -49,8 +49,9 @@ def test_a_changed_private_detail_is_reported() -> None:
 
 
 def test_the_reactor_patch_is_applied_and_drains_before_clearing_the_flag() -> None:
-    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
     from hazelcast import reactor
+
+    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
 
     waker = reactor._PipedWaker.__new__(reactor._PipedWaker)
     waker._read_fd, write_fd = os.pipe()

@@ -109,7 +109,7 @@ def test_importing_any_module_outside_spark_does_not_load_pyspark() -> None:
     names = [
         module_name(p)
         for p in python_files()
-        if not module_name(p).startswith("meteor_spark.spark") and not p.name == "__main__.py"
+        if not module_name(p).startswith("meteor_spark.spark") and p.name != "__main__.py"
     ]
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(names)], capture_output=True, text=True, timeout=120, check=True
@@ -227,7 +227,9 @@ def internal_edges(*, module_level_only: bool = False) -> dict[str, set[str]]:
                 if node.level:
                     parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                     base = ".".join(parent + ([base] if base else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
