@@ -96,7 +96,7 @@ class StreamDefaults:
 
     def config(self, name: str, **overrides: Any) -> StreamConfig:
         """A ``StreamConfig`` for ``name``: these defaults, then ``overrides`` (``None`` values are ignored)."""
-        from meteor_spark.streams import StreamConfig
+        from meteor_spark.streams import StreamConfig  # streams loads pyarrow: not for every `meteor` command
 
         merged = dict(self.values)
         merged.update({k: v for k, v in overrides.items() if v is not None})
@@ -257,7 +257,7 @@ def _stream_defaults(table: Any, file_path: Path | None) -> StreamDefaults:
         raise _in_file(file_path, ConfigError("[stream] must be a table, e.g. [stream] lanes = 4"))
     if not table:
         return StreamDefaults()
-    from meteor_spark.streams import StreamConfig
+    from meteor_spark.streams import StreamConfig  # streams loads pyarrow: only when a [stream] table is given
 
     known = [f.name for f in fields(StreamConfig) if f.name != "name"]
     for key in table:

@@ -41,7 +41,13 @@ from typing import IO, Any
 from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import Grid
+from meteor_spark.groups import group_state, lag_report
+from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.tables import render_table
 
 logger = logging.getLogger(__name__)
@@ -183,8 +189,6 @@ class PublishState:
 
 def publish_orders(grid: Grid, generator: OrderGenerator, state: PublishState, stop: threading.Event) -> None:
     """Publish every order at an even pace over ``options.seconds``, then the clock event. Runs in a thread."""
-    from meteor_spark.publisher import Publisher
-
     options = generator.options
     chunk = max(1, options.records // max(1, int(options.seconds * 20)))  # ~20 chunks a second
     try:
@@ -257,8 +261,6 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
     stop = threading.Event()
     with _Interrupts() as interrupts, _Cleanup() as cleanup:
         import meteor_spark.spark  # noqa: F401  (before starting anything: names the extra when pyspark is missing)
-        from meteor_spark.server import EmbeddedGrid
-        from meteor_spark.streams import open_stream
 
         say("meteor demo: shop orders -> meteor stream -> Spark (event-time windows) -> meteor stream")
         say()
@@ -324,8 +326,6 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
 
 
 def _stream_config(name: str, lanes: int) -> Any:
-    from meteor_spark.streams import StreamConfig
-
     return StreamConfig(name=name, lanes=lanes, capacity=100_000)
 
 
@@ -342,8 +342,6 @@ class _Monitor:
         say: Callable[..., None],
         interrupts: _Interrupts,
     ) -> None:
-        from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
-
         self.grid = grid
         self.orders_info = orders_info
         self.query = query
@@ -397,8 +395,6 @@ class _Monitor:
         )
 
     def _observe(self) -> None:
-        from meteor_spark.groups import lag_report
-
         exception = self.query.exception()
         if exception is not None:
             raise MeteorError(f"the Spark streaming query failed: {_essence(str(exception))}")
@@ -458,9 +454,6 @@ def _summarise(
     orders_info: Any,
     elapsed_s: float,
 ) -> DemoSummary:
-    from meteor_spark.groups import group_state
-    from meteor_spark.offsets import make_offset
-    from meteor_spark.streams import lane_bounds
 
     mismatches: list[str] = []
     for (start_ms, category), (count, revenue) in sorted(generator.tally.windows.items()):

@@ -461,7 +461,7 @@ class Grid:
 
         ``server_options`` go to ``meteor_spark.server.EmbeddedGrid`` (port 0 = ephemeral by default).
         """
-        from meteor_spark.server import EmbeddedGrid
+        from meteor_spark.server import EmbeddedGrid  # a client needs the embedded member only here
 
         server = EmbeddedGrid(**server_options)
         server.start()

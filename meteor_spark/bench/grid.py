@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.server import EmbeddedGrid, RingConfig
 from meteor_spark.tables import render_table
 
 MB = 1024 * 1024
@@ -67,8 +68,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from meteor_spark.server import EmbeddedGrid, RingConfig
-
     settings = BenchSettings.from_args(args)
     batches = max(1, settings.total_mb * MB // (settings.item_bytes * settings.batch_items))
     items_total = batches * settings.batch_items

@@ -35,6 +35,7 @@ import pyarrow as pa
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import encode_columns
+from meteor_spark.server import EmbeddedGrid
 from meteor_spark.streams import StreamConfig, delete_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table
@@ -99,8 +100,6 @@ def _values(pool: list[bytes], n: int) -> list[bytes]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = PubSubSettings.from_args(args)
-    from meteor_spark.server import EmbeddedGrid
-
     server = EmbeddedGrid(port=0, process=True)
     server.start()
     grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)

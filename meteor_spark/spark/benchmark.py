@@ -46,6 +46,13 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from meteor_spark.config import CONF_DIR, grid_options, spark_conf
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.records import ARROW_SCHEMA
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.datasource import SOURCE_SCHEMA
+from meteor_spark.spark.reader import default_partitions
+from meteor_spark.streams import StreamConfig, delete_stream, open_stream
 from meteor_spark.tables import render_table
 
 logger = logging.getLogger(__name__)
@@ -62,11 +69,6 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from meteor_spark.config import CONF_DIR, grid_options, spark_conf
-    from meteor_spark.grid import Grid, GridSettings
-    from meteor_spark.server import EmbeddedGrid
-    from meteor_spark.spark.reader import default_partitions
-    from meteor_spark.streams import StreamConfig, delete_stream, open_stream
 
     load_before = os.getloadavg()
     server = EmbeddedGrid(port=0, process=True)
@@ -222,8 +224,6 @@ class SyntheticSource(DataSource):
         return "bench-synthetic"
 
     def schema(self) -> Any:
-        from meteor_spark.spark.datasource import SOURCE_SCHEMA
-
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -249,8 +249,6 @@ class _SyntheticReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
-
-        from meteor_spark.records import ARROW_SCHEMA
 
         assert isinstance(partition, _Range)
         chunk = 65_536

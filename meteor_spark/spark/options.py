@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from meteor_spark.config import load_config
 from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
+from meteor_spark.streams import StreamConfig
 
 #: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
 #: they are not typos.
@@ -465,8 +467,6 @@ def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str
 
 def check_stream_name(name: str, option: str) -> None:
     """A ConfigError naming ``option`` when ``name`` cannot be a stream name (the rule of ``StreamConfig``)."""
-    from meteor_spark.streams import StreamConfig
-
     try:
         StreamConfig(name)
     except ConfigError as exc:
@@ -478,8 +478,6 @@ def _grid(raw: _Raw) -> GridSettings:
     conf = raw.text("conf")
     if conf is None:
         return GridSettings.from_options(hazelcast)
-    from meteor_spark.config import load_config
-
     # Explicit only: Spark options never read environment variables, so a query behaves the same on every host.
     return load_config(conf, env={}, overrides=hazelcast).grid
 

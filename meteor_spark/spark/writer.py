@@ -60,8 +60,10 @@ from pyspark.sql.types import (
 )
 
 from meteor_spark.errors import ConfigError, MeteorError
+from meteor_spark.publisher import LaneWritten, Publisher
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
+from meteor_spark.streams import StreamConfig, open_stream
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -207,9 +209,6 @@ class _PublishesRows:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from meteor_spark.publisher import Publisher
-        from meteor_spark.streams import StreamConfig, open_stream
-
         grid = grid_for(self.options.grid)
         publishers: dict[str, Any] = {}
         rows = 0
@@ -273,8 +272,6 @@ def _merge_lanes(futures: Sequence[ArrowPublishFuture]) -> tuple[LaneWritten, ..
 
 
 def _merged(entries: Iterable[LaneWritten]) -> tuple[LaneWritten, ...]:
-    from meteor_spark.publisher import LaneWritten
-
     by_lane: dict[int, LaneWritten] = {}
     for entry in entries:
         seen = by_lane.get(entry.lane)
