@@ -1,6 +1,6 @@
 """``meteor bench pubsub``: the core data path on an embedded grid in its own process, 100-byte records.
 
-Scenarios (issue 3's targets on a 2-core machine in brackets):
+Scenarios (the targets on a 2-core machine in brackets):
 
 - (a) one publisher's throughput, three ways: ``publish_async`` per record (futures dropped as they come, as
   Meteor's benchmark did, and all kept), ``publish_many`` of lists, ``publish_arrow`` of tables
