@@ -104,7 +104,7 @@ class StreamDefaults:
 
 
 @dataclass(frozen=True)
-class MeteorConfig:
+class MeteorSettings:
     """Everything the tools read from the configuration sources.
 
     Attributes:
@@ -125,7 +125,7 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,
-) -> MeteorConfig:
+) -> MeteorSettings:
     """Read the configuration: ``overrides`` > environment > TOML file > defaults.
 
     Args:
@@ -175,7 +175,7 @@ def load_config(
         raise _in_file(file_path, ConfigError("[server] must be a table, e.g. [server] port = 5701"))
     if file_path is not None:
         logger.debug("read configuration from %s", file_path)
-    return MeteorConfig(
+    return MeteorSettings(
         grid=grid,
         stream_defaults=stream_defaults,
         server=MappingProxyType({k.replace("-", "_"): v for k, v in server.items()}),

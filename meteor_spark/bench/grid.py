@@ -32,7 +32,7 @@ MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class BenchSettings:
+class GridBenchOptions:
     item_bytes: int
     batch_items: int
     total_mb: int
@@ -40,7 +40,7 @@ class BenchSettings:
     inflight: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> BenchSettings:
+    def from_args(cls, args: argparse.Namespace) -> GridBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
             item_bytes=args.item_kb * 1024,
@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = BenchSettings.from_args(args)
+    settings = GridBenchOptions.from_args(args)
     batches = max(1, settings.total_mb * MB // (settings.item_bytes * settings.batch_items))
     items_total = batches * settings.batch_items
     ring_name = "bench.grid.ring"
@@ -102,7 +102,7 @@ class Throughput:
     p99_ms: float
 
 
-def _ring(grid: Grid, name: str, settings: BenchSettings, batches: int) -> tuple[Throughput, Throughput]:
+def _ring(grid: Grid, name: str, settings: GridBenchOptions, batches: int) -> tuple[Throughput, Throughput]:
     ring = grid.ring(name)
     batch = [os.urandom(settings.item_bytes)] * settings.batch_items
     batch_bytes = settings.item_bytes * settings.batch_items

@@ -46,7 +46,7 @@ PUBLISHERS = 4
 
 
 @dataclass(frozen=True)
-class PubSubSettings:
+class PubSubBenchOptions:
     """Sizes of one run (``--quick`` shrinks everything to seconds)."""
 
     async_records: int
@@ -57,7 +57,7 @@ class PubSubSettings:
     subscriber_processes: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> PubSubSettings:
+    def from_args(cls, args: argparse.Namespace) -> PubSubBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
             async_records=args.async_records or (20_000 if quick else 200_000),
@@ -99,7 +99,7 @@ def _values(pool: list[bytes], n: int) -> list[bytes]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = PubSubSettings.from_args(args)
+    settings = PubSubBenchOptions.from_args(args)
     server = EmbeddedGrid(port=0, process=True)
     server.start()
     grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ ceilings
 
 
-def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> dict[str, float]:
     values = _values(pool, settings.bulk_records)
     per_item = 1000
     start = time.perf_counter()
@@ -156,7 +156,7 @@ def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[s
 # ------------------------------------------------------------------------------------------------ (a)
 
 
-def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> dict[str, float]:
     name = f"bench-pub-{os.getpid()}-{time.time_ns()}"
     config = StreamConfig(name, capacity=100_000)
     out: dict[str, float] = {}
@@ -230,7 +230,7 @@ def _fanout_subscribers(
 
 
 def _fanout(
-    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: PubSubSettings
+    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: PubSubBenchOptions
 ) -> dict[str, float]:
     name = f"bench-fanout-{os.getpid()}-{time.time_ns()}"
     per_publisher = settings.fanout_records // PUBLISHERS
@@ -318,7 +318,7 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) -> dict[str, Any]:
+def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptions) -> dict[str, Any]:
     base = f"bench-rtt-{os.getpid()}-{time.time_ns()}"
     requests, replies = StreamConfig(base + "-req"), StreamConfig(base + "-rep")
     Publisher(grid, requests).close()

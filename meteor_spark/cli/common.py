@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import IO
 
-from meteor_spark.config import MeteorConfig, load_config
+from meteor_spark.config import MeteorSettings, load_config
 from meteor_spark.grid import Grid
 from meteor_spark.tables import render_table as render_table  # the commands' tables
 
@@ -66,7 +66,7 @@ def connection_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def config_of(args: argparse.Namespace) -> MeteorConfig:
+def config_of(args: argparse.Namespace) -> MeteorSettings:
     """The configuration for this invocation (flags > environment > file > defaults)."""
     overrides = {
         "hazelcast.members": getattr(args, "members", None),

@@ -27,4 +27,4 @@ def test_bad_batch_is_refused_with_the_limit() -> None:
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     with pytest.raises(ValueError, match="--batch must be 1..999"):
-        bench.BenchSettings.from_args(parser.parse_args(["--batch", "1000"]))
+        bench.GridBenchOptions.from_args(parser.parse_args(["--batch", "1000"]))
