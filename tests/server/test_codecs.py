@@ -263,10 +263,10 @@ def test_event_ids_match_the_official_codecs() -> None:
 
 
 def test_add_ring_config_request_of_grid_decodes_with_our_spec() -> None:
-    from meteor_spark.grid import _ring_config_request
+    from meteor_spark.compat import add_ringbuffer_config_request
     from meteor_spark.server.protocol.messages import DYNAMIC_CONFIG_ADD_RINGBUFFER_CONFIG as spec
 
-    message = from_outbound(_ring_config_request("meteor.stream::o.*", 123, 2, 1, 60).buf)
+    message = from_outbound(add_ringbuffer_config_request("meteor.stream::o.*", 123, 2, 1, 60).buf)
     decoded = c.decode_request(spec, message)
     assert decoded == {
         "name": "meteor.stream::o.*",
