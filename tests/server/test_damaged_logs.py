@@ -51,7 +51,7 @@ def test_damaged_ring_log_keeps_every_intact_item(tmp_path: Path, where: str) ->
     member = _member(data_dir).start()
     try:
         with _grid(member) as grid:
-            info = open_stream(grid, StreamConfig("orders", capacity=ITEMS * 2, backups=0))
+            info = open_stream(grid, StreamConfig("orders", capacity=ITEMS * 2, backup_count=0))
             ring = grid.ring(info.ring_names[0])
             for i in range(ITEMS):
                 assert ring.add(_item(i)) == i  # acknowledged after its fsync
