@@ -22,26 +22,55 @@ _EXPORTS = {
     "Subscriber": "meteor_spark.subscriber",
     "Receiver": "meteor_spark.subscriber",
     "InitialOffsetScheme": "meteor_spark.subscriber",
+    "GroupMember": "meteor_spark.groups",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
+    # The whole error tree: a user catches what the library raises without knowing the module it lives in.
     "MeteorError": "meteor_spark.errors",
     "ConfigError": "meteor_spark.errors",
-    "DataLossError": "meteor_spark.errors",
+    "ArgumentTypeError": "meteor_spark.errors",
+    "StreamConfigConflictError": "meteor_spark.errors",
     "GridError": "meteor_spark.errors",
     "GridConnectionError": "meteor_spark.errors",
+    "GridOperationError": "meteor_spark.errors",
+    "StreamNotFoundError": "meteor_spark.errors",
+    "DataLossError": "meteor_spark.errors",
+    "OffsetOutOfRangeError": "meteor_spark.errors",
+    "FormatError": "meteor_spark.errors",
+    "UnsupportedFormatVersionError": "meteor_spark.errors",
+    "GroupError": "meteor_spark.errors",
+    "NotAssignedError": "meteor_spark.errors",
+    "FencedError": "meteor_spark.errors",
+    "PublisherClosedError": "meteor_spark.errors",
+    "PublishTimeoutError": "meteor_spark.errors",
+    "SizeLimitError": "meteor_spark.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.errors import (  # noqa: F401
+        ArgumentTypeError,
         ConfigError,
         DataLossError,
+        FencedError,
+        FormatError,
         GridConnectionError,
         GridError,
+        GridOperationError,
+        GroupError,
         MeteorError,
+        NotAssignedError,
+        OffsetOutOfRangeError,
+        PublisherClosedError,
+        PublishTimeoutError,
+        SizeLimitError,
+        StreamConfigConflictError,
+        StreamNotFoundError,
+        UnsupportedFormatVersionError,
     )
     from meteor_spark.grid import Grid, GridSettings  # noqa: F401
+    from meteor_spark.groups import GroupMember  # noqa: F401
     from meteor_spark.publisher import Publisher  # noqa: F401
     from meteor_spark.records import Record, RecordBatch  # noqa: F401
     from meteor_spark.server import EmbeddedGrid  # noqa: F401

@@ -36,10 +36,11 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
@@ -93,9 +94,9 @@ class StreamDefaults:
 
     values: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
-    def config(self, name: str, **overrides: Any) -> "StreamConfig":
+    def config(self, name: str, **overrides: Any) -> StreamConfig:
         """A ``StreamConfig`` for ``name``: these defaults, then ``overrides`` (``None`` values are ignored)."""
-        from meteor_spark.streams import StreamConfig
+        from meteor_spark.streams import StreamConfig  # streams loads pyarrow: not for every `meteor` command
 
         merged = dict(self.values)
         merged.update({k: v for k, v in overrides.items() if v is not None})
@@ -103,7 +104,7 @@ class StreamDefaults:
 
 
 @dataclass(frozen=True)
-class MeteorConfig:
+class MeteorSettings:
     """Everything the tools read from the configuration sources.
 
     Attributes:
@@ -124,7 +125,7 @@ def load_config(
     *,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, str] | None = None,
-) -> MeteorConfig:
+) -> MeteorSettings:
     """Read the configuration: ``overrides`` > environment > TOML file > defaults.
 
     Args:
@@ -174,7 +175,7 @@ def load_config(
         raise _in_file(file_path, ConfigError("[server] must be a table, e.g. [server] port = 5701"))
     if file_path is not None:
         logger.debug("read configuration from %s", file_path)
-    return MeteorConfig(
+    return MeteorSettings(
         grid=grid,
         stream_defaults=stream_defaults,
         server=MappingProxyType({k.replace("-", "_"): v for k, v in server.items()}),
@@ -256,7 +257,7 @@ def _stream_defaults(table: Any, file_path: Path | None) -> StreamDefaults:
         raise _in_file(file_path, ConfigError("[stream] must be a table, e.g. [stream] lanes = 4"))
     if not table:
         return StreamDefaults()
-    from meteor_spark.streams import StreamConfig
+    from meteor_spark.streams import StreamConfig  # streams loads pyarrow: only when a [stream] table is given
 
     known = [f.name for f in fields(StreamConfig) if f.name != "name"]
     for key in table:

@@ -32,15 +32,23 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import Grid
+from meteor_spark.groups import group_state, lag_report
+from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.tables import render_table
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +173,7 @@ class OrderGenerator:
 
 
 def iso_ms(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 @dataclass
@@ -181,8 +189,6 @@ class PublishState:
 
 def publish_orders(grid: Grid, generator: OrderGenerator, state: PublishState, stop: threading.Event) -> None:
     """Publish every order at an even pace over ``options.seconds``, then the clock event. Runs in a thread."""
-    from meteor_spark.publisher import Publisher
-
     options = generator.options
     chunk = max(1, options.records // max(1, int(options.seconds * 20)))  # ~20 chunks a second
     try:
@@ -222,6 +228,7 @@ class DemoSummary:
         lane_ends: lane -> the offset after the last record of the lane.
         elapsed_s: wall time of the whole demo.
         ok: every order read, every window written and right, every lane confirmed to its end.
+        last_window: the results of the last window as Spark wrote them, highest revenue first.
     """
 
     published: int
@@ -234,6 +241,7 @@ class DemoSummary:
     lane_ends: dict[int, int]
     elapsed_s: float
     ok: bool
+    last_window: tuple[WindowResult, ...] = ()
 
 
 class _Printer:
@@ -246,15 +254,12 @@ class _Printer:
 
 
 def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> DemoSummary:
-    """Run the demo, printing what happens in plain words to ``stream`` (stdout). Stops everything it started,
-    also on Ctrl-C / SIGTERM."""
+    """Run the demo, printing what happens in plain words to ``stream`` (stdout), and return the checked figures
+    (``render_summary`` turns them into the closing table). Stops everything it started, also on Ctrl-C / SIGTERM."""
     say = _Printer(stream or sys.stdout)
     started = time.monotonic()
     stop = threading.Event()
     with _Interrupts() as interrupts, _Cleanup() as cleanup:
-        from meteor_spark.server import EmbeddedGrid
-        from meteor_spark.streams import open_stream
-
         import meteor_spark.spark  # noqa: F401  (before starting anything: names the extra when pyspark is missing)
 
         say("meteor demo: shop orders -> meteor stream -> Spark (event-time windows) -> meteor stream")
@@ -296,7 +301,12 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
             target=publish_orders, args=(grid, generator, state, stop), name="demo-publisher", daemon=True
         )
         publisher.start()
-        cleanup.push("publisher", lambda: (stop.set(), publisher.join(10)))
+
+        def stop_publisher() -> None:
+            stop.set()
+            publisher.join(10)
+
+        cleanup.push("publisher", stop_publisher)
         say(
             f"[publish] publishing {options.records:,} orders over {options.seconds:g} s in the background: JSON "
             f"keyed by customer, event times covering {options.shop_minutes} minutes of shop time "
@@ -312,13 +322,10 @@ def run(options: DemoOptions = DEFAULTS, *, stream: IO[str] | None = None) -> De
             raise
         summary = _summarise(monitor, generator, results, grid, orders_info, time.monotonic() - started)
         cleanup.close()
-        _print_summary(say, summary, results)
         return summary
 
 
 def _stream_config(name: str, lanes: int) -> Any:
-    from meteor_spark.streams import StreamConfig
-
     return StreamConfig(name=name, lanes=lanes, capacity=100_000)
 
 
@@ -333,10 +340,8 @@ class _Monitor:
         state: PublishState,
         options: DemoOptions,
         say: Callable[..., None],
-        interrupts: "_Interrupts",
+        interrupts: _Interrupts,
     ) -> None:
-        from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
-
         self.grid = grid
         self.orders_info = orders_info
         self.query = query
@@ -390,8 +395,6 @@ class _Monitor:
         )
 
     def _observe(self) -> None:
-        from meteor_spark.groups import lag_report
-
         exception = self.query.exception()
         if exception is not None:
             raise MeteorError(f"the Spark streaming query failed: {_essence(str(exception))}")
@@ -451,9 +454,6 @@ def _summarise(
     orders_info: Any,
     elapsed_s: float,
 ) -> DemoSummary:
-    from meteor_spark.groups import group_state
-    from meteor_spark.offsets import make_offset
-    from meteor_spark.streams import lane_bounds
 
     mismatches: list[str] = []
     for (start_ms, category), (count, revenue) in sorted(generator.tally.windows.items()):
@@ -471,6 +471,8 @@ def _summarise(
     lane_ends = {lane: make_offset(nxt, 0) for lane, (_head, nxt) in lane_bounds(grid, orders_info).items()}
     published = monitor.state.published
     offsets_ok = all(confirmed.get(lane) == end for lane, end in lane_ends.items() if end > 0)
+    last_start = max((start for start, _ in results), default=None)
+    last_window = sorted((r for r in results.values() if r.window_start_ms == last_start), key=lambda r: -r.revenue)
     ok = (
         monitor.state.done
         and published == generator.options.records
@@ -489,15 +491,16 @@ def _summarise(
         lane_ends=lane_ends,
         elapsed_s=elapsed_s,
         ok=ok,
+        last_window=tuple(last_window),
     )
 
 
-def _print_summary(
-    say: Callable[..., None], summary: DemoSummary, results: dict[tuple[int, str], WindowResult]
-) -> None:
-    from meteor_spark.cli.common import render_table
-
-    say()
+def render_summary(summary: DemoSummary) -> str:
+    """The closing summary of a demo run: what was published, read and written back, every lane's confirmed
+    offset, the last window's results and the verdict."""
+    lines: list[str] = []
+    say = lines.append
+    say("")
     say("summary")
     rows = [
         ["orders published", f"{summary.published:,}", f"+ 1 clock event, into {ORDERS!r}"],
@@ -510,7 +513,7 @@ def _print_summary(
         ["elapsed", f"{summary.elapsed_s:.1f} s", "wall time, Spark start included"],
     ]
     say(render_table(["WHAT", "COUNT", "DETAIL"], rows, right=[1]))
-    say()
+    say("")
     lanes = []
     for lane, end in sorted(summary.lane_ends.items()):
         confirmed = summary.confirmed.get(lane)
@@ -518,20 +521,20 @@ def _print_summary(
         lanes.append([lane, "-" if confirmed is None else f"{confirmed:,}", f"{end:,}", state])
     say(f"group {GROUP!r}: confirmed offsets (the next record the group will read; sequence << 16 | index)")
     say(render_table(["LANE", "CONFIRMED", "LANE END", "STATE"], lanes, right=[0, 1, 2]))
-    if results:
-        say()
-        last_window = max(start for start, _ in results)
-        top = sorted((r for r in results.values() if r.window_start_ms == last_window), key=lambda r: -r.revenue)
-        say(f"the last window, {iso_ms(last_window)[11:16]} UTC, as Spark wrote it to {RESULTS!r}:")
-        rows = [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in top]
-        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], rows, right=[1, 2]))
-    say()
+    if summary.last_window:
+        say("")
+        start_ms = summary.last_window[0].window_start_ms
+        say(f"the last window, {iso_ms(start_ms)[11:16]} UTC, as Spark wrote it to {RESULTS!r}:")
+        top: list[list[object]] = [[r.category, r.orders, f"{r.revenue:,.2f}"] for r in summary.last_window]
+        say(render_table(["CATEGORY", "ORDERS", "REVENUE"], top, right=[1, 2]))
+    say("")
     for problem in summary.mismatches[:10]:
         say(f"  mismatch: {problem}")
     if summary.ok:
         say("OK: every order was read, every window was written back and is right, and the group confirmed every lane.")
     else:
         say("NOT OK: see above. Run with --debug for the logs.")
+    return "\n".join(lines)
 
 
 def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
@@ -541,8 +544,9 @@ def local_spark_session(app_name: str, conf_dir: Path | None = None) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # PySpark warns about pandas >= 3 on import; the connector does not use pandas, so it is noise here.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
-    import meteor_spark.spark  # noqa: F401  (names the `spark` extra when pyspark is missing)
     from pyspark.sql import SparkSession
+
+    import meteor_spark.spark  # noqa: F401  (names the `spark` extra when pyspark is missing)
 
     settings = spark_conf(conf_dir or CONF_DIR)
     builder = SparkSession.builder.appName(app_name)
@@ -627,10 +631,10 @@ class _Cleanup:
             what, step = self._steps.pop()
             try:
                 step()
-            except Exception:  # noqa: BLE001 - keep stopping the rest; the cause is logged
+            except Exception:
                 logger.warning("stopping the %s failed", what, exc_info=True)
 
-    def __enter__(self) -> "_Cleanup":
+    def __enter__(self) -> _Cleanup:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -664,7 +668,7 @@ class _Interrupts:
         if self.event.is_set():
             raise KeyboardInterrupt
 
-    def __enter__(self) -> "_Interrupts":
+    def __enter__(self) -> _Interrupts:
         self.install()
         return self
 

@@ -4,6 +4,7 @@ Every error the library raises on purpose is a ``MeteorError``::
 
     MeteorError
     ├── ConfigError (also ValueError)        bad or unknown option/argument; names it, the value and the fix
+    │   ├── ArgumentTypeError (also TypeError) an argument of the wrong type (str where bytes are needed, ...)
     │   └── StreamConfigConflictError        two parties disagree on a stream's stored configuration
     ├── GridError                            talking to the grid failed
     │   ├── GridConnectionError              cluster unreachable, authentication refused, timed out
@@ -17,7 +18,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     │   ├── NotAssignedError                 the operation needs a lane this member does not hold
     │   └── FencedError                      a deposed holder tried to move an offset (its epoch is stale)
     ├── PublisherClosedError                 publish after close()
-    └── PublishTimeoutError                  back-pressure: the bounded buffer stayed full past the deadline
+    ├── PublishTimeoutError                  back-pressure: the bounded buffer stayed full past the deadline
+    └── SizeLimitError (also ValueError)     data beyond a hard size limit (one Arrow binary column: 2 GiB)
 
 The embedded grid (``meteor_spark.server``) has its own error classes carrying Hazelcast error codes; those
 travel to clients as Hazelcast error responses and come back as ``GridOperationError``.
@@ -27,8 +29,8 @@ Hazelcast client errors are translated into this tree in exactly one place: ``me
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from difflib import get_close_matches
-from typing import Iterable
 
 
 class MeteorError(Exception):
@@ -37,6 +39,11 @@ class MeteorError(Exception):
 
 class ConfigError(MeteorError, ValueError):
     """An option or argument is unknown or invalid. The message names it, the value seen and the fix."""
+
+
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument has the wrong type (e.g. ``str`` where ``bytes`` are needed). Both ``except TypeError`` and
+    ``except ConfigError`` catch it."""
 
 
 class StreamConfigConflictError(ConfigError):
@@ -149,6 +156,11 @@ class PublisherClosedError(MeteorError):
 
 class PublishTimeoutError(MeteorError):
     """The publisher's bounded buffer stayed full past the back-pressure deadline."""
+
+
+class SizeLimitError(MeteorError, ValueError):
+    """Data exceeds a hard size limit that no option raises, e.g. more than 2 GiB of values in one Arrow binary
+    column; the message says how to split the work."""
 
 
 def unknown_option(kind: str, name: str, known: Iterable[str]) -> ConfigError:

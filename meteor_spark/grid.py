@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import hazelcast
 from hazelcast import errors as hz_errors
 from hazelcast.future import Future
 
+from meteor_spark.compat import add_ringbuffer_config_request, fix_reactor_waker_race, invoke
 from meteor_spark.errors import (
     ConfigError,
     GridConnectionError,
@@ -31,37 +33,7 @@ from meteor_spark.errors import (
 logger = logging.getLogger(__name__)
 
 
-def _fix_reactor_waker_race() -> None:
-    """Work around a lost-wakeup race in hazelcast-python-client 5.7's reactor (added by the core helper, C1).
-
-    ``_PipedWaker.handle_read`` clears its ``awake`` flag *before* draining the wake pipe. A ``wake()`` from
-    another thread in between writes its byte, which the drain then swallows, leaving ``awake`` set with an empty
-    pipe: no thread can wake the reactor again, so every request sent from a non-reactor thread waits for the
-    10 ms poll timeout (request/reply latency jumps from ~1 ms to ~20 ms, at random per client). Draining first
-    and clearing the flag afterwards cannot lose a wakeup: a ``wake()`` that sees the flag still set finds its
-    write queued when the reactor builds its next poll set.
-    """
-    import os
-
-    from hazelcast import reactor
-
-    waker_class = getattr(reactor, "_PipedWaker", None)
-    if waker_class is None or getattr(waker_class, "_meteor_fixed", False):
-        return
-
-    def handle_read(self: Any) -> None:
-        try:
-            while len(os.read(self._read_fd, 4096)) == 4096:
-                pass
-        except OSError:
-            pass
-        self.awake = False
-
-    waker_class.handle_read = handle_read
-    waker_class._meteor_fixed = True
-
-
-_fix_reactor_waker_race()
+fix_reactor_waker_race()  # a private client detail, version-guarded in meteor_spark.compat
 
 T = TypeVar("T")
 
@@ -164,7 +136,7 @@ class GridSettings:
             raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> "GridSettings":
+    def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> GridSettings:
         """Parse ``hazelcast.*`` options (case-insensitive keys, string values). Other keys are ignored.
 
         Raises:
@@ -184,7 +156,7 @@ class GridSettings:
             values[attr] = _convert(raw_key, str(raw_value), types[attr])
         return cls(**values)
 
-    def with_address(self, address: str) -> "GridSettings":
+    def with_address(self, address: str) -> GridSettings:
         """The same settings pointed at one ``host:port``."""
         return replace(self, members=(address,))
 
@@ -276,13 +248,13 @@ def translate_errors(what: str) -> Iterator[None]:
 
 
 def _code_of(exc: BaseException) -> int | None:
-    for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():  # noqa: SLF001 - the only code table there is
+    for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():
         if type(exc) is cls:
             return code
     return None
 
 
-def wait(future: "Future[T]", timeout_s: float | None) -> bool:
+def wait(future: Future[T], timeout_s: float | None) -> bool:
     """Wait for a Hazelcast future with a timeout (``Future.result()`` has none). True when it is done."""
     if future.done():
         return True
@@ -291,7 +263,7 @@ def wait(future: "Future[T]", timeout_s: float | None) -> bool:
     return done.wait(timeout_s)
 
 
-def result(future: "Future[T]", what: str) -> T:
+def result(future: Future[T], what: str) -> T:
     """The future's value, with errors translated."""
     with translate_errors(what):
         return future.result()
@@ -336,17 +308,17 @@ class Ring:
     def add(self, item: bytes, overflow_policy: int = OVERWRITE) -> int:
         return result(self.add_async(item, overflow_policy), f"add to ring {self.name!r}")
 
-    def add_async(self, item: bytes, overflow_policy: int = OVERWRITE) -> "Future[int]":
+    def add_async(self, item: bytes, overflow_policy: int = OVERWRITE) -> Future[int]:
         return self._proxy.add(bytearray(item), overflow_policy)
 
     def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
         """Append items in order; returns the sequence of the last one (-1 if FAIL refused them)."""
         return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
 
-    def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> "Future[int]":
+    def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> Future[int]:
         return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
 
-    def read_many_async(self, start: int, min_count: int, max_count: int) -> "Future[Any]":
+    def read_many_async(self, start: int, min_count: int, max_count: int) -> Future[Any]:
         """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""
         return self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
 
@@ -373,7 +345,7 @@ class GridMap:
         self._proxy = proxy
         self.name = name
 
-    def _call(self, what: str, future: "Future[T]") -> T:
+    def _call(self, what: str, future: Future[T]) -> T:
         return result(future, f"{what} on map {self.name!r}")
 
     def get(self, key: str) -> str | None:
@@ -442,29 +414,6 @@ class GridMap:
         self._call("remove_entry_listener", self._proxy.remove_entry_listener(registration_id))
 
 
-def _ring_config_request(pattern: str, capacity: int, backups: int, async_backups: int, ttl_s: int) -> Any:
-    """The DynamicConfig.addRingbufferConfig request (0x1B0200); the Python client has no codec for it."""
-    from hazelcast.protocol.builtin import CodecUtil, FixSizedTypesCodec, StringCodec
-    from hazelcast.protocol.client_message import REQUEST_HEADER_SIZE, OutboundMessage, create_initial_buffer
-
-    # DynamicConfig.addRingbufferConfig, 0x1B0200 (protocol-definitions/DynamicConfig.yaml); the Python client
-    # has no codec for it. Fixed params first: capacity, backupCount, asyncBackupCount, timeToLiveSeconds,
-    # mergeBatchSize; then name, inMemoryFormat, ringbufferStoreConfig (null), splitBrainProtectionName (null),
-    # mergePolicy. Members older than protocol 2.7 ignore the trailing userCodeNamespace (null).
-    offset = REQUEST_HEADER_SIZE
-    buf = create_initial_buffer(offset + 5 * 4, 0x1B0200)
-    for value in (capacity, backups, async_backups, ttl_s, 100):
-        FixSizedTypesCodec.encode_int(buf, offset, value)
-        offset += 4
-    StringCodec.encode(buf, pattern)
-    StringCodec.encode(buf, "BINARY")
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
-    StringCodec.encode(buf, "com.hazelcast.spi.merge.PutIfAbsentMergePolicy")
-    CodecUtil.encode_nullable(buf, None, StringCodec.encode, True)
-    return OutboundMessage(buf, False)
-
-
 class Grid:
     """A connection to a Hazelcast cluster (embedded or real).
 
@@ -495,24 +444,24 @@ class Grid:
             ) from exc
 
     @classmethod
-    def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> "Grid":
+    def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> Grid:
         """Connect to a cluster. ``members`` is ``host:port``, a comma-separated list of them
         (``"10.0.0.5:5701,10.0.0.6:5701"``) or a sequence; other keyword arguments are ``GridSettings`` fields
         (``cluster_name``, ``username``, ``password``, ``ssl_*``, timeouts)."""
         return cls(GridSettings(members=split_members(members), **settings))
 
     @classmethod
-    def local(cls, **settings: Any) -> "Grid":
+    def local(cls, **settings: Any) -> Grid:
         """Connect to the grid on this machine, 127.0.0.1:5701."""
         return cls.connect(DEFAULT_ADDRESS, **settings)
 
     @classmethod
-    def embedded(cls, **server_options: Any) -> "Grid":
+    def embedded(cls, **server_options: Any) -> Grid:
         """Start an embedded member owned by this Grid (stopped on ``close()``) and connect to it.
 
         ``server_options`` go to ``meteor_spark.server.EmbeddedGrid`` (port 0 = ephemeral by default).
         """
-        from meteor_spark.server import EmbeddedGrid
+        from meteor_spark.server import EmbeddedGrid  # a client needs the embedded member only here
 
         server = EmbeddedGrid(**server_options)
         server.start()
@@ -570,8 +519,6 @@ class Grid:
             GridOperationError: the cluster has a different config under that name (Hazelcast code 32,
                 InvalidConfiguration), or refuses dynamic configuration.
         """
-        from hazelcast.invocation import Invocation
-
         if capacity < 1:
             raise ConfigError(f"ring config {pattern!r}: capacity must be >= 1, got {capacity}")
         if ttl_s < 0:
@@ -581,11 +528,9 @@ class Grid:
                 f"ring config {pattern!r}: backups ({backups}) and async_backups ({async_backups}) must be >= 0 "
                 f"and at most 6 together"
             )
-        invocation = Invocation(_ring_config_request(pattern, capacity, backups, async_backups, ttl_s),
-                                response_handler=lambda message: None)
+        request = add_ringbuffer_config_request(pattern, capacity, backups, async_backups, ttl_s)
         with translate_errors(f"add ring buffer config {pattern!r}"):
-            self.client._invocation_service.invoke(invocation)  # noqa: SLF001 - no public API sends this message
-            invocation.future.result()
+            invoke(self.client, request)
 
     def members(self) -> list[tuple[str, str, str]]:
         """(``host:port``, uuid, ``major.minor.patch``) of every cluster member this client knows (tools)."""
@@ -612,7 +557,7 @@ class Grid:
             self._owned_server.stop()
             self._owned_server = None
 
-    def __enter__(self) -> "Grid":
+    def __enter__(self) -> Grid:
         return self
 
     def __exit__(self, *exc: object) -> None:

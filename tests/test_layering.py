@@ -1,4 +1,6 @@
-"""Dependencies point one way: spark/ -> core -> grid.py -> hazelcast; server/ imports neither pyspark nor hazelcast.
+"""Dependencies point one way: cli -> demo/bench -> spark/ -> core -> grid.py -> hazelcast; server/ imports neither
+pyspark nor hazelcast. ``meteor_spark.compat`` holds the private couplings to both dependencies and imports each only
+inside the function that needs it.
 
 Checked twice: statically (which files import ``hazelcast`` / ``pyspark`` at module level) and at runtime in a fresh
 interpreter (importing a module must not drag in a dependency it should not have, also not indirectly).
@@ -49,11 +51,13 @@ def imported_roots(path: Path, *, module_level_only: bool) -> set[str]:
     return roots
 
 
-def test_only_grid_module_imports_hazelcast() -> None:
+def test_only_grid_and_compat_import_hazelcast() -> None:
     offenders = [
         module_name(p) for p in python_files() if "hazelcast" in imported_roots(p, module_level_only=False)
     ]
-    assert offenders == ["meteor_spark.grid"]
+    assert offenders == ["meteor_spark.compat", "meteor_spark.grid"]
+    compat = PACKAGE / "compat.py"
+    assert "hazelcast" not in imported_roots(compat, module_level_only=True)  # inside functions only
 
 
 def test_only_the_spark_package_imports_pyspark_at_module_level() -> None:
@@ -64,6 +68,7 @@ def test_only_the_spark_package_imports_pyspark_at_module_level() -> None:
         and not module_name(p).startswith("meteor_spark.spark")
     ]
     assert offenders == [], "import pyspark inside the functions that need it, or move the code to meteor_spark.spark"
+    assert "pyspark" in imported_roots(PACKAGE / "compat.py", module_level_only=False)  # the runner hook's check
 
 
 def test_server_package_imports_nothing_outside_itself_but_the_error_tree() -> None:
@@ -104,7 +109,7 @@ def test_importing_any_module_outside_spark_does_not_load_pyspark() -> None:
     names = [
         module_name(p)
         for p in python_files()
-        if not module_name(p).startswith("meteor_spark.spark") and not p.name == "__main__.py"
+        if not module_name(p).startswith("meteor_spark.spark") and p.name != "__main__.py"
     ]
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(names)], capture_output=True, text=True, timeout=120, check=True
@@ -165,3 +170,159 @@ print(json.dumps(out))
     for command in ("demo", "bench spark --quick"):
         code, stderr = results[command]
         assert code == 1 and stderr.strip().splitlines() == [f"meteor {command.split()[0]}: error: {hint}"], stderr
+
+
+# ---------------------------------------------------------------------------------------- the project's own layers
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.AST) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement that can run, with whether it runs at module level; ``if TYPE_CHECKING:`` blocks never
+    run and are skipped."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def visit(node: ast.AST, module_level: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for orelse in child.orelse:
+                    visit(orelse, module_level)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append((child, module_level))
+            inner = module_level and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(child, inner)
+
+    visit(tree, True)
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    return {module_name(p): p for p in python_files()}
+
+
+def internal_edges(*, module_level_only: bool = False) -> dict[str, set[str]]:
+    """module -> the meteor_spark modules it imports (function-level imports included unless asked otherwise).
+
+    ``from meteor_spark.x import y`` points at ``meteor_spark.x.y`` when that is a module, else at ``meteor_spark.x``;
+    relative imports are resolved against the importing module's package.
+    """
+    modules = _modules()
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node, module_level in _runtime_imports(ast.parse(path.read_text(), filename=str(path))):
+            if module_level_only and not module_level:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(parent + ([base] if base else []))
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges[name].add(target)
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def _layer(name: str) -> str:
+    for prefix, layer in (
+        ("meteor_spark.cli", "cli"),
+        ("meteor_spark.bench", "bench"),
+        ("meteor_spark.demo", "demo"),
+        ("meteor_spark.spark", "spark"),
+        ("meteor_spark.server", "server"),
+    ):
+        if name == prefix or name.startswith(prefix + "."):
+            return layer
+    return "core"
+
+
+def test_the_edge_finder_sees_function_level_and_relative_imports() -> None:
+    edges = internal_edges()
+    # cli.bench_cmd imports the bench modules by name at run time (importlib): not an import statement, no edge.
+    assert "meteor_spark.spark.benchmark" in edges["meteor_spark.bench.spark"]  # imported inside run()
+    assert "meteor_spark.errors" in edges["meteor_spark.grid"]
+    assert "meteor_spark.tables" in edges["meteor_spark.cli.common"]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles_among_the_project_modules() -> None:
+    """Function-level imports count: a lazy import hides a cycle from the interpreter, not from the design."""
+    cycles = _cycles(internal_edges())
+    assert cycles == [], f"import cycles (break them by moving the shared part down a layer): {cycles}"
+
+
+def test_nothing_below_the_cli_imports_the_cli() -> None:
+    offenders = {
+        name: sorted(t for t in targets if _layer(t) == "cli")
+        for name, targets in internal_edges().items()
+        if _layer(name) != "cli" and any(_layer(t) == "cli" for t in targets)
+    }
+    assert offenders == {}, "the CLI renders what the layers below return; they never import it"
+
+
+def test_the_core_never_imports_spark_bench_or_the_demo() -> None:
+    offenders = {
+        name: sorted(t for t in targets if _layer(t) in {"spark", "bench", "demo", "cli"})
+        for name, targets in internal_edges().items()
+        if _layer(name) == "core" and any(_layer(t) in {"spark", "bench", "demo", "cli"} for t in targets)
+    }
+    assert offenders == {}
+
+
+def test_the_spark_connector_imports_neither_bench_nor_the_demo() -> None:
+    offenders = {
+        name: sorted(t for t in targets if _layer(t) in {"bench", "demo", "cli"})
+        for name, targets in internal_edges().items()
+        if _layer(name) == "spark" and any(_layer(t) in {"bench", "demo", "cli"} for t in targets)
+    }
+    assert offenders == {}

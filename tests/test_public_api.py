@@ -9,7 +9,28 @@ import pytest
 
 import meteor_spark
 
-EXPECTED = {
+ERRORS = {
+    "ArgumentTypeError",
+    "ConfigError",
+    "DataLossError",
+    "FencedError",
+    "FormatError",
+    "GridConnectionError",
+    "GridError",
+    "GridOperationError",
+    "GroupError",
+    "MeteorError",
+    "NotAssignedError",
+    "OffsetOutOfRangeError",
+    "PublishTimeoutError",
+    "PublisherClosedError",
+    "SizeLimitError",
+    "StreamConfigConflictError",
+    "StreamNotFoundError",
+    "UnsupportedFormatVersionError",
+}
+
+EXPECTED = ERRORS | {
     "ConfigError",
     "DataLossError",
     "EmbeddedGrid",
@@ -17,6 +38,7 @@ EXPECTED = {
     "GridConnectionError",
     "GridError",
     "GridSettings",
+    "GroupMember",
     "InitialOffsetScheme",
     "MeteorDataSource",
     "MeteorError",
@@ -49,6 +71,33 @@ def test_errors_share_one_root() -> None:
     for name in ("ConfigError", "DataLossError", "GridError", "GridConnectionError"):
         assert issubclass(getattr(meteor_spark, name), meteor_spark.MeteorError)
     assert issubclass(meteor_spark.ConfigError, ValueError)  # `except ValueError` keeps working
+
+
+def test_every_error_of_the_tree_is_exported() -> None:
+    import meteor_spark.errors as errors
+
+    defined = {
+        name for name, obj in vars(errors).items()
+        if inspect.isclass(obj) and issubclass(obj, errors.MeteorError) and obj.__module__ == errors.__name__
+    }
+    assert defined == ERRORS
+    for name in ERRORS:
+        assert getattr(meteor_spark, name) is getattr(errors, name)
+
+
+def test_one_error_per_condition_with_the_builtin_base_users_expect() -> None:
+    assert issubclass(meteor_spark.ArgumentTypeError, TypeError)
+    assert issubclass(meteor_spark.ArgumentTypeError, meteor_spark.ConfigError)
+    assert issubclass(meteor_spark.SizeLimitError, ValueError)
+    assert not issubclass(meteor_spark.SizeLimitError, meteor_spark.ConfigError)  # no option raises the limit
+    assert issubclass(meteor_spark.FencedError, meteor_spark.GroupError)
+
+
+def test_grouped_users_find_what_they_catch_and_hold() -> None:
+    from meteor_spark.groups import GroupMember
+
+    assert meteor_spark.GroupMember is GroupMember
+    assert inspect.getdoc(GroupMember)
 
 
 def test_unknown_attribute_is_an_attribute_error() -> None:

@@ -20,16 +20,19 @@ import socket
 import statistics
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.server import EmbeddedGrid, RingConfig
+from meteor_spark.tables import render_table
 
 MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class BenchSettings:
+class GridBenchOptions:
     item_bytes: int
     batch_items: int
     total_mb: int
@@ -37,7 +40,7 @@ class BenchSettings:
     inflight: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "BenchSettings":
+    def from_args(cls, args: argparse.Namespace) -> GridBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
             item_bytes=args.item_kb * 1024,
@@ -47,7 +50,9 @@ class BenchSettings:
             inflight=args.inflight,
         )
         if not 1 <= settings.batch_items <= 999:
-            raise ValueError(f"--batch must be 1..999 items (Hazelcast's read_many/add_all limit), got {settings.batch_items}")
+            raise ValueError(
+                f"--batch must be 1..999 items (Hazelcast's read_many/add_all limit), got {settings.batch_items}"
+            )
         if settings.inflight < 1:
             raise ValueError(f"--inflight must be >= 1, got {settings.inflight}")
         return settings
@@ -63,16 +68,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from meteor_spark.server import EmbeddedGrid, RingConfig
-
-    settings = BenchSettings.from_args(args)
+    settings = GridBenchOptions.from_args(args)
     batches = max(1, settings.total_mb * MB // (settings.item_bytes * settings.batch_items))
     items_total = batches * settings.batch_items
     ring_name = "bench.grid.ring"
-    with EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member:
-        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid:
-            ingest, read = _ring(grid, ring_name, settings, batches)
-            map_figures = _map(grid, settings.map_ops)
+    with (
+        EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member,
+        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
+    ):
+        ingest, read = _ring(grid, ring_name, settings, batches)
+        map_figures = _map(grid, settings.map_ops)
     ceiling = _ceiling(settings.item_bytes * settings.batch_items, batches, settings.map_ops)
     figures: dict[str, Any] = {
         "ring_ingest_mb_s": ingest.mb_s,
@@ -87,7 +92,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **map_figures,
         "settings": settings.__dict__,
     }
-    _print(figures)
     return figures
 
 
@@ -98,7 +102,7 @@ class Throughput:
     p99_ms: float
 
 
-def _ring(grid: Grid, name: str, settings: BenchSettings, batches: int) -> tuple[Throughput, Throughput]:
+def _ring(grid: Grid, name: str, settings: GridBenchOptions, batches: int) -> tuple[Throughput, Throughput]:
     ring = grid.ring(name)
     batch = [os.urandom(settings.item_bytes)] * settings.batch_items
     batch_bytes = settings.item_bytes * settings.batch_items
@@ -111,7 +115,8 @@ def _ring(grid: Grid, name: str, settings: BenchSettings, batches: int) -> tuple
     ingest = _timed(write, batches, batch_bytes, settings.inflight)
 
     def read(index: int) -> Any:
-        return ring.read_many_async(start_sequence + index * settings.batch_items, settings.batch_items, settings.batch_items)
+        first = start_sequence + index * settings.batch_items
+        return ring.read_many_async(first, settings.batch_items, settings.batch_items)
 
     reading = _timed(read, batches, batch_bytes, settings.inflight)
     return ingest, reading
@@ -135,7 +140,7 @@ def _timed(call: Callable[[int], Any], count: int, batch_bytes: int, inflight: i
 
 
 def _map(grid: Grid, ops: int) -> dict[str, Any]:
-    grid_map = grid.client.get_map("bench.grid.map").blocking()
+    grid_map: Any = grid.client.get_map("bench.grid.map").blocking()
     value = bytearray(b"v" * 100)
     try:
         grid_map.put("k0", value)
@@ -239,7 +244,9 @@ def _ceiling(chunk: int, count: int, rtt_ops: int) -> dict[str, float]:
             peer.kill()
 
 
-def _print(figures: dict[str, Any]) -> None:
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench grid`` prints."""
+
     def ratio(ours: float, ceiling: float) -> str:
         return f"{ours / ceiling:6.1%}" if ceiling else "  n/a"
 
@@ -259,12 +266,9 @@ def _print(figures: dict[str, Any]) -> None:
                      ratio(figures["ceiling_rtt_p50_us"], figures["map_get_p50_us"])))
     else:
         rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
-    header = ("measure", "ours", "latency per call", "ceiling", "ratio")
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(5)]
-    for row in [header, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
-    print(
-        "targets (issue 2): ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
+    table = render_table(("measure", "ours", "latency per call", "ceiling", "ratio"), rows)
+    return table + "\n" + (
+        "targets: ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
         "the ceiling is a plain loopback socket to another process (map ratio = socket rtt / map get p50)"
     )
 

@@ -1,6 +1,6 @@
 """``meteor bench pubsub``: the core data path on an embedded grid in its own process, 100-byte records.
 
-Scenarios (issue 3's targets on a 2-core machine in brackets):
+Scenarios (the targets on a 2-core machine in brackets):
 
 - (a) one publisher's throughput, three ways: ``publish_async`` per record (futures dropped as they come, as
   Meteor's benchmark did, and all kept), ``publish_many`` of lists, ``publish_arrow`` of tables
@@ -35,8 +35,10 @@ import pyarrow as pa
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import encode_columns
+from meteor_spark.server import EmbeddedGrid
 from meteor_spark.streams import StreamConfig, delete_stream
 from meteor_spark.subscriber import Subscriber
+from meteor_spark.tables import render_table
 
 RECORD_BYTES = 100
 SUBSCRIBERS = 16
@@ -44,7 +46,7 @@ PUBLISHERS = 4
 
 
 @dataclass(frozen=True)
-class PubSubSettings:
+class PubSubBenchOptions:
     """Sizes of one run (``--quick`` shrinks everything to seconds)."""
 
     async_records: int
@@ -55,7 +57,7 @@ class PubSubSettings:
     subscriber_processes: int
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "PubSubSettings":
+    def from_args(cls, args: argparse.Namespace) -> PubSubBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
             async_records=args.async_records or (20_000 if quick else 200_000),
@@ -97,9 +99,7 @@ def _values(pool: list[bytes], n: int) -> list[bytes]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = PubSubSettings.from_args(args)
-    from meteor_spark.server import EmbeddedGrid
-
+    settings = PubSubBenchOptions.from_args(args)
     server = EmbeddedGrid(port=0, process=True)
     server.start()
     grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
@@ -115,14 +115,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         grid.close()
         server.stop()
-    _print(figures)
     return figures
 
 
 # ------------------------------------------------------------------------------------------------ ceilings
 
 
-def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> dict[str, float]:
     values = _values(pool, settings.bulk_records)
     per_item = 1000
     start = time.perf_counter()
@@ -147,13 +146,17 @@ def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[s
         seq = batch.sequences[-1] + 1
     read_rate = len(values) / (time.perf_counter() - start)
     ring.destroy()
-    return {"encode_lz4_records_s": encode_rate, "raw_add_all_records_s": add_rate, "raw_read_many_records_s": read_rate}
+    return {
+        "encode_lz4_records_s": encode_rate,
+        "raw_add_all_records_s": add_rate,
+        "raw_read_many_records_s": read_rate,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ (a)
 
 
-def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubSettings) -> dict[str, float]:
+def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> dict[str, float]:
     name = f"bench-pub-{os.getpid()}-{time.time_ns()}"
     config = StreamConfig(name, capacity=100_000)
     out: dict[str, float] = {}
@@ -227,7 +230,7 @@ def _fanout_subscribers(
 
 
 def _fanout(
-    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: PubSubSettings
+    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: PubSubBenchOptions
 ) -> dict[str, float]:
     name = f"bench-fanout-{os.getpid()}-{time.time_ns()}"
     per_publisher = settings.fanout_records // PUBLISHERS
@@ -315,7 +318,7 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) -> dict[str, Any]:
+def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptions) -> dict[str, Any]:
     base = f"bench-rtt-{os.getpid()}-{time.time_ns()}"
     requests, replies = StreamConfig(base + "-req"), StreamConfig(base + "-rep")
     Publisher(grid, requests).close()
@@ -347,7 +350,7 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) 
             out["meteor"] = _percentiles(samples)
         ring = grid.ring(base + "-raw")
         samples = []
-        for i in range(settings.round_trips):
+        for _ in range(settings.round_trips):
             start = time.perf_counter()
             seq = ring.add(b"x" * 100)
             ring.read_many(seq, 1, 1)
@@ -367,7 +370,8 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubSettings) 
 # ------------------------------------------------------------------------------------------------ output
 
 
-def _print(figures: dict[str, Any]) -> None:
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench pubsub`` prints."""
     ceiling = figures["ceiling"]
     one = figures["one_publisher"]
     fan = figures["fanout"]
@@ -396,15 +400,11 @@ def _print(figures: dict[str, Any]) -> None:
         ("ceiling: raw add + read p50 / p99",
          f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms", "", ""),
     ]
-    header = ("scenario (100-byte records)", "result", "ratio", "target")
-    widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(4)]
-    for row in [header] + rows:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)))
-    print(
-        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many rate; "
-        "(c) against a raw add + read round trip"
-    )
-    print(
+    table = render_table(("scenario (100-byte records)", "result", "ratio", "target"), rows)
+    notes = [
+        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many "
+        "rate; (c) against a raw add + read round trip",
         "(b) 'random': incompressible values (LZ4 cannot help; every delivery moves 100 bytes); 'Meteor's constant "
-        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)"
-    )
+        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)",
+    ]
+    return "\n".join([table, *notes])

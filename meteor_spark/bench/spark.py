@@ -30,3 +30,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lanes = [int(part) for part in str(args.lanes).split(",") if part.strip()]
     repeat = args.repeat or (1 if args.quick else 3)
     return run_spark(records, lanes, args.partitions, repeat)
+
+
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench spark`` prints."""
+    from meteor_spark.spark.benchmark import render as render_spark
+
+    return render_spark(figures)

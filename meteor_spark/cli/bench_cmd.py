@@ -1,8 +1,9 @@
 """``meteor bench grid|pubsub|spark|all``: the project's benchmarks in one place.
 
-Each area is a module ``meteor_spark.bench.<area>`` with ``add_arguments(parser)`` and ``run(args) -> dict``; it
-prints its own table, next to a ceiling measured in the same run. Modules are imported only when their area runs
-(the Spark one starts a JVM), so their flags are parsed here by a parser built on demand.
+Each area is a module ``meteor_spark.bench.<area>`` with ``add_arguments(parser)``, ``run(args) -> dict`` (the
+figures, each next to a ceiling measured in the same run) and ``render(figures) -> str`` (the table printed here).
+Modules are imported only when their area runs (the Spark one starts a JVM), so their flags are parsed here by a
+parser built on demand.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def run_area(args: argparse.Namespace) -> int:
         bench_args = parser.parse_args(list(getattr(args, "extra", [])))
     except SystemExit as exc:
         return EXIT_OK if exc.code in (0, None) else EXIT_FAILURE  # --help, or a usage error (exit 1, like main)
-    module.run(bench_args)
+    out(module.render(module.run(bench_args)))
     return EXIT_OK
 
 
@@ -83,6 +84,7 @@ def run_all(args: argparse.Namespace) -> int:
         started = time.monotonic()
         try:
             figures = module.run(bench_args)
+            out(module.render(figures))
         except Exception as exc:  # one broken area must not hide the others' results
             err(f"meteor bench {name}: failed: {exc}")
             failed.append(name)

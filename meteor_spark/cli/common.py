@@ -6,10 +6,11 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Sequence
+from typing import IO
 
-from meteor_spark.config import MeteorConfig, load_config
+from meteor_spark.config import MeteorSettings, load_config
 from meteor_spark.grid import Grid
+from meteor_spark.tables import render_table as render_table  # the commands' tables
 
 #: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 2 bad command line, 130 Ctrl-C.
 EXIT_OK = 0
@@ -65,7 +66,7 @@ def connection_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def config_of(args: argparse.Namespace) -> MeteorConfig:
+def config_of(args: argparse.Namespace) -> MeteorSettings:
     """The configuration for this invocation (flags > environment > file > defaults)."""
     overrides = {
         "hazelcast.members": getattr(args, "members", None),
@@ -90,22 +91,6 @@ def out(text: str = "") -> None:
 
 def err(text: str) -> None:
     sys.stderr.write(text + "\n")
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[int] = ()) -> str:
-    """A plain-text table: columns padded to their widest cell; ``right`` lists right-aligned column indexes
-    (numbers)."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: list[str]) -> str:
-        parts = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)
-        ]
-        return "  ".join(parts).rstrip()
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
 
 
 def fmt_int(value: int | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_parent
+from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_parent, out
 
 
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
@@ -53,7 +53,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from meteor_spark.demo import DemoOptions, run
+    from meteor_spark.demo import DemoOptions, render_summary, run
 
     options = DemoOptions(
         records=args.records,
@@ -64,4 +64,5 @@ def run_demo(args: argparse.Namespace) -> int:
         live=not args.quiet,
     )
     summary = run(options)
+    out(render_summary(summary))
     return EXIT_OK if summary.ok else EXIT_FAILURE

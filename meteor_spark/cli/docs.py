@@ -10,8 +10,8 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 #: Help text is wrapped to this width so the generated reference does not depend on the terminal.
@@ -64,8 +64,8 @@ def _walk(
     parser: argparse.ArgumentParser, path: tuple[str, ...]
 ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     yield path, parser
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public way to list subparsers
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 if path[1:] and path[-1] == "bench" and name != "all":
                     continue  # bench areas hand their flags to the area's own parser; documented under `meteor bench`

@@ -6,8 +6,8 @@ import argparse
 import logging
 import sys
 import traceback
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
 
 from meteor_spark import __version__
 from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_cmd, streams_cmd, tail_cmd

@@ -10,9 +10,10 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import IO, Any, Iterator
+from datetime import UTC, datetime
+from typing import IO, Any
 
 from meteor_spark.cli.common import (
     EXIT_FAILURE,
@@ -140,7 +141,7 @@ def _epoch_ms(value: Any, path: str) -> int:
         except ValueError:
             raise LineError(f"field {path!r} = {value!r} is not an ISO-8601 time like 2026-01-31T12:00:00Z") from None
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
         return int(moment.timestamp() * 1000)
     raise LineError(f"field {path!r} is a JSON {type(value).__name__}; expected epoch milliseconds or ISO-8601")
 

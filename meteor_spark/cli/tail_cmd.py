@@ -40,8 +40,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         default=None,
         metavar="WHERE",
         help=(
-            "earliest (the oldest record the grid can serve), latest (only new records; the default without --group) or an "
-            "offset (with --lane, or on a one-lane stream). With --group: where lanes without a confirmed offset "
+            "earliest (the oldest record the grid can serve), latest (only new records; the default without --group) "
+            "or an offset (with --lane, or on a one-lane stream). With --group: where lanes without a confirmed offset "
             "start (default earliest)"
         ),
     )
@@ -144,15 +144,14 @@ def run_tail(args: argparse.Namespace) -> int:
                 subscriber.seek(tail_plan.offset, lane=tail_plan.lane)
             while args.max is None or printed < args.max:
                 batch = subscriber.poll(POLL_MS)
-                if tail_plan.lane is not None:
-                    batch = [record for record in batch if record.lane == tail_plan.lane]
-                if not batch:
+                records = list(batch) if tail_plan.lane is None else [r for r in batch if r.lane == tail_plan.lane]
+                if not records:
                     if args.timeout is not None and time.monotonic() - last_record_at >= args.timeout:
                         break
                     continue
                 last_record_at = time.monotonic()
                 last_printed: dict[int, Record] = {}
-                for record in batch:
+                for record in records:
                     out(json_line(record) if args.json else pretty_line(record))
                     last_printed[record.lane] = record
                     printed += 1

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
 from meteor_spark.server.member import (
@@ -45,14 +45,18 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
     parser.add_argument(
-        "--fsync", choices=FSYNC_POLICIES, default="interval", help="when persisted writes are fsynced (default interval)"
+        "--fsync", choices=FSYNC_POLICIES, default="interval",
+        help="when persisted writes are fsynced (default interval)",
     )
     parser.add_argument(
         "--fsync-interval-ms",
         type=int,
         default=100,
         metavar="MS",
-        help="with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)",
+        help=(
+            "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose "
+            "(default 100)"
+        ),
     )
     parser.add_argument(
         "--cp-mode",
@@ -149,7 +153,7 @@ def run_member(args: argparse.Namespace) -> int:
         options = options_from_args(args)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return 1
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -190,7 +194,12 @@ def run_member(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_member(build_parser().parse_args(argv))
+    """Exit codes as for ``meteor``: 0 success (and ``--help``), 1 any user error, usage errors included."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse printed the usage and the error (exit 2), or the help (exit 0)
+        return 0 if exc.code in (0, None) else 1
+    return run_member(args)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,5 @@ class ProtocolError(Exception):
     """A malformed frame or message: the connection that sent it is closed (never the member)."""
 
 
-ERROR_CLASSES: dict[int, type[ServerError]] = {
-    cls.code: cls for cls in [ServerError, *ServerError.__subclasses__()]
-}
+_CLASSES: list[type[ServerError]] = [ServerError, *ServerError.__subclasses__()]
+ERROR_CLASSES: dict[int, type[ServerError]] = {cls.code: cls for cls in _CLASSES}

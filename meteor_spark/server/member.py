@@ -21,8 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Generic, Iterable, TypeVar
+from typing import Any, Generic, TypeVar
 
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.server.engine import Clock, Engine, EngineConfig
@@ -51,7 +52,8 @@ class MemberOptions:
 
     Raises:
         ValueError: on a bad port, a username without a password (or the reverse), an empty cluster name, a negative
-            client heartbeat timeout, or an invalid engine setting (``InvalidConfiguration``: fsync policy, fsync interval, CP mode).
+            client heartbeat timeout, or an invalid engine setting (``InvalidConfiguration``: fsync policy, fsync
+            interval, CP mode).
     """
 
     host: str = "127.0.0.1"
@@ -275,7 +277,7 @@ class EmbeddedGrid:
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "EmbeddedGrid":
+    def start(self) -> EmbeddedGrid:
         """Start the member and wait until it listens.
 
         Raises:
@@ -312,14 +314,14 @@ class EmbeddedGrid:
                 self._process.kill()
                 self._process.wait()
 
-    def restart(self) -> "EmbeddedGrid":
+    def restart(self) -> EmbeddedGrid:
         """Stop (if running) and start again on the same port and data directory."""
         port = self.port if self._address is not None else self.options.port
         self.stop()
         self.options = replace(self.options, port=port)
         return self.start()
 
-    def __enter__(self) -> "EmbeddedGrid":
+    def __enter__(self) -> EmbeddedGrid:
         if not self.running:
             self.start()
         return self
@@ -393,7 +395,8 @@ class EmbeddedGrid:
         options = self.options
         argv = [sys.executable, "-m", "meteor_spark.server", *member_arguments(options), "--exit-with-parent"]
         if self.log_level is not None:
-            argv += ["--log-level", str(logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level)]
+            level = logging.getLevelName(self.log_level) if isinstance(self.log_level, int) else self.log_level
+            argv += ["--log-level", str(level)]
         env = dict(os.environ)
         env.pop(PASSWORD_ENV, None)
         if options.password is not None:
@@ -402,7 +405,7 @@ class EmbeddedGrid:
             handle, self._log_file = tempfile.mkstemp(prefix="meteor-grid-", suffix=".log")
             os.close(handle)
         with open(self._log_file, "ab") as log:
-            self._process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
+            self._process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
             )
         assert self._process.stdout is not None

@@ -14,9 +14,9 @@ kernel is full, only a small piece is given to the transport, whose flow control
 Back-pressure. When more than ``OUTPUT_HIGH_WATER`` bytes wait in that queue the connection is *congested*: the
 member stops serving that client's requests (received ones wait in a backlog, in order; it keeps reading, so the
 client's pings still count, up to ``BACKLOG_HIGH_WATER`` bytes) and parked requests that wake up (long polls) wait
-before producing their response (``RequestContext.park``). Below ``OUTPUT_LOW_WATER`` it resumes. So a client that reads slowly or not at all costs the member at most about one
-response beyond the high-water mark, and never stalls other connections. Each response is queued whole, so its
-frames stay contiguous on the wire.
+before producing their response (``RequestContext.park``). Below ``OUTPUT_LOW_WATER`` it resumes. So a client that
+reads slowly or not at all costs the member at most about one response beyond the high-water mark, and never stalls
+other connections. Each response is queued whole, so its frames stay contiguous on the wire.
 
 Unauthenticated peers. Until a connection authenticates, the member accepts one message of at most
 ``UNAUTHENTICATED_MESSAGE_LIMIT`` bytes (the authentication request); a bigger or fragmented one, or any other request,
@@ -40,16 +40,16 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterable
 from itertools import islice
-from typing import Any, Iterable
+from typing import Any
 
+import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.handlers import registry
 from meteor_spark.server.handlers.registry import Chunks, Endpoint, MemberSettings
 from meteor_spark.server.protocol.frames import MAX_FRAME_SIZE, UNAUTHENTICATED_MESSAGE_LIMIT, FrameReader, Message
-
-import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +100,11 @@ class ConnectionInfo:
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, server: "MemberServer") -> None:
+    def __init__(self, server: MemberServer) -> None:
         self.server = server
-        self.reader = FrameReader(max_frame_size=UNAUTHENTICATED_MESSAGE_LIMIT, message_limit=UNAUTHENTICATED_MESSAGE_LIMIT)
+        self.reader = FrameReader(
+            max_frame_size=UNAUTHENTICATED_MESSAGE_LIMIT, message_limit=UNAUTHENTICATED_MESSAGE_LIMIT
+        )
         self._auth_deadline: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.endpoint = Endpoint(self, "?")
@@ -273,7 +275,8 @@ class ClientConnection(asyncio.Protocol):
     def _serve(self, messages: list[Message]) -> None:
         """Dispatch ``messages`` in order, their responses written together; stop early when the client is not
         reading (the rest waits in the backlog)."""
-        self._pending = pending = []
+        pending: list[Any] = []
+        self._pending = pending
         self._pending_bytes = 0
         engine, member, endpoint = self.server.engine, self.server.member, self.endpoint
         try:
@@ -285,7 +288,8 @@ class ClientConnection(asyncio.Protocol):
                     self._pending = None
                     self._pending_bytes = 0
                     self._enqueue(pending)
-                    self._pending = pending = []
+                    pending = []
+                    self._pending = pending
                     if self.congested:
                         self._backlog.extend(messages[index + 1 :])
                         break

@@ -2,7 +2,8 @@
 
 ``spark.readStream.format("meteor")`` / ``spark.read`` / ``df.writeStream`` / ``df.write`` work after
 ``pip install 'meteor-spark[spark]'`` (or plain ``meteor-spark`` next to an existing pyspark) with no registration
-(Spark imports the ``pyspark_meteor`` package by itself); ``register(spark)`` is the explicit fallback. Options: ``meteor_spark.spark.options.OPTION_TABLE``.
+(Spark imports the ``pyspark_meteor`` package by itself); ``register(spark)`` is the explicit fallback.
+Options: ``meteor_spark.spark.options.OPTION_TABLE``.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ no worse than 1 lane.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
@@ -33,8 +34,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -43,6 +45,15 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+
+from meteor_spark.config import CONF_DIR, grid_options, spark_conf
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.records import ARROW_SCHEMA
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.datasource import SOURCE_SCHEMA
+from meteor_spark.spark.reader import default_partitions
+from meteor_spark.streams import StreamConfig, delete_stream, open_stream
+from meteor_spark.tables import render_table
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +65,10 @@ VOLUME_WARM_UP_ROWS = 500_000
 
 
 def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat: int = 3) -> dict[str, Any]:
-    """Run the benchmark, print its table, return the figures (medians; ``samples`` holds every run)."""
+    """Run the benchmark and return the figures (medians; ``samples`` holds every run); ``render`` prints them."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from meteor_spark.config import CONF_DIR, grid_options, spark_conf
-    from meteor_spark.grid import Grid, GridSettings
-    from meteor_spark.server import EmbeddedGrid
-    from meteor_spark.spark.reader import default_partitions
-    from meteor_spark.streams import StreamConfig, delete_stream, open_stream
 
     load_before = os.getloadavg()
     server = EmbeddedGrid(port=0, process=True)
@@ -133,7 +139,7 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
                     try:
                         write_ceiling_s = _timed(lambda: rows.write.format("bench-noop-arrow").mode("append").save())
                         write_s = _timed(
-                            lambda: rows.write.format("meteor").options(**options).mode("append").save(name)
+                            functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
                         )
                         read_s, read_rows = _stream_seconds(meteor_read(name))
                         if read_rows != records:
@@ -153,7 +159,6 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
                     "write_vs_ceiling": median["write_records_per_s"] / median["write_ceiling_records_per_s"],
                 }
         figures["load_average"] = (load_before[0], os.getloadavg()[0])
-        _print(figures, lane_counts)
         return figures
     finally:
         if rows is not None:
@@ -181,22 +186,24 @@ def _stream_seconds(df: Any) -> tuple[float, int]:
     return max(seconds, 1e-9), sum(p["numInputRows"] for p in progress)
 
 
-def _print(figures: dict[str, Any], lane_counts: Sequence[int]) -> None:
-    from meteor_spark.cli.common import out, render_table
-
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench spark`` prints."""
     rows = []
-    for lanes in lane_counts:
+    for key in figures["samples"]:
+        lanes = int(key.split("_")[0])
         f = figures[f"{lanes}_lanes"]
         rows.append([f"read, {lanes} lane(s)", f"{f['read_records_per_s']:,.0f}",
                      f"{f['read_ceiling_records_per_s']:,.0f}", f"{f['read_vs_ceiling']:.0%}", f"{READ_TARGET:,}"])
         rows.append([f"write, {lanes} lane(s)", f"{f['write_records_per_s']:,.0f}",
                      f"{f['write_ceiling_records_per_s']:,.0f}", f"{f['write_vs_ceiling']:.0%}", f"{WRITE_TARGET:,}"])
-    out(f"meteor bench spark: {figures['records']:,} records of {RECORD_BYTES} bytes, local[2], median of "
-        f"{figures['repeat']} run(s)")
-    out(render_table(["RUN", "RECORDS/S", "CEILING/S", "OF CEILING", "TARGET/S"], rows, right=[1, 2, 3, 4]))
     before, after = figures["load_average"]
-    out(f"warm-up (first meteor write + read of the session: workers import meteor and connect): "
-        f"{figures['warm_up_s']:.1f} s; load average {before:.2f} before, {after:.2f} after")
+    return "\n".join([
+        f"meteor bench spark: {figures['records']:,} records of {RECORD_BYTES} bytes, local[2], median of "
+        f"{figures['repeat']} run(s)",
+        render_table(["RUN", "RECORDS/S", "CEILING/S", "OF CEILING", "TARGET/S"], rows, right=[1, 2, 3, 4]),
+        f"warm-up (first meteor write + read of the session: workers import meteor and connect): "
+        f"{figures['warm_up_s']:.1f} s; load average {before:.2f} before, {after:.2f} after",
+    ])
 
 
 # ---------------------------------------------------------------------------------------------- the ceilings
@@ -217,8 +224,6 @@ class SyntheticSource(DataSource):
         return "bench-synthetic"
 
     def schema(self) -> Any:
-        from meteor_spark.spark.datasource import SOURCE_SCHEMA
-
         return SOURCE_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -244,8 +249,6 @@ class _SyntheticReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
-
-        from meteor_spark.records import ARROW_SCHEMA
 
         assert isinstance(partition, _Range)
         chunk = 65_536

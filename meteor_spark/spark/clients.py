@@ -35,5 +35,5 @@ def forget(settings: GridSettings) -> None:
     if grid is not None:
         try:
             grid.close()
-        except Exception:  # noqa: BLE001 - a broken client may fail to shut down; it is dropped either way
+        except Exception:
             logger.debug("closing a dropped grid client failed", exc_info=True)

@@ -69,12 +69,12 @@ class MeteorDataSource(DataSource):
     def name(cls) -> str:
         return "meteor"
 
-    def _source_options(self, *, batch: bool) -> "SourceOptions":
+    def _source_options(self, *, batch: bool) -> SourceOptions:
         from meteor_spark.spark.options import SourceOptions
 
         return SourceOptions.parse(self.options, batch=batch)
 
-    def _sink_options(self) -> "SinkOptions":
+    def _sink_options(self) -> SinkOptions:
         from meteor_spark.spark.options import SinkOptions
 
         return SinkOptions.parse(self.options)
@@ -88,17 +88,17 @@ class MeteorDataSource(DataSource):
         include_headers = SourceOptions.parse(self.options, batch=None).include_headers
         return SOURCE_SCHEMA_WITH_HEADERS if include_headers else SOURCE_SCHEMA
 
-    def reader(self, schema: StructType) -> "DataSourceReader":
+    def reader(self, schema: StructType) -> DataSourceReader:
         from meteor_spark.spark.reader import MeteorBatchReader
 
         return MeteorBatchReader(self._source_options(batch=True), schema)
 
-    def streamReader(self, schema: StructType) -> "DataSourceStreamReader":
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from meteor_spark.spark.reader import MeteorStreamReader
 
         return MeteorStreamReader(self._source_options(batch=False), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> "DataSourceWriter":
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from meteor_spark.spark.writer import MeteorBatchWriter
 
         return MeteorBatchWriter(self._sink_options(), schema, overwrite)
@@ -109,7 +109,7 @@ class MeteorDataSource(DataSource):
         return MeteorStreamWriter(self._sink_options(), schema, overwrite)
 
 
-def register(spark: "SparkSession") -> None:
+def register(spark: SparkSession) -> None:
     """Register ``format("meteor")`` in ``spark`` explicitly.
 
     Not needed after ``pip install meteor-spark``: Spark finds the ``pyspark_meteor`` package by itself. Use it

@@ -26,8 +26,9 @@ present only when there is something to carry, so the offsets of most queries ar
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from meteor_spark.errors import ConfigError
 
@@ -56,7 +57,7 @@ class SparkOffset:
         mapping: Mapping[str, Mapping[int, int]],
         skipped: Mapping[tuple[str, int], int] | None = None,
         batch_items: int | None = None,
-    ) -> "SparkOffset":
+    ) -> SparkOffset:
         """Build from ``{stream: {lane: next_sequence}}`` (and ``{(stream, lane): items}`` lost so far)."""
         return cls(
             _canonical(mapping),
@@ -65,7 +66,7 @@ class SparkOffset:
         )
 
     @classmethod
-    def from_json(cls, document: Any) -> "SparkOffset":
+    def from_json(cls, document: Any) -> SparkOffset:
         """Parse the dict Spark hands back (``json.loads`` of what ``to_json`` returned, e.g. from a checkpoint).
 
         Raises:
@@ -125,8 +126,8 @@ class SparkOffset:
         return sum(items for _, _, items in self.skipped)
 
     def get(self, stream: str, lane: int) -> int | None:
-        for s, l, sequence in self.positions:
-            if s == stream and l == lane:
+        for s, ln, sequence in self.positions:
+            if s == stream and ln == lane:
                 return sequence
         return None
 
@@ -137,7 +138,7 @@ class SparkOffset:
     def streams(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(stream for stream, _, _ in self.positions))
 
-    def total_items_to(self, end: "SparkOffset") -> int:
+    def total_items_to(self, end: SparkOffset) -> int:
         """Ring items between this offset and ``end`` (lanes missing here count from 0)."""
         start = self.as_dict()
         return sum(max(0, seq - start.get(key, 0)) for key, seq in end.as_dict().items())

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
+from meteor_spark.config import load_config
 from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
+from meteor_spark.streams import StreamConfig
 
-#: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``); they are not typos.
+#: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
+#: they are not typos.
 _SPARK_ADDED = frozenset({"path", "checkpointlocation", "queryname"})
 
 #: Kafka's sentinels in per-lane JSON offsets.
@@ -226,7 +230,7 @@ class SourceOptions:
     corrupt: CorruptItemPolicy = field(default_factory=CorruptItemPolicy)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> "SourceOptions":
+    def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
         """Parse Spark's options for a reader: ``batch=True`` for ``spark.read``, False for ``spark.readStream``,
         None when not yet known (``schema()`` at ``load()``: options that only one of them takes are not checked).
 
@@ -266,7 +270,7 @@ class SourceOptions:
         parsed._check(raw, batch=batch)
         return parsed
 
-    def _check(self, raw: "_Raw", *, batch: bool | None) -> None:
+    def _check(self, raw: _Raw, *, batch: bool | None) -> None:
         if batch:
             for name in ("group", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
                          "groupLeaseMs", "groupMemberId"):
@@ -349,7 +353,7 @@ class SinkOptions:
     create_stream: bool = True
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "SinkOptions":
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         """Parse Spark's options for a writer.
 
         Raises:
@@ -463,8 +467,6 @@ def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str
 
 def check_stream_name(name: str, option: str) -> None:
     """A ConfigError naming ``option`` when ``name`` cannot be a stream name (the rule of ``StreamConfig``)."""
-    from meteor_spark.streams import StreamConfig
-
     try:
         StreamConfig(name)
     except ConfigError as exc:
@@ -476,8 +478,6 @@ def _grid(raw: _Raw) -> GridSettings:
     conf = raw.text("conf")
     if conf is None:
         return GridSettings.from_options(hazelcast)
-    from meteor_spark.config import load_config
-
     # Explicit only: Spark options never read environment variables, so a query behaves the same on every host.
     return load_config(conf, env={}, overrides=hazelcast).grid
 

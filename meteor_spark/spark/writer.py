@@ -36,8 +36,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
@@ -59,8 +60,10 @@ from pyspark.sql.types import (
 )
 
 from meteor_spark.errors import ConfigError, MeteorError
+from meteor_spark.publisher import LaneWritten, Publisher
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
+from meteor_spark.streams import StreamConfig, open_stream
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -166,7 +169,7 @@ class StreamWrite:
     stream: str
     records: int
     items: int
-    lanes: tuple["LaneWritten", ...] = ()
+    lanes: tuple[LaneWritten, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -201,18 +204,15 @@ class _PublishesRows:
     options: SinkOptions
     schema: StructType
 
-    def _publish(self, batches: Iterator["pyarrow.RecordBatch"], batch_id: int | None,
+    def _publish(self, batches: Iterator[pyarrow.RecordBatch], batch_id: int | None,
                  query_id: str | None) -> MeteorCommitMessage:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from meteor_spark.publisher import Publisher
-        from meteor_spark.streams import StreamConfig, open_stream
-
         grid = grid_for(self.options.grid)
         publishers: dict[str, Any] = {}
         rows = 0
-        stored: dict[str, list["ArrowPublishFuture"]] = {}  # stream -> futures of publish_arrow
+        stored: dict[str, list[ArrowPublishFuture]] = {}  # stream -> futures of publish_arrow
 
         def publisher_for(stream: str) -> Any:
             publisher = publishers.get(stream)
@@ -233,7 +233,8 @@ class _PublishesRows:
                     continue
                 rows += batch.num_rows
                 batch = _prepare(batch)
-                if self.options.stream is not None or "stream" not in batch.schema.names:
+                groups: list[tuple[str, Any]]
+                if self.options.stream is not None:
                     groups = [(self.options.stream, batch)]
                 else:
                     streams = batch.column("stream")
@@ -265,14 +266,12 @@ class _PublishesRows:
         return MeteorCommitMessage(batch_id, query_id, rows, False, writes)
 
 
-def _merge_lanes(futures: Sequence["ArrowPublishFuture"]) -> tuple["LaneWritten", ...]:
+def _merge_lanes(futures: Sequence[ArrowPublishFuture]) -> tuple[LaneWritten, ...]:
     """One entry per lane over all the publishes of a task (a few per Arrow batch, never per record)."""
     return _merged(written for future in futures for written in future.lanes_written())
 
 
-def _merged(entries: Iterable["LaneWritten"]) -> tuple["LaneWritten", ...]:
-    from meteor_spark.publisher import LaneWritten
-
+def _merged(entries: Iterable[LaneWritten]) -> tuple[LaneWritten, ...]:
     by_lane: dict[int, LaneWritten] = {}
     for entry in entries:
         seen = by_lane.get(entry.lane)
@@ -283,7 +282,7 @@ def _merged(entries: Iterable["LaneWritten"]) -> tuple["LaneWritten", ...]:
     return tuple(by_lane[lane] for lane in sorted(by_lane))
 
 
-def _prepare(batch: "pyarrow.RecordBatch") -> "pyarrow.RecordBatch":
+def _prepare(batch: pyarrow.RecordBatch) -> pyarrow.RecordBatch:
     """Drop what is not published (a meteor source's ``offset``) and make timestamps timezone-aware."""
     import pyarrow as pa
 
@@ -311,15 +310,15 @@ class MeteorBatchWriter(_PublishesRows, DataSourceArrowWriter):
         self.options = options
         self.schema = schema
 
-    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> MeteorCommitMessage:
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> MeteorCommitMessage:
         return self._publish(iterator, None, None)
 
-    def commit(self, messages: Sequence[MeteorCommitMessage | None]) -> None:
-        done = [m for m in messages if m is not None]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = _ours(messages)
         logger.info("wrote %d rows to meteor (%s)", sum(m.rows for m in done), _summary(done))
 
-    def abort(self, messages: Sequence[MeteorCommitMessage | None]) -> None:
-        done = [m for m in messages if m is not None]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = _ours(messages)
         logger.warning(
             "the write job failed; %d rows of %d successful tasks were already published (ring items cannot be "
             "taken back)", sum(m.rows for m in done), len(done),
@@ -341,7 +340,7 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         self.options = options
         self.schema = schema
 
-    def write(self, iterator: Iterator["pyarrow.RecordBatch"]) -> MeteorCommitMessage:
+    def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> MeteorCommitMessage:
         batch_text = _local_property("streaming.sql.batchId")
         query_id = _local_property("sql.streaming.queryId")
         batch_id = None if batch_text is None else int(batch_text)
@@ -359,8 +358,8 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
     def _key(self, query_id: str | None) -> str:
         return f"{self.options.sink_id}/{query_id or 'unknown-query'}"
 
-    def commit(self, messages: Sequence[MeteorCommitMessage | None], batchId: int) -> None:
-        done = [m for m in messages if m is not None]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        done = _ours(messages)
         query_ids = {m.query_id for m in done if m.query_id is not None}
         if not done:
             return  # no task ran: nothing was published, nothing to remember
@@ -373,22 +372,22 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         else:
             logger.info("micro-batch %d: wrote %d rows (%s)", batchId, sum(m.rows for m in done), _summary(done))
 
-    def abort(self, messages: Sequence[MeteorCommitMessage | None], batchId: int) -> None:
-        done = [m for m in messages if m is not None and not m.skipped]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        done = [m for m in _ours(messages) if not m.skipped]
         logger.warning(
             "micro-batch %d failed; %d rows of %d successful tasks were already published and will be published "
             "again when Spark retries the batch (at least once)", batchId, sum(m.rows for m in done), len(done),
         )
 
 
-def _committed_batch(grid: "Grid", key: str) -> int | None:
+def _committed_batch(grid: Grid, key: str) -> int | None:
     text = grid.map(SINK_COMMITS_MAP).get(key)
     if text is None:
         return None
     return int(json.loads(text)["batch"])
 
 
-def _record_commit(grid: "Grid", key: str, batch_id: int, messages: Sequence[MeteorCommitMessage]) -> None:
+def _record_commit(grid: Grid, key: str, batch_id: int, messages: Sequence[MeteorCommitMessage]) -> None:
     """Store ``batch_id`` as the sink's last committed batch, never moving it backwards (CAS loop)."""
     commits = grid.map(SINK_COMMITS_MAP)
     value = json.dumps(
@@ -409,9 +408,9 @@ def _record_commit(grid: "Grid", key: str, batch_id: int, messages: Sequence[Met
                       f"writers of that sink id; give each query its own sinkId")
 
 
-def lanes_written(messages: Sequence[MeteorCommitMessage]) -> dict[tuple[str, int], "LaneWritten"]:
+def lanes_written(messages: Sequence[MeteorCommitMessage]) -> dict[tuple[str, int], LaneWritten]:
     """Per (stream, lane), what the tasks of a job or micro-batch wrote: records and first/last offsets."""
-    per_stream: dict[str, list["LaneWritten"]] = {}
+    per_stream: dict[str, list[LaneWritten]] = {}
     for message in messages:
         for write in message.streams:
             per_stream.setdefault(write.stream, []).extend(write.lanes)
@@ -434,3 +433,12 @@ def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
         f"{s}: {n} records in {i} items" + (f" ({', '.join(lanes[s])})" if s in lanes else "")
         for s, (n, i) in sorted(per_stream.items())
     ) or "nothing published"
+
+
+def _ours(messages: list[WriterCommitMessage | None]) -> list[MeteorCommitMessage]:
+    """The messages of the tasks that succeeded (Spark passes None for failed ones); every task ran ``_publish``."""
+    done = [m for m in messages if m is not None]
+    for message in done:
+        if not isinstance(message, MeteorCommitMessage):
+            raise TypeError(f"a meteor write task returned {type(message).__name__}, not MeteorCommitMessage")
+    return done  # type: ignore[return-value]

@@ -21,7 +21,7 @@ from hazelcast.protocol.client_message import Frame as HzFrame
 from hazelcast.protocol.client_message import InboundMessage
 from hazelcast.serialization.data import Data
 
-from meteor_spark.server.handlers.registry import supported_messages
+from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol.codecs import FixedType, MessageSpec, Param, StructType, VarType
 from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
@@ -192,8 +192,8 @@ def test_every_served_message_has_a_spec_with_the_official_id() -> None:
         codec = official_codec(spec)
         if codec is None:
             continue
-        assert codec._REQUEST_MESSAGE_TYPE == spec.request_type, spec.name
-        assert codec._RESPONSE_MESSAGE_TYPE == spec.response_type, spec.name
+        assert spec.request_type == codec._REQUEST_MESSAGE_TYPE, spec.name
+        assert spec.response_type == codec._RESPONSE_MESSAGE_TYPE, spec.name
 
 
 @pytest.mark.parametrize("spec", [s for s in ALL_SPECS if official_codec(s) is not None], ids=_id)
@@ -263,10 +263,10 @@ def test_event_ids_match_the_official_codecs() -> None:
 
 
 def test_add_ring_config_request_of_grid_decodes_with_our_spec() -> None:
-    from meteor_spark.grid import _ring_config_request
+    from meteor_spark.compat import add_ringbuffer_config_request
     from meteor_spark.server.protocol.messages import DYNAMIC_CONFIG_ADD_RINGBUFFER_CONFIG as spec
 
-    message = from_outbound(_ring_config_request("meteor.stream::o.*", 123, 2, 1, 60).buf)
+    message = from_outbound(add_ringbuffer_config_request("meteor.stream::o.*", 123, 2, 1, 60).buf)
     decoded = c.decode_request(spec, message)
     assert decoded == {
         "name": "meteor.stream::o.*",

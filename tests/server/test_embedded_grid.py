@@ -114,8 +114,18 @@ def test_bad_arguments_exit_with_an_error_message() -> None:
         timeout=60,
         env={k: v for k, v in os.environ.items() if k != "METEOR_GRID_PASSWORD"},
     )
-    assert result.returncode == 2
+    assert result.returncode == 1  # as `meteor`: 1 for every user error
     assert b"username and password go together" in result.stderr
+
+
+def test_usage_errors_exit_1_like_the_meteor_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "meteor_spark.server", "--no-such-flag"], capture_output=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert b"unrecognized arguments: --no-such-flag" in result.stderr and b"usage:" in result.stderr
+    help_run = subprocess.run([sys.executable, "-m", "meteor_spark.server", "--help"], capture_output=True, timeout=60)
+    assert help_run.returncode == 0 and b"--cluster-name" in help_run.stdout
 
 
 def test_ring_and_map_config_argument_parsing() -> None:

@@ -19,7 +19,8 @@ import pytest
 
 from meteor_spark.server.engine import Engine, ManualClock
 from meteor_spark.server.errors import ProtocolError
-from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch, supported_messages
+from meteor_spark.server.handlers import supported_messages
+from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol.frames import PREAMBLE, FrameReader, iter_frames
 

@@ -13,87 +13,25 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from meteor_spark.server.engine.clock import Clock, SystemClock, Waiters
+from meteor_spark.server.engine.clock import ManualClock as ManualClock  # tests build engines with it
 from meteor_spark.server.errors import InvalidConfiguration
 
 if TYPE_CHECKING:
-    from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.atomics import Atomics
     from meteor_spark.server.engine.flake_ids import FlakeIds
     from meteor_spark.server.engine.maps import MapConfig, Maps
     from meteor_spark.server.engine.persistence import Persistence
+    from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.services import Housekeeping
     from meteor_spark.server.engine.topics import Topics
 
 
 logger = logging.getLogger(__name__)
-
-
-class Clock(Protocol):
-    def now_ms(self) -> int:
-        """Wall-clock milliseconds since the epoch (what Hazelcast reports in entry views, publish times)."""
-
-    def monotonic_ms(self) -> float:
-        """Monotonic milliseconds for expiry and leases (never jumps)."""
-
-
-class SystemClock:
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-    def monotonic_ms(self) -> float:
-        return time.monotonic() * 1000.0
-
-
-@dataclass
-class ManualClock:
-    """A clock tests move by hand."""
-
-    wall_ms: int = 1_700_000_000_000
-    mono_ms: float = 0.0
-
-    def now_ms(self) -> int:
-        return self.wall_ms
-
-    def monotonic_ms(self) -> float:
-        return self.mono_ms
-
-    def advance(self, ms: float) -> None:
-        self.wall_ms += int(ms)
-        self.mono_ms += ms
-
-
-@dataclass
-class Waiters:
-    """One-shot wake-up callbacks keyed by object (e.g. ``("ring", name)``, ``("map", name, key)``).
-
-    ``notify(key)`` calls and forgets every callback registered for ``key``; callers re-check their condition and
-    register again if it still does not hold, so spurious wake-ups are harmless.
-    """
-
-    _callbacks: dict[Hashable, dict[int, Callable[[], None]]] = field(default_factory=dict)
-    _next: int = 0
-
-    def register(self, key: Hashable, callback: Callable[[], None]) -> int:
-        self._next += 1
-        self._callbacks.setdefault(key, {})[self._next] = callback
-        return self._next
-
-    def cancel(self, key: Hashable, handle: int) -> None:
-        callbacks = self._callbacks.get(key)
-        if callbacks is not None:
-            callbacks.pop(handle, None)
-            if not callbacks:
-                del self._callbacks[key]
-
-    def notify(self, key: Hashable) -> None:
-        callbacks = self._callbacks.pop(key, None)
-        if callbacks:
-            for callback in callbacks.values():
-                callback()
 
 
 FSYNC_POLICIES = ("always", "interval", "never")
@@ -131,7 +69,9 @@ class EngineConfig:
         if self.partition_count < 1:
             raise InvalidConfiguration(f"partition_count must be >= 1, got {self.partition_count}")
         if self.fsync not in FSYNC_POLICIES:
-            raise InvalidConfiguration(f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}")
+            raise InvalidConfiguration(
+                f"fsync policy {self.fsync!r} is unknown; use one of {', '.join(FSYNC_POLICIES)}"
+            )
         if self.fsync_interval_ms <= 0:
             raise InvalidConfiguration(
                 f"fsync_interval_ms must be a positive number of milliseconds, got {self.fsync_interval_ms}"
@@ -153,8 +93,8 @@ class Engine:
         self,
         config: EngineConfig | None = None,
         clock: Clock | None = None,
-        ring_configs: "Iterable[RingConfig]" = (),
-        map_configs: "Iterable[MapConfig]" = (),
+        ring_configs: Iterable[RingConfig] = (),
+        map_configs: Iterable[MapConfig] = (),
     ) -> None:
         from meteor_spark.server.engine.proxies import ProxyRegistry
         from meteor_spark.server.engine.ringbuffer import SERVICE_NAME as RING_SERVICE

@@ -56,7 +56,9 @@ def split_proxy_name(proxy_name: str) -> tuple[str, str]:
     object_name, _, group = proxy_name.partition("@")
     group = group.strip() or DEFAULT_GROUP
     if not object_name.strip():
-        raise IllegalArgument(f"CP object name {proxy_name!r} is empty; pass a name such as 'counter' or 'counter@group'")
+        raise IllegalArgument(
+            f"CP object name {proxy_name!r} is empty; pass a name such as 'counter' or 'counter@group'"
+        )
     if "@" in group:
         raise IllegalArgument(f"CP object name {proxy_name!r} has more than one '@'; use 'object@group'")
     if group.lower() == METADATA_GROUP:

@@ -7,7 +7,8 @@ back to the ``default`` config. Both services share this one implementation so t
 
 from __future__ import annotations
 
-from typing import Generic, Iterable, Protocol, TypeVar
+from collections.abc import Iterable
+from typing import Generic, Protocol, TypeVar
 
 from meteor_spark.server.errors import InvalidConfiguration
 
@@ -66,7 +67,8 @@ def match_pattern(patterns: Iterable[str], name: str) -> str | None:
             duplicate = pattern
     if duplicate is not None:
         raise InvalidConfiguration(
-            f"configuration {name!r} has duplicate configuration: patterns {best!r} and {duplicate!r} match it equally well"
+            f"configuration {name!r} has duplicate configuration: patterns {best!r} and {duplicate!r} "
+            "match it equally well"
         )
     return best
 

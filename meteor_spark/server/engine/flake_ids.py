@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meteor_spark.server.engine import Clock
+from meteor_spark.server.engine.clock import Clock
 from meteor_spark.server.errors import IllegalArgument, ServerError
 
 EPOCH_START_MS = 1_514_764_800_000

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import IntFlag
-from typing import Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
-from meteor_spark.server.engine import Clock, Waiters
+from meteor_spark.server.engine.clock import Clock, Waiters
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
 from meteor_spark.server.engine.listeners import Listeners
 from meteor_spark.server.errors import IllegalMonitorState, InvalidConfiguration

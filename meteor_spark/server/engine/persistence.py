@@ -44,9 +44,10 @@ import struct
 import threading
 import zlib
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from meteor_spark.server.errors import InvalidConfiguration
@@ -672,7 +673,8 @@ class RingStore:
         if not self._offsets:
             self._base = sequence
         elif sequence != self._base + len(self._offsets):
-            raise AssertionError(f"ring log {self.path}: sequence {sequence} after {self._base + len(self._offsets) - 1}")
+            last = self._base + len(self._offsets) - 1
+            raise AssertionError(f"ring log {self.path}: sequence {sequence} after {last}")
         self._offsets.append(self._end)
         self._end += _append_record(self._fd, [_SEQUENCE.pack(sequence), item])
         self._syncer.written(self._fd)
@@ -807,7 +809,7 @@ class MapLog:
 class Persistence:
     """All of a member's persistent state under one ``data_dir``."""
 
-    def __init__(self, engine: "Engine") -> None:
+    def __init__(self, engine: Engine) -> None:
         config = engine.config
         assert config.data_dir is not None
         self.root = Path(config.data_dir)
@@ -821,7 +823,7 @@ class Persistence:
 
     # -- rings
 
-    def ring_store(self, name: str, config: "RingConfig") -> RingStore:
+    def ring_store(self, name: str, config: RingConfig) -> RingStore:
         """The ``RingService.store_factory``: the log of ring ``name`` (recovered by the ring at creation)."""
         previous = self._ring_stores.pop(name, None)
         if previous is not None:
@@ -888,7 +890,7 @@ class Persistence:
         os.close(self._lock_fd)  # releases the flock
 
 
-def attach(engine: "Engine") -> Persistence:
+def attach(engine: Engine) -> Persistence:
     """Open ``engine.config.data_dir``: recover maps, give rings their logs, and close everything at shutdown."""
     persistence = Persistence(engine)
     persistence.recover_maps()

@@ -7,8 +7,8 @@ to drop the object's data (services register a destroy callback per service name
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 logger = logging.getLogger(__name__)
 

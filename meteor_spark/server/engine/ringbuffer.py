@@ -15,8 +15,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Protocol
 
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
 from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, InvalidConfiguration, StaleSequence
@@ -64,7 +65,9 @@ class RingConfig:
         if self.capacity < 1:
             raise InvalidConfiguration(f"ring buffer config {self.name!r}: capacity must be >= 1, got {self.capacity}")
         if self.ttl_s < 0:
-            raise InvalidConfiguration(f"ring buffer config {self.name!r}: timeToLiveSeconds must be >= 0, got {self.ttl_s}")
+            raise InvalidConfiguration(
+                f"ring buffer config {self.name!r}: timeToLiveSeconds must be >= 0, got {self.ttl_s}"
+            )
         if not 0 <= self.backup_count <= 6 or not 0 <= self.async_backup_count <= 6:
             raise InvalidConfiguration(
                 f"ring buffer config {self.name!r}: backup counts must be 0..6, got {self.backup_count} sync and "
@@ -77,7 +80,8 @@ class RingConfig:
             )
         if self.in_memory_format not in ("BINARY", "OBJECT"):
             raise InvalidConfiguration(
-                f"ring buffer config {self.name!r}: inMemoryFormat must be BINARY or OBJECT, got {self.in_memory_format!r}"
+                f"ring buffer config {self.name!r}: inMemoryFormat must be BINARY or OBJECT, "
+                f"got {self.in_memory_format!r}"
             )
 
     def describe(self) -> str:
@@ -382,7 +386,9 @@ def check_read_many_arguments(start_sequence: int, min_count: int, max_count: in
     if min_count < 0:
         raise IllegalArgument(f"minCount can't be smaller than 0, got {min_count}")
     if max_count < min_count:
-        raise IllegalArgument(f"maxCount should be equal or larger than minCount, got minCount {min_count} and maxCount {max_count}")
+        raise IllegalArgument(
+            f"maxCount should be equal or larger than minCount, got minCount {min_count} and maxCount {max_count}"
+        )
     if max_count > MAX_BATCH_SIZE:
         raise IllegalArgument(f"maxCount can't be larger than {MAX_BATCH_SIZE}, got {max_count}")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from meteor_spark.server.engine.atomics import Atomics, CpMode
 from meteor_spark.server.engine.flake_ids import FlakeIds
@@ -54,7 +55,7 @@ class Housekeeping:
             self._task = None
 
 
-def attach_data_services(engine: "Engine", map_configs: Iterable[MapConfig] = ()) -> None:
+def attach_data_services(engine: Engine, map_configs: Iterable[MapConfig] = ()) -> None:
     """Create ``engine.maps``, ``atomics``, ``flake_ids``, ``topics`` and ``housekeeping`` (persistence is attached
     later, by ``persistence.attach`` from ``Engine.open``)."""
     engine.maps = Maps(engine.clock, engine.waiters, MapConfigs(map_configs))

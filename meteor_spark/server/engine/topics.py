@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
-from meteor_spark.server.engine import Clock
+from meteor_spark.server.engine.clock import Clock
 from meteor_spark.server.engine.listeners import Listeners
 
 log = logging.getLogger(__name__)

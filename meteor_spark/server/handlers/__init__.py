@@ -1,4 +1,5 @@
-"""Message handlers. Importing this package registers every handler module in ``registry.HANDLERS``."""
+"""Message handlers. Importing this package registers every handler module in ``registry.HANDLERS``; the handler
+modules import ``registry``, never this package, so the registry stays below them."""
 
 from __future__ import annotations
 
@@ -12,3 +13,9 @@ from meteor_spark.server.handlers import (  # noqa: F401 - imported for their @h
     ringbuffer,
     topic,
 )
+from meteor_spark.server.handlers.registry import HANDLERS, HandlerEntry
+
+
+def supported_messages() -> list[HandlerEntry]:
+    """Every registered handler, by message type (for docs and tests)."""
+    return [HANDLERS[key] for key in sorted(HANDLERS)]

@@ -42,11 +42,16 @@ def member_info(ctx: RequestContext) -> MemberInfo:
         attributes={},
         lite_member=False,
         version=MemberVersion(major, minor, patch),
-        address_map={EndpointQualifier(MEMBER_QUALIFIER, None): address, EndpointQualifier(CLIENT_QUALIFIER, None): address},
+        address_map={
+            EndpointQualifier(MEMBER_QUALIFIER, None): address,
+            EndpointQualifier(CLIENT_QUALIFIER, None): address,
+        },
     )
 
 
-def _authenticate(ctx: RequestContext, req: dict[str, Any], username: str | None, password: str | None) -> dict[str, Any]:
+def _authenticate(
+    ctx: RequestContext, req: dict[str, Any], username: str | None, password: str | None
+) -> dict[str, Any]:
     member = ctx.member
     status = AUTHENTICATED
     reason = ""

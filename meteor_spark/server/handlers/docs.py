@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from meteor_spark.server.handlers.registry import HandlerEntry, supported_messages
+from meteor_spark.server.handlers import supported_messages
+from meteor_spark.server.handlers.registry import HandlerEntry
 from meteor_spark.server.protocol.codecs import Param
 
 SERVICES = {

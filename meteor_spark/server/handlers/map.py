@@ -8,7 +8,8 @@ when configured) before it is acknowledged.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from meteor_spark.server.engine.maps import EntryEvent, LockOwner, Maps, WouldBlock
 from meteor_spark.server.errors import IllegalArgument

@@ -21,8 +21,9 @@ import asyncio
 import logging
 import types
 import uuid as uuid_module
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Hashable, Protocol
+from typing import Any, Protocol
 
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
@@ -118,13 +119,13 @@ class Endpoint:
         self.client_type = ""
         self.client_version = ""
         self.labels: list[str] = []
-        self._close_hooks: dict[object, Callable[[], None]] = {}
+        self._close_hooks: dict[object, Callable[[], object]] = {}
 
     @property
     def closed(self) -> bool:
         return self.connection.closed
 
-    def on_close(self, key: object, hook: Callable[[], None]) -> None:
+    def on_close(self, key: object, hook: Callable[[], object]) -> None:
         """Run ``hook`` when the connection closes (e.g. drop a listener registration); ``key`` allows removal."""
         self._close_hooks[key] = hook
 
@@ -146,7 +147,7 @@ class Endpoint:
 class RequestContext:
     """What a handler gets besides its request parameters."""
 
-    __slots__ = ("engine", "member", "endpoint", "correlation_id", "partition_id", "spec")
+    __slots__ = ("correlation_id", "endpoint", "engine", "member", "partition_id", "spec")
 
     def __init__(
         self,
@@ -198,7 +199,7 @@ class RequestContext:
                 try:
                     await asyncio.wait_for(waiter, timeout_s)
                     woken = True
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     woken = False
         finally:
             waiters.cancel(key, handle)
@@ -237,7 +238,9 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
         connection.send(
             encode_error(
                 correlation_id,
-                UnsupportedOperation(f"Unrecognized client message received with type: 0x{message_type & 0xFFFFFFFF:x}"),
+                UnsupportedOperation(
+                    f"Unrecognized client message received with type: 0x{message_type & 0xFFFFFFFF:x}"
+                ),
             )
         )
         return
@@ -249,7 +252,7 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
     except StopIteration as stop:
         _respond(ctx, stop.value)
         return
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes an error response, never a crash
+    except BaseException as exc:
         _fail(ctx, exc)
         return
     task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))
@@ -263,7 +266,7 @@ def _continue(coro: Coroutine[Any, Any, Response], suspended: Any) -> Any:
     while True:
         try:
             sent = yield to_yield
-        except BaseException as exc:  # noqa: BLE001 - forwarded into the coroutine (cancellation included)
+        except BaseException as exc:
             try:
                 to_yield = coro.throw(exc)
             except StopIteration as stop:
@@ -280,7 +283,7 @@ async def _finish(ctx: RequestContext, pending: Awaitable[Response]) -> None:
         result = await pending
     except asyncio.CancelledError:
         return  # the connection closed under a long poll: nobody to answer
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         _fail(ctx, exc)
         return
     _respond(ctx, result)
@@ -310,10 +313,3 @@ def _fail(ctx: RequestContext, exc: BaseException) -> None:
     if ctx.endpoint.closed:
         return
     ctx.endpoint.connection.send(encode_error(ctx.correlation_id, exc))
-
-
-def supported_messages() -> list[HandlerEntry]:
-    """Every registered handler, by message type (for docs and tests)."""
-    import meteor_spark.server.handlers  # noqa: F401 - registers every handler module
-
-    return [HANDLERS[key] for key in sorted(HANDLERS)]

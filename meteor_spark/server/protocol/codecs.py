@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import struct
 import uuid as uuid_module
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from meteor_spark.server.engine.atomics import RaftGroupId
 from meteor_spark.server.engine.maps import SimpleEntryView
@@ -30,14 +31,14 @@ from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
     END_DATA_STRUCTURE,
-    Frame,
     IS_EVENT,
     IS_FINAL,
     IS_NULL,
-    Message,
     REQUEST_FIXED_OFFSET,
     RESPONSE_FIXED_OFFSET,
     UNFRAGMENTED,
+    Frame,
+    Message,
     encode_frames,
 )
 
@@ -239,7 +240,7 @@ class _ListMultiFrame(VarType):
 
     def decode(self, cursor: FrameCursor) -> list[Any]:
         _expect_begin(cursor, self.name)
-        result = []
+        result: list[Any] = []
         frames = cursor.frames
         if isinstance(self.item, _Bytes):
             start = cursor.index
@@ -280,7 +281,7 @@ class _EntryList(VarType):
 
     def decode(self, cursor: FrameCursor) -> Any:
         _expect_begin(cursor, self.name)
-        pairs = []
+        pairs: list[tuple[Any, Any]] = []
         while True:
             frame = cursor.peek()
             if frame is None:
@@ -309,7 +310,7 @@ class _EntryListUUIDListInteger(VarType):
         keys = LIST_UUID.decode(cursor)
         if len(keys) != len(values):
             raise ProtocolError(f"{self.name}: {len(keys)} keys for {len(values)} values")
-        return list(zip(keys, values))
+        return list(zip(keys, values, strict=True))
 
 
 class _EntryListUUIDLong(VarType):
@@ -409,7 +410,7 @@ class _FixedBlock:
         if len(content) - offset >= self.size:
             raw = self.struct.unpack_from(content, offset)
             if self.plain:
-                for param, value in zip(self.params, raw):
+                for param, value in zip(self.params, raw, strict=True):
                     into[param.name] = value
                 return
             index = 0

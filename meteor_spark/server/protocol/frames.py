@@ -11,8 +11,8 @@ backup-acks count) followed by the message's fixed-size parameters.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 from meteor_spark.server.errors import ProtocolError
 
@@ -57,14 +57,15 @@ _FRAGMENT_ID = struct.Struct("<q")
 class Frame:
     """One frame: ``flags`` and ``content`` (bytes after the 6-byte header)."""
 
-    __slots__ = ("flags", "content")
+    __slots__ = ("content", "flags")
 
     def __init__(self, flags: int, content: bytes) -> None:
         self.flags = flags
         self.content = content
 
     def __repr__(self) -> str:
-        return f"Frame(flags=0x{self.flags:04x}, content={bytes(self.content[:32])!r}{'...' if len(self.content) > 32 else ''})"
+        more = "..." if len(self.content) > 32 else ""
+        return f"Frame(flags=0x{self.flags:04x}, content={bytes(self.content[:32])!r}{more})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Frame) and self.flags == other.flags and bytes(self.content) == bytes(other.content)

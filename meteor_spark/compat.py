@@ -1,0 +1,262 @@
+"""Every place meteor-spark leans on a private detail of hazelcast-python-client or pyspark, in one module.
+
+Each coupling is declared in ``COUPLINGS`` with the versions it was written for and a check that the private
+detail still looks as it did; ``tests/test_compat.py`` runs every check and fails loudly (naming the coupling and
+what changed) when a dependency moves outside the range or changes the detail. Upgrading a dependency therefore
+means: read the failing coupling, re-verify it against the new version, widen its range.
+
+Importing this module imports neither ``hazelcast`` nor ``pyspark``: each function imports what it touches.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Coupling:
+    """One private detail of a dependency that meteor-spark relies on.
+
+    Attributes:
+        name: what meteor-spark does with it.
+        distribution: the pip distribution it belongs to.
+        written_for: ``(lowest, first_untested)`` ``(major, minor)`` versions: checked for ``lowest <= v <
+            first_untested``.
+        check: raises ``AssertionError`` saying what changed when the detail no longer looks as expected (the
+            dependency is imported by the check, never by this module).
+    """
+
+    name: str
+    distribution: str
+    written_for: tuple[tuple[int, int], tuple[int, int]]
+    check: Callable[[], None]
+
+    def problems(self) -> list[str]:
+        """What no longer holds (empty when the coupling is safe); a missing distribution is no problem."""
+        found = installed_version(self.distribution)
+        if found is None:
+            return []
+        low, high = self.written_for
+        out = []
+        if not low <= found < high:
+            out.append(
+                f"{self.name}: written for {self.distribution} {_dotted(low)} up to (not including) {_dotted(high)}, "
+                f"installed {_dotted(found)}; re-verify it against the new version, then widen written_for"
+            )
+        try:
+            self.check()
+        except AssertionError as exc:
+            out.append(f"{self.name}: {self.distribution} {_dotted(found)} changed: {exc}")
+        return out
+
+
+def installed_version(distribution: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of an installed distribution, from its metadata (nothing is imported), else None."""
+    try:
+        text = version(distribution)
+    except PackageNotFoundError:
+        return None
+    major, _, rest = text.partition(".")
+    minor = "".join(ch for ch in rest.partition(".")[0] if ch.isdigit())
+    return int(major), int(minor or 0)
+
+
+def _dotted(pair: tuple[int, int]) -> str:
+    return f"{pair[0]}.{pair[1]}"
+
+
+def _in_range(distribution: str, written_for: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    found = installed_version(distribution)
+    return found is not None and written_for[0] <= found < written_for[1]
+
+
+# ------------------------------------------------------------------ hazelcast-python-client: the reactor's waker
+
+_HAZELCAST = "hazelcast-python-client"
+_WAKER_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+def fix_reactor_waker_race() -> bool:
+    """Work around a lost-wakeup race in hazelcast-python-client 5.7's reactor; returns whether it is applied.
+
+    ``_PipedWaker.handle_read`` clears its ``awake`` flag *before* draining the wake pipe. A ``wake()`` from
+    another thread in between writes its byte, which the drain then swallows, leaving ``awake`` set with an empty
+    pipe: no thread can wake the reactor again, so every request sent from a non-reactor thread waits for the
+    10 ms poll timeout (request/reply latency jumps from ~1 ms to ~20 ms, at random per client). Draining first
+    and clearing the flag afterwards cannot lose a wakeup: a ``wake()`` that sees the flag still set finds its
+    write queued when the reactor builds its next poll set.
+
+    Applied only to the versions it was written for (another version may have fixed or reshaped the class; the
+    client then runs unpatched and a warning says so).
+    """
+    from hazelcast import reactor
+
+    waker_class = getattr(reactor, "_PipedWaker", None)
+    if waker_class is None or getattr(waker_class, "_meteor_fixed", False):
+        return waker_class is not None
+    if not _in_range(_HAZELCAST, _WAKER_WRITTEN_FOR):
+        logger.warning(
+            "hazelcast-python-client %s is outside the versions meteor-spark's reactor work-around was written for; "
+            "running the client unpatched", version(_HAZELCAST),
+        )
+        return False
+
+    def handle_read(self: Any) -> None:
+        try:
+            while len(os.read(self._read_fd, 4096)) == 4096:
+                pass
+        except OSError:
+            pass
+        self.awake = False
+
+    waker_class._meteor_original_handle_read = waker_class.handle_read
+    waker_class.handle_read = handle_read
+    waker_class._meteor_fixed = True
+    return True
+
+
+def _check_waker() -> None:
+    from hazelcast import reactor
+
+    waker_class = getattr(reactor, "_PipedWaker", None)
+    assert waker_class is not None, "hazelcast.reactor._PipedWaker is gone"
+    original = getattr(waker_class, "_meteor_original_handle_read", waker_class.handle_read)
+    source = inspect.getsource(original)
+    assert "self.awake = False" in source and "os.read(self._read_fd" in source, (
+        "_PipedWaker.handle_read no longer clears `awake` and drains `_read_fd`: the race may be fixed or moved"
+    )
+    assert source.index("self.awake = False") < source.index("os.read("), (
+        "_PipedWaker.handle_read now drains before clearing `awake`: the race is fixed upstream, drop the patch"
+    )
+    assert "self.awake = True" in inspect.getsource(waker_class.wake), "_PipedWaker.wake no longer sets `awake`"
+
+
+# ------------------------------------------------- hazelcast-python-client: a request the client has no codec for
+
+_INVOKE_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+def add_ringbuffer_config_request(pattern: str, capacity: int, backups: int, async_backups: int, ttl_s: int) -> Any:
+    """The DynamicConfig.addRingbufferConfig request (0x1B0200), built with the client's own protocol helpers.
+
+    Fixed params first: capacity, backupCount, asyncBackupCount, timeToLiveSeconds, mergeBatchSize; then name,
+    inMemoryFormat, ringbufferStoreConfig (null), splitBrainProtectionName (null), mergePolicy. Members older than
+    protocol 2.7 ignore the trailing userCodeNamespace (null).
+    """
+    from hazelcast.protocol.builtin import CodecUtil, FixSizedTypesCodec, StringCodec
+    from hazelcast.protocol.client_message import REQUEST_HEADER_SIZE, OutboundMessage, create_initial_buffer
+
+    offset = REQUEST_HEADER_SIZE
+    buf = create_initial_buffer(offset + 5 * 4, 0x1B0200)
+    for value in (capacity, backups, async_backups, ttl_s, 100):
+        FixSizedTypesCodec.encode_int(buf, offset, value)
+        offset += 4
+    StringCodec.encode(buf, pattern)
+    StringCodec.encode(buf, "BINARY")
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode)
+    StringCodec.encode(buf, "com.hazelcast.spi.merge.PutIfAbsentMergePolicy")
+    CodecUtil.encode_nullable(buf, None, StringCodec.encode, True)
+    return OutboundMessage(buf, False)
+
+
+def invoke(client: Any, request: Any) -> None:
+    """Send ``request`` through the client's invocation service (retries, routing) and wait for its empty answer.
+
+    The public client API has no way to send a message it has no codec for; ``_invocation_service`` is private.
+    Errors are the client's own (the caller translates them).
+    """
+    from hazelcast.invocation import Invocation
+
+    invocation = Invocation(request, response_handler=lambda message: None)
+    client._invocation_service.invoke(invocation)
+    invocation.future.result()
+
+
+def _check_invoke() -> None:
+    from hazelcast.client import HazelcastClient
+    from hazelcast.invocation import Invocation
+    from hazelcast.protocol import builtin, client_message
+
+    assert "self._invocation_service" in inspect.getsource(HazelcastClient.__init__), (
+        "HazelcastClient no longer has `_invocation_service`"
+    )
+    assert "response_handler" in inspect.signature(Invocation.__init__).parameters, (
+        "Invocation() no longer takes response_handler"
+    )
+    for module, names in (
+        (builtin, ("CodecUtil", "FixSizedTypesCodec", "StringCodec")),
+        (client_message, ("REQUEST_HEADER_SIZE", "OutboundMessage", "create_initial_buffer")),
+    ):
+        missing = [name for name in names if not hasattr(module, name)]
+        assert not missing, f"{module.__name__} no longer has {missing}"
+
+
+# ------------------------------------------------------------ pyspark: the streaming source runner's SIGTERM
+
+_PYSPARK = "pyspark"
+_RUNNER_WRITTEN_FOR = ((4, 2), (4, 4))
+_sigterm_seen = threading.Event()
+
+
+def stop_source_runner_on_sigterm(
+    stop: Callable[[], None], *, already_stopping: Callable[[], bool] = lambda: False
+) -> bool:
+    """Make ``stop`` run when Spark ends its Python streaming source runner; returns whether the hook is installed.
+
+    pyspark 4.2/4.3's runner (``pyspark/sql/streaming/python_streaming_source_runner.py``) never gets to call
+    ``reader.stop()``: the JVM ends the process with SIGTERM, whose default action kills it before its
+    ``finally: reader.stop()`` runs. A SIGTERM handler that runs ``stop`` and raises ``SystemExit`` lets both that
+    ``finally`` and ``atexit`` hooks run. A SIGTERM that arrives while a stop is under way (a second one, or one
+during ``atexit``: ``already_stopping()`` is true) is ignored so it cannot interrupt the release. Signal
+    handlers can only be installed from the main thread (where the runner calls the reader); elsewhere this does
+    nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        if _sigterm_seen.is_set() or already_stopping():
+            return
+        _sigterm_seen.set()
+        stop()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return True
+
+
+def _check_runner() -> None:
+    from pyspark.sql.streaming import python_streaming_source_runner as runner
+
+    source = inspect.getsource(runner)
+    assert "reader.stop()" in source and "finally:" in source, (
+        "the streaming source runner no longer calls reader.stop() in a finally block"
+    )
+    assert "signal.signal(" not in source, (
+        "the streaming source runner installs signal handlers itself now: ours may replace them"
+    )
+
+
+COUPLINGS: tuple[Coupling, ...] = (
+    Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
+    Coupling("dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)", _HAZELCAST,
+             _INVOKE_WRITTEN_FOR, _check_invoke),
+    Coupling("SIGTERM hook in Spark's streaming source runner (spark/reader.py)", _PYSPARK, _RUNNER_WRITTEN_FOR,
+             _check_runner),
+)
+
+
+def problems() -> list[str]:
+    """Every coupling that no longer holds for the installed dependencies (empty when all are safe)."""
+    return [problem for coupling in COUPLINGS for problem in coupling.problems()]

@@ -1,0 +1,95 @@
+"""The private couplings to hazelcast-python-client and pyspark (``meteor_spark.compat``) still hold.
+
+These fail loudly when a dependency is upgraded past the versions a coupling was written for, or changes the private
+detail it relies on; the message names the coupling and what changed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from meteor_spark import compat
+
+
+def test_every_coupling_holds_for_the_installed_dependencies() -> None:
+    assert compat.problems() == []
+
+
+def test_every_private_use_is_declared() -> None:
+    names = " ".join(coupling.name for coupling in compat.COUPLINGS)
+    assert "reactor waker" in names and "_invocation_service" in names and "SIGTERM" in names
+    for coupling in compat.COUPLINGS:
+        assert compat.installed_version(coupling.distribution) is not None, coupling.distribution
+
+
+def test_a_version_outside_the_range_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "installed_version", lambda distribution: (9, 0))
+    found = compat.problems()
+    assert len(found) == len(compat.COUPLINGS)
+    assert all("installed 9.0" in problem and "widen written_for" in problem for problem in found)
+
+
+def test_a_changed_private_detail_is_reported() -> None:
+    def gone() -> None:
+        raise AssertionError("hazelcast.reactor._PipedWaker is gone")
+
+    coupling = compat.Coupling("reactor waker patch", "hazelcast-python-client", ((5, 7), (5, 8)), gone)
+    installed = compat.installed_version(coupling.distribution)
+    assert installed is not None
+    assert coupling.problems() == [
+        f"reactor waker patch: hazelcast-python-client {installed[0]}.{installed[1]} changed: "
+        "hazelcast.reactor._PipedWaker is gone"
+    ]
+
+
+def test_the_reactor_patch_is_applied_and_drains_before_clearing_the_flag() -> None:
+    from hazelcast import reactor
+
+    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+
+    waker = reactor._PipedWaker.__new__(reactor._PipedWaker)
+    waker._read_fd, write_fd = os.pipe()
+    try:
+        os.set_blocking(waker._read_fd, False)
+        os.write(write_fd, b"x" * 5000)  # more than one 4096-byte read
+        waker.awake = True
+        waker.handle_read()
+        assert waker.awake is False
+        with pytest.raises(BlockingIOError):
+            os.read(waker._read_fd, 1)  # drained completely
+    finally:
+        os.close(waker._read_fd)
+        os.close(write_fd)
+    assert reactor._PipedWaker._meteor_fixed is True
+
+
+def test_the_sigterm_hook_runs_stop_once_and_exits() -> None:
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from meteor_spark import compat
+        calls = []
+        def stop():
+            calls.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM during the stop is ignored
+        assert compat.stop_source_runner_on_sigterm(stop)
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except SystemExit as exc:
+            print(len(calls), exc.code)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["1", str(128 + signal.SIGTERM)]
+
+
+def test_importing_compat_loads_neither_dependency() -> None:
+    probe = "import sys, meteor_spark.compat\nprint(sorted(m for m in ('pyspark', 'hazelcast') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
