@@ -245,7 +245,7 @@ class _SyntheticReader(DataSourceStreamReader):
         import numpy as np
         import pyarrow as pa
 
-        from meteor_spark.records import ARROW_SCHEMA
+        from meteor_spark.arrow_columns import ARROW_SCHEMA
 
         assert isinstance(partition, _Range)
         chunk = 65_536

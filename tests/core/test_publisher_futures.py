@@ -97,12 +97,12 @@ def test_a_failed_write_reaches_every_future_and_callback(grid: Grid, unique_nam
     errors: list[BaseException | None] = []
     pub = Publisher(grid, StreamConfig(unique_name))
     try:
-        lane = pub._lanes[0]
+        ring = pub._sender.rings[0]
 
         def refuse(items: Any, overflow_policy: int = 0) -> Any:
             raise GridError("the grid refused (test)")
 
-        monkeypatch.setattr(lane.ring, "add_all_async", refuse)
+        monkeypatch.setattr(ring, "add_all_async", refuse)
         failing = [pub.publish_async(b"lost", callback=lambda o, e: errors.append(e)) for _ in range(5)]
         watched = pub.publish_async(b"lost too")
         for future in failing + [watched]:
@@ -120,14 +120,14 @@ def test_a_failed_write_reaches_every_future_and_callback(grid: Grid, unique_nam
 def test_an_idle_lane_is_sent_from_the_publishing_thread(grid: Grid, unique_name: str, monkeypatch: Any) -> None:
     with Publisher(grid, StreamConfig(unique_name, lanes=2)) as pub:
         senders: list[str] = []
-        for state in pub._lanes:
-            original = state.ring.add_all_async
+        for ring in pub._sender.rings:
+            original = ring.add_all_async
 
             def traced(items: Any, overflow_policy: int = 0, original: Any = original) -> Any:
                 senders.append(threading.current_thread().name)
                 return original(items, overflow_policy)
 
-            monkeypatch.setattr(state.ring, "add_all_async", traced)
+            monkeypatch.setattr(ring, "add_all_async", traced)
         pub.publish(b"one", timeout_s=10)
         pub.publish(Record(b"two", lane=1), timeout_s=10)
         assert senders == [threading.current_thread().name] * 2

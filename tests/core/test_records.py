@@ -9,26 +9,22 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
 from meteor_spark.offsets import make_offset
-from meteor_spark.records import (
-    ARROW_SCHEMA,
-    ARROW_SCHEMA_WITH_HEADERS,
+from meteor_spark.records import BatchPart, Record, RecordBatch
+from meteor_spark.wire import (
     FLAG_LZ4,
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
-    BatchPart,
     ItemFraming,
-    Record,
-    RecordBatch,
     decode_batch,
     decode_item,
     encode_batch,
     encode_batch_v0,
     encode_columns,
     encode_prepared,
-    items_to_arrow,
     prepare_columns,
 )
 
