@@ -25,6 +25,7 @@ from meteor_spark.wire import (
     encode_batch_v0,
     encode_columns,
     encode_prepared,
+    item_count,
     prepare_columns,
 )
 
@@ -234,3 +235,23 @@ def test_to_arrow_slices_keys_and_values_of_partial_parts() -> None:
     table = RecordBatch([BatchPart("s", 0, 4, view, 1, 3), BatchPart("s", 0, 5, view, 0, 4)]).to_arrow()
     assert table.column("value").to_pylist() == [b"v1", b"v2", b"v0", b"v1", b"v2", b"v3"]
     assert table.column("key").to_pylist() == [None, b"k22", b"k0", None, b"k22", b"k3"]
+
+
+def test_item_count_reads_the_header_alone_and_rejects_a_header_that_fails_its_checks() -> None:
+    item = encode_batch(_records(), producer_id=1, producer_seq=0, compression="lz4", compression_threshold=0)
+    where = {"stream": "orders", "lane": 0, "sequence": 4}
+    assert item_count(item, **where) == 50
+    body_corrupt = item[:-1] + bytes([item[-1] ^ 0xFF])
+    assert item_count(body_corrupt, **where) == 50  # the body is not looked at...
+    with pytest.raises(FormatError):
+        decode_item(body_corrupt, **where)  # ...decoding it is what checks it
+    assert item_count(encode_batch_v0([b"a", b"b"]), **where) == 2
+    with pytest.raises(FormatError, match="bad magic"):
+        item_count(b"not a meteor batch", **where)
+    with pytest.raises(FormatError, match="truncated or padded"):
+        item_count(item[:-3], **where)
+    zero_count = item[:8] + struct.pack("<I", 0) + item[12:]
+    with pytest.raises(FormatError, match="record count 0"):
+        item_count(zero_count, **where)
+    with pytest.raises(UnsupportedFormatVersionError):
+        item_count(item[:4] + bytes([FORMAT_VERSION + 1]) + item[5:], **where)
