@@ -20,8 +20,9 @@ import threading
 import time
 from bisect import bisect_left, bisect_right, insort
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,8 +57,22 @@ class Segment:
     """
 
     __slots__ = (
-        "lock", "values", "keys", "headers", "stamps", "arrow", "n", "pos", "nbytes", "open", "targets", "singles",
-        "outcomes", "watched", "_cum", "_starts",
+        "_cum",
+        "_starts",
+        "arrow",
+        "headers",
+        "keys",
+        "lock",
+        "n",
+        "nbytes",
+        "open",
+        "outcomes",
+        "pos",
+        "singles",
+        "stamps",
+        "targets",
+        "values",
+        "watched",
     )
 
     def __init__(self, lock: Any) -> None:
@@ -80,7 +95,7 @@ class Segment:
         self._starts: list[int] | None = None
 
     @classmethod
-    def of_arrow(cls, lock: Any, columns: "ArrowColumns", future: BulkFuture) -> "Segment":
+    def of_arrow(cls, lock: Any, columns: ArrowColumns, future: BulkFuture) -> Segment:
         """A closed segment holding the rows of one Arrow bulk for one lane."""
         segment = cls(lock)
         segment.arrow = columns
@@ -99,7 +114,7 @@ class Segment:
         k = bisect_right(outcomes, (index, _AFTER_ANY)) - 1
         if k < 0:
             return None
-        start, stop, base, error = outcomes[k]
+        _, stop, base, error = outcomes[k]
         if index >= stop:
             return None
         return (None, error) if error is not None else (base + index, None)
@@ -268,7 +283,7 @@ class Piece:
 class LaneQueue:
     """What is queued for one lane: its segments, their count and bytes, and whether a call is in flight."""
 
-    __slots__ = ("lane", "lock", "segments", "queued", "queued_bytes", "since", "in_flight")
+    __slots__ = ("in_flight", "lane", "lock", "queued", "queued_bytes", "segments", "since")
 
     def __init__(self, lane: int, lock: Any) -> None:
         self.lane = lane
@@ -300,7 +315,7 @@ class Accumulator:
     ``flush`` wait on ``room``. ``outstanding`` counts records accepted and not yet completed.
     """
 
-    def __init__(self, stream: str, lanes: int, settings: "PublisherSettings", max_items_per_call: int) -> None:
+    def __init__(self, stream: str, lanes: int, settings: PublisherSettings, max_items_per_call: int) -> None:
         self.stream = stream
         self.lane_count = lanes
         self.settings = settings

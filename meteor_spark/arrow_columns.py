@@ -6,7 +6,8 @@ path). Both work column-wise on buffers, never record by record.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -59,7 +60,7 @@ def items_to_arrow(
     if len(items) != len(sequences):
         raise ConfigError(f"items_to_arrow: {len(items)} items but {len(sequences)} sequences; give one per item")
     parts = []
-    for i, (item, seq) in enumerate(zip(items, sequences)):
+    for i, (item, seq) in enumerate(zip(items, sequences, strict=True)):
         view = decode_item(item, stream=stream, lane=lane, sequence=seq)
         start = 0
         if i == 0 and first_offset is not None:
@@ -134,7 +135,7 @@ def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.R
     # timestamps (ms -> us); legacy items without timestamps give nulls
     ts = np.empty(n, dtype=np.int64)
     ts_valid: np.ndarray | None = None
-    for p, pos in zip(parts, starts_in_batch.tolist()):
+    for p, pos in zip(parts, starts_in_batch.tolist(), strict=True):
         stamps = p.item.timestamps(p.start, p.stop)
         if stamps is None:
             if ts_valid is None:

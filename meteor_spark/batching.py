@@ -84,6 +84,6 @@ class PublisherSettings(Batching):
         check_number("max_block_ms", self.max_block_ms, 0, float("inf"), what="(milliseconds)")
 
     @classmethod
-    def parse(cls, config: "StreamConfig", overrides: dict[str, Any]) -> "PublisherSettings":
+    def parse(cls, config: StreamConfig, overrides: dict[str, Any]) -> PublisherSettings:
         """The stream's stored batching, with ``overrides`` (None = not given) applied."""
         return cls(**{**batching_of(config), **{k: v for k, v in overrides.items() if v is not None}})

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class LaneWritten:
     last_offset: int
 
 
-class BulkFuture(Future):  # type: ignore[type-arg]
+class BulkFuture(Future[Any]):
     """The future of one bulk publish, and where its offsets go: a list of records ("list", the offsets in order)
     or an Arrow bulk ("count", the number of records stored)."""
 
@@ -123,7 +124,7 @@ class RecordFuture:
     the outcome is settled under, so no completion is ever missed.
     """
 
-    def __init__(self, segment: "Segment", index: int) -> None:
+    def __init__(self, segment: Segment, index: int) -> None:
         self._segment = segment
         self._index = index
 
@@ -138,14 +139,14 @@ class RecordFuture:
         state = self.__dict__
         if "_condition" not in state:
             self._segment.watch(self)
-        return state["_condition"]  # type: ignore[no-any-return]
+        return state["_condition"]
 
     @property
     def _waiters(self) -> list[Any]:
         state = self.__dict__
         if "_waiters" not in state:
             self._segment.watch(self)
-        return state["_waiters"]  # type: ignore[no-any-return]
+        return state["_waiters"]
 
     def done(self) -> bool:
         return self._segment.outcome(self._index) is not None
@@ -179,7 +180,7 @@ class RecordFuture:
     def exception(self, timeout: float | None = None) -> BaseException | None:
         return self._outcome(timeout)[1]
 
-    def add_done_callback(self, fn: Callable[["RecordFuture"], object]) -> None:
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
         if not self._segment.watch(self, fn):
             run_done_callback(fn, self)
 
@@ -230,12 +231,12 @@ class RecordFuture:
 def run_done_callback(fn: Callable[[Any], object], future: Any) -> None:
     try:
         fn(future)
-    except Exception:  # noqa: BLE001 - as concurrent.futures does: a done callback never breaks completion
+    except Exception:
         logger.exception("a done callback of a publish future raised")
 
 
 def call_back(callback: PublishCallback, offset: int | None, error: BaseException | None) -> None:
     try:
         callback(offset, error)
-    except Exception:  # noqa: BLE001 - a user's callback must never stop the publisher
+    except Exception:
         logger.exception("a publish callback raised; the publisher goes on")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -160,7 +160,7 @@ class Publisher:
                 segment.values.append(record)  # type: ignore[arg-type]
                 segment.stamps.append(stamp)
                 segment.n += 1
-                size = len(record)
+                size = len(record)  # type: ignore[arg-type]
                 segment.nbytes += size
             else:
                 size = segment.add_value(record, stamp) if rec is None else segment.add(rec, stamp)  # type: ignore[arg-type]
@@ -178,7 +178,7 @@ class Publisher:
             self._sender.send(*call)
         return future
 
-    def publish_many(self, records: Iterable[Record | bytes | str]) -> "BulkFuture":
+    def publish_many(self, records: Iterable[Record | bytes | str]) -> BulkFuture:
         """Queue many records at once (cheaper per record); the future completes with their offsets, in order.
 
         Keyless records without an explicit lane are spread over the lanes in contiguous runs.
@@ -310,7 +310,7 @@ class Publisher:
                 self._sender.failed_records,
             )
 
-    def __enter__(self) -> "Publisher":
+    def __enter__(self) -> Publisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -364,7 +364,8 @@ def _checked_record(item: Record | bytes | str) -> Record:
                 raise ConfigError(
                     f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
                 )
-    if item.timestamp_ms is not None and (isinstance(item.timestamp_ms, bool) or not isinstance(item.timestamp_ms, int)):
+    stamp = item.timestamp_ms
+    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
         raise ConfigError(f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}")
     return item
 

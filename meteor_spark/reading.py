@@ -13,8 +13,8 @@ the head (a persistent embedded member, a Hazelcast ring buffer with a Ringbuffe
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from meteor_spark.errors import ConfigError, DataLossError, FormatError, OffsetOutOfRangeError
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring
@@ -192,7 +192,7 @@ def _tally(
     total = 0
     corrupt: list[int] = []
     for items, sequences in read_range(grid, info, lane, start_seq, end_seq):
-        for item, sequence in zip(items, sequences):
+        for item, sequence in zip(items, sequences, strict=True):
             try:
                 total += count(item, stream=info.name, lane=lane, sequence=sequence)
             except FormatError as exc:

@@ -7,9 +7,10 @@ The wire format lives in ``meteor_spark.wire``, the conversions to and from Arro
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, overload
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
@@ -193,7 +194,7 @@ class RecordBatch(Sequence[Record]):
     ``to_arrow()`` builds a ``pyarrow.RecordBatch`` straight from the items' buffers.
     """
 
-    __slots__ = ("_parts", "_ends", "_cache")
+    __slots__ = ("_cache", "_ends", "_parts")
 
     def __init__(self, parts: Iterable[BatchPart] = ()) -> None:
         self._parts = tuple(p for p in parts if p.stop > p.start)
@@ -206,7 +207,7 @@ class RecordBatch(Sequence[Record]):
         self._cache: list[Record] | None = None
 
     @classmethod
-    def empty(cls) -> "RecordBatch":
+    def empty(cls) -> RecordBatch:
         return _EMPTY
 
     @property

@@ -19,7 +19,8 @@ import logging
 import queue
 import threading
 from bisect import bisect_right
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from meteor_spark.accumulator import Accumulator, Call, LaneQueue, Piece
 from meteor_spark.errors import GridError, MeteorError
@@ -87,7 +88,7 @@ class Sender:
                 )
                 items.append(encode_prepared(prepared, framing))
             future = self.rings[state.lane].add_all_async(items)
-        except BaseException as exc:  # noqa: BLE001 - whatever broke, these records' futures must hear of it
+        except BaseException as exc:
             self._stored(state, pieces, n_items, n_records, None, exc)
             return
         future.add_done_callback(lambda f: self._stored(state, pieces, n_items, n_records, f, None))
@@ -156,7 +157,7 @@ class Sender:
                 _complete_bulk(lane, pieces, first_seq, error)
                 for record_future in called:
                     record_future.call_back()
-            except Exception:  # noqa: BLE001 - the completion thread must survive anything
+            except Exception:
                 logger.exception("stream %r lane %d: completing a publish failed", self.stream, lane)
             with self.acc.lock:
                 self.acc.completed(n_records)

@@ -37,8 +37,9 @@ from __future__ import annotations
 import struct
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import lz4.block
 import numpy as np
@@ -235,7 +236,7 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
         blobs += [p.key_data for p in pieces if p.key_lengths is not None]
 
     if all(isinstance(p.timestamps, int) for p in pieces) and len({p.timestamps for p in pieces}) == 1:
-        base_ts = int(pieces[0].timestamps)  # type: ignore[arg-type]
+        base_ts = int(pieces[0].timestamps)
     else:
         stamps = np.concatenate(
             [
@@ -281,7 +282,14 @@ def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
 
 
 def _frame(
-    version: int, flags: int, count: int, base_ts: int, producer_id: int, producer_seq: int, body_len: int, stored: bytes
+    version: int,
+    flags: int,
+    count: int,
+    base_ts: int,
+    producer_id: int,
+    producer_seq: int,
+    body_len: int,
+    stored: bytes,
 ) -> bytes:
     prefix = _HEADER.pack(MAGIC, version, flags, 0, count, base_ts, producer_id, producer_seq, body_len, len(stored), 0)
     crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:_CRC_COVERED]))
@@ -375,7 +383,9 @@ def _open_item(
 def _v1_header(view: memoryview, where: str, *, check_crc: bool) -> tuple[Any, ...]:
     """The fields of a version 1 header, checked against the item's length (and its checksum when asked)."""
     if len(view) < HEADER_SIZE:
-        raise FormatError(f"{where}: truncated ring item: {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header")
+        raise FormatError(
+            f"{where}: truncated ring item: {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header"
+        )
     header = _HEADER.unpack_from(view)
     (_, version, flags, _, count, _, _, _, _, stored_len, crc) = header
     stored = view[HEADER_SIZE:]

@@ -9,6 +9,7 @@ every future and callback, and order per lane.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import threading
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_every_future_gets_its_own_offset_in_order(grid: Grid, unique_name: str)
         pub.flush(10)
     offsets = [f.result(0) for f in futures] + [mixed.result(0)]
     assert offsets[0] == make_offset(0, 0)
-    assert all(a < b for a, b in zip(offsets, offsets[1:])), "one lane: offsets follow the publishing order"
+    assert all(a < b for a, b in itertools.pairwise(offsets)), "one lane: offsets follow the publishing order"
     assert all(f.done() and not f.running() and not f.cancelled() and f.exception() is None for f in futures)
     # A kept future does not keep the records of its segment alive once they were sent.
     assert all(f._segment.values == [] for f in futures)  # type: ignore[attr-defined]
