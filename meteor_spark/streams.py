@@ -100,11 +100,12 @@ class StreamConfig:
     backup_count: int = 1
     async_backup_count: int = 0
     ttl_s: int = 0
-    compression: str = "lz4"
-    compression_threshold: int = 1024
-    max_batch_records: int = 1000
-    max_batch_bytes: int = 1 << 20
-    linger_ms: float = 0.0
+    # The batching fields (publisher defaults stored with the stream): Batching's, flat, as stored and as given.
+    compression: str = Batching.compression
+    compression_threshold: int = Batching.compression_threshold
+    max_batch_records: int = Batching.max_batch_records
+    max_batch_bytes: int = Batching.max_batch_bytes
+    linger_ms: float = Batching.linger_ms
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
