@@ -1,4 +1,4 @@
-"""Records, the versioned ring-item wire format, and the column-wise conversion to Arrow.
+"""The versioned ring-item wire format: encoding records into ring items and decoding them (no pyarrow here).
 
 A ring item holds a micro-batch of records. Format version 1 (little-endian throughout)::
 

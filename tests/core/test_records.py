@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -258,3 +260,9 @@ def test_item_count_reads_the_header_alone_and_rejects_a_header_that_fails_its_c
         item_count(zero_count, **where)
     with pytest.raises(UnsupportedFormatVersionError):
         item_count(item[:4] + bytes([FORMAT_VERSION + 1]) + item[5:], **where)
+
+
+def test_the_value_types_and_the_wire_format_load_without_pyarrow() -> None:
+    code = "import sys, meteor_spark.records, meteor_spark.wire; print('pyarrow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "False"
