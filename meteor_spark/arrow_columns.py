@@ -14,9 +14,8 @@ import pyarrow as pa
 
 from meteor_spark.errors import ConfigError
 from meteor_spark.offsets import index_of, sequence_of
-from meteor_spark.records import BatchPart
 from meteor_spark.streams import lane_for_key
-from meteor_spark.wire import PreparedColumns, decode_item, prepare_columns
+from meteor_spark.wire import ItemSlice, PreparedColumns, decode_item, prepare_columns
 
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
@@ -70,11 +69,11 @@ def items_to_arrow(
                     f"but the first item has sequence {seq}; pass an offset inside the first item"
                 )
             start = min(index_of(first_offset), view.count)
-        parts.append(BatchPart(stream, lane, seq, view, start, view.count))
+        parts.append(ItemSlice(stream, lane, seq, view, start, view.count))
     return parts_to_arrow(parts, include_headers=include_headers)
 
 
-def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.RecordBatch:
+def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.RecordBatch:
     """Build the Arrow batch of the given parts column-wise (numpy on the items' length columns, one copy of data)."""
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
     parts = [p for p in parts if p.stop > p.start]
@@ -155,7 +154,7 @@ def parts_to_arrow(parts: Sequence[BatchPart], *, include_headers: bool) -> pa.R
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _part_column(part: BatchPart, column: str) -> tuple[np.ndarray, Any]:
+def _part_column(part: ItemSlice, column: str) -> tuple[np.ndarray, Any]:
     """``(lengths, bytes)`` of a part's records in one column ("value" or "key") of its item; a whole item is used
     as it is (no slicing, no copy). Key lengths keep their -1 (no key)."""
     item = part.item
@@ -199,7 +198,7 @@ def _binary_array(
     )
 
 
-def _headers_array(parts: Sequence[BatchPart], n: int) -> pa.Array:
+def _headers_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
     count_list = []
     hkey_lengths = []
     hvalue_lengths = []

@@ -1,21 +1,23 @@
-"""The record value types: ``Record`` (what is published and read), ``ItemView`` (one decoded ring item as
-column views), ``BatchPart`` and ``RecordBatch`` (records read, made into ``Record`` objects only on demand).
+"""The record value types and the record-level conveniences over the wire format.
 
-The wire format lives in ``meteor_spark.wire``, the conversions to and from Arrow in ``meteor_spark.arrow_columns``.
+``Record`` is what is published and read; ``BatchPart`` and ``RecordBatch`` are records read, made into ``Record``
+objects only on demand; ``encode_batch`` / ``decode_batch`` turn records into one ring item and back. The wire
+format itself (``ItemView``, a decoded item as column views) lives in ``meteor_spark.wire``, the conversions to
+and from Arrow in ``meteor_spark.arrow_columns``; neither imports this module, so the layers point one way
+(``wire`` <- ``records``, ``wire`` <- ``arrow_columns``; ``RecordBatch.to_arrow`` loads the latter on use).
 """
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, overload
-
-import numpy as np
 
 from meteor_spark.errors import ConfigError
 from meteor_spark.offsets import INDEX_BITS
+from meteor_spark.wire import ItemFraming, ItemSlice, decode_item, encode_prepared, prepare_columns
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,95 +53,12 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
         f"cannot publish a {type(item).__name__}: give a Record, bytes or str (encode other objects to bytes first)"
     )
 
-# --------------------------------------------------------------------------------------------------- decoded items
-
-
-@dataclass(frozen=True, eq=False)
-class ItemView:
-    """One decoded ring item: numpy views of its length columns and memoryviews of its data (no per-record work).
-
-    ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp.
-    """
-
-    version: int
-    count: int
-    producer_id: int
-    producer_seq: int
-    base_timestamp_ms: int | None
-    timestamp_deltas: np.ndarray | None
-    value_lengths: np.ndarray
-    value_data: memoryview
-    key_lengths: np.ndarray | None = None
-    key_data: memoryview | None = None
-    header_counts: np.ndarray | None = None
-    hkey_lengths: np.ndarray | None = None
-    hkey_data: memoryview | None = None
-    hvalue_lengths: np.ndarray | None = None
-    hvalue_data: memoryview | None = None
-
-    @cached_property
-    def value_offsets(self) -> np.ndarray:
-        return _prefix_sums(self.value_lengths)
-
-    @cached_property
-    def key_offsets(self) -> np.ndarray:
-        assert self.key_lengths is not None
-        return _prefix_sums(np.maximum(self.key_lengths, 0))
-
-    @cached_property
-    def header_offsets(self) -> np.ndarray:
-        assert self.header_counts is not None
-        return _prefix_sums(self.header_counts)
-
-    @cached_property
-    def hkey_offsets(self) -> np.ndarray:
-        assert self.hkey_lengths is not None
-        return _prefix_sums(self.hkey_lengths)
-
-    @cached_property
-    def hvalue_offsets(self) -> np.ndarray:
-        assert self.hvalue_lengths is not None
-        return _prefix_sums(self.hvalue_lengths)
-
-    def timestamps(self, start: int, stop: int) -> np.ndarray | None:
-        """Per-record timestamps (ms) of records ``[start, stop)``; None for legacy items without timestamps."""
-        if self.base_timestamp_ms is None:
-            return None
-        if self.timestamp_deltas is None:
-            return np.full(stop - start, self.base_timestamp_ms, dtype=np.int64)
-        return self.timestamp_deltas[start:stop] + self.base_timestamp_ms
-
-
-def _prefix_sums(lengths: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return out
-
 # --------------------------------------------------------------------------------------------------- batches
 
 
 @dataclass(frozen=True)
-class BatchPart:
-    """Records ``[start, stop)`` of one decoded ring item of a lane."""
-
-    stream: str
-    lane: int
-    sequence: int
-    item: ItemView
-    start: int
-    stop: int
-
-    @property
-    def size(self) -> int:
-        return self.stop - self.start
-
-    @property
-    def first_offset(self) -> int:
-        return self.sequence << INDEX_BITS | self.start
-
-    @property
-    def last_offset(self) -> int:
-        return self.sequence << INDEX_BITS | (self.stop - 1)
+class BatchPart(ItemSlice):
+    """Records ``[start, stop)`` of one decoded ring item of a lane, made into ``Record`` objects on demand."""
 
     def records(self) -> list[Record]:
         """Materialise this part's records (the per-record path; Arrow conversion avoids it)."""
@@ -297,3 +216,31 @@ class RecordBatch(Sequence[Record]):
 
 _EMPTY = RecordBatch()
 
+
+# ------------------------------------------------------------------------------------------ records and ring items
+
+
+def encode_batch(
+    records: Sequence[Record | bytes | str],
+    *,
+    producer_id: int,
+    producer_seq: int,
+    compression: str = "lz4",
+    compression_threshold: int = 1024,
+) -> bytes:
+    """Encode records into one ring item (the current format version). Timestamps left None become now."""
+    recs = [as_record(r) for r in records]
+    now = int(time.time() * 1000)
+    columns = prepare_columns(
+        [r.value for r in recs],
+        keys=[r.key for r in recs],
+        headers=[r.headers for r in recs],
+        timestamps=[now if r.timestamp_ms is None else r.timestamp_ms for r in recs],
+    )
+    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
+
+
+def decode_batch(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> RecordBatch:
+    """Decode one ring item into a lazy ``RecordBatch`` (offsets, lane and stream assigned)."""
+    view = decode_item(item, stream=stream, lane=lane, sequence=sequence)
+    return RecordBatch([BatchPart(stream, lane, sequence, view, 0, view.count)])

@@ -35,18 +35,17 @@ headers, timestamps or checksum (``encode_batch_v0`` writes it so the upgrade pa
 from __future__ import annotations
 
 import struct
-import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import lz4.block
 import numpy as np
 
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
-from meteor_spark.offsets import MAX_RECORDS_PER_ITEM
-from meteor_spark.records import BatchPart, ItemView, Record, RecordBatch, as_record
+from meteor_spark.offsets import INDEX_BITS, MAX_RECORDS_PER_ITEM
 
 MAGIC = b"MTRB"
 FORMAT_VERSION = 1
@@ -71,26 +70,6 @@ _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
 
 # --------------------------------------------------------------------------------------------------- encoding
-
-
-def encode_batch(
-    records: Sequence[Record | bytes | str],
-    *,
-    producer_id: int,
-    producer_seq: int,
-    compression: str = "lz4",
-    compression_threshold: int = 1024,
-) -> bytes:
-    """Encode records into one ring item (the current format version). Timestamps left None become now."""
-    recs = [as_record(r) for r in records]
-    now = int(time.time() * 1000)
-    columns = prepare_columns(
-        [r.value for r in recs],
-        keys=[r.key for r in recs],
-        headers=[r.headers for r in recs],
-        timestamps=[now if r.timestamp_ms is None else r.timestamp_ms for r in recs],
-    )
-    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
 
 
 def encode_columns(
@@ -329,6 +308,94 @@ def _first_bad_headers(headers: Sequence[Any]) -> Any:
 
 
 
+# --------------------------------------------------------------------------------------------------- decoded items
+
+
+@dataclass(frozen=True, eq=False)
+class ItemView:
+    """One decoded ring item: numpy views of its length columns and memoryviews of its data (no per-record work).
+
+    ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp.
+    """
+
+    version: int
+    count: int
+    producer_id: int
+    producer_seq: int
+    base_timestamp_ms: int | None
+    timestamp_deltas: np.ndarray | None
+    value_lengths: np.ndarray
+    value_data: memoryview
+    key_lengths: np.ndarray | None = None
+    key_data: memoryview | None = None
+    header_counts: np.ndarray | None = None
+    hkey_lengths: np.ndarray | None = None
+    hkey_data: memoryview | None = None
+    hvalue_lengths: np.ndarray | None = None
+    hvalue_data: memoryview | None = None
+
+    @cached_property
+    def value_offsets(self) -> np.ndarray:
+        return _prefix_sums(self.value_lengths)
+
+    @cached_property
+    def key_offsets(self) -> np.ndarray:
+        assert self.key_lengths is not None
+        return _prefix_sums(np.maximum(self.key_lengths, 0))
+
+    @cached_property
+    def header_offsets(self) -> np.ndarray:
+        assert self.header_counts is not None
+        return _prefix_sums(self.header_counts)
+
+    @cached_property
+    def hkey_offsets(self) -> np.ndarray:
+        assert self.hkey_lengths is not None
+        return _prefix_sums(self.hkey_lengths)
+
+    @cached_property
+    def hvalue_offsets(self) -> np.ndarray:
+        assert self.hvalue_lengths is not None
+        return _prefix_sums(self.hvalue_lengths)
+
+    def timestamps(self, start: int, stop: int) -> np.ndarray | None:
+        """Per-record timestamps (ms) of records ``[start, stop)``; None for legacy items without timestamps."""
+        if self.base_timestamp_ms is None:
+            return None
+        if self.timestamp_deltas is None:
+            return np.full(stop - start, self.base_timestamp_ms, dtype=np.int64)
+        return self.timestamp_deltas[start:stop] + self.base_timestamp_ms
+
+
+def _prefix_sums(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+@dataclass(frozen=True)
+class ItemSlice:
+    """Records ``[start, stop)`` of one decoded ring item of a lane (``records.BatchPart`` makes them records)."""
+
+    stream: str
+    lane: int
+    sequence: int
+    item: ItemView
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def first_offset(self) -> int:
+        return self.sequence << INDEX_BITS | self.start
+
+    @property
+    def last_offset(self) -> int:
+        return self.sequence << INDEX_BITS | (self.stop - 1)
+
+
 # --------------------------------------------------------------------------------------------------- decoding
 
 
@@ -519,9 +586,3 @@ def _decode_v0(view: memoryview, where: str) -> ItemView:
         value_lengths=lengths,
         value_data=memoryview(b"".join(chunks)),
     )
-
-
-def decode_batch(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> RecordBatch:
-    """Decode one ring item into a lazy ``RecordBatch`` (offsets, lane and stream assigned)."""
-    view = decode_item(item, stream=stream, lane=lane, sequence=sequence)
-    return RecordBatch([BatchPart(stream, lane, sequence, view, 0, view.count)])

@@ -8,11 +8,10 @@ from meteor_spark.grid import Grid
 from meteor_spark.groups import seek_group
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.records import Record, encode_batch
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-from meteor_spark.wire import encode_batch
 
 Meteor = Callable[..., Any]
 

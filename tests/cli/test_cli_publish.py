@@ -12,9 +12,8 @@ import pytest
 
 from meteor_spark.grid import Grid
 from meteor_spark.reading import read_range
-from meteor_spark.records import Record
+from meteor_spark.records import Record, decode_batch
 from meteor_spark.streams import StreamConfig, lane_bounds, lane_for_key, open_stream
-from meteor_spark.wire import decode_batch
 
 Meteor = Callable[..., Any]
 

@@ -10,11 +10,10 @@ import pytest
 
 from meteor_spark.grid import Grid
 from meteor_spark.groups import group_state
-from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.records import Record, encode_batch
+from meteor_spark.offsets import first_offset_of
 from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
-from meteor_spark.wire import encode_batch
 
 Meteor = Callable[..., Any]
 

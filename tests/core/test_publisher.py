@@ -14,10 +14,9 @@ from meteor_spark.grid import Grid
 from meteor_spark.offsets import index_of, make_offset, sequence_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
-from meteor_spark.records import Record
+from meteor_spark.records import Record, decode_batch
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, lane_for_key, open_stream
 from meteor_spark.testing import wait_until
-from meteor_spark.wire import decode_batch
 
 
 def _read_all(grid: Grid, info: StreamInfo) -> dict[int, list[Record]]:

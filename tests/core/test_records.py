@@ -14,16 +14,14 @@ import pytest
 from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
 from meteor_spark.offsets import make_offset
-from meteor_spark.records import BatchPart, Record, RecordBatch
+from meteor_spark.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
 from meteor_spark.wire import (
     FLAG_LZ4,
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
     ItemFraming,
-    decode_batch,
     decode_item,
-    encode_batch,
     encode_batch_v0,
     encode_columns,
     encode_prepared,

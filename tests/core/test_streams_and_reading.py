@@ -14,6 +14,8 @@ from meteor_spark.errors import (
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
+from meteor_spark.records import decode_batch
+from meteor_spark.testing import wait_until
 from meteor_spark.streams import (
     STREAMS_MAP,
     StreamConfig,
@@ -22,8 +24,6 @@ from meteor_spark.streams import (
     list_streams,
     open_stream,
 )
-from meteor_spark.testing import wait_until
-from meteor_spark.wire import decode_batch
 
 
 def test_open_creates_once_then_opens_by_name(grid: Grid, unique_name: str) -> None:

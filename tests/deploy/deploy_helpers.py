@@ -12,9 +12,8 @@ from typing import Sequence
 
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.records import Record, decode_batch
 from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
-from meteor_spark.wire import decode_batch
 
 SCRIPTS = Path(__file__).with_name("scripts")
 

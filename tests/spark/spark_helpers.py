@@ -6,9 +6,8 @@ import itertools
 from typing import Any, Sequence
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import Record
+from meteor_spark.records import Record, decode_batch, encode_batch
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
-from meteor_spark.wire import decode_batch, encode_batch
 
 _producer_seq = itertools.count()
 

@@ -20,7 +20,7 @@ from meteor_spark.corrupt import (
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import GroupMember
 from meteor_spark.offsets import first_offset_of
-from meteor_spark.wire import decode_batch
+from meteor_spark.records import decode_batch
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.streams import delete_stream, lane_bounds, open_stream
 from spark_helpers import grid_options, make_stream, put_items, values_items

@@ -18,7 +18,7 @@ from meteor_spark.spark.options import SinkOptions
 from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import LaneWritten
-from meteor_spark.wire import decode_batch
+from meteor_spark.records import decode_batch
 from meteor_spark.streams import lane_bounds
 from meteor_spark.errors import ConfigError
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
