@@ -13,12 +13,13 @@ the head (a persistent embedded member, a Hazelcast ring buffer with a Ringbuffe
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from meteor_spark.errors import ConfigError, DataLossError, FormatError, OffsetOutOfRangeError
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.streams import StreamInfo
+from meteor_spark.wire import decode_item, item_count
 
 logger = logging.getLogger(__name__)
 
@@ -154,16 +155,17 @@ read_range = RangeReader
 
 
 def count_records(grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int) -> int:
-    """Records in the ring items ``[start_seq, end_seq)`` of a lane (reads and decodes their headers).
+    """Records in the ring items ``[start_seq, end_seq)`` of a lane, from the items' headers alone (no body is
+    decompressed or checksummed: ``tally_records`` does that).
 
-    A corrupt or undecodable item counts as 0 records (it holds none this reader can deliver) and is logged;
-    ``tally_records`` also says how many there were.
+    An item whose header fails its own checks (not a meteor item, bad length, count or flags) counts as 0 records
+    (it holds none this reader can deliver) and is logged.
 
     Raises:
         DataLossError: some of those items are gone, so there is no exact count any more.
         OffsetOutOfRangeError: the range reaches past the lane's end.
     """
-    return tally_records(grid, info, lane, start_seq, end_seq).records
+    return _tally(grid, info, lane, start_seq, end_seq, item_count).records
 
 
 @dataclass(frozen=True)
@@ -175,15 +177,24 @@ class RecordTally:
 
 
 def tally_records(grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int) -> RecordTally:
-    """``count_records``, also naming the items that could not be decoded (counted as 0 records)."""
-    from meteor_spark.records import decode_item
+    """Records in the ring items ``[start_seq, end_seq)`` of a lane, every item decoded (so checksummed), also naming
+    the items that could not be decoded (counted as 0 records)."""
+    return _tally(grid, info, lane, start_seq, end_seq, _decoded_count)
 
+
+def _decoded_count(item: bytes, *, stream: str, lane: int, sequence: int) -> int:
+    return decode_item(item, stream=stream, lane=lane, sequence=sequence).count
+
+
+def _tally(
+    grid: Grid, info: StreamInfo, lane: int, start_seq: int, end_seq: int, count: Callable[..., int]
+) -> RecordTally:
     total = 0
     corrupt: list[int] = []
     for items, sequences in read_range(grid, info, lane, start_seq, end_seq):
-        for item, sequence in zip(items, sequences):
+        for item, sequence in zip(items, sequences, strict=True):
             try:
-                total += decode_item(item, stream=info.name, lane=lane, sequence=sequence).count
+                total += count(item, stream=info.name, lane=lane, sequence=sequence)
             except FormatError as exc:
                 corrupt.append(sequence)
                 logger.warning("counting records: %s; counted as 0 records", exc)

@@ -28,6 +28,7 @@ import zlib
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from meteor_spark.batching import Batching, batching_of
 from meteor_spark.errors import (
     ConfigError,
     GridOperationError,
@@ -37,8 +38,8 @@ from meteor_spark.errors import (
     unknown_option,
 )
 from meteor_spark.grid import Grid
-from meteor_spark.offsets import MAX_RECORDS_PER_ITEM
-from meteor_spark.records import COMPRESSIONS, FORMAT_VERSION
+from meteor_spark.validate import check_int
+from meteor_spark.wire import FORMAT_VERSION
 
 logger = logging.getLogger(__name__)
 
@@ -99,11 +100,12 @@ class StreamConfig:
     backup_count: int = 1
     async_backup_count: int = 0
     ttl_s: int = 0
-    compression: str = "lz4"
-    compression_threshold: int = 1024
-    max_batch_records: int = 1000
-    max_batch_bytes: int = 1 << 20
-    linger_ms: float = 0.0
+    # The batching fields (publisher defaults stored with the stream): Batching's, flat, as stored and as given.
+    compression: str = Batching.compression
+    compression_threshold: int = Batching.compression_threshold
+    max_batch_records: int = Batching.max_batch_records
+    max_batch_bytes: int = Batching.max_batch_bytes
+    linger_ms: float = Batching.linger_ms
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
@@ -111,27 +113,22 @@ class StreamConfig:
                 f"stream name {self.name!r} is not valid: use 1-200 letters, digits, '_', '.' or '-' "
                 f"(starting with a letter, digit or '_'), e.g. 'orders'"
             )
-        _check_int("lanes", self.lanes, 1, MAX_LANES)
-        _check_int("capacity", self.capacity, 1, (1 << 31) - 1)
-        _check_int("backup_count", self.backup_count, 0, MAX_BACKUPS)
-        _check_int("async_backup_count", self.async_backup_count, 0, MAX_BACKUPS)
+        check_int("lanes", self.lanes, 1, MAX_LANES)
+        check_int("capacity", self.capacity, 1, (1 << 31) - 1)
+        check_int("backup_count", self.backup_count, 0, MAX_BACKUPS)
+        check_int("async_backup_count", self.async_backup_count, 0, MAX_BACKUPS)
         if self.backup_count + self.async_backup_count > MAX_BACKUPS:
             raise ConfigError(
                 f"backup_count ({self.backup_count}) + async_backup_count ({self.async_backup_count}) must be at "
                 f"most {MAX_BACKUPS} (Hazelcast's limit)"
             )
-        _check_int("ttl_s", self.ttl_s, 0, (1 << 31) - 1)
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(
-                f"compression {self.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
-            )
-        _check_int("compression_threshold", self.compression_threshold, 0, (1 << 31) - 1)
-        _check_int("max_batch_records", self.max_batch_records, 1, MAX_RECORDS_PER_ITEM)
-        _check_int("max_batch_bytes", self.max_batch_bytes, 1, (1 << 31) - 1)
-        if isinstance(self.linger_ms, bool) or not isinstance(self.linger_ms, (int, float)) or not (
-            0 <= self.linger_ms <= 60_000
-        ):
-            raise ConfigError(f"linger_ms must be a number of milliseconds in [0, 60000], got {self.linger_ms!r}")
+        check_int("ttl_s", self.ttl_s, 0, (1 << 31) - 1)
+        Batching(**batching_of(self))  # validates the batching fields, once, the same way everywhere
+
+    @property
+    def batching(self) -> Batching:
+        """The publisher defaults stored with the stream, as one validated value."""
+        return Batching(**batching_of(self))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "StreamConfig":
@@ -154,11 +151,6 @@ class StreamConfig:
             for name in LAYOUT_FIELDS
             if getattr(self, name) != getattr(other, name)
         ]
-
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,9 @@ from meteor_spark.offsets import (
     sequence_of,
 )
 from meteor_spark.reading import check_lane, oldest_in
-from meteor_spark.records import BatchPart, Record, RecordBatch, decode_item
+from meteor_spark.records import BatchPart, Record, RecordBatch
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.wire import decode_item
 
 logger = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ import pyarrow as pa
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
-from meteor_spark.records import encode_columns
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.streams import StreamConfig, delete_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table
+from meteor_spark.wire import encode_columns
 
 RECORD_BYTES = 100
 SUBSCRIBERS = 16

@@ -48,7 +48,7 @@ from pyspark.sql.datasource import (
 
 from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import ARROW_SCHEMA
+from meteor_spark.arrow_columns import ARROW_SCHEMA
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.spark.reader import default_partitions

@@ -501,8 +501,8 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBat
     corrupt-item policy says otherwise; items are validated one by one only when a conversion failed, so good
     data pays nothing for the policy.
     """
+    from meteor_spark.arrow_columns import items_to_arrow
     from meteor_spark.reading import read_range
-    from meteor_spark.records import items_to_arrow
 
     def chunks() -> Iterator[tuple[int, list[bytes], list[int]]]:
         for index, part in enumerate(ranges):
@@ -583,7 +583,7 @@ class _RefusedItems:
     def keep_decodable(
         self, part: LaneRange, items: Sequence[bytes], sequences: Sequence[int]
     ) -> tuple[list[bytes], list[int]]:
-        from meteor_spark.records import decode_item
+        from meteor_spark.wire import decode_item
 
         good_items: list[bytes] = []
         good_sequences: list[int] = []

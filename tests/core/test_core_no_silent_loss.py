@@ -28,10 +28,11 @@ from meteor_spark.groups import lag_report, seek_group
 from meteor_spark.offsets import first_offset_of, make_offset
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import count_records, oldest_sequence, read_range
-from meteor_spark.records import FORMAT_VERSION, Record, encode_batch, encode_batch_v0
+from meteor_spark.records import Record, encode_batch
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from meteor_spark.wire import FORMAT_VERSION, encode_batch_v0
 
 FOREIGN = b"not a meteor batch"
 

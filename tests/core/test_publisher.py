@@ -8,12 +8,13 @@ import threading
 import pyarrow as pa
 import pytest
 
+from meteor_spark.arrow_columns import items_to_arrow
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
 from meteor_spark.grid import Grid
 from meteor_spark.offsets import index_of, make_offset, sequence_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
-from meteor_spark.records import Record, decode_batch, items_to_arrow
+from meteor_spark.records import Record, decode_batch
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, lane_for_key, open_stream
 from meteor_spark.testing import wait_until
 
@@ -23,7 +24,7 @@ def _read_all(grid: Grid, info: StreamInfo) -> dict[int, list[Record]]:
     for lane, (head, end) in lane_bounds(grid, info).items():
         records: list[Record] = []
         for items, seqs in read_range(grid, info, lane, head, end):
-            for item, seq in zip(items, seqs):
+            for item, seq in zip(items, seqs, strict=True):
                 records.extend(decode_batch(item, stream=info.name, lane=lane, sequence=seq))
         out[lane] = records
     return out
@@ -61,7 +62,7 @@ def test_records_round_trip_with_keys_headers_and_timestamps(grid: Grid, unique_
         ]
     # the offsets returned are exactly where the records landed
     landed = {(r.lane, r.offset): r.value for records in by_lane.values() for r in records}
-    for record, offset in zip(sent, offsets):
+    for record, offset in zip(sent, offsets, strict=True):
         assert landed[(lane_for_key(record.key, 3), offset)] == record.value  # type: ignore[arg-type]
 
 
@@ -111,7 +112,8 @@ def test_close_with_records_queued_loses_none(grid: Grid, unique_name: str) -> N
     pub.close()
     assert all(f.done() and f.exception() is None for f in futures)
     stored = _read_all(grid, open_stream(grid, unique_name))
-    assert sorted(r.value for records in stored.values() for r in records) == sorted(f"q{i}".encode() for i in range(1000))
+    stored_values = sorted(r.value for records in stored.values() for r in records)
+    assert stored_values == sorted(f"q{i}".encode() for i in range(1000))
     with pytest.raises(PublisherClosedError):
         pub.publish(b"late")
 
@@ -161,7 +163,7 @@ def test_publish_arrow_bulk_with_keys_lanes_and_timestamps(grid: Grid, unique_na
         assert pub.publish_arrow(table.slice(0, 0)).result(10) == 0
         with pytest.raises(ConfigError, match="needs a 'value' column"):
             pub.publish_arrow(table.drop_columns(["value"]))
-        with pytest.raises(ConfigError, match="lanes 0..2"):
+        with pytest.raises(ConfigError, match=r"lanes 0\.\.2"):
             pub.publish_arrow(pa.table({"value": [b"x"], "lane": [7]}))
     by_lane = _read_all(grid, open_stream(grid, unique_name))
     records = {r.value: r for rs in by_lane.values() for r in rs}

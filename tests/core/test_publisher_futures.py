@@ -9,6 +9,7 @@ every future and callback, and order per lane.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import threading
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_every_future_gets_its_own_offset_in_order(grid: Grid, unique_name: str)
         pub.flush(10)
     offsets = [f.result(0) for f in futures] + [mixed.result(0)]
     assert offsets[0] == make_offset(0, 0)
-    assert all(a < b for a, b in zip(offsets, offsets[1:])), "one lane: offsets follow the publishing order"
+    assert all(a < b for a, b in itertools.pairwise(offsets)), "one lane: offsets follow the publishing order"
     assert all(f.done() and not f.running() and not f.cancelled() and f.exception() is None for f in futures)
     # A kept future does not keep the records of its segment alive once they were sent.
     assert all(f._segment.values == [] for f in futures)  # type: ignore[attr-defined]
@@ -97,12 +98,12 @@ def test_a_failed_write_reaches_every_future_and_callback(grid: Grid, unique_nam
     errors: list[BaseException | None] = []
     pub = Publisher(grid, StreamConfig(unique_name))
     try:
-        lane = pub._lanes[0]
+        ring = pub._sender.rings[0]
 
         def refuse(items: Any, overflow_policy: int = 0) -> Any:
             raise GridError("the grid refused (test)")
 
-        monkeypatch.setattr(lane.ring, "add_all_async", refuse)
+        monkeypatch.setattr(ring, "add_all_async", refuse)
         failing = [pub.publish_async(b"lost", callback=lambda o, e: errors.append(e)) for _ in range(5)]
         watched = pub.publish_async(b"lost too")
         for future in failing + [watched]:
@@ -120,14 +121,14 @@ def test_a_failed_write_reaches_every_future_and_callback(grid: Grid, unique_nam
 def test_an_idle_lane_is_sent_from_the_publishing_thread(grid: Grid, unique_name: str, monkeypatch: Any) -> None:
     with Publisher(grid, StreamConfig(unique_name, lanes=2)) as pub:
         senders: list[str] = []
-        for state in pub._lanes:
-            original = state.ring.add_all_async
+        for ring in pub._sender.rings:
+            original = ring.add_all_async
 
             def traced(items: Any, overflow_policy: int = 0, original: Any = original) -> Any:
                 senders.append(threading.current_thread().name)
                 return original(items, overflow_policy)
 
-            monkeypatch.setattr(state.ring, "add_all_async", traced)
+            monkeypatch.setattr(ring, "add_all_async", traced)
         pub.publish(b"one", timeout_s=10)
         pub.publish(Record(b"two", lane=1), timeout_s=10)
         assert senders == [threading.current_thread().name] * 2

@@ -3,32 +3,29 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import zlib
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
 from meteor_spark.offsets import make_offset
-from meteor_spark.records import (
-    ARROW_SCHEMA,
-    ARROW_SCHEMA_WITH_HEADERS,
+from meteor_spark.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
+from meteor_spark.wire import (
     FLAG_LZ4,
     FORMAT_VERSION,
     HEADER_SIZE,
     MAGIC,
-    BatchPart,
     ItemFraming,
-    Record,
-    RecordBatch,
-    decode_batch,
     decode_item,
-    encode_batch,
     encode_batch_v0,
     encode_columns,
     encode_prepared,
-    items_to_arrow,
+    item_count,
     prepare_columns,
 )
 
@@ -54,7 +51,7 @@ def test_round_trip_keeps_every_field_and_assigns_offsets() -> None:
     item = encode_batch(records, producer_id=42, producer_seq=7, compression="none")
     batch = decode_batch(item, stream="orders", lane=3, sequence=9)
     assert len(batch) == len(records)
-    for i, (got, sent) in enumerate(zip(batch, records)):
+    for i, (got, sent) in enumerate(zip(batch, records, strict=True)):
         assert _same(got, sent)
         assert (got.offset, got.lane, got.stream) == (make_offset(9, i), 3, "orders")
     view = decode_item(item, stream="orders", lane=3, sequence=9)
@@ -103,7 +100,7 @@ def test_prepared_pieces_concatenate_into_one_item() -> None:
 def test_encoding_rejects_bad_input_naming_the_record() -> None:
     with pytest.raises(ConfigError, match="record 1: value is a str"):
         encode_columns([b"ok", "text"], timestamps=0, producer_id=0, producer_seq=0)  # type: ignore[list-item]
-    with pytest.raises(ConfigError, match="1..65536 records"):
+    with pytest.raises(ConfigError, match=r"1\.\.65536 records"):
         encode_columns([], timestamps=0, producer_id=0, producer_seq=0)
     with pytest.raises(ConfigError, match="compression 'zstd'"):
         encode_columns([b"x"], timestamps=0, producer_id=0, producer_seq=0, compression="zstd")
@@ -162,7 +159,7 @@ def test_a_consistent_checksum_does_not_hide_inconsistent_lengths() -> None:
 
 
 def test_arrow_schema_is_exactly_the_contract() -> None:
-    assert ARROW_SCHEMA == pa.schema(
+    assert pa.schema(
         [
             pa.field("key", pa.binary(), nullable=True),
             pa.field("value", pa.binary(), nullable=True),
@@ -171,10 +168,10 @@ def test_arrow_schema_is_exactly_the_contract() -> None:
             pa.field("offset", pa.int64(), nullable=True),
             pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
         ]
-    )
+    ) == ARROW_SCHEMA
     element = pa.struct([pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary(), nullable=True)])
     headers = pa.field("headers", pa.list_(pa.field("element", element, nullable=True)), nullable=True)
-    assert ARROW_SCHEMA_WITH_HEADERS == ARROW_SCHEMA.append(headers)
+    assert ARROW_SCHEMA.append(headers) == ARROW_SCHEMA_WITH_HEADERS
     assert ARROW_SCHEMA_WITH_HEADERS.field("headers").type.value_field.name == "element"
 
 
@@ -189,7 +186,7 @@ def test_items_to_arrow_matches_the_records_and_validates() -> None:
     assert batch.schema == ARROW_SCHEMA_WITH_HEADERS
     rows = batch.to_pylist()
     assert len(rows) == 50
-    for i, (row, sent) in enumerate(zip(rows, records)):
+    for i, (row, sent) in enumerate(zip(rows, records, strict=True)):
         assert row["value"] == sent.value and row["key"] == sent.key
         assert [(h["key"], h["value"]) for h in row["headers"]] == list(sent.headers)
         assert row["stream"] == "orders" and row["lane"] == 2
@@ -202,9 +199,12 @@ def test_items_to_arrow_matches_the_records_and_validates() -> None:
 
 def test_items_to_arrow_resumes_mid_item_with_first_offset() -> None:
     item = encode_columns([b"a", b"b", b"c"], timestamps=0, producer_id=0, producer_seq=0)
-    batch = items_to_arrow([item, item], [8, 9], stream="s", lane=0, include_headers=False, first_offset=make_offset(8, 2))
+    batch = items_to_arrow(
+        [item, item], [8, 9], stream="s", lane=0, include_headers=False, first_offset=make_offset(8, 2)
+    )
     assert batch.column("value").to_pylist() == [b"c", b"a", b"b", b"c"]
-    assert batch.column("offset").to_pylist() == [make_offset(8, 2), make_offset(9, 0), make_offset(9, 1), make_offset(9, 2)]
+    expected = [make_offset(8, 2), make_offset(9, 0), make_offset(9, 1), make_offset(9, 2)]
+    assert batch.column("offset").to_pylist() == expected
     past_end = items_to_arrow([item], [8], stream="s", lane=0, include_headers=False, first_offset=make_offset(8, 5))
     assert past_end.num_rows == 0 and past_end.schema == ARROW_SCHEMA
     with pytest.raises(ConfigError, match="first_offset"):
@@ -238,3 +238,29 @@ def test_to_arrow_slices_keys_and_values_of_partial_parts() -> None:
     table = RecordBatch([BatchPart("s", 0, 4, view, 1, 3), BatchPart("s", 0, 5, view, 0, 4)]).to_arrow()
     assert table.column("value").to_pylist() == [b"v1", b"v2", b"v0", b"v1", b"v2", b"v3"]
     assert table.column("key").to_pylist() == [None, b"k22", b"k0", None, b"k22", b"k3"]
+
+
+def test_item_count_reads_the_header_alone_and_rejects_a_header_that_fails_its_checks() -> None:
+    item = encode_batch(_records(), producer_id=1, producer_seq=0, compression="lz4", compression_threshold=0)
+    where = {"stream": "orders", "lane": 0, "sequence": 4}
+    assert item_count(item, **where) == 50
+    body_corrupt = item[:-1] + bytes([item[-1] ^ 0xFF])
+    assert item_count(body_corrupt, **where) == 50  # the body is not looked at...
+    with pytest.raises(FormatError):
+        decode_item(body_corrupt, **where)  # ...decoding it is what checks it
+    assert item_count(encode_batch_v0([b"a", b"b"]), **where) == 2
+    with pytest.raises(FormatError, match="bad magic"):
+        item_count(b"not a meteor batch", **where)
+    with pytest.raises(FormatError, match="truncated or padded"):
+        item_count(item[:-3], **where)
+    zero_count = item[:8] + struct.pack("<I", 0) + item[12:]
+    with pytest.raises(FormatError, match="record count 0"):
+        item_count(zero_count, **where)
+    with pytest.raises(UnsupportedFormatVersionError):
+        item_count(item[:4] + bytes([FORMAT_VERSION + 1]) + item[5:], **where)
+
+
+def test_the_value_types_and_the_wire_format_load_without_pyarrow() -> None:
+    code = "import sys, meteor_spark.records, meteor_spark.wire; print('pyarrow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "False"

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
+from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import GridSettings
-from meteor_spark.records import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS
 from meteor_spark.spark.datasource import SOURCE_SCHEMA, SOURCE_SCHEMA_WITH_HEADERS, MeteorDataSource
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import (

@@ -1,0 +1,588 @@
+"""The versioned ring-item wire format: encoding records into ring items and decoding them (no pyarrow here).
+
+A ring item holds a micro-batch of records. Format version 1 (little-endian throughout)::
+
+    header (48 bytes)
+      magic            4s   b"MTRB"
+      version          u8   1 (the byte at offset 4 is the version in every format, so any reader can dispatch)
+      flags            u8   0x01 LZ4 body, 0x02 keys, 0x04 headers, 0x08 per-record timestamps
+      reserved         u16  0
+      count            u32  records in the item, 1..65,536
+      base_timestamp   i64  ms since the epoch (the timestamp of every record unless flag 0x08)
+      producer_id      i64  who wrote the item (a FlakeId or random id)
+      producer_seq     i64  the producer's item counter (gaps/duplicates show lost or repeated publishes)
+      body_length      u32  bytes of the body once decompressed
+      stored_length    u32  bytes following the header (the body, LZ4-compressed when flag 0x01)
+      crc32            u32  zlib CRC-32 of header bytes 0..43 followed by the stored bytes
+    body, column by column (so a reader slices buffers instead of walking records)
+      value_lengths    i32[count]
+      key_lengths      i32[count]        flag 0x02; -1 = the record has no key
+      timestamp_deltas i64[count]        flag 0x08; ms after base_timestamp
+      header_counts    i32[count]        flag 0x04; headers per record
+      hkey_lengths     i32[n_headers]    flag 0x04
+      hvalue_lengths   i32[n_headers]    flag 0x04
+      value bytes, key bytes (0x02), header key UTF-8 bytes (0x04), header value bytes (0x04)
+
+The LZ4 block format is used (``lz4.block``, no size prefix; the header carries ``body_length``), and only when
+the body reaches the compression threshold and actually shrinks.
+
+Versions: a reader that meets a version newer than ``FORMAT_VERSION`` raises ``UnsupportedFormatVersionError``
+(upgrade the library); older versions are upgraded on read into the current in-memory shape. Version 0 is the
+legacy row-wise layout ``magic, 0, count u32, then count x (length u32, value bytes)``: values only, no keys,
+headers, timestamps or checksum (``encode_batch_v0`` writes it so the upgrade path stays tested).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import lz4.block
+import numpy as np
+
+from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
+from meteor_spark.offsets import INDEX_BITS, MAX_RECORDS_PER_ITEM
+
+MAGIC = b"MTRB"
+FORMAT_VERSION = 1
+
+FLAG_LZ4 = 0x01
+FLAG_KEYS = 0x02
+FLAG_HEADERS = 0x04
+FLAG_TIMESTAMPS = 0x08
+_KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS
+
+_HEADER = struct.Struct("<4sBBHIqqqIII")
+HEADER_SIZE = _HEADER.size
+_CRC_COVERED = HEADER_SIZE - 4
+_V0_HEADER = struct.Struct("<4sBI")
+_U32 = struct.Struct("<I")
+
+COMPRESSIONS = ("lz4", "none")
+_MAX_U32 = (1 << 32) - 1
+_MAX_I32 = (1 << 31) - 1
+
+_I32 = np.dtype("<i4")
+_I64 = np.dtype("<i8")
+
+# --------------------------------------------------------------------------------------------------- encoding
+
+
+def encode_columns(
+    values: Sequence[bytes],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
+    timestamps: Sequence[int] | np.ndarray | int,
+    producer_id: int,
+    producer_seq: int,
+    compression: str = "lz4",
+    compression_threshold: int = 1024,
+) -> bytes:
+    """Encode records given column-wise (no ``Record`` objects needed).
+
+    ``timestamps`` is one int (every record) or one per record (ms since the epoch). ``keys`` / ``headers``
+    may be None when no record has any.
+    """
+    columns = prepare_columns(values, keys=keys, headers=headers, timestamps=timestamps)
+    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
+
+
+@dataclass(frozen=True)
+class ItemFraming:
+    """Who writes a ring item and how its body is stored: the header fields beyond the records themselves.
+
+    Attributes:
+        producer_id: the writer (a FlakeId or random id).
+        producer_seq: the writer's item counter (gaps or repeats show lost or duplicated publishes).
+        compression: "lz4" or "none".
+        compression_threshold: bodies from this many bytes on are compressed (when that pays, see
+            ``encode_prepared``).
+    """
+
+    producer_id: int
+    producer_seq: int
+    compression: str = "lz4"
+    compression_threshold: int = 1024
+
+
+@dataclass(frozen=True)
+class PreparedColumns:
+    """Records of one ring item (or of a piece of one) as length columns plus data, ready to be framed.
+
+    Lengths are little-endian int32 numpy arrays (``key_lengths`` -1 = no key); ``timestamps`` is one int for
+    every record or an int64 array; the header fields are all None when no record has headers.
+    """
+
+    count: int
+    value_lengths: np.ndarray
+    value_data: Any
+    timestamps: np.ndarray | int
+    key_lengths: np.ndarray | None = None
+    key_data: Any = b""
+    header_counts: np.ndarray | None = None
+    hkey_lengths: np.ndarray | None = None
+    hkey_data: Any = b""
+    hvalue_lengths: np.ndarray | None = None
+    hvalue_data: Any = b""
+
+
+def prepare_columns(
+    values: Sequence[bytes],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
+    timestamps: Sequence[int] | np.ndarray | int,
+) -> PreparedColumns:
+    """Length columns and joined data of records given as Python lists (validated: bytes, str header keys)."""
+    count = len(values)
+    try:
+        value_lengths = np.fromiter(map(len, values), dtype=_I32, count=count)
+        value_data = b"".join(values)
+    except TypeError:
+        raise _bad_column("value", values, allow_none=False) from None
+    key_lengths = None
+    key_data = b""
+    if keys is not None and any(k is not None for k in keys):
+        if len(keys) != count:
+            raise ConfigError(f"keys: got {len(keys)} keys for {count} values; give one key (or None) per value")
+        try:
+            key_lengths = np.fromiter((-1 if k is None else len(k) for k in keys), dtype=_I32, count=count)
+            key_data = b"".join([k for k in keys if k is not None])
+        except TypeError:
+            raise _bad_column("key", keys, allow_none=True) from None
+    stamps: np.ndarray | int
+    if isinstance(timestamps, (int, np.integer)):
+        stamps = int(timestamps)
+    else:
+        stamps = np.asarray(timestamps, dtype=_I64)
+        if stamps.shape != (count,):
+            raise ConfigError(f"timestamps: got {stamps.size} timestamps for {count} values; give one per value")
+    header_counts = hkey_lengths = hvalue_lengths = None
+    hkey_data = hvalue_data = b""
+    if headers is not None and any(headers):
+        if len(headers) != count:
+            raise ConfigError(f"headers: got {len(headers)} header lists for {count} values; give one per value")
+        try:
+            header_counts = np.fromiter(map(len, headers), dtype=_I32, count=count)
+            hkeys = [k.encode("utf-8") for hs in headers for k, _ in hs]
+            hvalues = [v for hs in headers for _, v in hs]
+            hkey_data = b"".join(hkeys)
+            hvalue_data = b"".join(hvalues)
+        except (TypeError, AttributeError, ValueError):
+            raise ConfigError(
+                "headers must be (str key, bytes value) pairs, e.g. (('trace-id', b'abc'),); got "
+                f"{_first_bad_headers(headers)!r}"
+            ) from None
+        hkey_lengths = np.fromiter(map(len, hkeys), dtype=_I32, count=len(hkeys))
+        hvalue_lengths = np.fromiter(map(len, hvalues), dtype=_I32, count=len(hvalues))
+    # Positional, in field order (the locals are named after the fields).
+    return PreparedColumns(
+        count, value_lengths, value_data, stamps, key_lengths, key_data, header_counts, hkey_lengths, hkey_data,
+        hvalue_lengths, hvalue_data,
+    )
+
+
+def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> bytes:
+    """Frame the records of one or more prepared pieces, in order, as one ring item (current format version).
+
+    The body is LZ4-compressed when it reaches ``framing.compression_threshold`` and compression saves at least
+    1/16 of it: every reader decompresses every item, so a body that barely shrinks (incompressible values) is
+    cheaper to store as it is.
+    """
+    count = sum(p.count for p in pieces)
+    if not 0 < count <= MAX_RECORDS_PER_ITEM:
+        raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
+    if framing.compression not in COMPRESSIONS:
+        raise ConfigError(
+            f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
+        )
+    flags = 0
+    columns: list[Any] = [_join_arrays([p.value_lengths for p in pieces], _I32)]
+    blobs: list[Any] = [p.value_data for p in pieces]
+
+    if any(p.key_lengths is not None for p in pieces):
+        flags |= FLAG_KEYS
+        columns.append(
+            _join_arrays(
+                [p.key_lengths if p.key_lengths is not None else np.full(p.count, -1, _I32) for p in pieces], _I32
+            )
+        )
+        blobs += [p.key_data for p in pieces if p.key_lengths is not None]
+
+    if all(isinstance(p.timestamps, int) for p in pieces) and len({p.timestamps for p in pieces}) == 1:
+        base_ts = int(pieces[0].timestamps)
+    else:
+        stamps = np.concatenate(
+            [
+                np.full(p.count, p.timestamps, dtype=_I64) if isinstance(p.timestamps, int) else p.timestamps
+                for p in pieces
+            ]
+        ).astype(_I64, copy=False)
+        base_ts = int(stamps.min())
+        if int(stamps.max()) != base_ts:
+            flags |= FLAG_TIMESTAMPS
+            columns.append((stamps - base_ts).astype(_I64, copy=False))
+
+    if any(p.header_counts is not None for p in pieces):
+        flags |= FLAG_HEADERS
+        with_headers = [p for p in pieces if p.header_counts is not None]
+        columns += [
+            _join_arrays(
+                [p.header_counts if p.header_counts is not None else np.zeros(p.count, _I32) for p in pieces], _I32
+            ),
+            _join_arrays([p.hkey_lengths for p in with_headers], _I32),
+            _join_arrays([p.hvalue_lengths for p in with_headers], _I32),
+        ]
+        blobs += [p.hkey_data for p in with_headers] + [p.hvalue_data for p in with_headers]
+
+    body = b"".join([memoryview(c) for c in columns] + blobs)
+    if len(body) > _MAX_U32:
+        raise ConfigError(
+            f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
+        )
+    stored: bytes = body
+    if framing.compression == "lz4" and len(body) >= framing.compression_threshold:
+        packed = lz4.block.compress(body, store_size=False)
+        if len(packed) <= len(body) - (len(body) >> 4):
+            stored = packed
+            flags |= FLAG_LZ4
+    return _frame(FORMAT_VERSION, flags, count, base_ts, framing.producer_id, framing.producer_seq, len(body), stored)
+
+
+def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0], dtype=dtype)
+    return np.concatenate(arrays).astype(dtype, copy=False)
+
+
+def _frame(
+    version: int,
+    flags: int,
+    count: int,
+    base_ts: int,
+    producer_id: int,
+    producer_seq: int,
+    body_len: int,
+    stored: bytes,
+) -> bytes:
+    prefix = _HEADER.pack(MAGIC, version, flags, 0, count, base_ts, producer_id, producer_seq, body_len, len(stored), 0)
+    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:_CRC_COVERED]))
+    return b"".join((prefix[:_CRC_COVERED], _U32.pack(crc), stored))
+
+
+def encode_batch_v0(values: Sequence[bytes]) -> bytes:
+    """Write the legacy format version 0 (values only, row-wise). Kept so the upgrade-on-read path stays tested."""
+    parts = [_V0_HEADER.pack(MAGIC, 0, len(values))]
+    for value in values:
+        parts += [_U32.pack(len(value)), value]
+    return b"".join(parts)
+
+
+def _bad_column(name: str, column: Sequence[Any], allow_none: bool) -> ConfigError:
+    for index, value in enumerate(column):
+        if value is None and allow_none:
+            continue
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            return ConfigError(
+                f"record {index}: {name} is a {type(value).__name__}, not bytes; encode it to bytes before publishing"
+            )
+    return ConfigError(f"{name}s must be bytes")
+
+
+def _first_bad_headers(headers: Sequence[Any]) -> Any:
+    for hs in headers:
+        for pair in hs:
+            if (
+                not isinstance(pair, tuple)
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not isinstance(pair[1], (bytes, bytearray, memoryview))
+            ):
+                return pair
+    return headers
+
+
+
+# --------------------------------------------------------------------------------------------------- decoded items
+
+
+@dataclass(frozen=True, eq=False)
+class ItemView:
+    """One decoded ring item: numpy views of its length columns and memoryviews of its data (no per-record work).
+
+    ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp.
+    """
+
+    version: int
+    count: int
+    producer_id: int
+    producer_seq: int
+    base_timestamp_ms: int | None
+    timestamp_deltas: np.ndarray | None
+    value_lengths: np.ndarray
+    value_data: memoryview
+    key_lengths: np.ndarray | None = None
+    key_data: memoryview | None = None
+    header_counts: np.ndarray | None = None
+    hkey_lengths: np.ndarray | None = None
+    hkey_data: memoryview | None = None
+    hvalue_lengths: np.ndarray | None = None
+    hvalue_data: memoryview | None = None
+
+    @cached_property
+    def value_offsets(self) -> np.ndarray:
+        return _prefix_sums(self.value_lengths)
+
+    @cached_property
+    def key_offsets(self) -> np.ndarray:
+        assert self.key_lengths is not None
+        return _prefix_sums(np.maximum(self.key_lengths, 0))
+
+    @cached_property
+    def header_offsets(self) -> np.ndarray:
+        assert self.header_counts is not None
+        return _prefix_sums(self.header_counts)
+
+    @cached_property
+    def hkey_offsets(self) -> np.ndarray:
+        assert self.hkey_lengths is not None
+        return _prefix_sums(self.hkey_lengths)
+
+    @cached_property
+    def hvalue_offsets(self) -> np.ndarray:
+        assert self.hvalue_lengths is not None
+        return _prefix_sums(self.hvalue_lengths)
+
+    def timestamps(self, start: int, stop: int) -> np.ndarray | None:
+        """Per-record timestamps (ms) of records ``[start, stop)``; None for legacy items without timestamps."""
+        if self.base_timestamp_ms is None:
+            return None
+        if self.timestamp_deltas is None:
+            return np.full(stop - start, self.base_timestamp_ms, dtype=np.int64)
+        return self.timestamp_deltas[start:stop] + self.base_timestamp_ms
+
+
+def _prefix_sums(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+@dataclass(frozen=True)
+class ItemSlice:
+    """Records ``[start, stop)`` of one decoded ring item of a lane (``records.BatchPart`` makes them records)."""
+
+    stream: str
+    lane: int
+    sequence: int
+    item: ItemView
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def first_offset(self) -> int:
+        return self.sequence << INDEX_BITS | self.start
+
+    @property
+    def last_offset(self) -> int:
+        return self.sequence << INDEX_BITS | (self.stop - 1)
+
+
+# --------------------------------------------------------------------------------------------------- decoding
+
+
+def decode_item(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> ItemView:
+    """Decode one ring item.
+
+    Raises:
+        UnsupportedFormatVersionError: written by a newer format version than this library knows.
+        FormatError: not a record batch, or corrupt; the message names stream, lane and sequence.
+    """
+    view, where, version = _open_item(item, stream, lane, sequence)
+    if version == FORMAT_VERSION:
+        return _decode_v1(view, where)
+    return _decode_v0(view, where)
+
+
+def item_count(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int:
+    """The number of records in a ring item, from its header alone (the body is neither decompressed nor
+    checksummed, so a corrupt body goes unnoticed; ``decode_item`` notices).
+
+    Raises:
+        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
+    """
+    view, where, version = _open_item(item, stream, lane, sequence)
+    if version == FORMAT_VERSION:
+        return int(_v1_header(view, where, check_crc=False)[4])
+    return _v0_count(view, where)
+
+
+def _open_item(
+    item: bytes | bytearray | memoryview, stream: str, lane: int, sequence: int
+) -> tuple[memoryview, str, int]:
+    """The item as bytes, where it lies (for messages) and its format version, after checking magic and version."""
+    view = memoryview(item)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    where = f"stream {stream!r} lane {lane} sequence {sequence}"
+    if len(view) < 5 or view[:4] != MAGIC:
+        raise FormatError(
+            f"{where}: the ring item ({len(view)} bytes) is not a meteor record batch (bad magic); it was not "
+            f"written by a meteor-spark publisher, or it is corrupt"
+        )
+    version = view[4]
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatVersionError(
+            f"{where}: the ring item uses record format version {version}, but this meteor-spark only knows "
+            f"versions 0..{FORMAT_VERSION}; upgrade meteor-spark on this reader to read it"
+        )
+    return view, where, version
+
+
+def _v1_header(view: memoryview, where: str, *, check_crc: bool) -> tuple[Any, ...]:
+    """The fields of a version 1 header, checked against the item's length (and its checksum when asked)."""
+    if len(view) < HEADER_SIZE:
+        raise FormatError(
+            f"{where}: truncated ring item: {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header"
+        )
+    header = _HEADER.unpack_from(view)
+    (_, version, flags, _, count, _, _, _, _, stored_len, crc) = header
+    stored = view[HEADER_SIZE:]
+    if stored_len != len(stored):
+        raise FormatError(
+            f"{where}: truncated or padded ring item: the header announces {stored_len} body bytes, "
+            f"{len(stored)} follow"
+        )
+    if check_crc and zlib.crc32(stored, zlib.crc32(view[:_CRC_COVERED])) != crc:
+        raise FormatError(f"{where}: checksum mismatch: the ring item is corrupt")
+    if flags & ~_KNOWN_FLAGS:
+        raise FormatError(f"{where}: unknown flags 0x{flags & ~_KNOWN_FLAGS:02x} in a version {version} item")
+    if not 0 < count <= MAX_RECORDS_PER_ITEM:
+        raise FormatError(f"{where}: record count {count} is outside 1..{MAX_RECORDS_PER_ITEM}")
+    return header
+
+
+def _decode_v1(view: memoryview, where: str) -> ItemView:
+    (_, version, flags, _, count, base_ts, producer_id, producer_seq, body_len, stored_len, _) = _v1_header(
+        view, where, check_crc=True
+    )
+    stored = view[HEADER_SIZE:]
+    if flags & FLAG_LZ4:
+        try:
+            body = memoryview(lz4.block.decompress(stored, uncompressed_size=body_len))
+        except lz4.block.LZ4BlockError as exc:
+            raise FormatError(f"{where}: the LZ4 body does not decompress ({exc})") from None
+        if len(body) != body_len:
+            raise FormatError(f"{where}: the LZ4 body decompressed to {len(body)} bytes, {body_len} announced")
+    else:
+        if stored_len != body_len:
+            raise FormatError(f"{where}: uncompressed body of {stored_len} bytes, {body_len} announced")
+        body = stored
+    reader = _BodyReader(body, where)
+    value_lengths = reader.array(_I32, count, "value lengths")
+    key_lengths = reader.array(_I32, count, "key lengths") if flags & FLAG_KEYS else None
+    deltas = reader.array(_I64, count, "timestamp deltas") if flags & FLAG_TIMESTAMPS else None
+    header_counts = hkey_lengths = hvalue_lengths = None
+    if flags & FLAG_HEADERS:
+        header_counts = reader.array(_I32, count, "header counts")
+        reader.non_negative(header_counts, "header count")
+        n_headers = int(header_counts.sum())
+        hkey_lengths = reader.array(_I32, n_headers, "header key lengths")
+        hvalue_lengths = reader.array(_I32, n_headers, "header value lengths")
+    reader.non_negative(value_lengths, "value length")
+    value_data = reader.blob(int(value_lengths.sum()), "values")
+    key_data = None
+    if key_lengths is not None:
+        if count and int(key_lengths.min()) < -1:
+            raise FormatError(f"{where}: negative key length in the item")
+        key_data = reader.blob(int(np.maximum(key_lengths, 0).sum()), "keys")
+    hkey_data = hvalue_data = None
+    if hkey_lengths is not None and hvalue_lengths is not None:
+        reader.non_negative(hkey_lengths, "header key length")
+        reader.non_negative(hvalue_lengths, "header value length")
+        hkey_data = reader.blob(int(hkey_lengths.sum()), "header keys")
+        hvalue_data = reader.blob(int(hvalue_lengths.sum()), "header values")
+    reader.finish()
+    # Positional, in field order (the locals are named after the fields).
+    return ItemView(
+        version, count, producer_id, producer_seq, base_ts, deltas, value_lengths, value_data, key_lengths, key_data,
+        header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data,
+    )
+
+
+class _BodyReader:
+    """Cuts a body into columns, turning every overrun into a FormatError that names the item."""
+
+    def __init__(self, body: memoryview, where: str) -> None:
+        self.body = body
+        self.where = where
+        self.pos = 0
+
+    def _take(self, size: int, what: str) -> memoryview:
+        end = self.pos + size
+        if size < 0 or end > len(self.body):
+            raise FormatError(f"{self.where}: the body is too short for its {what} ({size} bytes at {self.pos})")
+        chunk = self.body[self.pos:end]
+        self.pos = end
+        return chunk
+
+    def array(self, dtype: np.dtype, count: int, what: str) -> np.ndarray:
+        return np.frombuffer(self._take(count * dtype.itemsize, what), dtype=dtype)
+
+    def blob(self, size: int, what: str) -> memoryview:
+        return self._take(size, what)
+
+    def non_negative(self, lengths: np.ndarray, what: str) -> None:
+        if len(lengths) and int(lengths.min()) < 0:
+            raise FormatError(f"{self.where}: negative {what} in the item")
+
+    def finish(self) -> None:
+        if self.pos != len(self.body):
+            raise FormatError(f"{self.where}: {len(self.body) - self.pos} unexpected bytes after the last column")
+
+
+def _v0_count(view: memoryview, where: str) -> int:
+    if len(view) < _V0_HEADER.size:
+        raise FormatError(f"{where}: truncated version 0 ring item ({len(view)} bytes)")
+    _, _, count = _V0_HEADER.unpack_from(view)
+    if not 0 < count <= MAX_RECORDS_PER_ITEM:
+        raise FormatError(f"{where}: record count {count} is outside 1..{MAX_RECORDS_PER_ITEM}")
+    return int(count)
+
+
+def _decode_v0(view: memoryview, where: str) -> ItemView:
+    """Upgrade a legacy version 0 item (row-wise values) to the current in-memory shape."""
+    count = _v0_count(view, where)
+    lengths = np.empty(count, dtype=_I32)
+    chunks: list[memoryview] = []
+    pos = _V0_HEADER.size
+    for i in range(count):
+        if pos + 4 > len(view):
+            raise FormatError(f"{where}: truncated version 0 item at record {i}")
+        (size,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if pos + size > len(view) or size > _MAX_I32:
+            raise FormatError(f"{where}: truncated version 0 item at record {i}")
+        lengths[i] = size
+        chunks.append(view[pos:pos + size])
+        pos += size
+    if pos != len(view):
+        raise FormatError(f"{where}: {len(view) - pos} unexpected bytes after the last record of a version 0 item")
+    return ItemView(
+        version=0,
+        count=count,
+        producer_id=0,
+        producer_seq=0,
+        base_timestamp_ms=None,
+        timestamp_deltas=None,
+        value_lengths=lengths,
+        value_data=memoryview(b"".join(chunks)),
+    )

@@ -1,0 +1,232 @@
+"""The publisher's accumulator on its own: lanes, item cutting and buffer accounting (unit tests, no grid)."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from meteor_spark.accumulator import Accumulator, Segment
+from meteor_spark.arrow_columns import ArrowInput
+from meteor_spark.batching import Batching, PublisherSettings
+from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
+from meteor_spark.publish_futures import BulkFuture, RecordFuture
+from meteor_spark.records import Record
+from meteor_spark.streams import StreamConfig, lane_for_key
+from meteor_spark.validate import check_int
+from meteor_spark.wire import ItemFraming, decode_item, encode_prepared, item_count
+
+
+def _accumulator(lanes: int = 1, items_per_call: int = 64, **settings: object) -> Accumulator:
+    return Accumulator("s", lanes, PublisherSettings(**settings), items_per_call)  # type: ignore[arg-type]
+
+
+def _queue(acc: Accumulator, lane: int, values: list[bytes]) -> None:
+    with acc.lock:
+        acc.admit(len(values))
+        state = acc.lanes[lane]
+        size = sum(state.open_segment().add_value(v, 0) for v in values)
+        acc.queued(state, len(values), size)
+
+
+def _items(acc: Accumulator, lane: int) -> list[list[bytes]]:
+    """Claim the lane and encode its next call's items; the values per item."""
+    with acc.lock:
+        _, pieces, n_items, n_records = acc.claim(acc.lanes[lane])
+    by_item: list[list[bytes]] = [[] for _ in range(n_items)]
+    for piece in pieces:
+        by_item[piece.item].extend(piece.segment.values[piece.start:piece.stop])
+    assert sum(map(len, by_item)) == n_records
+    return by_item
+
+
+def test_items_respect_the_record_and_byte_limits_and_an_oversized_record_goes_alone() -> None:
+    acc = _accumulator(max_batch_records=3, max_batch_bytes=10)
+    _queue(acc, 0, [b"a", b"b", b"c", b"d", b"0123456789xyz", b"eeeee", b"fffff", b"g"])
+    assert _items(acc, 0) == [[b"a", b"b", b"c"], [b"d"], [b"0123456789xyz"], [b"eeeee", b"fffff"], [b"g"]]
+    assert acc.lanes[0].in_flight and acc.lanes[0].queued == 0 and acc.lanes[0].queued_bytes == 0
+
+
+def test_a_call_carries_at_most_max_items_per_call_and_the_rest_stays_queued() -> None:
+    acc = _accumulator(items_per_call=2, max_batch_records=2)
+    _queue(acc, 0, [bytes([i]) for i in range(7)])
+    assert _items(acc, 0) == [[b"\x00", b"\x01"], [b"\x02", b"\x03"]]
+    assert acc.lanes[0].queued == 3
+    with acc.lock:
+        assert acc.ready(acc.lanes[0], 0.0) is None  # one call per lane in flight: the lane waits for it
+        acc.lanes[0].in_flight = False
+        assert acc.ready(acc.lanes[0], 0.0) == 0.0
+    assert _items(acc, 0) == [[b"\x04", b"\x05"], [b"\x06"]]
+
+
+def test_a_lane_lingers_until_its_batch_fills_or_a_flush() -> None:
+    acc = _accumulator(linger_ms=1000, max_batch_records=3)
+    _queue(acc, 0, [b"a"])
+    state = acc.lanes[0]
+    with acc.lock:
+        wait = acc.ready(state, state.since)
+        assert wait == pytest.approx(1.0)
+        assert acc.ready(state, state.since + 2) == 0.0  # linger over
+        acc.flushing += 1
+        assert acc.ready(state, state.since) == 0.0
+        acc.flushing -= 1
+    _queue(acc, 0, [b"b", b"c"])
+    with acc.lock:
+        assert acc.ready(state, state.since) == 0.0  # full batch
+
+
+def test_without_linger_the_publishing_thread_is_told_to_send_an_idle_lane() -> None:
+    acc = _accumulator()
+    with acc.lock:
+        acc.admit(2)
+        state = acc.lanes[0]
+        assert acc.queued(state, 1, state.open_segment().add_value(b"x", 0)) is True
+        acc.claim(state)
+        # a lane in flight is sent by the completion of its call, not by the publisher
+        assert acc.queued(state, 1, state.open_segment().add_value(b"y", 0)) is False
+
+
+def test_admit_bounds_the_buffer_blocks_then_times_out_and_completion_makes_room() -> None:
+    acc = _accumulator(max_buffered_records=2, max_block_ms=50)
+    with acc.lock:
+        acc.admit(2)
+        with pytest.raises(PublishTimeoutError, match="max_buffered_records=2"):
+            acc.admit(1)
+        assert acc.outstanding == 2
+
+    waiting = _accumulator(max_buffered_records=1, max_block_ms=10_000)
+    admitted = threading.Event()
+
+    def publisher() -> None:
+        with waiting.lock:
+            waiting.admit(1)
+        admitted.set()
+
+    with waiting.lock:
+        waiting.admit(1)
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    assert not admitted.wait(0.05)  # blocked: the buffer is full
+    with waiting.lock:
+        waiting.completed(1)
+    thread.join(10)
+    assert admitted.is_set() and waiting.outstanding == 1
+
+
+def test_a_bulk_larger_than_the_buffer_waits_for_an_empty_buffer_only() -> None:
+    acc = _accumulator(max_buffered_records=2)
+    with acc.lock:
+        acc.admit(5)  # empty buffer: admitted whole
+        assert acc.outstanding == 5
+
+
+def test_a_closing_accumulator_refuses_new_records() -> None:
+    acc = _accumulator()
+    acc.closing = True
+    with acc.lock, pytest.raises(PublisherClosedError, match="closed"):
+        acc.admit(1)
+
+
+def test_routing_explicit_lane_by_key_and_sticky_runs() -> None:
+    acc = _accumulator(lanes=4)
+    assert acc.lane_of(Record(b"v", lane=2)) == 2
+    assert acc.lane_of(Record(b"v", key=b"k")) == lane_for_key(b"k", 4)
+    assert acc.lane_of(Record(b"v")) == -1
+    with pytest.raises(ConfigError, match="lane 4 does not exist"):
+        acc.lane_of(Record(b"v", lane=4))
+    assert acc.spread(10) == [(0, 0, 3), (1, 3, 6), (2, 6, 9), (3, 9, 10)]
+    assert acc.sticky == 0  # wrapped around after lane 3
+    by_lane = acc.split_by_lane([Record(b"a", lane=3), Record(b"b"), Record(b"c"), Record(b"d", key=b"k")])
+    assert sorted(p for ps in by_lane.values() for p in ps) == [0, 1, 2, 3]
+    assert 0 in by_lane[3]
+
+
+def test_record_futures_read_their_outcome_from_the_segment_and_waiters_are_told() -> None:
+    acc = _accumulator()
+    segment = Segment(acc.lock)
+    segment.singles = True
+    futures = [RecordFuture(segment, i) for i in range(3)]
+    for _ in futures:
+        segment.add_value(b"x", 0)
+    assert not futures[0].done() and futures[0]._state == "RUNNING"
+    seen: list[int] = []
+    futures[1].add_done_callback(lambda f: seen.append(f.result()))
+    with acc.lock:
+        told = segment.settle(0, 2, 100, None)
+    assert told == [futures[1]]
+    assert [f.done() for f in futures] == [True, True, False]
+    assert futures[1].result() == 101 and futures[0]._state == "FINISHED"
+    futures[1].call_back()
+    assert seen == [101]
+    with acc.lock:
+        segment.settle(2, 3, 0, ConfigError("failed (test)"))
+    assert isinstance(futures[2].exception(), ConfigError)
+    with pytest.raises(RuntimeError, match="completed by their publisher"):
+        futures[0].set_result(5)
+
+
+def test_bulk_futures_complete_with_offsets_in_order_and_per_lane_figures() -> None:
+    bulk = BulkFuture("list", 3)
+    bulk.deliver(2, 50, 1, lane=1)
+    assert not bulk.done()
+    bulk.deliver(0, 10, 2, lane=0)
+    assert bulk.result(0) == [10, 11, 50] and bulk.lanes == {0: [2, 10, 11], 1: [1, 50, 50]}
+    failed = BulkFuture("count", 2)
+    failed.fail(ConfigError("no (test)"))
+    failed.deliver(0, 1, 2, lane=0)  # a failed publish stays failed
+    assert isinstance(failed.exception(0), ConfigError)
+
+
+def test_drop_queued_settles_every_queued_record_and_frees_the_buffer() -> None:
+    acc = _accumulator(lanes=2)
+    _queue(acc, 0, [b"a", b"b"])
+    _queue(acc, 1, [b"c"])
+    error = PublishTimeoutError("gone (test)")
+    with acc.lock:
+        dropped, _, n = acc.drop_queued(error)
+    assert n == 3 and acc.outstanding == 0 and len(dropped) == 2
+    assert all(lane.queued == 0 and not lane.segments for lane in acc.lanes)
+
+
+def test_arrow_rows_are_cut_like_records_and_encode_to_the_same_item() -> None:
+    table = pa.table({"value": [b"a", b"bb", b"ccc"], "key": [b"k", None, b"k"], "timestamp": [1, 2, 3]})
+    bulk = ArrowInput(table)
+    acc = _accumulator(max_batch_records=2)
+    future = BulkFuture("count", 3)
+    segment = Segment.of_arrow(acc.lock, bulk.rows_of(slice(0, 3)), future)
+    with acc.lock:
+        acc.admit(3)
+        acc.lanes[0].segments.append(segment)
+        acc.queued(acc.lanes[0], segment.n, segment.nbytes)
+        _, pieces, n_items, _ = acc.claim(acc.lanes[0])
+    assert n_items == 2 and [(p.start, p.stop) for p in pieces] == [(0, 2), (2, 3)]
+    framing = ItemFraming(1, 0, "none", 1024)
+    item = encode_prepared([segment.prepare(0, 2)], framing)
+    view = decode_item(item, stream="s", lane=0, sequence=0)
+    assert (view.count, view.key_lengths.tolist()) == (2, [1, -1])  # type: ignore[union-attr]
+    assert item_count(item, stream="s", lane=0, sequence=0) == 2
+
+
+def test_batching_is_validated_once_with_the_same_words_everywhere() -> None:
+    assert StreamConfig("s", max_batch_records=7, linger_ms=5).batching == Batching(max_batch_records=7, linger_ms=5)
+    for bad in ({"max_batch_records": 0}, {"max_batch_records": True}, {"linger_ms": -1}, {"compression": "zip"}):
+        name = next(iter(bad))
+        with pytest.raises(ConfigError, match=name):
+            Batching(**bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=name):
+            StreamConfig("s", **bad)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=name):
+            PublisherSettings.parse(StreamConfig("s"), bad)
+    with pytest.raises(ConfigError, match=r"max_items_per_call must be an integer in \[1, 999\], got 1000"):
+        PublisherSettings(max_items_per_call=1000)
+
+
+def test_check_int_rejects_bools_and_names_the_range() -> None:
+    assert check_int("lanes", 3, 1, 8) == 3
+    with pytest.raises(ConfigError, match=r"^lanes must be an integer in \[1, 8\], got True$"):
+        check_int("lanes", True, 1, 8)
+    with pytest.raises(ConfigError, match=r"got 9 \(the stream has 8 lanes\)$"):
+        check_int("lane", 9, 1, 8, what="(the stream has 8 lanes)")
+    with pytest.raises(ConfigError, match="got '3'"):
+        check_int("lanes", "3", 1, 8)
