@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from meteor_spark.errors import ConfigError
+from meteor_spark.errors import ArgumentTypeError, ConfigError, SizeLimitError
 from meteor_spark.offsets import index_of, sequence_of
 from meteor_spark.streams import lane_for_key
 from meteor_spark.wire import ItemSlice, PreparedColumns, decode_item, prepare_columns
@@ -186,7 +186,7 @@ def _binary_array(
     np.cumsum(lengths, out=offsets[1:])
     total = int(offsets[-1])
     if total > _MAX_I32:
-        raise ConfigError(
+        raise SizeLimitError(
             f"{total} bytes of data do not fit one Arrow binary column (2 GiB); convert fewer items at a time"
         )
     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
@@ -324,7 +324,7 @@ class ArrowInput:
         if "lane" in self.table.column_names:
             column = _column(self.table, "lane")
             if not pa.types.is_integer(column.type):
-                raise ConfigError(f"column 'lane' must be an integer column, got {column.type}")
+                raise ArgumentTypeError(f"column 'lane' must be an integer column, got {column.type}")
             explicit = np.asarray(column.fill_null(-1).cast(pa.int64()))
             bad = explicit[(explicit >= lanes) | (explicit < -1)]
             if bad.size:
@@ -393,7 +393,7 @@ def _binary_column(table: pa.Table, name: str, *, nullable: bool) -> pa.Array:
     elif pa.types.is_large_string(kind) or pa.types.is_large_binary(kind):
         column = column.cast(pa.large_binary()).cast(pa.binary())
     elif not pa.types.is_binary(kind):
-        raise ConfigError(f"column {name!r} must be binary or string, got {kind}")
+        raise ArgumentTypeError(f"column {name!r} must be binary or string, got {kind}")
     if not nullable and column.null_count:
         raise ConfigError(f"column {name!r} has {column.null_count} nulls; every record needs a value")
     return column
@@ -407,7 +407,7 @@ def _timestamps_column(table: pa.Table) -> np.ndarray | int:
     elif pa.types.is_integer(column.type):
         millis = column.cast(pa.int64())
     else:
-        raise ConfigError(f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}")
+        raise ArgumentTypeError(f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}")
     return np.asarray(millis.fill_null(now), dtype=np.int64)
 
 

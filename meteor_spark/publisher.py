@@ -31,7 +31,7 @@ import pyarrow as pa
 from meteor_spark.accumulator import Accumulator, Call, Segment
 from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
-from meteor_spark.errors import ConfigError, GridError, PublishTimeoutError
+from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError
 from meteor_spark.grid import Grid
 from meteor_spark.publish_futures import (
     ArrowPublishFuture,
@@ -40,7 +40,7 @@ from meteor_spark.publish_futures import (
     PublishCallback,
     RecordFuture,
 )
-from meteor_spark.records import Record
+from meteor_spark.records import Record, as_record
 from meteor_spark.sender import Sender
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 
@@ -341,18 +341,11 @@ class Publisher:
 
 
 def _checked_record(item: Record | bytes | str) -> Record:
-    if isinstance(item, (bytes, bytearray)):
-        return Record(bytes(item))
-    if isinstance(item, str):
-        return Record(item.encode("utf-8"))
-    if not isinstance(item, Record):
-        raise ConfigError(
-            f"cannot publish a {type(item).__name__}: give a Record, bytes or str (encode other objects to bytes)"
-        )
+    item = as_record(item)
     if not isinstance(item.value, (bytes, bytearray)):
-        raise ConfigError(f"Record.value must be bytes, got {type(item.value).__name__}; encode it first")
+        raise ArgumentTypeError(f"Record.value must be bytes, got {type(item.value).__name__}; encode it first")
     if item.key is not None and not isinstance(item.key, (bytes, bytearray)):
-        raise ConfigError(f"Record.key must be bytes or None, got {type(item.key).__name__}; encode it first")
+        raise ArgumentTypeError(f"Record.key must be bytes or None, got {type(item.key).__name__}; encode it first")
     if item.headers:
         for pair in item.headers:
             if (
@@ -361,12 +354,14 @@ def _checked_record(item: Record | bytes | str) -> Record:
                 or not isinstance(pair[0], str)
                 or not isinstance(pair[1], (bytes, bytearray))
             ):
-                raise ConfigError(
+                raise ArgumentTypeError(
                     f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
                 )
     stamp = item.timestamp_ms
     if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
-        raise ConfigError(f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}")
+        raise ArgumentTypeError(
+            f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
+        )
     return item
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, overload
 
-from meteor_spark.errors import ConfigError
+from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.wire import ItemFraming, ItemSlice, decode_item, encode_prepared, prepare_columns
 
@@ -49,7 +49,7 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
         return Record(bytes(item))
     if isinstance(item, str):
         return Record(item.encode("utf-8"))
-    raise ConfigError(
+    raise ArgumentTypeError(
         f"cannot publish a {type(item).__name__}: give a Record, bytes or str (encode other objects to bytes first)"
     )
 

@@ -44,7 +44,7 @@ from typing import Any
 import lz4.block
 import numpy as np
 
-from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
+from meteor_spark.errors import ConfigError, FormatError, SizeLimitError, UnsupportedFormatVersionError
 from meteor_spark.offsets import INDEX_BITS, MAX_RECORDS_PER_ITEM
 
 MAGIC = b"MTRB"
@@ -242,7 +242,7 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
 
     body = b"".join([memoryview(c) for c in columns] + blobs)
     if len(body) > _MAX_U32:
-        raise ConfigError(
+        raise SizeLimitError(
             f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
         )
     stored: bytes = body
