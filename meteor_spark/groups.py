@@ -571,27 +571,51 @@ class GroupMember:
     # -- queries ------------------------------------------------------------------------------------------------
 
     def assignment(self) -> Assignment:
-        """The lanes held now, ``{lane: epoch}`` (local view; ``is_current`` re-checks one lane in the grid)."""
+        """The lanes held now, ``{lane: epoch}`` (local view, kept by the background renewal)."""
         with self._lock:
             return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
 
     def is_current(self, lane: int) -> bool:
-        """True when this member still holds ``lane``: in the grid (same holder and epoch), renewed within a lease
-        period by this process's monotonic clock, background thread alive, not closed. Check before delivering."""
+        """True when this member still holds ``lane`` by its own judgement: renewed within a lease period by this
+        process's monotonic clock, background thread alive, not closed. Check before delivering.
+
+        No grid read: the background renewal compare-and-sets every held lease each period and drops a lane the
+        moment a renewal fails, and the holder's lease ends locally before any observer can take it over
+        (``meteor_spark.leases``). Safety does not rest on this check: a deposed holder's confirm is fenced."""
         with self._lock:
             held = self._held.get(lane)
         if held is None or self._closed or self._thread is None or not self._thread.is_alive():
             return False
-        if not held.live_locally(time.monotonic()):
-            return False
-        _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
-        return lease is not None and lease.holder == self.member_id and lease.epoch == held.lease.epoch
+        return held.live_locally(time.monotonic())
 
     def confirmed(self, lane: int) -> int | None:
         """The group's confirmed offset of ``lane`` (the next record to read), None when never confirmed."""
         self._check_lane(lane)
         stored = _read_offset(self._offsets, self.stream, self.group, lane)
         return None if stored is None else stored.offset
+
+    def known_offsets(self, lanes: Sequence[int] | range | None = None) -> dict[int, int | None]:
+        """The confirmed offsets of ``lanes`` (default: all), at most one grid call.
+
+        A held lane's offset is the one this member fenced or last wrote: only the holder moves it, so it is
+        taken from memory. The others (held by other members, or vacant) are read with one ``get_all``.
+        """
+        wanted = range(self.lanes) if lanes is None else lanes
+        for lane in wanted:
+            self._check_lane(lane)
+        with self._lock:
+            texts = {lane: self._offset_texts[lane] for lane in wanted if lane in self._offset_texts}
+        missing = [lane for lane in wanted if lane not in texts]
+        if missing:
+            keys = {lane: lane_key(self.stream, self.group, lane) for lane in missing}
+            stored = self._offsets.get_all(list(keys.values()))
+            texts.update({lane: stored[key] for lane, key in keys.items() if key in stored})
+        out: dict[int, int | None] = {}
+        for lane in wanted:
+            text = texts.get(lane)
+            where = f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}"
+            out[lane] = None if text is None else ConfirmedOffset.decode(text, where).offset
+        return out
 
     def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
         """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
@@ -649,15 +673,14 @@ class GroupMember:
             raise self._fenced(what, lane, offset, deposed, lease.holder if lease else None,
                                lease.epoch if lease else None)
         epoch = self._epoch_of(lane)
-        _, lease = self._leases.read(key)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
-        if lease is None or lease.holder != self.member_id or lease.epoch != epoch:
-            raise self._fenced(what, lane, offset, epoch, lease.holder if lease else None,
-                               lease.epoch if lease else None)
+        # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
+        # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
+        # lease beforehand would cost a round trip and still race with a takeover right after it.
         where = f"{key} in map {OFFSETS_MAP!r}"
-        # The text this member last wrote is almost always still the stored one: CAS against it directly and
-        # read the entry only when that fails (saves a round trip per confirm).
+        # The text this member last wrote (or fenced) is almost always still the stored one: CAS against it
+        # directly and read the entry only when that fails.
         with self._lock:
             text = self._offset_texts.get(lane)
         for _ in range(_MAX_CAS_ATTEMPTS):
@@ -665,10 +688,9 @@ class GroupMember:
                 text = self._offsets.get(key)
             new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms()).encode()
             if text is None:
-                if self._offsets.put_if_absent(key, new) is None:
-                    self._remember_offset_text(lane, new)
-                    return
-                continue
+                # The holder fenced the entry when it took the lane, so it only goes missing when the group was
+                # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
+                raise self._fenced(what, lane, offset, epoch, None, None)
             stored = ConfirmedOffset.decode(text, where)
             if stored.epoch > epoch:
                 raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)

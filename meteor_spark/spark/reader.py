@@ -92,8 +92,10 @@ from meteor_spark.corrupt import CorruptItemPolicy
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
+    FencedError,
     FormatError,
     GroupError,
+    NotAssignedError,
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
@@ -328,6 +330,25 @@ def rate_limit(
     return ends
 
 
+@dataclass(frozen=True)
+class LaneView:
+    """What the driver knows about its lanes while it plans one batch.
+
+    Attributes:
+        bounds: (head, next) ring sequences per (stream, lane).
+        confirmed: the group's confirmed record offset per (stream, lane), for lanes that have one (empty when
+            the query reads without a group).
+    """
+
+    bounds: dict[tuple[str, int], tuple[int, int]]
+    confirmed: dict[tuple[str, int], int]
+
+    def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
+        """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
+        offset = self.confirmed.get((stream, lane))
+        return None if offset is None else (record_offsets.sequence_of(offset), offset)
+
+
 class _DriverState:
     """Driver-side connections of a stream reader (source runner process only; never pickled)."""
 
@@ -353,15 +374,19 @@ class _DriverState:
         self.available_now_target: SparkOffset | None = None
         self.latest: SparkOffset | None = None
         self.last_batch_mono = time.monotonic()
-        self.confirmed_locally: dict[tuple[str, int], int] = {}
         self.standby_logged: set[tuple[str, int]] = set()
         self.initial: SparkOffset | None = None
         self.planned_skipped = 0
         self.late_skipped = 0
         self.closed = False
+        self._planned: LaneView | None = None
+
+    def lane_keys(self) -> list[tuple[str, int]]:
+        """Every (stream, lane) read, from the stream metadata (no grid call)."""
+        return [(name, lane) for name, info in self.infos.items() for lane in range(info.config.lanes)]
 
     def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(head, next) ring sequences of every lane of every stream read."""
+        """(head, next) ring sequences of every lane of every stream read: two grid calls per lane."""
         from meteor_spark.streams import lane_bounds
 
         result = {}
@@ -370,6 +395,28 @@ class _DriverState:
                 result[(name, lane)] = (head, next_seq)
         return result
 
+    def view(self) -> "LaneView":
+        """Lane bounds and the group's confirmed offsets, read once for the batch being planned; ``partitions``
+        of the same batch reuses them (``planned``)."""
+        self._planned = LaneView(self.bounds(), self.confirmed_offsets())
+        return self._planned
+
+    def planned(self) -> "LaneView":
+        """The view ``latestOffset`` read for the batch it planned, else (a batch replayed after a restart, a
+        second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
+        planned, self._planned = self._planned, None
+        return planned if planned is not None else LaneView(self.bounds(), self.confirmed_offsets())
+
+    def confirmed_offsets(self) -> dict[tuple[str, int], int]:
+        """The group's confirmed offset per lane, where one is stored: held lanes from the group member's memory
+        (the holder is the only writer), the rest with one ``get_all`` per stream."""
+        out: dict[tuple[str, int], int] = {}
+        for stream, member in self.members.items():
+            for lane, offset in member.known_offsets().items():
+                if offset is not None:
+                    out[(stream, lane)] = offset
+        return out
+
     def oldest(self, stream: str, lane: int) -> int:
         """The oldest sequence the grid can serve for the lane (below the ring head where it keeps history)."""
         from meteor_spark.reading import oldest_sequence
@@ -377,18 +424,19 @@ class _DriverState:
         return oldest_sequence(self.grid, self.infos[stream], lane)
 
     def check_confirmed(
-        self, stream: str, lane: int, confirmed: tuple[int, int] | None, group: str | None, known_end: int
+        self, stream: str, lane: int, confirmed: int | None, group: str | None, known_end: int
     ) -> None:
         """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip.
 
         ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
         read and confirmed items published since), and only a confirm past that is stale."""
-        if confirmed is None or confirmed[0] <= known_end:
+        if confirmed is None or record_offsets.sequence_of(confirmed) <= known_end:
             return
+        sequence = record_offsets.sequence_of(confirmed)
         end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
-        if confirmed[0] > end:
+        if sequence > end:
             raise OffsetOutOfRangeError(
-                stream, lane, confirmed[0], self.oldest(stream, lane), end, unit="sequence",
+                stream, lane, sequence, self.oldest(stream, lane), end, unit="sequence",
                 hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
                      f"deleted and re-created (or the grid restarted without persistence). Move the group with "
                      f"meteor_spark.groups.seek_group to a position inside the range, or read under a new group "
@@ -399,41 +447,20 @@ class _DriverState:
         member = self.members.get(stream)
         return member is None or lane in member.assignment()
 
-    def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
-        """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
-        member = self.members.get(stream)
-        if member is None:
-            return None
-        confirmed = member.confirmed(lane)
-        if confirmed is None:
-            return None
-        return record_offsets.sequence_of(confirmed), confirmed
-
     def confirm(self, offset: SparkOffset) -> None:
-        """Confirm ``offset`` (the end of a committed batch) for the lanes this query holds; forward only."""
-        if not self.members:
-            return
-        from meteor_spark.errors import FencedError
+        """Confirm ``offset`` (the end of a committed batch) for the lanes this query holds; forward only.
 
+        The group member knows the offset it last wrote for each lane it holds, so a confirm that moves nothing
+        costs no grid call and one that moves costs a single compare-and-set, fenced by the lease epoch."""
         for stream, lane, sequence in offset.positions:
             member = self.members.get(stream)
-            if member is None or self.confirmed_locally.get((stream, lane), -1) >= sequence:
-                continue
-            if lane not in member.assignment():
-                continue
-            record_offset = record_offsets.first_offset_of(sequence)
-            current = member.confirmed(lane)
-            if current is not None and current >= record_offset:
-                self.confirmed_locally[(stream, lane)] = sequence
+            if member is None or lane not in member.assignment():
                 continue
             try:
-                member.confirm(lane, record_offset)
-            except FencedError as exc:
+                member.confirm(lane, record_offsets.first_offset_of(sequence))
+            except (FencedError, NotAssignedError) as exc:
                 # Another member took the lane over (our lease lapsed): its position wins; ours is not written.
                 logger.warning("not confirming stream %r lane %d at sequence %d: %s", stream, lane, sequence, exc)
-                continue
-            self.confirmed_locally[(stream, lane)] = sequence
-            logger.debug("confirmed stream %r lane %d up to sequence %d", stream, lane, sequence)
 
     def close(self) -> None:
         if self.closed:
@@ -715,12 +742,12 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
     def initialOffset(self) -> dict[str, Any]:
         state = self._driver()
         _check_lanes(self.options.starting, "startingOffsets", state.infos)
-        bounds = state.bounds()
+        view = state.view()
         start: dict[tuple[str, int], int] = {}
-        for (stream, lane), (head, next_seq) in sorted(bounds.items()):
-            confirmed = state.confirmed_sequence(stream, lane)
+        for (stream, lane), (head, next_seq) in sorted(view.bounds.items()):
+            confirmed = view.confirmed_sequence(stream, lane)
             if confirmed is not None:
-                state.check_confirmed(stream, lane, confirmed, self.options.group, next_seq)
+                state.check_confirmed(stream, lane, confirmed[1], self.options.group, next_seq)
                 start[(stream, lane)] = confirmed[0]
                 continue
             start[(stream, lane)] = _resolve(
@@ -729,6 +756,9 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             )
         offset = SparkOffset.of(_by_stream(start))
         state.initial = offset
+        # A start resolved from startingOffsets is the group's position from now on: a member taking a lane over
+        # before this query's first commit resumes there instead of resolving the option again.
+        state.confirm(offset)
         logger.info("new query starts at %s", offset.dumps())
         return offset.to_json()
 
@@ -741,7 +771,8 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             self._await_lanes(state, 2 * self.options.group_lease_ms / 1000 + 1)
         # Spark asks for the next end only once the batch that ended at `start` is in its commit log.
         state.confirm(begin)
-        bounds = state.bounds()
+        view = state.view()
+        bounds = view.bounds
         latest = {key: nxt for key, (_, nxt) in bounds.items()}
         state.latest = SparkOffset.of(_by_stream(latest))
         if state.available_now_target is not None:
@@ -772,8 +803,9 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         candidates: dict[tuple[str, int], int] = {}
         for key, position in current.items():
             stream, lane = key
-            confirmed = state.confirmed_sequence(stream, lane)
-            state.check_confirmed(stream, lane, confirmed, self.options.group, bounds.get(key, (0, 0))[1])
+            confirmed = view.confirmed_sequence(stream, lane)
+            state.check_confirmed(stream, lane, confirmed[1] if confirmed else None, self.options.group,
+                                  bounds.get(key, (0, 0))[1])
             if not state.held(stream, lane):
                 if key not in state.standby_logged:
                     state.standby_logged.add(key)
@@ -851,7 +883,8 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         state = self._driver()
         begin, finish = SparkOffset.from_json(start), SparkOffset.from_json(end)
-        bounds = state.bounds()
+        view = state.planned()
+        bounds = view.bounds
         ranges: list[tuple[str, int, int, int]] = []
         # (stream, lane) -> (first sequence, record offset inside that item to start at)
         first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
@@ -863,7 +896,7 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
             lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
             if end_seq <= lo:
                 continue
-            confirmed = state.confirmed_sequence(stream, lane)
+            confirmed = view.confirmed_sequence(stream, lane)
             if confirmed is not None:
                 confirmed_seq, confirmed_offset = confirmed
                 if end_seq <= confirmed_seq:
@@ -893,7 +926,7 @@ class MeteorStreamReader(_ReadsLaneRanges, DataSourceStreamReader, SupportsTrigg
         return tasks
 
     def _await_lanes(self, state: _DriverState, timeout_s: float) -> None:
-        lanes = [key for key in state.bounds()]
+        lanes = state.lane_keys()
         if all(state.held(*key) for key in lanes):
             return
         logger.info("standby: waiting up to %.0f s for group %r's lanes held by another member", timeout_s,
