@@ -59,11 +59,13 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
+from meteor_spark.groups import GroupMember
 from meteor_spark.offsets import (
-    INDEX_BITS,
     InitialOffsetScheme,
     first_offset_of,
     index_of,
+    make_offset,
+    resolve_initial,
     sequence_of,
 )
 from meteor_spark.reading import check_lane, oldest_in
@@ -232,11 +234,12 @@ class Subscriber:
         self.delivered_records = 0
         self._dead_letters: Any = None
         if group is None:
-            earliest = self.scheme.concrete(False) is InitialOffsetScheme.EARLIEST
             for lane in range(self.info.lanes):
                 ring = grid.ring(self.info.ring_names[lane])
-                start = oldest_in(ring) if earliest else ring.tail() + 1
-                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), first_offset_of(start), None)
+                nxt = ring.tail() + 1
+                start = resolve_initial(self.scheme, False, None, min(oldest_in(ring), nxt), nxt,
+                                        where=f"stream {self.stream!r} lane {lane}")
+                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), start, None)
         else:
             self._join()
             if self.scheme is InitialOffsetScheme.NONE:
@@ -258,8 +261,6 @@ class Subscriber:
     # ------------------------------------------------------------------------------------------------ state
 
     def _join(self) -> None:
-        from meteor_spark.groups import GroupMember
-
         member = GroupMember(
             self._grid,
             self.info,
@@ -302,7 +303,7 @@ class Subscriber:
                     hint=(
                         f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
                         f"or the grid restarted without persistence? Seek the lane (Subscriber.seek, or "
-                        f"groups.seek_group with the group stopped) to a position inside the range."
+                        f"meteor_spark.admin.seek_group with the group stopped) to a position inside the range."
                     ),
                 )
             with self._lock:
@@ -558,7 +559,7 @@ class Subscriber:
                 state.position = (
                     first_offset_of(last.sequence + 1)
                     if last.stop >= last.item.count
-                    else last.sequence << INDEX_BITS | last.stop
+                    else make_offset(last.sequence, last.stop)
                 )
                 state.dirty = True
                 state.passed()  # items skipped by policy right after the last delivered one

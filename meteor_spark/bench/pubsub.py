@@ -35,7 +35,8 @@ import pyarrow as pa
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import encode_columns
-from meteor_spark.streams import StreamConfig, delete_stream
+from meteor_spark.admin import delete_stream
+from meteor_spark.streams import StreamConfig
 from meteor_spark.subscriber import Subscriber
 
 RECORD_BYTES = 100

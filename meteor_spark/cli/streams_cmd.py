@@ -67,7 +67,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import lane_bounds, list_streams
+    from meteor_spark.admin import list_streams
+    from meteor_spark.streams import lane_bounds
 
     with Grid(config_of(args).grid) as grid:
         streams = list_streams(grid)
@@ -145,8 +146,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    from meteor_spark.groups import forget_groups
-    from meteor_spark.streams import delete_stream, open_stream
+    from meteor_spark.admin import delete_stream, forget_groups
+    from meteor_spark.streams import open_stream
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)

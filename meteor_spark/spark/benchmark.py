@@ -62,7 +62,8 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     from meteor_spark.grid import Grid, GridSettings
     from meteor_spark.server import EmbeddedGrid
     from meteor_spark.spark.reader import default_partitions
-    from meteor_spark.streams import StreamConfig, delete_stream, open_stream
+    from meteor_spark.admin import delete_stream
+    from meteor_spark.streams import StreamConfig, open_stream
 
     load_before = os.getloadavg()
     server = EmbeddedGrid(port=0, process=True)

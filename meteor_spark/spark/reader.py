@@ -439,7 +439,7 @@ class _DriverState:
                 stream, lane, sequence, self.oldest(stream, lane), end, unit="sequence",
                 hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
                      f"deleted and re-created (or the grid restarted without persistence). Move the group with "
-                     f"meteor_spark.groups.seek_group to a position inside the range, or read under a new group "
+                     f"meteor_spark.admin.seek_group to a position inside the range, or read under a new group "
                      f"name.",
             )
 
