@@ -61,7 +61,7 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     from meteor_spark.config import CONF_DIR, grid_options, spark_conf
     from meteor_spark.grid import Grid, GridSettings
     from meteor_spark.server import EmbeddedGrid
-    from meteor_spark.spark.reader import default_partitions
+    from meteor_spark.spark.planning import default_partitions
     from meteor_spark.admin import delete_stream
     from meteor_spark.streams import StreamConfig, open_stream
 

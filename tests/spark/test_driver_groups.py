@@ -19,9 +19,11 @@ from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of
+from meteor_spark.spark import driver as driver_module
 from meteor_spark.spark import reader as reader_module
 from meteor_spark.spark.options import SourceOptions
-from meteor_spark.spark.reader import LaneRanges, MeteorStreamReader
+from meteor_spark.spark.executor import LaneRanges
+from meteor_spark.spark.reader import MeteorStreamReader
 from meteor_spark.streams import StreamInfo
 from meteor_spark.testing import wait_until
 from spark_helpers import grid_options, make_stream, put_items, values_items
@@ -73,9 +75,9 @@ class _Counting:
 @pytest.fixture
 def counting(grid: Grid, monkeypatch: pytest.MonkeyPatch) -> CountingGrid:
     counting = CountingGrid(grid)
-    monkeypatch.setattr(reader_module, "grid_for", lambda settings: counting)
+    monkeypatch.setattr(driver_module, "grid_for", lambda settings: counting)
     # The SIGTERM/atexit hooks belong to Spark's source runner process, not to the test process.
-    monkeypatch.setattr(reader_module, "_install_stop_hooks", lambda reader: None)
+    monkeypatch.setattr(reader_module, "install_stop_hooks", lambda reader: None)
     return counting
 
 
