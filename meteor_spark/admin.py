@@ -74,12 +74,15 @@ class MemberState:
 
 @dataclass(frozen=True)
 class LaneLag:
-    """How far a group is behind on one lane.
+    """How far a reader is behind on one lane: a group (``lag_report``, from the grid) or a streaming query
+    (``spark.lag.lag_from_progress``, from its progress report).
 
     Attributes:
         lane: lane number.
-        confirmed: the group's confirmed offset, None when never confirmed (then nothing else is computed).
-        next_sequence: the lane's next ring sequence (tail + 1).
+        confirmed: the reader's position, the next record to read (a group's confirmed offset; for a query, the
+            first record of the item its last batch stopped before); None when never confirmed (then nothing else
+            is computed).
+        next_sequence: the lane's next ring sequence (tail + 1; for a query, when its last batch was planned).
         items: ring items not yet fully read (the item holding the confirmed offset counts when partly read).
         records: records not yet read, when counted (``count_records=True`` and at most ``max_items`` items
             behind, none lost); else None. Undecodable items count as 0 records (see ``corrupt_items``).
@@ -89,6 +92,9 @@ class LaneLag:
             the grid restarted without persistence); the group's members get OffsetOutOfRangeError until the lane
             is sought. ``items`` and ``records`` are None then.
         corrupt_items: undecodable items among those counted (counted as 0 records).
+        stream: the stream's name.
+        records_estimate: ``items`` x records per item of a query's last batch (a query's lag only; an estimate,
+            named so), None when there is nothing to estimate from.
     """
 
     lane: int
@@ -99,6 +105,18 @@ class LaneLag:
     lost_items: int = 0
     past_end: bool = False
     corrupt_items: int = 0
+    stream: str = ""
+    records_estimate: float | None = None
+
+    @property
+    def processed(self) -> int:
+        """The ring sequence reading resumes at (the item holding ``confirmed``; 0 when never confirmed)."""
+        return 0 if self.confirmed is None else sequence_of(self.confirmed)
+
+    @property
+    def items_behind(self) -> int:
+        """``items``, 0 when not computed."""
+        return self.items or 0
 
 
 @dataclass(frozen=True)
@@ -168,10 +186,10 @@ def lag_report(
         head, next_seq = bounds[lane]
         stored = read_offset(offsets, info.config.name, group, lane)
         if stored is None or stored.offset is None:
-            report.append(LaneLag(lane, None, next_seq, None))
+            report.append(LaneLag(lane, None, next_seq, None, stream=info.config.name))
             continue
         if stored.offset > first_offset_of(next_seq):
-            report.append(LaneLag(lane, stored.offset, next_seq, None, past_end=True))
+            report.append(LaneLag(lane, stored.offset, next_seq, None, past_end=True, stream=info.config.name))
             continue
         start = sequence_of(stored.offset)
         items = max(0, next_seq - start)
@@ -184,7 +202,9 @@ def lag_report(
             corrupt = len(tally.corrupt_sequences)
             partly_read = index_of(stored.offset) if items and start not in tally.corrupt_sequences else 0
             records = tally.records - partly_read
-        report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt))
+        report.append(
+            LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt, stream=info.config.name)
+        )
     return report
 
 

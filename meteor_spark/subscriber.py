@@ -71,6 +71,7 @@ from meteor_spark.offsets import (
 from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch, decode_item
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -187,13 +188,9 @@ class Subscriber:
     ) -> None:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
-        for name, value, low, high in (
-            ("max_poll_records", max_poll_records, 1, 1 << 31),
-            ("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS),
-            ("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
+        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
+        check_int("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31)
         if group is not None and (not isinstance(group, str) or not group):
             raise ConfigError(f"group must be a non-empty string (or None for ungrouped), got {group!r}")
         if group is None and self.scheme is InitialOffsetScheme.NONE:

@@ -451,9 +451,11 @@ def test_lag_report_counts_records_from_the_items_not_an_average(
     a.confirm(1, offsets[1])  # the first record was processed; the second is next
     a.confirm(2, 0)
     report = {entry.lane: entry for entry in lag_report(grid, stream4, "g", count_records=True)}
-    assert report[1] == LaneLag(1, offsets[1], sequence_of(offsets[-1]) + 1, items=3, records=4, lost_items=0)
-    assert report[2] == LaneLag(2, 0, 0, items=0, records=0, lost_items=0)
-    assert report[0] == LaneLag(0, None, 0, items=None)  # never confirmed: nothing to compare with
+    assert report[1] == LaneLag(
+        1, offsets[1], sequence_of(offsets[-1]) + 1, items=3, records=4, lost_items=0, stream=stream4.name
+    )
+    assert report[2] == LaneLag(2, 0, 0, items=0, records=0, lost_items=0, stream=stream4.name)
+    assert report[0] == LaneLag(0, None, 0, items=None, stream=stream4.name)  # never confirmed: nothing to compare with
     assert lag_report(grid, stream4, "g", count_records=True, max_items=2)[1].records is None  # too many to read
 
 
