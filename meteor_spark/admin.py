@@ -298,7 +298,7 @@ def forget_groups(grid: Grid, stream: str, group: str | None = None) -> int:
     removed = 0
     for name in (MEMBERS_MAP, LEASES_MAP, OFFSETS_MAP):
         grid_map = grid.map(name)
-        for key in grid_map.keys():
+        for key in grid_map.keys():  # noqa: SIM118 - GridMap.keys() is a grid call, not a dict view
             parsed = parse_key(key)
             if parsed is None or parsed[0] != stream or (group is not None and parsed[1] != group):
                 continue

@@ -30,9 +30,9 @@ a group are in ``meteor_spark.admin``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from meteor_spark.leases import canonical, decode_entry
 
@@ -84,7 +84,7 @@ class Assignment(Mapping[int, int]):
     epochs: tuple[tuple[int, int], ...] = ()
 
     @classmethod
-    def of(cls, epochs: Mapping[int, int]) -> "Assignment":
+    def of(cls, epochs: Mapping[int, int]) -> Assignment:
         return cls(tuple(sorted(epochs.items())))
 
     @property
@@ -133,11 +133,11 @@ class ConfirmedOffset:
         )
 
     @classmethod
-    def decode(cls, text: str, where: str) -> "ConfirmedOffset":
+    def decode(cls, text: str, where: str) -> ConfirmedOffset:
         return decode_entry(text, f"confirmed offset {where}", "offset entry", "group", GROUP_FORMAT, cls._build)
 
     @classmethod
-    def _build(cls, raw: dict[str, Any]) -> "ConfirmedOffset":
+    def _build(cls, raw: dict[str, Any]) -> ConfirmedOffset:
         offset = raw["offset"]
         return cls(
             epoch=int(raw["epoch"]),
@@ -166,11 +166,11 @@ class MemberEntry:
         )
 
     @classmethod
-    def decode(cls, text: str, where: str) -> "MemberEntry":
+    def decode(cls, text: str, where: str) -> MemberEntry:
         return decode_entry(text, f"group member entry {where}", "heartbeat", "group", GROUP_FORMAT, cls._build)
 
     @classmethod
-    def _build(cls, raw: dict[str, Any]) -> "MemberEntry":
+    def _build(cls, raw: dict[str, Any]) -> MemberEntry:
         return cls(
             member=str(raw["member"]),
             want=str(raw["want"]),
@@ -182,7 +182,7 @@ class MemberEntry:
         )
 
 
-def read_offset(offsets: "GridMap", stream: str, group: str, lane: int) -> ConfirmedOffset | None:
+def read_offset(offsets: GridMap, stream: str, group: str, lane: int) -> ConfirmedOffset | None:
     """The stored confirmed offset of a lane, None when there is no entry."""
     key = lane_key(stream, group, lane)
     text = offsets.get(key)

@@ -56,9 +56,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from meteor_spark.admin import (
     GroupSummary,
@@ -145,7 +145,7 @@ class _Settings:
     @classmethod
     def parse(
         cls, group: str, member_id: str | None, lease_ms: int, renew_every_ms: int | None, want: str
-    ) -> "_Settings":
+    ) -> _Settings:
         if not isinstance(group, str) or not group:
             raise ConfigError(f"group {group!r} is not a group name; give a non-empty string")
         if member_id is not None and (not isinstance(member_id, str) or not member_id):
@@ -191,8 +191,8 @@ class GroupMember:
 
     def __init__(
         self,
-        grid: "Grid",
-        info: "StreamInfo",
+        grid: Grid,
+        info: StreamInfo,
         group: str,
         *,
         member_id: str | None = None,
@@ -296,7 +296,7 @@ class GroupMember:
             logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
         logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
 
-    def __enter__(self) -> "GroupMember":
+    def __enter__(self) -> GroupMember:
         self.start()
         return self
 
@@ -508,7 +508,7 @@ class GroupMember:
                         self._settings.renew_every_ms, self.lease_ms, exc,
                     )
                 failing = True
-            except Exception:  # noqa: BLE001 - the renewal thread must survive anything, it IS the liveness
+            except Exception:
                 logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
 
     def _tick(self) -> None:
@@ -679,5 +679,5 @@ class GroupMember:
             return
         try:
             self._on_change(assignment)
-        except Exception:  # noqa: BLE001 - an owner's bug must not stop renewals (that would lose every lane)
+        except Exception:
             logger.exception("on_change callback of group member %r failed", self.member_id)

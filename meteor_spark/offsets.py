@@ -82,7 +82,7 @@ class InitialOffsetScheme(enum.Enum):
     AUTO = "auto"
 
     @classmethod
-    def parse(cls, value: "InitialOffsetScheme | str") -> "InitialOffsetScheme":
+    def parse(cls, value: InitialOffsetScheme | str) -> InitialOffsetScheme:
         """Accept the enum or its name in any case (``"earliest"``, ``"LATEST"``)."""
         if isinstance(value, cls):
             return value
@@ -94,7 +94,7 @@ class InitialOffsetScheme(enum.Enum):
                 f"initial_offset_scheme {value!r} is not a scheme; use one of {known}"
             ) from None
 
-    def concrete(self, grouped: bool) -> "InitialOffsetScheme":
+    def concrete(self, grouped: bool) -> InitialOffsetScheme:
         """AUTO resolved for a grouped or ungrouped subscriber; the other schemes are already concrete."""
         if self is InitialOffsetScheme.AUTO:
             return InitialOffsetScheme.EARLIEST if grouped else InitialOffsetScheme.LATEST

@@ -217,7 +217,9 @@ def parse_metadata(name: str, text: str) -> StreamInfo:
         created = int(document["created_at_ms"])
         format_version = int(document.get("format_version", 0))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"the stored metadata of stream {name!r} is invalid ({exc}); delete and recreate it") from None
+        raise ConfigError(
+            f"the stored metadata of stream {name!r} is invalid ({exc}); delete and recreate it"
+        ) from None
     return StreamInfo(config, created, format_version, tuple(ring_name(config.name, i) for i in range(config.lanes)))
 
 

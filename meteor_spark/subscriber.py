@@ -43,7 +43,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import (
@@ -87,8 +88,8 @@ class _Lane:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
-        "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
-        "parts", "buffered", "dirty", "item_counts", "item_bytes", "error", "bad",
+        "bad", "buffered", "capacity", "dirty", "epoch", "error", "fetch_seq", "item_bytes", "item_counts", "lane",
+        "last_delivered", "parts", "pending", "pending_seq", "position", "ring",
     )
 
     def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -238,11 +239,11 @@ class Subscriber:
                                         where=f"stream {self.stream!r} lane {lane}")
                 self._lanes[lane] = _Lane(lane, ring, ring.capacity(), start, None)
         else:
-            self._join()
+            member = self._join()
             if self.scheme is InitialOffsetScheme.NONE:
-                missing = [lane for lane in range(self.info.lanes) if self._member.confirmed(lane) is None]
+                missing = [lane for lane in range(self.info.lanes) if member.confirmed(lane) is None]
                 if missing:
-                    self._member.close()
+                    member.close()
                     raise GroupError(
                         f"initial_offset_scheme NONE: group {group!r} has no confirmed offset on stream "
                         f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
@@ -257,7 +258,7 @@ class Subscriber:
 
     # ------------------------------------------------------------------------------------------------ state
 
-    def _join(self) -> None:
+    def _join(self) -> GroupMember:
         member = GroupMember(
             self._grid,
             self.info,
@@ -268,6 +269,7 @@ class Subscriber:
         )
         member.start()
         self._member = member
+        return member
 
     def _sync_assignment(self) -> None:
         """Grouped: follow the member's assignment (new lanes start at the confirmed offset or the scheme)."""
@@ -319,7 +321,9 @@ class Subscriber:
         if state.dirty and why != "deactivated":
             # Delivered, not confirmed, and the lane is gone: the next confirm() says so instead of passing over it.
             self._unconfirmed_lost[lane] = state.epoch
-        logger.info("subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why)
+        logger.info(
+            "subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
+        )
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -486,7 +490,7 @@ class Subscriber:
             # or truncated), and the answer holds items written since, below it.
             state.error = self._past_end(state, state.ring.tail() + 1)
             return
-        for item, seq in zip(items, sequences):
+        for item, seq in zip(items, sequences, strict=True):
             try:
                 view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
             except FormatError as exc:
@@ -508,7 +512,8 @@ class Subscriber:
             lanes = sorted(self._lanes)
             if not lanes:
                 return RecordBatch.empty()
-            rotation = [lane for lane in lanes if lane >= self._next_lane] + [lane for lane in lanes if lane < self._next_lane]
+            rotation = [lane for lane in lanes if lane >= self._next_lane]
+            rotation += [lane for lane in lanes if lane < self._next_lane]
             budget = self.max_poll_records
             taken: dict[int, list[BatchPart]] = {}
             for lane in rotation:
@@ -518,7 +523,9 @@ class Subscriber:
                     if budget <= 0:
                         break
                     if part.size > budget:
-                        part = BatchPart(part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget)
+                        part = BatchPart(
+                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
+                        )
                     parts.append(part)
                     budget -= part.size
                 if parts:
@@ -539,27 +546,29 @@ class Subscriber:
         out: list[BatchPart] = []
         with self._lock:
             for lane, parts in taken.items():
-                state = self._lanes.get(lane)
-                if state is None:
+                delivered = self._lanes.get(lane)
+                if delivered is None:
                     continue
                 for part in parts:
-                    head = state.parts[0]
+                    head = delivered.parts[0]
                     if part.stop >= head.stop:
-                        state.parts.popleft()
+                        delivered.parts.popleft()
                     else:
-                        state.parts[0] = BatchPart(head.stream, head.lane, head.sequence, head.item, part.stop, head.stop)
-                    state.buffered -= part.size
+                        delivered.parts[0] = BatchPart(
+                            head.stream, head.lane, head.sequence, head.item, part.stop, head.stop
+                        )
+                    delivered.buffered -= part.size
                     out.append(part)
                 last = parts[-1]
-                state.item_counts = {part.sequence: part.item.count for part in parts}
-                state.last_delivered = last.last_offset
-                state.position = (
+                delivered.item_counts = {part.sequence: part.item.count for part in parts}
+                delivered.last_delivered = last.last_offset
+                delivered.position = (
                     first_offset_of(last.sequence + 1)
                     if last.stop >= last.item.count
                     else make_offset(last.sequence, last.stop)
                 )
-                state.dirty = True
-                state.passed()  # items skipped by policy right after the last delivered one
+                delivered.dirty = True
+                delivered.passed()  # items skipped by policy right after the last delivered one
         batch = RecordBatch(out)
         self.delivered_records += len(batch)
         return batch
@@ -749,7 +758,7 @@ class Subscriber:
         *,
         on_error: ErrorHandler | None = None,
         per_batch: bool = False,
-    ) -> "Receiver":
+    ) -> Receiver:
         """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber)."""
         if self._receiver is not None and self._receiver.is_alive():
             raise ConfigError(
@@ -787,7 +796,7 @@ class Subscriber:
             if self._dead_letters is not None:
                 self._dead_letters.close()
 
-    def __enter__(self) -> "Subscriber":
+    def __enter__(self) -> Subscriber:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -846,7 +855,7 @@ class Receiver:
         while not self._stop.is_set():
             try:
                 batch = self._subscriber.poll(self._timeout_ms)
-            except Exception as exc:  # noqa: BLE001 - reported, then polling resumes
+            except Exception as exc:
                 if self._stop.is_set():
                     return
                 self._report(exc, None)
@@ -857,14 +866,14 @@ class Receiver:
             if self._per_batch:
                 try:
                     self._callback(batch)
-                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
+                except Exception as exc:
                     self._report(exc, None)
                 self.delivered += len(batch)
                 continue
             for record in batch:
                 try:
                     self._callback(record)
-                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
+                except Exception as exc:
                     self._report(exc, record)
                 self.delivered += 1
 
@@ -874,7 +883,7 @@ class Receiver:
             try:
                 self._on_error(error, record)
                 return
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.exception("the receiver's on_error handler raised")
         where = "" if record is None else f" at offset {record.offset} of lane {record.lane}"
         logger.error("receiver of stream %r: %s%s", self._subscriber.stream, error, where, exc_info=error)
@@ -888,7 +897,7 @@ class Receiver:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
-    def __enter__(self) -> "Receiver":
+    def __enter__(self) -> Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:

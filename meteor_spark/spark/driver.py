@@ -107,13 +107,13 @@ class DriverState:
                 result[(name, lane)] = (head, next_seq)
         return result
 
-    def view(self) -> "LaneView":
+    def view(self) -> LaneView:
         """Lane bounds and the group's confirmed offsets, read once for the batch being planned; ``partitions``
         of the same batch reuses them (``planned``)."""
         self._planned = LaneView(self.bounds(), self.confirmed_offsets())
         return self._planned
 
-    def planned(self) -> "LaneView":
+    def planned(self) -> LaneView:
         """The view ``latestOffset`` read for the batch it planned, else (a batch replayed after a restart, a
         second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
         planned, self._planned = self._planned, None
@@ -179,7 +179,7 @@ class DriverState:
         for name, member in self.members.items():
             try:
                 member.close()
-            except Exception:  # noqa: BLE001 - releasing is best effort; the lease expires anyway
+            except Exception:
                 logger.warning("could not release the group leases of stream %r; they expire on their own", name,
                                exc_info=True)
         if self.members:
@@ -230,7 +230,7 @@ class Once:
         return self._value
 
 
-def check_dead_letter_stream(grid: "Grid", options: SourceOptions) -> None:
+def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:
     """The dead-letter stream must exist when the query starts, not when the first corrupt item turns up."""
     name = options.corrupt.dead_letter_stream
     if name is None:
@@ -241,7 +241,7 @@ def check_dead_letter_stream(grid: "Grid", options: SourceOptions) -> None:
         raise StreamNotFoundError(f"option 'deadLetterStream': {exc}") from None
 
 
-def check_lanes(position: Position, option: str, infos: "dict[str, StreamInfo]") -> None:
+def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -> None:
     """Per-lane positions may name only lanes the stream has."""
     for stream, lanes in position.lanes.items():
         count = infos[stream].config.lanes

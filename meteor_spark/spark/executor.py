@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
@@ -70,7 +71,7 @@ class LaneRange(InputPartition):
     include_headers: bool = False
     fail_on_data_loss: bool = True
     first_offset: int | None = None
-    corrupt: CorruptItemPolicy = CorruptItemPolicy()
+    corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
 
     @property
     def items(self) -> int:
@@ -95,14 +96,14 @@ class LaneRanges(InputPartition):
 class ReadsLaneRanges:
     """``read()`` shared by the streaming and batch readers: runs on executors, depends only on the partition."""
 
-    def read(self, partition: InputPartition) -> Iterator["pyarrow.RecordBatch"]:
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         if isinstance(partition, LaneRange):
             return read_lane_ranges((partition,))
         assert isinstance(partition, LaneRanges)
         return read_lane_ranges(partition.ranges)
 
 
-def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBatch"]:
+def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatch]:
     """Read exactly the ring items of each range, in order, as Arrow record batches of up to ~64k rows.
 
     One prefetch thread reads ahead across range boundaries, so a task of several small ranges keeps the network
@@ -128,7 +129,7 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator["pyarrow.RecordBat
     pending_sequences: list[int] = []
     refused = _RefusedItems()
 
-    def convert(count: int) -> "pyarrow.RecordBatch | None":
+    def convert(count: int) -> pyarrow.RecordBatch | None:
         nonlocal first_offset
         assert part is not None
         items, sequences = pending_items[:count], pending_sequences[:count]
@@ -193,7 +194,7 @@ class _RefusedItems:
     ) -> tuple[list[bytes], list[int]]:
         good_items: list[bytes] = []
         good_sequences: list[int] = []
-        for item, sequence in zip(items, sequences):
+        for item, sequence in zip(items, sequences, strict=True):
             try:
                 decode_item(item, stream=part.stream, lane=part.lane, sequence=sequence)
             except FormatError as exc:
@@ -249,7 +250,7 @@ def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
                 if not hand_over(chunk):
                     return
             hand_over(done)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
+        except BaseException as exc:
             hand_over(exc)
 
     thread = threading.Thread(target=produce, name="meteor-read-prefetch", daemon=True)

@@ -21,8 +21,9 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from meteor_spark.admin import LaneLag
 from meteor_spark.errors import ConfigError, DataLossError
@@ -114,7 +115,7 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
     return LagReport(None if batch_id is None else int(batch_id), tuple(lanes), per_item)
 
 
-def count_records_behind(grid: "Grid", report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:
+def count_records_behind(grid: Grid, report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:
     """Exact records behind per (stream, lane), reading the unread items from the grid (at most ``max_items``
     per lane; lanes further behind, or already overwritten, are left out)."""
     counts: dict[tuple[str, int], int] = {}

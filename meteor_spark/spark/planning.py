@@ -11,10 +11,11 @@ task, because each Python task costs Spark ~0.1 s to start: four lanes on two co
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 from meteor_spark.spark.options import SourceOptions
 
@@ -66,7 +67,7 @@ def plan_partitions(
     parts = [1] * len(cut)
     if min_partitions and len(cut) < min_partitions:
         # Max-heap on items per part; ties go to the earlier piece, so the plan does not depend on heap internals.
-        heap = [(-(hi - lo), index) for index, (_, _, lo, hi) in enumerate(cut)]
+        heap: list[tuple[float, int]] = [(-(hi - lo), index) for index, (_, _, lo, hi) in enumerate(cut)]
         heapq.heapify(heap)
         total = len(cut)
         while total < min_partitions and heap:
@@ -78,10 +79,10 @@ def plan_partitions(
             total += 1
             heapq.heappush(heap, (-(size / parts[index]), index))
     pieces: list[Piece] = []
-    for (stream, lane, lo, hi), k in zip(cut, parts):
+    for (stream, lane, lo, hi), k in zip(cut, parts, strict=True):
         size = hi - lo
         bounds = [lo + (j * size) // k for j in range(k + 1)]
-        pieces.extend((stream, lane, a, b) for a, b in zip(bounds, bounds[1:]))
+        pieces.extend((stream, lane, a, b) for a, b in itertools.pairwise(bounds))
     return sorted(pieces)
 
 
@@ -138,7 +139,7 @@ def plan_tasks(
        Spark-side start-up: four lanes on two cores read faster as two tasks. Large ranges keep one task each.
     """
     explicit = min_partitions is not None
-    target = min_partitions if explicit else (cpus or default_partitions())
+    target = min_partitions if min_partitions is not None else (cpus or default_partitions())
     if max_partitions is not None:
         target = min(target, max_partitions)  # splitting beyond the cap would only be grouped back, scattered
     pieces = plan_partitions(

@@ -67,7 +67,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -182,7 +183,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         current = begin.as_dict()
         for key, (head, _) in bounds.items():
             current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
-        for (stream, lane), position in current.items():
+        for stream, lane in current:
             if stream in state.infos and (stream, lane) not in bounds:
                 raise ConfigError(
                     f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "

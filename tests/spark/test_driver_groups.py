@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
+from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
@@ -21,12 +23,11 @@ from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.spark import driver as driver_module
 from meteor_spark.spark import reader as reader_module
-from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.executor import LaneRanges
+from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.reader import MeteorStreamReader
 from meteor_spark.streams import StreamInfo
 from meteor_spark.testing import wait_until
-from spark_helpers import grid_options, make_stream, put_items, values_items
 
 LANES = 8
 
@@ -187,7 +188,7 @@ def test_the_driver_stands_by_takes_over_and_is_fenced_without_spark(
     # The holder stops (graceful handover): the standby takes the lanes and reads on from the group's position.
     _publish_one_item_per_lane(grid, info, "b")
     holder.stop()
-    state = standby._driver()  # noqa: SLF001 - the driver's group logic is what this test drives
+    state = standby._driver()
     wait_until(lambda: state.held(unique_name, 0) and state.held(unique_name, 1), 10, message="takeover")
     b_next = standby.latestOffset(b_end, ReadAllAvailable())
     assert _ranges(standby.partitions(b_end, b_next)) == {0: (1, 2), 1: (1, 2)}
