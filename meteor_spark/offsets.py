@@ -19,6 +19,7 @@ subscriber, the group machinery and the Spark reader all resolve it and none sho
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from meteor_spark.errors import ConfigError, GroupError
 
@@ -105,7 +106,7 @@ def resolve_initial(
     scheme: InitialOffsetScheme | str,
     grouped: bool,
     confirmed: int | None,
-    head_seq: int,
+    head_seq: int | Callable[[], int],
     next_seq: int,
     *,
     where: str = "",
@@ -126,7 +127,8 @@ def resolve_initial(
         grouped: whether the reader is a group member.
         confirmed: the group's confirmed offset for the lane (ignored when ungrouped).
         head_seq: the lane's oldest ring sequence the grid can serve (``reading.oldest_sequence``: the ring's head,
-            or lower on a grid that keeps history below it).
+            or lower on a grid that keeps history below it), or a function giving it, called only when EARLIEST
+            needs it (it costs a grid read); a sequence given as a number is checked against ``next_seq``.
         next_seq: the lane's next ring sequence (tail + 1); equal to ``head_seq`` when the lane is empty.
         where: names the lane in error messages, e.g. ``"stream 'orders' lane 2 of group 'billing'"``.
 
@@ -135,14 +137,14 @@ def resolve_initial(
         GroupError: NONE for a group with no confirmed offset on that lane.
     """
     concrete = InitialOffsetScheme.parse(scheme).concrete(grouped)
-    if not 0 <= head_seq <= next_seq:
+    if not callable(head_seq) and not 0 <= head_seq <= next_seq:
         raise ConfigError(
             f"lane bounds head_seq={head_seq}, next_seq={next_seq} are invalid{_at(where)}: need 0 <= head <= next"
         )
     if grouped and confirmed is not None:
         return confirmed
     if concrete is InitialOffsetScheme.EARLIEST:
-        return first_offset_of(head_seq)
+        return first_offset_of(head_seq() if callable(head_seq) else head_seq)
     if concrete is InitialOffsetScheme.LATEST:
         return first_offset_of(next_seq)
     if not grouped:

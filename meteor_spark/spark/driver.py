@@ -15,6 +15,7 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,7 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.groups import GroupMember, default_member_id
+from meteor_spark.offsets import InitialOffsetScheme
 from meteor_spark.reading import oldest_sequence
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.offsets import SparkOffset
@@ -255,7 +257,7 @@ def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -
 
 def resolve_position(
     position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None,
-    oldest: Any,
+    oldest: Callable[[], int],
 ) -> int:
     """The ring sequence a symbolic or per-lane position means for one lane. ``oldest()`` gives the oldest sequence
     the grid can serve (called only when needed: it costs a grid read).
@@ -264,9 +266,9 @@ def resolve_position(
         OffsetOutOfRangeError: a per-lane position past the lane's end.
     """
     if position.spec is OffsetSpec.EARLIEST:
-        return oldest()
+        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
     if position.spec is OffsetSpec.LATEST:
-        return next_seq
+        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
     if position.spec is OffsetSpec.GROUP:
         raise GroupError(
             f"startingOffsets=group: group {group!r} has no confirmed offset for stream {stream!r} lane {lane}; "
@@ -281,9 +283,9 @@ def resolve_position(
         )
     sequence = lanes[lane]
     if sequence == EARLIEST_SENTINEL:
-        return oldest()
+        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
     if sequence == LATEST_SENTINEL:
-        return next_seq
+        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
     if sequence > next_seq:
         raise OffsetOutOfRangeError(
             stream, lane, sequence, oldest(), next_seq, unit="sequence",
@@ -291,3 +293,10 @@ def resolve_position(
                  f"(earliest) / -1 (latest).",
         )
     return sequence
+
+
+def _initial(scheme: InitialOffsetScheme, stream: str, lane: int, oldest: Callable[[], int], next_seq: int) -> int:
+    """The ring sequence ``earliest`` / ``latest`` means for one lane, by the one resolver the core uses too."""
+    where = f"stream {stream!r} lane {lane}"
+    offset = record_offsets.resolve_initial(scheme, False, None, oldest, next_seq, where=where)
+    return record_offsets.sequence_of(offset)

@@ -65,6 +65,7 @@ Corrupt items (``onCorrupt`` / ``deadLetterStream``): handled by the task that m
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -154,7 +155,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 continue
             start[(stream, lane)] = resolve_position(
                 self.options.starting, "startingOffsets", stream, lane, head, next_seq, group=self.options.group,
-                oldest=lambda s=stream, n=lane: state.oldest(s, n),
+                oldest=functools.partial(state.oldest, stream, lane),
             )
         offset = SparkOffset.of(by_stream(start))
         state.initial = offset
