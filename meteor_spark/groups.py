@@ -58,7 +58,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from meteor_spark.admin import (
     GroupSummary,
@@ -82,6 +81,7 @@ from meteor_spark.errors import (
     NotAssignedError,
     unknown_option,
 )
+from meteor_spark.grid import Grid, GridMap
 from meteor_spark.group_store import (
     GROUP_FORMAT,
     LEASES_MAP,
@@ -98,10 +98,7 @@ from meteor_spark.group_store import (
 )
 from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import InitialOffsetScheme, resolve_initial
-
-if TYPE_CHECKING:  # pragma: no cover
-    from meteor_spark.grid import Grid, GridMap
-    from meteor_spark.streams import StreamInfo
+from meteor_spark.streams import StreamInfo
 
 __all__ = [
     "GROUP_FORMAT", "LEASES_MAP", "MEMBERS_MAP", "OFFSETS_MAP", "WANTS", "Assignment", "ConfirmedOffset",

@@ -69,6 +69,7 @@ from meteor_spark.offsets import (
     resolve_initial,
     sequence_of,
 )
+from meteor_spark.publisher import Publisher
 from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch, decode_item
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
@@ -809,8 +810,6 @@ class Subscriber:
 
 def _dead_letter_publisher(grid: Grid, name: str) -> Any:
     """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
-    from meteor_spark.publisher import Publisher
-
     try:
         return Publisher(grid, name)
     except StreamNotFoundError:

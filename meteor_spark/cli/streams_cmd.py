@@ -159,8 +159,9 @@ def run_delete(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 out("nothing deleted")
                 return EXIT_FAILURE
-        delete_stream(grid, args.stream)
-        # A stream re-created under this name must not inherit the old groups' leases and offsets.
+        # A stream re-created under this name must not inherit the old groups' leases and offsets: forgotten here
+        # first to count them (delete_stream forgets them too, for callers outside the CLI).
         forgotten = forget_groups(grid, args.stream)
+        delete_stream(grid, args.stream)
     out(f"stream {args.stream!r} deleted" + (f" with its group state ({forgotten} entries)" if forgotten else ""))
     return EXIT_OK
