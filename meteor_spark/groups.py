@@ -505,7 +505,7 @@ class GroupMember:
                         self._settings.renew_every_ms, self.lease_ms, exc,
                     )
                 failing = True
-            except Exception:
+            except Exception:  # the renewal thread must survive anything, it IS the liveness
                 logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
 
     def _tick(self) -> None:
@@ -676,5 +676,5 @@ class GroupMember:
             return
         try:
             self._on_change(assignment)
-        except Exception:
+        except Exception:  # an owner's bug must not stop renewals (that would lose every lane)
             logger.exception("on_change callback of group member %r failed", self.member_id)

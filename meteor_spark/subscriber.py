@@ -854,7 +854,7 @@ class Receiver:
         while not self._stop.is_set():
             try:
                 batch = self._subscriber.poll(self._timeout_ms)
-            except Exception as exc:
+            except Exception as exc:  # reported, then polling resumes
                 if self._stop.is_set():
                     return
                 self._report(exc, None)
@@ -865,14 +865,14 @@ class Receiver:
             if self._per_batch:
                 try:
                     self._callback(batch)
-                except Exception as exc:
+                except Exception as exc:  # a callback error never ends the receiver
                     self._report(exc, None)
                 self.delivered += len(batch)
                 continue
             for record in batch:
                 try:
                     self._callback(record)
-                except Exception as exc:
+                except Exception as exc:  # a callback error never ends the receiver
                     self._report(exc, record)
                 self.delivered += 1
 

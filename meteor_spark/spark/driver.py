@@ -181,7 +181,7 @@ class DriverState:
         for name, member in self.members.items():
             try:
                 member.close()
-            except Exception:
+            except Exception:  # releasing is best effort; the lease expires anyway
                 logger.warning("could not release the group leases of stream %r; they expire on their own", name,
                                exc_info=True)
         if self.members:

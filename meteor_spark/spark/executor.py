@@ -250,7 +250,7 @@ def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
                 if not hand_over(chunk):
                     return
             hand_over(done)
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the consuming thread
             hand_over(exc)
 
     thread = threading.Thread(target=produce, name="meteor-read-prefetch", daemon=True)

@@ -200,13 +200,13 @@ def own_grid(grid_settings: GridSettings) -> Iterator[Connect]:
     for client in clients:
         try:
             client.close()
-        except Exception:
+        except Exception:  # already shut down by the test
             pass
 
 
 def freeze(member: GroupMember) -> None:
     """Stop the member's renewal thread, leaving the object usable: a holder frozen by a GC pause or partition."""
-    member._stop.set()
+    member._stop.set()  # simulating a crash of the thread is what this helper is for
     assert member._thread is not None
     member._thread.join(timeout=10)
 
@@ -341,7 +341,7 @@ def test_on_change_lets_the_owner_confirm_before_a_lane_is_given_up(stream4: Str
             try:
                 a_box[0].confirm(lane, make_offset(100 + lane, 0))  # still held while on_change runs
                 given_up.append(lane)
-            except BaseException as exc:
+            except BaseException as exc:  # recorded for the assertion
                 errors.append(exc)
 
     a = members(stream4, "g", "m-a", on_change=on_change)
