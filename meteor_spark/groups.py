@@ -4,43 +4,23 @@ A group reads a stream exclusively per lane: at most one member holds a lane's l
 may move the lane's confirmed offset. Lanes are spread evenly over the group's live members and move when a member
 joins, leaves (``close``) or dies (stops renewing).
 
-Grid layout (three maps shared by every stream and group; keys and values are canonical JSON text, compact with
-sorted keys, because the grid's compare-and-set compares bytes):
-
-``meteor.group.leases``
-    key ``["<stream>","<group>",<lane>]`` -> a lease (``meteor_spark.leases.Lease``)::
-
-        {"beat":7,"epoch":3,"holder":"host-4711-1a2b3c4d","lease_ms":5000,"renewed_ms":1700000000000,"v":1}
-
-    Releasing writes ``"holder":null`` and keeps the epoch, so epochs are never reused.
-``meteor.group.offsets``
-    key ``["<stream>","<group>",<lane>]`` -> the lane's confirmed offset and the fencing epoch::
-
-        {"by":"host-4711-1a2b3c4d","epoch":3,"offset":1245184,"updated_ms":1700000000000,"v":1}
-
-    ``offset`` is a record offset (``sequence << 16 | index``) meaning "the next record to read"; it is null when
-    the lane was assigned but never confirmed.
-``meteor.group.members``
-    key ``["<stream>","<group>","<member id>"]`` -> a heartbeat, rewritten every renewal period with a TTL of two
-    lease periods (so dead members disappear by themselves)::
-
-        {"beat":12,"host":"worker-3","lease_ms":5000,"member":"worker-3-4711-1a2b3c4d","pid":4711,
-         "renewed_ms":1700000000000,"v":1,"want":"balanced"}
-
 The protocol:
 
 - **Acquire**: ``put_if_absent`` on a missing lease, or ``replace_if_same`` on the exact bytes of a vacant or
   expired one, with ``epoch + 1``. Then the new holder **fences** the lane: it compare-and-sets the offsets entry to
   carry its epoch (keeping the offset). Only after that is the lane part of the member's ``assignment()``, and the
   offset it reads from then on can no longer be moved by anyone with an older epoch.
-- **Confirm / seek**: the lease must still name this member with its epoch, and the offsets entry is
-  compare-and-set only while its stored epoch is not greater than ours. A deposed holder therefore always gets
-  ``FencedError`` and the offset stays where the new holder found it, even while the deposed one still believes
-  its lease is live, and also after it noticed (a lane lost to another member stays fenced, it does not become
-  "not assigned"). A reader passes the epoch its records were read under, so records read before a lane was lost
-  are never confirmed under a later epoch of the same member (one that got the lane back). A confirm below the stored offset is **ignored** (logged at debug level): late, out-of-order
-  confirms from several threads are normal in at-least-once processing and must not move the group back. ``seek``
-  is the explicit way back.
+- **Confirm / seek**: the offsets entry is compare-and-set, from the exact text this member fenced or last wrote,
+  only while its stored epoch is not greater than ours. A newer holder stamps its epoch on the entry before it
+  reads the offset, so once it has, a deposed holder always gets ``FencedError`` and the offset stays where the
+  new holder found it, even while the deposed one still believes its lease is live, and also after it noticed (a
+  lane lost to another member stays fenced, it does not become "not assigned"). The lease is not read first: that
+  read would cost a round trip per confirm and prove nothing, since a takeover can follow it at once; the CAS is
+  what fences. A reader passes the epoch its records were read under, so records read before a lane was lost are
+  never confirmed under a later epoch of the same member (one that got the lane back). A confirm below the stored
+  offset is **ignored** (logged at debug level, without a grid call): late, out-of-order confirms from several
+  threads are normal in at-least-once processing and must not move the group back. ``seek`` is the explicit way
+  back.
 - **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
   ``renew_every_ms`` (default ``lease_ms / 3``).
 - **Expiry and clocks**: see ``meteor_spark.leases``. In short, safety (no two holders moving an offset) rests only
@@ -49,7 +29,8 @@ The protocol:
 - **Liveness** is the member's background thread: a member is alive while that thread renews its heartbeat and
   leases, and until ``close()``. A process that stops reading but keeps the thread running keeps its lanes;
   a process that dies (or is SIGKILLed) loses them one lease period after an observer last saw them renewed.
-  Owners re-validate with ``is_current(lane)`` before delivering records.
+  Owners re-validate with ``is_current(lane)`` before delivering records: the member's own judgement (renewed
+  within a lease period by its monotonic clock, thread alive), which ends before any observer can take the lane.
 - **Balancing**: every member computes the same target from the sorted ids of the live ``want="balanced"``
   members: lane ``i`` goes to member ``i mod n`` (4 lanes over 3 members -> 2/1/1). A member releases the lanes it
   should no longer hold (calling ``on_change`` first so its owner can confirm what it read) and takes the free or
@@ -61,22 +42,36 @@ Costs per member and renewal period: one heartbeat write, one scan of the member
 members are in it), one ``get_all`` of the group's lane leases and one CAS per held lane. A member waiting for
 lanes (a standby, or a joiner while the holders give lanes up) also reads just those leases every 200 ms, so a
 released lane changes hands within about 200 ms; a dead holder's lanes move one lease period after they were last
-seen renewed.
+seen renewed. Moving an offset costs one CAS (none when it does not move); ``is_current`` costs nothing.
+
+Stored values and keys: ``meteor_spark.group_store``; tools acting from outside a group (state, lag, seek,
+forget): ``meteor_spark.admin`` (their names stay importable from here).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from meteor_spark.admin import (
+    GroupSummary,
+    LaneLag,
+    LaneState,
+    MemberState,
+    forget_groups,
+    group_members,
+    group_state,
+    lag,
+    lag_report,
+    list_groups,
+    seek_group,
+)
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -84,241 +79,40 @@ from meteor_spark.errors import (
     GridError,
     GroupError,
     NotAssignedError,
-    OffsetOutOfRangeError,
     unknown_option,
 )
-from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, canonical, decode_entry, wall_ms
-from meteor_spark.offsets import InitialOffsetScheme, first_offset_of, index_of, sequence_of
+from meteor_spark.grid import Grid, GridMap
+from meteor_spark.group_store import (
+    GROUP_FORMAT,
+    LEASES_MAP,
+    MAX_CAS_ATTEMPTS,
+    MEMBERS_MAP,
+    OFFSETS_MAP,
+    Assignment,
+    ConfirmedOffset,
+    MemberEntry,
+    lane_key,
+    member_key,
+    parse_key,
+    read_offset,
+)
+from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
+from meteor_spark.offsets import InitialOffsetScheme, resolve_initial
+from meteor_spark.streams import StreamInfo
 
-if TYPE_CHECKING:  # pragma: no cover
-    from meteor_spark.grid import Grid, GridMap
-    from meteor_spark.streams import StreamInfo
+__all__ = [
+    "GROUP_FORMAT", "LEASES_MAP", "MEMBERS_MAP", "OFFSETS_MAP", "WANTS", "Assignment", "ConfirmedOffset",
+    "GroupMember", "GroupSummary", "LaneLag", "LaneState", "MemberEntry", "MemberState", "balance",
+    "default_member_id", "forget_groups", "group_members", "group_state", "lag", "lag_report", "lane_key",
+    "list_groups", "member_key", "resolve_initial", "seek_group",
+]
 
 logger = logging.getLogger(__name__)
-
-LEASES_MAP = "meteor.group.leases"
-OFFSETS_MAP = "meteor.group.offsets"
-MEMBERS_MAP = "meteor.group.members"
-
-#: Version of the offsets and member value layouts.
-GROUP_FORMAT = 1
 
 WANTS = ("balanced", "all")
 
 #: How often a member that waits for lanes (standby, or a rebalance in progress) looks at just those leases.
 _PROBE_EVERY_S = 0.2
-
-#: A CAS loop that keeps losing to writers is bounded; only concurrent confirms of one member can make it spin.
-_MAX_CAS_ATTEMPTS = 100
-
-
-def lane_key(stream: str, group: str, lane: int) -> str:
-    """Key of a lane's lease and confirmed offset."""
-    return canonical([stream, group, lane])
-
-
-def member_key(stream: str, group: str, member_id: str) -> str:
-    """Key of a member's heartbeat."""
-    return canonical([stream, group, member_id])
-
-
-def _parse_key(key: str) -> tuple[str, str, Any] | None:
-    try:
-        parts = json.loads(key)
-    except ValueError:
-        return None
-    if isinstance(parts, list) and len(parts) == 3 and isinstance(parts[0], str) and isinstance(parts[1], str):
-        return parts[0], parts[1], parts[2]
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True, eq=False)
-class Assignment(Mapping[int, int]):
-    """The lanes a member holds, as ``{lane: epoch}`` (read-only, hashable, equal to an equal dict).
-
-    Examples:
-        >>> a = Assignment.of({2: 7, 0: 3})
-        >>> sorted(a), a[2], 1 in a, a == {0: 3, 2: 7}
-        ([0, 2], 7, False, True)
-    """
-
-    epochs: tuple[tuple[int, int], ...] = ()
-
-    @classmethod
-    def of(cls, epochs: Mapping[int, int]) -> "Assignment":
-        return cls(tuple(sorted(epochs.items())))
-
-    @property
-    def lanes(self) -> frozenset[int]:
-        return frozenset(lane for lane, _ in self.epochs)
-
-    def __getitem__(self, lane: int) -> int:
-        for held_lane, epoch in self.epochs:
-            if held_lane == lane:
-                return epoch
-        raise KeyError(lane)
-
-    def __iter__(self) -> Iterator[int]:
-        return (lane for lane, _ in self.epochs)
-
-    def __len__(self) -> int:
-        return len(self.epochs)
-
-    def __hash__(self) -> int:
-        return hash(self.epochs)
-
-    def __repr__(self) -> str:
-        return f"Assignment({dict(self.epochs)})"
-
-
-@dataclass(frozen=True)
-class ConfirmedOffset:
-    """A lane's stored confirmed offset.
-
-    Attributes:
-        epoch: the fencing epoch of the last holder that wrote (or fenced) the entry.
-        offset: the next record to read, or None when never confirmed.
-        by: member id of the last writer.
-        updated_ms: the writer's wall clock at the last write (display only).
-    """
-
-    epoch: int
-    offset: int | None
-    by: str | None = None
-    updated_ms: int = 0
-
-    def encode(self) -> str:
-        return canonical(
-            {"v": GROUP_FORMAT, "epoch": self.epoch, "offset": self.offset, "by": self.by,
-             "updated_ms": self.updated_ms}
-        )
-
-    @classmethod
-    def decode(cls, text: str, where: str) -> "ConfirmedOffset":
-        return decode_entry(text, f"confirmed offset {where}", "offset entry", "group", GROUP_FORMAT, cls._build)
-
-    @classmethod
-    def _build(cls, raw: dict[str, Any]) -> "ConfirmedOffset":
-        offset = raw["offset"]
-        return cls(
-            epoch=int(raw["epoch"]),
-            offset=None if offset is None else int(offset),
-            by=raw.get("by"),
-            updated_ms=int(raw.get("updated_ms", 0)),
-        )
-
-
-@dataclass(frozen=True)
-class MemberEntry:
-    """A member's heartbeat value."""
-
-    member: str
-    want: str
-    beat: int
-    lease_ms: int
-    renewed_ms: int
-    host: str
-    pid: int
-
-    def encode(self) -> str:
-        return canonical(
-            {"v": GROUP_FORMAT, "member": self.member, "want": self.want, "beat": self.beat,
-             "lease_ms": self.lease_ms, "renewed_ms": self.renewed_ms, "host": self.host, "pid": self.pid}
-        )
-
-    @classmethod
-    def decode(cls, text: str, where: str) -> "MemberEntry":
-        return decode_entry(text, f"group member entry {where}", "heartbeat", "group", GROUP_FORMAT, cls._build)
-
-    @classmethod
-    def _build(cls, raw: dict[str, Any]) -> "MemberEntry":
-        return cls(
-            member=str(raw["member"]),
-            want=str(raw["want"]),
-            beat=int(raw["beat"]),
-            lease_ms=int(raw["lease_ms"]),
-            renewed_ms=int(raw.get("renewed_ms", 0)),
-            host=str(raw.get("host", "")),
-            pid=int(raw.get("pid", 0)),
-        )
-
-
-@dataclass(frozen=True)
-class LaneState:
-    """What tools show for one lane of a group.
-
-    Attributes:
-        lane: lane number.
-        holder: member id holding the lease, or None when vacant.
-        epoch: current fencing epoch (0 when the lane was never assigned).
-        lease_expires_ms: wall-clock ms at which the lease runs out unless renewed, by the holder's clock (an
-            estimate for display; expiry is decided by observed non-renewal), None when vacant.
-        confirmed: the confirmed offset (next record to read), None when never confirmed.
-    """
-
-    lane: int
-    holder: str | None
-    epoch: int
-    lease_expires_ms: int | None
-    confirmed: int | None
-
-
-@dataclass(frozen=True)
-class MemberState:
-    """A member's last heartbeat, for tools."""
-
-    member: str
-    want: str
-    host: str
-    pid: int
-    renewed_ms: int
-    lease_ms: int
-
-
-@dataclass(frozen=True)
-class LaneLag:
-    """How far a group is behind on one lane.
-
-    Attributes:
-        lane: lane number.
-        confirmed: the group's confirmed offset, None when never confirmed (then nothing else is computed).
-        next_sequence: the lane's next ring sequence (tail + 1).
-        items: ring items not yet fully read (the item holding the confirmed offset counts when partly read).
-        records: records not yet read, when counted (``count_records=True`` and at most ``max_items`` items
-            behind, none lost); else None. Undecodable items count as 0 records (see ``corrupt_items``).
-        lost_items: items behind that the grid can no longer serve (overwritten, or quarantined on a persistent
-            member): the group will hit DataLossError there.
-        past_end: the confirmed offset lies past the lane's end (the stream was re-created, the lane truncated or
-            the grid restarted without persistence); the group's members get OffsetOutOfRangeError until the lane
-            is sought. ``items`` and ``records`` are None then.
-        corrupt_items: undecodable items among those counted (counted as 0 records).
-    """
-
-    lane: int
-    confirmed: int | None
-    next_sequence: int
-    items: int | None
-    records: int | None = None
-    lost_items: int = 0
-    past_end: bool = False
-    corrupt_items: int = 0
-
-
-@dataclass(frozen=True)
-class GroupSummary:
-    """One group of one stream, as ``list_groups`` finds it."""
-
-    stream: str
-    group: str
-    members: int
-    held_lanes: int
-    confirmed_lanes: int
-
-
-# ---------------------------------------------------------------------------------------------------- pure parts
 
 
 def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
@@ -330,68 +124,6 @@ def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
     """
     ordered = sorted(set(members))
     return {member: frozenset(range(i, lanes, len(ordered))) for i, member in enumerate(ordered)}
-
-
-def resolve_initial(
-    scheme: InitialOffsetScheme | str,
-    grouped: bool,
-    confirmed: int | None,
-    head_seq: int,
-    next_seq: int,
-    *,
-    where: str = "",
-) -> int:
-    """The offset to start reading a lane at (the Meteor README table, with the original's bugs fixed).
-
-    ========  =====================================  ======================================================
-    scheme    ungrouped                              grouped
-    ========  =====================================  ======================================================
-    EARLIEST  oldest record the grid can serve       confirmed offset if any, else oldest record available
-    LATEST    end of the lane (only new records)     confirmed offset if any, else end of the lane
-    NONE      ConfigError (needs a group)            confirmed offset; GroupError when none is stored
-    AUTO      LATEST                                 EARLIEST
-    ========  =====================================  ======================================================
-
-    Args:
-        scheme: the scheme, as the enum or its name.
-        grouped: whether the reader is a group member.
-        confirmed: the group's confirmed offset for the lane (ignored when ungrouped).
-        head_seq: the lane's oldest ring sequence the grid can serve (``reading.oldest_sequence``: the ring's head,
-            or lower on a grid that keeps history below it).
-        next_seq: the lane's next ring sequence (tail + 1); equal to ``head_seq`` when the lane is empty.
-        where: names the lane in error messages, e.g. ``"stream 'orders' lane 2 of group 'billing'"``.
-
-    Raises:
-        ConfigError: NONE for an ungrouped reader, or lane bounds that make no sense.
-        GroupError: NONE for a group with no confirmed offset on that lane.
-    """
-    concrete = InitialOffsetScheme.parse(scheme).concrete(grouped)
-    if not 0 <= head_seq <= next_seq:
-        raise ConfigError(
-            f"lane bounds head_seq={head_seq}, next_seq={next_seq} are invalid{_at(where)}: need 0 <= head <= next"
-        )
-    if grouped and confirmed is not None:
-        return confirmed
-    if concrete is InitialOffsetScheme.EARLIEST:
-        return first_offset_of(head_seq)
-    if concrete is InitialOffsetScheme.LATEST:
-        return first_offset_of(next_seq)
-    if not grouped:
-        raise ConfigError(
-            f"initial offset scheme NONE needs a group{_at(where)}: an ungrouped subscriber has no stored offset "
-            f"to start from; use EARLIEST or LATEST, or give the subscriber a group"
-        )
-    raise GroupError(
-        f"initial offset scheme NONE{_at(where)}: the group has no confirmed offset for this lane; confirm or "
-        f"seek an offset for the group first, or use EARLIEST or LATEST"
-    )
-
-
-def _at(where: str) -> str:
-    return f" ({where})" if where else ""
-
-
-# ---------------------------------------------------------------------------------------------------- the member
 
 
 def default_member_id() -> str:
@@ -410,7 +142,7 @@ class _Settings:
     @classmethod
     def parse(
         cls, group: str, member_id: str | None, lease_ms: int, renew_every_ms: int | None, want: str
-    ) -> "_Settings":
+    ) -> _Settings:
         if not isinstance(group, str) or not group:
             raise ConfigError(f"group {group!r} is not a group name; give a non-empty string")
         if member_id is not None and (not isinstance(member_id, str) or not member_id):
@@ -456,8 +188,8 @@ class GroupMember:
 
     def __init__(
         self,
-        grid: "Grid",
-        info: "StreamInfo",
+        grid: Grid,
+        info: StreamInfo,
         group: str,
         *,
         member_id: str | None = None,
@@ -561,7 +293,7 @@ class GroupMember:
             logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
         logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
 
-    def __enter__(self) -> "GroupMember":
+    def __enter__(self) -> GroupMember:
         self.start()
         return self
 
@@ -571,27 +303,51 @@ class GroupMember:
     # -- queries ------------------------------------------------------------------------------------------------
 
     def assignment(self) -> Assignment:
-        """The lanes held now, ``{lane: epoch}`` (local view; ``is_current`` re-checks one lane in the grid)."""
+        """The lanes held now, ``{lane: epoch}`` (local view, kept by the background renewal)."""
         with self._lock:
             return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
 
     def is_current(self, lane: int) -> bool:
-        """True when this member still holds ``lane``: in the grid (same holder and epoch), renewed within a lease
-        period by this process's monotonic clock, background thread alive, not closed. Check before delivering."""
+        """True when this member still holds ``lane`` by its own judgement: renewed within a lease period by this
+        process's monotonic clock, background thread alive, not closed. Check before delivering.
+
+        No grid read: the background renewal compare-and-sets every held lease each period and drops a lane the
+        moment a renewal fails, and the holder's lease ends locally before any observer can take it over
+        (``meteor_spark.leases``). Safety does not rest on this check: a deposed holder's confirm is fenced."""
         with self._lock:
             held = self._held.get(lane)
         if held is None or self._closed or self._thread is None or not self._thread.is_alive():
             return False
-        if not held.live_locally(time.monotonic()):
-            return False
-        _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
-        return lease is not None and lease.holder == self.member_id and lease.epoch == held.lease.epoch
+        return held.live_locally(time.monotonic())
 
     def confirmed(self, lane: int) -> int | None:
         """The group's confirmed offset of ``lane`` (the next record to read), None when never confirmed."""
         self._check_lane(lane)
-        stored = _read_offset(self._offsets, self.stream, self.group, lane)
+        stored = read_offset(self._offsets, self.stream, self.group, lane)
         return None if stored is None else stored.offset
+
+    def known_offsets(self, lanes: Sequence[int] | range | None = None) -> dict[int, int | None]:
+        """The confirmed offsets of ``lanes`` (default: all), at most one grid call.
+
+        A held lane's offset is the one this member fenced or last wrote: only the holder moves it, so it is
+        taken from memory. The others (held by other members, or vacant) are read with one ``get_all``.
+        """
+        wanted = range(self.lanes) if lanes is None else lanes
+        for lane in wanted:
+            self._check_lane(lane)
+        with self._lock:
+            texts = {lane: self._offset_texts[lane] for lane in wanted if lane in self._offset_texts}
+        missing = [lane for lane in wanted if lane not in texts]
+        if missing:
+            keys = {lane: lane_key(self.stream, self.group, lane) for lane in missing}
+            stored = self._offsets.get_all(list(keys.values()))
+            texts.update({lane: stored[key] for lane, key in keys.items() if key in stored})
+        out: dict[int, int | None] = {}
+        for lane in wanted:
+            text = texts.get(lane)
+            where = f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}"
+            out[lane] = None if text is None else ConfirmedOffset.decode(text, where).offset
+        return out
 
     def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
         """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
@@ -649,26 +405,24 @@ class GroupMember:
             raise self._fenced(what, lane, offset, deposed, lease.holder if lease else None,
                                lease.epoch if lease else None)
         epoch = self._epoch_of(lane)
-        _, lease = self._leases.read(key)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
-        if lease is None or lease.holder != self.member_id or lease.epoch != epoch:
-            raise self._fenced(what, lane, offset, epoch, lease.holder if lease else None,
-                               lease.epoch if lease else None)
+        # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
+        # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
+        # lease beforehand would cost a round trip and still race with a takeover right after it.
         where = f"{key} in map {OFFSETS_MAP!r}"
-        # The text this member last wrote is almost always still the stored one: CAS against it directly and
-        # read the entry only when that fails (saves a round trip per confirm).
+        # The text this member last wrote (or fenced) is almost always still the stored one: CAS against it
+        # directly and read the entry only when that fails.
         with self._lock:
             text = self._offset_texts.get(lane)
-        for _ in range(_MAX_CAS_ATTEMPTS):
+        for _ in range(MAX_CAS_ATTEMPTS):
             if text is None:
                 text = self._offsets.get(key)
             new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms()).encode()
             if text is None:
-                if self._offsets.put_if_absent(key, new) is None:
-                    self._remember_offset_text(lane, new)
-                    return
-                continue
+                # The holder fenced the entry when it took the lane, so it only goes missing when the group was
+                # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
+                raise self._fenced(what, lane, offset, epoch, None, None)
             stored = ConfirmedOffset.decode(text, where)
             if stored.epoch > epoch:
                 raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
@@ -684,7 +438,7 @@ class GroupMember:
                 return
             text = None
         raise GroupError(
-            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {_MAX_CAS_ATTEMPTS} times "
+            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
             f"in a row to concurrent writers; confirm from one thread per lane"
         )
 
@@ -751,7 +505,7 @@ class GroupMember:
                         self._settings.renew_every_ms, self.lease_ms, exc,
                     )
                 failing = True
-            except Exception:  # noqa: BLE001 - the renewal thread must survive anything, it IS the liveness
+            except Exception:  # the renewal thread must survive anything, it IS the liveness
                 logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
 
     def _tick(self) -> None:
@@ -821,7 +575,7 @@ class GroupMember:
         live: dict[str, MemberEntry] = {}
         seen: set[str] = set()
         for key, text in self._members.entries().items():
-            parsed = _parse_key(key)
+            parsed = parse_key(key)
             if parsed is None or parsed[0] != self.stream or parsed[1] != self.group:
                 continue
             seen.add(key)
@@ -874,7 +628,7 @@ class GroupMember:
                 return  # a live holder gives the lane up itself; never steal it
         floor = 0
         if lease is None:
-            stored = _read_offset(self._offsets, self.stream, self.group, lane)
+            stored = read_offset(self._offsets, self.stream, self.group, lane)
             floor = 0 if stored is None else stored.epoch
         held = self._leases.acquire(key, self.member_id, self.lease_ms, text, lease, floor)
         if held is None:
@@ -897,7 +651,7 @@ class GroupMember:
         """Stamp our epoch on the lane's offsets entry, keeping the offset; returns the stored text, or None when
         a newer epoch is there."""
         where = f"{key} in map {OFFSETS_MAP!r}"
-        for _ in range(_MAX_CAS_ATTEMPTS):
+        for _ in range(MAX_CAS_ATTEMPTS):
             text = self._offsets.get(key)
             if text is None:
                 fenced = ConfirmedOffset(epoch, None, self.member_id, wall_ms()).encode()
@@ -922,194 +676,5 @@ class GroupMember:
             return
         try:
             self._on_change(assignment)
-        except Exception:  # noqa: BLE001 - an owner's bug must not stop renewals (that would lose every lane)
+        except Exception:  # an owner's bug must not stop renewals (that would lose every lane)
             logger.exception("on_change callback of group member %r failed", self.member_id)
-
-
-# ---------------------------------------------------------------------------------------------------- tools
-
-
-def _read_offset(offsets: "GridMap", stream: str, group: str, lane: int) -> ConfirmedOffset | None:
-    key = lane_key(stream, group, lane)
-    text = offsets.get(key)
-    return None if text is None else ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-
-
-def group_state(grid: "Grid", info: "StreamInfo", group: str) -> list[LaneState]:
-    """Holder, epoch, lease expiry estimate and confirmed offset of every lane of ``group`` on ``info``'s stream."""
-    stream = info.config.name
-    keys = [lane_key(stream, group, lane) for lane in range(info.config.lanes)]
-    leases = grid.map(LEASES_MAP).get_all(keys)
-    offsets = grid.map(OFFSETS_MAP).get_all(keys)
-    states = []
-    for lane, key in enumerate(keys):
-        lease = Lease.decode(leases[key], f"{key} in map {LEASES_MAP!r}") if key in leases else None
-        stored = ConfirmedOffset.decode(offsets[key], f"{key} in map {OFFSETS_MAP!r}") if key in offsets else None
-        holder = None if lease is None else lease.holder
-        epoch = max(lease.epoch if lease else 0, stored.epoch if stored else 0)
-        expires = None if lease is None or holder is None else lease.renewed_ms + lease.lease_ms
-        states.append(LaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
-    return states
-
-
-def group_members(grid: "Grid", info: "StreamInfo", group: str) -> list[MemberState]:
-    """The heartbeats of ``group``'s members on ``info``'s stream (members that stopped renewing drop out after
-    two lease periods)."""
-    stream = info.config.name
-    members = []
-    for key, text in grid.map(MEMBERS_MAP).entries().items():
-        parsed = _parse_key(key)
-        if parsed is None or parsed[0] != stream or parsed[1] != group:
-            continue
-        entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
-        members.append(MemberState(entry.member, entry.want, entry.host, entry.pid, entry.renewed_ms, entry.lease_ms))
-    return sorted(members, key=lambda m: m.member)
-
-
-def lag(grid: "Grid", info: "StreamInfo", group: str) -> dict[int, int]:
-    """Ring items each lane of ``group`` still has to read, from offsets (lanes never confirmed, and lanes whose
-    confirmed offset lies past their end, are left out; ``lag_report`` says which).
-
-    The item holding the confirmed offset counts while partly read. For record counts use ``lag_report``.
-    """
-    return {entry.lane: entry.items for entry in lag_report(grid, info, group) if entry.items is not None}
-
-
-def lag_report(
-    grid: "Grid", info: "StreamInfo", group: str, *, count_records: bool = False, max_items: int = 1000
-) -> list[LaneLag]:
-    """Per-lane lag of ``group``: items behind, items already overwritten, and records behind when counted.
-
-    Counting records reads the unread items (at most ``max_items`` per lane) and their batch headers; it never
-    multiplies items by an average. Items below the ring's head that the grid still serves (a persistent member,
-    a RingbufferStore) are behind, not lost.
-    """
-    from meteor_spark.reading import oldest_sequence, tally_records
-    from meteor_spark.streams import lane_bounds
-
-    bounds = lane_bounds(grid, info)
-    offsets = grid.map(OFFSETS_MAP)
-    report = []
-    for lane in range(info.config.lanes):
-        head, next_seq = bounds[lane]
-        stored = _read_offset(offsets, info.config.name, group, lane)
-        if stored is None or stored.offset is None:
-            report.append(LaneLag(lane, None, next_seq, None))
-            continue
-        if stored.offset > first_offset_of(next_seq):
-            report.append(LaneLag(lane, stored.offset, next_seq, None, past_end=True))
-            continue
-        start = sequence_of(stored.offset)
-        items = max(0, next_seq - start)
-        oldest = head if start >= head else oldest_sequence(grid, info, lane)
-        lost = max(0, min(oldest, next_seq) - start)
-        records = None
-        corrupt = 0
-        if count_records and lost == 0 and items <= max_items:
-            tally = tally_records(grid, info, lane, start, next_seq)
-            corrupt = len(tally.corrupt_sequences)
-            partly_read = index_of(stored.offset) if items and start not in tally.corrupt_sequences else 0
-            records = tally.records - partly_read
-        report.append(LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt))
-    return report
-
-
-def list_groups(grid: "Grid", stream: str | None = None) -> list[GroupSummary]:
-    """Every group with state in the grid (leases, offsets or heartbeats), optionally of one stream only."""
-    members: dict[tuple[str, str], int] = {}
-    held: dict[tuple[str, str], int] = {}
-    confirmed: dict[tuple[str, str], int] = {}
-    # What counts per map: any heartbeat; a lease with a holder; an offsets entry with an offset.
-    for name, counts, counted_field in (
-        (MEMBERS_MAP, members, None),
-        (LEASES_MAP, held, "holder"),
-        (OFFSETS_MAP, confirmed, "offset"),
-    ):
-        for key, text in grid.map(name).entries().items():
-            parsed = _parse_key(key)
-            if parsed is None or (stream is not None and parsed[0] != stream):
-                continue
-            pair = (parsed[0], parsed[1])
-            counts.setdefault(pair, 0)
-            if counted_field is None or _has_field(text, counted_field):
-                counts[pair] += 1
-    pairs = sorted(set(members) | set(held) | set(confirmed))
-    return [
-        GroupSummary(s, g, members.get((s, g), 0), held.get((s, g), 0), confirmed.get((s, g), 0)) for s, g in pairs
-    ]
-
-
-def _has_field(text: str, name: str) -> bool:
-    try:
-        value: Any = json.loads(text)
-        return isinstance(value, dict) and value.get(name) is not None
-    except ValueError:
-        return False
-
-
-def seek_group(grid: "Grid", info: "StreamInfo", group: str, offsets: Mapping[int, int]) -> None:
-    """Set a group's offsets from outside the group (tools), e.g. to replay. Refuses lanes a member holds: stop
-    the group's members first (their leases must be released or expired-and-taken).
-
-    Raises:
-        GroupError: a lane is held. ConfigError: a lane or offset is invalid. OffsetOutOfRangeError: an offset past
-        the lane's end.
-    """
-    stream = info.config.name
-    lease_map = LeaseMap(grid.map(LEASES_MAP))
-    offset_map = grid.map(OFFSETS_MAP)
-    for lane, offset in sorted(offsets.items()):
-        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < info.config.lanes:
-            raise ConfigError(
-                f"lane {lane!r} does not exist on stream {stream!r}; it has lanes 0..{info.config.lanes - 1}"
-            )
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"offset {offset!r} for lane {lane} is invalid; offsets are integers >= 0")
-        ring = grid.ring(info.ring_names[lane])
-        end = ring.tail() + 1
-        if offset > first_offset_of(end):
-            from meteor_spark.reading import oldest_in
-
-            raise OffsetOutOfRangeError(
-                stream, lane, offset, first_offset_of(min(oldest_in(ring), end)), first_offset_of(end),
-                hint="Seek the group to a position inside the range, or to the end to read only new records.",
-            )
-        key = lane_key(stream, group, lane)
-        for _ in range(_MAX_CAS_ATTEMPTS):
-            _, lease = lease_map.read(key)
-            if lease is not None and lease.holder is not None:
-                raise GroupError(
-                    f"cannot seek stream {stream!r} lane {lane} of group {group!r}: member {lease.holder!r} holds it "
-                    f"(epoch {lease.epoch}); close the group's members first, or seek from the holder"
-                )
-            text = offset_map.get(key)
-            epoch = lease.epoch if lease is not None else 0
-            if text is None:
-                if offset_map.put_if_absent(key, ConfirmedOffset(epoch, offset, None, wall_ms()).encode()) is None:
-                    break
-                continue
-            stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-            new = ConfirmedOffset(max(epoch, stored.epoch), offset, None, wall_ms()).encode()
-            if offset_map.replace_if_same(key, text, new):
-                break
-        else:
-            raise GroupError(f"seek of stream {stream!r} lane {lane} of group {group!r} kept losing to other writers")
-        logger.info("group %r of stream %r: lane %d set to offset %d", group, stream, lane, offset)
-
-
-def forget_groups(grid: "Grid", stream: str, group: str | None = None) -> int:
-    """Remove every lease, offset and heartbeat of ``stream`` (or of one of its groups); returns entries removed.
-
-    Meant for deleting a stream: a stream re-created under the same name must not inherit old offsets. Members
-    still running lose their lanes (their next renewal fails and their confirms raise FencedError).
-    """
-    removed = 0
-    for name in (MEMBERS_MAP, LEASES_MAP, OFFSETS_MAP):
-        grid_map = grid.map(name)
-        for key in grid_map.keys():
-            parsed = _parse_key(key)
-            if parsed is None or parsed[0] != stream or (group is not None and parsed[1] != group):
-                continue
-            grid_map.delete(key)
-            removed += 1
-    return removed

@@ -36,8 +36,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridMap
@@ -56,8 +57,8 @@ def canonical(obj: Any) -> str:
 
 
 def decode_entry(
-    text: str, entry: str, what: str, format_name: str, max_version: int, build: Callable[[dict[str, Any]], "T"]
-) -> "T":
+    text: str, entry: str, what: str, format_name: str, max_version: int, build: Callable[[dict[str, Any]], T]
+) -> T:
     """Parse a canonical-JSON map value meteor wrote: check its layout version, then ``build`` it.
 
     ``entry`` names the map entry (e.g. ``lease <key> in map 'meteor.group.leases'``), ``what`` the kind of value
@@ -121,12 +122,12 @@ class Lease:
         )
 
     @classmethod
-    def decode(cls, text: str, where: str) -> "Lease":
+    def decode(cls, text: str, where: str) -> Lease:
         """Parse a stored lease; ``where`` names the map entry in the error message."""
         return decode_entry(text, f"lease {where}", "lease", "lease", LEASE_FORMAT, cls._build)
 
     @classmethod
-    def _build(cls, raw: dict[str, Any]) -> "Lease":
+    def _build(cls, raw: dict[str, Any]) -> Lease:
         holder = raw["holder"]
         return cls(
             epoch=int(raw["epoch"]),

@@ -189,7 +189,7 @@ def _metadata_json(config: StreamConfig, created_at_ms: int) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
-def _parse_metadata(name: str, text: str) -> StreamInfo:
+def parse_metadata(name: str, text: str) -> StreamInfo:
     try:
         document = json.loads(text)
         version = int(document.get("metadata_version", 0))
@@ -209,7 +209,9 @@ def _parse_metadata(name: str, text: str) -> StreamInfo:
         created = int(document["created_at_ms"])
         format_version = int(document.get("format_version", 0))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"the stored metadata of stream {name!r} is invalid ({exc}); delete and recreate it") from None
+        raise ConfigError(
+            f"the stored metadata of stream {name!r} is invalid ({exc}); delete and recreate it"
+        ) from None
     return StreamInfo(config, created, format_version, tuple(ring_name(config.name, i) for i in range(config.lanes)))
 
 
@@ -229,7 +231,7 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
                 f"it with a StreamConfig (e.g. Publisher(grid, StreamConfig({config!r}, lanes=...))) or "
                 f"`meteor streams create {config}`"
             )
-        info = _parse_metadata(config, stored)
+        info = parse_metadata(config, stored)
     else:
         if not isinstance(config, StreamConfig):
             raise ConfigError(f"a stream is a StreamConfig or a stream name, not a {type(config).__name__}")
@@ -243,7 +245,7 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
             if stored is None:
                 logger.info("created stream %r (%d lanes, capacity %d)", config.name, config.lanes, config.capacity)
                 stored = candidate
-        info = _parse_metadata(config.name, stored)
+        info = parse_metadata(config.name, stored)
         differences = config.layout_differences(info.config)
         if differences:
             raise StreamConfigConflictError(
@@ -278,32 +280,6 @@ def _configure_rings(grid: Grid, info: StreamInfo) -> None:
                 f"deleted and recreated with a new layout keeps the old ring configuration until the cluster "
                 f"restarts. Use the old layout or a new stream name ({exc})"
             ) from exc
-
-
-def list_streams(grid: Grid) -> list[StreamInfo]:
-    """Every stream with stored metadata, by name."""
-    entries = grid.map(STREAMS_MAP).entries()
-    return [_parse_metadata(name, text) for name, text in sorted(entries.items())]
-
-
-def delete_stream(grid: Grid, name: str) -> bool:
-    """Destroy the stream's lanes, its groups' leases and confirmed offsets, and its metadata; False when it did
-    not exist. A stream re-created under the same name starts clean: it never inherits old group offsets.
-    """
-    # Imported here: groups builds on streams, not the other way round.
-    from meteor_spark.groups import forget_groups
-
-    metadata = grid.map(STREAMS_MAP)
-    stored = metadata.get(name)
-    if stored is None:
-        return False
-    info = _parse_metadata(name, stored)
-    for ring in info.ring_names:
-        grid.ring(ring).destroy()
-    forget_groups(grid, name)
-    metadata.remove(name)
-    logger.info("deleted stream %r", name)
-    return True
 
 
 def lane_bounds(grid: Grid, info: StreamInfo) -> dict[int, tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""The Subscriber (ungrouped or grouped) and its Receiver.
+"""The Subscriber, ungrouped or grouped (its push-style ``Receiver`` is in ``meteor_spark.receiver``).
 
 An **ungrouped** subscriber reads every lane of a stream with its own, local positions (lost on close, like
 Meteor). A **grouped** subscriber is a member of a subscriber group (``meteor_spark.groups.GroupMember``): it reads
@@ -43,7 +43,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import (
@@ -59,34 +59,33 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
+from meteor_spark.groups import GroupMember
 from meteor_spark.offsets import (
-    INDEX_BITS,
     InitialOffsetScheme,
     first_offset_of,
     index_of,
+    make_offset,
+    resolve_initial,
     sequence_of,
 )
+from meteor_spark.publisher import Publisher
 from meteor_spark.reading import check_lane, oldest_in
+from meteor_spark.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.records import BatchPart, Record, RecordBatch
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.validate import check_int
 from meteor_spark.wire import decode_item
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
 
-#: ``callback(record)`` for a Receiver (or ``callback(batch)`` with ``per_batch=True``).
-RecordHandler = Callable[[Any], None]
-#: ``on_error(error, record_or_None)``: told about callback and poll failures of a Receiver.
-ErrorHandler = Callable[[BaseException, Record | None], None]
-
-
 class _Lane:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
-        "lane", "ring", "capacity", "epoch", "position", "last_delivered", "fetch_seq", "pending", "pending_seq",
-        "parts", "buffered", "dirty", "item_counts", "item_bytes", "error", "bad",
+        "bad", "buffered", "capacity", "dirty", "epoch", "error", "fetch_seq", "item_bytes", "item_counts", "lane",
+        "last_delivered", "parts", "pending", "pending_seq", "position", "ring",
     )
 
     def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -186,13 +185,9 @@ class Subscriber:
     ) -> None:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
-        for name, value, low, high in (
-            ("max_poll_records", max_poll_records, 1, 1 << 31),
-            ("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS),
-            ("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
+        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
+        check_int("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31)
         if group is not None and (not isinstance(group, str) or not group):
             raise ConfigError(f"group must be a non-empty string (or None for ungrouped), got {group!r}")
         if group is None and self.scheme is InitialOffsetScheme.NONE:
@@ -233,17 +228,18 @@ class Subscriber:
         self.delivered_records = 0
         self._dead_letters: Any = None
         if group is None:
-            earliest = self.scheme.concrete(False) is InitialOffsetScheme.EARLIEST
             for lane in range(self.info.lanes):
                 ring = grid.ring(self.info.ring_names[lane])
-                start = oldest_in(ring) if earliest else ring.tail() + 1
-                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), first_offset_of(start), None)
+                nxt = ring.tail() + 1
+                start = resolve_initial(self.scheme, False, None, min(oldest_in(ring), nxt), nxt,
+                                        where=f"stream {self.stream!r} lane {lane}")
+                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), start, None)
         else:
-            self._join()
+            member = self._join()
             if self.scheme is InitialOffsetScheme.NONE:
-                missing = [lane for lane in range(self.info.lanes) if self._member.confirmed(lane) is None]
+                missing = [lane for lane in range(self.info.lanes) if member.confirmed(lane) is None]
                 if missing:
-                    self._member.close()
+                    member.close()
                     raise GroupError(
                         f"initial_offset_scheme NONE: group {group!r} has no confirmed offset on stream "
                         f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
@@ -258,9 +254,7 @@ class Subscriber:
 
     # ------------------------------------------------------------------------------------------------ state
 
-    def _join(self) -> None:
-        from meteor_spark.groups import GroupMember
-
+    def _join(self) -> GroupMember:
         member = GroupMember(
             self._grid,
             self.info,
@@ -271,6 +265,7 @@ class Subscriber:
         )
         member.start()
         self._member = member
+        return member
 
     def _sync_assignment(self) -> None:
         """Grouped: follow the member's assignment (new lanes start at the confirmed offset or the scheme)."""
@@ -303,7 +298,7 @@ class Subscriber:
                     hint=(
                         f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
                         f"or the grid restarted without persistence? Seek the lane (Subscriber.seek, or "
-                        f"groups.seek_group with the group stopped) to a position inside the range."
+                        f"meteor_spark.admin.seek_group with the group stopped) to a position inside the range."
                     ),
                 )
             with self._lock:
@@ -322,7 +317,9 @@ class Subscriber:
         if state.dirty and why != "deactivated":
             # Delivered, not confirmed, and the lane is gone: the next confirm() says so instead of passing over it.
             self._unconfirmed_lost[lane] = state.epoch
-        logger.info("subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why)
+        logger.info(
+            "subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
+        )
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -489,7 +486,7 @@ class Subscriber:
             # or truncated), and the answer holds items written since, below it.
             state.error = self._past_end(state, state.ring.tail() + 1)
             return
-        for item, seq in zip(items, sequences):
+        for item, seq in zip(items, sequences, strict=True):
             try:
                 view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
             except FormatError as exc:
@@ -511,7 +508,8 @@ class Subscriber:
             lanes = sorted(self._lanes)
             if not lanes:
                 return RecordBatch.empty()
-            rotation = [lane for lane in lanes if lane >= self._next_lane] + [lane for lane in lanes if lane < self._next_lane]
+            rotation = [lane for lane in lanes if lane >= self._next_lane]
+            rotation += [lane for lane in lanes if lane < self._next_lane]
             budget = self.max_poll_records
             taken: dict[int, list[BatchPart]] = {}
             for lane in rotation:
@@ -521,7 +519,9 @@ class Subscriber:
                     if budget <= 0:
                         break
                     if part.size > budget:
-                        part = BatchPart(part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget)
+                        part = BatchPart(
+                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
+                        )
                     parts.append(part)
                     budget -= part.size
                 if parts:
@@ -542,27 +542,29 @@ class Subscriber:
         out: list[BatchPart] = []
         with self._lock:
             for lane, parts in taken.items():
-                state = self._lanes.get(lane)
-                if state is None:
+                delivered = self._lanes.get(lane)
+                if delivered is None:
                     continue
                 for part in parts:
-                    head = state.parts[0]
+                    head = delivered.parts[0]
                     if part.stop >= head.stop:
-                        state.parts.popleft()
+                        delivered.parts.popleft()
                     else:
-                        state.parts[0] = BatchPart(head.stream, head.lane, head.sequence, head.item, part.stop, head.stop)
-                    state.buffered -= part.size
+                        delivered.parts[0] = BatchPart(
+                            head.stream, head.lane, head.sequence, head.item, part.stop, head.stop
+                        )
+                    delivered.buffered -= part.size
                     out.append(part)
                 last = parts[-1]
-                state.item_counts = {part.sequence: part.item.count for part in parts}
-                state.last_delivered = last.last_offset
-                state.position = (
+                delivered.item_counts = {part.sequence: part.item.count for part in parts}
+                delivered.last_delivered = last.last_offset
+                delivered.position = (
                     first_offset_of(last.sequence + 1)
                     if last.stop >= last.item.count
-                    else last.sequence << INDEX_BITS | last.stop
+                    else make_offset(last.sequence, last.stop)
                 )
-                state.dirty = True
-                state.passed()  # items skipped by policy right after the last delivered one
+                delivered.dirty = True
+                delivered.passed()  # items skipped by policy right after the last delivered one
         batch = RecordBatch(out)
         self.delivered_records += len(batch)
         return batch
@@ -752,7 +754,7 @@ class Subscriber:
         *,
         on_error: ErrorHandler | None = None,
         per_batch: bool = False,
-    ) -> "Receiver":
+    ) -> Receiver:
         """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber)."""
         if self._receiver is not None and self._receiver.is_alive():
             raise ConfigError(
@@ -790,7 +792,7 @@ class Subscriber:
             if self._dead_letters is not None:
                 self._dead_letters.close()
 
-    def __enter__(self) -> "Subscriber":
+    def __enter__(self) -> Subscriber:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -803,96 +805,7 @@ class Subscriber:
 
 def _dead_letter_publisher(grid: Grid, name: str) -> Any:
     """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
-    from meteor_spark.publisher import Publisher
-
     try:
         return Publisher(grid, name)
     except StreamNotFoundError:
         return Publisher(grid, StreamConfig(name))
-
-
-class Receiver:
-    """Polls a subscriber on a background thread and hands each record (or batch) to a callback.
-
-    A callback that raises does not stop the receiver: the error goes to ``on_error(error, record)`` (default: logged
-    with its traceback) and is counted in ``errors``. Poll failures (grid errors, data loss) are reported the same
-    way, with ``record=None``, and polling resumes after a short pause.
-    """
-
-    def __init__(
-        self,
-        subscriber: Subscriber,
-        callback: RecordHandler,
-        poll_timeout_ms: float = 100,
-        *,
-        on_error: ErrorHandler | None = None,
-        per_batch: bool = False,
-    ) -> None:
-        if not callable(callback):
-            raise ConfigError(f"the receiver callback must be callable, got {callback!r}")
-        if isinstance(poll_timeout_ms, bool) or not isinstance(poll_timeout_ms, (int, float)) or poll_timeout_ms <= 0:
-            raise ConfigError(f"poll_timeout_ms must be a number > 0, got {poll_timeout_ms!r}")
-        self._subscriber = subscriber
-        self._callback = callback
-        self._timeout_ms = poll_timeout_ms
-        self._on_error = on_error
-        self._per_batch = per_batch
-        self._stop = threading.Event()
-        self.delivered = 0
-        self.errors = 0
-        self._thread = threading.Thread(
-            target=self._run, name=f"meteor-receiver-{subscriber.stream}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                batch = self._subscriber.poll(self._timeout_ms)
-            except Exception as exc:  # noqa: BLE001 - reported, then polling resumes
-                if self._stop.is_set():
-                    return
-                self._report(exc, None)
-                self._stop.wait(min(1.0, self._timeout_ms / 1000.0))
-                continue
-            if not batch:
-                continue
-            if self._per_batch:
-                try:
-                    self._callback(batch)
-                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
-                    self._report(exc, None)
-                self.delivered += len(batch)
-                continue
-            for record in batch:
-                try:
-                    self._callback(record)
-                except Exception as exc:  # noqa: BLE001 - a callback error never ends the receiver
-                    self._report(exc, record)
-                self.delivered += 1
-
-    def _report(self, error: BaseException, record: Record | None) -> None:
-        self.errors += 1
-        if self._on_error is not None:
-            try:
-                self._on_error(error, record)
-                return
-            except Exception:  # noqa: BLE001
-                logger.exception("the receiver's on_error handler raised")
-        where = "" if record is None else f" at offset {record.offset} of lane {record.lane}"
-        logger.error("receiver of stream %r: %s%s", self._subscriber.stream, error, where, exc_info=error)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def close(self, timeout_s: float | None = 10.0) -> None:
-        """Stop after the record being delivered; waits for the thread (unless called from the callback)."""
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
-
-    def __enter__(self) -> "Receiver":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -32,10 +32,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from meteor_spark.admin import delete_stream
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.streams import StreamConfig, delete_stream
+from meteor_spark.streams import StreamConfig
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table
 from meteor_spark.wire import encode_columns

@@ -72,7 +72,7 @@ def run_start(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import list_streams
+    from meteor_spark.admin import list_streams
 
     with open_grid(args) as grid:
         settings = grid.settings

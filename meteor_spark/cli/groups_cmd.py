@@ -32,7 +32,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_groups(args: argparse.Namespace) -> int:
-    from meteor_spark.groups import group_state, lag_report, list_groups
+    from meteor_spark.admin import group_state, lag_report, list_groups
     from meteor_spark.streams import open_stream
 
     with Grid(config_of(args).grid) as grid:

@@ -67,7 +67,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import lane_bounds, list_streams
+    from meteor_spark.admin import list_streams
+    from meteor_spark.streams import lane_bounds
 
     with Grid(config_of(args).grid) as grid:
         streams = list_streams(grid)
@@ -145,8 +146,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    from meteor_spark.groups import forget_groups
-    from meteor_spark.streams import delete_stream, open_stream
+    from meteor_spark.admin import delete_stream, forget_groups
+    from meteor_spark.streams import open_stream
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
@@ -158,8 +159,9 @@ def run_delete(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 out("nothing deleted")
                 return EXIT_FAILURE
-        delete_stream(grid, args.stream)
-        # A stream re-created under this name must not inherit the old groups' leases and offsets.
+        # A stream re-created under this name must not inherit the old groups' leases and offsets: forgotten here
+        # first to count them (delete_stream forgets them too, for callers outside the CLI).
         forgotten = forget_groups(grid, args.stream)
+        delete_stream(grid, args.stream)
     out(f"stream {args.stream!r} deleted" + (f" with its group state ({forgotten} entries)" if forgotten else ""))
     return EXIT_OK

@@ -46,13 +46,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from meteor_spark.admin import delete_stream
+from meteor_spark.arrow_columns import ARROW_SCHEMA
 from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.arrow_columns import ARROW_SCHEMA
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
-from meteor_spark.spark.reader import default_partitions
-from meteor_spark.streams import StreamConfig, delete_stream, open_stream
+from meteor_spark.spark.planning import default_partitions
+from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.tables import render_table
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     """Run the benchmark and return the figures (medians; ``samples`` holds every run); ``render`` prints them."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
 
     load_before = os.getloadavg()
     server = EmbeddedGrid(port=0, process=True)

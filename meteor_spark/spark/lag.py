@@ -9,6 +9,9 @@ batch read come from its start and end offsets, or, for a query's first batch (w
 from the count the source records in that batch's end offset; the source's bookkeeping key (``@meteor``) is never
 taken for a stream.
 
+Per lane the report holds the same ``LaneLag`` a group's ``lag_report`` gives (``meteor_spark.admin``), with
+``records_estimate`` filled in.
+
 Example::
 
     report = lag_from_progress(query.lastProgress)
@@ -18,36 +21,19 @@ Example::
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from meteor_spark.admin import LaneLag
 from meteor_spark.errors import ConfigError, DataLossError
+from meteor_spark.offsets import first_offset_of
+from meteor_spark.reading import count_records
 from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.streams import open_stream
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid import Grid
-
-
-@dataclass(frozen=True)
-class LaneLag:
-    """One lane's lag.
-
-    Attributes:
-        stream: stream name.
-        lane: lane number.
-        processed: next ring sequence the query will read (the last batch's end).
-        latest: the lane's next ring sequence when the last batch was planned.
-        items_behind: ring items between them (exact).
-        records_behind_estimate: ``items_behind`` x the last batch's records per item; None when the last batch
-            read no items (nothing to estimate from).
-    """
-
-    stream: str
-    lane: int
-    processed: int
-    latest: int
-    items_behind: int
-    records_behind_estimate: float | None
 
 
 @dataclass(frozen=True)
@@ -118,32 +104,27 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
         rows += int(source.get("numInputRows") or 0)
         ends = end.as_dict()
         lanes.extend(
-            LaneLag(stream, lane, ends.get((stream, lane), 0), sequence,
-                    max(0, sequence - ends.get((stream, lane), 0)), None)
+            LaneLag(lane, first_offset_of(ends.get((stream, lane), 0)), sequence,
+                    max(0, sequence - ends.get((stream, lane), 0)), stream=stream)
             for stream, lane, sequence in latest.positions
         )
     per_item = rows / items_read if items_read else None
     if per_item is not None:
-        lanes = [
-            LaneLag(l.stream, l.lane, l.processed, l.latest, l.items_behind, l.items_behind * per_item) for l in lanes
-        ]
+        lanes = [replace(lag, records_estimate=lag.items_behind * per_item) for lag in lanes]
     batch_id = progress.get("batchId")
     return LagReport(None if batch_id is None else int(batch_id), tuple(lanes), per_item)
 
 
-def count_records_behind(grid: "Grid", report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:
+def count_records_behind(grid: Grid, report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:
     """Exact records behind per (stream, lane), reading the unread items from the grid (at most ``max_items``
     per lane; lanes further behind, or already overwritten, are left out)."""
-    from meteor_spark.reading import count_records
-    from meteor_spark.streams import open_stream
-
     counts: dict[tuple[str, int], int] = {}
     for lane in report.lanes:
         if lane.items_behind > max_items:
             continue
         info = open_stream(grid, lane.stream)
         try:
-            counts[(lane.stream, lane.lane)] = count_records(grid, info, lane.lane, lane.processed, lane.latest)
+            counts[(lane.stream, lane.lane)] = count_records(grid, info, lane.lane, lane.processed, lane.next_sequence)
         except DataLossError:
             continue  # some of them were overwritten: there is no exact count any more
     return counts

@@ -202,7 +202,7 @@ class SourceOptions:
         min_offsets_per_trigger: fewest ring items worth a micro-batch (None = any).
         max_trigger_delay_ms: longest wait for ``min_offsets_per_trigger``.
         min_partitions: fewest Spark tasks per batch (None = the driver's CPU count, for large ranges only).
-        max_partitions: most Spark tasks per batch (None = grouping by size only; see ``reader.plan_tasks``).
+        max_partitions: most Spark tasks per batch (None = grouping by size only; see ``planning.plan_tasks``).
         max_offsets_per_partition: most ring items per Spark task (None = no limit).
         fail_on_data_loss: fail (True) or skip and count (False) when unread items were overwritten.
         include_headers: add the ``headers`` column.

@@ -8,7 +8,7 @@ process kill (SIGKILL) is in ``test_groups_process.py``.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -23,10 +23,10 @@ from meteor_spark.errors import (
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import (
     LEASES_MAP,
-    LaneLag,
     OFFSETS_MAP,
     Assignment,
     GroupMember,
+    LaneLag,
     balance,
     forget_groups,
     group_members,
@@ -200,15 +200,15 @@ def own_grid(grid_settings: GridSettings) -> Iterator[Connect]:
     for client in clients:
         try:
             client.close()
-        except Exception:  # noqa: BLE001 - already shut down by the test
+        except Exception:  # already shut down by the test
             pass
 
 
 def freeze(member: GroupMember) -> None:
     """Stop the member's renewal thread, leaving the object usable: a holder frozen by a GC pause or partition."""
-    member._stop.set()  # noqa: SLF001 - simulating a crash of the thread is what this helper is for
-    assert member._thread is not None  # noqa: SLF001
-    member._thread.join(timeout=10)  # noqa: SLF001
+    member._stop.set()  # simulating a crash of the thread is what this helper is for
+    assert member._thread is not None
+    member._thread.join(timeout=10)
 
 
 def stored_lease(grid: Grid, info: StreamInfo, group: str, lane: int) -> Lease:
@@ -284,9 +284,9 @@ def test_confirm_never_moves_backwards_but_seek_does(stream4: StreamInfo, member
     a.seek(2, make_offset(1, 0))
     assert a.confirmed(2) == make_offset(1, 0)
     assert a.confirmed(1) is None  # lanes are independent
-    with pytest.raises(ConfigError, match="confirm offset -1 on stream .* lane 2"):
+    with pytest.raises(ConfigError, match=r"confirm offset -1 on stream .* lane 2"):
         a.confirm(2, -1)
-    with pytest.raises(ConfigError, match="lane 4 does not exist.*lanes 0..3"):
+    with pytest.raises(ConfigError, match=r"lane 4 does not exist.*lanes 0\.\.3"):
         a.confirm(4, 0)
 
 
@@ -341,7 +341,7 @@ def test_on_change_lets_the_owner_confirm_before_a_lane_is_given_up(stream4: Str
             try:
                 a_box[0].confirm(lane, make_offset(100 + lane, 0))  # still held while on_change runs
                 given_up.append(lane)
-            except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            except BaseException as exc:  # recorded for the assertion
                 errors.append(exc)
 
     a = members(stream4, "g", "m-a", on_change=on_change)
@@ -451,9 +451,11 @@ def test_lag_report_counts_records_from_the_items_not_an_average(
     a.confirm(1, offsets[1])  # the first record was processed; the second is next
     a.confirm(2, 0)
     report = {entry.lane: entry for entry in lag_report(grid, stream4, "g", count_records=True)}
-    assert report[1] == LaneLag(1, offsets[1], sequence_of(offsets[-1]) + 1, items=3, records=4, lost_items=0)
-    assert report[2] == LaneLag(2, 0, 0, items=0, records=0, lost_items=0)
-    assert report[0] == LaneLag(0, None, 0, items=None)  # never confirmed: nothing to compare with
+    assert report[1] == LaneLag(
+        1, offsets[1], sequence_of(offsets[-1]) + 1, items=3, records=4, lost_items=0, stream=stream4.name
+    )
+    assert report[2] == LaneLag(2, 0, 0, items=0, records=0, lost_items=0, stream=stream4.name)
+    assert report[0] == LaneLag(0, None, 0, items=None, stream=stream4.name)  # never confirmed: nothing to compare with
     assert lag_report(grid, stream4, "g", count_records=True, max_items=2)[1].records is None  # too many to read
 
 
@@ -464,7 +466,9 @@ def test_seek_group_from_a_tool_refuses_held_lanes(grid: Grid, stream4: StreamIn
     with pytest.raises(GroupError, match="member 'a' holds it"):
         seek_group(grid, stream4, "g", {0: 0})
     a.close()
-    with pytest.raises(OffsetOutOfRangeError, match=r"lane 1: offset 65536 is past the end of the lane; valid offsets are 0 to 0"):
+    with pytest.raises(
+        OffsetOutOfRangeError, match=r"lane 1: offset 65536 is past the end of the lane; valid offsets are 0 to 0"
+    ):
         seek_group(grid, stream4, "g", {1: make_offset(1, 0)})  # the lanes are empty: nothing was written there
     for lane in (0, 1):
         grid.ring(stream4.ring_names[lane]).add_all([b"not read"] * 2)

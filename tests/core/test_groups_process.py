@@ -3,6 +3,7 @@ SIGSTOPped past their lease (a zombie: every confirm it tries after waking up is
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -10,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -297,7 +298,7 @@ def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
 
     refused = sum(outcome == "fenced" for outcome in outcomes)
     backwards = sum(
-        1 for before, after in zip(samples, samples[1:]) for lane in before
+        1 for before, after in itertools.pairwise(samples) for lane in before
         if before[lane] is not None and (after[lane] is None or after[lane] < before[lane])
     )
     lost = sorted(set(published) - set(report["confirmed"]) - set(received))

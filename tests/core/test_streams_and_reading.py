@@ -16,12 +16,11 @@ from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
 from meteor_spark.records import decode_batch
 from meteor_spark.testing import wait_until
+from meteor_spark.admin import delete_stream, list_streams
 from meteor_spark.streams import (
     STREAMS_MAP,
     StreamConfig,
-    delete_stream,
     lane_bounds,
-    list_streams,
     open_stream,
 )
 

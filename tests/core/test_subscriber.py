@@ -27,7 +27,9 @@ from meteor_spark.testing import wait_until
 
 def _poll_values(sub: Subscriber, count: int, timeout_s: float = 10.0) -> list[bytes]:
     got: list[bytes] = []
-    wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records")
+    wait_until(
+        lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records"
+    )
     return got
 
 
@@ -88,9 +90,10 @@ def test_seek(grid: Grid, unique_name: str) -> None:
         sub.seek(first_offset_of(3))  # the end itself is a valid position: the next record to be written
         with pytest.raises(ConfigError, match=r"lane 7 does not exist in stream .*lanes are 0\.\.0"):
             sub.seek(0, lane=7)
-    with Subscriber(grid, StreamConfig(unique_name + "-multi", lanes=2)) as multi:
-        with pytest.raises(ConfigError, match="say which one"):
-            multi.seek(0)
+    with Subscriber(grid, StreamConfig(unique_name + "-multi", lanes=2)) as multi, pytest.raises(
+        ConfigError, match="say which one"
+    ):
+        multi.seek(0)
 
 
 def test_seek_inside_an_item_and_max_poll_records(grid: Grid, unique_name: str) -> None:

@@ -21,7 +21,9 @@ LEASE_MS = 1500
 
 def _poll_values(sub: Subscriber, count: int, timeout_s: float = 10.0) -> list[bytes]:
     got: list[bytes] = []
-    wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records")
+    wait_until(
+        lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records"
+    )
     return got
 
 
@@ -147,8 +149,8 @@ def test_a_deposed_member_cannot_confirm_and_stops_delivering(grid: Grid, unique
         assert _poll_values(old, 1) == [b"h0"]
         record = Record(b"h0", offset=0, lane=0)
         member = old.member
-        member._stop.set()  # its renewals stop, as in a long GC pause or a hung process  # noqa: SLF001
-        member._thread.join()  # noqa: SLF001
+        member._stop.set()  # its renewals stop, as in a long GC pause or a hung process
+        member._thread.join()
         with Subscriber(grid, config, group="g", lease_ms=LEASE_MS) as new:
             assert _poll_values(new, 1, timeout_s=5 * LEASE_MS / 1000) == [b"h0"]
             new.confirm()

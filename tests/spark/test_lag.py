@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from meteor_spark.grid import Grid
+from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
 from meteor_spark.spark.lag import LagReport, LaneLag, count_records_behind
@@ -22,8 +23,8 @@ def test_count_records_behind_reads_the_unread_items_and_leaves_out_overwritten_
     report = LagReport(
         batch_id=7,
         lanes=(
-            LaneLag(unique_name, 0, processed=1, latest=3, items_behind=2, records_behind_estimate=None),
-            LaneLag(unique_name, 1, processed=0, latest=5, items_behind=5, records_behind_estimate=None),
+            LaneLag(0, confirmed=first_offset_of(1), next_sequence=3, items=2, stream=unique_name),
+            LaneLag(1, confirmed=first_offset_of(0), next_sequence=5, items=5, stream=unique_name),
         ),
         records_per_item=None,
     )

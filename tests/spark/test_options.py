@@ -23,16 +23,15 @@ from meteor_spark.spark.options import (
     describe_options,
     parse_duration_ms,
 )
-from meteor_spark.spark.reader import (
+from meteor_spark.spark.executor import LaneRange, LaneRanges
+from meteor_spark.spark.planning import (
     AUTO_SPLIT_MIN_ITEMS,
     ITEMS_PER_GROUPED_TASK,
-    LaneRange,
-    LaneRanges,
-    MeteorStreamReader,
     plan_partitions,
     plan_tasks,
     rate_limit,
 )
+from meteor_spark.spark.reader import MeteorStreamReader
 
 
 def test_defaults_follow_kafka() -> None:

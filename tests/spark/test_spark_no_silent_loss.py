@@ -22,7 +22,8 @@ from meteor_spark.groups import GroupMember
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.records import decode_batch
 from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.streams import delete_stream, lane_bounds, open_stream
+from meteor_spark.admin import delete_stream
+from meteor_spark.streams import lane_bounds, open_stream
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

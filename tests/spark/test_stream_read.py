@@ -208,7 +208,8 @@ def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: G
     the first item of a later range included, one lane per Arrow batch."""
     from meteor_spark.spark.datasource import SOURCE_SCHEMA
     from meteor_spark.spark.options import SourceOptions
-    from meteor_spark.spark.reader import LaneRange, LaneRanges, MeteorBatchReader
+    from meteor_spark.spark.executor import LaneRange, LaneRanges
+    from meteor_spark.spark.reader import MeteorBatchReader
 
     info = make_stream(grid, unique_name, lanes=3)
     published = {lane: put_items(grid, info, lane, values_items(f"l{lane}", items=4, per_item=3)) for lane in range(3)}

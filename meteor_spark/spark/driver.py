@@ -1,0 +1,293 @@
+"""The driver side of a streaming read, in Spark's source runner: lane bounds, the group's leases and confirmed
+offsets, and checks of the positions a query starts from.
+
+One source of truth for where the group is: the ``GroupMember`` of each stream (the offsets it fenced or last
+wrote for the lanes it holds; the grid for the others). Per micro-batch the driver reads every lane's bounds once
+(``DriverState.view``, reused by ``partitions``), the confirmed offsets of lanes it does not hold with one
+``get_all`` per stream, and moves each held lane's offset with one fenced compare-and-set: at most three grid calls
+per lane.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from meteor_spark import compat
+from meteor_spark import offsets as record_offsets
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    GroupError,
+    NotAssignedError,
+    OffsetOutOfRangeError,
+    StreamNotFoundError,
+)
+from meteor_spark.groups import GroupMember, default_member_id
+from meteor_spark.offsets import InitialOffsetScheme
+from meteor_spark.reading import oldest_sequence
+from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.options import (
+    EARLIEST_SENTINEL,
+    LATEST_SENTINEL,
+    OffsetSpec,
+    Position,
+    SourceOptions,
+)
+from meteor_spark.streams import StreamInfo, lane_bounds, open_stream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from meteor_spark.grid import Grid
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaneView:
+    """What the driver knows about its lanes while it plans one batch.
+
+    Attributes:
+        bounds: (head, next) ring sequences per (stream, lane).
+        confirmed: the group's confirmed record offset per (stream, lane), for lanes that have one (empty when
+            the query reads without a group).
+    """
+
+    bounds: dict[tuple[str, int], tuple[int, int]]
+    confirmed: dict[tuple[str, int], int]
+
+    def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
+        """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
+        offset = self.confirmed.get((stream, lane))
+        return None if offset is None else (record_offsets.sequence_of(offset), offset)
+
+
+class DriverState:
+    """Driver-side connections of a stream reader (source runner process only; never pickled)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.grid: Grid = grid_for(options.grid)
+        self.infos: dict[str, StreamInfo] = {
+            name: open_stream(self.grid, name, create=False) for name in options.streams
+        }
+        check_dead_letter_stream(self.grid, options)
+        self.members: dict[str, GroupMember] = {}
+        if options.group is not None:
+            member_id = options.group_member_id or f"spark-{default_member_id()}"
+            for name, info in self.infos.items():
+                member = GroupMember(
+                    self.grid, info, options.group, member_id=member_id, lease_ms=options.group_lease_ms, want="all"
+                )
+                member.start()
+                self.members[name] = member
+            logger.info("query reads stream(s) %s as member %r of group %r", ", ".join(options.streams), member_id,
+                        options.group)
+        self.available_now_target: SparkOffset | None = None
+        self.latest: SparkOffset | None = None
+        self.last_batch_mono = time.monotonic()
+        self.standby_logged: set[tuple[str, int]] = set()
+        self.initial: SparkOffset | None = None
+        self.planned_skipped = 0
+        self.late_skipped = 0
+        self.closed = False
+        self._planned: LaneView | None = None
+
+    def lane_keys(self) -> list[tuple[str, int]]:
+        """Every (stream, lane) read, from the stream metadata (no grid call)."""
+        return [(name, lane) for name, info in self.infos.items() for lane in range(info.config.lanes)]
+
+    def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(head, next) ring sequences of every lane of every stream read: two grid calls per lane."""
+        result = {}
+        for name, info in self.infos.items():
+            for lane, (head, next_seq) in lane_bounds(self.grid, info).items():
+                result[(name, lane)] = (head, next_seq)
+        return result
+
+    def view(self) -> LaneView:
+        """Lane bounds and the group's confirmed offsets, read once for the batch being planned; ``partitions``
+        of the same batch reuses them (``planned``)."""
+        self._planned = LaneView(self.bounds(), self.confirmed_offsets())
+        return self._planned
+
+    def planned(self) -> LaneView:
+        """The view ``latestOffset`` read for the batch it planned, else (a batch replayed after a restart, a
+        second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
+        planned, self._planned = self._planned, None
+        return planned if planned is not None else LaneView(self.bounds(), self.confirmed_offsets())
+
+    def confirmed_offsets(self) -> dict[tuple[str, int], int]:
+        """The group's confirmed offset per lane, where one is stored: held lanes from the group member's memory
+        (the holder is the only writer), the rest with one ``get_all`` per stream."""
+        out: dict[tuple[str, int], int] = {}
+        for stream, member in self.members.items():
+            for lane, offset in member.known_offsets().items():
+                if offset is not None:
+                    out[(stream, lane)] = offset
+        return out
+
+    def oldest(self, stream: str, lane: int) -> int:
+        """The oldest sequence the grid can serve for the lane (below the ring head where it keeps history)."""
+        return oldest_sequence(self.grid, self.infos[stream], lane)
+
+    def check_confirmed(
+        self, stream: str, lane: int, confirmed: int | None, group: str | None, known_end: int
+    ) -> None:
+        """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip.
+
+        ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
+        read and confirmed items published since), and only a confirm past that is stale."""
+        if confirmed is None or record_offsets.sequence_of(confirmed) <= known_end:
+            return
+        sequence = record_offsets.sequence_of(confirmed)
+        end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
+        if sequence > end:
+            raise OffsetOutOfRangeError(
+                stream, lane, sequence, self.oldest(stream, lane), end, unit="sequence",
+                hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
+                     f"deleted and re-created (or the grid restarted without persistence). Move the group with "
+                     f"meteor_spark.admin.seek_group to a position inside the range, or read under a new group "
+                     f"name.",
+            )
+
+    def held(self, stream: str, lane: int) -> bool:
+        member = self.members.get(stream)
+        return member is None or lane in member.assignment()
+
+    def confirm(self, offset: SparkOffset) -> None:
+        """Confirm ``offset`` (the end of a committed batch) for the lanes this query holds; forward only.
+
+        The group member knows the offset it last wrote for each lane it holds, so a confirm that moves nothing
+        costs no grid call and one that moves costs a single compare-and-set, fenced by the lease epoch."""
+        for stream, lane, sequence in offset.positions:
+            member = self.members.get(stream)
+            if member is None or lane not in member.assignment():
+                continue
+            try:
+                member.confirm(lane, record_offsets.first_offset_of(sequence))
+            except (FencedError, NotAssignedError) as exc:
+                # Another member took the lane over (our lease lapsed): its position wins; ours is not written.
+                logger.warning("not confirming stream %r lane %d at sequence %d: %s", stream, lane, sequence, exc)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for name, member in self.members.items():
+            try:
+                member.close()
+            except Exception:  # releasing is best effort; the lease expires anyway
+                logger.warning("could not release the group leases of stream %r; they expire on their own", name,
+                               exc_info=True)
+        if self.members:
+            logger.info("released the group's lane leases")
+
+
+_STOP_HOOKS: list[Any] = []
+_stopping = threading.Event()
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+def install_stop_hooks(reader: _Stoppable) -> None:
+    """Make ``stop()`` run when Spark ends the source runner (SIGTERM) or the process exits."""
+    if not _STOP_HOOKS:
+        atexit.register(_run_stop_hooks)
+        compat.stop_source_runner_on_sigterm(_run_stop_hooks, already_stopping=_stopping.is_set)
+    _STOP_HOOKS.append(reader)
+
+
+def _run_stop_hooks() -> None:
+    _stopping.set()
+    while _STOP_HOOKS:
+        _STOP_HOOKS.pop().stop()
+
+
+class Once:
+    """A value computed on first use only (the oldest servable sequence costs a grid read)."""
+
+    def __init__(self, compute: Any) -> None:
+        self._compute = compute
+        self._value: int | None = None
+
+    def __call__(self) -> int:
+        if self._value is None:
+            self._value = int(self._compute())
+        return self._value
+
+
+def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:
+    """The dead-letter stream must exist when the query starts, not when the first corrupt item turns up."""
+    name = options.corrupt.dead_letter_stream
+    if name is None:
+        return
+    try:
+        open_stream(grid, name, create=False)
+    except StreamNotFoundError as exc:
+        raise StreamNotFoundError(f"option 'deadLetterStream': {exc}") from None
+
+
+def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -> None:
+    """Per-lane positions may name only lanes the stream has."""
+    for stream, lanes in position.lanes.items():
+        count = infos[stream].config.lanes
+        unknown = sorted(lane for lane in lanes if lane >= count)
+        if unknown:
+            raise ConfigError(
+                f"{option} names lane(s) {', '.join(map(str, unknown))} of stream {stream!r}, which has lanes "
+                f"0..{count - 1}; give positions for those lanes only"
+            )
+
+
+def resolve_position(
+    position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None,
+    oldest: Callable[[], int],
+) -> int:
+    """The ring sequence a symbolic or per-lane position means for one lane. ``oldest()`` gives the oldest sequence
+    the grid can serve (called only when needed: it costs a grid read).
+
+    Raises:
+        OffsetOutOfRangeError: a per-lane position past the lane's end.
+    """
+    if position.spec is OffsetSpec.EARLIEST:
+        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
+    if position.spec is OffsetSpec.LATEST:
+        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
+    if position.spec is OffsetSpec.GROUP:
+        raise GroupError(
+            f"startingOffsets=group: group {group!r} has no confirmed offset for stream {stream!r} lane {lane}; "
+            f"start it with startingOffsets=earliest or latest (lanes the group has confirmed still start there)"
+        )
+    lanes = position.lanes.get(stream)
+    if lanes is None or lane not in lanes:
+        given = ", ".join(str(k) for k in sorted(lanes or {}))
+        raise ConfigError(
+            f"{option} has no position for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); give "
+            f"every lane, e.g. {{\"{stream}\": {{\"{lane}\": {EARLIEST_SENTINEL}}}}} for its oldest item"
+        )
+    sequence = lanes[lane]
+    if sequence == EARLIEST_SENTINEL:
+        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
+    if sequence == LATEST_SENTINEL:
+        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
+    if sequence > next_seq:
+        raise OffsetOutOfRangeError(
+            stream, lane, sequence, oldest(), next_seq, unit="sequence",
+            hint=f"{option} asks for a ring sequence nothing was written at yet; give one inside the range, or -2 "
+                 f"(earliest) / -1 (latest).",
+        )
+    return sequence
+
+
+def _initial(scheme: InitialOffsetScheme, stream: str, lane: int, oldest: Callable[[], int], next_seq: int) -> int:
+    """The ring sequence ``earliest`` / ``latest`` means for one lane, by the one resolver the core uses too."""
+    where = f"stream {stream!r} lane {lane}"
+    offset = record_offsets.resolve_initial(scheme, False, None, oldest, next_seq, where=where)
+    return record_offsets.sequence_of(offset)

@@ -1,0 +1,275 @@
+"""The executor side of a read: Spark tasks (``LaneRange``, ``LaneRanges``) and reading them into Arrow.
+
+A task depends only on its partition: replays read exactly the same ring items. Each Python worker keeps one grid
+client (``clients.grid_for``) for all its tasks.
+
+Corrupt items (``onCorrupt`` / ``deadLetterStream``, one ``CorruptItemPolicy``): by default a task fails with the
+``FormatError`` naming stream, lane and sequence. ``skip`` leaves the item out (counted and logged in the executor's
+log); ``dead_letter`` publishes ``corrupt.dead_letter_record`` to the dead-letter stream, waiting until it is stored
+before the task hands Spark the rows that follow the item. A retried task publishes it again: dead letters are
+at-least-once.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pyspark.sql.datasource import InputPartition
+
+from meteor_spark import offsets as record_offsets
+from meteor_spark.arrow_columns import items_to_arrow
+from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
+from meteor_spark.errors import FormatError
+from meteor_spark.grid import GridSettings
+from meteor_spark.publisher import Publisher
+from meteor_spark.reading import read_range
+from meteor_spark.spark.clients import grid_for
+from meteor_spark.wire import decode_item
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: Ring items per grid read of an executor (each item up to a publisher batch, ~100 KB for 1000 x 100 bytes).
+ITEMS_PER_READ = 32
+
+#: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
+TARGET_ROWS_PER_BATCH = 65_536
+
+
+@dataclass(frozen=True)
+class LaneRange(InputPartition):
+    """One Spark task: ring items ``[start, end)`` of one lane.
+
+    Attributes:
+        stream: stream name.
+        lane: lane number.
+        start: first ring sequence to read.
+        end: ring sequence to stop before (exclusive).
+        grid: how the executor reaches the grid.
+        info: the stream's metadata (ring names, format), so executors need no metadata lookup.
+        include_headers: produce the ``headers`` column.
+        fail_on_data_loss: raise ``DataLossError`` (True) or skip overwritten items (False).
+        first_offset: drop the records of the first item before this record offset (a group member outside
+            Spark confirmed a position inside an item); None = read whole items.
+        corrupt: what to do with an undecodable ring item (error, skip, dead_letter).
+    """
+
+    stream: str
+    lane: int
+    start: int
+    end: int
+    grid: GridSettings
+    info: Any
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+    first_offset: int | None = None
+    corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
+
+    @property
+    def items(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class LaneRanges(InputPartition):
+    """One Spark task: lane ranges read one after another (``plan_tasks`` groups small ranges into one task).
+
+    Attributes:
+        ranges: the ranges, in stream, lane, start order.
+    """
+
+    ranges: tuple[LaneRange, ...]
+
+    @property
+    def items(self) -> int:
+        return sum(r.items for r in self.ranges)
+
+
+class ReadsLaneRanges:
+    """``read()`` shared by the streaming and batch readers: runs on executors, depends only on the partition."""
+
+    def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        if isinstance(partition, LaneRange):
+            return read_lane_ranges((partition,))
+        assert isinstance(partition, LaneRanges)
+        return read_lane_ranges(partition.ranges)
+
+
+def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatch]:
+    """Read exactly the ring items of each range, in order, as Arrow record batches of up to ~64k rows.
+
+    One prefetch thread reads ahead across range boundaries, so a task of several small ranges keeps the network
+    busy while it decodes. A batch never mixes two ranges (``items_to_arrow`` converts items of one lane).
+
+    An undecodable item fails the task (``FormatError`` naming stream, lane and sequence) unless the range's
+    corrupt-item policy says otherwise; items are validated one by one only when a conversion failed, so good
+    data pays nothing for the policy.
+    """
+    def chunks() -> Iterator[tuple[int, list[bytes], list[int]]]:
+        for index, part in enumerate(ranges):
+            for items, sequences in read_range(
+                grid_for(part.grid), part.info, part.lane, part.start, part.end,
+                max_items_per_call=ITEMS_PER_READ, skip_data_loss=not part.fail_on_data_loss,
+            ):
+                yield index, items, sequences
+
+    items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
+    current = -1
+    part = ranges[0] if ranges else None
+    first_offset: int | None = None
+    pending_items: list[bytes] = []
+    pending_sequences: list[int] = []
+    refused = _RefusedItems()
+
+    def convert(count: int) -> pyarrow.RecordBatch | None:
+        nonlocal first_offset
+        assert part is not None
+        items, sequences = pending_items[:count], pending_sequences[:count]
+        del pending_items[:count], pending_sequences[:count]
+        first, first_offset = first_offset, None
+        try:
+            return items_to_arrow(items, sequences, stream=part.stream, lane=part.lane,
+                                  include_headers=part.include_headers, first_offset=first)
+        except FormatError:
+            if part.corrupt.is_error:
+                raise
+        # Refused items are skipped or dead-lettered (and stored) here, before the rows after them are handed on.
+        good_items, good_sequences = refused.keep_decodable(part, items, sequences)
+        if not good_items:
+            return None
+        if first is not None and good_sequences[0] != sequences[0]:
+            first = None  # the item holding the resume offset was refused
+        return items_to_arrow(good_items, good_sequences, stream=part.stream, lane=part.lane,
+                              include_headers=part.include_headers, first_offset=first)
+
+    try:
+        for index, items, sequences in _prefetched(chunks()):
+            if index != current:
+                if pending_items:
+                    batch = convert(len(pending_items))  # the rest of the previous range
+                    if batch is not None and batch.num_rows:
+                        yield batch
+                current, part = index, ranges[index]
+                first_offset = part.first_offset
+                # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
+                if first_offset is not None and sequences[0] != record_offsets.sequence_of(first_offset):
+                    first_offset = None
+            pending_items.extend(items)
+            pending_sequences.extend(sequences)
+            while len(pending_items) >= items_per_batch:
+                count = items_per_batch
+                batch = convert(count)
+                if batch is None:
+                    continue
+                items_per_batch = _items_for_target(batch.num_rows, count)
+                if batch.num_rows:
+                    yield batch
+        if pending_items:
+            batch = convert(len(pending_items))
+            if batch is not None and batch.num_rows:
+                yield batch
+    finally:
+        refused.close()
+
+
+class _RefusedItems:
+    """The undecodable items of one task, handled by their range's policy: skipped (counted, logged) or published
+    to the dead-letter stream through a core ``Publisher`` on the worker's shared grid client."""
+
+    def __init__(self) -> None:
+        self.skipped = 0
+        self.dead_lettered = 0
+        self._publishers: dict[tuple[GridSettings, str], Any] = {}
+
+    def keep_decodable(
+        self, part: LaneRange, items: Sequence[bytes], sequences: Sequence[int]
+    ) -> tuple[list[bytes], list[int]]:
+        good_items: list[bytes] = []
+        good_sequences: list[int] = []
+        for item, sequence in zip(items, sequences, strict=True):
+            try:
+                decode_item(item, stream=part.stream, lane=part.lane, sequence=sequence)
+            except FormatError as exc:
+                self._refuse(part, item, sequence, exc)
+                continue
+            good_items.append(item)
+            good_sequences.append(sequence)
+        return good_items, good_sequences
+
+    def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
+        if part.corrupt.mode == "skip":
+            self.skipped += 1
+            logger.warning("stream %r lane %d: skipping the undecodable ring item at sequence %d (onCorrupt=skip; "
+                           "%d skipped by this task): %s", part.stream, part.lane, sequence, self.skipped, error)
+            return
+        target = part.corrupt.dead_letter_stream
+        assert target is not None
+        key = (part.grid, target)
+        publisher = self._publishers.get(key)
+        if publisher is None:
+            publisher = self._publishers[key] = Publisher(grid_for(part.grid), target)
+        # publish() returns once the record is stored: the task hands on no row after the item before that.
+        publisher.publish(dead_letter_record(item, stream=part.stream, lane=part.lane, sequence=sequence, error=error))
+        self.dead_lettered += 1
+        logger.warning("stream %r lane %d: sent the undecodable ring item at sequence %d to dead-letter stream %r: "
+                       "%s", part.stream, part.lane, sequence, target, error)
+
+    def close(self) -> None:
+        for publisher in self._publishers.values():
+            publisher.close()
+
+
+def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
+    """Iterate ``chunks`` with the next grid reads already under way while the caller decodes and Spark
+    serialises (network and Arrow work overlap). Errors (DataLossError) are re-raised in the caller's thread."""
+    done = object()
+    slots: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def hand_over(value: Any) -> bool:
+        # Bounded waits: a consumer that stopped early (a Spark limit) must not leave this thread blocked forever.
+        while not stop.is_set():
+            try:
+                slots.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not hand_over(chunk):
+                    return
+            hand_over(done)
+        except BaseException as exc:  # handed to the consuming thread
+            hand_over(exc)
+
+    thread = threading.Thread(target=produce, name="meteor-read-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            chunk = slots.get()
+            if chunk is done:
+                return
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
+    finally:
+        stop.set()
+
+
+def _items_for_target(rows: int, items: int) -> int:
+    if rows <= 0:
+        return min(items * 4, 4096)
+    per_item = rows / items
+    return max(1, min(4096, int(TARGET_ROWS_PER_BATCH / per_item)))
