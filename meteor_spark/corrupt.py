@@ -51,7 +51,7 @@ class CorruptItemPolicy:
         *,
         mode_name: str = "on_corrupt",
         stream_name: str = "dead_letter_stream",
-    ) -> "CorruptItemPolicy":
+    ) -> CorruptItemPolicy:
         """The policy from the two user-facing settings, named as the caller names them in errors.
 
         ``dead_letter_stream`` alone means ``dead_letter``; ``on_corrupt`` left None means ``error``.

@@ -67,7 +67,7 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         self._skip = skip_data_loss
         self._capacity: int | None = None
 
-    def __iter__(self) -> "RangeReader":
+    def __iter__(self) -> RangeReader:
         return self
 
     def __next__(self) -> tuple[list[bytes], list[int]]:
@@ -110,7 +110,9 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
 
     def _lost(self, requested: int, available: int) -> None:
         if not self._skip:
-            raise DataLossError(self.stream, self.lane, requested=requested, oldest_available=available, unit="sequence")
+            raise DataLossError(
+                self.stream, self.lane, requested=requested, oldest_available=available, unit="sequence"
+            )
         lost_until = min(available, self.end)
         self.skipped_items += lost_until - requested
         logger.warning(

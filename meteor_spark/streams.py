@@ -25,8 +25,9 @@ import logging
 import re
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from meteor_spark.batching import Batching, batching_of
 from meteor_spark.errors import (
@@ -131,7 +132,7 @@ class StreamConfig:
         return Batching(**batching_of(self))
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "StreamConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamConfig:
         """Build from a mapping (stored JSON, TOML); unknown keys are rejected with a suggestion."""
         known = {f.name for f in fields(cls)}
         for key in data:
@@ -144,7 +145,7 @@ class StreamConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def layout_differences(self, other: "StreamConfig") -> list[str]:
+    def layout_differences(self, other: StreamConfig) -> list[str]:
         """Human-readable differences in the layout fields (empty when compatible)."""
         return [
             f"{name}: {getattr(self, name)!r} asked, {getattr(other, name)!r} stored"

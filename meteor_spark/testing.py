@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -20,7 +21,9 @@ def wait_until(
     last: T = predicate()
     while not last:
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {message or predicate}; last value {last!r}")
+            raise AssertionError(
+                f"timed out after {timeout_s:g} s waiting for {message or predicate}; last value {last!r}"
+            )
         time.sleep(interval_s)
         last = predicate()
     return last
