@@ -111,11 +111,14 @@ class RecordBatch(Sequence[Record]):
     """Records read in one go, possibly from several items and lanes; ``Record`` objects are made on demand.
 
     ``to_arrow()`` builds a ``pyarrow.RecordBatch`` straight from the items' buffers.
+
+    A subscriber with deserializers gives ``records``: the same records with their value / key deserialized; the
+    batch then hands out those (``values()`` included), while ``to_arrow()`` still gives the stored bytes.
     """
 
     __slots__ = ("_cache", "_ends", "_parts")
 
-    def __init__(self, parts: Iterable[BatchPart] = ()) -> None:
+    def __init__(self, parts: Iterable[BatchPart] = (), records: list[Record] | None = None) -> None:
         self._parts = tuple(p for p in parts if p.stop > p.start)
         ends = []
         total = 0
@@ -123,7 +126,9 @@ class RecordBatch(Sequence[Record]):
             total += part.size
             ends.append(total)
         self._ends = ends
-        self._cache: list[Record] | None = None
+        if records is not None and len(records) != total:
+            raise ValueError(f"{len(records)} records given for parts holding {total}")
+        self._cache: list[Record] | None = records
 
     @classmethod
     def empty(cls) -> RecordBatch:
@@ -187,6 +192,8 @@ class RecordBatch(Sequence[Record]):
 
     def values(self) -> list[bytes]:
         """Just the values, in order (cheaper than building records)."""
+        if self._cache is not None:
+            return [r.value for r in self._cache]
         out: list[bytes] = []
         for part in self._parts:
             vo = part.item.value_offsets[part.start:part.stop + 1].tolist()
