@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.offsets import INDEX_BITS
@@ -60,8 +60,11 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
 class BatchPart(ItemSlice):
     """Records ``[start, stop)`` of one decoded ring item of a lane, made into ``Record`` objects on demand."""
 
-    def records(self) -> list[Record]:
-        """Materialise this part's records (the per-record path; Arrow conversion avoids it)."""
+    def records(
+        self, value: Callable[[bytes], Any] | None = None, key: Callable[[bytes], Any] | None = None
+    ) -> list[Record]:
+        """Materialise this part's records (the per-record path; Arrow conversion avoids it), with ``value`` /
+        ``key`` (keys that are set) through the given deserializers; whatever they raise propagates."""
         item, start, stop = self.item, self.start, self.stop
         if stop <= start:
             return []
@@ -69,6 +72,8 @@ class BatchPart(ItemSlice):
         vdata = bytes(item.value_data[vo[0]:vo[-1]])
         base = vo[0]
         values = [vdata[vo[i] - base:vo[i + 1] - base] for i in range(stop - start)]
+        if value is not None:
+            values = list(map(value, values))
         n = stop - start
         keys: list[bytes | None] = [None] * n
         if item.key_lengths is not None and item.key_data is not None:
@@ -77,6 +82,8 @@ class BatchPart(ItemSlice):
             kl = item.key_lengths[start:stop].tolist()
             kb = ko[0]
             keys = [None if kl[i] < 0 else kdata[ko[i] - kb:ko[i + 1] - kb] for i in range(n)]
+            if key is not None:
+                keys = [None if k is None else key(k) for k in keys]
         headers: list[tuple[tuple[str, bytes], ...]] = [()] * n
         if item.header_counts is not None:
             headers = self._headers(n)

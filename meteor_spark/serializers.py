@@ -125,6 +125,12 @@ def deserialize_lane(
     records: list[Record] = []
     refused: list[tuple[Record, DeserializationError]] = []
     for part in parts:
+        try:
+            records.extend(part.records(value, key))  # the common case: every record of the part deserializes
+            out_parts.append(part)
+            continue
+        except Exception:  # found and reported record by record below
+            pass
         run = part.start
         for rec in part.records():
             failed = "value_deserializer"
