@@ -351,6 +351,8 @@ class Subscriber:
             FormatError: a ring item cannot be decoded (named by stream, lane and sequence) and ``on_corrupt`` is
                 ``error``; the position stays at the item; ``seek`` past it to go on.
             OffsetOutOfRangeError: the lane's position lies past its end.
+            DeserializationError: a deserializer refused a record and ``on_corrupt`` is ``error``; the position
+                stays at the record; ``seek`` past it to go on.
             GridError: the grid failed (for ``dead_letter``: publishing the refused item failed; retried by the
                 next poll).
         """
