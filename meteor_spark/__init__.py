@@ -44,6 +44,8 @@ _EXPORTS = {
     "PublisherClosedError": "meteor_spark.errors",
     "PublishTimeoutError": "meteor_spark.errors",
     "SizeLimitError": "meteor_spark.errors",
+    "SerializationError": "meteor_spark.errors",
+    "DeserializationError": "meteor_spark.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -53,6 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ArgumentTypeError,
         ConfigError,
         DataLossError,
+        DeserializationError,
         FencedError,
         FormatError,
         GridConnectionError,
@@ -64,6 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
         OffsetOutOfRangeError,
         PublisherClosedError,
         PublishTimeoutError,
+        SerializationError,
         SizeLimitError,
         StreamConfigConflictError,
         StreamNotFoundError,

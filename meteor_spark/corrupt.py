@@ -9,6 +9,11 @@ Two opt-in ways on, modelled on Kafka Connect's ``errors.tolerance`` / ``errors.
 - ``dead_letter``: the raw item is published, unchanged, as the value of one record to a dead-letter stream, with
   headers naming where it came from and why it was refused; reading goes on once that record is acknowledged.
 
+The same choice covers a record whose stored bytes a subscriber's ``value_deserializer`` / ``key_deserializer``
+refuses (e.g. invalid JSON): ``error`` raises ``DeserializationError`` (the position stays at the record),
+``skip`` passes over the record, ``dead_letter`` publishes it (value, key and headers as stored, plus the source
+headers and the error) with ``dead_letter_for_record``.
+
 The core (``Subscriber(on_corrupt=..., dead_letter_stream=...)``) and the Spark source (options ``onCorrupt`` and
 ``deadLetterStream``) both parse into one ``CorruptItemPolicy``, so both behave alike.
 """
@@ -17,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meteor_spark.errors import ConfigError, FormatError
-from meteor_spark.offsets import first_offset_of
+from meteor_spark.errors import ConfigError, DeserializationError, FormatError
+from meteor_spark.offsets import first_offset_of, sequence_of
 from meteor_spark.records import Record
 
 CORRUPT_MODES = ("error", "skip", "dead_letter")
@@ -90,4 +95,22 @@ def dead_letter_record(raw: bytes, *, stream: str, lane: int, sequence: int, err
             (HEADER_SOURCE_OFFSET, str(first_offset_of(sequence)).encode()),
             (HEADER_ERROR, str(error).encode()),
         ),
+    )
+
+
+def dead_letter_for_record(raw: Record, error: DeserializationError) -> Record:
+    """The record a stored record that failed deserialization becomes in the dead-letter stream: its value, key,
+    headers and timestamp as stored, then headers naming where it came from and why it was refused."""
+    return Record(
+        value=raw.value,
+        key=raw.key,
+        headers=(
+            *raw.headers,
+            (HEADER_SOURCE_STREAM, raw.stream.encode()),
+            (HEADER_SOURCE_LANE, str(raw.lane).encode()),
+            (HEADER_SOURCE_SEQUENCE, str(sequence_of(raw.offset)).encode()),
+            (HEADER_SOURCE_OFFSET, str(raw.offset).encode()),
+            (HEADER_ERROR, str(error).encode()),
+        ),
+        timestamp_ms=raw.timestamp_ms,
     )

@@ -14,6 +14,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     ├── OffsetOutOfRangeError (also ValueError) a position lies past a lane's end (never written there)
     ├── FormatError (also ValueError)        a ring item is not a valid record batch (corrupt, truncated)
     │   └── UnsupportedFormatVersionError    written by a newer format version than this reader knows
+    ├── SerializationError (also ValueError) a publisher's value/key serializer failed on a record
+    ├── DeserializationError (also ValueError) a subscriber's value/key deserializer failed on a stored record
     ├── GroupError                           subscriber-group protocol violations
     │   ├── NotAssignedError                 the operation needs a lane this member does not hold
     │   └── FencedError                      a deposed holder tried to move an offset (its epoch is stale)
@@ -136,6 +138,16 @@ class FormatError(MeteorError, ValueError):
 
 class UnsupportedFormatVersionError(FormatError):
     """A record batch was written with a newer format version than this reader understands."""
+
+
+class SerializationError(MeteorError, ValueError):
+    """A publisher's ``value_serializer`` / ``key_serializer`` failed; the message names the record's position in
+    the call. Nothing of that call was queued."""
+
+
+class DeserializationError(MeteorError, ValueError):
+    """A subscriber's ``value_deserializer`` / ``key_deserializer`` failed on a stored record (named by stream,
+    lane and offset); the record's bytes are intact."""
 
 
 class GroupError(MeteorError):

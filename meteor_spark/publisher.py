@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,7 @@ import pyarrow as pa
 from meteor_spark.accumulator import Accumulator, Call, Segment
 from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
-from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError
+from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError, SerializationError
 from meteor_spark.grid import Grid
 from meteor_spark.publish_futures import (
     ArrowPublishFuture,
@@ -42,6 +43,7 @@ from meteor_spark.publish_futures import (
 )
 from meteor_spark.records import Record, as_record
 from meteor_spark.sender import Sender
+from meteor_spark.serializers import Serializer, serializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
@@ -60,6 +62,13 @@ class Publisher:
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
         max_block_ms: how long a publish call waits for room before ``PublishTimeoutError``.
         max_items_per_call: ring items per ``add_all`` call.
+        value_serializer, key_serializer: turn the values / keys given to ``publish``, ``publish_async`` and
+            ``publish_many`` into bytes: ``"json"``, ``"str"``, ``"bytes"`` or a callable
+            (``meteor_spark.serializers``).
+            With a value serializer, anything that is not a ``Record`` is a value (bytes and str included); a
+            ``Record``'s value and key (when set) go through the serializers. ``publish_arrow`` takes its columns
+            as they are. A serializer that raises fails the call with ``SerializationError`` before anything of it
+            is queued.
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -80,7 +89,12 @@ class Publisher:
         max_items_per_call: int | None = None,
         compression: str | None = None,
         compression_threshold: int | None = None,
+        value_serializer: str | Serializer | None = None,
+        key_serializer: str | Serializer | None = None,
     ) -> None:
+        self._value_serializer = serializer(value_serializer, "value_serializer")
+        self._key_serializer = serializer(key_serializer, "key_serializer")
+        self._serializing = self._value_serializer is not None or self._key_serializer is not None
         self.info: StreamInfo = open_stream(grid, stream)
         self.settings = PublisherSettings.parse(
             self.info.config,
@@ -113,7 +127,7 @@ class Publisher:
 
     # ------------------------------------------------------------------------------------------------ publishing
 
-    def publish(self, record: Record | bytes | str, timeout_s: float | None = None) -> int:
+    def publish(self, record: Record | bytes | str | Any, timeout_s: float | None = None) -> int:
         """Publish one record and wait until it is stored; returns its offset.
 
         Raises:
@@ -128,11 +142,15 @@ class Publisher:
                 f"record not stored in stream {self.stream!r} within {timeout_s} s; it may still be stored later"
             ) from None
 
-    def publish_async(self, record: Record | bytes | str, callback: PublishCallback | None = None) -> RecordFuture:
+    def publish_async(
+        self, record: Record | bytes | str | Any, callback: PublishCallback | None = None
+    ) -> RecordFuture:
         """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored.
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
         """
+        if self._serializing:
+            record = self._serialized(record, None, 1)
         acc = self._acc
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and no checks.
@@ -178,12 +196,15 @@ class Publisher:
             self._sender.send(*call)
         return future
 
-    def publish_many(self, records: Iterable[Record | bytes | str]) -> BulkFuture:
+    def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> BulkFuture:
         """Queue many records at once (cheaper per record); the future completes with their offsets, in order.
 
         Keyless records without an explicit lane are spread over the lanes in contiguous runs.
         """
         items = records if isinstance(records, list) else list(records)
+        if self._serializing:
+            n = len(items)
+            items = [self._serialized(item, position, n) for position, item in enumerate(items)]
         sink = BulkFuture("list", len(items))
         if not items:
             sink.set_result([])
@@ -226,7 +247,8 @@ class Publisher:
 
         Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed),
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
-        nulls = now) and ``lane`` (integer; nulls = by key). Other columns are ignored.
+        nulls = now) and ``lane`` (integer; nulls = by key). Other columns are ignored. The serializers do not
+        apply: the columns are stored as they are (serialize into the column first, e.g. JSON text).
         """
         bulk = ArrowInput(batch)
         n = bulk.rows
@@ -257,6 +279,37 @@ class Publisher:
                     calls.append(acc.claim(state))
         self._sender.send_all(calls)
         return sink
+
+    def _serialized(self, item: Any, position: int | None, count: int) -> Record | bytes:
+        """``item`` with its value (and a Record's key) through the serializers; ``position`` of ``count`` in a
+        ``publish_many`` call (None: a single record) names it when a serializer fails."""
+        rec = item if isinstance(item, Record) else None
+        value = item if rec is None else rec.value
+        if self._value_serializer is not None:
+            value = self._apply(self._value_serializer, "value_serializer", value, position, count)
+        if rec is None:
+            return value
+        key = rec.key
+        if key is not None and self._key_serializer is not None:
+            key = self._apply(self._key_serializer, "key_serializer", key, position, count)
+        return Record(value, key, rec.headers, rec.timestamp_ms, rec.offset, rec.lane, rec.stream)
+
+    def _apply(self, function: Serializer, name: str, obj: Any, position: int | None, count: int) -> bytes:
+        try:
+            out = function(obj)
+            if type(out) is bytes:
+                return out
+            if not isinstance(out, (bytes, bytearray)):
+                raise TypeError(f"it returned {type(out).__name__}, not bytes")
+            return bytes(out)
+        except Exception as exc:
+            where = "the record"
+            if position is not None:
+                where = f"record {position} (0-based) of the {count} given to publish_many"
+            raise SerializationError(
+                f"{name} failed on {where} for stream {self.stream!r}: {type(exc).__name__}: {exc}; nothing of "
+                f"this call was queued"
+            ) from exc
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.offsets import INDEX_BITS
@@ -60,8 +60,11 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
 class BatchPart(ItemSlice):
     """Records ``[start, stop)`` of one decoded ring item of a lane, made into ``Record`` objects on demand."""
 
-    def records(self) -> list[Record]:
-        """Materialise this part's records (the per-record path; Arrow conversion avoids it)."""
+    def records(
+        self, value: Callable[[bytes], Any] | None = None, key: Callable[[bytes], Any] | None = None
+    ) -> list[Record]:
+        """Materialise this part's records (the per-record path; Arrow conversion avoids it), with ``value`` /
+        ``key`` (keys that are set) through the given deserializers; whatever they raise propagates."""
         item, start, stop = self.item, self.start, self.stop
         if stop <= start:
             return []
@@ -69,6 +72,8 @@ class BatchPart(ItemSlice):
         vdata = bytes(item.value_data[vo[0]:vo[-1]])
         base = vo[0]
         values = [vdata[vo[i] - base:vo[i + 1] - base] for i in range(stop - start)]
+        if value is not None:
+            values = list(map(value, values))
         n = stop - start
         keys: list[bytes | None] = [None] * n
         if item.key_lengths is not None and item.key_data is not None:
@@ -77,6 +82,8 @@ class BatchPart(ItemSlice):
             kl = item.key_lengths[start:stop].tolist()
             kb = ko[0]
             keys = [None if kl[i] < 0 else kdata[ko[i] - kb:ko[i + 1] - kb] for i in range(n)]
+            if key is not None:
+                keys = [None if k is None else key(k) for k in keys]
         headers: list[tuple[tuple[str, bytes], ...]] = [()] * n
         if item.header_counts is not None:
             headers = self._headers(n)
@@ -111,11 +118,14 @@ class RecordBatch(Sequence[Record]):
     """Records read in one go, possibly from several items and lanes; ``Record`` objects are made on demand.
 
     ``to_arrow()`` builds a ``pyarrow.RecordBatch`` straight from the items' buffers.
+
+    A subscriber with deserializers gives ``records``: the same records with their value / key deserialized; the
+    batch then hands out those (``values()`` included), while ``to_arrow()`` still gives the stored bytes.
     """
 
     __slots__ = ("_cache", "_ends", "_parts")
 
-    def __init__(self, parts: Iterable[BatchPart] = ()) -> None:
+    def __init__(self, parts: Iterable[BatchPart] = (), records: list[Record] | None = None) -> None:
         self._parts = tuple(p for p in parts if p.stop > p.start)
         ends = []
         total = 0
@@ -123,7 +133,9 @@ class RecordBatch(Sequence[Record]):
             total += part.size
             ends.append(total)
         self._ends = ends
-        self._cache: list[Record] | None = None
+        if records is not None and len(records) != total:
+            raise ValueError(f"{len(records)} records given for parts holding {total}")
+        self._cache: list[Record] | None = records
 
     @classmethod
     def empty(cls) -> RecordBatch:
@@ -187,6 +199,8 @@ class RecordBatch(Sequence[Record]):
 
     def values(self) -> list[bytes]:
         """Just the values, in order (cheaper than building records)."""
+        if self._cache is not None:
+            return [r.value for r in self._cache]
         out: list[bytes] = []
         for part in self._parts:
             vo = part.item.value_offsets[part.start:part.stop + 1].tolist()

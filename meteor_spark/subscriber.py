@@ -28,6 +28,13 @@ the ``on_corrupt`` policy (``meteor_spark.corrupt``): ``error`` (default) raises
 left AT the item; ``skip`` passes over it and counts it (``corrupt_items``); ``dead_letter`` publishes the raw item
 to a dead-letter stream, waits for the grid's acknowledgement, and only then moves past it.
 
+Deserializers: with ``value_deserializer`` / ``key_deserializer`` the records returned carry the objects in
+``value`` / ``key``. A record they refuse (e.g. invalid JSON) goes through the same ``on_corrupt`` choice:
+``error`` raises ``DeserializationError`` naming stream, lane and offset, once the records before it were returned,
+with the position left AT the record; ``skip`` leaves it out (counted in ``undecodable_records``, logged);
+``dead_letter`` publishes it as stored (value, key, headers, plus source headers and the error) and leaves it out.
+A skipped or dead-lettered record counts as processed: the position moves past it, so ``confirm()`` confirms it.
+
 Errors and good records: a poll first returns the records read before a bad item (corrupt, lost, out of range);
 the error is raised by the next poll, which finds nothing left before it in that lane. Errors stay until the
 application seeks the lane (they are conditions of the position, not of the read).
@@ -45,7 +52,7 @@ import time
 from collections import deque
 from typing import Any
 
-from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
+from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_for_record, dead_letter_record
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -72,6 +79,7 @@ from meteor_spark.publisher import Publisher
 from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.records import BatchPart, Record, RecordBatch
+from meteor_spark.serializers import DecodedLane, Deserializer, deserialize_lane, deserializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
 from meteor_spark.wire import decode_item
@@ -144,6 +152,9 @@ class Subscriber:
             opened by name, created with the default configuration when missing. Each refused item becomes one
             record (its raw bytes, with headers naming source stream, lane, sequence, offset and the error;
             ``meteor_spark.corrupt``), acknowledged by the grid before reading goes on.
+        value_deserializer, key_deserializer: turn stored values / keys (keys that are set) into objects:
+            ``"json"``, ``"str"``, ``"bytes"`` or a callable (``meteor_spark.serializers``). A record they refuse
+            goes through ``on_corrupt`` (error, skip or dead_letter; see the module docs).
         max_poll_records: records returned by one ``poll`` at most.
         max_items_per_read: ring items asked for by one ``read_many`` (each holds up to ``max_batch_records``).
         max_bytes_per_read: ring-item bytes asked for by one ``read_many``, about: the item count is adapted to the
@@ -157,6 +168,7 @@ class Subscriber:
         skips: ``(lane, first lost offset, first offset read after)`` per skip.
         corrupt_items: undecodable ring items passed over (``on_corrupt`` skip or dead_letter).
         corrupt: ``(lane, sequence)`` of each of them.
+        undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
         delivered_records: records returned by ``poll``.
 
     Examples:
@@ -182,7 +194,11 @@ class Subscriber:
         member_id: str | None = None,
         on_corrupt: str | None = None,
         dead_letter_stream: str | None = None,
+        value_deserializer: str | Deserializer | None = None,
+        key_deserializer: str | Deserializer | None = None,
     ) -> None:
+        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
@@ -226,6 +242,7 @@ class Subscriber:
         self.corrupt_items = 0
         self.corrupt: list[tuple[int, int]] = []  # (lane, sequence) of every undecodable item passed over
         self.delivered_records = 0
+        self.undecodable_records = 0
         self._dead_letters: Any = None
         if group is None:
             for lane in range(self.info.lanes):
@@ -334,6 +351,8 @@ class Subscriber:
             FormatError: a ring item cannot be decoded (named by stream, lane and sequence) and ``on_corrupt`` is
                 ``error``; the position stays at the item; ``seek`` past it to go on.
             OffsetOutOfRangeError: the lane's position lies past its end.
+            DeserializationError: a deserializer refused a record and ``on_corrupt`` is ``error``; the position
+                stays at the record; ``seek`` past it to go on.
             GridError: the grid failed (for ``dead_letter``: publishing the refused item failed; retried by the
                 next poll).
         """
@@ -539,7 +558,9 @@ class Subscriber:
                     with self._lock:
                         if lane in self._lanes:
                             self._drop_lane(lane, "lease lost before delivery")
+        decoded = self._deserialize(taken) if self._deserializing else None
         out: list[BatchPart] = []
+        records: list[Record] | None = None if decoded is None else []
         with self._lock:
             for lane, parts in taken.items():
                 delivered = self._lanes.get(lane)
@@ -554,7 +575,16 @@ class Subscriber:
                             head.stream, head.lane, head.sequence, head.item, part.stop, head.stop
                         )
                     delivered.buffered -= part.size
-                    out.append(part)
+                if decoded is None:
+                    out.extend(parts)
+                elif records is not None:
+                    out.extend(decoded[lane].parts)
+                    records.extend(decoded[lane].records)
+                    stopped = decoded[lane].stopped
+                    if stopped is not None:
+                        self._stop_at(delivered, *stopped)
+                if not parts:
+                    continue  # deserialization stopped the lane at its first record
                 last = parts[-1]
                 delivered.item_counts = {part.sequence: part.item.count for part in parts}
                 delivered.last_delivered = last.last_offset
@@ -565,9 +595,54 @@ class Subscriber:
                 )
                 delivered.dirty = True
                 delivered.passed()  # items skipped by policy right after the last delivered one
-        batch = RecordBatch(out)
+        batch = RecordBatch(out, records)
         self.delivered_records += len(batch)
         return batch
+
+    @property
+    def _deserializing(self) -> bool:
+        return self._value_deserializer is not None or self._key_deserializer is not None
+
+    def _deserialize(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
+        """Deserialize the records taken, lane by lane, applying ``on_corrupt`` to those refused: with ``error``
+        a lane's taken parts are cut before its first refused record; a dead letter is acknowledged before the
+        record is passed over (a failure raises before any position moved: the next poll retries)."""
+        policy = self.corrupt_policy
+        decoded: dict[int, DecodedLane] = {}
+        for lane, parts in taken.items():
+            result_ = deserialize_lane(
+                parts, self._value_deserializer, self._key_deserializer, stop_at_failure=policy.is_error
+            )
+            if result_.stopped is not None:
+                taken[lane] = result_.parts
+            for raw, error in result_.refused:
+                if policy.mode == "dead_letter":
+                    self._dead_letters.publish(dead_letter_for_record(raw, error))
+            decoded[lane] = result_
+        for lane_result in decoded.values():
+            for raw, error in lane_result.refused:
+                self.undecodable_records += 1
+                logger.warning(
+                    "stream %r lane %d: passed over the record at offset %d%s: %s",
+                    self.stream, raw.lane, raw.offset,
+                    f" after publishing it to dead-letter stream {policy.dead_letter_stream!r}"
+                    if policy.mode == "dead_letter" else " (on_corrupt=skip)",
+                    error,
+                )
+        return decoded
+
+    def _stop_at(self, state: _Lane, offset: int, error: MeteorError) -> None:
+        """Stop ``state`` at the record ``offset`` with ``error`` once the records before it are delivered: what
+        is buffered from it on is dropped (read again after a seek)."""
+        state.parts.clear()
+        state.buffered = 0
+        orphan = state.pending
+        state.pending = None
+        state.fetch_seq = sequence_of(offset)
+        state.bad = None
+        state.error = error
+        if orphan is not None:
+            self._orphans.append(orphan)
 
     # ------------------------------------------------------------------------------------------------ offsets
 
@@ -770,6 +845,7 @@ class Subscriber:
             "delivered_records": self.delivered_records,
             "skipped_items": self.skipped_items,
             "corrupt_items": self.corrupt_items,
+            "undecodable_records": self.undecodable_records,
         }
 
     def close(self) -> None:
