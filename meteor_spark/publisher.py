@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
 from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError
 from meteor_spark.grid import Grid
+from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.publish_futures import (
     ArrowPublishFuture,
     BulkFuture,
@@ -60,6 +62,8 @@ class Publisher:
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
         max_block_ms: how long a publish call waits for room before ``PublishTimeoutError``.
         max_items_per_call: ring items per ``add_all`` call.
+        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this publisher's
+            counters (``meteor_spark.metrics``; needs the ``metrics`` extra).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -80,6 +84,7 @@ class Publisher:
         max_items_per_call: int | None = None,
         compression: str | None = None,
         compression_threshold: int | None = None,
+        metrics: Any = None,
     ) -> None:
         self.info: StreamInfo = open_stream(grid, stream)
         self.settings = PublisherSettings.parse(
@@ -109,6 +114,7 @@ class Publisher:
         self._lanes = acc.lanes
         self._max_buffered = self.settings.max_buffered_records
         self._sender = Sender(acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id)
+        self._detach_metrics = attach_metrics(metrics, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 
     # ------------------------------------------------------------------------------------------------ publishing
@@ -304,6 +310,8 @@ class Publisher:
                 acc.closed = True
                 acc.work.notify_all()
             self._sender.stop()
+            if self._detach_metrics is not None:
+                self._detach_metrics()
             logger.debug(
                 "publisher %x on stream %r closed: %d records in %d items, %d calls, %d failed",
                 self.producer_id, self.stream, self.records_sent, self.items_sent, self._sender.calls,
