@@ -7,18 +7,17 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 
+import prometheus_client
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-prometheus_client = pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from meteor_spark import metrics  # noqa: E402
-from meteor_spark.errors import ConfigError, FencedError  # noqa: E402
-from meteor_spark.groups import GroupMember  # noqa: E402
-from meteor_spark.publisher import Publisher  # noqa: E402
-from meteor_spark.streams import StreamConfig, open_stream  # noqa: E402
-from meteor_spark.subscriber import Subscriber  # noqa: E402
-from meteor_spark.testing import wait_until  # noqa: E402
+from meteor_spark import metrics
+from meteor_spark.errors import ConfigError, FencedError
+from meteor_spark.groups import GroupMember
+from meteor_spark.publisher import Publisher
+from meteor_spark.streams import StreamConfig, open_stream
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.testing import wait_until
 
 
 @pytest.fixture
