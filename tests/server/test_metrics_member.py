@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
+from meteor_spark.server.member import READY_LINE
 from meteor_spark.streams import StreamConfig
 from meteor_spark.testing import wait_until
 
@@ -81,3 +85,26 @@ def test_metrics_port_in_use_is_a_clear_error(tmp_path) -> None:
     assert result.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{taken}" in result.stderr
     assert "--metrics-port" in result.stderr
+
+
+def test_meteor_grid_start_metrics_port_from_the_config_file(tmp_path) -> None:
+    """`meteor grid start` with `metrics-port` in the [server] table prints the endpoint on its ready line."""
+    meteor = Path(sys.executable).with_name("meteor")
+    if not meteor.exists():
+        pytest.skip("the meteor console script is not installed next to this interpreter")
+    config = tmp_path / "meteor.toml"
+    config.write_text("[server]\nmetrics-port = 0\n")
+    process = subprocess.Popen(
+        [str(meteor), "grid", "start", "--port", "0", "--log-level", "WARNING", "--config", str(config)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        ready = READY_LINE.match(process.stdout.readline().strip())
+        assert ready is not None and ready["metrics"], process.stderr.read() if process.poll() is not None else ""
+        scraped = scrape(ready["metrics"])
+        assert value(scraped, "meteor_member_connections") == 0
+        assert value(scraped, "meteor_member_fsyncs_total") == 0  # no --data-dir: nothing to fsync
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
