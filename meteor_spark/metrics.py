@@ -32,7 +32,7 @@ from typing import Any
 
 from meteor_spark.errors import ConfigError, MeteorError
 
-__all__ = ["COUNTERS", "GAUGES", "attach", "require_prometheus", "start_http_server"]
+__all__ = ["COUNTERS", "GAUGES", "attach", "registry_of", "require_prometheus", "start_http_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,21 +85,32 @@ def start_http_server(port: int, addr: str = "0.0.0.0", registry: Any = None) ->
     return prometheus.start_http_server(port, addr=addr, registry=registry or prometheus.REGISTRY)
 
 
-def attach(metrics: Any, client: Any) -> Callable[[], None] | None:
-    """Add ``client`` (a Publisher or Subscriber) to the collector of the registry ``metrics`` names (True: the
-    default registry; None/False: none). Returns the function that detaches it (called on the client's close)."""
+def registry_of(metrics: Any) -> Any:
+    """The registry a client's ``metrics`` argument names: True = prometheus_client's default registry, a
+    ``CollectorRegistry`` itself, None/False = none. Checked before the client starts anything.
+
+    Raises:
+        ConfigError: anything else, or prometheus_client is not installed.
+    """
     if metrics is None or metrics is False:
         return None
     prometheus = require_prometheus()
     if metrics is True:
-        registry = prometheus.REGISTRY
-    elif isinstance(metrics, prometheus.CollectorRegistry):
-        registry = metrics
-    else:
-        raise ConfigError(
-            f"metrics={metrics!r} is not a prometheus_client CollectorRegistry; give True (the default registry), a "
-            f"CollectorRegistry, or None"
-        )
+        return prometheus.REGISTRY
+    if isinstance(metrics, prometheus.CollectorRegistry):
+        return metrics
+    raise ConfigError(
+        f"metrics={metrics!r} is not a prometheus_client CollectorRegistry; give True (the default registry), a "
+        f"CollectorRegistry, or None"
+    )
+
+
+def attach(registry: Any, client: Any) -> Callable[[], None] | None:
+    """Add ``client`` (a Publisher or Subscriber, fully built) to the collector of ``registry`` (``registry_of``'s
+    result; None: nothing to do). Returns the function that detaches it (called on the client's close)."""
+    if registry is None:
+        return None
+    prometheus = require_prometheus()
     with _COLLECTORS_LOCK:
         collector = _COLLECTORS.get(registry)
         if collector is None:

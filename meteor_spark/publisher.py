@@ -35,6 +35,7 @@ from meteor_spark.batching import PublisherSettings
 from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError
 from meteor_spark.grid import Grid
 from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.publish_futures import (
     ArrowPublishFuture,
     BulkFuture,
@@ -86,6 +87,7 @@ class Publisher:
         compression_threshold: int | None = None,
         metrics: Any = None,
     ) -> None:
+        registry = metrics_registry(metrics)
         self.info: StreamInfo = open_stream(grid, stream)
         self.settings = PublisherSettings.parse(
             self.info.config,
@@ -114,7 +116,7 @@ class Publisher:
         self._lanes = acc.lanes
         self._max_buffered = self.settings.max_buffered_records
         self._sender = Sender(acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id)
-        self._detach_metrics = attach_metrics(metrics, self)
+        self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 
     # ------------------------------------------------------------------------------------------------ publishing

@@ -61,6 +61,7 @@ from meteor_spark.errors import (
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.groups import GroupMember
 from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -188,6 +189,7 @@ class Subscriber:
         dead_letter_stream: str | None = None,
         metrics: Any = None,
     ) -> None:
+        registry = metrics_registry(metrics)
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
@@ -256,7 +258,7 @@ class Subscriber:
                 if self._member is not None:
                     self._member.close()
                 raise
-        self._detach_metrics = attach_metrics(metrics, self)
+        self._detach_metrics = attach_metrics(registry, self)
 
     # ------------------------------------------------------------------------------------------------ state
 
