@@ -220,6 +220,9 @@ class GroupMember:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._host = socket.gethostname()
+        self.lease_acquisitions = 0
+        self.lease_losses = 0
+        self.fencing_refusals = 0
 
     # -- identity -----------------------------------------------------------------------------------------------
 
@@ -306,6 +309,17 @@ class GroupMember:
         """The lanes held now, ``{lane: epoch}`` (local view, kept by the background renewal)."""
         with self._lock:
             return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since creation: leases taken and lost, confirms/seeks refused by fencing; lanes held now."""
+        with self._lock:
+            held = len(self._held)
+        return {
+            "lease_acquisitions": self.lease_acquisitions,
+            "lease_losses": self.lease_losses,
+            "fencing_refusals": self.fencing_refusals,
+            "lanes_held": held,
+        }
 
     def is_current(self, lane: int) -> bool:
         """True when this member still holds ``lane`` by its own judgement: renewed within a lease period by this
@@ -450,6 +464,7 @@ class GroupMember:
     def _fenced(
         self, what: str, lane: int, offset: int, epoch: int, holder: str | None, their_epoch: int | None
     ) -> FencedError:
+        self.fencing_refusals += 1
         now = "is vacant" if holder is None else f"is held by {holder!r}"
         return FencedError(
             f"{what} of offset {offset} on {self._where(lane)} refused: member {self.member_id!r} held the lane "
@@ -561,6 +576,7 @@ class GroupMember:
             with self._lock:
                 if renewed is None:
                     self._held.pop(lane, None)
+                    self.lease_losses += 1
                     self._deposed[lane] = lease.lease.epoch
                     self._offset_texts.pop(lane, None)
                     logger.warning(
@@ -641,6 +657,7 @@ class GroupMember:
             self._held[lane] = held
             self._offset_texts[lane] = fenced
             self._deposed.pop(lane, None)
+            self.lease_acquisitions += 1
         previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
         logger.info(
             "member %r took %s with epoch %d (from %s)", self.member_id, self._where(lane), held.lease.epoch,

@@ -34,6 +34,8 @@ from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
 from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError, SerializationError
 from meteor_spark.grid import Grid
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.publish_futures import (
     ArrowPublishFuture,
     BulkFuture,
@@ -69,6 +71,8 @@ class Publisher:
             ``Record``'s value and key (when set) go through the serializers. ``publish_arrow`` takes its columns
             as they are. A serializer that raises fails the call with ``SerializationError`` before anything of it
             is queued.
+        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this publisher's
+            counters (``meteor_spark.metrics``; needs the ``metrics`` extra).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -91,7 +95,9 @@ class Publisher:
         compression_threshold: int | None = None,
         value_serializer: str | Serializer | None = None,
         key_serializer: str | Serializer | None = None,
+        metrics: Any = None,
     ) -> None:
+        registry = metrics_registry(metrics)
         self._value_serializer = serializer(value_serializer, "value_serializer")
         self._key_serializer = serializer(key_serializer, "key_serializer")
         self._serializing = self._value_serializer is not None or self._key_serializer is not None
@@ -123,6 +129,7 @@ class Publisher:
         self._lanes = acc.lanes
         self._max_buffered = self.settings.max_buffered_records
         self._sender = Sender(acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id)
+        self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 
     # ------------------------------------------------------------------------------------------------ publishing
@@ -357,6 +364,8 @@ class Publisher:
                 acc.closed = True
                 acc.work.notify_all()
             self._sender.stop()
+            if self._detach_metrics is not None:
+                self._detach_metrics()
             logger.debug(
                 "publisher %x on stream %r closed: %d records in %d items, %d calls, %d failed",
                 self.producer_id, self.stream, self.records_sent, self.items_sent, self._sender.calls,

@@ -67,6 +67,8 @@ from meteor_spark.errors import (
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.groups import GroupMember
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -162,6 +164,9 @@ class Subscriber:
             grid connection and makes the member buffer it; about a MiB keeps responses streaming.
         lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
         member_id: grouped: this member's id (default ``<host>-<pid>-<random>``).
+        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this subscriber's
+            counters, its lag per lane and, grouped, its group figures (``meteor_spark.metrics``; needs the
+            ``metrics`` extra).
 
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
@@ -196,7 +201,9 @@ class Subscriber:
         dead_letter_stream: str | None = None,
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
+        metrics: Any = None,
     ) -> None:
+        registry = metrics_registry(metrics)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
@@ -268,6 +275,7 @@ class Subscriber:
                 if self._member is not None:
                     self._member.close()
                 raise
+        self._detach_metrics = attach_metrics(registry, self)
 
     # ------------------------------------------------------------------------------------------------ state
 
@@ -841,12 +849,24 @@ class Subscriber:
     # ------------------------------------------------------------------------------------------------ lifecycle
 
     def metrics(self) -> dict[str, int]:
-        return {
+        """Counters since creation; grouped, also the group member's lease figures and the lanes it holds."""
+        figures = {
             "delivered_records": self.delivered_records,
             "skipped_items": self.skipped_items,
             "corrupt_items": self.corrupt_items,
             "undecodable_records": self.undecodable_records,
         }
+        member = self._member
+        if member is not None:
+            figures.update(member.metrics())
+        return figures
+
+    def lag(self) -> dict[int, int]:
+        """Ring items behind each lane's end, from the next record to deliver, per lane read (one grid call per
+        lane)."""
+        with self._lock:
+            lanes = [(state.lane, state.ring, state.position) for state in self._lanes.values()]
+        return {lane: max(0, ring.tail() + 1 - sequence_of(position)) for lane, ring, position in lanes}
 
     def close(self) -> None:
         """Stop the receiver, leave the group (grouped), close the dead-letter publisher. Confirm what was processed
@@ -855,6 +875,8 @@ class Subscriber:
             return
         if self._receiver is not None:
             self._receiver.close()
+        if self._detach_metrics is not None:
+            self._detach_metrics()
         self._closed = True
         self._wakeup.set()
         with self._poll_lock:

@@ -10,6 +10,7 @@ from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, ou
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import Grid
 from meteor_spark.offsets import first_offset_of
+from meteor_spark.validate import check_int, check_number
 
 
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
@@ -23,64 +24,98 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "will read), how far behind the end of the lane that is (records; ring items when too many to count), "
             "and how many unread items the grid can no longer serve. A confirmed offset past the lane's end (stream "
             "re-created, lane truncated) is marked 'PAST END'. Without a group, every group of the stream is shown; "
-            "an unknown group is an error listing the stream's groups."
+            "an unknown group is an error listing the stream's groups. With --watch the tables are refreshed every "
+            "--interval seconds until Ctrl-C."
         ),
     )
     groups.add_argument("stream", help="stream name")
     groups.add_argument("group", nargs="?", help="only this group")
+    groups.add_argument("--watch", action="store_true", help="refresh the tables until Ctrl-C")
+    groups.add_argument(
+        "--interval", type=float, default=None, metavar="S", help="with --watch: seconds between refreshes (default 2)"
+    )
+    groups.add_argument(
+        "--count", type=int, default=None, metavar="N", help="with --watch: stop after N refreshes (default: never)"
+    )
     groups.set_defaults(run=run_groups)
 
 
 def run_groups(args: argparse.Namespace) -> int:
-    from meteor_spark.admin import group_state, lag_report, list_groups
     from meteor_spark.streams import open_stream
 
+    if not args.watch and (args.count is not None or args.interval is not None):
+        raise ConfigError("--interval and --count go with --watch; add --watch to refresh the tables")
+    interval = check_number("--interval", 2.0 if args.interval is None else args.interval, 0.01, 86_400)
+    if args.count is not None:
+        check_int("--count", args.count, 1, 1 << 31)
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
-        known = sorted(g.group for g in list_groups(grid, info.config.name))
-        if args.group and args.group not in known:
-            if not known:
-                raise ConfigError(f"group {args.group!r} is unknown: no group has read stream {args.stream!r} yet")
-            raise unknown_option("group", args.group, known)
-        names = [args.group] if args.group else known
-        if not names:
-            out(f"no group has read stream {args.stream!r} yet")
+        if not args.watch:
+            _show(grid, info, args)
             return EXIT_OK
-        now_ms = int(time.time() * 1000)
-        for number, group in enumerate(names):
-            if number:
-                out()
-            states = group_state(grid, info, group)
-            behind = {entry.lane: entry for entry in lag_report(grid, info, group, count_records=True)}
-            out(f"group {group!r} on stream {args.stream!r}")
-            rows = []
-            for state in sorted(states, key=lambda s: s.lane):
-                rows.append(
-                    [
-                        state.lane,
-                        state.holder or "(free)",
-                        fmt_int(state.epoch),
-                        _expiry(state.lease_expires_ms, now_ms, state.holder),
-                        fmt_int(state.confirmed),
-                        _behind(behind.get(state.lane)),
-                        _lost(behind.get(state.lane)),
-                    ]
-                )
-            out(
-                render_table(
-                    ["LANE", "HOLDER", "EPOCH", "LEASE EXPIRES", "CONFIRMED OFFSET", "BEHIND", "LOST"],
-                    rows,
-                    right=[0, 2, 4, 5, 6],
-                )
-            )
-            for entry in sorted(behind.values(), key=lambda e: e.lane):
-                if entry.past_end:
-                    out(
-                        f"lane {entry.lane}: the confirmed offset {entry.confirmed} is past the lane's end (offset "
-                        f"{first_offset_of(entry.next_sequence)}): the stream was re-created or the lane truncated. "
-                        f"Members of the group get OffsetOutOfRangeError until the lane is sought to a valid offset"
-                    )
+        refreshes = 0
+        try:
+            while True:
+                if refreshes:
+                    out()
+                out(f"-- {fmt_time_ms(int(time.time() * 1000))} (every {interval:g} s; Ctrl-C stops)")
+                _show(grid, info, args)
+                refreshes += 1
+                if args.count is not None and refreshes >= args.count:
+                    break
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
     return EXIT_OK
+
+
+def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
+    """The tables of the groups asked for, once."""
+    from meteor_spark.admin import group_state, lag_report, list_groups
+
+    known = sorted(g.group for g in list_groups(grid, info.config.name))
+    if args.group and args.group not in known:
+        if not known:
+            raise ConfigError(f"group {args.group!r} is unknown: no group has read stream {args.stream!r} yet")
+        raise unknown_option("group", args.group, known)
+    names = [args.group] if args.group else known
+    if not names:
+        out(f"no group has read stream {args.stream!r} yet")
+        return
+    now_ms = int(time.time() * 1000)
+    for number, group in enumerate(names):
+        if number:
+            out()
+        states = group_state(grid, info, group)
+        behind = {entry.lane: entry for entry in lag_report(grid, info, group, count_records=True)}
+        out(f"group {group!r} on stream {args.stream!r}")
+        rows = []
+        for state in sorted(states, key=lambda s: s.lane):
+            rows.append(
+                [
+                    state.lane,
+                    state.holder or "(free)",
+                    fmt_int(state.epoch),
+                    _expiry(state.lease_expires_ms, now_ms, state.holder),
+                    fmt_int(state.confirmed),
+                    _behind(behind.get(state.lane)),
+                    _lost(behind.get(state.lane)),
+                ]
+            )
+        out(
+            render_table(
+                ["LANE", "HOLDER", "EPOCH", "LEASE EXPIRES", "CONFIRMED OFFSET", "BEHIND", "LOST"],
+                rows,
+                right=[0, 2, 4, 5, 6],
+            )
+        )
+        for entry in sorted(behind.values(), key=lambda e: e.lane):
+            if entry.past_end:
+                out(
+                    f"lane {entry.lane}: the confirmed offset {entry.confirmed} is past the lane's end (offset "
+                    f"{first_offset_of(entry.next_sequence)}): the stream was re-created or the lane truncated. "
+                    f"Members of the group get OffsetOutOfRangeError until the lane is sought to a valid offset"
+                )
 
 
 def _expiry(expires_ms: int | None, now_ms: int, holder: str | None) -> str:

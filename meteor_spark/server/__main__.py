@@ -25,7 +25,7 @@ from meteor_spark.server.member import (
     parse_ring_config,
     serve,
 )
-from meteor_spark.server.tcp import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
+from meteor_spark.server.tcp import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S, MemberServer
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -101,6 +101,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         f"(default {DEFAULT_AUTH_TIMEOUT_S:g}; 0 = never)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve the member's figures (connections, requests by type, ring items/bytes, map entries, fsyncs, "
+        "quarantined ranges) in Prometheus text format on http://HOST:PORT/metrics (0 = any free port, printed; "
+        "needs the 'metrics' extra)",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help=argparse.SUPPRESS,  # EmbeddedGrid(process=True): stop when stdin closes, i.e. when the parent dies
@@ -134,6 +143,7 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
         map_configs=tuple(parse_map_config(text) for text in args.map_config),
         client_heartbeat_timeout_s=getattr(args, "client_heartbeat_timeout_s", DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S),
         auth_timeout_s=getattr(args, "auth_timeout_s", DEFAULT_AUTH_TIMEOUT_S),
+        metrics_port=getattr(args, "metrics_port", None),
     )
 
 
@@ -173,13 +183,20 @@ def run_member(args: argparse.Namespace) -> int:
 
             loop.add_reader(0, on_stdin)
 
-        def on_ready(address: str) -> None:
-            print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}", flush=True)
+        listening: list[MemberServer] = []
 
-        await serve(options, stop, on_ready)
+        def on_ready(address: str) -> None:
+            metrics = listening[0].metrics_address if listening else None
+            shown = f" metrics={metrics}" if metrics else ""
+            print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}{shown}", flush=True)
+
+        await serve(options, stop, on_ready, on_listening=listening.append)
 
     try:
         asyncio.run(main())
+    except ValueError as exc:  # the metrics endpoint could not start
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             print(

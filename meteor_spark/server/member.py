@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 PASSWORD_ENV = "METEOR_GRID_PASSWORD"
 
 #: The first line ``python -m meteor_spark.server`` prints: ``listening on HOST:PORT cluster=NAME pid=PID``.
-READY_LINE = re.compile(r"^listening on (?P<address>\S+:\d+) cluster=(?P<cluster>\S+) pid=(?P<pid>\d+)$")
+READY_LINE = re.compile(
+    r"^listening on (?P<address>\S+:\d+) cluster=(?P<cluster>\S+) pid=(?P<pid>\d+)(?: metrics=(?P<metrics>\S+:\d+))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,13 @@ class MemberOptions:
     partition_count: int = 271
     client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be 0..65535 (0 = any free port), got {self.port}")
+        if self.metrics_port is not None and not 0 <= self.metrics_port < 65536:
+            raise ValueError(f"metrics port must be 0..65535 (0 = any free port), got {self.metrics_port}")
         if not self.auth_timeout_s >= 0:  # also refuses NaN
             raise ValueError(
                 f"authentication timeout must be >= 0 seconds (0 = never close unauthenticated connections), got "
@@ -129,8 +134,15 @@ async def serve(
     server = MemberServer(
         engine, options.member_settings(), options.client_heartbeat_timeout_s, auth_timeout_s=options.auth_timeout_s
     )
+    http = None
     try:
         await server.start(options.host, options.port)
+        if options.metrics_port is not None:
+            from meteor_spark.server.metrics import start_metrics_server
+
+            http, metrics_port = start_metrics_server(server, options.host, options.metrics_port)
+            server.metrics_address = f"{server.member.host}:{metrics_port}"
+            logger.info("member metrics on http://%s/metrics", server.metrics_address)
         if on_listening is not None:
             on_listening(server)
         address = f"{server.member.host}:{server.member.port}"
@@ -138,6 +150,9 @@ async def serve(
         on_ready(address)
         await stop.wait()
     finally:
+        if http is not None:
+            http.shutdown()
+            http.server_close()
         await server.stop()
         await engine.close()
         logger.info("member of cluster %r stopped", options.cluster_name)
@@ -167,6 +182,8 @@ class EmbeddedGrid:
             clients ping every 5 s. Hazelcast's default, 60 s; 0 = never.
         auth_timeout_s: close a connection that has not authenticated this long after it opened (a peer without
             credentials cannot hold a connection, nor more than 64 KiB of the member's memory); 0 = never.
+        metrics_port: serve the member's figures in Prometheus text format on this port (0 = a free one;
+            ``metrics_address`` tells which); None = no endpoint. Needs the ``metrics`` extra.
     """
 
     def __init__(
@@ -187,6 +204,7 @@ class EmbeddedGrid:
         start_timeout_s: float = 30.0,
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
         auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
+        metrics_port: int | None = None,
     ) -> None:
         self.options = MemberOptions(
             host=host,
@@ -202,11 +220,13 @@ class EmbeddedGrid:
             map_configs=tuple(map_configs),
             client_heartbeat_timeout_s=client_heartbeat_timeout_s,
             auth_timeout_s=auth_timeout_s,
+            metrics_port=metrics_port,
         )
         self.process_mode = process
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
         self._address: str | None = None
+        self._metrics_address: str | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -235,6 +255,13 @@ class EmbeddedGrid:
     @property
     def port(self) -> int:
         return int(self.address.rsplit(":", 1)[1])
+
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of the Prometheus endpoint (``http://<it>/metrics``), None without ``metrics_port``."""
+        if self._address is None:
+            raise RuntimeError("the embedded grid is not started; call start() (or use it as a context manager)")
+        return self._metrics_address
 
     @property
     def pid(self) -> int | None:
@@ -348,6 +375,7 @@ class EmbeddedGrid:
 
             def on_listening(server: MemberServer) -> None:
                 self._server = server
+                self._metrics_address = server.metrics_address
 
             try:
                 loop.run_until_complete(serve(self.options, stop, on_ready, on_listening=on_listening))
@@ -420,6 +448,7 @@ class EmbeddedGrid:
                 f"ends with:\n{_tail(self._log_file)}"
             )
         self._address = match["address"]
+        self._metrics_address = match["metrics"]
         logger.info("embedded grid process %s listening on %s", self._process.pid, self._address)
 
     def _stop_process(self, timeout_s: float) -> None:
@@ -452,6 +481,8 @@ def member_arguments(options: MemberOptions) -> list[str]:
     argv += ["--cp-mode", options.cp_mode]
     argv += ["--client-heartbeat-timeout-s", repr(float(options.client_heartbeat_timeout_s))]
     argv += ["--auth-timeout-s", repr(float(options.auth_timeout_s))]
+    if options.metrics_port is not None:
+        argv += ["--metrics-port", str(options.metrics_port)]
     for ring_config in options.ring_configs:
         argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
     for map_config in options.map_configs:

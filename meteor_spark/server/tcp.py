@@ -279,9 +279,11 @@ class ClientConnection(asyncio.Protocol):
         self._pending = pending
         self._pending_bytes = 0
         engine, member, endpoint = self.server.engine, self.server.member, self.endpoint
+        requests = self.server.requests
         try:
             for index, message in enumerate(messages):
-                registry.dispatch(engine, member, endpoint, message)
+                name = registry.dispatch(engine, member, endpoint, message)
+                requests[name] = requests.get(name, 0) + 1
                 if self.closed:
                     break
                 if self.congested or self._pending_bytes + self._queued > OUTPUT_HIGH_WATER:
@@ -447,6 +449,8 @@ class MemberServer:
         self.member = member
         self.client_heartbeat_timeout_s = client_heartbeat_timeout_s
         self.connections: set[ClientConnection] = set()
+        self.requests: dict[str, int] = {}  # message name -> requests served (the member's metrics)
+        self.metrics_address: str | None = None  # host:port of the metrics endpoint, when serving one
         self._server: asyncio.base_events.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
 

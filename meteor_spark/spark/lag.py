@@ -12,10 +12,21 @@ taken for a stream.
 Per lane the report holds the same ``LaneLag`` a group's ``lag_report`` gives (``meteor_spark.admin``), with
 ``records_estimate`` filled in.
 
+Why a helper and not the progress's ``metrics`` map: Kafka's source fills ``sources[].metrics`` with
+``avgOffsetsBehindLatest`` / ``maxOffsetsBehindLatest`` / ``minOffsetsBehindLatest`` through the JVM interface
+``ReportsSourceMetrics``. PySpark's Python Data Source API (4.2, 4.3) has no way to do the same: the
+``DataSourceStreamReader`` methods are ``initialOffset``, ``latestOffset``, ``getDefaultReadLimit``,
+``reportLatestOffset``, ``partitions``, ``read``, ``commit`` and ``stop``, and the source runner
+(``pyspark/sql/streaming/python_streaming_source_runner.py``) answers only the calls 884-892 for those (initial
+offset, latest offset, partitions, commit, supported features, AvailableNow, admission control, default read limit,
+latest offset report); none carries metrics, so the progress's ``metrics`` map of a Python source stays empty.
+``kafka_metrics(report)`` gives the same three figures (in ring items) from ``lastProgress``, and
+``QueryLagCollector`` exports them to Prometheus.
+
 Example::
 
     report = lag_from_progress(query.lastProgress)
-    print(report.items_behind, report.lanes)
+    print(report.items_behind, report.lanes, kafka_metrics(report))
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from meteor_spark.admin import LaneLag
 from meteor_spark.errors import ConfigError, DataLossError
+from meteor_spark.metrics import require_prometheus
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.reading import count_records
 from meteor_spark.spark.offsets import SparkOffset
@@ -113,6 +125,65 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
         lanes = [replace(lag, records_estimate=lag.items_behind * per_item) for lag in lanes]
     batch_id = progress.get("batchId")
     return LagReport(None if batch_id is None else int(batch_id), tuple(lanes), per_item)
+
+
+def kafka_metrics(report: LagReport) -> dict[str, str]:
+    """The figures Kafka's source reports in ``sources[].metrics``, under Kafka's names, in ring items (a meteor
+    Spark offset is a ring item); like Kafka's, the values are strings. Empty when the report has no lanes."""
+    if not report.lanes:
+        return {}
+    return {
+        "avgOffsetsBehindLatest": f"{report.avg_items_behind:.1f}",
+        "maxOffsetsBehindLatest": str(report.max_items_behind),
+        "minOffsetsBehindLatest": str(report.min_items_behind),
+    }
+
+
+class QueryLagCollector:
+    """A prometheus_client collector over a running ``StreamingQuery``: at each scrape it turns
+    ``query.lastProgress`` into ``meteor_query_lag_items{query, stream, lane}`` and
+    ``meteor_query_lag_items_{avg,max,min}{query}`` (Kafka's avg/max/minOffsetsBehindLatest).
+
+    Example::
+
+        registry = prometheus_client.CollectorRegistry()
+        QueryLagCollector(query).register(registry)
+        meteor_spark.metrics.start_http_server(9108, registry=registry)
+    """
+
+    def __init__(self, query: Any, name: str | None = None) -> None:
+        self._query = query
+        self._name = name or query.name or str(query.id)
+        self._core = require_prometheus().core
+
+    def register(self, registry: Any = None) -> QueryLagCollector:
+        """Add this collector to ``registry`` (default: prometheus_client's); returns it."""
+        (registry or require_prometheus().REGISTRY).register(self)
+        return self
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        progress = self._query.lastProgress
+        report = lag_from_progress(progress) if progress else LagReport(None, (), None)
+        core = self._core
+        lanes = core.GaugeMetricFamily(
+            "meteor_query_lag_items", "Ring items between a query's last batch and the lane's end.",
+            labels=("query", "stream", "lane"),
+        )
+        for lane in report.lanes:
+            lanes.add_metric((self._name, lane.stream, str(lane.lane)), lane.items_behind)
+        yield lanes
+        if report.lanes:
+            for stat, value in (("avg", report.avg_items_behind), ("max", report.max_items_behind),
+                                ("min", report.min_items_behind)):
+                family = core.GaugeMetricFamily(
+                    f"meteor_query_lag_items_{stat}", f"Ring items behind the lanes' ends, {stat} over the lanes.",
+                    labels=("query",),
+                )
+                family.add_metric((self._name,), value)
+                yield family
 
 
 def count_records_behind(grid: Grid, report: LagReport, *, max_items: int = 1000) -> dict[tuple[str, int], int]:

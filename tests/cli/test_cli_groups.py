@@ -93,3 +93,27 @@ def test_corrupt_items_are_counted_apart(meteor: Meteor, grid: Grid, unique_name
     run = meteor("groups", unique_name, "g")
     assert run.code == 0, run
     assert "2 records + 1 corrupt item" in " ".join(_rows(run.out)[0])
+
+
+def test_watch_refreshes_the_lag_until_the_count(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name, lanes=1)) as publisher:
+        publisher.publish_many([Record(value=b"x") for _ in range(5)]).result()
+    group = "watchers"
+    with Subscriber(grid, unique_name, group=group, initial_offset_scheme="earliest") as member:
+        seen: list[Record] = []
+        wait_until(lambda: seen.extend(member.poll(200)) or len(seen) >= 5, timeout_s=30, message="5 records")
+        member.confirm(seen[1])  # records 0 and 1 done: 3 behind
+
+        run = meteor("groups", unique_name, group, "--watch", "--interval", "0.05", "--count", "3")
+        assert run.code == 0, run
+        assert run.out.count(f"group {group!r} on stream {unique_name!r}") == 3
+        assert run.out.count("(every 0.05 s; Ctrl-C stops)") == 3
+        assert run.out.count("3 records") == 3
+
+
+def test_watch_flags_are_checked(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    with Publisher(grid, StreamConfig(unique_name, lanes=1)):
+        pass
+    meteor("groups", unique_name, "--count", "2").assert_user_error("--watch")
+    meteor("groups", unique_name, "--watch", "--interval", "0").assert_user_error("--interval", "0")
+    meteor("groups", unique_name, "--watch", "--count", "0").assert_user_error("--count", "0")

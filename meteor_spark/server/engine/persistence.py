@@ -419,6 +419,7 @@ class Syncer:
         self._fsync_lock = threading.Lock()
         self._failure: OSError | None = None
         self._thread: threading.Thread | None = None
+        self.fsyncs = 0  # successful fsync calls, for the member's metrics
         if policy != "never":
             self._thread = threading.Thread(target=self._run, name=f"meteor-fsync-{policy}", daemon=True)
             self._thread.start()
@@ -482,6 +483,7 @@ class Syncer:
         for fd in fds:
             try:
                 os.fsync(fd)
+                self.fsyncs += 1
             except OSError as exc:
                 if exc.errno == errno.EBADF:
                     continue
@@ -833,6 +835,11 @@ class Persistence:
         return store
 
     # -- maps
+
+    def quarantined(self) -> list[Damage]:
+        """The damaged ranges moved aside when the logs open now were recovered (rings, then the map log)."""
+        damage = [item for store in self._ring_stores.values() for item in store.quarantined]
+        return damage + list(self.map_log.quarantined)
 
     def recover_maps(self) -> int:
         """Replay the map log into ``engine.maps``; return the number of live entries."""

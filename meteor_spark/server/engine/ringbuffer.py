@@ -218,6 +218,11 @@ class Ringbuffer:
         self.cleanup()
         return self.tail - self.head + 1
 
+    def item_bytes(self) -> int:
+        """Bytes of the items held in memory (a metrics figure: one pass over the ring)."""
+        self.cleanup()
+        return sum(len(item) for item in self._items if item is not None)
+
     def head_sequence(self) -> int:
         self.cleanup()
         return self.head

@@ -213,8 +213,9 @@ class RequestContext:
 # Dispatch
 
 
-def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Message) -> None:
-    """Serve one request: decode, run its handler, send the response or error.
+def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Message) -> str:
+    """Serve one request: decode, run its handler, send the response or error. Returns the message's name
+    (``"unknown"`` for a type the member does not serve), for the member's request counts.
 
     Raises:
         ProtocolError: the message is malformed (the caller closes the connection).
@@ -233,7 +234,7 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
         )
         logger.warning("closing connection from %s: it sent %s before authenticating", endpoint.remote, what)
         connection.close(f"{what} before authentication")
-        return
+        return "unknown" if entry is None else entry.spec.name
     if entry is None:
         connection.send(
             encode_error(
@@ -243,7 +244,7 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
                 ),
             )
         )
-        return
+        return "unknown"
     request = decode_request(entry.spec, msg)
     ctx = RequestContext(engine, member, endpoint, correlation_id, partition_id, entry.spec)
     coro = entry.handler(ctx, request)
@@ -251,12 +252,13 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
         suspended = coro.send(None)
     except StopIteration as stop:
         _respond(ctx, stop.value)
-        return
+        return entry.spec.name
     except BaseException as exc:
         _fail(ctx, exc)
-        return
+        return entry.spec.name
     task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))
     connection.track(task)
+    return entry.spec.name
 
 
 @types.coroutine
