@@ -76,8 +76,9 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "Read every stream whose whole name matches (Kafka's subscribePattern; exclusive with `stream`). A "
               "streaming query lists the streams at every micro-batch: a stream created while it runs is read from "
               "its oldest item at the next batch; a deleted one is logged (WARNING) and drops out of the offsets, and "
-              "if it still held items the query had not read, that is data loss (failOnDataLoss). No matching "
-              "stream yet: the query waits, running no batch. With `group`, each stream is read as that group."),
+              "if it still held items the query had not read (as far as the running query saw), that is data loss "
+              "(failOnDataLoss). No matching stream yet: the query waits, running no batch. With `group`, each "
+              "stream is read as that group. An AvailableNow run reads the streams that existed when it started."),
     OptionDoc("conf", "read, write", "path", "(none)",
               "A meteor TOML file (`[hazelcast]` section) read on the driver; `hazelcast.*` options override it."),
     OptionDoc("startingOffsets", "read, readStream", "earliest | latest | group | JSON",
@@ -98,7 +99,8 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "backlog. The driver knows item counts, not sizes: it estimates each lane's item size from the items "
               "it samples (one read of one item per lane and batch, a running average), so a batch may exceed the "
               "cap by up to one item per lane, and a lane with data always admits at least one item. Honoured by "
-              "Trigger.AvailableNow (several batches); with maxOffsetsPerTrigger the tighter limit wins."),
+              "Trigger.AvailableNow (several batches); with maxOffsetsPerTrigger the tighter limit wins; Trigger.Once "
+              "reads everything, as with every limit."),
     OptionDoc("maxBytesPerLanePerTrigger", "readStream", "size (64m, 1g, 512k or bytes)", "(no limit)",
               "About the most bytes one micro-batch reads from one lane (estimated like maxBytesPerTrigger; at least "
               "one item per lane with data)."),

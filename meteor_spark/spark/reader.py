@@ -61,6 +61,23 @@ Items overwritten after a batch was planned (while it waits or is read, or befor
 where they are found (``partitions``, or the task), outside that count.
 
 Corrupt items (``onCorrupt`` / ``deadLetterStream``): handled by the task that meets them (``executor``).
+
+Stream patterns (``streamPattern``, Kafka's ``subscribePattern``): ``latestOffset`` lists the matching streams
+(one read of map ``meteor.streams``) before it reads the lane bounds, and again after, so a stream deleted while
+its bounds were read is left out of the batch. A new stream's lanes enter the offsets at their oldest item (Kafka
+reads new partitions from earliest) and, with ``group``, get a group member of their own. A deleted stream's
+positions drop out of the next end offset with a WARNING; when the driver last saw the stream's lanes end past the
+query's position, unread items were deleted with it: ``StreamDeletedError`` (a ``DataLossError``) unless
+``failOnDataLoss=false``. Deletions the runner did not see (while the query was stopped) are logged only: nothing
+tells how much was unread. With no matching stream the offsets stay empty and no batch runs. An AvailableNow run
+reads the streams that existed when it started.
+
+Byte admission (``maxBytesPerTrigger``, ``maxBytesPerLanePerTrigger``): the driver knows item counts, not sizes.
+For every lane with a backlog it reads the item at the batch's start (one ``read_many`` of one item, which the task
+reads again) and keeps a running average of those sizes per lane; ``planning.byte_limit`` turns the caps into item
+counts with it. A lane always admits one item, so a batch may exceed a cap by up to one item per lane (and by the
+estimate's error). ``maxOffsetsPerTrigger`` applies too; per lane, the tighter end wins. Trigger.Once reads
+everything (Spark passes no limit), as with every other limit.
 """
 
 from __future__ import annotations
@@ -183,6 +200,10 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         state.refresh_streams()
         view = state.view()
         bounds = view.bounds
+        if state.refresh_streams():
+            # Deleted while its bounds were read (a destroyed ring reads as empty): not part of this batch.
+            for key in [key for key in bounds if key[0] not in state.infos]:
+                del bounds[key]
         latest = {key: nxt for key, (_, nxt) in bounds.items()}
         state.latest = SparkOffset.of(by_stream(latest))
         if state.available_now_target is not None:

@@ -14,6 +14,8 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.groups import OFFSETS_MAP, lane_key
+from meteor_spark.offsets import first_offset_of
 from meteor_spark.testing import wait_until
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
@@ -112,7 +114,7 @@ def test_a_pattern_matching_nothing_waits_for_a_stream(
     )
     try:
         wait_until(lambda: "Waiting" in query.status["message"], timeout_s=60, message="a trigger without streams")
-        assert query.lastProgress is None  # no batch ran
+        assert seen == [] and all(p["numInputRows"] == 0 for p in query.recentProgress)  # no batch ran
         put_items(grid, make_stream(grid, name), 0, values_items("late", items=1, per_item=2))
         wait_until(lambda: sorted(seen) == [b"late-0-0", b"late-0-1"], timeout_s=60, message="the late stream's rows")
     finally:
@@ -149,3 +151,31 @@ def test_bad_pattern_values_are_rejected_at_load(spark: Any, grid_settings: Grid
         reader().option("stream", "s").option("maxBytesPerLanePerTrigger", "0").load()
     with pytest.raises(AnalysisException, match=r"option 'headersAsMap' shapes the headers column"):
         reader().option("stream", "s").option("headersAsMap", "true").load()
+
+
+def test_pattern_query_in_a_group_confirms_offsets_of_a_stream_created_mid_query(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    first, second = f"{unique_name}-a", f"{unique_name}-b"
+    put_items(grid, make_stream(grid, first), 0, values_items("a", items=2, per_item=1))
+    offsets = grid.map(OFFSETS_MAP)
+
+    def confirmed(stream: str) -> int | None:
+        text = offsets.get(lane_key(stream, "g", 0))
+        return None if text is None else json.loads(text)["offset"]
+
+    seen: list[bytes] = []
+    query = (
+        _pattern_reader(spark, grid_settings, re.escape(unique_name) + "-.*", startingOffsets="earliest", group="g",
+                        groupLeaseMs="2000")
+        .writeStream.foreachBatch(lambda df, _: seen.extend(r.value for r in df.select("value").collect()))
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start()
+    )
+    try:
+        wait_until(lambda: confirmed(first) == first_offset_of(2), timeout_s=60, message="the first stream confirmed")
+        put_items(grid, make_stream(grid, second), 0, values_items("b", items=3, per_item=1))
+        wait_until(lambda: confirmed(second) == first_offset_of(3), timeout_s=60,
+                   message="the group's offset of the stream created mid-query")
+    finally:
+        query.stop()
+    assert sorted(seen) == [b"a-0-0", b"a-1-0", b"b-0-0", b"b-1-0", b"b-2-0"]
