@@ -117,7 +117,10 @@ class DriverState:
             del self.infos[name]
             member = self.members.pop(name, None)
             if member is not None:
-                member.close()
+                try:
+                    member.close()
+                except Exception:  # the stream and its group state are gone; nothing is left to release
+                    logger.warning("could not release the group leases of deleted stream %r", name, exc_info=True)
         for name in sorted(names - set(self.infos)):
             try:
                 self._open(name)

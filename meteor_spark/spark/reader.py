@@ -68,9 +68,10 @@ its bounds were read is left out of the batch. A new stream's lanes enter the of
 reads new partitions from earliest) and, with ``group``, get a group member of their own. A deleted stream's
 positions drop out of the next end offset with a WARNING; when the driver last saw the stream's lanes end past the
 query's position, unread items were deleted with it: ``StreamDeletedError`` (a ``DataLossError``) unless
-``failOnDataLoss=false``. Deletions the runner did not see (while the query was stopped) are logged only: nothing
-tells how much was unread. With no matching stream the offsets stay empty and no batch runs. An AvailableNow run
-reads the streams that existed when it started.
+``failOnDataLoss=false``. (Kafka's source fails on every deleted partition, PARTITIONS_DELETED; here deleting a
+stream the query has read to its end is a normal way to retire it.) Deletions the runner did not see (while the
+query was stopped) are logged only: nothing tells how much was unread. With no matching stream the offsets stay
+empty and no batch runs. An AvailableNow run reads the streams that existed when it started.
 
 Byte admission (``maxBytesPerTrigger``, ``maxBytesPerLanePerTrigger``): the driver knows item counts, not sizes.
 For every lane with a backlog it reads the item at the batch's start (one ``read_many`` of one item, which the task
@@ -361,8 +362,9 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             if stream not in state.infos:  # a streamPattern stream deleted before this (replayed) batch was read
                 if end_seq > lo and self.options.fail_on_data_loss:
                     raise StreamDeletedError(stream, lane, lo, end_seq)
-                logger.warning("stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
-                               stream, lane, lo, end_seq - 1)
+                if end_seq > lo:
+                    logger.warning("stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
+                                   stream, lane, lo, end_seq - 1)
                 continue
             # Items the driver skipped as lost when it planned this batch: counted there, never read or counted here.
             lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
