@@ -26,6 +26,7 @@ ERRORS = {
     "PublisherClosedError",
     "SizeLimitError",
     "StreamConfigConflictError",
+    "StreamDeletedError",
     "StreamNotFoundError",
     "UnsupportedFormatVersionError",
 }
