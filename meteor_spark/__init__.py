@@ -35,6 +35,7 @@ _EXPORTS = {
     "GridOperationError": "meteor_spark.errors",
     "StreamNotFoundError": "meteor_spark.errors",
     "DataLossError": "meteor_spark.errors",
+    "StreamDeletedError": "meteor_spark.errors",
     "OffsetOutOfRangeError": "meteor_spark.errors",
     "FormatError": "meteor_spark.errors",
     "UnsupportedFormatVersionError": "meteor_spark.errors",
@@ -70,6 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SerializationError,
         SizeLimitError,
         StreamConfigConflictError,
+        StreamDeletedError,
         StreamNotFoundError,
         UnsupportedFormatVersionError,
     )

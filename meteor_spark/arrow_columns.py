@@ -38,6 +38,10 @@ ARROW_SCHEMA = pa.schema(
 )
 #: ``ARROW_SCHEMA`` plus ``headers: list<struct<key: string, value: binary>>``.
 ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS_TYPE))
+#: The ``headers`` column as a map (Spark option ``headersAsMap``): one value per key, the last one of the record.
+HEADERS_MAP_TYPE = pa.map_(pa.string(), pa.binary())
+#: ``ARROW_SCHEMA`` plus ``headers: map<string, binary>``.
+ARROW_SCHEMA_WITH_HEADERS_MAP = ARROW_SCHEMA.append(pa.field("headers", HEADERS_MAP_TYPE))
 
 
 # --------------------------------------------------------------------------------------------------- items to Arrow
@@ -234,6 +238,37 @@ def _headers_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
         HEADERS_TYPE, n, [None, pa.py_buffer(list_offsets.astype(_I32))], children=[struct_array]
     )
 
+
+
+def headers_to_map(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its ``headers`` column (list<struct<key, value>>) as ``map<string, binary>``.
+
+    A record that carries a header key more than once keeps the last value, like Kafka's ``Headers.lastHeader``
+    (a map holds one value per key; the array form keeps them all). Column-wise: the deduplication only runs when
+    some record repeats a key.
+    """
+    index = batch.schema.get_field_index("headers")
+    column = batch.column(index)
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    entries = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))  # a sliced column's entries
+    offsets = offsets - offsets[0]
+    keys, values = entries.field("key"), entries.field("value")
+    n_entries = len(entries)
+    if n_entries:
+        parents = np.repeat(np.arange(len(column), dtype=np.int64), np.diff(offsets))
+        table = pa.table({"parent": parents, "key": keys, "position": np.arange(n_entries, dtype=np.int64)})
+        last = table.group_by(["parent", "key"], use_threads=False).aggregate([("position", "max")])
+        if last.num_rows < n_entries:
+            keep = np.sort(np.asarray(last.column("position_max"), dtype=np.int64))
+            counts = np.bincount(parents[keep], minlength=len(column))
+            offsets = np.zeros(len(column) + 1, dtype=np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            keys, values = keys.take(keep), values.take(keep)
+    as_map = pa.MapArray.from_arrays(pa.array(offsets.astype(_I32)), keys, values, type=HEADERS_MAP_TYPE)
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns[:index], as_map, *batch.columns[index + 1:]],
+        schema=batch.schema.set(index, pa.field("headers", HEADERS_MAP_TYPE)),
+    )
 
 
 # --------------------------------------------------------------------------------------------------- Arrow to items

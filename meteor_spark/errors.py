@@ -101,6 +101,23 @@ class DataLossError(MeteorError):
         self.oldest_available = oldest_available
 
 
+class StreamDeletedError(DataLossError):
+    """A stream a pattern query read (Spark option ``streamPattern``) was deleted before the query read all of it
+    (Kafka's "partition deleted" data loss)."""
+
+    def __init__(self, stream: str, lane: int, requested: int, end: int) -> None:
+        MeteorError.__init__(
+            self,
+            f"data loss on stream {stream!r} lane {lane}: the stream was deleted while the query read it, with ring "
+            f"sequences {requested}..{end - 1} unread. To log such deletions and go on, set the Spark option "
+            f"failOnDataLoss=false.",
+        )
+        self.stream = stream
+        self.lane = lane
+        self.requested = requested
+        self.oldest_available = end
+
+
 class OffsetOutOfRangeError(MeteorError, ValueError):
     """A position lies past the end of its lane: nothing was ever written there (Kafka's OffsetOutOfRange).
 

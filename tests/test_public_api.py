@@ -28,6 +28,7 @@ ERRORS = {
     "SerializationError",
     "SizeLimitError",
     "StreamConfigConflictError",
+    "StreamDeletedError",
     "StreamNotFoundError",
     "UnsupportedFormatVersionError",
 }

@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     BinaryType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -56,6 +57,13 @@ HEADERS_TYPE = ArrayType(
 
 SOURCE_SCHEMA_WITH_HEADERS = StructType([*SOURCE_SCHEMA.fields, StructField("headers", HEADERS_TYPE, True)])
 
+#: ``headersAsMap``: one value per header key (the last one of the record).
+HEADERS_MAP_TYPE = MapType(StringType(), BinaryType(), True)
+
+SOURCE_SCHEMA_WITH_HEADERS_MAP = StructType(
+    [*SOURCE_SCHEMA.fields, StructField("headers", HEADERS_MAP_TYPE, True)]
+)
+
 
 class MeteorDataSource(DataSource):
     """Read and write Meteor streams: ``spark.readStream.format("meteor").option("stream", "orders").load()``.
@@ -85,8 +93,10 @@ class MeteorDataSource(DataSource):
         # Whether this is a batch or a streaming read is not known yet; reader()/streamReader() check the rest.
         from meteor_spark.spark.options import SourceOptions
 
-        include_headers = SourceOptions.parse(self.options, batch=None).include_headers
-        return SOURCE_SCHEMA_WITH_HEADERS if include_headers else SOURCE_SCHEMA
+        options = SourceOptions.parse(self.options, batch=None)
+        if not options.include_headers:
+            return SOURCE_SCHEMA
+        return SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from meteor_spark.spark.reader import MeteorBatchReader

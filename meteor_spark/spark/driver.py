@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from meteor_spark import compat
 from meteor_spark import offsets as record_offsets
+from meteor_spark.admin import list_streams
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -71,22 +72,19 @@ class DriverState:
     """Driver-side connections of a stream reader (source runner process only; never pickled)."""
 
     def __init__(self, options: SourceOptions) -> None:
+        self.options = options
         self.grid: Grid = grid_for(options.grid)
-        self.infos: dict[str, StreamInfo] = {
-            name: open_stream(self.grid, name, create=False) for name in options.streams
-        }
-        check_dead_letter_stream(self.grid, options)
+        self.infos: dict[str, StreamInfo] = {}
         self.members: dict[str, GroupMember] = {}
+        self.member_id = options.group_member_id or f"spark-{default_member_id()}"
+        for name in stream_names(self.grid, options):
+            self._open(name)
+        check_dead_letter_stream(self.grid, options)
         if options.group is not None:
-            member_id = options.group_member_id or f"spark-{default_member_id()}"
-            for name, info in self.infos.items():
-                member = GroupMember(
-                    self.grid, info, options.group, member_id=member_id, lease_ms=options.group_lease_ms, want="all"
-                )
-                member.start()
-                self.members[name] = member
-            logger.info("query reads stream(s) %s as member %r of group %r", ", ".join(options.streams), member_id,
+            logger.info("query reads stream(s) %s as member %r of group %r", ", ".join(self.infos), self.member_id,
                         options.group)
+        #: Running (total bytes, items sampled) per lane, for byte-based admission.
+        self.item_samples: dict[tuple[str, int], tuple[int, int]] = {}
         self.available_now_target: SparkOffset | None = None
         self.latest: SparkOffset | None = None
         self.last_batch_mono = time.monotonic()
@@ -96,6 +94,51 @@ class DriverState:
         self.late_skipped = 0
         self.closed = False
         self._planned: LaneView | None = None
+
+    def _open(self, name: str) -> None:
+        info = open_stream(self.grid, name, create=False)
+        self.infos[name] = info
+        if self.options.group is not None:
+            member = GroupMember(
+                self.grid, info, self.options.group, member_id=self.member_id, lease_ms=self.options.group_lease_ms,
+                want="all",
+            )
+            member.start()
+            self.members[name] = member
+
+    def refresh_streams(self) -> list[str]:
+        """With ``streamPattern``: start reading streams that match now, stop reading deleted ones. Returns the
+        names of the streams that were deleted (their group members are closed). One map read per call."""
+        if self.options.stream_pattern is None:
+            return []
+        names = set(stream_names(self.grid, self.options))
+        gone = sorted(set(self.infos) - names)
+        for name in gone:
+            del self.infos[name]
+            member = self.members.pop(name, None)
+            if member is not None:
+                try:
+                    member.close()
+                except Exception:  # the stream and its group state are gone; nothing is left to release
+                    logger.warning("could not release the group leases of deleted stream %r", name, exc_info=True)
+        for name in sorted(names - set(self.infos)):
+            try:
+                self._open(name)
+            except StreamNotFoundError:
+                continue  # deleted between the listing and the open: not a stream of this batch
+            logger.info("stream %r matches streamPattern %r: reading it from its oldest item", name,
+                        self.options.stream_pattern.pattern)
+        return gone
+
+    def item_bytes(self, stream: str, lane: int, position: int) -> float | None:
+        """Estimated bytes per ring item of the lane: a running average of items sampled by this source runner,
+        one more (the item at ``position``, one read of one item) per call. None when nothing could be read."""
+        batch = self.grid.ring(self.infos[stream].ring_names[lane]).read_many(position, 0, 1)
+        total, count = self.item_samples.get((stream, lane), (0, 0))
+        if batch.items:
+            total, count = total + len(batch.items[0]), count + 1
+            self.item_samples[(stream, lane)] = (total, count)
+        return total / count if count else None
 
     def lane_keys(self) -> list[tuple[str, int]]:
         """Every (stream, lane) read, from the stream metadata (no grid call)."""
@@ -223,6 +266,14 @@ class Once:
         return self._value
 
 
+def stream_names(grid: Grid, options: SourceOptions) -> list[str]:
+    """The streams a query reads now: option ``stream`` as given, or every stream matching ``streamPattern``
+    (sorted; possibly none)."""
+    if options.stream_pattern is None:
+        return list(options.streams)
+    return [info.name for info in list_streams(grid) if options.matches(info.name)]
+
+
 def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:
     """The dead-letter stream must exist when the query starts, not when the first corrupt item turns up."""
     name = options.corrupt.dead_letter_stream
@@ -237,6 +288,11 @@ def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:
 def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -> None:
     """Per-lane positions may name only lanes the stream has."""
     for stream, lanes in position.lanes.items():
+        if stream not in infos:
+            raise StreamNotFoundError(
+                f"{option} names stream {stream!r}, which does not exist (streamPattern matches no stream of that "
+                f"name); create it first or remove it from {option}"
+            )
         count = infos[stream].config.lanes
         unknown = sorted(lane for lane in lanes if lane >= count)
         if unknown:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import InputPartition
 
 from meteor_spark import offsets as record_offsets
-from meteor_spark.arrow_columns import items_to_arrow
+from meteor_spark.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridSettings
@@ -61,6 +61,7 @@ class LaneRange(InputPartition):
         first_offset: drop the records of the first item before this record offset (a group member outside
             Spark confirmed a position inside an item); None = read whole items.
         corrupt: what to do with an undecodable ring item (error, skip, dead_letter).
+        headers_as_map: the ``headers`` column as ``map<string, binary>`` (``headersAsMap``).
     """
 
     stream: str
@@ -73,6 +74,7 @@ class LaneRange(InputPartition):
     fail_on_data_loss: bool = True
     first_offset: int | None = None
     corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
+    headers_as_map: bool = False
 
     @property
     def items(self) -> int:
@@ -131,6 +133,12 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
     refused = _RefusedItems()
 
     def convert(count: int) -> pyarrow.RecordBatch | None:
+        batch = decode(count)
+        if batch is not None and part is not None and part.include_headers and part.headers_as_map:
+            return headers_to_map(batch)
+        return batch
+
+    def decode(count: int) -> pyarrow.RecordBatch | None:
         nonlocal first_offset
         assert part is not None
         items, sequences = pending_items[:count], pending_sequences[:count]

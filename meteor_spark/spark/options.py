@@ -72,6 +72,13 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
     OptionDoc("stream", "read, write", "string (comma list when reading)", "(required)",
               "Stream(s) to read, or the stream to write to when the rows have no `stream` column. "
               "`load(\"name\")` / `save(\"name\")` / `start(\"name\")` set it too."),
+    OptionDoc("streamPattern", "read, readStream", "regular expression (Python)", "(none)",
+              "Read every stream whose whole name matches (Kafka's subscribePattern; exclusive with `stream`). A "
+              "streaming query lists the streams at every micro-batch: a stream created while it runs is read from "
+              "its oldest item at the next batch; a deleted one is logged (WARNING) and drops out of the offsets, and "
+              "if it still held items the query had not read (as far as the running query saw), that is data loss "
+              "(failOnDataLoss). No matching stream yet: the query waits, running no batch. With `group`, each "
+              "stream is read as that group. An AvailableNow run reads the streams that existed when it started."),
     OptionDoc("conf", "read, write", "path", "(none)",
               "A meteor TOML file (`[hazelcast]` section) read on the driver; `hazelcast.*` options override it."),
     OptionDoc("startingOffsets", "read, readStream", "earliest | latest | group | JSON",
@@ -87,6 +94,16 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "Most ring items one micro-batch reads, over all lanes, split in proportion to each lane's backlog "
               "(a lane with data gets at least 1, so a batch may hold up to one item per lane more). A ring item "
               "holds one publisher batch (up to the stream's max_batch_records records)."),
+    OptionDoc("maxBytesPerTrigger", "readStream", "size (64m, 1g, 512k or bytes)", "(no limit)",
+              "About the most bytes one micro-batch reads, over all lanes, split in proportion to each lane's "
+              "backlog. The driver knows item counts, not sizes: it estimates each lane's item size from the items "
+              "it samples (one read of one item per lane and batch, a running average), so a batch may exceed the "
+              "cap by up to one item per lane, and a lane with data always admits at least one item. Honoured by "
+              "Trigger.AvailableNow (several batches); with maxOffsetsPerTrigger the tighter limit wins; Trigger.Once "
+              "reads everything, as with every limit."),
+    OptionDoc("maxBytesPerLanePerTrigger", "readStream", "size (64m, 1g, 512k or bytes)", "(no limit)",
+              "About the most bytes one micro-batch reads from one lane (estimated like maxBytesPerTrigger; at least "
+              "one item per lane with data)."),
     OptionDoc("minOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(none)",
               "Skip a trigger until at least this many ring items are waiting, or maxTriggerDelay passed. "
               "Ignored by Trigger.AvailableNow (it reads what was there when it started, then stops)."),
@@ -124,6 +141,9 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "(at-least-once)."),
     OptionDoc("includeHeaders", "read, readStream", "bool", "false",
               "Add the `headers` column (array<struct<key: string, value: binary>>)."),
+    OptionDoc("headersAsMap", "read, readStream", "bool", "false",
+              "With includeHeaders: the `headers` column is map<string, binary> instead. A record with the same "
+              "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value."),
     OptionDoc("group", "readStream", "string", "(none)",
               "Read as this subscriber group: the query holds the group's lane leases (on the driver) and writes "
               "the group's confirmed offsets after each batch is committed. A second query in the group waits "
@@ -194,7 +214,8 @@ class SourceOptions:
     """Everything a meteor reader needs, parsed and validated.
 
     Attributes:
-        streams: the streams to read, in the order given.
+        streams: the streams to read, in the order given (empty with ``stream_pattern``).
+        stream_pattern: a regular expression matched against whole stream names (``streamPattern``), or None.
         grid: how to reach the grid.
         starting: where a query without a checkpoint starts.
         ending: where a batch read ends (exclusive).
@@ -206,6 +227,9 @@ class SourceOptions:
         max_offsets_per_partition: most ring items per Spark task (None = no limit).
         fail_on_data_loss: fail (True) or skip and count (False) when unread items were overwritten.
         include_headers: add the ``headers`` column.
+        headers_as_map: the ``headers`` column is ``map<string, binary>`` (last value of a repeated key).
+        max_bytes_per_trigger: about the most bytes per micro-batch over all lanes (None = no limit).
+        max_bytes_per_lane_per_trigger: about the most bytes per micro-batch and lane (None = no limit).
         group: subscriber group name, or None.
         group_lease_ms: lease length of the group's lanes.
         group_member_id: member id in the group, or None to generate one.
@@ -228,6 +252,16 @@ class SourceOptions:
     group_lease_ms: int = DEFAULT_GROUP_LEASE_MS
     group_member_id: str | None = None
     corrupt: CorruptItemPolicy = field(default_factory=CorruptItemPolicy)
+    stream_pattern: re.Pattern[str] | None = None
+    headers_as_map: bool = False
+    max_bytes_per_trigger: int | None = None
+    max_bytes_per_lane_per_trigger: int | None = None
+
+    def matches(self, name: str) -> bool:
+        """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
+        if self.stream_pattern is not None:
+            return self.stream_pattern.fullmatch(name) is not None
+        return name in self.streams
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, batch: bool | None = False) -> SourceOptions:
@@ -239,7 +273,8 @@ class SourceOptions:
                 each other (the message names them and says how to fix it).
         """
         raw = _Raw(options, _SOURCE_NAMES, "read option")
-        streams = _streams(raw, allow_list=True)
+        pattern = _pattern(raw)
+        streams = () if pattern is not None else _streams(raw, allow_list=True)
         starting_default = OffsetSpec.EARLIEST if batch else OffsetSpec.LATEST
         starting = _position(raw, "startingOffsets", starting_default, allowed=tuple(OffsetSpec))
         ending = _position(raw, "endingOffsets", OffsetSpec.LATEST, allowed=(OffsetSpec.LATEST,))
@@ -266,6 +301,10 @@ class SourceOptions:
                 raw.text("onCorrupt"), raw.text("deadLetterStream"), mode_name="onCorrupt",
                 stream_name="deadLetterStream",
             ),
+            stream_pattern=pattern,
+            headers_as_map=raw.boolean("headersAsMap", False),
+            max_bytes_per_trigger=raw.size_bytes("maxBytesPerTrigger"),
+            max_bytes_per_lane_per_trigger=raw.size_bytes("maxBytesPerLanePerTrigger"),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -273,7 +312,7 @@ class SourceOptions:
     def _check(self, raw: _Raw, *, batch: bool | None) -> None:
         if batch:
             for name in ("group", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                         "groupLeaseMs", "groupMemberId"):
+                         "groupLeaseMs", "groupMemberId", "maxBytesPerTrigger", "maxBytesPerLanePerTrigger"):
                 if raw.given(name):
                     raise ConfigError(
                         f"option {name!r} applies to streaming reads only (spark.readStream); remove it from this "
@@ -289,6 +328,11 @@ class SourceOptions:
                 "option 'endingOffsets' applies to batch reads only (spark.read); a streaming query has no end. "
                 "Use trigger(availableNow=True) to read what is there and stop"
             )
+        if raw.given("headersAsMap") and not self.include_headers:
+            raise ConfigError(
+                "option 'headersAsMap' shapes the headers column, which only includeHeaders=true adds; set "
+                "includeHeaders=true or remove headersAsMap"
+            )
         if self.group is None:
             for name in ("groupLeaseMs", "groupMemberId"):
                 if raw.given(name):
@@ -302,7 +346,7 @@ class SourceOptions:
         dead_letter = self.corrupt.dead_letter_stream
         if dead_letter is not None:
             check_stream_name(dead_letter, "deadLetterStream")
-            if dead_letter in self.streams:
+            if self.matches(dead_letter):
                 raise ConfigError(
                     f"deadLetterStream {dead_letter!r} is also a stream this query reads; refused items would be "
                     f"read back. Send them to a stream of their own"
@@ -328,7 +372,12 @@ class SourceOptions:
                 f"lower the minimum or raise the maximum"
             )
         for position, name in ((self.starting, "startingOffsets"), (self.ending, "endingOffsets")):
-            extra = sorted(set(position.lanes) - set(self.streams))
+            extra = sorted(s for s in position.lanes if not self.matches(s))
+            if extra and self.stream_pattern is not None:
+                raise ConfigError(
+                    f"{name} names stream(s) {', '.join(map(repr, extra))} that streamPattern "
+                    f"{self.stream_pattern.pattern!r} does not match; fix the pattern or remove them from {name}"
+                )
             if extra:
                 raise ConfigError(
                     f"{name} names stream(s) {', '.join(map(repr, extra))} that option 'stream' does not read "
@@ -404,6 +453,10 @@ class _Raw:
             raise ConfigError(f"option {name!r}: expected a whole number > 0, got {value!r}")
         return number
 
+    def size_bytes(self, name: str) -> int | None:
+        value = self.text(name)
+        return None if value is None else parse_size_bytes(name, value)
+
     def boolean(self, name: str, default: bool) -> bool:
         value = self.text(name)
         if value is None:
@@ -435,6 +488,41 @@ def parse_duration_ms(name: str, value: str) -> int:
     return int(float(match.group(1)) * _UNIT_MS[unit])
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size_bytes(name: str, value: str) -> int:
+    """Parse ``64m``, ``1g``, ``512k``, ``1.5g``, ``64MiB`` or a plain number of bytes (Spark's style: binary
+    units, so 1k = 1024 bytes) into bytes > 0."""
+    match = _SIZE.match(value)
+    if match is None:
+        raise ConfigError(f"option {name!r}: expected a size like 64m, 1g, 512k or a number of bytes, got {value!r}")
+    unit = (match.group(2) or "").lower()[:1]
+    number = int(float(match.group(1)) * _UNIT_BYTES[unit])
+    if number <= 0:
+        raise ConfigError(f"option {name!r}: expected a size > 0 bytes, got {value!r}")
+    return number
+
+
+def _pattern(raw: _Raw) -> re.Pattern[str] | None:
+    """``streamPattern`` compiled, or None; it replaces ``stream`` (and a ``load(path)``)."""
+    text = raw.text("streamPattern")
+    if text is None:
+        return None
+    if raw.given("stream") or raw.given("path"):
+        raise ConfigError(
+            "options 'stream' (or load(\"name\")) and 'streamPattern' exclude each other: name the streams or "
+            "give a pattern, not both"
+        )
+    if not text.strip():
+        raise ConfigError("option 'streamPattern' is empty; give a regular expression such as 'orders-.*'")
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ConfigError(f"option 'streamPattern': {text!r} is not a valid regular expression ({exc})") from None
+
+
 def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str, ...]:
     given = raw.text("stream")
     path = raw.text("path")
@@ -447,7 +535,8 @@ def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str
     if text is None:
         if required:
             raise ConfigError(
-                "option 'stream' is required: .option(\"stream\", \"orders\") or .load(\"orders\")"
+                "option 'stream' is required: .option(\"stream\", \"orders\") or .load(\"orders\") (or "
+                "'streamPattern' when reading)"
             )
         return ()
     names = tuple(part.strip() for part in text.split(","))

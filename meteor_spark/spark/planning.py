@@ -1,4 +1,5 @@
-"""Planning a batch's Spark tasks: split lane ranges, group small ones, and admission control (``rate_limit``).
+"""Planning a batch's Spark tasks: split lane ranges, group small ones, and admission control (``rate_limit`` in
+ring items, ``byte_limit`` in estimated bytes).
 
 Pure functions of their inputs (no grid, no Spark), so equal inputs give equal plans: a replayed batch reads
 exactly the same ring items in the same tasks.
@@ -172,6 +173,39 @@ def rate_limit(
         take = math.ceil(share) if share < 1 else math.floor(share)
         ends[key] = start[key] + min(items, take)
     return ends
+
+
+def byte_limit(
+    start: dict[tuple[str, int], int],
+    latest: dict[tuple[str, int], int],
+    item_bytes: dict[tuple[str, int], float],
+    *,
+    max_bytes: int | None,
+    max_lane_bytes: int | None,
+) -> dict[tuple[str, int], int]:
+    """Ends that admit about ``max_bytes`` over all lanes and ``max_lane_bytes`` per lane, given each lane's
+    estimated bytes per ring item (``item_bytes``; a lane without an estimate is not limited).
+
+    The global budget is split in proportion to each lane's backlog in bytes, like ``rate_limit``. Every lane with
+    a backlog admits at least one item, so a lane of items larger than its share cannot stall; a batch may
+    therefore exceed a cap by up to one item per lane (and by the error of the estimate).
+    """
+    backlog = {key: max(0, latest[key] - start[key]) for key in latest}
+    take = dict(backlog)
+    for key, items in backlog.items():
+        size = item_bytes.get(key)
+        if items and size and max_lane_bytes is not None:
+            take[key] = min(take[key], max(1, math.floor(max_lane_bytes / size)))
+    if max_bytes is not None:
+        lane_bytes = {key: take[key] * item_bytes.get(key, 0.0) for key in take}
+        total = sum(lane_bytes.values())
+        if total > max_bytes:
+            for key, items in take.items():
+                size = item_bytes.get(key)
+                if items and size:
+                    share = max_bytes * lane_bytes[key] / total
+                    take[key] = min(items, max(1, math.floor(share / size)))
+    return {key: start[key] + take[key] for key in backlog}
 
 
 def plan_for(options: SourceOptions, ranges: Sequence[Piece]) -> list[tuple[Piece, ...]]:

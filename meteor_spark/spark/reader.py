@@ -61,6 +61,24 @@ Items overwritten after a batch was planned (while it waits or is read, or befor
 where they are found (``partitions``, or the task), outside that count.
 
 Corrupt items (``onCorrupt`` / ``deadLetterStream``): handled by the task that meets them (``executor``).
+
+Stream patterns (``streamPattern``, Kafka's ``subscribePattern``): ``latestOffset`` lists the matching streams
+(one read of map ``meteor.streams``) before it reads the lane bounds, and again after, so a stream deleted while
+its bounds were read is left out of the batch. A new stream's lanes enter the offsets at their oldest item (Kafka
+reads new partitions from earliest) and, with ``group``, get a group member of their own. A deleted stream's
+positions drop out of the next end offset with a WARNING; when the driver last saw the stream's lanes end past the
+query's position, unread items were deleted with it: ``StreamDeletedError`` (a ``DataLossError``) unless
+``failOnDataLoss=false``. (Kafka's source fails on every deleted partition, PARTITIONS_DELETED; here deleting a
+stream the query has read to its end is a normal way to retire it.) Deletions the runner did not see (while the
+query was stopped) are logged only: nothing tells how much was unread. With no matching stream the offsets stay
+empty and no batch runs. An AvailableNow run reads the streams that existed when it started.
+
+Byte admission (``maxBytesPerTrigger``, ``maxBytesPerLanePerTrigger``): the driver knows item counts, not sizes.
+For every lane with a backlog it reads the item at the batch's start (one ``read_many`` of one item, which the task
+reads again) and keeps a running average of those sizes per lane; ``planning.byte_limit`` turns the caps into item
+counts with it. A lane always admits one item, so a batch may exceed a cap by up to one item per lane (and by the
+estimate's error). ``maxOffsetsPerTrigger`` applies too; per lane, the tighter end wins. Trigger.Once reads
+everything (Spark passes no limit), as with every other limit.
 """
 
 from __future__ import annotations
@@ -75,6 +93,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     ReadMinRows,
     SupportsTriggerAvailableNow,
@@ -82,7 +101,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from meteor_spark import offsets as record_offsets
-from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError
+from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
 from meteor_spark.reading import oldest_sequence
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.driver import (
@@ -92,11 +111,12 @@ from meteor_spark.spark.driver import (
     check_lanes,
     install_stop_hooks,
     resolve_position,
+    stream_names,
 )
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import SourceOptions
-from meteor_spark.spark.planning import by_stream, plan_for, rate_limit
+from meteor_spark.spark.planning import by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.streams import lane_bounds, open_stream
 
 logger = logging.getLogger(__name__)
@@ -138,6 +158,9 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        byte_cap = self.options.max_bytes_per_trigger or self.options.max_bytes_per_lane_per_trigger
+        if byte_cap is not None:
+            return ReadMaxBytes(byte_cap)  # the caps themselves come from the options (``_admit``)
         if self.options.min_offsets_per_trigger is not None:
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
@@ -174,14 +197,22 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             self._await_lanes(state, 2 * self.options.group_lease_ms / 1000 + 1)
         # Spark asks for the next end only once the batch that ended at `start` is in its commit log.
         state.confirm(begin)
+        known_ends = state.latest.as_dict() if state.latest is not None else {}
+        state.refresh_streams()
         view = state.view()
         bounds = view.bounds
+        if state.refresh_streams():
+            # Deleted while its bounds were read (a destroyed ring reads as empty): not part of this batch.
+            for key in [key for key in bounds if key[0] not in state.infos]:
+                del bounds[key]
         latest = {key: nxt for key, (_, nxt) in bounds.items()}
         state.latest = SparkOffset.of(by_stream(latest))
         if state.available_now_target is not None:
             target = state.available_now_target.as_dict()
-            latest = {key: min(nxt, target.get(key, nxt)) for key, nxt in latest.items()}
+            # A stream created after the run started (streamPattern) is not part of it: the run must end.
+            latest = {key: min(nxt, target.get(key, bounds[key][0])) for key, nxt in latest.items()}
         current = begin.as_dict()
+        gone = self._drop_deleted(state, current, known_ends) if self.options.stream_pattern is not None else []
         for key, (head, _) in bounds.items():
             current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
         for stream, lane in current:
@@ -235,11 +266,37 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             by_stream(ends), skipped,
             sum(ends[key] - position for key, position in candidates.items()) if first_batch else None,
         )
-        if end.positions == SparkOffset.of(by_stream(current)).positions:
+        if not gone and end.positions == SparkOffset.of(by_stream(current)).positions:
             return begin.to_json()
         state.planned_skipped = end.skipped_items
         state.last_batch_mono = time.monotonic()
         return end.to_json()
+
+    def _drop_deleted(
+        self, state: DriverState, current: dict[tuple[str, int], int], known_ends: dict[tuple[str, int], int]
+    ) -> list[str]:
+        """Remove the positions of streams no longer read (deleted while a ``streamPattern`` query ran) from
+        ``current``, so they drop out of the next offset; a deleted stream with unread items is data loss."""
+        gone = sorted({stream for stream, _ in current if stream not in state.infos})
+        for stream in gone:
+            unread = {
+                lane: (position, known_ends[(stream, lane)])
+                for (s, lane), position in sorted(current.items())
+                if s == stream and known_ends.get((stream, lane), position) > position
+            }
+            if unread and self.options.fail_on_data_loss:
+                lane, (position, end) = next(iter(unread.items()))
+                raise StreamDeletedError(stream, lane, position, end)
+            logger.warning(
+                "stream %r was deleted while this query read it (streamPattern %r); it drops out of the query's "
+                "offsets%s", stream, self.options.stream_pattern.pattern if self.options.stream_pattern else None,
+                "" if not unread else "; unread items lost (failOnDataLoss=false): " + ", ".join(
+                    f"lane {lane} sequences {lo}..{hi - 1}" for lane, (lo, hi) in unread.items()
+                ),
+            )
+            for key in [key for key in current if key[0] == stream]:
+                del current[key]
+        return gone
 
     def _skip_lost(
         self, state: DriverState, stream: str, lane: int, position: int, skipped: dict[tuple[str, int], int]
@@ -275,9 +332,16 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         maximum = self.options.max_offsets_per_trigger
         if isinstance(limit, ReadMaxRows):
             maximum = limit.max_rows if maximum is None else min(maximum, limit.max_rows)
-        if maximum is None:
-            return available
-        return rate_limit(start, available, maximum)
+        ends = available if maximum is None else rate_limit(start, available, maximum)
+        max_bytes, max_lane_bytes = self.options.max_bytes_per_trigger, self.options.max_bytes_per_lane_per_trigger
+        if max_bytes is None and max_lane_bytes is None:
+            return ends
+        sizes = {
+            key: size for key in start
+            if ends[key] > start[key] and (size := state.item_bytes(key[0], key[1], start[key])) is not None
+        }
+        by_bytes = byte_limit(start, ends, sizes, max_bytes=max_bytes, max_lane_bytes=max_lane_bytes)
+        return {key: min(ends[key], by_bytes[key]) for key in ends}
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         state = self._state
@@ -295,6 +359,13 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         skipped_before, skipped_after = begin.skipped_dict(), finish.skipped_dict()
         for stream, lane, end_seq in finish.positions:
             lo = begin_at.get((stream, lane), bounds.get((stream, lane), (0, 0))[0])
+            if stream not in state.infos:  # a streamPattern stream deleted before this (replayed) batch was read
+                if end_seq > lo and self.options.fail_on_data_loss:
+                    raise StreamDeletedError(stream, lane, lo, end_seq)
+                if end_seq > lo:
+                    logger.warning("stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
+                                   stream, lane, lo, end_seq - 1)
+                continue
             # Items the driver skipped as lost when it planned this batch: counted there, never read or counted here.
             lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
             if end_seq <= lo:
@@ -322,7 +393,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                     LaneRange(
                         stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
                         self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
-                        self.options.corrupt,
+                        self.options.corrupt, self.options.headers_as_map,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
@@ -388,7 +459,7 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         grid = grid_for(self.options.grid)
         ranges: list[tuple[str, int, int, int]] = []
-        infos = {name: open_stream(grid, name, create=False) for name in self.options.streams}
+        infos = {name: open_stream(grid, name, create=False) for name in stream_names(grid, self.options)}
         check_dead_letter_stream(grid, self.options)
         check_lanes(self.options.starting, "startingOffsets", infos)
         check_lanes(self.options.ending, "endingOffsets", infos)
@@ -416,7 +487,8 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
         return [
             LaneRanges(tuple(
                 LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
-                          self.options.fail_on_data_loss, corrupt=self.options.corrupt)
+                          self.options.fail_on_data_loss, corrupt=self.options.corrupt,
+                          headers_as_map=self.options.headers_as_map)
                 for stream, lane, lo, hi in task
             ))
             for task in plan_for(self.options, ranges)

@@ -7,7 +7,8 @@ column      type                                                  meaning
 ==========  ====================================================  ==========================================
 value       binary or string (required)                           the record value (strings as UTF-8)
 key         binary or string                                      the record key; picks the lane by CRC-32
-headers     array<struct<key: string, value: binary or string>>   record headers
+headers     array<struct<key: string, value: binary or string>>   record headers (or map<string, binary or
+                                                                  string>, the source's headersAsMap shape)
 timestamp   timestamp                                             record timestamp (default: publish time)
 lane        int                                                   explicit lane (else by key, else any)
 stream      string                                                target stream (the ``stream`` option wins)
@@ -52,6 +53,7 @@ from pyspark.sql.types import (
     DataType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructType,
@@ -82,7 +84,7 @@ _INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
 _COLUMNS: dict[str, str] = {
     "value": "binary or string (required)",
     "key": "binary or string",
-    "headers": "array<struct<key: string, value: binary or string>>",
+    "headers": "array<struct<key: string, value: binary or string>> or map<string, binary or string>",
     "timestamp": "timestamp",
     "lane": "int",
     "stream": "string",
@@ -97,6 +99,8 @@ def expected_columns() -> str:
 def _type_ok(name: str, data_type: DataType) -> bool:
     if name in ("value", "key"):
         return isinstance(data_type, (BinaryType, StringType))
+    if name == "headers" and isinstance(data_type, MapType):
+        return isinstance(data_type.keyType, StringType) and isinstance(data_type.valueType, (BinaryType, StringType))
     if name == "headers":
         if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
             return False

@@ -9,11 +9,24 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadMaxBytes
 
-from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS
+from meteor_spark.arrow_columns import (
+    ARROW_SCHEMA,
+    ARROW_SCHEMA_WITH_HEADERS,
+    ARROW_SCHEMA_WITH_HEADERS_MAP,
+    HEADERS_MAP_TYPE,
+    headers_to_map,
+)
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import GridSettings
-from meteor_spark.spark.datasource import SOURCE_SCHEMA, SOURCE_SCHEMA_WITH_HEADERS, MeteorDataSource
+from meteor_spark.spark.datasource import (
+    SOURCE_SCHEMA,
+    SOURCE_SCHEMA_WITH_HEADERS,
+    SOURCE_SCHEMA_WITH_HEADERS_MAP,
+    MeteorDataSource,
+)
+from meteor_spark.spark.executor import LaneRange, LaneRanges
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import (
     OPTION_TABLE,
@@ -23,10 +36,10 @@ from meteor_spark.spark.options import (
     describe_options,
     parse_duration_ms,
 )
-from meteor_spark.spark.executor import LaneRange, LaneRanges
 from meteor_spark.spark.planning import (
     AUTO_SPLIT_MIN_ITEMS,
     ITEMS_PER_GROUPED_TASK,
+    byte_limit,
     plan_partitions,
     plan_tasks,
     rate_limit,
@@ -174,11 +187,13 @@ def test_option_table_covers_every_accepted_option() -> None:
         value = {"includeHeaders": "true", "failOnDataLoss": "true", "createStream": "true",
                  "maxTriggerDelay": "1m", "startingOffsets": "earliest", "endingOffsets": "latest", "stream": "s",
                  "group": "g", "groupMemberId": "m", "sinkId": "x", "onCorrupt": "skip",
-                 "deadLetterStream": "dlq"}.get(doc.name, "3")
+                 "deadLetterStream": "dlq", "headersAsMap": "true", "streamPattern": "s-.*"}.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
             grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}
-            SourceOptions.parse({"stream": "s", doc.name: value, **grouped}, batch=batch)
+            needed = {"headersAsMap": {"includeHeaders": "true"}}.get(doc.name, {})
+            base = {} if doc.name == "streamPattern" else {"stream": "s"}
+            SourceOptions.parse({**base, doc.name: value, **grouped, **needed}, batch=batch)
         else:
             SinkOptions.parse({doc.name: value})
 
@@ -330,3 +345,91 @@ def test_readme_option_table_is_in_sync() -> None:
     assert options_table() in README.read_text(encoding="utf-8"), (
         "README's option table differs from OPTION_TABLE; regenerate it from meteor_spark.cli.docs.options_table()"
     )
+
+
+def test_stream_pattern_is_a_full_match_and_excludes_stream() -> None:
+    options = SourceOptions.parse({"streamPattern": r"orders-\d+"})
+    assert options.streams == ()
+    assert options.matches("orders-12")
+    assert not options.matches("orders-12x")  # full match, like Kafka's subscribePattern
+    assert not options.matches("xorders-1")
+    with pytest.raises(ConfigError, match=r"'streamPattern'.*not a valid regular expression"):
+        SourceOptions.parse({"streamPattern": "orders-("})
+    with pytest.raises(ConfigError, match=r"'stream'.*'streamPattern' exclude each other"):
+        SourceOptions.parse({"stream": "a", "streamPattern": "a.*"})
+    with pytest.raises(ConfigError, match="'streamPattern' is empty"):
+        SourceOptions.parse({"streamPattern": " "})
+    with pytest.raises(ConfigError, match=r"streamPattern 'o-.*' does not match"):
+        SourceOptions.parse({"streamPattern": "o-.*", "startingOffsets": '{"x": {"0": 1}}'})
+    with pytest.raises(ConfigError, match="deadLetterStream 'o-dlq' is also a stream this query reads"):
+        SourceOptions.parse({"streamPattern": "o-.*", "deadLetterStream": "o-dlq"})
+    assert pickle.loads(pickle.dumps(options)) == options
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("1024", 1024), ("64m", 64 << 20), ("1g", 1 << 30), ("512k", 512 << 10), ("1.5k", 1536), ("64MiB", 64 << 20),
+     ("2 MB", 2 << 20), ("10b", 10)],
+)
+def test_byte_limits_accept_units(text: str, expected: int) -> None:
+    options = SourceOptions.parse({"stream": "s", "maxBytesPerTrigger": text, "maxBytesPerLanePerTrigger": text})
+    assert options.max_bytes_per_trigger == expected
+    assert options.max_bytes_per_lane_per_trigger == expected
+
+
+@pytest.mark.parametrize("name", ["maxBytesPerTrigger", "maxBytesPerLanePerTrigger"])
+@pytest.mark.parametrize("text", ["0", "-5", "lots", "12q", "", "0.1b"])
+def test_bad_byte_limits_are_rejected_with_the_option_named(name: str, text: str) -> None:
+    with pytest.raises(ConfigError, match=f"option '{name}'"):
+        SourceOptions.parse({"stream": "s", name: text})
+
+
+def test_byte_limits_are_for_streaming_reads() -> None:
+    with pytest.raises(ConfigError, match="'maxBytesPerTrigger' applies to streaming reads only"):
+        SourceOptions.parse({"stream": "s", "maxBytesPerTrigger": "1m"}, batch=True)
+    reader = MeteorStreamReader(SourceOptions.parse({"stream": "s", "maxBytesPerLanePerTrigger": "1m"}), SOURCE_SCHEMA)
+    assert reader.getDefaultReadLimit() == ReadMaxBytes(1 << 20)
+
+
+def test_headers_as_map_needs_include_headers_and_sets_the_schema() -> None:
+    with pytest.raises(ConfigError, match=r"'headersAsMap'.*includeHeaders=true"):
+        SourceOptions.parse({"stream": "s", "headersAsMap": "true"})
+    with pytest.raises(ConfigError, match="option 'headersAsMap': expected true or false"):
+        SourceOptions.parse({"stream": "s", "includeHeaders": "true", "headersAsMap": "maybe"})
+    source = MeteorDataSource({"stream": "s", "includeHeaders": "true", "headersAsMap": "true"})
+    assert source.schema() == SOURCE_SCHEMA_WITH_HEADERS_MAP
+    assert to_arrow_schema(SOURCE_SCHEMA_WITH_HEADERS_MAP, timezone="UTC") == ARROW_SCHEMA_WITH_HEADERS_MAP
+
+
+def test_headers_to_map_keeps_the_last_value_of_a_repeated_key() -> None:
+    values = [b"a", b"b", b"c", b"d"]
+    headers = [[("k", b"1"), ("j", b"2"), ("k", b"3")], [], [("x", b"")], [("k", b"4"), ("k", b"5")]]
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(values, pa.binary()), pa.array([[{"key": k, "value": v} for k, v in row] for row in headers],
+                                                 ARROW_SCHEMA_WITH_HEADERS.field("headers").type)],
+        names=["value", "headers"],
+    )
+    as_map = headers_to_map(batch)
+    assert as_map.schema.field("headers").type == HEADERS_MAP_TYPE
+    assert as_map.column("headers").to_pylist() == [[("j", b"2"), ("k", b"3")], [], [("x", b"")], [("k", b"5")]]
+    assert as_map.column("value").to_pylist() == values
+    no_duplicates = headers_to_map(batch.slice(1, 2))
+    assert no_duplicates.column("headers").to_pylist() == [[], [("x", b"")]]
+
+
+def test_byte_limit_splits_by_bytes_with_at_least_one_item_per_lane() -> None:
+    start = {("s", 0): 0, ("s", 1): 10, ("s", 2): 0}
+    latest = {("s", 0): 100, ("s", 1): 20, ("s", 2): 0}
+    sizes = {("s", 0): 1000.0, ("s", 1): 100_000.0}
+    # per lane: 10 KB per lane -> lane 0 admits 10 items of 1 KB, lane 1 one item of 100 KB (never stalls)
+    assert byte_limit(start, latest, sizes, max_bytes=None, max_lane_bytes=10_000) == {
+        ("s", 0): 10, ("s", 1): 11, ("s", 2): 0,
+    }
+    # over all lanes: 100 KB of a 1.1 MB backlog, split by bytes: lane 0 (100 KB) gets ~9 KB, lane 1 ~91 KB
+    assert byte_limit(start, latest, sizes, max_bytes=100_000, max_lane_bytes=None) == {
+        ("s", 0): 9, ("s", 1): 10 + 1, ("s", 2): 0,
+    }
+    # enough budget: everything
+    assert byte_limit(start, latest, sizes, max_bytes=10**9, max_lane_bytes=None) == latest
+    # a lane without an estimate is not limited
+    assert byte_limit(start, latest, {}, max_bytes=1, max_lane_bytes=1) == latest

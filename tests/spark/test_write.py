@@ -171,7 +171,7 @@ def _items(grid: Grid, info: Any, lane: int, head: int, next_seq: int) -> tuple[
         ("Value string", r"found 'Value': column names are case-sensitive"),
         ("value int", r"column 'value' has type int, expected binary or string"),
         ("value string, partition int", r"unknown column 'partition' \(int\); expected columns: value"),
-        ("value string, headers map<string,string>", "column 'headers' has type map<string,string>"),
+        ("value string, headers map<string,int>", "column 'headers' has type map<string,int>"),
         ("value string, lane string", "column 'lane' has type string, expected int"),
     ],
 )
