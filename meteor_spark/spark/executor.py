@@ -61,6 +61,8 @@ class LaneRange(InputPartition):
         first_offset: drop the records of the first item before this record offset (a group member outside
             Spark confirmed a position inside an item); None = read whole items.
         corrupt: what to do with an undecodable ring item (error, skip, dead_letter).
+        stop_offset: drop the records of the last item from this record offset on (a batch read ending by time
+            inside an item); None = read whole items.
     """
 
     stream: str
@@ -73,6 +75,7 @@ class LaneRange(InputPartition):
     fail_on_data_loss: bool = True
     first_offset: int | None = None
     corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
+    stop_offset: int | None = None
 
     @property
     def items(self) -> int:
@@ -131,6 +134,15 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
     refused = _RefusedItems()
 
     def convert(count: int) -> pyarrow.RecordBatch | None:
+        assert part is not None
+        batch = convert_items(count)
+        if batch is None or part.stop_offset is None:
+            return batch
+        import pyarrow.compute as pc
+
+        return batch.filter(pc.less(batch.column("offset"), part.stop_offset))
+
+    def convert_items(count: int) -> pyarrow.RecordBatch | None:
         nonlocal first_offset
         assert part is not None
         items, sequences = pending_items[:count], pending_sequences[:count]
