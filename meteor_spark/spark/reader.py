@@ -61,6 +61,15 @@ Items overwritten after a batch was planned (while it waits or is read, or befor
 where they are found (``partitions``, or the task), outside that count.
 
 Corrupt items (``onCorrupt`` / ``deadLetterStream``): handled by the task that meets them (``executor``).
+
+Positions by time (``startingTimestamp`` / ``startingOffsetsByTimestamp``, and for batch reads ``endingTimestamp``
+/ ``endingOffsetsByTimestamp``): a lane starts at the ring item holding its first record at or after the time
+(``timestamps.offset_for_timestamp``; lanes with a group offset start there instead). The records of that item
+before the found record are not read: a batch read passes the record offset to the task (``LaneRange.first_offset``);
+a streaming query's source runner remembers it (``DriverState.start_offsets``) for the batch that reads the item.
+That memory is the runner's own: a runner restarted before that batch finished reads the item whole, so the
+records before the time in that one item are delivered too (never fewer records). An end by time inside an item
+stops the task before the end record (``LaneRange.stop_offset``).
 """
 
 from __future__ import annotations
