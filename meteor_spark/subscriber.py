@@ -83,6 +83,7 @@ from meteor_spark.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.records import BatchPart, Record, RecordBatch
 from meteor_spark.serializers import DecodedLane, Deserializer, deserialize_lane, deserializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.validate import check_int
 from meteor_spark.wire import decode_item
 
@@ -776,6 +777,38 @@ class Subscriber:
             orphan = state.reset(offset)
             if orphan is not None:
                 self._orphans.append(orphan)
+
+    def seek_to_timestamp(self, ts_ms: int, *, lane: int | None = None) -> dict[int, int | None]:
+        """Continue reading each lane (every lane this subscriber reads, or only ``lane``) at the first record whose
+        timestamp is >= ``ts_ms`` (ms since the epoch), found by ``timestamps.offset_for_timestamp`` (a binary
+        search over ring items; its docstring says what out-of-order timestamps do). Grouped, it moves the group's
+        offsets, like ``seek``.
+
+        A lane with no such record is moved to its end (only records published from now on are read); Kafka's
+        ``offsetsForTimes`` returns None there and leaves the choice to the caller, which the returned mapping
+        still shows.
+
+        Returns:
+            lane -> the offset found, or None for a lane moved to its end.
+
+        Raises:
+            ConfigError: a timestamp that is not an integer >= 0, or a lane the stream does not have.
+            NotAssignedError: grouped, ``lane`` is not assigned to this member.
+        """
+        check_int("seek_to_timestamp: ts_ms", ts_ms, 0, MAX_TIMESTAMP_MS, what="(ms since the epoch)")
+        if lane is None:
+            with self._lock:
+                lanes = sorted(self._lanes)
+        else:
+            lanes = [self._lane_arg(lane, "seek_to_timestamp")]
+        found: dict[int, int | None] = {}
+        for each in lanes:
+            offset = offset_for_timestamp(self._grid, self.info, each, ts_ms)
+            found[each] = offset
+            if offset is None:
+                offset = first_offset_of(self._grid.ring(self.info.ring_names[each]).tail() + 1)
+            self.seek(offset, lane=each)
+        return found
 
     # ------------------------------------------------------------------------------------------------ groups
 

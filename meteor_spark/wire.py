@@ -425,6 +425,20 @@ def item_count(item: bytes | bytearray | memoryview, *, stream: str, lane: int, 
     return _v0_count(view, where)
 
 
+def item_base_timestamp(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int | None:
+    """The base timestamp (ms) of a ring item from its header alone: the smallest timestamp of its records (the
+    encoder writes the minimum, and per-record timestamps as non-negative deltas from it). None for a version 0
+    item, whose records carry no timestamp.
+
+    Raises:
+        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
+    """
+    view, where, version = _open_item(item, stream, lane, sequence)
+    if version == FORMAT_VERSION:
+        return int(_v1_header(view, where, check_crc=False)[5])
+    return None
+
+
 def _open_item(
     item: bytes | bytearray | memoryview, stream: str, lane: int, sequence: int
 ) -> tuple[memoryview, str, int]:

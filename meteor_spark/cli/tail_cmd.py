@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from meteor_spark.cli.common import EXIT_OK, CommandError, config_of, err, fmt_time_ms, out
@@ -45,6 +47,16 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "start (default earliest)"
         ),
     )
+    tail.add_argument(
+        "--since",
+        metavar="TIME",
+        default=None,
+        help=(
+            "start at the first record whose timestamp is at or after TIME: ISO-8601 (2026-11-23T17:00:00Z; UTC when "
+            "no zone is given), ms since the epoch, or a duration back from now (90s, 10m, 2h, 1d). Lanes with no "
+            "such record start at their end. Not with --from or --group"
+        ),
+    )
     tail.add_argument("--lane", type=int, help="read only this lane (not with --group)")
     tail.add_argument("-g", "--group", help="read as a member of this subscriber group (confirms what it prints)")
     tail.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
@@ -80,11 +92,13 @@ class TailPlan:
         scheme: initial offset scheme name (earliest/latest/auto) when no explicit offset is given.
         offset: an explicit offset to seek to, or None.
         lane: the only lane to read, or None for all (or the group's share).
+        since_ms: start every lane read at the first record at or after this time (ms since the epoch), or None.
     """
 
     scheme: str
     offset: int | None
     lane: int | None
+    since_ms: int | None = None
 
 
 def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
@@ -98,6 +112,11 @@ def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
             raise CommandError("--lane and --group exclude each other: a group decides which lanes a member reads")
         if not 0 <= args.lane < lanes:
             raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{lanes - 1}")
+    since = getattr(args, "since", None)
+    if since is not None:
+        if args.start is not None or args.group:
+            raise CommandError("--since excludes --from and --group: it says where an independent reader starts")
+        return TailPlan(scheme="latest", offset=None, lane=args.lane, since_ms=parse_since(since))
     start = (args.start or ("earliest" if args.group else "latest")).strip().lower()
     if start in ("earliest", "latest"):
         return TailPlan(scheme=start, offset=None, lane=args.lane)
@@ -115,6 +134,35 @@ def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
             f"--from {offset}: offsets are per lane and stream {args.stream!r} has {lanes} lanes; add --lane N"
         )
     return TailPlan(scheme="earliest", offset=offset, lane=lane)
+
+
+_RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_since(text: str, *, now_ms: int | None = None) -> int:
+    """``--since TIME`` as ms since the epoch: a whole number is epoch ms, a number with a unit (90s, 10m, 2h, 1d)
+    is that long before ``now_ms`` (default: now), anything else ISO-8601 (UTC when it names no zone)."""
+    value = text.strip()
+    if value.isdigit():
+        return int(value)
+    relative = _RELATIVE.match(value)
+    if relative is not None:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0, now - int(float(relative.group(1)) * _UNIT_MS[relative.group(2).lower()]))
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
+    except ValueError:
+        raise CommandError(
+            f"--since {text!r}: expected ISO-8601 (2026-11-23T17:00:00Z), ms since the epoch, or a duration back "
+            f"from now like 10m or 2h"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    ms = int(moment.timestamp() * 1000)
+    if ms < 0:
+        raise CommandError(f"--since {text!r} is before 1970; record timestamps are ms since the epoch, >= 0")
+    return ms
 
 
 def run_tail(args: argparse.Namespace) -> int:
@@ -142,6 +190,8 @@ def run_tail(args: argparse.Namespace) -> int:
         try:
             if tail_plan.offset is not None:
                 subscriber.seek(tail_plan.offset, lane=tail_plan.lane)
+            if tail_plan.since_ms is not None:
+                subscriber.seek_to_timestamp(tail_plan.since_ms, lane=tail_plan.lane)
             while args.max is None or printed < args.max:
                 batch = subscriber.poll(POLL_MS)
                 records = list(batch) if tail_plan.lane is None else [r for r in batch if r.lane == tail_plan.lane]

@@ -40,8 +40,11 @@ from meteor_spark.spark.options import (
     OffsetSpec,
     Position,
     SourceOptions,
+    TimePosition,
+    TimestampStrategy,
 )
 from meteor_spark.streams import StreamInfo, lane_bounds, open_stream
+from meteor_spark.timestamps import offset_for_timestamp
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid import Grid
@@ -90,6 +93,9 @@ class DriverState:
         self.last_batch_mono = time.monotonic()
         self.standby_logged: set[tuple[str, int]] = set()
         self.initial: SparkOffset | None = None
+        #: (stream, lane) -> record offset a start by time resolved to, inside the item the lane starts at:
+        #: the batch reading that item drops its records before it.
+        self.start_offsets: dict[tuple[str, int], int] = {}
         self.planned_skipped = 0
         self.late_skipped = 0
         self.closed = False
@@ -347,3 +353,47 @@ def _initial(scheme: InitialOffsetScheme, stream: str, lane: int, oldest: Callab
     where = f"stream {stream!r} lane {lane}"
     offset = record_offsets.resolve_initial(scheme, False, None, oldest, next_seq, where=where)
     return record_offsets.sequence_of(offset)
+
+
+def check_time_lanes(position: TimePosition | None, infos: dict[str, StreamInfo]) -> None:
+    """Per-lane times may name only lanes the stream has."""
+    if position is not None:
+        check_lanes(Position(None, position.lanes), position.option, infos)
+
+
+def start_by_time(
+    grid: Grid, info: StreamInfo, lane: int, position: TimePosition, strategy: TimestampStrategy, next_seq: int
+) -> tuple[int, int | None]:
+    """Where a start by time puts one lane: (ring sequence, record offset inside that item to start at, or None to
+    read the whole item). The record is the first at or after the time (``timestamps.offset_for_timestamp``).
+
+    Raises:
+        ConfigError: the lane has no record at or after the time and the strategy is ``error`` (Kafka's default).
+    """
+    ms = position.ms_for(info.name, lane)
+    offset = offset_for_timestamp(grid, info, lane, ms)
+    if offset is None:
+        if strategy is TimestampStrategy.ERROR:
+            raise ConfigError(
+                f"{position.option}: stream {info.name!r} lane {lane} has no record with a timestamp at or after "
+                f"{ms} (ms since the epoch); give an earlier time, or set startingOffsetsByTimestampStrategy=latest "
+                f"to start such lanes at their end"
+            )
+        return next_seq, None
+    sequence = record_offsets.sequence_of(offset)
+    return sequence, offset if record_offsets.index_of(offset) else None
+
+
+def end_by_time(
+    grid: Grid, info: StreamInfo, lane: int, position: TimePosition, next_seq: int
+) -> tuple[int, int | None]:
+    """Where an end by time stops one lane (exclusive): (ring sequence to stop before, and the record offset to
+    stop before inside the last item read, or None to read that item whole). The end is the first record at or
+    after the time; with none, the lane's end, as Kafka's ``endingTimestamp`` does."""
+    offset = offset_for_timestamp(grid, info, lane, position.ms_for(info.name, lane))
+    if offset is None:
+        return next_seq, None
+    sequence = record_offsets.sequence_of(offset)
+    if record_offsets.index_of(offset):
+        return sequence + 1, offset
+    return sequence, None

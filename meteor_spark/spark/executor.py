@@ -62,6 +62,8 @@ class LaneRange(InputPartition):
             Spark confirmed a position inside an item); None = read whole items.
         corrupt: what to do with an undecodable ring item (error, skip, dead_letter).
         headers_as_map: the ``headers`` column as ``map<string, binary>`` (``headersAsMap``).
+        stop_offset: drop the records of the last item from this record offset on (a batch read ending by time
+            inside an item); None = read whole items.
     """
 
     stream: str
@@ -75,6 +77,7 @@ class LaneRange(InputPartition):
     first_offset: int | None = None
     corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
     headers_as_map: bool = False
+    stop_offset: int | None = None
 
     @property
     def items(self) -> int:
@@ -133,9 +136,16 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
     refused = _RefusedItems()
 
     def convert(count: int) -> pyarrow.RecordBatch | None:
+        assert part is not None
         batch = decode(count)
-        if batch is not None and part is not None and part.include_headers and part.headers_as_map:
-            return headers_to_map(batch)
+        if batch is None:
+            return None
+        if part.stop_offset is not None:
+            import pyarrow.compute as pc
+
+            batch = batch.filter(pc.less(batch.column("offset"), part.stop_offset))
+        if part.include_headers and part.headers_as_map:
+            batch = headers_to_map(batch)
         return batch
 
     def decode(count: int) -> pyarrow.RecordBatch | None:

@@ -90,6 +90,25 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
     OptionDoc("endingOffsets", "read (batch)", "latest | JSON", "latest",
               "Where a batch read stops (exclusive): `latest` = the lane ends when the query is planned, or "
               "per-lane JSON like startingOffsets (-1 latest)."),
+    OptionDoc("startingTimestamp", "read, readStream", "int >= 0 (ms since the epoch)", "(none)",
+              "Start every lane of every stream at its first record whose timestamp is >= this time (Kafka's "
+              "offsetsForTimes; found by a binary search over the lane's ring items, see "
+              "`meteor_spark.timestamps` for out-of-order timestamps). Records of that ring item before it are not "
+              "read. A lane with no such record follows startingOffsetsByTimestampStrategy. Excludes "
+              "startingOffsets and startingOffsetsByTimestamp (Kafka's source would silently prefer this one)."),
+    OptionDoc("startingOffsetsByTimestamp", "read, readStream", "JSON", "(none)",
+              "Per-lane start times `{\"stream\": {\"0\": 1700000000000}}` (ms since the epoch), every lane of "
+              "every stream read; otherwise as startingTimestamp. Excludes startingOffsets."),
+    OptionDoc("startingOffsetsByTimestampStrategy", "read, readStream", "error | latest", "error",
+              "A lane with no record at or after its start time: `error` = fail naming stream, lane and time "
+              "(Kafka's default); `latest` = start that lane at its end (it reads only newer records). Needs "
+              "startingTimestamp or startingOffsetsByTimestamp."),
+    OptionDoc("endingTimestamp", "read (batch)", "int >= 0 (ms since the epoch)", "(none)",
+              "End every lane (exclusive) at its first record whose timestamp is >= this time; a lane with no "
+              "such record ends at latest (as in Kafka). Excludes endingOffsets and endingOffsetsByTimestamp."),
+    OptionDoc("endingOffsetsByTimestamp", "read (batch)", "JSON", "(none)",
+              "Per-lane end times, JSON like startingOffsetsByTimestamp; otherwise as endingTimestamp. Excludes "
+              "endingOffsets."),
     OptionDoc("maxOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(no limit)",
               "Most ring items one micro-batch reads, over all lanes, split in proportion to each lane's backlog "
               "(a lane with data gets at least 1, so a batch may hold up to one item per lane more). A ring item "
@@ -209,6 +228,42 @@ class Position:
         return json.dumps({s: {str(k): v for k, v in sorted(lanes.items())} for s, lanes in self.lanes.items()})
 
 
+class TimestampStrategy(Enum):
+    """What a start by time does on a lane with no record at or after its time (option
+    ``startingOffsetsByTimestampStrategy``)."""
+
+    ERROR = "error"
+    LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class TimePosition:
+    """A start or end given by time (ms since the epoch): one time for every lane, or per-lane times.
+
+    Attributes:
+        option: the option it came from (named in errors).
+        every_lane_ms: the time of every lane of every stream, or None when ``lanes`` is given.
+        lanes: stream -> lane -> time, when given as JSON.
+    """
+
+    option: str
+    every_lane_ms: int | None = None
+    lanes: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+
+    def ms_for(self, stream: str, lane: int) -> int:
+        """The time of one lane; a ``ConfigError`` naming the option when the JSON leaves the lane out."""
+        if self.every_lane_ms is not None:
+            return self.every_lane_ms
+        lanes = self.lanes.get(stream, {})
+        if lane not in lanes:
+            given = ", ".join(str(k) for k in sorted(lanes))
+            raise ConfigError(
+                f"{self.option} has no time for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); "
+                f"give every lane of every stream read, e.g. {{\"{stream}\": {{\"{lane}\": 1700000000000}}}}"
+            )
+        return lanes[lane]
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """Everything a meteor reader needs, parsed and validated.
@@ -234,6 +289,11 @@ class SourceOptions:
         group_lease_ms: lease length of the group's lanes.
         group_member_id: member id in the group, or None to generate one.
         corrupt: what a task does with an undecodable ring item (``onCorrupt`` / ``deadLetterStream``).
+        starting_time: a start by time (``startingTimestamp`` / ``startingOffsetsByTimestamp``), replacing
+            ``starting``; None = ``starting`` applies.
+        ending_time: a batch read's end by time (``endingTimestamp`` / ``endingOffsetsByTimestamp``); None =
+            ``ending`` applies.
+        timestamp_strategy: a lane with no record at or after its start time: error or start at its end.
     """
 
     streams: tuple[str, ...]
@@ -256,6 +316,9 @@ class SourceOptions:
     headers_as_map: bool = False
     max_bytes_per_trigger: int | None = None
     max_bytes_per_lane_per_trigger: int | None = None
+    starting_time: TimePosition | None = None
+    ending_time: TimePosition | None = None
+    timestamp_strategy: TimestampStrategy = TimestampStrategy.ERROR
 
     def matches(self, name: str) -> bool:
         """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
@@ -305,6 +368,9 @@ class SourceOptions:
             headers_as_map=raw.boolean("headersAsMap", False),
             max_bytes_per_trigger=raw.size_bytes("maxBytesPerTrigger"),
             max_bytes_per_lane_per_trigger=raw.size_bytes("maxBytesPerLanePerTrigger"),
+            starting_time=_time_position(raw, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"),
+            ending_time=_time_position(raw, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets"),
+            timestamp_strategy=_timestamp_strategy(raw),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -323,10 +389,17 @@ class SourceOptions:
                     "startingOffsets=group needs a streaming read with option 'group'; a batch read takes "
                     "earliest, latest or per-lane JSON"
                 )
-        elif batch is False and raw.given("endingOffsets"):
+        elif batch is False:
+            for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+                if raw.given(name):
+                    raise ConfigError(
+                        f"option {name!r} applies to batch reads only (spark.read); a streaming query has no end. "
+                        f"Use trigger(availableNow=True) to read what is there and stop"
+                    )
+        if raw.given("startingOffsetsByTimestampStrategy") and self.starting_time is None:
             raise ConfigError(
-                "option 'endingOffsets' applies to batch reads only (spark.read); a streaming query has no end. "
-                "Use trigger(availableNow=True) to read what is there and stop"
+                "option 'startingOffsetsByTimestampStrategy' needs startingTimestamp or startingOffsetsByTimestamp "
+                "(it says what a start by time does on a lane with no record at or after the time)"
             )
         if raw.given("headersAsMap") and not self.include_headers:
             raise ConfigError(
@@ -371,8 +444,12 @@ class SourceOptions:
                 f"minPartitions ({self.min_partitions}) is larger than maxPartitions ({self.max_partitions}); "
                 f"lower the minimum or raise the maximum"
             )
-        for position, name in ((self.starting, "startingOffsets"), (self.ending, "endingOffsets")):
-            extra = sorted(s for s in position.lanes if not self.matches(s))
+        lane_maps: list[tuple[Mapping[str, Any], str]] = [
+            (self.starting.lanes, "startingOffsets"), (self.ending.lanes, "endingOffsets"),
+        ]
+        lane_maps += [(t.lanes, t.option) for t in (self.starting_time, self.ending_time) if t is not None]
+        for lanes, name in lane_maps:
+            extra = sorted(s for s in lanes if not self.matches(s))
             if extra and self.stream_pattern is not None:
                 raise ConfigError(
                     f"{name} names stream(s) {', '.join(map(repr, extra))} that streamPattern "
@@ -611,6 +688,74 @@ def _position(raw: _Raw, name: str, default: OffsetSpec, allowed: tuple[OffsetSp
                 )
             lanes[stream][lane] = sequence
     return Position(None, lanes)
+
+
+def _time_position(raw: _Raw, every_lane: str, per_lane: str, by_offset: str) -> TimePosition | None:
+    """``startingTimestamp`` / ``startingOffsetsByTimestamp`` (or the ending pair): at most one of them, and not
+    with the position option ``by_offset``. Kafka's source silently prefers the timestamp options; two positions
+    for one query are refused here, so no option is ever ignored."""
+    given = [name for name in (every_lane, per_lane, by_offset) if raw.given(name)]
+    if every_lane not in given and per_lane not in given:
+        return None
+    if len(given) > 1:
+        raise ConfigError(
+            f"options {' and '.join(repr(n) for n in given)} both say where the read "
+            f"{'starts' if by_offset == 'startingOffsets' else 'ends'}; give one of them (Kafka's source would "
+            f"silently take {given[0]!r})"
+        )
+    if every_lane in given:
+        return TimePosition(every_lane, every_lane_ms=_timestamp(every_lane, raw.text(every_lane)))
+    value = raw.text(per_lane) or ""
+    try:
+        document: Any = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"option {per_lane!r}: not valid JSON ({exc.msg} at character {exc.pos}): {value!r}"
+        ) from None
+    if not isinstance(document, dict) or not document:
+        raise ConfigError(
+            f"option {per_lane!r}: expected a JSON object stream -> {{lane: ms since the epoch}}, like "
+            f"{{\"orders\": {{\"0\": 1700000000000}}}}, got {value!r}"
+        )
+    lanes: dict[str, dict[int, int]] = {}
+    for stream, per_stream in document.items():
+        if not isinstance(per_stream, dict) or not per_stream:
+            raise ConfigError(
+                f"option {per_lane!r}: stream {stream!r} must map lane numbers to times (ms since the epoch), e.g. "
+                f"{{\"{stream}\": {{\"0\": 1700000000000}}}}, got {json.dumps(per_stream)}"
+            )
+        lanes[stream] = {}
+        for lane_text, ms in per_stream.items():
+            lane = _as_int(lane_text)
+            if lane is None or lane < 0:
+                raise ConfigError(f"option {per_lane!r}: stream {stream!r}: lane {lane_text!r} is not a lane number")
+            lanes[stream][lane] = _timestamp(per_lane, ms, f": stream {stream!r} lane {lane}")
+    return TimePosition(per_lane, lanes=lanes)
+
+
+def _timestamp(option: str, value: Any, where: str = "") -> int:
+    """A time in ms since the epoch: a whole number >= 0 (a JSON number, or text of digits)."""
+    number = value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    if number is None or number < 0:
+        shown = repr(value) if isinstance(value, str) else json.dumps(value)
+        raise ConfigError(
+            f"option {option!r}{where}: expected a time in ms since the epoch (a whole number >= 0), got {shown}"
+        )
+    return number
+
+
+def _timestamp_strategy(raw: _Raw) -> TimestampStrategy:
+    value = raw.text("startingOffsetsByTimestampStrategy")
+    if value is None:
+        return TimestampStrategy.ERROR
+    for strategy in TimestampStrategy:
+        if value.strip().lower() == strategy.value:
+            return strategy
+    raise ConfigError(
+        f"option 'startingOffsetsByTimestampStrategy': expected error or latest, got {value!r}"
+    )
 
 
 def _as_int(text: Any) -> int | None:

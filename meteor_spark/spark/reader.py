@@ -79,6 +79,15 @@ reads again) and keeps a running average of those sizes per lane; ``planning.byt
 counts with it. A lane always admits one item, so a batch may exceed a cap by up to one item per lane (and by the
 estimate's error). ``maxOffsetsPerTrigger`` applies too; per lane, the tighter end wins. Trigger.Once reads
 everything (Spark passes no limit), as with every other limit.
+
+Positions by time (``startingTimestamp`` / ``startingOffsetsByTimestamp``, and for batch reads ``endingTimestamp``
+/ ``endingOffsetsByTimestamp``): a lane starts at the ring item holding its first record at or after the time
+(``timestamps.offset_for_timestamp``; lanes with a group offset start there instead). The records of that item
+before the found record are not read: a batch read passes the record offset to the task (``LaneRange.first_offset``);
+a streaming query's source runner remembers it (``DriverState.start_offsets``) for the batch that reads the item.
+That memory is the runner's own: a runner restarted before that batch finished reads the item whole, so the
+records before the time in that one item are delivered too (never fewer records). An end by time inside an item
+stops the task before the end record (``LaneRange.stop_offset``).
 """
 
 from __future__ import annotations
@@ -109,8 +118,11 @@ from meteor_spark.spark.driver import (
     Once,
     check_dead_letter_stream,
     check_lanes,
+    check_time_lanes,
+    end_by_time,
     install_stop_hooks,
     resolve_position,
+    start_by_time,
     stream_names,
 )
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
@@ -168,6 +180,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
     def initialOffset(self) -> dict[str, Any]:
         state = self._driver()
         check_lanes(self.options.starting, "startingOffsets", state.infos)
+        check_time_lanes(self.options.starting_time, state.infos)
         view = state.view()
         start: dict[tuple[str, int], int] = {}
         for (stream, lane), (head, next_seq) in sorted(view.bounds.items()):
@@ -175,6 +188,15 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             if confirmed is not None:
                 state.check_confirmed(stream, lane, confirmed[1], self.options.group, next_seq)
                 start[(stream, lane)] = confirmed[0]
+                continue
+            if self.options.starting_time is not None:
+                sequence, inside = start_by_time(
+                    state.grid, state.infos[stream], lane, self.options.starting_time,
+                    self.options.timestamp_strategy, next_seq,
+                )
+                start[(stream, lane)] = sequence
+                if inside is not None:
+                    state.start_offsets[(stream, lane)] = inside
                 continue
             start[(stream, lane)] = resolve_position(
                 self.options.starting, "startingOffsets", stream, lane, head, next_seq, group=self.options.group,
@@ -379,6 +401,12 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                     lo = confirmed_seq
                     if record_offsets.index_of(confirmed_offset):
                         first_offsets[(stream, lane)] = (lo, confirmed_offset)
+            by_time = state.start_offsets.get((stream, lane))
+            if by_time is not None and record_offsets.sequence_of(by_time) == lo:
+                # The first batch reading the item a start by time resolved to: its records before that time
+                # are not read (a later confirmed offset inside the same item is further on and wins).
+                first = first_offsets.get((stream, lane))
+                first_offsets[(stream, lane)] = (lo, max(by_time, first[1] if first is not None else by_time))
             if not state.held(stream, lane):
                 self._await_lane(state, stream, lane)
             lo = self._check_loss(state, stream, lane, lo, bounds.get((stream, lane)))
@@ -463,17 +491,36 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
         check_dead_letter_stream(grid, self.options)
         check_lanes(self.options.starting, "startingOffsets", infos)
         check_lanes(self.options.ending, "endingOffsets", infos)
+        starting_time, ending_time = self.options.starting_time, self.options.ending_time
+        check_time_lanes(starting_time, infos)
+        check_time_lanes(ending_time, infos)
+        # (stream, lane) -> record offset inside the first / last item read where the range starts / stops.
+        first_offsets: dict[tuple[str, int], int] = {}
+        stop_offsets: dict[tuple[str, int], int] = {}
         for name, info in infos.items():
             for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
                 oldest = Once(lambda i=info, n=lane: oldest_sequence(grid, i, n))
-                lo = resolve_position(self.options.starting, "startingOffsets", name, lane, head, next_seq,
-                                      group=None, oldest=oldest)
-                hi = resolve_position(self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None,
-                              oldest=oldest)
+                if starting_time is not None:
+                    lo, first = start_by_time(grid, info, lane, starting_time, self.options.timestamp_strategy,
+                                              next_seq)
+                    if first is not None:
+                        first_offsets[(name, lane)] = first
+                else:
+                    lo = resolve_position(self.options.starting, "startingOffsets", name, lane, head, next_seq,
+                                          group=None, oldest=oldest)
+                if ending_time is not None:
+                    hi, stop = end_by_time(grid, info, lane, ending_time, next_seq)
+                    if stop is not None:
+                        stop_offsets[(name, lane)] = stop
+                else:
+                    hi = resolve_position(self.options.ending, "endingOffsets", name, lane, head, next_seq,
+                                          group=None, oldest=oldest)
                 if hi < lo:
+                    start_name = starting_time.option if starting_time is not None else "startingOffsets"
+                    end_name = ending_time.option if ending_time is not None else "endingOffsets"
                     raise ConfigError(
-                        f"stream {name!r} lane {lane}: endingOffsets ({hi}) is before startingOffsets ({lo}); a "
-                        f"batch read takes ring sequences [start, end)"
+                        f"stream {name!r} lane {lane}: {end_name} (ring sequence {hi}) is before {start_name} "
+                        f"(ring sequence {lo}); a batch read takes ring sequences [start, end)"
                     )
                 if lo < head and lo < oldest():
                     if self.options.fail_on_data_loss:
@@ -488,8 +535,15 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
             LaneRanges(tuple(
                 LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
                           self.options.fail_on_data_loss, corrupt=self.options.corrupt,
-                          headers_as_map=self.options.headers_as_map)
+                          headers_as_map=self.options.headers_as_map,
+                          first_offset=_inside(first_offsets.get((stream, lane)), lo),
+                          stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1))
                 for stream, lane, lo, hi in task
             ))
             for task in plan_for(self.options, ranges)
         ]
+
+
+def _inside(offset: int | None, sequence: int) -> int | None:
+    """``offset`` when it lies inside the ring item at ``sequence`` (the piece of a split range holding it)."""
+    return offset if offset is not None and record_offsets.sequence_of(offset) == sequence else None

@@ -144,3 +144,31 @@ def test_an_offset_past_the_end_is_an_error_naming_the_valid_range(meteor: Meteo
         f"stream {stream!r} lane 0: offset {first_offset_of(end + 5)} is past the end of the lane",
         f"valid offsets are 0 to {first_offset_of(end)}",
     )
+
+
+def test_since_starts_every_lane_at_the_first_record_at_or_after_the_time(meteor: Meteor, stream: str) -> None:
+    # One record per 1 ms from 1_700_000_000_000 (2023-11-14T22:13:20Z), values v0..v19 over two lanes.
+    for since in ("1700000000015", "2023-11-14T22:13:20.015Z", "2023-11-14T22:13:20.015"):
+        run = meteor("tail", stream, "--since", since, "--json", "--max", "5", "--timeout", "1")
+        assert run.code == 0, run
+        assert sorted(values(run)) == [f"v{n}" for n in range(15, 20)], since
+    one_lane = meteor("tail", stream, "--since", "1700000000015", "--lane", "1", "--json", "--timeout", "0.5")
+    assert values(one_lane) == ["v15", "v19"]  # user-4 (lane 1) holds v3, v7, v11, v15, v19
+    # Everything is older than ten minutes ago: every lane starts at its end, so nothing is printed.
+    recent = meteor("tail", stream, "--since", "10m", "--json", "--timeout", "0.5")
+    assert recent.code == 0 and values(recent) == []
+
+
+def test_since_parsing_and_errors(meteor: Meteor, stream: str) -> None:
+    from meteor_spark.cli.tail_cmd import parse_since
+
+    now = 1_800_000_000_000
+    assert parse_since("90s", now_ms=now) == now - 90_000
+    assert parse_since("2h", now_ms=now) == now - 7_200_000
+    assert parse_since("1d", now_ms=now) == now - 86_400_000
+    assert parse_since("1700000000000") == 1_700_000_000_000
+    assert parse_since("2023-11-14T23:13:20+01:00") == 1_700_000_000_000
+    meteor("tail", stream, "--since", "yesterday").assert_user_error("--since 'yesterday'", "ISO-8601")
+    meteor("tail", stream, "--since", "1969-12-31T00:00:00Z").assert_user_error("before 1970")
+    meteor("tail", stream, "--since", "10m", "--from", "earliest").assert_user_error("--since excludes --from")
+    meteor("tail", stream, "--since", "10m", "--group", "g").assert_user_error("--since excludes")

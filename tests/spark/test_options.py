@@ -187,10 +187,14 @@ def test_option_table_covers_every_accepted_option() -> None:
         value = {"includeHeaders": "true", "failOnDataLoss": "true", "createStream": "true",
                  "maxTriggerDelay": "1m", "startingOffsets": "earliest", "endingOffsets": "latest", "stream": "s",
                  "group": "g", "groupMemberId": "m", "sinkId": "x", "onCorrupt": "skip",
-                 "deadLetterStream": "dlq", "headersAsMap": "true", "streamPattern": "s-.*"}.get(doc.name, "3")
+                 "deadLetterStream": "dlq", "headersAsMap": "true", "streamPattern": "s-.*",
+                 "startingOffsetsByTimestamp": '{"s": {"0": 3}}', "endingOffsetsByTimestamp": '{"s": {"0": 3}}',
+                 "startingOffsetsByTimestampStrategy": "latest"}.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
             grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}
+            if doc.name == "startingOffsetsByTimestampStrategy":
+                grouped = {"startingTimestamp": "3"}
             needed = {"headersAsMap": {"includeHeaders": "true"}}.get(doc.name, {})
             base = {} if doc.name == "streamPattern" else {"stream": "s"}
             SourceOptions.parse({**base, doc.name: value, **grouped, **needed}, batch=batch)
