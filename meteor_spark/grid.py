@@ -247,6 +247,12 @@ def translate_errors(what: str) -> Iterator[None]:
         raise GridOperationError(f"{what}: {exc}") from exc
 
 
+def client_shut_down(error: BaseException) -> bool:
+    """True when ``error`` (a translated one) says this client itself was shut down: nothing sent through it can
+    succeed any more, so retrying is pointless."""
+    return isinstance(error.__cause__, hz_errors.HazelcastClientNotActiveError)
+
+
 def _code_of(exc: BaseException) -> int | None:
     for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():
         if type(exc) is cls:

@@ -36,7 +36,7 @@ from typing import Any
 
 from meteor_spark.accumulator import LaneQueue, Piece
 from meteor_spark.errors import GridConnectionError, GridError, GridOperationError, MeteorError, PublishTimeoutError
-from meteor_spark.grid import MAX_BATCH_ITEMS
+from meteor_spark.grid import client_shut_down
 from meteor_spark.wire import item_producer
 
 logger = logging.getLogger("meteor_spark.publisher")
@@ -45,6 +45,8 @@ logger = logging.getLogger("meteor_spark.publisher")
 OPERATION_TIMEOUT = 38
 #: Hazelcast's StaleSequenceException: a read below the ring's head.
 STALE_SEQUENCE = 51
+#: Ring items read at a time while searching a lane (items are up to ``max_batch_bytes`` each).
+SEARCH_CHUNK = 100
 
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
@@ -52,9 +54,9 @@ MAX_BACKOFF_S = 1.0
 
 def outcome_unknown(error: BaseException) -> bool:
     """True for a failed ``add_all`` that may nevertheless have been applied: the connection was lost before the
-    answer came, or the invocation timed out."""
+    answer came, or the invocation timed out. A client that was shut down is not worth retrying through."""
     if isinstance(error, GridConnectionError):
-        return True
+        return not client_shut_down(error)
     return isinstance(error, GridOperationError) and error.code == OPERATION_TIMEOUT
 
 
@@ -109,7 +111,7 @@ def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[
     seq = start
     while seq <= tail:
         try:
-            batch = ring.read_many(seq, 0, min(MAX_BATCH_ITEMS, tail - seq + 1))
+            batch = ring.read_many(seq, 0, min(SEARCH_CHUNK, tail - seq + 1))
         except GridOperationError as exc:
             if exc.code == STALE_SEQUENCE:
                 raise StoredCallLost(f"ring items from sequence {seq} were overwritten") from exc

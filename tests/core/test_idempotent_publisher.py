@@ -278,3 +278,13 @@ def test_without_idempotence_the_same_cuts_fail_records(
     )
     assert figures["failed_records"] > 0, "the cuts hit calls in flight, and without idempotence they fail"
     assert stored >= records - figures["failed_records"]
+
+
+def test_a_client_shut_down_fails_the_records_at_once(grid_settings: GridSettings, unique_name: str) -> None:
+    own = Grid(grid_settings)
+    pub = Publisher(own, StreamConfig(unique_name), idempotent=True)
+    pub.publish(b"before", timeout_s=10)
+    own.close()
+    with pytest.raises(GridConnectionError):
+        pub.publish(b"after", timeout_s=10)  # not retried until delivery_timeout_ms: the client is gone
+    pub.close(timeout_s=10)
