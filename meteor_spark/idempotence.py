@@ -160,8 +160,8 @@ class Retrier:
         self.resent = 0  # add_all attempts sent again after an unknown outcome
         self.recovered = 0  # calls whose unknown outcome turned out stored (settled from the lane, not resent)
         self.unknown_outcomes = 0  # add_all attempts whose outcome was unknown
-        self._thread = threading.Thread(target=self._run, name=f"meteor-publisher-retry-{stream}", daemon=True)
-        self._thread.start()
+        # Started by the first call handed over: most publishers never need it.
+        self._thread: threading.Thread | None = None
 
     def submit(self, call: PendingCall, error: BaseException | None = None) -> None:
         """Take over a call: its lane's start is not known yet (``error`` None), or its attempt failed with an
@@ -180,6 +180,11 @@ class Retrier:
                 call.order = next(self._order)
                 heapq.heappush(self._heap, call)
                 self._wake.notify()
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"meteor-publisher-retry-{self.stream}", daemon=True
+                    )
+                    self._thread.start()
                 return
         self._settle(call, None, _timeout_error(self.stream, call, given_up, reason="the publisher was closed"))
 
@@ -196,7 +201,9 @@ class Retrier:
         with self._lock:
             self._stopping = True
             self._wake.notify()
-        self._thread.join()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
     def _run(self) -> None:
         while True:
