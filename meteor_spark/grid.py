@@ -308,6 +308,10 @@ class Ring:
         """Sequence of the newest item (-1 when nothing was ever added)."""
         return result(self._proxy.tail_sequence(), f"tail of ring {self.name!r}")
 
+    def tail_async(self) -> Future[int]:
+        """Start reading the tail; the future's value is what ``tail`` returns (errors untranslated: ``result``)."""
+        return self._proxy.tail_sequence()
+
     def size(self) -> int:
         return result(self._proxy.size(), f"size of ring {self.name!r}")
 

@@ -7,7 +7,7 @@ sequence) it already holds; a Hazelcast ring cannot, so the publisher asks inste
 publisher's id and its own sequence in the header (``wire.item_producer`` reads them without decoding the body),
 and an ``add_all`` stores its items contiguously after whatever the lane held when it was sent. The retrier
 therefore reads the lane from the first sequence the call could occupy (``PendingCall.start``: one past the lane's
-last item this publisher stored, or the tail read before the lane's first call) up to the tail:
+last item this publisher stored, or past the tail read when the publisher started) up to the tail:
 
 - the call's first item is there: the call was stored; its records settle with the sequences found, nothing is
   sent again;

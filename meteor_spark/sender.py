@@ -15,9 +15,10 @@ have been applied, so sending it again blindly could store its records twice. Wi
 call goes to the retrier (``meteor_spark.idempotence``), which looks for the call's items in the lane by producer id
 and sequence, settles the records from there when they were stored and sends the same items again when they were
 not, until ``delivery_timeout_ms``; the lane stays claimed meanwhile, so order per lane holds. To know where to
-look, the sender keeps per lane the first sequence its next call can occupy (one past its last stored item; before
-the lane's first call, the lane's tail, read once). Without ``idempotent`` such a call fails exactly the
-records it carried. A failure that stored nothing for sure (a refused write, a bad argument) fails them either way.
+look, the sender keeps per lane the first sequence its next call can occupy: one past its last stored item, and
+before the lane's first call one past the lane's tail, read for every lane (in parallel) when the publisher starts.
+Without ``idempotent`` such a call fails exactly the records it carried. A failure that stored nothing for sure (a
+refused write, a bad argument) fails them either way.
 """
 
 from __future__ import annotations
@@ -62,8 +63,12 @@ class Sender:
         # Per lane, the first ring sequence the next call can occupy (None: not known before the lane's first call).
         self._next_start: list[int | None] = [None] * len(self.rings)
         self.retrier = None
+        self._tails: list[Any] = []
         if self.idempotent:
             self.retrier = Retrier(self.stream, self.rings, producer_id, self._attempt, self._settle_pending)
+            # Every lane's tail, read at once and in parallel: the lower bound of the lane's first call, ready (or
+            # nearly) when it is sent, so a short-lived publisher pays about one round trip, not one per lane.
+            self._tails = [ring.tail_async() for ring in self.rings]
         self._sender = threading.Thread(target=self._send_loop, name=f"meteor-publisher-{self.stream}", daemon=True)
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"meteor-publisher-callbacks-{self.stream}", daemon=True
@@ -117,9 +122,10 @@ class Sender:
                 )
                 call.start = self._next_start[state.lane]
                 if call.start is None:
-                    # The lane's first call: where it can land is the lane's tail now (one read, once per lane).
+                    # The lane's first call lands after the tail read when the publisher started.
                     try:
-                        call.start = self.rings[state.lane].tail() + 1
+                        what = f"tail of stream {self.stream!r} lane {state.lane}"
+                        call.start = result(self._tails[state.lane], what) + 1
                     except GridError as exc:
                         if not outcome_unknown(exc):
                             raise

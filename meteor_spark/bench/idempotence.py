@@ -6,8 +6,8 @@ The same publishes with ``idempotent=False`` and ``idempotent=True``, alternatin
 - ``publish_async``, one 100-byte record a call, futures dropped;
 - ``publish_many``, lists of 10,000 records;
 - a short-lived publisher (as a Spark task makes one): create it, publish one record to each of 8 lanes and wait,
-  close it. Idempotence reads each lane's tail once before the lane's first call (where to look for the call
-  should its answer be lost), so this is where its cost shows.
+  close it. An idempotent publisher reads every lane's tail when it starts (in parallel: where to look for a
+  lane's first call should its answer be lost), so this is where its cost shows.
 
 Without faults, an idempotent publisher does nothing more per call than keep the call's encoded items until the
 answer (it holds them anyway) and remember one sequence per lane; retries cost only when an answer is lost.
@@ -139,7 +139,7 @@ def render(figures: dict[str, Any]) -> str:
     rounds = figures["settings"]["rounds"]
     notes = [
         f"best of {rounds} round(s) per side, sides alternating in the same run; the short-lived publisher creates a "
-        f"publisher, publishes one record to each of {SHORT_LIVED_LANES} lanes, waits and closes (idempotence reads "
-        f"each lane's tail once before its first call)",
+        f"publisher, publishes one record to each of {SHORT_LIVED_LANES} lanes, waits and closes (an idempotent "
+        f"publisher reads every lane's tail, in parallel, when it starts)",
     ]
     return "\n".join([table, *notes])
