@@ -103,27 +103,36 @@ def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[
     Returns ``(sequence of that item or None, the sequence to resume a later search at)``.
 
     Raises:
-        StoredCallLost: items from ``start`` on were overwritten before they could be searched.
+        StoredCallLost: not found, and items from ``start`` on were overwritten before they could be searched (the
+            call may have been among them).
         GridError: the grid could not be read.
     """
+    head = ring.head()
     tail = ring.tail()
     wanted = (producer_id, first_seq)
-    seq = start
+    seq = max(start, head)
+    lost_from = start if start < head else None
     while seq <= tail:
         try:
             batch = ring.read_many(seq, 0, min(SEARCH_CHUNK, tail - seq + 1))
         except GridOperationError as exc:
-            if exc.code == STALE_SEQUENCE:
-                raise StoredCallLost(f"ring items from sequence {seq} were overwritten") from exc
-            raise
+            if exc.code != STALE_SEQUENCE:
+                raise
+            batch = None
+        if batch is None or (batch.items and batch.sequences[0] > seq):
+            # Overwritten while being searched: go on from the new head, remembering the gap.
+            lost_from = start if lost_from is None else lost_from
+            head = ring.head()
+            seq = max(seq + 1, head)
+            continue
         if not batch.items:
             break
-        if batch.sequences[0] > seq:
-            raise StoredCallLost(f"ring items {seq}..{batch.sequences[0] - 1} were overwritten")
         for item, sequence in zip(batch.items, batch.sequences, strict=True):
             if item_producer(item) == wanted:
                 return sequence, sequence
         seq = batch.next_sequence
+    if lost_from is not None:
+        raise StoredCallLost(f"ring items from sequence {lost_from} on were overwritten before they were searched")
     return None, max(seq, tail + 1)
 
 
