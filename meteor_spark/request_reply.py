@@ -6,10 +6,12 @@ publishes what it returns to that reply stream, with the same correlation id; th
 each reply to the future waiting for its correlation id. Many requests of one requester can be in flight at once.
 
 - Reply stream: created by the requester (one lane, named ``<request stream>.reply.<random>``), read from its first
-  record, and deleted by ``close()``.
+  record, and deleted by ``close()``. A thread waiting in ``request()`` reads it itself when no other thread does,
+  so a reply reaches its caller without a hand-off between threads; the requester's own thread reads it for
+  ``request_async`` futures nobody waits on that way.
 - Timeout: a request whose reply has not come within its timeout fails with ``RequestTimeoutError``; a reply that
-  comes later is dropped (counted in ``late_replies``). The request itself is not withdrawn: the responder may
-  still handle it.
+  comes later is dropped (counted in ``late_replies`` when it is read, with the replies of later requests). The
+  request itself is not withdrawn: the responder may still handle it.
 - Handler errors: a handler that raises is logged by the responder, which answers with an *error reply* (header
   ``meteor.error`` = the exception's type, value = its message); the requester's future fails with
   ``RequestError`` carrying both. So a requester learns of a failure at once instead of waiting for its timeout.
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from meteor_spark.admin import delete_stream
-from meteor_spark.errors import ConfigError, RequestError, RequestTimeoutError, StreamNotFoundError
+from meteor_spark.errors import ConfigError, MeteorError, RequestError, RequestTimeoutError, StreamNotFoundError
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record, RecordBatch, as_record
@@ -64,6 +66,11 @@ def header(record: Record, name: str) -> bytes | None:
 class Requester:
     """Sends requests to a stream and waits for their replies on a reply stream of its own.
 
+    Who reads the reply stream: a thread waiting in ``request()`` reads it itself when no other thread does (one
+    reader at a time; the others wait for their reply or their turn), so a reply reaches its caller straight from
+    the grid client, without a hand-off between threads. The requester's own thread reads only for requests
+    nobody waits on in ``request()`` (``request_async`` futures), and fails requests whose timeout passed.
+
     Args:
         grid: the grid connection.
         request_stream: the stream responders read (a ``StreamConfig`` creates it when missing).
@@ -75,6 +82,9 @@ class Requester:
         ...     reply = requester.request(b'{"sku": 42}')
         ...     futures = [requester.request_async(q) for q in queries]
     """
+
+    #: Longest single read of the reply stream: a reader comes back this often to let others take a turn.
+    POLL_MS = 50
 
     def __init__(
         self,
@@ -91,25 +101,29 @@ class Requester:
         self.reply_stream = f"{self.request_stream}.reply.{uuid.uuid4().hex[:16]}"
         self._reply_to = self.reply_stream.encode()
         self._lock = threading.Lock()
+        # Threads in request() wait here for their reply or the reader's turn; the requester's thread waits on
+        # _work (an earlier deadline, a request nobody waits on, the turn it waits for, close), so a request or a
+        # reply of request() does not wake it.
+        self._turn = threading.Condition(self._lock)
+        self._work = threading.Condition(self._lock)
         self._pending: dict[bytes, Future[Record]] = {}
         self._deadlines: list[tuple[float, int, bytes]] = []
         self._order = itertools.count()
-        self._wake = threading.Condition(self._lock)
+        self._reading = False  # a thread is reading the reply stream
+        self._callers = 0  # threads waiting in request()
         self._closed = False
         self.late_replies = 0
-        self._subscriber: Subscriber | None = None
+        self.read_errors = 0
+        self._pause = threading.Event()  # set on close: a reader pausing after an error stops at once
         try:
             replies = StreamConfig(self.reply_stream, lanes=1, capacity=reply_capacity)
             self._subscriber = Subscriber(grid, replies, initial_offset_scheme="earliest")
-            self._subscriber.attach_receiver(self._on_reply, poll_timeout_ms=100)
         except BaseException:
             self._publisher.close()
-            if self._subscriber is not None:
-                self._subscriber.close()
             delete_stream(grid, self.reply_stream)
             raise
-        self._reaper = threading.Thread(target=self._expire, name=f"meteor-requester-{self.reply_stream}", daemon=True)
-        self._reaper.start()
+        self._thread = threading.Thread(target=self._run, name=f"meteor-requester-{self.reply_stream}", daemon=True)
+        self._thread.start()
 
     def request_async(self, request: Record | bytes | str, *, timeout_ms: float | None = None) -> Future[Record]:
         """Publish a request; the future completes with the reply ``Record`` (its value, key and headers).
@@ -130,8 +144,8 @@ class Requester:
             self._pending[correlation_id] = future
             deadline = time.monotonic() + wait_ms / 1000.0
             heapq.heappush(self._deadlines, (deadline, next(self._order), correlation_id))
-            if self._deadlines[0][2] == correlation_id:
-                self._wake.notify()
+            if self._deadlines[0][2] == correlation_id or len(self._pending) > self._callers:
+                self._work.notify()
         headers = tuple(h for h in rec.headers if h[0] not in (CORRELATION_ID, REPLY_TO))
         headers += ((CORRELATION_ID, correlation_id), (REPLY_TO, self._reply_to))
         outgoing = Record(rec.value, rec.key, headers, rec.timestamp_ms, lane=rec.lane)
@@ -144,14 +158,54 @@ class Requester:
         return future
 
     def request(self, request: Record | bytes | str, *, timeout_ms: float | None = None) -> Record:
-        """Publish a request and wait for its reply (see ``request_async``)."""
-        return self.request_async(request, timeout_ms=timeout_ms).result()
+        """Publish a request and wait for its reply (see ``request_async``); this thread reads the reply stream
+        while no other does."""
+        with self._lock:
+            self._callers += 1  # before the request exists: the requester's thread must not read for it
+        try:
+            future = self.request_async(request, timeout_ms=timeout_ms)
+            while True:
+                with self._lock:
+                    while not future.done() and self._reading:
+                        self._turn.wait()
+                    if future.done():
+                        break
+                    self._reading = True
+                self._read_once()
+        finally:
+            with self._lock:
+                self._callers -= 1
+        return future.result()
 
     @property
     def pending(self) -> int:
         """Requests waiting for their reply."""
         with self._lock:
             return len(self._pending)
+
+    def _read_once(self) -> None:
+        """Read the reply stream once and hand out the replies, then give up the reader's turn (which the caller
+        took): handing out first, so a waiting thread whose reply is in this batch never starts a read of its own."""
+        try:
+            try:
+                batch = self._subscriber.poll(self.POLL_MS)
+            except MeteorError as exc:
+                with self._lock:
+                    closed = self._closed
+                    if not closed:
+                        self.read_errors += 1
+                if not closed:
+                    logger.warning("reply stream %r: reading failed (%s); reading again", self.reply_stream, exc)
+                    self._pause.wait(0.1)
+                return
+            for reply in batch:
+                self._on_reply(reply)
+        finally:
+            with self._lock:
+                self._reading = False
+                self._turn.notify_all()
+                if len(self._pending) > self._callers:
+                    self._work.notify()
 
     def _on_reply(self, reply: Record) -> None:
         correlation_id = header(reply, CORRELATION_ID)
@@ -183,10 +237,13 @@ class Requester:
             future.set_exception(error)
         else:
             future.set_result(reply)  # type: ignore[arg-type]
+        with self._lock:
+            self._turn.notify_all()
         return True
 
-    def _expire(self) -> None:
-        """Fail requests whose timeout passed (one thread, a heap of deadlines)."""
+    def _run(self) -> None:
+        """The requester's thread: fail requests whose timeout passed; read replies for requests nobody waits on in
+        ``request()``."""
         with self._lock:
             while not self._closed:
                 now = time.monotonic()
@@ -209,8 +266,17 @@ class Requester:
                             )
                     finally:
                         self._lock.acquire()
+                    self._turn.notify_all()  # callers whose request timed out
                     continue
-                self._wake.wait(self._deadlines[0][0] - now if self._deadlines else None)
+                if not self._reading and len(self._pending) > self._callers:
+                    self._reading = True
+                    self._lock.release()
+                    try:
+                        self._read_once()
+                    finally:
+                        self._lock.acquire()
+                    continue
+                self._work.wait(self._deadlines[0][0] - now if self._deadlines else None)
 
     def close(self) -> None:
         """Fail the requests still waiting (``RequestError``), stop reading replies, delete the reply stream."""
@@ -219,15 +285,16 @@ class Requester:
                 return
             self._closed = True
             pending, self._pending = self._pending, {}
-            self._wake.notify()
+            self._turn.notify_all()
+            self._work.notify()
+        self._pause.set()
         for future in pending.values():
             future.set_exception(RequestError(f"the requester of stream {self.request_stream!r} was closed"))
-        self._reaper.join()
+        self._thread.join()
         try:
             self._publisher.close()
         finally:
-            if self._subscriber is not None:
-                self._subscriber.close()
+            self._subscriber.close()
             delete_stream(self._grid, self.reply_stream)
 
     def __enter__(self) -> Requester:
