@@ -359,7 +359,8 @@ class Publisher:
         """Stop accepting records, send and wait for everything accepted, then stop the threads.
 
         With ``timeout_s``, records still not stored when it passes get ``PublishTimeoutError`` in their futures
-        (nothing is dropped silently).
+        (nothing is dropped silently), those of a call an idempotent publisher is retrying included. Without it,
+        such a call is waited for: at most ``delivery_timeout_ms``.
         """
         acc = self._acc
         with self._lock:
