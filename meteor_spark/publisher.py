@@ -360,7 +360,8 @@ class Publisher:
 
         With ``timeout_s``, records still not stored when it passes get ``PublishTimeoutError`` in their futures
         (nothing is dropped silently), those of a call an idempotent publisher is retrying included. Without it,
-        such a call is waited for: at most ``delivery_timeout_ms``.
+        such a call is waited for until its ``delivery_timeout_ms`` passes (a grid call under way then finishes
+        first, within the grid's invocation timeout).
         """
         acc = self._acc
         with self._lock:
