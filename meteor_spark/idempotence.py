@@ -31,11 +31,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.accumulator import LaneQueue, Piece
-from meteor_spark.errors import GridConnectionError, GridError, GridOperationError, MeteorError, PublishTimeoutError
+from meteor_spark.errors import GridConnectionError, GridError, GridOperationError, PublishTimeoutError
 from meteor_spark.grid import client_shut_down
 from meteor_spark.wire import item_producer
 
@@ -73,6 +73,7 @@ class PendingCall:
         sent: an attempt was sent whose outcome is unknown (the items may be in the lane).
         attempts: ``add_all`` attempts sent.
         last_error: the error of the last failed step.
+        due, order: when the retrier takes the call up next (``time.monotonic()``), and the tiebreak.
     """
 
     state: LaneQueue
@@ -87,14 +88,15 @@ class PendingCall:
     attempts: int = 0
     last_error: BaseException | None = None
     due: float = 0.0
-    order: int = field(default=0)
+    order: int = 0
 
     def __lt__(self, other: PendingCall) -> bool:
         return (self.due, self.order) < (other.due, other.order)
 
 
-class StoredCallLost(MeteorError):
-    """Internal: the part of the lane the call could occupy was overwritten before it was searched."""
+class StoredCallLost(Exception):
+    """The part of the lane the call could occupy was overwritten before it was searched (never leaves this
+    module: the call's records fail with ``PublishTimeoutError`` saying so)."""
 
 
 def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:

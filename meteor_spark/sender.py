@@ -140,7 +140,7 @@ class Sender:
         future.add_done_callback(lambda f: self._stored(state, pieces, n_items, n_records, f, None))
 
     def _attempt(self, call: PendingCall) -> None:
-        """Send one attempt of an idempotent call (any thread but the grid client's: it may block on a reconnect)."""
+        """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
         call.attempts += 1
         try:
             future = self.rings[call.state.lane].add_all_async(call.items)
