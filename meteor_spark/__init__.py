@@ -23,6 +23,8 @@ _EXPORTS = {
     "Receiver": "meteor_spark.subscriber",
     "InitialOffsetScheme": "meteor_spark.subscriber",
     "GroupMember": "meteor_spark.groups",
+    "Requester": "meteor_spark.request_reply",
+    "Responder": "meteor_spark.request_reply",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
     # The whole error tree: a user catches what the library raises without knowing the module it lives in.
@@ -47,6 +49,8 @@ _EXPORTS = {
     "SizeLimitError": "meteor_spark.errors",
     "SerializationError": "meteor_spark.errors",
     "DeserializationError": "meteor_spark.errors",
+    "RequestError": "meteor_spark.errors",
+    "RequestTimeoutError": "meteor_spark.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -68,6 +72,8 @@ if TYPE_CHECKING:  # pragma: no cover
         OffsetOutOfRangeError,
         PublisherClosedError,
         PublishTimeoutError,
+        RequestError,
+        RequestTimeoutError,
         SerializationError,
         SizeLimitError,
         StreamConfigConflictError,
@@ -79,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.groups import GroupMember  # noqa: F401
     from meteor_spark.publisher import Publisher  # noqa: F401
     from meteor_spark.records import Record, RecordBatch  # noqa: F401
+    from meteor_spark.request_reply import Requester, Responder  # noqa: F401
     from meteor_spark.server import EmbeddedGrid  # noqa: F401
     from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: F401
     from meteor_spark.streams import StreamConfig  # noqa: F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from meteor_spark.errors import ConfigError
+from meteor_spark.errors import ArgumentTypeError, ConfigError
 from meteor_spark.grid import MAX_BATCH_ITEMS
 from meteor_spark.offsets import MAX_RECORDS_PER_ITEM
 from meteor_spark.validate import check_int, check_number
@@ -69,11 +69,19 @@ class PublisherSettings(Batching):
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
         max_block_ms: how long a publish call waits for room before ``PublishTimeoutError``.
         max_items_per_call: ring items per ``add_all`` call (at most Hazelcast's limit).
+        idempotent: retry an ``add_all`` whose outcome is unknown (connection lost, invocation timed out) without
+            storing its records twice: the sender first looks in the lane for the call's items (by producer id and
+            sequence) and resends only when they are not there (``meteor_spark.sender``). False: such a call fails
+            its records at once.
+        delivery_timeout_ms: with ``idempotent``, how long a call may be retried, from its first attempt, before
+            its records fail with ``PublishTimeoutError`` (Kafka's ``delivery.timeout.ms``, same default).
     """
 
     max_buffered_records: int = 100_000
     max_block_ms: float = 60_000.0
     max_items_per_call: int = 64
+    idempotent: bool = True
+    delivery_timeout_ms: float = 120_000.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +90,9 @@ class PublisherSettings(Batching):
             "max_items_per_call", self.max_items_per_call, 1, MAX_BATCH_ITEMS, what="(Hazelcast's add_all limit)"
         )
         check_number("max_block_ms", self.max_block_ms, 0, float("inf"), what="(milliseconds)")
+        if not isinstance(self.idempotent, bool):
+            raise ArgumentTypeError(f"idempotent must be True or False, got {self.idempotent!r}")
+        check_number("delivery_timeout_ms", self.delivery_timeout_ms, 1, float("inf"), what="(milliseconds)")
 
     @classmethod
     def parse(cls, config: StreamConfig, overrides: dict[str, Any]) -> PublisherSettings:

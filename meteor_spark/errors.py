@@ -20,7 +20,10 @@ Every error the library raises on purpose is a ``MeteorError``::
     │   ├── NotAssignedError                 the operation needs a lane this member does not hold
     │   └── FencedError                      a deposed holder tried to move an offset (its epoch is stale)
     ├── PublisherClosedError                 publish after close()
-    ├── PublishTimeoutError                  back-pressure: the bounded buffer stayed full past the deadline
+    ├── PublishTimeoutError                  a publish did not complete in time: back-pressure, a flush/close
+    │                                        deadline, or (idempotent publisher) delivery_timeout_ms
+    ├── RequestError                         a request got an error reply (the responder's handler raised)
+    │   └── RequestTimeoutError (also TimeoutError) no reply within the request's timeout
     └── SizeLimitError (also ValueError)     data beyond a hard size limit (one Arrow binary column: 2 GiB)
 
 The embedded grid (``meteor_spark.server``) has its own error classes carrying Hazelcast error codes; those
@@ -184,7 +187,19 @@ class PublisherClosedError(MeteorError):
 
 
 class PublishTimeoutError(MeteorError):
-    """The publisher's bounded buffer stayed full past the back-pressure deadline."""
+    """A publish did not complete in time: the bounded buffer stayed full past the back-pressure deadline, a flush
+    or close deadline passed, or an idempotent publisher's retries reached ``delivery_timeout_ms`` (the message
+    then says whether the records may have been stored)."""
+
+
+class RequestError(MeteorError):
+    """A request of ``meteor_spark.request_reply`` failed: the responder's handler raised (the message carries its
+    error), or the requester was closed while the request waited."""
+
+
+class RequestTimeoutError(RequestError, TimeoutError):
+    """No reply came within the request's timeout (the request may still be answered later; the reply is then
+    dropped)."""
 
 
 class SizeLimitError(MeteorError, ValueError):

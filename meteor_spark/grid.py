@@ -247,6 +247,12 @@ def translate_errors(what: str) -> Iterator[None]:
         raise GridOperationError(f"{what}: {exc}") from exc
 
 
+def client_shut_down(error: BaseException) -> bool:
+    """True when ``error`` (a translated one) says this client itself was shut down: nothing sent through it can
+    succeed any more, so retrying is pointless."""
+    return isinstance(error.__cause__, hz_errors.HazelcastClientNotActiveError)
+
+
 def _code_of(exc: BaseException) -> int | None:
     for code, cls in hz_errors._ERROR_CODE_TO_ERROR.items():
         if type(exc) is cls:
@@ -301,6 +307,10 @@ class Ring:
     def tail(self) -> int:
         """Sequence of the newest item (-1 when nothing was ever added)."""
         return result(self._proxy.tail_sequence(), f"tail of ring {self.name!r}")
+
+    def tail_async(self) -> Future[int]:
+        """Start reading the tail; the future's value is what ``tail`` returns (errors untranslated: ``result``)."""
+        return self._proxy.tail_sequence()
 
     def size(self) -> int:
         return result(self._proxy.size(), f"size of ring {self.name!r}")

@@ -14,8 +14,11 @@ How a record travels:
 3. When the grid answers, the record futures (``meteor_spark.publish_futures``) read their offsets from the
    stored batch; callbacks and bulk futures run on the publisher's completion thread.
 
-A failed ``add_all`` fails exactly the records it carried; it is not retried. ``flush()`` waits until everything
-accepted so far is stored (or failed); ``close()`` flushes, so nothing accepted is lost.
+Idempotence (``idempotent=True``, the default): an ``add_all`` whose answer was lost (connection dropped, invocation
+timed out) is looked up in its lane by producer id and sequence and sent again only when it was not stored, until
+``delivery_timeout_ms`` (``meteor_spark.idempotence``); a retry never stores a record twice. Without it, such a call
+fails exactly the records it carried. A call the grid refused fails its records either way. ``flush()`` waits until
+everything accepted so far is stored (or failed); ``close()`` flushes, so nothing accepted is lost.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class Publisher:
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
         max_block_ms: how long a publish call waits for room before ``PublishTimeoutError``.
         max_items_per_call: ring items per ``add_all`` call.
+        idempotent: retry an ``add_all`` whose outcome is unknown (lost connection, invocation timeout) after
+            checking the lane, so a retry never stores records twice (default True; False: such a call fails its
+            records at once).
+        delivery_timeout_ms: with ``idempotent``, how long one call is retried from its first attempt before its
+            records fail with ``PublishTimeoutError`` saying whether they may have been stored (default 120,000).
         value_serializer, key_serializer: turn the values / keys given to ``publish``, ``publish_async`` and
             ``publish_many`` into bytes: ``"json"``, ``"str"``, ``"bytes"`` or a callable
             (``meteor_spark.serializers``).
@@ -93,6 +101,8 @@ class Publisher:
         max_items_per_call: int | None = None,
         compression: str | None = None,
         compression_threshold: int | None = None,
+        idempotent: bool | None = None,
+        delivery_timeout_ms: float | None = None,
         value_serializer: str | Serializer | None = None,
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
@@ -113,6 +123,8 @@ class Publisher:
                 "max_items_per_call": max_items_per_call,
                 "compression": compression,
                 "compression_threshold": compression_threshold,
+                "idempotent": idempotent,
+                "delivery_timeout_ms": delivery_timeout_ms,
             },
         )
         self.stream = self.info.name
@@ -347,7 +359,9 @@ class Publisher:
         """Stop accepting records, send and wait for everything accepted, then stop the threads.
 
         With ``timeout_s``, records still not stored when it passes get ``PublishTimeoutError`` in their futures
-        (nothing is dropped silently).
+        (nothing is dropped silently), those of a call an idempotent publisher is retrying included. Without it,
+        such a call is waited for until its ``delivery_timeout_ms`` passes (a grid call under way then finishes
+        first, within the grid's invocation timeout).
         """
         acc = self._acc
         with self._lock:
@@ -389,8 +403,11 @@ class Publisher:
         return self._sender.items_sent
 
     def metrics(self) -> dict[str, int]:
-        """Counters since creation: records/items sent, add_all calls, failed records, records outstanding."""
+        """Counters since creation: records/items sent, add_all calls, failed records, records outstanding; and
+        of idempotence: add_all attempts whose answer was lost (``unknown_outcomes``), of those the calls found
+        stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``)."""
         sender = self._sender
+        retrier = sender.retrier
         with self._lock:
             outstanding = self._acc.outstanding
         return {
@@ -399,6 +416,9 @@ class Publisher:
             "calls": sender.calls,
             "failed_records": sender.failed_records,
             "outstanding": outstanding,
+            "unknown_outcomes": 0 if retrier is None else retrier.unknown_outcomes,
+            "recovered_calls": 0 if retrier is None else retrier.recovered,
+            "resent_calls": 0 if retrier is None else retrier.resent,
         }
 
 

@@ -8,8 +8,17 @@ publishing thread itself.
 When the grid answers, the grid client's thread settles the outcome of the stored records (``add_all`` stores its
 items contiguously and returns the last sequence), wakes threads blocked on a record future, and frees the lane.
 User code (callbacks, done-callbacks) and bulk futures run on the completion thread, never on the grid client's
-I/O thread. A failed ``add_all`` fails exactly the records it carried; it is not retried, because a call that
-timed out may still have been applied and retrying could duplicate it.
+I/O thread.
+
+A failed ``add_all`` whose outcome is unknown (connection lost before the answer, invocation timeout) may still
+have been applied, so sending it again blindly could store its records twice. With ``idempotent`` (the default) the
+call goes to the retrier (``meteor_spark.idempotence``), which looks for the call's items in the lane by producer id
+and sequence, settles the records from there when they were stored and sends the same items again when they were
+not, until ``delivery_timeout_ms``; the lane stays claimed meanwhile, so order per lane holds. To know where to
+look, the sender keeps per lane the first sequence its next call can occupy: one past its last stored item, and
+before the lane's first call one past the lane's tail, read for every lane (in parallel) when the publisher starts.
+Without ``idempotent`` such a call fails exactly the records it carried. A failure that stored nothing for sure (a
+refused write, a bad argument) fails them either way.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import itertools
 import logging
 import queue
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +35,7 @@ from typing import Any
 from meteor_spark.accumulator import Accumulator, Call, LaneQueue, Piece
 from meteor_spark.errors import GridError, MeteorError
 from meteor_spark.grid import result
+from meteor_spark.idempotence import PendingCall, Retrier, outcome_unknown
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.publish_futures import RecordFuture
 from meteor_spark.wire import ItemFraming, PreparedColumns, encode_prepared
@@ -46,6 +57,18 @@ class Sender:
         self.items_sent = 0
         self.calls = 0
         self.failed_records = 0
+        settings = accumulator.settings
+        self.idempotent = settings.idempotent
+        self._delivery_timeout_s = settings.delivery_timeout_ms / 1000.0
+        # Per lane, the first ring sequence the next call can occupy (None: not known before the lane's first call).
+        self._next_start: list[int | None] = [None] * len(self.rings)
+        self.retrier = None
+        self._tails: list[Any] = []
+        if self.idempotent:
+            self.retrier = Retrier(self.stream, self.rings, producer_id, self._attempt, self._settle_pending)
+            # Every lane's tail, read at once and in parallel: the lower bound of the lane's first call, ready (or
+            # nearly) when it is sent, so a short-lived publisher pays about one round trip, not one per lane.
+            self._tails = [ring.tail_async() for ring in self.rings]
         self._sender = threading.Thread(target=self._send_loop, name=f"meteor-publisher-{self.stream}", daemon=True)
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"meteor-publisher-callbacks-{self.stream}", daemon=True
@@ -56,6 +79,8 @@ class Sender:
     def stop(self) -> None:
         """Wait for the sender thread to send what is left (the accumulator is closed), then stop both threads."""
         self._sender.join()
+        if self.retrier is not None:
+            self.retrier.stop()
         self._completions.put(None)
         self._completer.join()
 
@@ -82,16 +107,72 @@ class Sender:
                 by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
                 if piece.stop == piece.segment.n:
                     piece.segment.release()
+            first_seq = -1
             for prepared in by_item:
+                producer_seq = next(self._producer_seq)
+                if first_seq < 0:
+                    first_seq = producer_seq
                 framing = ItemFraming(
-                    self.producer_id, next(self._producer_seq), settings.compression, settings.compression_threshold
+                    self.producer_id, producer_seq, settings.compression, settings.compression_threshold
                 )
                 items.append(encode_prepared(prepared, framing))
+            if self.retrier is not None:
+                call = PendingCall(
+                    state, pieces, n_items, n_records, items, first_seq, time.monotonic() + self._delivery_timeout_s
+                )
+                call.start = self._next_start[state.lane]
+                if call.start is None:
+                    # The lane's first call lands after the tail read when the publisher started.
+                    try:
+                        what = f"tail of stream {self.stream!r} lane {state.lane}"
+                        call.start = result(self._tails[state.lane], what) + 1
+                    except GridError as exc:
+                        if not outcome_unknown(exc):
+                            raise
+                        self.retrier.submit(call)  # it reads the tail once the grid answers, then sends
+                        return
+                self._attempt(call)
+                return
             future = self.rings[state.lane].add_all_async(items)
         except BaseException as exc:
             self._stored(state, pieces, n_items, n_records, None, exc)
             return
         future.add_done_callback(lambda f: self._stored(state, pieces, n_items, n_records, f, None))
+
+    def _attempt(self, call: PendingCall) -> None:
+        """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
+        call.attempts += 1
+        try:
+            future = self.rings[call.state.lane].add_all_async(call.items)
+        except BaseException as exc:
+            self._answered(call, None, exc)
+            return
+        future.add_done_callback(lambda f: self._answered(call, f, None))
+
+    def _answered(self, call: PendingCall, future: Any, error: BaseException | None) -> None:
+        """Runs on the grid client's thread: settle an idempotent call, or hand it to the retrier when its outcome
+        is unknown."""
+        if error is None:
+            try:
+                last_seq = result(future, f"publish to stream {self.stream!r} lane {call.state.lane}")
+            except MeteorError as exc:
+                error = exc
+        if error is not None and outcome_unknown(error) and self.retrier is not None:
+            logger.info(
+                "stream %r lane %d: the answer to publishing %d items was lost (%s); checking the lane before "
+                "retrying", self.stream, call.state.lane, call.n_items, error,
+            )
+            self.retrier.submit(call, error)
+            return
+        if error is not None:
+            self._settle_pending(call, None, error)
+        else:
+            self._settle_pending(call, last_seq, None)
+
+    def _settle_pending(self, call: PendingCall, last_seq: int | None, error: BaseException | None) -> None:
+        if error is None and last_seq is not None and last_seq >= 0:
+            self._next_start[call.state.lane] = last_seq + 1
+        self._settle(call.state, call.pieces, call.n_items, call.n_records, last_seq, error)
 
     def _stored(
         self,
@@ -102,17 +183,29 @@ class Sender:
         future: Any,
         error: BaseException | None,
     ) -> None:
-        """Runs on the grid client's thread: settle the records' outcomes and free the lane at once.
-
-        Record futures are done by then and their waiters are woken here; callbacks and bulk futures are handed
-        to the completion thread (user code never runs on the grid client's thread).
-        """
+        """Runs on the grid client's thread: the answer to a call of a publisher without idempotence."""
         last_seq = None
         if error is None:
             try:
                 last_seq = result(future, f"publish to stream {self.stream!r} lane {state.lane}")
             except MeteorError as exc:
                 error = exc
+        self._settle(state, pieces, n_items, n_records, last_seq, error)
+
+    def _settle(
+        self,
+        state: LaneQueue,
+        pieces: list[Piece],
+        n_items: int,
+        n_records: int,
+        last_seq: int | None,
+        error: BaseException | None,
+    ) -> None:
+        """Settle the records' outcomes and free the lane at once (the grid client's thread, or the retrier's).
+
+        Record futures are done by then and their waiters are woken here; callbacks and bulk futures are handed
+        to the completion thread (user code never runs on the grid client's thread).
+        """
         if error is None and (last_seq is None or last_seq < 0):
             error = GridError(
                 f"stream {self.stream!r} lane {state.lane}: the grid refused the write (add_all returned {last_seq})"
@@ -163,7 +256,9 @@ class Sender:
                 self.acc.completed(n_records)
 
     def fail_queued(self, error: BaseException) -> None:
-        """Fail every record still queued (close with a deadline that passed)."""
+        """Fail every record still queued, and every call waiting for a retry (close with a deadline that passed)."""
+        if self.retrier is not None:
+            self.retrier.give_up(error)
         with self.acc.lock:
             dropped, told, n = self.acc.drop_queued(error)
             self.failed_records += n

@@ -600,3 +600,13 @@ def _decode_v0(view: memoryview, where: str) -> ItemView:
         value_lengths=lengths,
         value_data=memoryview(b"".join(chunks)),
     )
+
+
+def item_producer(item: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """``(producer_id, producer_seq)`` of a version 1 ring item, from its header alone; None for anything else
+    (a version 0 item, a foreign or truncated one). An idempotent publisher looks for its own items with it, where
+    an item it cannot read is simply not one of its own."""
+    if len(item) < HEADER_SIZE or item[:4] != MAGIC or item[4] != FORMAT_VERSION:
+        return None
+    header = _HEADER.unpack_from(item)
+    return int(header[6]), int(header[7])

@@ -1,7 +1,7 @@
 """The grid's one member is killed and restarted (persistence on, same port) under a running Publisher and
-Subscriber: the client reconnects, the subscriber resumes with every acknowledged record exactly once, and the
-publishes in flight on the dead connection fail in their futures (appends are not idempotent, so they are not
-retried: a retry could store a record twice).
+Subscriber: the client reconnects, the subscriber resumes with every acknowledged record exactly once, and every
+publish is either acknowledged or failed in its future (the idempotent publisher looks for a call whose answer was
+lost in the lane and sends it again only when it was not stored, so none is stored twice).
 """
 
 from __future__ import annotations
