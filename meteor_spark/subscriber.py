@@ -52,6 +52,7 @@ import time
 from collections import deque
 from typing import Any
 
+from meteor_spark.auto_confirm import AutoConfirm
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_for_record, dead_letter_record
 from meteor_spark.errors import (
     ConfigError,
@@ -168,6 +169,9 @@ class Subscriber:
         metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this subscriber's
             counters, its lag per lane and, grouped, its group figures (``meteor_spark.metrics``; needs the
             ``metrics`` extra).
+        auto_confirm_interval_ms: grouped: confirm on its own, at most every that many ms, at the start of a
+            ``poll`` (what the previous polls handed out) and on ``close`` (``meteor_spark.auto_confirm``: the
+            semantics, at-least-once; a crash re-delivers what was handed out since the last confirm).
 
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
@@ -203,6 +207,7 @@ class Subscriber:
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
+        auto_confirm_interval_ms: int | None = None,
     ) -> None:
         registry = metrics_registry(metrics)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
@@ -219,6 +224,12 @@ class Subscriber:
                 "initial_offset_scheme NONE needs a group: an ungrouped subscriber has no stored offset to start "
                 "from; use EARLIEST or LATEST, or give the subscriber a group"
             )
+        if auto_confirm_interval_ms is not None and group is None:
+            raise ConfigError(
+                "auto_confirm_interval_ms needs a group: an ungrouped subscriber has no stored offsets to confirm; "
+                "give the subscriber a group, or leave auto_confirm_interval_ms unset"
+            )
+        self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
@@ -371,6 +382,8 @@ class Subscriber:
             raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
+            if self._auto_confirm is not None and self._auto_confirm.due():
+                self._confirm_automatically()
             while True:
                 self._wakeup.clear()
                 if self._active:
@@ -393,6 +406,16 @@ class Subscriber:
             if self._active:
                 self._issue_reads()  # prefetch while the caller works on this batch
             return batch
+
+    def _confirm_automatically(self) -> None:
+        """Auto-confirm what earlier polls handed out. A lane lost meanwhile is logged, not raised: its new holder
+        reads those records again (at-least-once), and the other lanes were confirmed."""
+        assert self._auto_confirm is not None
+        try:
+            self.confirm()
+        except FencedError as exc:
+            logger.warning("auto-confirm of stream %r group %r: %s", self.stream, self.group, exc)
+        self._auto_confirm.done()
 
     def _has_buffered(self) -> bool:
         with self._lock:
@@ -870,13 +893,18 @@ class Subscriber:
         *,
         on_error: ErrorHandler | None = None,
         per_batch: bool = False,
+        auto_confirm_interval_ms: int | None = None,
     ) -> Receiver:
-        """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber)."""
+        """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber);
+        ``auto_confirm_interval_ms``: confirm what the callback finished (``Receiver``)."""
         if self._receiver is not None and self._receiver.is_alive():
             raise ConfigError(
                 f"the subscriber of stream {self.stream!r} already has a receiver; close it before attaching another"
             )
-        self._receiver = Receiver(self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch)
+        self._receiver = Receiver(
+            self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch,
+            auto_confirm_interval_ms=auto_confirm_interval_ms,
+        )
         return self._receiver
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -903,11 +931,20 @@ class Subscriber:
 
     def close(self) -> None:
         """Stop the receiver, leave the group (grouped), close the dead-letter publisher. Confirm what was processed
-        before closing."""
+        before closing (with ``auto_confirm_interval_ms`` close does it: what was handed out, or with a receiver
+        what its callback finished)."""
         if self._closed:
             return
         if self._receiver is not None:
             self._receiver.close()
+        if self._auto_confirm is not None and self._member is not None:
+            try:
+                if self._receiver is not None:
+                    self._receiver.confirm_finished()  # not the records of a batch the receiver stopped in
+                else:
+                    self._confirm_automatically()
+            except MeteorError as exc:  # closing goes on: the records are read again by the next holder
+                logger.warning("auto-confirm on close of stream %r group %r failed: %s", self.stream, self.group, exc)
         if self._detach_metrics is not None:
             self._detach_metrics()
         self._closed = True
