@@ -147,6 +147,10 @@ class Subscriber:
     Args:
         grid: the grid connection.
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        shared: with ``group``: join it as a *shared* group (queue semantics: records acquired for a time and
+            acknowledged one by one, any number of members per lane); the object made is a
+            ``meteor_spark.shared_groups.SharedSubscriber``, with its own arguments (acquisition_timeout_ms,
+            max_deliveries, dead_letter_stream).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
         skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``.
@@ -189,11 +193,21 @@ class Subscriber:
         ...     sub.confirm()
     """
 
+    def __new__(cls, grid: Grid, stream: StreamConfig | str, *, shared: bool = False, **options: Any) -> Any:
+        """``shared=True`` makes a member of a shared group instead (queue semantics:
+        ``meteor_spark.shared_groups.SharedSubscriber``)."""
+        if shared:
+            from meteor_spark.shared_groups import SharedSubscriber
+
+            return SharedSubscriber(grid, stream, **options)
+        return super().__new__(cls)
+
     def __init__(
         self,
         grid: Grid,
         stream: StreamConfig | str,
         *,
+        shared: bool = False,
         group: str | None = None,
         initial_offset_scheme: InitialOffsetScheme | str = InitialOffsetScheme.AUTO,
         skip_data_loss: bool = False,

@@ -49,6 +49,8 @@ EXPECTED = ERRORS | {
     "Receiver",
     "Record",
     "RecordBatch",
+    "SharedRecord",
+    "SharedSubscriber",
     "StreamConfig",
     "Subscriber",
     "__version__",
