@@ -215,7 +215,8 @@ class SharedSubscriber:
         self.acquisition_timeout_ms = acquisition_timeout_ms
         self.max_deliveries = max_deliveries
         self.dead_letter_stream = dead_letter_stream
-        self._items_per_read = max_items_per_read
+        # Hazelcast refuses a read of more items than the ring holds.
+        self._items_per_read = min(max_items_per_read, self.info.config.capacity)
         self._map: GridMap = grid.map(SHARE_MAP)
         self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
         self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
@@ -227,6 +228,7 @@ class SharedSubscriber:
         self._wakeup = threading.Event()
         self._wakers: dict[int, Any] = {}
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
+        self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
         self._next_lane = 0
@@ -280,7 +282,12 @@ class SharedSubscriber:
         for lane in order:
             if budget <= 0:
                 break
-            got_parts, got_records = self._acquire(lane, budget)
+            try:
+                got_parts, got_records = self._acquire(lane, budget)
+            except MeteorError:
+                if not records:
+                    raise
+                break  # hand out what other lanes gave first; the next poll meets the error again
             if got_records:
                 parts.extend(got_parts)
                 records.extend(got_records)
@@ -293,20 +300,25 @@ class SharedSubscriber:
         """One lane: acquire up to ``budget`` records (released or timed-out ones first, then fresh ones) with one
         compare-and-set, dead-letter those past ``max_deliveries``, and return the rest to hand out."""
         key = self._keys[lane]
+        own = True  # first try the text this member wrote last (usually still current): saves a round trip
         for _ in range(MAX_CAS_ATTEMPTS):
-            text, share = self._read(lane)
+            text, share = self._read(lane, own_write=own)
             expired = self._timed_out(lane, share)
             share = share.expire(expired)
             self._acquisitions += 1
             token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
             picks, archive, fresh_end, slices = self._pick(lane, share, budget)
             if not picks and not archive and fresh_end is None:
+                if own and self._own_write.get(lane):
+                    own = False  # what this member wrote may be stale: look at the entry before giving up
+                    continue
                 if expired:  # nothing to take, but the timed-out acquisitions are released for everyone
                     self._write(lane, key, text, share)
                 return [], []
             ranges = [(first, end, deliveries) for first, end, deliveries in picks + archive]
             acquired = share.acquire(ranges, token, fresh_end)
             if not self._write(lane, key, text, acquired):
+                own = False
                 continue
             if expired:
                 logger.info("stream %r lane %d group %r: acquisitions %s timed out; their records are available "
@@ -318,8 +330,14 @@ class SharedSubscriber:
             f"to other members; poll again"
         )
 
-    def _read(self, lane: int) -> tuple[str, LaneShare]:
+    def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
+        """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
+        successful write (the compare-and-set then checks it is still current); else read from the grid."""
         key = self._keys[lane]
+        with self._lock:
+            mine = self._texts.get(lane) if own_write and self._own_write.get(lane) else None
+        if mine is not None:
+            return mine, LaneShare.decode(mine, f"{key} in map {SHARE_MAP!r}")
         text = self._map.get(key)
         if text is None:
             ring = self._rings[lane]
@@ -330,6 +348,7 @@ class SharedSubscriber:
             text = self._map.put_if_absent(key, fresh) or fresh
         with self._lock:
             self._texts[lane] = text
+            self._own_write[lane] = False
         return text, LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
 
     def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
@@ -337,9 +356,12 @@ class SharedSubscriber:
         if new == text:
             return True
         if not self._map.replace_if_same(key, text, new):
+            with self._lock:
+                self._own_write[lane] = False
             return False
         with self._lock:
             self._texts[lane] = new
+            self._own_write[lane] = True
         self._evict(lane, share.start)
         return True
 

@@ -207,3 +207,21 @@ def test_shared_options_are_checked(grid: Grid, unique_name: str, members: list[
     with pytest.raises(ConfigError, match="not held"):
         member.ack(Record(b"x", offset=99 << 16, lane=0, stream=unique_name))
     assert not isinstance(Subscriber(grid, unique_name), SharedSubscriber)  # the default is untouched
+
+
+def test_records_overwritten_before_they_were_settled_are_data_loss_not_a_silent_skip(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    from meteor_spark.errors import DataLossError
+
+    open_stream(grid, StreamConfig(unique_name, lanes=1, capacity=4))
+    with Publisher(grid, unique_name, max_batch_records=1) as publisher:
+        publisher.publish(b"first")
+        holder = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+        taken = _poll(holder)
+        for n in range(8):  # the ring (4 items) overwrites the held record's item
+            publisher.publish(f"later-{n}".encode())
+    holder.nack(taken)
+    other = _member(grid, unique_name, members)
+    with pytest.raises(DataLossError, match="no longer available"):
+        other.poll(100)
