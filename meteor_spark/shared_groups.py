@@ -231,7 +231,10 @@ class SharedSubscriber:
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
-        self._next_lane = 0
+        # The lane this member tries first: random, kept while it gives records, left for the next one when the
+        # member lost a compare-and-set on it (another member works there): members spread over the lanes.
+        self._home = uuid.uuid4().int % self.info.lanes
+        self._contended = False
         self._closed = False
         self.delivered_records = 0
         self.acked_records = 0
@@ -274,25 +277,28 @@ class SharedSubscriber:
                 self._wakeup.wait(min(remaining, RECHECK_S))
 
     def _acquire_round(self) -> RecordBatch:
+        """One pass over the lanes, from this member's home lane on, until ``max_poll_records`` are acquired."""
         lanes = self.info.lanes
-        order = [(self._next_lane + i) % lanes for i in range(lanes)]
+        order = [(self._home + i) % lanes for i in range(lanes)]
         budget = self.max_poll_records
         parts: list[BatchPart] = []
         records: list[Record] = []
         for lane in order:
             if budget <= 0:
                 break
+            self._contended = False
             try:
                 got_parts, got_records = self._acquire(lane, budget)
             except MeteorError:
                 if not records:
                     raise
                 break  # hand out what other lanes gave first; the next poll meets the error again
+            if lane == self._home and (self._contended or not got_records):
+                self._home = (lane + 1) % lanes
             if got_records:
                 parts.extend(got_parts)
                 records.extend(got_records)
                 budget -= len(got_records)
-                self._next_lane = (lane + 1) % lanes
         self.delivered_records += len(records)
         return RecordBatch(parts, records) if records else RecordBatch.empty()
 
@@ -319,6 +325,7 @@ class SharedSubscriber:
             acquired = share.acquire(ranges, token, fresh_end)
             if not self._write(lane, key, text, acquired):
                 own = False
+                self._contended = True
                 continue
             if expired:
                 logger.info("stream %r lane %d group %r: acquisitions %s timed out; their records are available "
@@ -589,9 +596,10 @@ class SharedSubscriber:
             with self._lock:
                 for offset, _, _ in spans:
                     self._held[lane].pop(offset, None)
+            settled += len(spans)
             if lost:
                 refused[lane] = lost
-            settled += len(spans) - sum(1 for offset, _, _ in spans if any(f <= offset < e for f, e in lost))
+                settled -= sum(1 for offset, _, _ in spans if any(f <= offset < e for f, e in lost))
         if refused:
             count = len(chosen) - settled
             self.refused_records += count

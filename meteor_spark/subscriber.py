@@ -431,6 +431,20 @@ class Subscriber:
             logger.warning("auto-confirm of stream %r group %r: %s", self.stream, self.group, exc)
         self._auto_confirm.done()
 
+    def _confirm_on_leaving(self) -> None:
+        """With auto-confirm, before leaving the group (close, deactivate): confirm what was handed out, or with a
+        receiver what its callback finished (not the rest of a batch it stopped in). A failure is logged: leaving
+        goes on, and the next holder reads those records again."""
+        if self._auto_confirm is None or self._member is None:
+            return
+        try:
+            if self._receiver is not None:
+                self._receiver.confirm_finished()
+            else:
+                self._confirm_automatically()
+        except MeteorError as exc:
+            logger.warning("auto-confirm of stream %r group %r on leaving failed: %s", self.stream, self.group, exc)
+
     def _has_buffered(self) -> bool:
         with self._lock:
             return any(state.buffered for state in self._lanes.values())
@@ -876,10 +890,12 @@ class Subscriber:
     def deactivate(self) -> None:
         """Grouped: leave the group (its lanes go to other members); ``poll`` returns nothing until ``reactivate``.
 
-        Confirm what was processed first: unconfirmed records are read again by the next holder.
+        Confirm what was processed first (with ``auto_confirm_interval_ms`` this does it): unconfirmed records are
+        read again by the next holder.
         """
         self._need_group("deactivate")
         with self._poll_lock:
+            self._confirm_on_leaving()
             member, self._member = self._member, None
             self._active = False
             with self._lock:
@@ -951,14 +967,7 @@ class Subscriber:
             return
         if self._receiver is not None:
             self._receiver.close()
-        if self._auto_confirm is not None and self._member is not None:
-            try:
-                if self._receiver is not None:
-                    self._receiver.confirm_finished()  # not the records of a batch the receiver stopped in
-                else:
-                    self._confirm_automatically()
-            except MeteorError as exc:  # closing goes on: the records are read again by the next holder
-                logger.warning("auto-confirm on close of stream %r group %r failed: %s", self.stream, self.group, exc)
+        self._confirm_on_leaving()
         if self._detach_metrics is not None:
             self._detach_metrics()
         self._closed = True

@@ -199,3 +199,12 @@ def test_a_sigkilled_auto_confirming_member_redelivers_only_its_unconfirmed_tail
     assert lost == []
     assert redelivered == tail  # exactly the last poll's records come again, nothing confirmed before them
     assert received == tail + [v for v in published if v not in handed_out]
+
+
+def test_deactivate_confirms_what_was_handed_out(grid: Grid, unique_name: str) -> None:
+    info = _stream(grid, unique_name, [f"r{i}" for i in range(3)])
+    with Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, auto_confirm_interval_ms=HOUR_MS) as sub:
+        got: list[bytes] = []
+        wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= 3, 10)
+        sub.deactivate()
+        assert _confirmed(grid, info)[0] == first_offset_of(3)

@@ -75,6 +75,7 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
     by_fd = {child.process.stdout.fileno(): (name, child) for name, child in zip(names, children, strict=True)}
     processed: Counter[str] = Counter()
     acked: Counter[str] = Counter()
+    acked_by: Counter[str] = Counter()
     refused: Counter[str] = Counter()
     first_seen_after_kill: dict[str, float] = {}
     killed_at: float | None = None
@@ -108,6 +109,7 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
                         held_by_killed = set(values)
             elif kind == "A":
                 acked.update(values)
+                acked_by[name] += len(values)
             else:
                 refused.update(values)
 
@@ -121,9 +123,11 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
         f"acked_twice={sum(1 for c in acked.values() if c > 1)}, processed_twice={twice}, "
         f"refused_acks={sum(refused.values())}, dead_lettered={dead_lettered}, "
         f"held_by_killed={len(held_by_killed)}, redelivery_s={redelivery_s:.2f} "
+        f"acked_by={dict(sorted(acked_by.items()))} "
         f"(timeout {ACQUISITION_TIMEOUT_MS / 1000:g} s)", flush=True,
     )
     assert sorted(acked) == sorted(published) and set(acked.values()) == {1}  # each acknowledged exactly once
     assert dead_lettered == 0  # no record reached max_deliveries (5) here
+    assert all(acked_by[name] > 0 for name in names[1:])  # three live members on two lanes all got work
     assert held_by_killed and set(first_seen_after_kill) == held_by_killed
     assert redelivery_s <= ACQUISITION_TIMEOUT_MS / 1000 + 1.0
