@@ -755,14 +755,20 @@ class Subscriber:
         if offset is None:
             with self._lock:
                 todo = [(lane_, s.position, s.epoch) for lane_, s in sorted(self._lanes.items()) if s.dirty]
+            lost_now: dict[int, int | None] = {}
             for lane_, position, epoch in todo:
-                self._member.confirm(lane_, position, epoch=epoch)
+                try:
+                    self._member.confirm(lane_, position, epoch=epoch)
+                except (FencedError, NotAssignedError):  # lost since; the poll that notices drops it
+                    lost_now[lane_] = epoch
+                    continue
                 with self._lock:
                     state = self._lanes.get(lane_)
                     if state is not None and state.position == position:
                         state.dirty = False
             with self._lock:
                 lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+            lost.update(lost_now)
             if lost:
                 raise FencedError(
                     f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "

@@ -208,3 +208,32 @@ def test_deactivate_confirms_what_was_handed_out(grid: Grid, unique_name: str) -
         wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= 3, 10)
         sub.deactivate()
         assert _confirmed(grid, info)[0] == first_offset_of(3)
+
+
+def test_a_rebalance_moves_a_lane_away_and_auto_confirm_goes_on_with_the_others(
+    grid: Grid, unique_name: str
+) -> None:
+    info = _stream(grid, unique_name, [f"r{i}" for i in range(8)], lanes=2)  # r0 r2 r4 r6 lane 0, the rest lane 1
+    first = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, member_id="a", max_poll_records=8,
+                       auto_confirm_interval_ms=0)
+    got = []
+    wait_until(lambda: got.extend(_values_of(first.poll(50))) or len(got) >= 8, 10, message="all 8 records")
+    second = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, member_id="b")
+    try:
+        assert second.member is not None and first.member is not None
+        wait_until(lambda: len(second.member.assignment()) == 1 and len(first.member.assignment()) == 1, 20,
+                   message="one lane each")
+        moved = next(iter(second.member.assignment()))
+        kept = 1 - moved
+        first.poll(50)  # auto-confirms: the kept lane moves; the moved lane is logged as lost, not raised
+        assert _confirmed(grid, info)[kept] == first_offset_of(4)
+        again = []
+        wait_until(lambda: again.extend(_values_of(second.poll(50))) or len(again) >= 4, 10, message="the tail")
+        assert sorted(again) == sorted(v for i, v in enumerate(got) if int(v[1:]) % 2 == moved)
+    finally:
+        second.close()
+        first.close()
+
+
+def _values_of(batch: object) -> list[str]:
+    return [r.value.decode() for r in batch]  # type: ignore[attr-defined]
