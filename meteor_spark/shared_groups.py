@@ -71,7 +71,7 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
-from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key
+from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key, parse_key
 from meteor_spark.groups import default_member_id
 from meteor_spark.leases import ExpiryObserver
 from meteor_spark.offsets import (
@@ -92,7 +92,9 @@ from meteor_spark.wire import ItemView, decode_item
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SHARE_MAP", "SharedLaneState", "SharedRecord", "SharedSubscriber", "shared_group_state"]
+__all__ = [
+    "SHARE_MAP", "SharedLaneState", "SharedRecord", "SharedSubscriber", "list_shared_groups", "shared_group_state",
+]
 
 #: The grid map holding every shared group's lane entries.
 SHARE_MAP = "meteor.share.lanes"
@@ -758,3 +760,14 @@ def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedL
         ))
     return out
 
+
+
+def list_shared_groups(grid: Grid, stream: str) -> list[str]:
+    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
+    names = set()
+    keys = grid.map(SHARE_MAP).keys()
+    for key in keys:
+        parsed = parse_key(key)
+        if parsed is not None and parsed[0] == stream:
+            names.add(parsed[1])
+    return sorted(names)
