@@ -101,7 +101,7 @@ def test_no_confirm_before_the_interval_has_passed_and_close_confirms(grid: Grid
 def test_a_receiver_stopped_mid_batch_confirms_only_what_its_callback_finished(
     grid: Grid, unique_name: str
 ) -> None:
-    info = _stream(grid, unique_name, [f"r{i}" for i in range(8)], per_item=8)  # one ring item, one batch
+    info = open_stream(grid, StreamConfig(unique_name, capacity=1000))
     seen: list[str] = []
     handed = threading.Event()
     sub = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, auto_confirm_interval_ms=HOUR_MS)
@@ -113,7 +113,8 @@ def test_a_receiver_stopped_mid_batch_confirms_only_what_its_callback_finished(
             handed.set()
 
     receiver = sub.attach_receiver(handle, poll_timeout_ms=20, auto_confirm_interval_ms=HOUR_MS)
-    assert handed.wait(10)
+    _stream(grid, unique_name, [f"r{i}" for i in range(8)], per_item=8)  # one ring item, one batch; published
+    assert handed.wait(10)  # after `receiver` is bound, which the callback uses
     wait_until(lambda: not receiver.is_alive(), message="the receiver thread ended")
     assert _confirmed(grid, info)[0] == first_offset_of(0)
     sub.close()  # closes the receiver: it confirms what its callback finished, not the whole batch
