@@ -200,6 +200,9 @@ class Subscriber:
             from meteor_spark.shared_groups import SharedSubscriber
 
             return SharedSubscriber(grid, stream, **options)
+        misplaced = sorted({"acquisition_timeout_ms", "max_deliveries"} & set(options))
+        if misplaced:
+            raise ConfigError(f"{', '.join(misplaced)}: only for shared groups; add shared=True (with a group)")
         return super().__new__(cls)
 
     def __init__(

@@ -206,7 +206,10 @@ def test_shared_options_are_checked(grid: Grid, unique_name: str, members: list[
         member.reject(_poll(member))
     with pytest.raises(ConfigError, match="not held"):
         member.ack(Record(b"x", offset=99 << 16, lane=0, stream=unique_name))
-    assert not isinstance(Subscriber(grid, unique_name), SharedSubscriber)  # the default is untouched
+    with pytest.raises(ConfigError, match="max_deliveries: only for shared groups; add shared=True"):
+        Subscriber(grid, unique_name, group="q", max_deliveries=3)
+    with Subscriber(grid, unique_name) as plain:
+        assert not isinstance(plain, SharedSubscriber)  # the default is untouched
 
 
 def test_records_overwritten_before_they_were_settled_are_data_loss_not_a_silent_skip(
