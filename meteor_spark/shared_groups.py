@@ -233,8 +233,8 @@ class SharedSubscriber:
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
-        # The lane this member tries first: random, kept while it gives records, left for the next one when the
-        # member lost a compare-and-set on it (another member works there): members spread over the lanes.
+        # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
+        # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
         self._home = uuid.uuid4().int % self.info.lanes
         self._contended = False
         self._closed = False
@@ -295,8 +295,8 @@ class SharedSubscriber:
                 if not records:
                     raise
                 break  # hand out what other lanes gave first; the next poll meets the error again
-            if lane == self._home and (self._contended or not got_records):
-                self._home = (lane + 1) % lanes
+            if lane == self._home and not (got_records and self._contended):
+                self._home = (lane + 1) % lanes  # the next poll starts at the next lane: no lane starves
             if got_records:
                 parts.extend(got_parts)
                 records.extend(got_records)

@@ -228,3 +228,16 @@ def test_records_overwritten_before_they_were_settled_are_data_loss_not_a_silent
     other = _member(grid, unique_name, members)
     with pytest.raises(DataLossError, match="no longer available"):
         other.poll(100)
+
+
+def test_one_member_with_a_backlog_on_every_lane_takes_turns_over_the_lanes(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    _stream(grid, unique_name, 40)  # 20 records per lane: more than one poll's worth on each
+    member = _member(grid, unique_name, members, max_poll_records=5)
+    lanes = []
+    for _ in range(4):
+        batch = _poll(member)
+        lanes.append({r.lane for r in batch})
+        member.ack(batch)
+    assert lanes in ([{0}, {1}, {0}, {1}], [{1}, {0}, {1}, {0}])  # no lane waits for the other to drain
