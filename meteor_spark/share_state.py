@@ -35,7 +35,11 @@ from typing import Any
 
 from meteor_spark.leases import canonical, decode_entry
 
-__all__ = ["ACQUIRED", "AVAILABLE", "DONE", "LaneShare", "Span"]
+__all__ = ["ACQUIRED", "AVAILABLE", "DONE", "SHARE_MAP", "LaneShare", "Span"]
+
+#: The grid map holding every shared group's lane entries (keys as ``group_store.lane_key``, so the tools that
+#: forget a stream's groups find them too).
+SHARE_MAP = "meteor.share.lanes"
 
 #: Version of the entry layout; a reader meeting a newer one refuses to interpret it.
 SHARE_FORMAT = 1

@@ -46,8 +46,10 @@ stream, until it is acknowledged.
 
 Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
 confirm: records are settled one by one), deserializers, ``on_corrupt``, ``skip_data_loss``, ``auto_confirm``,
-metrics. A ring item that cannot be decoded raises ``FormatError`` and a lost range (the ring overwrote records
-before they were settled) ``DataLossError``; both stop the lane for every member.
+metrics. A ring item that cannot be decoded raises ``FormatError``, a lost range (the ring overwrote records
+before they were settled) ``DataLossError``, and a group position past the lane's end (the stream was re-created
+under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every member. Deleting a stream
+(``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ from meteor_spark.errors import (
     ConfigError,
     DataLossError,
     FencedError,
+    GridOperationError,
     GroupError,
     MeteorError,
+    OffsetOutOfRangeError,
     StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
@@ -85,7 +89,7 @@ from meteor_spark.offsets import (
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
-from meteor_spark.share_state import AVAILABLE, DONE, LaneShare
+from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
 from meteor_spark.wire import ItemView, decode_item
@@ -95,9 +99,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SHARE_MAP", "SharedLaneState", "SharedRecord", "SharedSubscriber", "list_shared_groups", "shared_group_state",
 ]
-
-#: The grid map holding every shared group's lane entries.
-SHARE_MAP = "meteor.share.lanes"
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1
@@ -231,6 +232,7 @@ class SharedSubscriber:
         self._wakers: dict[int, Any] = {}
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
+        self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
         self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
         # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
@@ -358,7 +360,15 @@ class SharedSubscriber:
         with self._lock:
             self._texts[lane] = text
             self._own_write[lane] = False
-        return text, LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        if lane not in self._end_checked:
+            # Once per lane: a group position past the lane's end (the stream re-created under it) is an error,
+            # never a wait that passes over what is written below it. Later, a read below the position finds it.
+            end = self._rings[lane].tail() + 1
+            if sequence_of(share.next) > end:
+                raise self._past_end(lane, sequence_of(share.next), end)
+            self._end_checked.add(lane)
+        return text, share
 
     def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
         new = share.encode()
@@ -445,7 +455,13 @@ class SharedSubscriber:
         if view is not None:
             return view
         ring = self._rings[lane]
-        batch = ring.read_many(seq, 0, self._items_per_read)
+        try:
+            batch = ring.read_many(seq, 0, self._items_per_read)
+        except GridOperationError:
+            end = ring.tail() + 1  # Hazelcast refuses a read past tail + 1 (the embedded grid clamps it)
+            if seq <= end:
+                raise
+            raise self._past_end(lane, seq, end) from None
         if not batch.sequences:
             if fresh:
                 return None
@@ -454,11 +470,8 @@ class SharedSubscriber:
         if batch.sequences[0] > seq:
             raise DataLossError(self.stream, lane, requested=first_offset_of(seq),
                                 oldest_available=first_offset_of(batch.sequences[0]))
-        if batch.sequences[0] < seq:
-            if fresh:
-                return None  # the grid clamped a read past the end
-            raise DataLossError(self.stream, lane, requested=first_offset_of(seq),
-                                oldest_available=first_offset_of(batch.sequences[0]))
+        if batch.sequences[0] < seq:  # clamped, and items were written below seq since
+            raise self._past_end(lane, seq, ring.tail() + 1)
         views = [decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
                  for item, sequence in zip(batch.items, batch.sequences, strict=True)]
         with self._lock:
@@ -466,6 +479,17 @@ class SharedSubscriber:
             while len(cache) > _CACHE_ITEMS:
                 cache.popitem(last=False)
         return views[0]
+
+    def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
+        oldest = min(oldest_in(self._rings[lane]), end)
+        return OffsetOutOfRangeError(
+            self.stream, lane, first_offset_of(seq), first_offset_of(oldest), first_offset_of(end),
+            hint=(
+                f"It is where shared group {self.group!r} stands: was the stream deleted and re-created, or the grid "
+                f"restarted without persistence? Forget the group's state (meteor_spark.admin.forget_groups(grid, "
+                f"{self.stream!r}, {self.group!r})) to start it again by its initial offset scheme."
+            ),
+        )
 
     def _evict(self, lane: int, start: int) -> None:
         """Forget cached items wholly below the lane's start offset (settled for good)."""

@@ -241,3 +241,26 @@ def test_one_member_with_a_backlog_on_every_lane_takes_turns_over_the_lanes(
         lanes.append({r.lane for r in batch})
         member.ack(batch)
     assert lanes in ([{0}, {1}, {0}, {1}], [{1}, {0}, {1}, {0}])  # no lane waits for the other to drain
+
+
+def test_a_group_position_past_the_lanes_end_is_an_error_and_deleting_the_stream_forgets_the_group(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    from meteor_spark.admin import delete_stream
+    from meteor_spark.errors import OffsetOutOfRangeError
+    from meteor_spark.group_store import lane_key
+    from meteor_spark.offsets import first_offset_of
+    from meteor_spark.share_state import SHARE_MAP, LaneShare
+
+    info = _stream(grid, unique_name, 4, lanes=1, per_item=1)
+    # As left by a stream deleted and re-created behind the tools' back: the group stands past the lane's end.
+    grid.map(SHARE_MAP).put(lane_key(unique_name, "q", 0), LaneShare.initial(first_offset_of(50)).encode())
+    member = _member(grid, unique_name, members)
+    with pytest.raises(OffsetOutOfRangeError, match="where shared group 'q' stands"):
+        member.poll(100)  # never a silent wait that passes over the records written below the group's position
+    member.close()
+    assert delete_stream(grid, unique_name)
+    assert [s.start for s in shared_group_state(grid, info, "q")] == [None]  # the group's entry went with it
+    _stream(grid, unique_name, 2, lanes=1)
+    again = _member(grid, unique_name, members)
+    assert _values(_poll(again)) == ["r0", "r1"]
