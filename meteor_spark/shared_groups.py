@@ -68,7 +68,6 @@ from meteor_spark.errors import (
     ConfigError,
     DataLossError,
     FencedError,
-    GridOperationError,
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
@@ -455,13 +454,9 @@ class SharedSubscriber:
         if view is not None:
             return view
         ring = self._rings[lane]
-        try:
-            batch = ring.read_many(seq, 0, self._items_per_read)
-        except GridOperationError:
-            end = ring.tail() + 1  # Hazelcast refuses a read past tail + 1 (the embedded grid clamps it)
-            if seq <= end:
-                raise
-            raise self._past_end(lane, seq, end) from None
+        # Hazelcast (and the embedded grid) clamp a read into [head, tail + 1]; an empty answer says nothing about
+        # where the lane ends (its next sequence is 0), so a position past the end shows once items are written.
+        batch = ring.read_many(seq, 0, self._items_per_read)
         if not batch.sequences:
             if fresh:
                 return None
