@@ -25,6 +25,8 @@ _EXPORTS = {
     "GroupMember": "meteor_spark.groups",
     "Requester": "meteor_spark.request_reply",
     "Responder": "meteor_spark.request_reply",
+    "SharedSubscriber": "meteor_spark.shared_groups",
+    "SharedRecord": "meteor_spark.shared_groups",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
     # The whole error tree: a user catches what the library raises without knowing the module it lives in.
@@ -87,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.records import Record, RecordBatch  # noqa: F401
     from meteor_spark.request_reply import Requester, Responder  # noqa: F401
     from meteor_spark.server import EmbeddedGrid  # noqa: F401
+    from meteor_spark.shared_groups import SharedRecord, SharedSubscriber  # noqa: F401
     from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: F401
     from meteor_spark.streams import StreamConfig  # noqa: F401
     from meteor_spark.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401

@@ -35,6 +35,7 @@ from meteor_spark.group_store import (
 from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of, index_of, sequence_of
 from meteor_spark.reading import oldest_in, oldest_sequence, tally_records
+from meteor_spark.share_state import SHARE_MAP
 from meteor_spark.streams import STREAMS_MAP, StreamInfo, lane_bounds, parse_metadata
 
 logger = logging.getLogger(__name__)
@@ -290,13 +291,14 @@ def seek_group(grid: Grid, info: StreamInfo, group: str, offsets: Mapping[int, i
 
 
 def forget_groups(grid: Grid, stream: str, group: str | None = None) -> int:
-    """Remove every lease, offset and heartbeat of ``stream`` (or of one of its groups); returns entries removed.
+    """Remove every lease, offset and heartbeat of ``stream`` (or of one of its groups), shared groups' lane entries
+    included; returns entries removed.
 
     Meant for deleting a stream: a stream re-created under the same name must not inherit old offsets. Members
     still running lose their lanes (their next renewal fails and their confirms raise FencedError).
     """
     removed = 0
-    for name in (MEMBERS_MAP, LEASES_MAP, OFFSETS_MAP):
+    for name in (MEMBERS_MAP, LEASES_MAP, OFFSETS_MAP, SHARE_MAP):
         grid_map = grid.map(name)
         for key in grid_map.keys():  # noqa: SIM118 - GridMap.keys() is a grid call, not a dict view
             parsed = parse_key(key)

@@ -34,6 +34,9 @@ HEADER_SOURCE_LANE = "meteor.source.lane"
 HEADER_SOURCE_SEQUENCE = "meteor.source.sequence"
 HEADER_SOURCE_OFFSET = "meteor.source.offset"
 HEADER_ERROR = "meteor.error"
+#: Headers a shared group adds to a record it dead-letters (``meteor_spark.shared_groups``).
+HEADER_SOURCE_GROUP = "meteor.source.group"
+HEADER_DELIVERY_COUNT = "meteor.delivery.count"
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,10 @@ def dead_letter_record(raw: bytes, *, stream: str, lane: int, sequence: int, err
     )
 
 
-def dead_letter_for_record(raw: Record, error: DeserializationError) -> Record:
-    """The record a stored record that failed deserialization becomes in the dead-letter stream: its value, key,
-    headers and timestamp as stored, then headers naming where it came from and why it was refused."""
+def dead_letter_for_record(raw: Record, error: DeserializationError | str) -> Record:
+    """The record a stored record that failed deserialization (or a shared group gave up on) becomes in the
+    dead-letter stream: its value, key, headers and timestamp as stored, then headers naming where it came from
+    and why it was refused."""
     return Record(
         value=raw.value,
         key=raw.key,
@@ -113,4 +117,17 @@ def dead_letter_for_record(raw: Record, error: DeserializationError) -> Record:
             (HEADER_ERROR, str(error).encode()),
         ),
         timestamp_ms=raw.timestamp_ms,
+    )
+
+
+def dead_letter_for_delivery(raw: Record, *, group: str, deliveries: int, reason: str) -> Record:
+    """The record a shared group dead-letters (``max_deliveries`` reached, or rejected by a member): as
+    ``dead_letter_for_record`` with ``reason`` as the error, plus the group and the record's delivery count."""
+    letter = dead_letter_for_record(raw, reason)
+    return Record(
+        value=letter.value,
+        key=letter.key,
+        headers=(*letter.headers, (HEADER_SOURCE_GROUP, group.encode()),
+                 (HEADER_DELIVERY_COUNT, str(deliveries).encode())),
+        timestamp_ms=letter.timestamp_ms,
     )

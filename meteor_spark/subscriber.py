@@ -52,6 +52,7 @@ import time
 from collections import deque
 from typing import Any
 
+from meteor_spark.auto_confirm import AutoConfirm
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_for_record, dead_letter_record
 from meteor_spark.errors import (
     ConfigError,
@@ -146,6 +147,10 @@ class Subscriber:
     Args:
         grid: the grid connection.
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        shared: with ``group``: join it as a *shared* group (queue semantics: records acquired for a time and
+            acknowledged one by one, any number of members per lane); the object made is a
+            ``meteor_spark.shared_groups.SharedSubscriber``, with its own arguments (acquisition_timeout_ms,
+            max_deliveries, dead_letter_stream).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
         skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``.
@@ -168,6 +173,9 @@ class Subscriber:
         metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this subscriber's
             counters, its lag per lane and, grouped, its group figures (``meteor_spark.metrics``; needs the
             ``metrics`` extra).
+        auto_confirm_interval_ms: grouped: confirm on its own, at most every that many ms, at the start of a
+            ``poll`` (what the previous polls handed out) and on ``close`` (``meteor_spark.auto_confirm``: the
+            semantics, at-least-once; a crash re-delivers what was handed out since the last confirm).
 
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
@@ -185,11 +193,24 @@ class Subscriber:
         ...     sub.confirm()
     """
 
+    def __new__(cls, grid: Grid, stream: StreamConfig | str, *, shared: bool = False, **options: Any) -> Any:
+        """``shared=True`` makes a member of a shared group instead (queue semantics:
+        ``meteor_spark.shared_groups.SharedSubscriber``)."""
+        if shared:
+            from meteor_spark.shared_groups import SharedSubscriber
+
+            return SharedSubscriber(grid, stream, **options)
+        misplaced = sorted({"acquisition_timeout_ms", "max_deliveries"} & set(options))
+        if misplaced:
+            raise ConfigError(f"{', '.join(misplaced)}: only for shared groups; add shared=True (with a group)")
+        return super().__new__(cls)
+
     def __init__(
         self,
         grid: Grid,
         stream: StreamConfig | str,
         *,
+        shared: bool = False,
         group: str | None = None,
         initial_offset_scheme: InitialOffsetScheme | str = InitialOffsetScheme.AUTO,
         skip_data_loss: bool = False,
@@ -203,6 +224,7 @@ class Subscriber:
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
+        auto_confirm_interval_ms: int | None = None,
     ) -> None:
         registry = metrics_registry(metrics)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
@@ -219,6 +241,12 @@ class Subscriber:
                 "initial_offset_scheme NONE needs a group: an ungrouped subscriber has no stored offset to start "
                 "from; use EARLIEST or LATEST, or give the subscriber a group"
             )
+        if auto_confirm_interval_ms is not None and group is None:
+            raise ConfigError(
+                "auto_confirm_interval_ms needs a group: an ungrouped subscriber has no stored offsets to confirm; "
+                "give the subscriber a group, or leave auto_confirm_interval_ms unset"
+            )
+        self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
@@ -371,6 +399,8 @@ class Subscriber:
             raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
+            if self._auto_confirm is not None and self._auto_confirm.due():
+                self._confirm_automatically()
             while True:
                 self._wakeup.clear()
                 if self._active:
@@ -393,6 +423,30 @@ class Subscriber:
             if self._active:
                 self._issue_reads()  # prefetch while the caller works on this batch
             return batch
+
+    def _confirm_automatically(self) -> None:
+        """Auto-confirm what earlier polls handed out. A lane lost meanwhile is logged, not raised: its new holder
+        reads those records again (at-least-once), and the other lanes were confirmed."""
+        assert self._auto_confirm is not None
+        try:
+            self.confirm()
+        except FencedError as exc:
+            logger.warning("auto-confirm of stream %r group %r: %s", self.stream, self.group, exc)
+        self._auto_confirm.done()
+
+    def _confirm_on_leaving(self) -> None:
+        """With auto-confirm, before leaving the group (close, deactivate): confirm what was handed out, or with a
+        receiver what its callback finished (not the rest of a batch it stopped in). A failure is logged: leaving
+        goes on, and the next holder reads those records again."""
+        if self._auto_confirm is None or self._member is None:
+            return
+        try:
+            if self._receiver is not None:
+                self._receiver.confirm_finished()
+            else:
+                self._confirm_automatically()
+        except MeteorError as exc:
+            logger.warning("auto-confirm of stream %r group %r on leaving failed: %s", self.stream, self.group, exc)
 
     def _has_buffered(self) -> bool:
         with self._lock:
@@ -704,14 +758,20 @@ class Subscriber:
         if offset is None:
             with self._lock:
                 todo = [(lane_, s.position, s.epoch) for lane_, s in sorted(self._lanes.items()) if s.dirty]
+            lost_now: dict[int, int | None] = {}
             for lane_, position, epoch in todo:
-                self._member.confirm(lane_, position, epoch=epoch)
+                try:
+                    self._member.confirm(lane_, position, epoch=epoch)
+                except (FencedError, NotAssignedError):  # lost since; the poll that notices drops it
+                    lost_now[lane_] = epoch
+                    continue
                 with self._lock:
                     state = self._lanes.get(lane_)
                     if state is not None and state.position == position:
                         state.dirty = False
             with self._lock:
                 lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+            lost.update(lost_now)
             if lost:
                 raise FencedError(
                     f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
@@ -839,10 +899,12 @@ class Subscriber:
     def deactivate(self) -> None:
         """Grouped: leave the group (its lanes go to other members); ``poll`` returns nothing until ``reactivate``.
 
-        Confirm what was processed first: unconfirmed records are read again by the next holder.
+        Confirm what was processed first (with ``auto_confirm_interval_ms`` this does it): unconfirmed records are
+        read again by the next holder.
         """
         self._need_group("deactivate")
         with self._poll_lock:
+            self._confirm_on_leaving()
             member, self._member = self._member, None
             self._active = False
             with self._lock:
@@ -870,13 +932,18 @@ class Subscriber:
         *,
         on_error: ErrorHandler | None = None,
         per_batch: bool = False,
+        auto_confirm_interval_ms: int | None = None,
     ) -> Receiver:
-        """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber)."""
+        """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber);
+        ``auto_confirm_interval_ms``: confirm what the callback finished (``Receiver``)."""
         if self._receiver is not None and self._receiver.is_alive():
             raise ConfigError(
                 f"the subscriber of stream {self.stream!r} already has a receiver; close it before attaching another"
             )
-        self._receiver = Receiver(self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch)
+        self._receiver = Receiver(
+            self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch,
+            auto_confirm_interval_ms=auto_confirm_interval_ms,
+        )
         return self._receiver
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -903,11 +970,13 @@ class Subscriber:
 
     def close(self) -> None:
         """Stop the receiver, leave the group (grouped), close the dead-letter publisher. Confirm what was processed
-        before closing."""
+        before closing (with ``auto_confirm_interval_ms`` close does it: what was handed out, or with a receiver
+        what its callback finished)."""
         if self._closed:
             return
         if self._receiver is not None:
             self._receiver.close()
+        self._confirm_on_leaving()
         if self._detach_metrics is not None:
             self._detach_metrics()
         self._closed = True

@@ -53,6 +53,8 @@ EXPECTED = ERRORS | {
     "RecordBatch",
     "Requester",
     "Responder",
+    "SharedRecord",
+    "SharedSubscriber",
     "StreamConfig",
     "Subscriber",
     "__version__",

@@ -21,6 +21,7 @@ AREAS: dict[str, str] = {
     "pubsub": "the core: one publisher, 4 publishers x 16 subscribers, request/reply latency (records/s, p50/p99)",
     "idempotence": "idempotent publishing's cost: publish_async, publish_many, short-lived publishers, on vs off",
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
+    "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), records/s",
 }
 
 

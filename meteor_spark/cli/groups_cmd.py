@@ -23,7 +23,10 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "fencing epoch, when the lease expires unless renewed, the confirmed offset (the next record the group "
             "will read), how far behind the end of the lane that is (records; ring items when too many to count), "
             "and how many unread items the grid can no longer serve. A confirmed offset past the lane's end (stream "
-            "re-created, lane truncated) is marked 'PAST END'. Without a group, every group of the stream is shown; "
+            "re-created, lane truncated) is marked 'PAST END'. A shared group (queue semantics) shows per lane its "
+            "start offset (everything before it settled), the first offset never handed out, the records in flight "
+            "(ranges acquired by members' polls, ranges released for redelivery) and the ring items from its start "
+            "to the end. Without a group, every group of the stream is shown; "
             "an unknown group is an error listing the stream's groups. With --watch the tables are refreshed every "
             "--interval seconds until Ctrl-C."
         ),
@@ -72,8 +75,11 @@ def run_groups(args: argparse.Namespace) -> int:
 def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
     """The tables of the groups asked for, once."""
     from meteor_spark.admin import group_state, lag_report, list_groups
+    from meteor_spark.shared_groups import list_shared_groups
 
-    known = sorted(g.group for g in list_groups(grid, info.config.name))
+    exclusive = {g.group for g in list_groups(grid, info.config.name)}
+    shared = set(list_shared_groups(grid, info.config.name)) - exclusive
+    known = sorted(exclusive | shared)
     if args.group and args.group not in known:
         if not known:
             raise ConfigError(f"group {args.group!r} is unknown: no group has read stream {args.stream!r} yet")
@@ -86,6 +92,9 @@ def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
     for number, group in enumerate(names):
         if number:
             out()
+        if group in shared:
+            _show_shared(grid, info, group)
+            continue
         states = group_state(grid, info, group)
         behind = {entry.lane: entry for entry in lag_report(grid, info, group, count_records=True)}
         out(f"group {group!r} on stream {args.stream!r}")
@@ -144,3 +153,24 @@ def _lost(entry: Any) -> str:
     if entry is None or not entry.lost_items:
         return "-"
     return f"{entry.lost_items:,} items"
+
+
+def _show_shared(grid: Grid, info: Any, group: str) -> None:
+    """The table of a shared group: per lane its start offset, window and records in flight."""
+    from meteor_spark.offsets import sequence_of
+    from meteor_spark.shared_groups import shared_group_state
+    from meteor_spark.streams import lane_bounds
+
+    ends = {lane: end for lane, (_, end) in lane_bounds(grid, info).items()}
+    out(f"shared group {group!r} on stream {info.config.name!r}")
+    rows = []
+    for state in shared_group_state(grid, info, group):
+        behind = "-" if state.start is None else f"{max(0, ends[state.lane] - sequence_of(state.start)):,} items"
+        rows.append([
+            state.lane, fmt_int(state.start), fmt_int(state.next),
+            f"{state.acquired_ranges} range(s), {state.acquisitions} acquisition(s)",
+            f"{state.available_ranges} range(s)", behind,
+        ])
+    out(render_table(
+        ["LANE", "START OFFSET", "NEVER ACQUIRED FROM", "IN FLIGHT", "TO REDELIVER", "BEHIND"], rows, right=[0, 1, 2, 5]
+    ))

@@ -1,0 +1,188 @@
+"""``meteor bench groups``: consuming one stream as a group, shared (poll + ack) against exclusive (poll + confirm).
+
+An embedded grid in its own process; a 2-lane stream of 100-byte records (100 per ring item) published before the
+clock starts; then 1, 2 and 4 member processes (one GIL each; an exclusive group's lanes balanced over them before
+the clock starts) consume it, and the clock stops when the group's
+stored state says every record is settled: for a shared group every lane's start offset reached the lane's end
+(every record acknowledged), for an exclusive group every lane's confirmed offset did. Records are made into
+``Record`` objects in both cases (a shared poll hands out objects; the exclusive members iterate their batches).
+
+The exclusive group is the baseline: it is the cost of reading plus one confirm per lane per poll. A shared poll
+adds, per lane, a read and a compare-and-set of the lane's entry to acquire, and the ack another compare-and-set;
+members of a shared group contend on the same entries. An exclusive group never gives more than one member per
+lane work, so its 4-member figure is 2 members reading and 2 idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.admin import delete_stream
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.groups import group_state
+from meteor_spark.offsets import first_offset_of
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.shared_groups import shared_group_state
+from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.tables import render_table
+
+RECORD_BYTES = 100
+LANES = 2
+PER_ITEM = 100
+
+
+@dataclass(frozen=True)
+class GroupsBenchOptions:
+    """Sizes of one run (``--quick`` shrinks them to seconds)."""
+
+    records: int
+    members: tuple[int, ...]
+    poll_records: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> GroupsBenchOptions:
+        quick = bool(getattr(args, "quick", False))
+        members = tuple(int(m) for m in str(args.members).split(",") if m.strip())
+        settings = cls(
+            records=args.records or (20_000 if quick else 200_000),
+            members=members or (1, 2, 4),
+            poll_records=args.poll_records,
+        )
+        if settings.records < 1 or settings.poll_records < 1 or min(settings.members) < 1:
+            raise ValueError("--records, --poll-records and every --members count must be >= 1")
+        return settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds instead of a minute)")
+    parser.add_argument("--records", type=int, default=None, help="records consumed per run (default 200k)")
+    parser.add_argument("--members", default="1,2,4", help="member process counts to run (default 1,2,4)")
+    parser.add_argument("--poll-records", type=int, default=500, help="max_poll_records of each member (500)")
+
+
+def _member(grid_members: str, cluster: str, stream: str, group: str, shared: bool, poll_records: int,
+            ready: Any, go: Any, stop: Any, results: Any) -> None:
+    """Child process: one group member consuming until told to stop; reports the records it settled."""
+    grid = Grid(GridSettings(members=(grid_members,), cluster_name=cluster))
+    sub: Any = Subscriber(grid, stream, group=group, shared=shared, max_poll_records=poll_records,
+                          initial_offset_scheme="earliest")
+    ready.put(os.getpid())
+    go.wait()
+    settled = 0
+    while not stop.is_set():
+        batch = sub.poll(50)
+        if not batch:
+            continue
+        records = list(batch)
+        if shared:
+            sub.ack(records)
+        else:
+            sub.confirm()
+        settled += len(records)
+    sub.close()
+    grid.close()
+    results.put(settled)
+
+
+def _done(grid: Grid, info: StreamInfo, group: str, shared: bool, ends: dict[int, int]) -> bool:
+    if shared:
+        return all(state.start == ends[state.lane] for state in shared_group_state(grid, info, group))
+    return all(state.confirmed == ends[state.lane] for state in group_state(grid, info, group))
+
+
+def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: bool, members: int,
+             settings: GroupsBenchOptions) -> dict[str, float]:
+    group = f"bench-{'shared' if shared else 'exclusive'}-{members}-{time.time_ns()}"
+    ends = {lane: first_offset_of(end) for lane, (_, end) in lane_bounds(grid, info).items()}
+    context = multiprocessing.get_context("spawn")
+    ready, results = context.Queue(), context.Queue()
+    go, stop = context.Event(), context.Event()
+    processes = [
+        context.Process(target=_member, args=(grid_settings.members[0], grid_settings.cluster_name, info.name, group,
+                                              shared, settings.poll_records, ready, go, stop, results))
+        for _ in range(members)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        for _ in processes:
+            ready.get(timeout=60)
+        if not shared:  # the lanes balanced over the members before the clock starts (a handover is not consumption)
+            holders = min(members, LANES)
+            deadline = time.monotonic() + 60
+            while len({s.holder for s in group_state(grid, info, group) if s.holder is not None}) < holders or \
+                    any(s.holder is None for s in group_state(grid, info, group)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"group {group!r} did not balance its lanes over {holders} members in 60 s")
+                time.sleep(0.01)
+        start = time.perf_counter()
+        go.set()
+        deadline = time.monotonic() + 600
+        while not _done(grid, info, group, shared, ends):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"group {group!r} did not settle {settings.records} records in 600 s")
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        settled = sum(results.get(timeout=60) for _ in processes)
+    finally:
+        stop.set()
+        for process in processes:
+            process.join(30)
+            if process.is_alive():
+                process.kill()
+    return {"records_s": settings.records / elapsed, "seconds": elapsed, "settled": settled}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    settings = GroupsBenchOptions.from_args(args)
+    server = EmbeddedGrid(port=0, process=True)
+    server.start()
+    grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
+    grid = Grid(grid_settings)
+    name = f"bench-groups-{os.getpid()}-{time.time_ns()}"
+    figures: dict[str, Any] = {"settings": settings.__dict__, "exclusive": {}, "shared": {}}
+    try:
+        info = open_stream(grid, StreamConfig(name, lanes=LANES, capacity=max(1000, settings.records // PER_ITEM)))
+        pool = [os.urandom(RECORD_BYTES) for _ in range(1024)]
+        with Publisher(grid, name, max_batch_records=PER_ITEM) as publisher:
+            publisher.publish_many(
+                [Record(pool[i % len(pool)], lane=i % LANES) for i in range(settings.records)]
+            ).result(120)
+        for members in settings.members:
+            figures["exclusive"][str(members)] = _consume(grid, grid_settings, info, False, members, settings)
+            figures["shared"][str(members)] = _consume(grid, grid_settings, info, True, members, settings)
+        delete_stream(grid, name)
+    finally:
+        grid.close()
+        server.stop()
+    return figures
+
+
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench groups`` prints."""
+    rows = []
+    for members, shared in figures["shared"].items():
+        exclusive = figures["exclusive"][members]
+        rows.append((
+            f"{members} member(s), 2 lanes",
+            f"{exclusive['records_s']:,.0f} rec/s",
+            f"{shared['records_s']:,.0f} rec/s",
+            f"{shared['records_s'] / exclusive['records_s']:.2f}",
+        ))
+    table = render_table(
+        ("group, 100-byte records", "exclusive (poll + confirm)", "shared (poll + ack)", "shared / exclusive"), rows
+    )
+    return "\n".join([
+        table,
+        f"{figures['settings']['records']:,} records per run, max_poll_records {figures['settings']['poll_records']}; "
+        "members are processes; an exclusive group gives at most one member per lane work",
+    ])

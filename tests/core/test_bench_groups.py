@@ -1,0 +1,23 @@
+"""``meteor bench groups --quick`` runs end to end and reports every figure (values are not judged: timing never
+decides pass/fail)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from meteor_spark.bench import groups
+
+
+@pytest.mark.slow
+@pytest.mark.embedded_only
+def test_quick_groups_bench_reports_shared_and_exclusive_figures() -> None:
+    parser = argparse.ArgumentParser()
+    groups.add_arguments(parser)
+    figures = groups.run(parser.parse_args(["--quick", "--records", "3000", "--members", "1,2"]))
+    for kind in ("exclusive", "shared"):
+        assert set(figures[kind]) == {"1", "2"}
+        assert all(run["records_s"] > 0 and run["settled"] >= 3000 for run in figures[kind].values())
+    printed = groups.render(figures)
+    assert "shared (poll + ack)" in printed and "2 member(s), 2 lanes" in printed

@@ -1,0 +1,266 @@
+"""Shared groups (queue semantics, KIP-932 style): acquisition, ack/nack/reject, timeouts, delivery counts, dead
+letters, more members than lanes. Against the real client over TCP (embedded member or a real Hazelcast)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from meteor_spark.corrupt import (
+    HEADER_DELIVERY_COUNT,
+    HEADER_ERROR,
+    HEADER_SOURCE_GROUP,
+    HEADER_SOURCE_LANE,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_STREAM,
+)
+from meteor_spark.errors import ConfigError, FencedError
+from meteor_spark.grid import Grid
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
+from meteor_spark.shared_groups import SharedRecord, SharedSubscriber, shared_group_state
+from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.testing import wait_until
+
+
+def _stream(grid: Grid, name: str, count: int, lanes: int = 2, per_item: int = 3) -> StreamInfo:
+    info = open_stream(grid, StreamConfig(name, lanes=lanes, capacity=1000))
+    with Publisher(grid, name, max_batch_records=per_item) as publisher:
+        publisher.publish_many([Record(f"r{i}".encode(), lane=i % lanes) for i in range(count)]).result(30)
+    return info
+
+
+@pytest.fixture
+def members(grid: Grid) -> Iterator[list[SharedSubscriber]]:
+    made: list[SharedSubscriber] = []
+    yield made
+    for member in made:
+        member.close()
+
+
+def _member(grid: Grid, stream: str, members: list[SharedSubscriber], **options: object) -> SharedSubscriber:
+    member = Subscriber(grid, stream, group="q", shared=True, **options)  # type: ignore[arg-type]
+    assert isinstance(member, SharedSubscriber)
+    members.append(member)
+    return member
+
+
+def _values(records: object) -> list[str]:
+    return [r.value.decode() for r in records]  # type: ignore[attr-defined]
+
+
+def _poll(member: SharedSubscriber, timeout_s: float = 10.0) -> list[SharedRecord]:
+    batch = wait_until(lambda: member.poll(50), timeout_s, message=f"records for {member.member_id}")
+    assert all(isinstance(r, SharedRecord) for r in batch)
+    return list(batch)  # type: ignore[arg-type]
+
+
+def _dead_letters(grid: Grid, name: str, count: int) -> list[Record]:
+    got: list[Record] = []
+    with Subscriber(grid, name, initial_offset_scheme="earliest") as reader:
+        wait_until(lambda: got.extend(reader.poll(50)) or len(got) >= count, 10, message=f"{count} dead letters")
+        assert len(reader.poll(100)) == 0
+    return got
+
+
+def test_more_members_than_lanes_all_get_work_and_every_record_is_acked_once(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    info = _stream(grid, unique_name, 60)
+    group = [_member(grid, unique_name, members, max_poll_records=4, member_id=f"m{i}") for i in range(4)]
+    acked: Counter[str] = Counter()
+    got_work: Counter[str] = Counter()
+
+    def round_robin() -> bool:
+        for member in group:
+            batch = member.poll(20)
+            if batch:
+                got_work[member.member_id] += len(batch)
+                member.ack(batch)
+                acked.update(_values(batch))
+        return sum(acked.values()) >= 60
+
+    wait_until(round_robin, 30, message="60 records acknowledged")
+    assert sorted(acked) == sorted(f"r{i}" for i in range(60)) and set(acked.values()) == {1}
+    assert sorted(got_work) == ["m0", "m1", "m2", "m3"]  # four members on two lanes all got records
+    assert all(len(member.poll(0)) == 0 for member in group)
+    states = shared_group_state(grid, info, "q")
+    assert [(s.start == s.next, s.acquired_ranges, s.available_ranges) for s in states] == [(True, 0, 0)] * 2
+
+
+def test_nack_redelivers_at_once_with_delivery_count_two(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    _stream(grid, unique_name, 3, lanes=1)
+    first = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+    second = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+    batch = _poll(first)
+    assert _values(batch) == ["r0", "r1", "r2"] and {r.delivery_count for r in batch} == {1}
+    assert len(second.poll(0)) == 0  # acquired by the first member
+    first.nack(batch[1:])
+    again = _poll(second, 2)  # no timeout involved: released records are available at once
+    assert _values(again) == ["r1", "r2"] and {r.delivery_count for r in again} == {2}
+    first.ack(batch[0])
+    second.ack(again)
+    assert len(first.poll(0)) == 0 and len(second.poll(0)) == 0
+    assert (first.acked_records, first.released_records, second.acked_records) == (1, 2, 2)
+
+
+def test_an_unacknowledged_acquisition_times_out_and_its_late_ack_is_refused(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    info = _stream(grid, unique_name, 4, lanes=1, per_item=2)
+    slow = _member(grid, unique_name, members, acquisition_timeout_ms=300, member_id="slow")
+    other = _member(grid, unique_name, members, acquisition_timeout_ms=300, member_id="other")
+    taken = _poll(slow)
+    assert _values(taken) == ["r0", "r1", "r2", "r3"]
+    again = _poll(other, 10)  # after the 300 ms acquisition timeout, as the other member observes it
+    assert _values(again) == ["r0", "r1", "r2", "r3"] and {r.delivery_count for r in again} == {2}
+    with pytest.raises(FencedError, match="no longer holds them"):
+        slow.ack(taken)
+    assert slow.refused_records == 4 and slow.held() == 0
+    other.ack(again)  # the one acknowledgement that counts
+    (state,) = shared_group_state(grid, info, "q")
+    assert state.start == state.next and state.acquired_ranges == 0
+    with pytest.raises(ConfigError, match="not held by member 'other'"):
+        other.ack(again)  # acknowledged already: refused locally, nothing written
+
+
+def test_an_acquisition_timed_out_but_not_taken_can_still_be_acknowledged(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    _stream(grid, unique_name, 2, lanes=1)
+    member = _member(grid, unique_name, members, acquisition_timeout_ms=100)
+    batch = _poll(member)
+    member.ack(batch)  # nobody looked at the lane after the timeout: the acquisition is still the stored one
+    assert member.acked_records == 2
+
+
+def test_max_deliveries_sends_a_record_to_the_dead_letter_stream_with_its_headers(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    info = _stream(grid, unique_name, 2, lanes=1, per_item=2)
+    dlq = unique_name + "-dlq"
+    member = _member(grid, unique_name, members, max_deliveries=2, dead_letter_stream=dlq)
+    first = _poll(member)
+    assert _values(first) == ["r0", "r1"] and [r.delivery_count for r in first] == [1, 1]
+    member.ack(first[0])
+    member.nack(first[1])
+    second = _poll(member)
+    assert _values(second) == ["r1"] and second[0].delivery_count == 2
+    member.nack(second)
+    assert len(member.poll(200)) == 0  # r1 was delivered twice: archived instead of a third delivery
+    assert member.dead_lettered_records == 1
+    (letter,) = _dead_letters(grid, dlq, 1)
+    headers = dict(letter.headers)
+    assert letter.value == b"r1"
+    assert headers[HEADER_SOURCE_STREAM] == info.name.encode() and headers[HEADER_SOURCE_LANE] == b"0"
+    assert headers[HEADER_SOURCE_OFFSET] == str(first[1].offset).encode()
+    assert headers[HEADER_SOURCE_GROUP] == b"q" and headers[HEADER_DELIVERY_COUNT] == b"2"
+    assert b"max_deliveries=2" in headers[HEADER_ERROR]
+    (state,) = shared_group_state(grid, info, "q")
+    assert state.start == state.next  # archived counts as settled: the start moved past it
+
+
+def test_reject_dead_letters_at_once(grid: Grid, unique_name: str, members: list[SharedSubscriber]) -> None:
+    _stream(grid, unique_name, 3, lanes=1)
+    dlq = unique_name + "-dlq"
+    member = _member(grid, unique_name, members, dead_letter_stream=dlq)
+    batch = _poll(member)
+    member.reject(batch[1])
+    member.ack([batch[0], batch[2]])
+    (letter,) = _dead_letters(grid, dlq, 1)
+    assert letter.value == b"r1" and b"rejected" in dict(letter.headers)[HEADER_ERROR]
+    assert len(member.poll(100)) == 0
+    assert member.rejected_records == 1
+
+
+def test_close_releases_what_was_not_settled(grid: Grid, unique_name: str, members: list[SharedSubscriber]) -> None:
+    _stream(grid, unique_name, 3, lanes=1)
+    first = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+    batch = _poll(first)
+    first.ack(batch[0])
+    first.close()
+    second = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+    again = _poll(second, 2)
+    assert _values(again) == ["r1", "r2"] and {r.delivery_count for r in again} == {2}
+
+
+def test_shared_options_are_checked(grid: Grid, unique_name: str, members: list[SharedSubscriber]) -> None:
+    _stream(grid, unique_name, 1, lanes=1)
+    with pytest.raises(ConfigError, match="shared=True needs a group"):
+        Subscriber(grid, unique_name, shared=True)
+    with pytest.raises(ConfigError, match="max_deliveries=3 needs a dead_letter_stream"):
+        Subscriber(grid, unique_name, group="q", shared=True, max_deliveries=3)
+    with pytest.raises(ConfigError, match="not supported with shared=True: skip_data_loss"):
+        Subscriber(grid, unique_name, group="q", shared=True, skip_data_loss=True)
+    with pytest.raises(ConfigError, match="is the stream being read"):
+        Subscriber(grid, unique_name, group="q", shared=True, dead_letter_stream=unique_name)
+    with pytest.raises(ConfigError, match="acquisition_timeout_ms must be an integer"):
+        Subscriber(grid, unique_name, group="q", shared=True, acquisition_timeout_ms=0)
+    member = _member(grid, unique_name, members)
+    with pytest.raises(ConfigError, match="reject needs a dead_letter_stream"):
+        member.reject(_poll(member))
+    with pytest.raises(ConfigError, match="not held"):
+        member.ack(Record(b"x", offset=99 << 16, lane=0, stream=unique_name))
+    with pytest.raises(ConfigError, match="max_deliveries: only for shared groups; add shared=True"):
+        Subscriber(grid, unique_name, group="q", max_deliveries=3)
+    with Subscriber(grid, unique_name) as plain:
+        assert not isinstance(plain, SharedSubscriber)  # the default is untouched
+
+
+def test_records_overwritten_before_they_were_settled_are_data_loss_not_a_silent_skip(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    from meteor_spark.errors import DataLossError
+
+    open_stream(grid, StreamConfig(unique_name, lanes=1, capacity=4))
+    with Publisher(grid, unique_name, max_batch_records=1) as publisher:
+        publisher.publish(b"first")
+        holder = _member(grid, unique_name, members, acquisition_timeout_ms=600_000)
+        taken = _poll(holder)
+        for n in range(8):  # the ring (4 items) overwrites the held record's item
+            publisher.publish(f"later-{n}".encode())
+    holder.nack(taken)
+    other = _member(grid, unique_name, members)
+    with pytest.raises(DataLossError, match="no longer available"):
+        other.poll(100)
+
+
+def test_one_member_with_a_backlog_on_every_lane_takes_turns_over_the_lanes(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    _stream(grid, unique_name, 40)  # 20 records per lane: more than one poll's worth on each
+    member = _member(grid, unique_name, members, max_poll_records=5)
+    lanes = []
+    for _ in range(4):
+        batch = _poll(member)
+        lanes.append({r.lane for r in batch})
+        member.ack(batch)
+    assert lanes in ([{0}, {1}, {0}, {1}], [{1}, {0}, {1}, {0}])  # no lane waits for the other to drain
+
+
+def test_a_group_position_past_the_lanes_end_is_an_error_and_deleting_the_stream_forgets_the_group(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    from meteor_spark.admin import delete_stream
+    from meteor_spark.errors import OffsetOutOfRangeError
+    from meteor_spark.group_store import lane_key
+    from meteor_spark.offsets import first_offset_of
+    from meteor_spark.share_state import SHARE_MAP, LaneShare
+
+    info = _stream(grid, unique_name, 4, lanes=1, per_item=1)
+    # As left by a stream deleted and re-created behind the tools' back: the group stands past the lane's end.
+    grid.map(SHARE_MAP).put(lane_key(unique_name, "q", 0), LaneShare.initial(first_offset_of(50)).encode())
+    member = _member(grid, unique_name, members)
+    with pytest.raises(OffsetOutOfRangeError, match="where shared group 'q' stands"):
+        member.poll(100)  # never a silent wait that passes over the records written below the group's position
+    member.close()
+    assert delete_stream(grid, unique_name)
+    assert [s.start for s in shared_group_state(grid, info, "q")] == [None]  # the group's entry went with it
+    _stream(grid, unique_name, 2, lanes=1)
+    again = _member(grid, unique_name, members)
+    assert _values(_poll(again)) == ["r0", "r1"]
