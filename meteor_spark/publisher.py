@@ -64,6 +64,7 @@ class Publisher:
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
         max_block_ms: how long a publish call waits for room before ``PublishTimeoutError``.
         max_items_per_call: ring items per ``add_all`` call.
+        max_call_bytes: value/key/header bytes per ``add_all`` call at most (``PublisherSettings``).
         value_serializer, key_serializer: turn the values / keys given to ``publish``, ``publish_async`` and
             ``publish_many`` into bytes: ``"json"``, ``"str"``, ``"bytes"`` or a callable
             (``meteor_spark.serializers``).
@@ -91,6 +92,7 @@ class Publisher:
         max_buffered_records: int | None = None,
         max_block_ms: float | None = None,
         max_items_per_call: int | None = None,
+        max_call_bytes: int | None = None,
         compression: str | None = None,
         compression_threshold: int | None = None,
         value_serializer: str | Serializer | None = None,
@@ -111,6 +113,7 @@ class Publisher:
                 "max_buffered_records": max_buffered_records,
                 "max_block_ms": max_block_ms,
                 "max_items_per_call": max_items_per_call,
+                "max_call_bytes": max_call_bytes,
                 "compression": compression,
                 "compression_threshold": compression_threshold,
             },
