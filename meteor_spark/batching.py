@@ -20,7 +20,7 @@ _MAX_I32 = (1 << 31) - 1
 MAX_LINGER_MS = 60_000
 
 #: Bytes per ``add_all`` call by default (see ``PublisherSettings.max_call_bytes``).
-DEFAULT_MAX_CALL_BYTES = 4 << 20
+DEFAULT_MAX_CALL_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)

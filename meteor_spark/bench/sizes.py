@@ -115,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "stream's, 1000)")
     parser.add_argument("--max-batch-bytes", type=int, default=None, help="publisher override (default: the "
                         "stream's, 1 MiB)")
-    parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 4 MiB)")
+    parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 1 MiB)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -336,6 +336,14 @@ def _lane_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
 # ------------------------------------------------------------------------------------------------ output
 
 
+def size_label(size: int) -> str:
+    """``100 B``, ``1 KiB``, ``64 KiB``, ``1.5 MiB``."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} B"
+
+
 def _mbs(point: dict[str, Any], key: str) -> float:
     return float(point[key] * point["record_bytes"] / MB)
 
@@ -347,7 +355,7 @@ def render(figures: dict[str, Any]) -> str:
     for p in figures["sizes"]:
         ceiling = p["ceiling_records_s"]
         rows.append((
-            f"{p['record_bytes']:,} B",
+            size_label(p["record_bytes"]),
             f"{p['records_per_item']:,} x {p['items_per_call']}",
             f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
             f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
@@ -373,7 +381,7 @@ def render(figures: dict[str, Any]) -> str:
         ))
     lane_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
     lanes = render_table(
-        (f"lanes ({lane_bytes:,} B records)", "ceiling: raw add_all", "publish_many", "ratio",
+        (f"lanes ({size_label(lane_bytes)} records)", "ceiling: raw add_all", "publish_many", "ratio",
          "one subscriber, Records"),
         rows,
     )
@@ -416,7 +424,7 @@ def plot(figures: dict[str, Any], path: str) -> None:
     ):
         by_size.plot(sizes, [_mbs(p, key) for p in figures["sizes"]], style, label=label)
     by_size.set_xscale("log")
-    by_size.set_xticks(sizes, [f"{s:,} B" for s in sizes])
+    by_size.set_xticks(sizes, [size_label(s) for s in sizes])
     by_size.set_xlabel("record size")
     by_size.set_ylabel("MB/s")
     by_size.set_title("one publisher, one lane")
@@ -432,7 +440,7 @@ def plot(figures: dict[str, Any], path: str) -> None:
     by_lanes.set_xlabel("lanes")
     by_lanes.set_ylabel("records/s")
     record_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
-    by_lanes.set_title(f"one publisher, {record_bytes:,} B records")
+    by_lanes.set_title(f"one publisher, {size_label(record_bytes)} records")
     by_lanes.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -41,9 +41,15 @@ def test_quick_sweeps_report_every_point_and_write_the_plot(tmp_path: Path) -> N
 
 def test_the_shape_is_the_accumulators_cut_of_uniform_records() -> None:
     settings = PublisherSettings()
-    assert sizes.Shape.of(settings, 100) == sizes.Shape(1000, 41)  # 100 kB items: 41 fit in 4 MiB
-    assert sizes.Shape.of(settings, 10 * 1024) == sizes.Shape(102, 4)
+    assert sizes.Shape.of(settings, 100) == sizes.Shape(1000, 10)  # 100 kB items: 10 fit in 1 MiB
+    assert sizes.Shape.of(settings, 10 * 1024) == sizes.Shape(102, 1)
     assert sizes.Shape.of(settings, 3 << 20) == sizes.Shape(1, 1)  # an oversized record travels alone
+
+
+def test_size_labels() -> None:
+    assert [sizes.size_label(n) for n in (100, 1024, 10 * 1024, 64 * 1024, 3 << 19)] == [
+        "100 B", "1 KiB", "10 KiB", "64 KiB", "1.5 MiB"
+    ]
 
 
 def test_bad_options_are_refused_before_anything_runs() -> None:
