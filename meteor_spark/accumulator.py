@@ -7,7 +7,9 @@ sender's questions (which lane is ready, what goes in its next ``add_all``). Its
   ``max_block_ms`` for room, then raises ``PublishTimeoutError`` (a bulk larger than the buffer waits for an empty
   buffer).
 - A lane is cut into ring items of at most ``max_batch_records`` records and ``max_batch_bytes`` bytes (a record
-  larger than that travels alone), ``max_items_per_call`` items per call.
+  larger than that travels alone), and calls of at most ``max_items_per_call`` items and ``max_call_bytes`` bytes
+  (a record larger than that travels alone in its call). A call takes a further item only when that item fits
+  whole (as far as the records of the segment it starts in show), so calls are not padded with a short item.
 - At most one call per lane is in flight (``claim`` marks it, the sender's completion frees it): that is what keeps
   a publisher's records in order per lane.
 - A lane is ready when it has records and no call in flight, and its linger ended, a batch filled up, or a flush or
@@ -419,7 +421,7 @@ class Accumulator:
             return True
         # Wake the sender only when it has something new to decide: a lane that starts its linger, or a batch
         # that just filled up.
-        if first or state.queued >= settings.max_batch_records or state.queued_bytes >= settings.max_batch_bytes:
+        if first or state.queued >= settings.max_batch_records or state.queued_bytes >= settings.max_item_bytes:
             self.work.notify()
         return False
 
@@ -435,7 +437,7 @@ class Accumulator:
             or self.closing
             or settings.linger_ms <= 0
             or state.queued >= settings.max_batch_records
-            or state.queued_bytes >= settings.max_batch_bytes
+            or state.queued_bytes >= settings.max_item_bytes
         ):
             return 0.0
         return max(0.0, state.since + settings.linger_ms / 1000.0 - now)
@@ -462,28 +464,40 @@ class Accumulator:
         return state, pieces, n_items, n_records
 
     def take(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
-        """Cut up to ``max_items_per_call`` ring items off the lane's queue (lock held)."""
-        max_records = self.settings.max_batch_records
-        max_bytes = self.settings.max_batch_bytes
+        """Cut up to ``max_items_per_call`` ring items and ``max_call_bytes`` bytes off the lane's queue (lock
+        held)."""
+        settings = self.settings
+        max_records = settings.max_batch_records
+        max_bytes = settings.max_item_bytes
+        max_call = settings.max_call_bytes
         pieces: list[Piece] = []
         item = 0
         in_item = 0
         item_bytes = 0
         taken = 0
         taken_bytes = 0
-        while state.segments and item < self.items_per_call:
+        full = False  # the call has no room for the next item
+        while state.segments and item < self.items_per_call and not full:
             segment = state.segments[0]
             segment.open = False
             cum = segment.cumulative_bytes()
             p = segment.pos
             while p < segment.n and item < self.items_per_call:
+                room = min(max_bytes - item_bytes, max_call - taken_bytes)
                 stop = min(segment.n, p + max_records - in_item)
-                # The largest stop whose bytes still fit the item; an oversized record travels alone.
-                fit = int(np.searchsorted(cum, cum[p] + (max_bytes - item_bytes), side="right")) - 1
+                # The largest stop whose bytes still fit the item and the call.
+                fit = int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
+                if in_item == 0 and item > 0 and fit < stop:
+                    # A further item goes into this call only whole (as the item bounds alone would cut it).
+                    whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1
+                    whole = min(stop, max(whole, p + 1))
+                    if cum[whole] - cum[p] > max_call - taken_bytes:
+                        full = True
+                        break
                 stop = min(stop, fit)
                 if stop <= p:
                     if in_item == 0:
-                        stop = p + 1
+                        stop = p + 1  # a record larger than an item (or than a call) travels alone
                     else:
                         item, in_item, item_bytes = item + 1, 0, 0
                         continue

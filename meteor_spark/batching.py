@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 _MAX_I32 = (1 << 31) - 1
 MAX_LINGER_MS = 60_000
 
+#: Bytes per ``add_all`` call by default (see ``PublisherSettings.max_call_bytes``).
+DEFAULT_MAX_CALL_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Batching:
@@ -75,6 +78,8 @@ class PublisherSettings(Batching):
             its records at once.
         delivery_timeout_ms: with ``idempotent``, how long a call may be retried, from its first attempt, before
             its records fail with ``PublishTimeoutError`` (Kafka's ``delivery.timeout.ms``, same default).
+        max_call_bytes: value/key/header bytes per ``add_all`` call at most, before compression (like Kafka's
+            ``max.request.size``); a record larger than that travels alone. Items are never larger than this either.
     """
 
     max_buffered_records: int = 100_000
@@ -82,6 +87,7 @@ class PublisherSettings(Batching):
     max_items_per_call: int = 64
     idempotent: bool = True
     delivery_timeout_ms: float = 120_000.0
+    max_call_bytes: int = DEFAULT_MAX_CALL_BYTES
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,10 +95,16 @@ class PublisherSettings(Batching):
         check_int(
             "max_items_per_call", self.max_items_per_call, 1, MAX_BATCH_ITEMS, what="(Hazelcast's add_all limit)"
         )
+        check_int("max_call_bytes", self.max_call_bytes, 1, _MAX_I32)
         check_number("max_block_ms", self.max_block_ms, 0, float("inf"), what="(milliseconds)")
         if not isinstance(self.idempotent, bool):
             raise ArgumentTypeError(f"idempotent must be True or False, got {self.idempotent!r}")
         check_number("delivery_timeout_ms", self.delivery_timeout_ms, 1, float("inf"), what="(milliseconds)")
+
+    @property
+    def max_item_bytes(self) -> int:
+        """What bounds a ring item's bytes: ``max_batch_bytes``, or ``max_call_bytes`` when that is smaller."""
+        return min(self.max_batch_bytes, self.max_call_bytes)
 
     @classmethod
     def parse(cls, config: StreamConfig, overrides: dict[str, Any]) -> PublisherSettings:

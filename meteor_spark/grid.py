@@ -21,7 +21,12 @@ import hazelcast
 from hazelcast import errors as hz_errors
 from hazelcast.future import Future
 
-from meteor_spark.compat import add_ringbuffer_config_request, fix_reactor_waker_race, invoke
+from meteor_spark.compat import (
+    add_ringbuffer_config_request,
+    fix_partial_send_copies,
+    fix_reactor_waker_race,
+    invoke,
+)
 from meteor_spark.errors import (
     ConfigError,
     GridConnectionError,
@@ -33,7 +38,8 @@ from meteor_spark.errors import (
 logger = logging.getLogger(__name__)
 
 
-fix_reactor_waker_race()  # a private client detail, version-guarded in meteor_spark.compat
+fix_reactor_waker_race()  # private client details, version-guarded in meteor_spark.compat
+fix_partial_send_copies()
 
 T = TypeVar("T")
 

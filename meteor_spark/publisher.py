@@ -72,6 +72,7 @@ class Publisher:
             records at once).
         delivery_timeout_ms: with ``idempotent``, how long one call is retried from its first attempt before its
             records fail with ``PublishTimeoutError`` saying whether they may have been stored (default 120,000).
+        max_call_bytes: value/key/header bytes per ``add_all`` call at most (``PublisherSettings``).
         value_serializer, key_serializer: turn the values / keys given to ``publish``, ``publish_async`` and
             ``publish_many`` into bytes: ``"json"``, ``"str"``, ``"bytes"`` or a callable
             (``meteor_spark.serializers``).
@@ -99,6 +100,7 @@ class Publisher:
         max_buffered_records: int | None = None,
         max_block_ms: float | None = None,
         max_items_per_call: int | None = None,
+        max_call_bytes: int | None = None,
         compression: str | None = None,
         compression_threshold: int | None = None,
         idempotent: bool | None = None,
@@ -121,6 +123,7 @@ class Publisher:
                 "max_buffered_records": max_buffered_records,
                 "max_block_ms": max_block_ms,
                 "max_items_per_call": max_items_per_call,
+                "max_call_bytes": max_call_bytes,
                 "compression": compression,
                 "compression_threshold": compression_threshold,
                 "idempotent": idempotent,

@@ -24,6 +24,7 @@ def test_every_coupling_holds_for_the_installed_dependencies() -> None:
 def test_every_private_use_is_declared() -> None:
     names = " ".join(coupling.name for coupling in compat.COUPLINGS)
     assert "reactor waker" in names and "_invocation_service" in names and "SIGTERM" in names
+    assert "partial-send" in names
     for coupling in compat.COUPLINGS:
         assert compat.installed_version(coupling.distribution) is not None, coupling.distribution
 
@@ -67,6 +68,41 @@ def test_the_reactor_patch_is_applied_and_drains_before_clearing_the_flag() -> N
         os.close(waker._read_fd)
         os.close(write_fd)
     assert reactor._PipedWaker._meteor_fixed is True
+
+
+def test_the_send_patch_requeues_the_unsent_rest_without_copying_it() -> None:
+    import collections
+    import io
+    import types
+
+    from hazelcast import reactor
+
+    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+
+    assert reactor.AsyncoreConnection._meteor_send_fixed is True
+    message = bytearray(os.urandom(1_000_000))
+    sent: list[int] = []
+    connection = reactor.AsyncoreConnection.__new__(reactor.AsyncoreConnection)
+    connection._write_queue = collections.deque([message])
+    connection._write_buf = io.BytesIO()
+    connection._reactor = types.SimpleNamespace(bytes_sent=0)
+    connection.send_buffer_size = 128_000
+
+    def send(data: bytes | bytearray | memoryview) -> int:  # the kernel takes 100 kB at a time
+        sent.append(len(data))
+        return min(100_000, len(data))
+
+    connection.send = send
+    received = 0
+    while connection._write_queue:
+        rest = connection._write_queue[0]
+        connection.handle_write()
+        received += 100_000 if len(rest) > 100_000 else len(rest)
+        if connection._write_queue:
+            assert isinstance(connection._write_queue[0], memoryview)
+            assert connection._write_queue[0].obj is message  # a view of the message: nothing copied
+    assert received == len(message) and len(sent) == 10
+    assert connection._reactor.bytes_sent == len(message)
 
 
 def test_the_sigterm_hook_runs_stop_once_and_exits() -> None:

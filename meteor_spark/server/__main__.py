@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from meteor_spark.server.allocator import keep_freed_memory
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
 from meteor_spark.server.member import (
     MAP_CONFIG_SYNTAX,
@@ -164,6 +165,7 @@ def run_member(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    keep_freed_memory()  # this process is only a member: let it reuse freed item memory
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -60,6 +60,66 @@ def test_a_call_carries_at_most_max_items_per_call_and_the_rest_stays_queued() -
     assert _items(acc, 0) == [[b"\x04", b"\x05"], [b"\x06"]]
 
 
+def _calls(acc: Accumulator, lane: int) -> list[list[list[bytes]]]:
+    """Every call the lane's queue is cut into, one after the other (each completed before the next)."""
+    calls = []
+    while acc.lanes[lane].queued:
+        calls.append(_items(acc, lane))
+        with acc.lock:
+            acc.lanes[lane].in_flight = False
+    return calls
+
+
+def test_a_call_carries_at_most_max_call_bytes_in_whole_items() -> None:
+    acc = _accumulator(max_batch_records=100, max_batch_bytes=4, max_call_bytes=10)
+    _queue(acc, 0, [b"aa"] * 11)
+    # Items of 4 bytes; a third item would leave the call only 2 bytes of room: it waits for the next call whole.
+    assert _calls(acc, 0) == [
+        [[b"aa", b"aa"], [b"aa", b"aa"]],
+        [[b"aa", b"aa"], [b"aa", b"aa"]],
+        [[b"aa", b"aa"], [b"aa"]],
+    ]
+
+
+def test_items_stay_cut_by_records_when_those_are_the_smaller_bound() -> None:
+    acc = _accumulator(max_batch_records=2, max_batch_bytes=100, max_call_bytes=5)
+    _queue(acc, 0, [b"a"] * 7)
+    assert _calls(acc, 0) == [[[b"a", b"a"], [b"a", b"a"]], [[b"a", b"a"], [b"a"]]]
+
+
+def test_max_call_bytes_below_max_batch_bytes_bounds_the_items_too() -> None:
+    acc = _accumulator(max_batch_records=100, max_batch_bytes=1000, max_call_bytes=5)
+    _queue(acc, 0, [b"ab", b"cd", b"ef", b"g"])
+    assert acc.settings.max_item_bytes == 5
+    assert _calls(acc, 0) == [[[b"ab", b"cd"]], [[b"ef", b"g"]]]
+
+
+def test_a_record_larger_than_a_call_travels_alone_and_the_next_ones_follow() -> None:
+    acc = _accumulator(max_batch_records=100, max_batch_bytes=4, max_call_bytes=8)
+    big = b"x" * 20
+    _queue(acc, 0, [b"aa", big, b"bb", b"cc", b"dd", b"ee", b"ff"])
+    assert _calls(acc, 0) == [[[b"aa"]], [[big]], [[b"bb", b"cc"], [b"dd", b"ee"]], [[b"ff"]]]
+
+
+@pytest.mark.parametrize("size", [100, 1024, 10 * 1024, 64 * 1024, 1 << 20, 3 << 20])
+def test_default_calls_and_items_are_bounded_by_bytes_at_every_record_size(size: int) -> None:
+    """With the default settings no item exceeds max_batch_bytes and no call max_call_bytes (one record bigger
+    than an item travels alone), from 100-byte records to 3 MiB ones; every record is cut exactly once."""
+    settings = PublisherSettings()
+    acc = Accumulator("s", 1, settings, settings.max_items_per_call)
+    value = bytes(size)
+    count = max(10, (24 << 20) // size)
+    _queue(acc, 0, [value] * count)
+    calls = _calls(acc, 0)
+    assert sum(len(item) for call in calls for item in call) == count
+    for call in calls:
+        assert len(call) <= settings.max_items_per_call
+        for item in call:
+            assert len(item) <= settings.max_batch_records
+            assert len(item) == 1 or len(item) * size <= settings.max_batch_bytes
+        assert len(call) == 1 or sum(len(item) for item in call) * size <= settings.max_call_bytes
+
+
 def test_a_lane_lingers_until_its_batch_fills_or_a_flush() -> None:
     acc = _accumulator(linger_ms=1000, max_batch_records=3)
     _queue(acc, 0, [b"a"])
@@ -220,6 +280,8 @@ def test_batching_is_validated_once_with_the_same_words_everywhere() -> None:
             PublisherSettings.parse(StreamConfig("s"), bad)
     with pytest.raises(ConfigError, match=r"max_items_per_call must be an integer in \[1, 999\], got 1000"):
         PublisherSettings(max_items_per_call=1000)
+    with pytest.raises(ConfigError, match=r"max_call_bytes must be an integer in \[1, 2147483647\], got 0"):
+        PublisherSettings(max_call_bytes=0)
 
 
 def test_check_int_rejects_bools_and_names_the_range() -> None:

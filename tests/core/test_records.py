@@ -58,6 +58,29 @@ def test_round_trip_keeps_every_field_and_assigns_offsets() -> None:
     assert (view.producer_id, view.producer_seq, view.version) == (42, 7, FORMAT_VERSION)
 
 
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_records_read_are_the_records_the_constructor_makes(compression: str) -> None:
+    """Records made from a read item equal, hash and print as constructed ones, and are as frozen."""
+    records = _records()
+    item = encode_batch(records, producer_id=1, producer_seq=0, compression=compression)
+    view = decode_item(item, stream="orders", lane=2, sequence=4)
+    got = BatchPart("orders", 2, 4, view, 5, 40).records()
+    expected = [
+        Record(r.value, r.key, r.headers, r.timestamp_ms, make_offset(4, 5 + i), 2, "orders")
+        for i, r in enumerate(records[5:40])
+    ]
+    assert got == expected
+    assert [hash(r) for r in got] == [hash(r) for r in expected]
+    assert [repr(r) for r in got] == [repr(r) for r in expected]
+    assert all(type(r) is Record for r in got)
+    with pytest.raises(AttributeError):
+        got[0].value = b"changed"  # type: ignore[misc]
+    plain = encode_columns([b"x", b"yz"], timestamps=7, producer_id=1, producer_seq=0)  # no optional columns
+    assert BatchPart("s", 0, 0, decode_item(plain, stream="s", lane=0, sequence=0), 0, 2).records() == [
+        Record(b"x", None, (), 7, 0, 0, "s"), Record(b"yz", None, (), 7, 1, 0, "s")
+    ]
+
+
 def test_plain_values_and_uniform_timestamps_need_no_optional_columns() -> None:
     item = encode_columns([b"a", b"", b"ccc"], timestamps=123, producer_id=1, producer_seq=2, compression="none")
     flags = item[5]

@@ -12,6 +12,7 @@ from meteor_spark.server.protocol.frames import (
     BEGIN_FRAGMENT,
     END_FRAGMENT,
     IS_FINAL,
+    LARGE_FRAME,
     MAX_FRAME_SIZE,
     PREAMBLE,
     UNFRAGMENTED,
@@ -83,6 +84,56 @@ def test_random_chunking_of_many_messages() -> None:
         got += reader.feed(data[pos : pos + step])
         pos += step
     assert [m.frames[1].content for m in got] == payloads
+
+
+def reads(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def test_a_32_mib_frame_in_64_kib_reads_is_read_whole_and_copied_once() -> None:
+    """The frame path is linear: the reads of a big frame are joined once, never re-copied as the buffer grows."""
+    big = bytes(range(256)) * (32 * 1024 * 1024 // 256)
+    data = PREAMBLE + request(1, 1, b"before") + request(2, 2, big, b"tail") + request(3, 3, b"after")
+    reader = FrameReader()
+    got = [message for chunk in reads(data, 64 * 1024) for message in reader.feed(chunk)]
+    assert [m.request_header()[:2] for m in got] == [(1, 1), (2, 2), (3, 3)]
+    assert got[1].frames[1].content == big and got[1].frames[2].content == b"tail"
+    assert type(got[1].frames[1].content) is bytes
+    assert reader.buffered == 0
+    # Each byte copied once (the join), plus the read the frame starts in (buffered, then moved out of the buffer)
+    # and the one it ends in; appending to a growing buffer and copying the content out of it cost twice the frame.
+    assert reader.copied_bytes <= len(big) + 3 * 64 * 1024, reader.copied_bytes
+
+
+@pytest.mark.parametrize("read_type", [bytes, bytearray, memoryview])
+def test_large_frames_at_random_splits(read_type: type) -> None:
+    """Large frames split anywhere (in their header, at their last byte, with the next frames in the same read),
+    fed as bytes or as a caller's reusable buffer, come out whole and as immutable bytes."""
+    rng = random.Random(11)
+    payloads = [rng.randbytes(rng.choice([10, 3000, LARGE_FRAME - 7, LARGE_FRAME, 3 * LARGE_FRAME + 5]))
+                for _ in range(30)]
+    data = PREAMBLE + b"".join(request(9, i, p, b"x") for i, p in enumerate(payloads))
+    reader = FrameReader()
+    got = []
+    pos = 0
+    while pos < len(data):
+        step = rng.choice([1, 5, 6, 7, 100, 20_000, 70_000, 300_000, 2_000_000])
+        chunk = bytearray(data[pos : pos + step])
+        got += reader.feed(read_type(chunk))
+        chunk[:] = b"\x00" * len(chunk)  # the caller reuses its buffer: nothing may point into it
+        pos += step
+    assert [m.frames[1].content for m in got] == payloads
+    assert all(type(f.content) is bytes for m in got for f in m.frames)
+    assert reader.buffered == 0
+
+
+def test_release_drops_a_large_frame_under_way() -> None:
+    reader = FrameReader()
+    data = PREAMBLE + request(1, 1, bytes(4 * LARGE_FRAME))
+    assert reader.feed(data[: 2 * LARGE_FRAME]) == []
+    assert reader.buffered > LARGE_FRAME
+    reader.release()
+    assert reader.buffered == 0
 
 
 @pytest.mark.parametrize("start", [b"CP1", b"XYZ", b"HTTP/1.1", b"C\x00"])

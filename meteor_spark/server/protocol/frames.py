@@ -50,6 +50,8 @@ UNAUTHENTICATED_MESSAGE_LIMIT = 64 * 1024
 
 _FRAME_HEADER = struct.Struct("<iH")
 _DIRECT_MAX = 16 * 1024  # reads up to this size are cut without copying them into the buffer first
+#: A frame at least this long that has not fully arrived is gathered as a list of reads, joined once when complete.
+LARGE_FRAME = 256 * 1024
 _REQUEST_HEADER = struct.Struct("<iqi")
 _FRAGMENT_ID = struct.Struct("<q")
 
@@ -104,6 +106,12 @@ class FrameReader:
     connection not authenticated yet), a message whose frames add up to more than that or a fragmented one.
 
     The buffer holds only bytes that arrived: a frame's announced length is never allocated up front.
+
+    Cost is linear in the bytes received, and each byte is copied about once. Small frames are cut from the
+    received bytes or from a buffer whose consumed head is dropped once it dominates. A frame of ``LARGE_FRAME``
+    bytes or more that is still arriving is not appended to that buffer (whose growth re-copies it, and which a
+    bytes copy of the content would copy again): the reads holding it are kept as they are and joined once, into
+    the frame's content, when its last byte arrives. ``copied_bytes`` counts every byte this reader copied.
     """
 
     expect_preamble: bool = True
@@ -115,11 +123,20 @@ class FrameReader:
     _current: list[Frame] = field(default_factory=list)
     _current_bytes: int = 0
     _fragments: dict[int, list[Frame]] = field(default_factory=dict)
+    _large: list[bytes | memoryview] = field(default_factory=list)
+    """The reads received so far of a large frame's content (``_large_missing`` bytes of it still to come)."""
+    _large_missing: int = 0
+    _large_flags: int = 0
+    _large_length: int = 0
+    copied_bytes: int = 0
+    """Bytes copied by this reader so far (into its buffer, and into frame contents)."""
 
     def release(self) -> None:
         """Drop everything buffered (the connection closed): its memory goes back at once."""
         self._buffer = bytearray()
         self._pos = 0
+        self._large = []
+        self._large_missing = 0
         self._current = []
         self._current_bytes = 0
         self._fragments = {}
@@ -127,6 +144,10 @@ class FrameReader:
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Add received bytes; return the messages completed by them (possibly none)."""
         completed: list[Message] = []
+        if self._large_missing:
+            data = self._gather(data, completed)
+            if not data:
+                return completed
         buffer = self._buffer
         if not buffer and type(data) is bytes and len(data) <= _DIRECT_MAX and not self.expect_preamble:
             # The common case (small requests arriving whole): cut frames straight out of the received bytes, with
@@ -135,8 +156,10 @@ class FrameReader:
             pos = self._cut(data, data, 0, completed)
             if pos < len(data):
                 buffer += memoryview(data)[pos:]
+                self.copied_bytes += len(data) - pos
             return completed
         buffer += data
+        self.copied_bytes += len(data)
         pos = self._pos
         if self.expect_preamble:
             if len(buffer) < len(PREAMBLE):
@@ -189,21 +212,59 @@ class FrameReader:
                 if not self._current and flags & UNFRAGMENTED != UNFRAGMENTED:
                     raise ProtocolError("a fragmented message before authentication")
             if end - pos < length:
+                if length >= LARGE_FRAME:
+                    # Gather the rest of the frame read by read; what arrived of it leaves the buffer now.
+                    head: bytes | memoryview
+                    if copy:  # out of the buffer, which is reused
+                        head = bytes(view[pos + HEADER_SIZE : end])
+                        self.copied_bytes += len(head)
+                    else:  # a view of the received bytes, no copy
+                        head = memoryview(source)[pos + HEADER_SIZE : end]
+                    self._large = [head] if head else []
+                    self._large_missing = pos + length - end
+                    self._large_flags = flags
+                    self._large_length = length
+                    pos = end
                 break
             content = view[pos + HEADER_SIZE : pos + length]
-            frame = Frame(flags, bytes(content) if copy else content)  # type: ignore[arg-type]
+            if copy:
+                content = bytes(content)
+                self.copied_bytes += length - HEADER_SIZE
             pos += length
-            current = self._current
-            current.append(frame)
-            if message_limit:
-                self._current_bytes += length
-            if flags & IS_FINAL:
-                self._current = []
-                self._current_bytes = 0
-                message = self._complete(current)
-                if message is not None:
-                    completed.append(message)
+            self._add_frame(Frame(flags, content), length, completed)  # type: ignore[arg-type]
         return pos
+
+    def _gather(self, data: bytes | bytearray | memoryview, completed: list[Message]) -> bytes | memoryview:
+        """Take the next read of a large frame; once the frame is whole, join it (its one copy) and return the
+        bytes of ``data`` that follow it."""
+        missing = self._large_missing
+        if type(data) is not bytes:  # a caller's buffer may be reused: keep a copy (asyncio hands out bytes)
+            data = bytes(data)
+            self.copied_bytes += len(data)
+        if len(data) < missing:
+            self._large.append(data)
+            self._large_missing = missing - len(data)
+            return b""
+        parts = self._large
+        parts.append(memoryview(data)[:missing] if len(data) > missing else data)
+        content = b"".join(parts)
+        self.copied_bytes += len(content)
+        self._large = []
+        self._large_missing = 0
+        self._add_frame(Frame(self._large_flags, content), self._large_length, completed)
+        return memoryview(data)[missing:] if len(data) > missing else b""
+
+    def _add_frame(self, frame: Frame, length: int, completed: list[Message]) -> None:
+        current = self._current
+        current.append(frame)
+        if self.message_limit:
+            self._current_bytes += length
+        if frame.flags & IS_FINAL:
+            self._current = []
+            self._current_bytes = 0
+            message = self._complete(current)
+            if message is not None:
+                completed.append(message)
 
     def _complete(self, frames: list[Frame]) -> Message | None:
         first = frames[0]
@@ -231,8 +292,8 @@ class FrameReader:
 
     @property
     def buffered(self) -> int:
-        """Bytes received but not yet part of a complete message (frames of an unfinished message excluded)."""
-        return len(self._buffer) - self._pos
+        """Bytes received but not yet part of a complete frame (frames of an unfinished message excluded)."""
+        return len(self._buffer) - self._pos + sum(map(len, self._large))
 
 
 def encode_frames(frames: Sequence[tuple[int, bytes | bytearray | memoryview]]) -> list[bytes | bytearray | memoryview]:

@@ -1,0 +1,447 @@
+"""``meteor bench sizes``: how the core's cost grows with the work, next to the grid's own ingest in the same run.
+
+Two sweeps, each against an embedded grid in its own process, with the publisher's default settings (unless flags
+override them):
+
+- record size (100 B, 1 KiB, 10 KiB, 64 KiB): one publisher on a 1-lane stream, ``publish_many`` (lists of up to
+  10,000 records) and ``publish_async`` (one record a call, futures dropped), then one subscriber reading every
+  ``publish_many`` record as ``Record`` objects. Ceiling: raw ``add_all`` of the same ring items (encoded
+  beforehand: same records per item, same items per call as the publisher's settings cut them), one call in
+  flight, as the publisher does per lane;
+- lanes (1, 2, 4, 8) at one record size (100 B by default): one publisher's ``publish_many`` over the lanes and one
+  subscriber reading them all. Ceiling: raw ``add_all`` of the same items to that many rings, one call in flight
+  per ring.
+
+Every figure is the best of ``--repeats`` runs (the machine may be shared). Ratios are ours / ceiling. Values are
+random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both sweeps (needs matplotlib: the
+``notebook`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from meteor_spark.admin import delete_stream
+from meteor_spark.batching import PublisherSettings
+from meteor_spark.errors import ConfigError
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.publisher import Publisher
+from meteor_spark.server import EmbeddedGrid
+from meteor_spark.streams import StreamConfig
+from meteor_spark.subscriber import Subscriber
+from meteor_spark.tables import render_table
+from meteor_spark.wire import encode_columns
+
+SIZES = (100, 1024, 10 * 1024, 64 * 1024)
+LANES = (1, 2, 4, 8)
+MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
+PUBLISH_MANY_CHUNK = 10_000
+
+
+@dataclass(frozen=True)
+class SizesBenchOptions:
+    """One run's sizes (``--quick`` shrinks everything to seconds) and the publisher overrides."""
+
+    sizes: tuple[int, ...]
+    lanes: tuple[int, ...]
+    megabytes: int
+    max_records: int
+    lane_record_bytes: int
+    repeats: int
+    plot: str | None
+    max_batch_records: int | None
+    max_batch_bytes: int | None
+    max_call_bytes: int | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SizesBenchOptions:
+        quick = bool(getattr(args, "quick", False))
+        options = cls(
+            sizes=tuple(args.sizes) if args.sizes else SIZES,
+            lanes=tuple(args.lanes) if args.lanes else LANES,
+            megabytes=_given(args.megabytes, 4 if quick else 100),
+            max_records=_given(args.max_records, 20_000 if quick else 1_000_000),
+            lane_record_bytes=args.lane_record_bytes,
+            repeats=_given(args.repeats, 1 if quick else 3),
+            plot=args.plot,
+            max_batch_records=args.max_batch_records,
+            max_batch_bytes=args.max_batch_bytes,
+            max_call_bytes=args.max_call_bytes,
+        )
+        for name in ("megabytes", "max_records", "lane_record_bytes", "repeats"):
+            if getattr(options, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(options, name)}")
+        if any(size < 1 for size in options.sizes):
+            raise ConfigError(f"--sizes must be >= 1 byte each, got {list(options.sizes)}")
+        if any(not 1 <= lanes <= 64 for lanes in options.lanes):
+            raise ConfigError(f"--lanes must be 1..64 each, got {list(options.lanes)}")
+        options.publisher_settings()  # the overrides are validated once, here
+        return options
+
+    def publisher_overrides(self) -> dict[str, Any]:
+        """The publisher settings given on the command line (the rest are the defaults)."""
+        given = {
+            "max_batch_records": self.max_batch_records,
+            "max_batch_bytes": self.max_batch_bytes,
+            "max_call_bytes": self.max_call_bytes,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+    def publisher_settings(self) -> PublisherSettings:
+        return replace(PublisherSettings(), **self.publisher_overrides())
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds): 4 MB per size, one repeat")
+    parser.add_argument("--sizes", type=int, nargs="+", help="record sizes in bytes (default 100 1024 10240 65536)")
+    parser.add_argument("--lanes", type=int, nargs="+", help="lane counts of the lane sweep (default 1 2 4 8)")
+    parser.add_argument("--megabytes", type=int, default=None, help="MB published per size and lane count "
+                        "(default 100)")
+    parser.add_argument("--max-records", type=int, default=None, help="records per run at most (default 1M)")
+    parser.add_argument("--lane-record-bytes", type=int, default=100, help="record size of the lane sweep "
+                        "(default 100)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per figure, the best kept (default 3)")
+    parser.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of both sweeps (needs matplotlib)")
+    parser.add_argument("--max-batch-records", type=int, default=None, help="publisher override (default: the "
+                        "stream's, 1000)")
+    parser.add_argument("--max-batch-bytes", type=int, default=None, help="publisher override (default: the "
+                        "stream's, 1 MiB)")
+    parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 1 MiB)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    options = SizesBenchOptions.from_args(args)
+    if options.plot:
+        _pyplot()  # fail before minutes of measuring, not after
+    settings = options.publisher_settings()
+    figures: dict[str, Any] = {
+        "settings": {
+            "max_batch_records": settings.max_batch_records,
+            "max_batch_bytes": settings.max_batch_bytes,
+            "max_call_bytes": settings.max_call_bytes,
+            "max_items_per_call": settings.max_items_per_call,
+            "repeats": options.repeats,
+        },
+    }
+    with (
+        EmbeddedGrid(port=0, process=True) as member,
+        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
+    ):
+        figures["sizes"] = [_size_point(grid, options, settings, size) for size in options.sizes]
+        figures["lanes"] = [_lane_point(grid, options, settings, lanes) for lanes in options.lanes]
+    if options.plot:
+        plot(figures, options.plot)
+        figures["plot"] = options.plot
+    return figures
+
+
+# ------------------------------------------------------------------------------------------------ shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the publisher's settings cut records of one size: records per ring item, items per call."""
+
+    records_per_item: int
+    items_per_call: int
+
+    @classmethod
+    def of(cls, settings: PublisherSettings, record_bytes: int) -> Shape:
+        per_item = max(1, min(settings.max_batch_records, settings.max_item_bytes // record_bytes))
+        per_call = max(1, min(settings.max_items_per_call, settings.max_call_bytes // (per_item * record_bytes)))
+        return cls(per_item, per_call)
+
+
+def _pool(size: int, count: int) -> list[bytes]:
+    pool = [os.urandom(size) for _ in range(max(1, min(4096, (64 << 20) // size)))]
+    return (pool * (count // len(pool) + 1))[:count]
+
+
+def _records(options: SizesBenchOptions, size: int) -> int:
+    return max(1, min(options.max_records, options.megabytes * MB // size))
+
+
+def _best(repeats: int, measure: Callable[[], float]) -> float:
+    """The shortest of ``repeats`` runs of ``measure`` (seconds)."""
+    return min(measure() for _ in range(repeats))
+
+
+def _unique(prefix: str) -> str:
+    return f"bench-{prefix}-{os.getpid()}-{time.time_ns()}"
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+def _raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> float:
+    """Seconds to append pre-encoded calls to one fresh ring per entry, one call in flight per ring."""
+    rings = [grid.ring(_unique("raw")) for _ in calls_per_ring]
+    try:
+        start = time.perf_counter()
+        for round_calls in zip(*calls_per_ring, strict=True):
+            futures = [ring.add_all_async(call) for ring, call in zip(rings, round_calls, strict=True)]
+            for future in futures:
+                future.result()
+        return time.perf_counter() - start
+    finally:
+        for ring in rings:
+            ring.destroy()
+
+
+def _encoded_calls(values: list[bytes], shape: Shape, lanes: int) -> tuple[list[list[list[bytes]]], int]:
+    """The values cut into ring items and calls per lane (contiguous runs per lane, as ``publish_many`` spreads
+    keyless records), each lane padded to the same number of calls by repeating its last one (so every ring stays
+    busy to the end); and the number of records all those calls carry."""
+    per_lane = -(-len(values) // lanes)
+    out = []
+    records = []
+    step = shape.records_per_item
+    per_call = step * shape.items_per_call
+    for lane in range(lanes):
+        run = values[lane * per_lane:(lane + 1) * per_lane]
+        items = [
+            encode_columns(run[i:i + step], timestamps=0, producer_id=1, producer_seq=i)
+            for i in range(0, len(run), step)
+        ]
+        out.append([items[i:i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
+        records.append([len(run[i:i + per_call]) for i in range(0, len(run), per_call)])
+    rounds = max(len(calls) for calls in out)
+    total = sum(sum(counts) + (rounds - len(counts)) * counts[-1] for counts in records)
+    return [calls + [calls[-1]] * (rounds - len(calls)) for calls in out], total
+
+
+def _ceiling(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repeats: int) -> float:
+    """Records/s of raw ``add_all`` of ``values`` encoded beforehand (best of ``repeats``)."""
+    calls, records = _encoded_calls(values, shape, lanes)
+    return records / _best(repeats, lambda: _raw_add_all(grid, calls))
+
+
+def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
+    with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
+        start = time.perf_counter()
+        for i in range(0, len(values), PUBLISH_MANY_CHUNK):
+            pub.publish_many(values[i:i + PUBLISH_MANY_CHUNK])
+        pub.flush()
+        return time.perf_counter() - start
+
+
+def _publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
+    with Publisher(grid, stream, **overrides) as pub:
+        publish = pub.publish_async
+        start = time.perf_counter()
+        for value in values:
+            last = publish(value)
+        pub.flush()
+        elapsed = time.perf_counter() - start
+        last.result()
+        return elapsed
+
+
+def _consume(grid: Grid, stream: str, expected: int) -> float:
+    """Seconds for one subscriber to turn every record of ``stream`` into a ``Record`` object."""
+    with Subscriber(grid, stream, initial_offset_scheme="earliest") as sub:
+        seen = 0
+        start = time.perf_counter()
+        deadline = start + 600
+        while seen < expected:
+            for _record in sub.poll(1000):
+                seen += 1
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the subscriber saw {seen} of {expected} records of {stream!r} in 600 s")
+        return time.perf_counter() - start
+
+
+def _stream(prefix: str, lanes: int, records: int, shape: Shape) -> StreamConfig:
+    items = -(-records // shape.records_per_item) + 2 * lanes
+    return StreamConfig(_unique(prefix), lanes=lanes, capacity=max(1000, 2 * items // lanes + 100))
+
+
+def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, size: int) -> dict[str, Any]:
+    n = _records(options, size)
+    n_async = max(1, n // 4)
+    values = _pool(size, n)
+    shape = Shape.of(settings, size)
+    overrides = options.publisher_overrides()
+    ceiling = _ceiling(grid, values, shape, 1, options.repeats)
+    consumed: list[float] = []
+
+    def many() -> float:
+        stream = _stream("many", 1, n, shape)
+        try:
+            elapsed = _publish_many(grid, stream, overrides, values)
+            consumed.append(_consume(grid, stream.name, n))
+            return elapsed
+        finally:
+            delete_stream(grid, stream.name)
+
+    def one_by_one() -> float:
+        stream = StreamConfig(_unique("async"), capacity=1000)  # overwritten: nobody reads it
+        try:
+            return _publish_async(grid, stream, overrides, values[:n_async])
+        finally:
+            delete_stream(grid, stream.name)
+
+    many_s = _best(options.repeats, many)
+    async_s = _best(options.repeats, one_by_one)
+    return {
+        "record_bytes": size,
+        "records": n,
+        "records_per_item": shape.records_per_item,
+        "items_per_call": shape.items_per_call,
+        "ceiling_records_s": ceiling,
+        "publish_many_records_s": n / many_s,
+        "publish_async_records_s": n_async / async_s,
+        "consume_records_s": n / min(consumed),
+    }
+
+
+def _lane_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, lanes: int) -> dict[str, Any]:
+    size = options.lane_record_bytes
+    n = _records(options, size)
+    values = _pool(size, n)
+    shape = Shape.of(settings, size)
+    overrides = options.publisher_overrides()
+    ceiling = _ceiling(grid, values, shape, lanes, options.repeats)
+    consumed: list[float] = []
+
+    def many() -> float:
+        stream = _stream("lanes", lanes, n, shape)
+        try:
+            elapsed = _publish_many(grid, stream, overrides, values)
+            consumed.append(_consume(grid, stream.name, n))
+            return elapsed
+        finally:
+            delete_stream(grid, stream.name)
+
+    many_s = _best(options.repeats, many)
+    return {
+        "lanes": lanes,
+        "record_bytes": size,
+        "records": n,
+        "ceiling_records_s": ceiling,
+        "publish_many_records_s": n / many_s,
+        "consume_records_s": n / min(consumed),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ output
+
+
+def size_label(size: int) -> str:
+    """``100 B``, ``1 KiB``, ``64 KiB``, ``1.5 MiB``."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} B"
+
+
+def _mbs(point: dict[str, Any], key: str) -> float:
+    return float(point[key] * point["record_bytes"] / MB)
+
+
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the tables ``meteor bench sizes`` prints."""
+    settings = figures["settings"]
+    rows: list[tuple[str, ...]] = []
+    for p in figures["sizes"]:
+        ceiling = p["ceiling_records_s"]
+        rows.append((
+            size_label(p["record_bytes"]),
+            f"{p['records_per_item']:,} x {p['items_per_call']}",
+            f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
+            f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
+            f"{p['publish_many_records_s'] / ceiling:.2f}",
+            f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
+            f"{p['publish_async_records_s'] / ceiling:.2f}",
+            f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
+        ))
+    sizes = render_table(
+        ("record", "rec/item x items/call", "ceiling: raw add_all", "publish_many", "ratio", "publish_async",
+         "ratio", "one subscriber, Records"),
+        rows,
+    )
+    rows = []
+    for p in figures["lanes"]:
+        ceiling = p["ceiling_records_s"]
+        rows.append((
+            str(p["lanes"]),
+            f"{ceiling:,.0f}/s ({_mbs(p, 'ceiling_records_s'):,.0f} MB/s)",
+            f"{p['publish_many_records_s']:,.0f}/s ({_mbs(p, 'publish_many_records_s'):,.0f} MB/s)",
+            f"{p['publish_many_records_s'] / ceiling:.2f}",
+            f"{p['consume_records_s']:,.0f}/s ({_mbs(p, 'consume_records_s'):,.0f} MB/s)",
+        ))
+    lane_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
+    lanes = render_table(
+        (f"lanes ({size_label(lane_bytes)} records)", "ceiling: raw add_all", "publish_many", "ratio",
+         "one subscriber, Records"),
+        rows,
+    )
+    notes = [
+        f"publisher settings: max_batch_records={settings['max_batch_records']:,}, max_batch_bytes="
+        f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
+        f"{settings['max_items_per_call']}; best of {settings['repeats']} run(s) per figure",
+        "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
+        "flight per ring, measured in the same run",
+    ]
+    if "plot" in figures:
+        notes.append(f"plot written to {figures['plot']}")
+    return "\n".join([sizes, "", lanes, *notes])
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or ``ConfigError`` saying how to install it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib: pip install 'meteor-spark[notebook]' (or pip install matplotlib)"
+        ) from None
+    return pyplot
+
+
+def plot(figures: dict[str, Any], path: str) -> None:
+    """Write a PNG of both sweeps: MB/s by record size, records/s by lane count, each with its ceiling."""
+    pyplot = _pyplot()
+    fig, (by_size, by_lanes) = pyplot.subplots(1, 2, figsize=(12, 4.5))
+    sizes = [p["record_bytes"] for p in figures["sizes"]]
+    for key, label, style in (
+        ("ceiling_records_s", "ceiling: raw add_all", "k--"),
+        ("publish_many_records_s", "publish_many", "o-"),
+        ("publish_async_records_s", "publish_async", "s-"),
+        ("consume_records_s", "one subscriber (Records)", "^-"),
+    ):
+        by_size.plot(sizes, [_mbs(p, key) for p in figures["sizes"]], style, label=label)
+    by_size.set_xscale("log")
+    by_size.set_xticks(sizes, [size_label(s) for s in sizes])
+    by_size.set_xlabel("record size")
+    by_size.set_ylabel("MB/s")
+    by_size.set_title("one publisher, one lane")
+    by_size.legend()
+    lanes = [p["lanes"] for p in figures["lanes"]]
+    for key, label, style in (
+        ("ceiling_records_s", "ceiling: raw add_all", "k--"),
+        ("publish_many_records_s", "publish_many", "o-"),
+        ("consume_records_s", "one subscriber (Records)", "^-"),
+    ):
+        by_lanes.plot(lanes, [p[key] for p in figures["lanes"]], style, label=label)
+    by_lanes.set_xticks(lanes)
+    by_lanes.set_xlabel("lanes")
+    by_lanes.set_ylabel("records/s")
+    record_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
+    by_lanes.set_title(f"one publisher, {size_label(record_bytes)} records")
+    by_lanes.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    pyplot.close(fig)

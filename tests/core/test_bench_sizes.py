@@ -1,0 +1,67 @@
+"""``meteor bench sizes --quick`` runs end to end, reports every figure and writes its plot (values are not judged:
+timing never decides pass/fail)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+from meteor_spark.batching import PublisherSettings
+from meteor_spark.bench import sizes
+from meteor_spark.errors import ConfigError
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    sizes.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.slow
+@pytest.mark.embedded_only
+def test_quick_sweeps_report_every_point_and_write_the_plot(tmp_path: Path) -> None:
+    png = tmp_path / "sweeps.png"
+    figures = sizes.run(_args("--quick", "--sizes", "100", "5000", "--lanes", "1", "3", "--megabytes", "1",
+                              "--max-records", "3000", "--max-call-bytes", "65536", "--plot", str(png)))
+    assert [p["record_bytes"] for p in figures["sizes"]] == [100, 5000]
+    assert [p["lanes"] for p in figures["lanes"]] == [1, 3]
+    assert figures["settings"]["max_call_bytes"] == 65536
+    assert figures["sizes"][1]["records_per_item"] == 13 and figures["sizes"][1]["items_per_call"] == 1
+    for point in figures["sizes"] + figures["lanes"]:
+        rates = [value for key, value in point.items() if key.endswith("_records_s")]
+        assert len(rates) >= 3 and all(rate > 0 for rate in rates)
+    assert png.read_bytes().startswith(b"\x89PNG")
+    printed = sizes.render(figures)
+    assert "publish_many" in printed and "publish_async" in printed and "lanes (100 B records)" in printed
+    assert "max_call_bytes=65,536" in printed and str(png) in printed
+
+
+def test_the_shape_is_the_accumulators_cut_of_uniform_records() -> None:
+    settings = PublisherSettings()
+    assert sizes.Shape.of(settings, 100) == sizes.Shape(1000, 10)  # 100 kB items: 10 fit in 1 MiB
+    assert sizes.Shape.of(settings, 10 * 1024) == sizes.Shape(102, 1)
+    assert sizes.Shape.of(settings, 3 << 20) == sizes.Shape(1, 1)  # an oversized record travels alone
+
+
+def test_size_labels() -> None:
+    assert [sizes.size_label(n) for n in (100, 1024, 10 * 1024, 64 * 1024, 3 << 19)] == [
+        "100 B", "1 KiB", "10 KiB", "64 KiB", "1.5 MiB"
+    ]
+
+
+def test_bad_options_are_refused_before_anything_runs() -> None:
+    with pytest.raises(ConfigError, match="--repeats must be >= 1, got 0"):
+        sizes.SizesBenchOptions.from_args(_args("--repeats", "0"))
+    with pytest.raises(ConfigError, match="max_call_bytes must be an integer"):
+        sizes.SizesBenchOptions.from_args(_args("--max-call-bytes", "0"))
+    with pytest.raises(ConfigError, match=r"--lanes must be 1\.\.64"):
+        sizes.SizesBenchOptions.from_args(_args("--lanes", "0"))
+
+
+def test_plot_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'meteor-spark\[notebook\]'"):
+        sizes.run(_args("--quick", "--plot", "x.png"))
