@@ -339,11 +339,50 @@ def _check_runner() -> None:
     )
 
 
+# ------------------------------------------- hazelcast-python-client: a client whose connections go through a proxy
+
+_ROUTING_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+def route_member_through(client: Any, member_port: int, proxy_address: str, *, retry_pause_s: float) -> None:
+    """Make every connection ``client`` opens to the member listening on ``member_port`` go to ``proxy_address``
+    instead, reconnections included, and retry invocations that found no connection after ``retry_pause_s``.
+
+    For tests that cut connections (``meteor_spark.testing.TcpProxy``): the client reconnects to the addresses of
+    the member list, which name the member itself, so the proxy must be put in the address provider's
+    translation (private, ``_connection_manager._address_provider``); the retry pause (1 s by default) is
+    ``_invocation_service._invocation_retry_pause``.
+    """
+    provider = client._connection_manager._address_provider
+    proxied = provider.load_addresses()[0][0]
+    if proxied.port != int(proxy_address.rsplit(":", 1)[1]):
+        raise ValueError(f"the client was not connected through {proxy_address}: its first address is {proxied}")
+    original = provider.translate
+    provider.translate = lambda address: proxied if address.port == member_port else original(address)
+    client._invocation_service._invocation_retry_pause = retry_pause_s
+
+
+def _check_routing() -> None:
+    from hazelcast import client, connection, invocation
+
+    assert "self._connection_manager" in inspect.getsource(client.HazelcastClient.__init__), (
+        "HazelcastClient no longer has `_connection_manager`"
+    )
+    assert "self._address_provider.translate(" in inspect.getsource(connection.ConnectionManager), (
+        "ConnectionManager no longer translates addresses through `_address_provider.translate`"
+    )
+    assert "self._invocation_retry_pause" in inspect.getsource(invocation.InvocationService.__init__), (
+        "InvocationService no longer has `_invocation_retry_pause`"
+    )
+
+
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
     Coupling("dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)", _HAZELCAST,
              _INVOKE_WRITTEN_FOR, _check_invoke),
+    Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR,
+             _check_routing),
     Coupling("SIGTERM hook in Spark's streaming source runner (spark/reader.py)", _PYSPARK, _RUNNER_WRITTEN_FOR,
              _check_runner),
 )

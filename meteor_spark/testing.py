@@ -7,7 +7,11 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from meteor_spark.grid import Grid, GridSettings
 
 T = TypeVar("T")
 
@@ -57,6 +61,17 @@ class TcpProxy:
         self.dropped = 0
         self._acceptor = threading.Thread(target=self._accept_loop, name=f"tcp-proxy-{self.address}", daemon=True)
         self._acceptor.start()
+
+    def connect(self, settings: GridSettings, *, retry_pause_s: float = 0.05) -> Grid:
+        """A grid client whose every connection to the proxied member goes through this proxy, reconnections
+        included (``compat.route_member_through``), retrying an invocation that found no connection after
+        ``retry_pause_s`` (the client's 1 s default makes a test slow)."""
+        from meteor_spark.compat import route_member_through
+        from meteor_spark.grid import Grid
+
+        grid = Grid(replace(settings, members=(self.address,)))
+        route_member_through(grid.client, self.target[1], self.address, retry_pause_s=retry_pause_s)
+        return grid
 
     def drop(self) -> int:
         """Reset every connection open through the proxy now; returns how many were cut."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -201,31 +200,13 @@ def proxy(grid_settings: GridSettings) -> Iterator[TcpProxy]:
         yield running
 
 
-def _grid_through(proxy: TcpProxy, settings: GridSettings) -> Grid:
-    """A client whose connections to the proxied member all go through the proxy, reconnections included.
-
-    The client reconnects to the addresses of the member list first, which name the member itself; its address
-    provider's translation (a private detail of hazelcast-python-client) sends that member's address to the proxy.
-    """
-    grid = Grid(replace(settings, members=(proxy.address,)))
-    manager = grid.client._connection_manager
-    provider = manager._address_provider
-    proxied = provider.load_addresses()[0][0]
-    original = provider.translate
-    target_port = proxy.target[1]
-    provider.translate = lambda address: proxied if address.port == target_port else original(address)
-    # Invocations that found no connection are retried after this pause (1 s by default): short, for a fast test.
-    grid.client._invocation_service._invocation_retry_pause = 0.05
-    return grid
-
-
 def _publish_while_cutting(
     grid_settings: GridSettings, proxy: TcpProxy, name: str, *, idempotent: bool, records: int, cut_every: int
 ) -> dict[str, Any]:
     """Publish ``records`` numbered records in many small ``add_all`` calls, cutting every connection right after
     every ``cut_every``-th call was handed to the client (so the call is in flight)."""
     lanes = 2
-    through = _grid_through(proxy, grid_settings)
+    through = proxy.connect(grid_settings)
     try:
         pub = Publisher(
             through,
