@@ -71,7 +71,6 @@ from meteor_spark.errors import (
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
-    StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
 from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key, parse_key
@@ -85,9 +84,9 @@ from meteor_spark.offsets import (
     resolve_initial,
     sequence_of,
 )
-from meteor_spark.publisher import Publisher
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
+from meteor_spark.refusals import dead_letter_publisher
 from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
@@ -245,12 +244,7 @@ class SharedSubscriber:
         self.rejected_records = 0
         self.dead_lettered_records = 0
         self.refused_records = 0
-        self._dead_letters: Publisher | None = None
-        if dead_letter_stream is not None:
-            try:
-                self._dead_letters = Publisher(grid, dead_letter_stream)
-            except StreamNotFoundError:
-                self._dead_letters = Publisher(grid, StreamConfig(dead_letter_stream))
+        self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
 
     # ------------------------------------------------------------------------------------------------ polling
 

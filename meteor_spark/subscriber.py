@@ -53,7 +53,7 @@ from collections import deque
 from typing import Any
 
 from meteor_spark.auto_confirm import AutoConfirm
-from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_for_record, dead_letter_record
+from meteor_spark.corrupt import CorruptItemPolicy
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -64,7 +64,6 @@ from meteor_spark.errors import (
     MeteorError,
     NotAssignedError,
     OffsetOutOfRangeError,
-    StreamNotFoundError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.groups import GroupMember
@@ -78,11 +77,11 @@ from meteor_spark.offsets import (
     resolve_initial,
     sequence_of,
 )
-from meteor_spark.publisher import Publisher
 from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.records import BatchPart, Record, RecordBatch
-from meteor_spark.serializers import DecodedLane, Deserializer, deserialize_lane, deserializer
+from meteor_spark.refusals import Refusals
+from meteor_spark.serializers import DecodedLane, Deserializer, deserializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.validate import check_int
@@ -275,11 +274,8 @@ class Subscriber:
         self._active = True
         self.skipped_items = 0
         self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
-        self.corrupt_items = 0
-        self.corrupt: list[tuple[int, int]] = []  # (lane, sequence) of every undecodable item passed over
         self.delivered_records = 0
-        self.undecodable_records = 0
-        self._dead_letters: Any = None
+        self._refusals: Refusals | None = None
         if group is None:
             for lane in range(self.info.lanes):
                 ring = grid.ring(self.info.ring_names[lane])
@@ -297,13 +293,12 @@ class Subscriber:
                         f"initial_offset_scheme NONE: group {group!r} has no confirmed offset on stream "
                         f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
                     )
-        if self.corrupt_policy.dead_letter_stream is not None:
-            try:
-                self._dead_letters = _dead_letter_publisher(grid, self.corrupt_policy.dead_letter_stream)
-            except BaseException:
-                if self._member is not None:
-                    self._member.close()
-                raise
+        try:
+            self._refusals = Refusals(grid, self.stream, self.corrupt_policy)
+        except BaseException:
+            if self._member is not None:
+                self._member.close()
+            raise
         self._detach_metrics = attach_metrics(registry, self)
 
     # ------------------------------------------------------------------------------------------------ state
@@ -470,30 +465,19 @@ class Subscriber:
         with self._lock:
             todo = [(state, state.bad) for state in self._lanes.values() if state.bad is not None]
         for state, (sequence, raw, error) in todo:
-            mode = self.corrupt_policy.mode
-            if mode == "error":
+            if self.corrupt_policy.is_error:
                 with self._lock:
                     state.bad = None
                     state.error = error
                 continue
-            if mode == "dead_letter":
-                record = dead_letter_record(raw, stream=self.stream, lane=state.lane, sequence=sequence, error=error)
-                self._dead_letters.publish(record)  # returns once the grid acknowledged it
+            self.refusals.dead_letter_item(state.lane, sequence, raw, error)  # returns once the grid acknowledged it
             with self._lock:
                 if state.bad is None or state.bad[0] != sequence or state.fetch_seq != sequence:
                     continue  # sought meanwhile
                 state.bad = None
                 state.fetch_seq = sequence + 1
                 state.passed()
-                self.corrupt_items += 1
-                self.corrupt.append((state.lane, sequence))
-            logger.warning(
-                "stream %r lane %d: passed over the undecodable ring item at sequence %d (offset %d)%s: %s",
-                self.stream, state.lane, sequence, first_offset_of(sequence),
-                f" after publishing it to dead-letter stream {self.corrupt_policy.dead_letter_stream!r}"
-                if mode == "dead_letter" else " (on_corrupt=skip)",
-                error,
-            )
+                self.refusals.passed_item(state.lane, sequence, error)
 
     def _issue_reads(self) -> None:
         with self._lock:
@@ -667,32 +651,7 @@ class Subscriber:
         return self._value_deserializer is not None or self._key_deserializer is not None
 
     def _deserialize(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
-        """Deserialize the records taken, lane by lane, applying ``on_corrupt`` to those refused: with ``error``
-        a lane's taken parts are cut before its first refused record; a dead letter is acknowledged before the
-        record is passed over (a failure raises before any position moved: the next poll retries)."""
-        policy = self.corrupt_policy
-        decoded: dict[int, DecodedLane] = {}
-        for lane, parts in taken.items():
-            result_ = deserialize_lane(
-                parts, self._value_deserializer, self._key_deserializer, stop_at_failure=policy.is_error
-            )
-            if result_.stopped is not None:
-                taken[lane] = result_.parts
-            for raw, error in result_.refused:
-                if policy.mode == "dead_letter":
-                    self._dead_letters.publish(dead_letter_for_record(raw, error))
-            decoded[lane] = result_
-        for lane_result in decoded.values():
-            for raw, error in lane_result.refused:
-                self.undecodable_records += 1
-                logger.warning(
-                    "stream %r lane %d: passed over the record at offset %d%s: %s",
-                    self.stream, raw.lane, raw.offset,
-                    f" after publishing it to dead-letter stream {policy.dead_letter_stream!r}"
-                    if policy.mode == "dead_letter" else " (on_corrupt=skip)",
-                    error,
-                )
-        return decoded
+        return self.refusals.deserialize(taken, self._value_deserializer, self._key_deserializer)
 
     def _stop_at(self, state: _Lane, offset: int, error: MeteorError) -> None:
         """Stop ``state`` at the record ``offset`` with ``error`` once the records before it are delivered: what
@@ -948,6 +907,24 @@ class Subscriber:
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
+    @property
+    def refusals(self) -> Refusals:
+        """Undecodable items and refused records: dead letters and counts (``meteor_spark.refusals``)."""
+        assert self._refusals is not None
+        return self._refusals
+
+    @property
+    def corrupt_items(self) -> int:
+        return self.refusals.corrupt_items
+
+    @property
+    def corrupt(self) -> list[tuple[int, int]]:
+        return self.refusals.corrupt
+
+    @property
+    def undecodable_records(self) -> int:
+        return self.refusals.undecodable_records
+
     def metrics(self) -> dict[str, int]:
         """Counters since creation; grouped, also the group member's lease figures and the lanes it holds."""
         figures = {
@@ -989,8 +966,7 @@ class Subscriber:
             if member is not None:
                 member.close()
         finally:
-            if self._dead_letters is not None:
-                self._dead_letters.close()
+            self.refusals.close()
 
     def __enter__(self) -> Subscriber:
         return self
@@ -1002,10 +978,3 @@ class Subscriber:
         kind = f"group {self.group!r}" if self.group else "ungrouped"
         return f"Subscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
 
-
-def _dead_letter_publisher(grid: Grid, name: str) -> Any:
-    """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
-    try:
-        return Publisher(grid, name)
-    except StreamNotFoundError:
-        return Publisher(grid, StreamConfig(name))
