@@ -30,6 +30,7 @@ ERRORS = {
     "StreamConfigConflictError",
     "StreamDeletedError",
     "StreamNotFoundError",
+    "TransactionAbortedError",
     "UnsupportedFormatVersionError",
 }
 
