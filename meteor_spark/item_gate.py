@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from meteor_spark import transactions
@@ -94,9 +94,10 @@ class ItemGate:
         self._txn_of: dict[int, str] = {}  # producer id -> transaction key (never changes)
         self._decided: dict[str, TxnState] = {}  # transaction key -> final state
         self._open: dict[str, tuple[float, TxnState]] = {}  # transaction key -> (when looked up, state)
-        self._last_seq: dict[int, dict[int, int]] = {}  # lane -> producer id -> highest producer_seq passed on
-        self._last_checked: dict[int, int] = {}  # lane -> ring sequence of the last item decided
-        self._held: dict[int, float] = {}  # lane -> clock time until which it waits at an open transaction
+        # Lanes are keys: a lane number (one stream), or (stream, lane) for a reader of several streams.
+        self._last_seq: dict[Hashable, dict[int, int]] = {}  # lane -> producer id -> highest producer_seq passed on
+        self._last_checked: dict[Hashable, int] = {}  # lane -> ring sequence of the last item decided
+        self._held: dict[Hashable, float] = {}  # lane -> clock time until which it waits at an open transaction
         self.aborted_items = 0
         self.aborted_records = 0
         self.duplicate_items = 0
@@ -104,7 +105,7 @@ class ItemGate:
 
     # ------------------------------------------------------------------------------------------------ verdicts
 
-    def check(self, lane: int, sequence: int, producer: ProducerFields) -> str:
+    def check(self, lane: Hashable, sequence: int, producer: ProducerFields) -> str:
         """``DELIVER``, ``ABORTED``, ``DUPLICATE`` or ``WAIT`` for the item at ring ``sequence`` of ``lane``; what
         is passed on is remembered (duplicates), what is dropped is counted.
 
@@ -138,11 +139,11 @@ class ItemGate:
 
     # ------------------------------------------------------------------------------------------------ waiting
 
-    def hold(self, lane: int) -> None:
+    def hold(self, lane: Hashable) -> None:
         """``lane`` met an open transaction: its reader reads it again after ``RECHECK_S`` (``held``)."""
         self._held[lane] = self._clock() + RECHECK_S
 
-    def held(self, lane: int) -> bool:
+    def held(self, lane: Hashable) -> bool:
         until = self._held.get(lane)
         if until is None:
             return False

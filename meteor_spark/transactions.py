@@ -120,7 +120,7 @@ def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, batch_key:
             (``BatchCommittedError``).
     """
     if batch_key is not None:
-        _take_batch(grid, batch_key, key)
+        take_batch(grid, batch_key, key)
     txns = grid.map(TXNS_MAP)
     for _ in range(_CAS_ATTEMPTS):
         deadline = _now_ms() + timeout_ms
@@ -148,7 +148,12 @@ class BatchCommittedError(TransactionAbortedError):
     """Another run of the query already committed this batch: the caller publishes nothing (a replay)."""
 
 
-def _take_batch(grid: Grid, batch_key: str, key: str) -> None:
+def take_batch(grid: Grid, batch_key: str, key: str) -> None:
+    """Make transaction ``key`` the owner of ``batch_key``; another run's open transaction of it is aborted.
+
+    Raises:
+        BatchCommittedError: another run already committed the batch (publish nothing: a replay).
+    """
     batches = grid.map(BATCHES_MAP)
     for _ in range(_CAS_ATTEMPTS):
         owner = batches.get(batch_key)

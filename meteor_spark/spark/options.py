@@ -27,8 +27,8 @@ from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
 from meteor_spark.item_gate import ISOLATIONS, parse_isolation
-from meteor_spark.transactions import DEFAULT_TIMEOUT_MS
 from meteor_spark.streams import StreamConfig
+from meteor_spark.transactions import DEFAULT_TIMEOUT_MS
 
 #: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
 #: they are not typos.
