@@ -86,8 +86,9 @@ class ItemGate:
     """
 
     def __init__(self, grid: Grid, isolation: str | None = READ_UNCOMMITTED, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, abort_expired: bool = True) -> None:
         self._grid = grid
+        self._abort_expired = abort_expired  # False for tools that only look (lag reports)
         self.isolation = parse_isolation(isolation)
         self.read_committed = self.isolation == READ_COMMITTED
         self._clock = clock
@@ -187,7 +188,7 @@ class ItemGate:
                 f"transaction {key!r} of producer {producer_id} is missing from map {transactions.TXNS_MAP!r} (was "
                 f"the grid restarted without persistence?); read with isolation=read_uncommitted"
             )
-        if not state.decided and state.deadline_ms < int(time.time() * 1000):
+        if self._abort_expired and not state.decided and state.deadline_ms < int(time.time() * 1000):
             state = transactions.abort_expired(self._grid, key) or state
         if state.decided:
             self._open.pop(key, None)

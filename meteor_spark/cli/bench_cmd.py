@@ -20,6 +20,7 @@ AREAS: dict[str, str] = {
     "grid": "the embedded grid: 64 KiB ring items through add_all/read_many, small map get/put (MB/s, ops/s, p50/p99)",
     "pubsub": "the core: one publisher, 4 publishers x 16 subscribers, request/reply latency (records/s, p50/p99)",
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
+    "transactions": "the Spark sink transactional vs plain, read_committed vs read_uncommitted (records/s)",
 }
 
 
@@ -36,7 +37,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "latency next to a ceiling measured in the same run. `meteor bench AREA --help` shows the area's flags; "
             "--quick runs small sizes in seconds."
         ),
-        epilog="\n".join(f"  {name:7s} {text}" for name, text in AREAS.items()),
+        epilog="\n".join(f"  {name:{max(map(len, AREAS))}s} {text}" for name, text in AREAS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     areas = bench.add_subparsers(dest="area", metavar="AREA", title="areas")

@@ -53,10 +53,11 @@ def test_all_runs_every_area_and_keeps_going_after_a_failure(
         module.render = lambda figures: f"{name} table"  # type: ignore[attr-defined]
         return module
 
-    modules = {"grid": fake("grid"), "pubsub": fake("pubsub", fail=True), "spark": fake("spark")}
+    modules = {"grid": fake("grid"), "pubsub": fake("pubsub", fail=True), "spark": fake("spark"),
+               "transactions": fake("transactions")}
     monkeypatch.setattr(bench_cmd, "_module", lambda name: modules[name])
     run = meteor("bench", "all", "--quick", connect=False)
-    assert calls == [("grid", True), ("pubsub", True), ("spark", True)]
+    assert calls == [("grid", True), ("pubsub", True), ("spark", True), ("transactions", True)]
     assert run.code == 1 and "area(s) failed: pubsub" in run.err
     assert "read.records_per_s" in run.out and "1,234,567" in run.out and "0.5" in run.out
     assert "grid table" in run.out and "spark table" in run.out and "pubsub table" not in run.out

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from meteor_spark import transactions
+from meteor_spark.admin import lag_report, seek_group
 from meteor_spark.errors import ConfigError, TransactionAbortedError
 from meteor_spark.grid import Grid
 from meteor_spark.item_gate import ItemGate, stable_end
@@ -183,3 +184,19 @@ def test_unknown_isolation_is_refused(grid: Grid, unique_name: str) -> None:
     open_stream(grid, StreamConfig(unique_name, lanes=1))
     with pytest.raises(ConfigError, match="is not supported; use one of"):
         Subscriber(grid, unique_name, isolation="serializable")
+
+
+def test_lag_report_shows_the_last_stable_offset(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=1))
+    _plain(grid, unique_name, [b"before"])
+    key = f"{unique_name}/t1"
+    producer = _publish(grid, unique_name, key, [b"in-txn"], timeout_ms=1)  # past its deadline: still only looked at
+    _plain(grid, unique_name, [b"after"])
+    seek_group(grid, info, "g", {0: 0})
+    (lane,) = lag_report(grid, info, "g", count_records=True)
+    assert (lane.stable_sequence, lane.next_sequence, lane.records) == (1, 3, 3)
+    assert transactions.state_of(grid, key).state == transactions.OPEN  # type: ignore[union-attr]  # tools never abort
+    transactions.abort(grid, key, "test")
+    (lane,) = lag_report(grid, info, "g", count_records=True)
+    assert lane.stable_sequence is None
+    assert producer
