@@ -13,8 +13,10 @@ import pytest
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
 from meteor_spark import transactions
+from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
+from meteor_spark.spark.options import SinkOptions, SourceOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -98,3 +100,16 @@ def test_batch_write_is_one_transaction(
     stored = grid.map(transactions.TXNS_MAP).keys()
     keys = [k for k in stored if k.startswith("write/")]
     assert keys and all(transactions.state_of(grid, k).state == transactions.COMMITTED for k in keys)  # type: ignore[union-attr]
+
+
+def test_transaction_options_are_parsed_once() -> None:
+    sink = SinkOptions.parse({"stream": "s"})
+    assert (sink.transactional, sink.transaction_timeout_ms) == (True, transactions.DEFAULT_TIMEOUT_MS)
+    sink = SinkOptions.parse({"stream": "s", "transactional": "false", "transactionTimeoutMs": "5000"})
+    assert (sink.transactional, sink.transaction_timeout_ms) == (False, 5000)
+    assert SourceOptions.parse({"stream": "s"}).isolation == "read_uncommitted"
+    assert SourceOptions.parse({"stream": "s", "isolation": "READ_COMMITTED"}).isolation == "read_committed"
+    with pytest.raises(ConfigError, match="option 'isolation' 'serializable' is not supported; use one of"):
+        SourceOptions.parse({"stream": "s", "isolation": "serializable"})
+    with pytest.raises(ConfigError, match="transactionTimeoutMs"):
+        SinkOptions.parse({"stream": "s", "transactionTimeoutMs": "0"})
