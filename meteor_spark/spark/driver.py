@@ -152,10 +152,15 @@ class DriverState:
 
     def stable_end(self, key: tuple[str, int], start: int, end: int) -> int:
         """``read_committed``: the lane's last stable sequence in ``[start, end)`` (``item_gate.stable_end``); the
-        items found decided are not read again by later batches. ``read_uncommitted``: ``end``."""
+        items found decided are not read again by later batches. ``read_uncommitted``: ``end``.
+
+        With ``maxOffsetsPerTrigger`` the headers scanned stop that many items after ``start`` (the batch admits no
+        more of the lane), so a large backlog is not read on the driver at once."""
         if not self.gate.read_committed:
             return end
         stream, lane = key
+        if self.options.max_offsets_per_trigger is not None:
+            end = min(end, start + self.options.max_offsets_per_trigger)
         known = self.stable.get(key, start)
         if known >= end:
             return end

@@ -19,6 +19,16 @@ from meteor_spark.records import encode_batch
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from meteor_spark.wire import (
+    FLAG_TRANSACTIONAL,
+    ItemFraming,
+    ItemProducer,
+    decode_item,
+    encode_batch_v0,
+    encode_prepared,
+    item_producer,
+    prepare_columns,
+)
 
 
 def _publish(grid: Grid, stream: str, key: str, values: list[bytes], timeout_ms: int = 60_000) -> int:
@@ -200,3 +210,17 @@ def test_lag_report_shows_the_last_stable_offset(grid: Grid, unique_name: str) -
     (lane,) = lag_report(grid, info, "g", count_records=True)
     assert lane.stable_sequence is None
     assert producer
+
+
+def test_transactional_items_differ_from_plain_ones_by_one_flag_bit_only() -> None:
+    columns = prepare_columns([b"a", b"bc"], timestamps=5)
+    plain = encode_prepared([columns], ItemFraming(producer_id=9, producer_seq=3))
+    flagged = encode_prepared([columns], ItemFraming(producer_id=9, producer_seq=3, transactional=True))
+    assert len(plain) == len(flagged)
+    differing = [i for i, (a, b) in enumerate(zip(plain, flagged, strict=True)) if a != b]
+    assert differing[0] == 5 and all(i == 5 or 44 <= i < 48 for i in differing)  # the flags byte and the CRC
+    assert flagged[5] == plain[5] | FLAG_TRANSACTIONAL
+    assert not decode_item(plain, stream="s", lane=0, sequence=0).transactional
+    assert decode_item(flagged, stream="s", lane=0, sequence=0).transactional
+    assert item_producer(flagged, stream="s", lane=0, sequence=0) == ItemProducer(9, 3, True, 2)
+    assert item_producer(encode_batch_v0([b"x"]), stream="s", lane=0, sequence=0) == ItemProducer(0, 0, False, 1)
