@@ -181,6 +181,8 @@ class Subscriber:
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
         delivered_records: records returned by ``poll``.
+        item_gate: the ``meteor_spark.item_gate.ItemGate`` (isolation, re-sent copies); its counters
+            (``aborted_items``, ``aborted_records``, ``duplicate_items``, ``duplicate_records``) are in ``metrics()``.
 
     Examples:
         >>> with Subscriber(grid, "orders", group="billing") as sub:      # doctest: +SKIP
