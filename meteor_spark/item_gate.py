@@ -205,12 +205,14 @@ class ItemGate:
 def stable_end(gate: ItemGate, grid: Grid, info: StreamInfo, lane: int, start: int, end: int,
                *, items_per_read: int = 256) -> int:
     """The lane's last stable sequence in ``[start, end)``: the first ring item of a transaction still open (or
-    ``end`` when there is none), from the items' headers. With ``read_uncommitted``, ``end`` (nothing read).
+    ``end`` when there is none), from the items' headers. With ``read_uncommitted``, ``end`` (nothing read); also
+    when no transaction is open in the stream (``transactions.open_in``; ``end`` must have been read before this
+    call), so a stream without open transactions costs one map listing, not a scan.
 
     Items below ``start`` that the grid no longer serves, and undecodable items, are passed over (the reader
     reports them itself).
     """
-    if not gate.read_committed or start >= end:
+    if not gate.read_committed or start >= end or not transactions.open_in(grid, info.name):
         return end
     for items, sequences in read_range(grid, info, lane, start, end, max_items_per_call=items_per_read,
                                        skip_data_loss=True):

@@ -12,6 +12,10 @@ items flagged transactional (``wire`` flag 0x10). State, all in grid maps, every
 * ``meteor.txn.batches``: ``<sink>/<query id>/<batch id>`` -> the transaction key of the run that owns the batch
   (zombie fencing: a new run of the query takes the batch over and aborts the old run's open transaction at once,
   instead of readers waiting for its timeout).
+* ``meteor.txn.open``: ``<transaction key>\t<stream>`` -> stream, for every transaction that may still be open
+  with records in that stream: written before the producer's first record, removed once the transaction is
+  decided. A reader that read a lane's end *before* finding no entry for its stream knows every transactional item
+  below that end is decided, without reading them (``open_in``).
 
 Decisions: ``commit`` moves open -> committed with the list of producer ids whose records count (the successful
 task attempts); every other producer registered under the transaction (failed or superseded attempts) is aborted
@@ -37,6 +41,7 @@ logger = logging.getLogger(__name__)
 TXNS_MAP = "meteor.txns"
 PRODUCERS_MAP = "meteor.txn.producers"
 BATCHES_MAP = "meteor.txn.batches"
+OPEN_MAP = "meteor.txn.open"
 
 OPEN = "open"
 COMMITTED = "committed"
@@ -107,9 +112,11 @@ def transaction_of_producer(grid: Grid, producer_id: int) -> str | None:
     return grid.map(PRODUCERS_MAP).get(str(producer_id))
 
 
-def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, batch_key: str | None = None) -> None:
-    """Register ``producer_id`` under transaction ``key`` before it publishes: the transaction is created open (or
-    its deadline moved to now + ``timeout_ms``), then the producer is registered.
+def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, stream: str,
+          batch_key: str | None = None) -> None:
+    """Register ``producer_id`` under transaction ``key`` before it publishes to ``stream``: the transaction is
+    noted open in ``stream`` (``meteor.txn.open``), created open (or its deadline moved to now + ``timeout_ms``),
+    then the producer is registered.
 
     ``batch_key`` (streaming sinks): take the batch over for this transaction first: another run's open
     transaction of the same batch is aborted (fenced) at once.
@@ -121,6 +128,7 @@ def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, batch_key:
     """
     if batch_key is not None:
         take_batch(grid, batch_key, key)
+    grid.map(OPEN_MAP).put(f"{key}\t{stream}", stream)
     txns = grid.map(TXNS_MAP)
     for _ in range(_CAS_ATTEMPTS):
         deadline = _now_ms() + timeout_ms
@@ -198,6 +206,7 @@ def commit(grid: Grid, key: str, producers: Iterable[int]) -> TxnState:
             )
         decided = TxnState(key, COMMITTED, state.deadline_ms, wanted)
         if txns.replace_if_same(key, current, decided.to_json()):
+            _forget_open(grid, key)
             return decided
     raise MeteorError(f"could not commit transaction {key!r}: too many concurrent updates")
 
@@ -218,6 +227,7 @@ def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None =
         decided = TxnState(key, ABORTED, state.deadline_ms, reason=reason)
         if txns.replace_if_same(key, current, decided.to_json()):
             logger.info("transaction %r aborted: %s", key, reason)
+            _forget_open(grid, key)
             return decided
     raise MeteorError(f"could not abort transaction {key!r}: too many concurrent updates")
 
@@ -226,6 +236,32 @@ def abort_expired(grid: Grid, key: str, now_ms: int | None = None) -> TxnState |
     """A reader's timeout: abort ``key`` if it is still open past its deadline; returns the final state."""
     now = _now_ms() if now_ms is None else now_ms
     return abort(grid, key, f"timed out (open past its deadline, seen at {now} ms)", only_expired_at_ms=now)
+
+
+def open_in(grid: Grid, stream: str) -> bool:
+    """Whether a transaction may still be open with records in ``stream`` (one ``keys()`` of ``meteor.txn.open``;
+    entries of transactions found decided, left behind by a decider that died, are removed here). False means every
+    transactional item stored in ``stream`` before the call is decided."""
+    entries = grid.map(OPEN_MAP)
+    found = False
+    for entry in entries.keys():  # noqa: SIM118 - GridMap.keys() is the grid call
+        key, _, entry_stream = entry.rpartition("\t")
+        if entry_stream != stream:
+            continue
+        state = state_of(grid, key)
+        if state is not None and state.decided:
+            entries.remove(entry)
+            continue
+        found = True
+    return found
+
+
+def _forget_open(grid: Grid, key: str) -> None:
+    """Remove the ``meteor.txn.open`` entries of a decided transaction."""
+    entries = grid.map(OPEN_MAP)
+    for entry in entries.keys():  # noqa: SIM118 - GridMap.keys() is the grid call
+        if entry.rpartition("\t")[0] == key:
+            entries.remove(entry)
 
 
 def _because(state: TxnState) -> str:

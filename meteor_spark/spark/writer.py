@@ -249,7 +249,8 @@ class _PublishesRows:
                 publishers[stream] = publisher
                 if transaction is not None:
                     # Registered before its first record is stored, so readers find its transaction.
-                    transactions.begin(grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms)
+                    transactions.begin(grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms,
+                                       stream=stream)
             return publisher
 
         try:

@@ -20,7 +20,7 @@ def test_groups_shows_where_read_committed_readers_wait(meteor: Meteor, grid: Gr
     with Publisher(grid, unique_name) as plain:
         plain.publish(b"before")
     with Publisher(grid, unique_name, transactional=True) as pub:
-        transactions.begin(grid, f"{unique_name}/t", pub.producer_id, 600_000)
+        transactions.begin(grid, f"{unique_name}/t", pub.producer_id, 600_000, stream=unique_name)
         pub.publish(b"open")
     with Publisher(grid, unique_name) as plain:
         plain.publish(b"after")

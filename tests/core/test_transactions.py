@@ -34,7 +34,7 @@ from meteor_spark.wire import (
 def _publish(grid: Grid, stream: str, key: str, values: list[bytes], timeout_ms: int = 60_000) -> int:
     """Publish ``values`` as one transactional producer of transaction ``key``; returns the producer id."""
     with Publisher(grid, stream, transactional=True) as pub:
-        transactions.begin(grid, key, pub.producer_id, timeout_ms)
+        transactions.begin(grid, key, pub.producer_id, timeout_ms, stream=stream)
         for value in values:
             pub.publish_async(value)
         pub.flush()
@@ -115,7 +115,9 @@ def test_open_transaction_holds_the_lane_until_it_commits(grid: Grid, unique_nam
         gate = ItemGate(grid, "read_committed")
         tail = grid.ring(info.ring_names[0]).tail() + 1
         assert stable_end(gate, grid, info, 0, 0, tail) == 1  # the item of the open transaction
+        assert transactions.open_in(grid, unique_name) and not transactions.open_in(grid, f"{unique_name}-other")
         transactions.commit(grid, key, [producer])
+        assert not transactions.open_in(grid, unique_name)  # the fast path: no scan of the lane
         assert _read(committed, 2) == [b"in-txn", b"after"]
         assert stable_end(ItemGate(grid, "read_committed"), grid, info, 0, 0, tail) == tail
 
@@ -136,7 +138,7 @@ def test_timed_out_transaction_is_aborted_by_the_reader(grid: Grid, unique_name:
     with pytest.raises(TransactionAbortedError, match="timed out"):
         transactions.commit(grid, key, [producer])
     with pytest.raises(TransactionAbortedError, match="already aborted"):
-        transactions.begin(grid, key, producer + 1, 1000)
+        transactions.begin(grid, key, producer + 1, 1000, stream=unique_name)
     print(f"[txn] timed-out transaction (timeout 0.3 s) passed over after {waited:.2f} s")
 
 
@@ -144,7 +146,7 @@ def test_commit_and_timeout_abort_race_has_exactly_one_winner(grid: Grid, unique
     outcomes = {"committed": 0, "aborted": 0}
     for round_ in range(40):
         key = f"{unique_name}/t{round_}"
-        transactions.begin(grid, key, 1000 + round_, timeout_ms=-1)  # already past its deadline
+        transactions.begin(grid, key, 1000 + round_, timeout_ms=-1, stream=unique_name)  # already past its deadline
         results: dict[str, object] = {}
         barrier = threading.Barrier(2)
 
@@ -224,3 +226,13 @@ def test_transactional_items_differ_from_plain_ones_by_one_flag_bit_only() -> No
     assert decode_item(flagged, stream="s", lane=0, sequence=0).transactional
     assert item_producer(flagged, stream="s", lane=0, sequence=0) == ItemProducer(9, 3, True, 2)
     assert item_producer(encode_batch_v0([b"x"]), stream="s", lane=0, sequence=0) == ItemProducer(0, 0, False, 1)
+
+
+def test_open_index_entries_of_decided_transactions_are_cleaned_by_readers(grid: Grid, unique_name: str) -> None:
+    key = f"{unique_name}/t1"
+    transactions.begin(grid, key, 5, 60_000, stream=unique_name)
+    transactions.commit(grid, key, [5])
+    # A decider that died between its decision and removing the entry leaves it behind: readers clean it up.
+    grid.map(transactions.OPEN_MAP).put(f"{key}\t{unique_name}", unique_name)
+    assert not transactions.open_in(grid, unique_name)
+    assert grid.map(transactions.OPEN_MAP).get(f"{key}\t{unique_name}") is None

@@ -67,7 +67,7 @@ def test_stream_read_committed_stops_at_an_open_transaction(
     info = make_stream(grid, unique_name, lanes=1)
     put_items(grid, info, 0, values_items("before", 2, 2))
     with Publisher(grid, unique_name, transactional=True) as pub:
-        transactions.begin(grid, f"{unique_name}/open", pub.producer_id, 600_000)
+        transactions.begin(grid, f"{unique_name}/open", pub.producer_id, 600_000, stream=unique_name)
         pub.publish(b"open-txn")
     put_items(grid, info, 0, values_items("after", 1, 2))
     seen: list[bytes] = []
