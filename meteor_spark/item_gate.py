@@ -76,6 +76,22 @@ def parse_isolation(value: str | None, name: str = "isolation") -> str:
     return value.strip().lower()
 
 
+class KnownTransactions:
+    """What never changes once known: producer id -> transaction key, and decided transactions. Shared by the
+    gates of one process that read one grid (Spark tasks of a Python worker), so each producer's transaction is
+    looked up once per process, not once per task. Forgotten wholesale past ``limit`` entries."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self.txn_of: dict[int, str] = {}
+        self.decided: dict[str, TxnState] = {}
+
+    def trim(self) -> None:
+        if len(self.txn_of) + len(self.decided) > self.limit:
+            self.txn_of.clear()
+            self.decided.clear()
+
+
 class ItemGate:
     """Decides, item by item, what a reader passes on (see the module docs). Not thread-safe: one reader's.
 
@@ -86,14 +102,17 @@ class ItemGate:
     """
 
     def __init__(self, grid: Grid, isolation: str | None = READ_UNCOMMITTED, *,
-                 clock: Callable[[], float] = time.monotonic, abort_expired: bool = True) -> None:
+                 clock: Callable[[], float] = time.monotonic, abort_expired: bool = True,
+                 known: KnownTransactions | None = None) -> None:
         self._grid = grid
         self._abort_expired = abort_expired  # False for tools that only look (lag reports)
         self.isolation = parse_isolation(isolation)
         self.read_committed = self.isolation == READ_COMMITTED
         self._clock = clock
-        self._txn_of: dict[int, str] = {}  # producer id -> transaction key (never changes)
-        self._decided: dict[str, TxnState] = {}  # transaction key -> final state
+        self._known = known if known is not None else KnownTransactions()
+        self._known.trim()
+        self._txn_of = self._known.txn_of  # producer id -> transaction key (never changes)
+        self._decided = self._known.decided  # transaction key -> final state
         self._open: dict[str, tuple[float, TxnState]] = {}  # transaction key -> (when looked up, state)
         # Lanes are keys: a lane number (one stream), or (stream, lane) for a reader of several streams.
         self._last_seq: dict[Hashable, dict[int, int]] = {}  # lane -> producer id -> highest producer_seq passed on

@@ -9,12 +9,13 @@ log); ``dead_letter`` publishes ``corrupt.dead_letter_record`` to the dead-lette
 before the task hands Spark the rows that follow the item. A retried task publishes it again: dead letters are
 at-least-once.
 
-Isolation and duplicates (``isolation``; ``meteor_spark.item_gate``, one gate per task): items of aborted
-transactions (``read_committed``) and re-sent copies of an item already read in the task (same producer id and
-sequence, within the task's ranges; no look-back before a range's start) are left out before conversion. The
-driver plans ``read_committed`` ranges only up to each lane's last stable offset, so every transactional item a
-task meets is decided and replays stay deterministic; a task that meets an open one all the same (a batch read
-whose end was given explicitly) waits for its decision, bounded by the transaction's timeout.
+Isolation and duplicates (``isolation``; ``meteor_spark.item_gate``, one gate per task, the transactions it learns
+shared by the tasks of a Python worker since decisions never change): items of aborted transactions
+(``read_committed``) and re-sent copies of an item already read in the task (same producer id and sequence, within
+the task's ranges; no look-back before a range's start) are left out before conversion. The driver plans
+``read_committed`` ranges only up to each lane's last stable offset, so every transactional item a task meets is
+decided and replays stay deterministic; a task that meets an open one all the same waits for its decision, bounded
+by the transaction's timeout.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from meteor_spark.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridSettings
-from meteor_spark.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate
+from meteor_spark.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
 from meteor_spark.spark.clients import grid_for
@@ -49,6 +50,9 @@ _T = TypeVar("_T")
 
 #: Ring items per grid read of an executor (each item up to a publisher batch, ~100 KB for 1000 x 100 bytes).
 ITEMS_PER_READ = 32
+
+#: Transactions known to this Python worker, per grid: shared by its tasks (decisions never change).
+_KNOWN: dict[GridSettings, KnownTransactions] = {}
 
 #: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
 TARGET_ROWS_PER_BATCH = 65_536
@@ -136,7 +140,8 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
         for index, part in enumerate(ranges):
             gate = gates.get((part.grid, part.isolation))
             if gate is None:
-                gate = gates[(part.grid, part.isolation)] = ItemGate(grid_for(part.grid), part.isolation)
+                known = _KNOWN.setdefault(part.grid, KnownTransactions())
+                gate = gates[(part.grid, part.isolation)] = ItemGate(grid_for(part.grid), part.isolation, known=known)
             for items, sequences in read_range(
                 grid_for(part.grid), part.info, part.lane, part.start, part.end,
                 max_items_per_call=ITEMS_PER_READ, skip_data_loss=not part.fail_on_data_loss,
