@@ -39,6 +39,7 @@ _EXPORTS = {
     "GridOperationError": "meteor_spark.errors",
     "StreamNotFoundError": "meteor_spark.errors",
     "DataLossError": "meteor_spark.errors",
+    "TransactionAbortedError": "meteor_spark.errors",
     "StreamDeletedError": "meteor_spark.errors",
     "OffsetOutOfRangeError": "meteor_spark.errors",
     "FormatError": "meteor_spark.errors",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
         StreamConfigConflictError,
         StreamDeletedError,
         StreamNotFoundError,
+        TransactionAbortedError,
         UnsupportedFormatVersionError,
     )
     from meteor_spark.grid import Grid, GridSettings  # noqa: F401

@@ -32,6 +32,7 @@ from meteor_spark.group_store import (
     parse_key,
     read_offset,
 )
+from meteor_spark.item_gate import READ_COMMITTED, ItemGate, stable_end
 from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of, index_of, sequence_of
 from meteor_spark.reading import oldest_in, oldest_sequence, tally_records
@@ -96,6 +97,9 @@ class LaneLag:
         stream: the stream's name.
         records_estimate: ``items`` x records per item of a query's last batch (a query's lag only; an estimate,
             named so), None when there is nothing to estimate from.
+        stable_sequence: the lane's last stable offset as a ring sequence (the first item of a transaction still
+            open) when it lies before ``next_sequence``: ``read_committed`` readers wait there. Computed with
+            ``count_records`` (from the same items' headers); None otherwise.
     """
 
     lane: int
@@ -108,6 +112,7 @@ class LaneLag:
     corrupt_items: int = 0
     stream: str = ""
     records_estimate: float | None = None
+    stable_sequence: int | None = None
 
     @property
     def processed(self) -> int:
@@ -198,13 +203,17 @@ def lag_report(
         lost = max(0, min(oldest, next_seq) - start)
         records = None
         corrupt = 0
+        stable = None
         if count_records and lost == 0 and items <= max_items:
             tally = tally_records(grid, info, lane, start, next_seq)
             corrupt = len(tally.corrupt_sequences)
             partly_read = index_of(stored.offset) if items and start not in tally.corrupt_sequences else 0
             records = tally.records - partly_read
+            gate = ItemGate(grid, READ_COMMITTED, abort_expired=False)
+            stable = stable_end(gate, grid, info, lane, start, next_seq)
         report.append(
-            LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt, stream=info.config.name)
+            LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt, stream=info.config.name,
+                    stable_sequence=stable if stable is not None and stable < next_seq else None)
         )
     return report
 

@@ -182,6 +182,11 @@ class FencedError(GroupError):
     """A holder whose lease epoch is stale tried to move a confirmed offset; the write was refused."""
 
 
+class TransactionAbortedError(MeteorError):
+    """A transaction was aborted (timed out, fenced by a newer run, or aborted by Spark) before it could commit
+    or register another producer: its records are never delivered to ``read_committed`` readers."""
+
+
 class PublisherClosedError(MeteorError):
     """The publisher was closed; it accepts no more records."""
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.accumulator import LaneQueue, Piece
-from meteor_spark.errors import GridConnectionError, GridError, GridOperationError, PublishTimeoutError
+from meteor_spark.errors import FormatError, GridConnectionError, GridError, GridOperationError, PublishTimeoutError
 from meteor_spark.grid import client_shut_down
 from meteor_spark.wire import item_producer
 
@@ -130,7 +130,7 @@ def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[
         if not batch.items:
             break
         for item, sequence in zip(batch.items, batch.sequences, strict=True):
-            if item_producer(item) == wanted:
+            if _producer_of(item, sequence) == wanted:
                 return sequence, sequence
         seq = batch.next_sequence
     if lost_from is not None:
@@ -306,3 +306,13 @@ def _timeout_error(
     )
     error.__cause__ = cause
     return error
+
+
+def _producer_of(item: bytes, sequence: int) -> tuple[int, int] | None:
+    """``(producer_id, producer_seq)`` of an item from its header; None for one that is not a meteor item (an item
+    the publisher cannot read is simply not one of its own)."""
+    try:
+        producer = item_producer(item, stream="", lane=0, sequence=sequence)  # the stream only names errors
+    except FormatError:
+        return None
+    return producer.producer_id, producer.producer_seq

@@ -82,6 +82,9 @@ class Publisher:
             is queued.
         metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this publisher's
             counters (``meteor_spark.metrics``; needs the ``metrics`` extra).
+        transactional: flag every ring item transactional (wire flag 0x10). Register ``producer_id`` under a
+            transaction (``meteor_spark.transactions.begin``) before publishing: ``read_committed`` readers deliver
+            the records only once that transaction commits this producer.
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -108,6 +111,7 @@ class Publisher:
         value_serializer: str | Serializer | None = None,
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
+        transactional: bool = False,
     ) -> None:
         registry = metrics_registry(metrics)
         self._value_serializer = serializer(value_serializer, "value_serializer")
@@ -143,7 +147,9 @@ class Publisher:
         self._lock = acc.lock
         self._lanes = acc.lanes
         self._max_buffered = self.settings.max_buffered_records
-        self._sender = Sender(acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id)
+        self._sender = Sender(
+            acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id, transactional=transactional
+        )
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 

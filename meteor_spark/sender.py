@@ -46,8 +46,11 @@ logger = logging.getLogger("meteor_spark.publisher")
 class Sender:
     """Sends what the accumulator hands out to the lanes' rings and completes the futures; owns two threads."""
 
-    def __init__(self, accumulator: Accumulator, rings: Sequence[Any], producer_id: int) -> None:
+    def __init__(
+        self, accumulator: Accumulator, rings: Sequence[Any], producer_id: int, *, transactional: bool = False
+    ) -> None:
         self.acc = accumulator
+        self.transactional = transactional
         self.rings = list(rings)
         self.stream = accumulator.stream
         self.producer_id = producer_id
@@ -113,7 +116,8 @@ class Sender:
                 if first_seq < 0:
                     first_seq = producer_seq
                 framing = ItemFraming(
-                    self.producer_id, producer_seq, settings.compression, settings.compression_threshold
+                    self.producer_id, producer_seq, settings.compression, settings.compression_threshold,
+                    self.transactional,
                 )
                 items.append(encode_prepared(prepared, framing))
             if self.retrier is not None:

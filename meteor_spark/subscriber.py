@@ -67,6 +67,7 @@ from meteor_spark.errors import (
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.groups import GroupMember
+from meteor_spark.item_gate import DELIVER, WAIT, ItemGate
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
@@ -175,6 +176,10 @@ class Subscriber:
         auto_confirm_interval_ms: grouped: confirm on its own, at most every that many ms, at the start of a
             ``poll`` (what the previous polls handed out) and on ``close`` (``meteor_spark.auto_confirm``: the
             semantics, at-least-once; a crash re-delivers what was handed out since the last confirm).
+        isolation: ``"read_uncommitted"`` (default: every item) or ``"read_committed"``: records of transactions
+            (the transactional Spark sink) only once committed, never aborted ones; a lane waits at the first item
+            of a transaction still open (``meteor_spark.item_gate``). Re-sent copies of an item (same producer id
+            and sequence) are dropped in both.
 
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
@@ -183,6 +188,8 @@ class Subscriber:
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
         delivered_records: records returned by ``poll``.
+        item_gate: the ``meteor_spark.item_gate.ItemGate`` (isolation, re-sent copies); its counters
+            (``aborted_items``, ``aborted_records``, ``duplicate_items``, ``duplicate_records``) are in ``metrics()``.
 
     Examples:
         >>> with Subscriber(grid, "orders", group="billing") as sub:      # doctest: +SKIP
@@ -224,8 +231,10 @@ class Subscriber:
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
         auto_confirm_interval_ms: int | None = None,
+        isolation: str | None = None,
     ) -> None:
         registry = metrics_registry(metrics)
+        self.item_gate = ItemGate(grid, isolation)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
@@ -412,7 +421,7 @@ class Subscriber:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._wakeup.wait(remaining)
+                self._wakeup.wait(min(remaining, self.item_gate.hold_left()))
             self._raise_stopped_lane()
             batch = self._take()
             if self._active:
@@ -487,6 +496,8 @@ class Subscriber:
                     continue
                 if state.error is not None or state.bad is not None:
                     continue  # stopped at a bad position until seek (or until the policy settles the item)
+                if self.item_gate.held(state.lane):
+                    continue  # waiting at an open transaction
                 count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
                 # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
                 count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
@@ -558,6 +569,15 @@ class Subscriber:
             except FormatError as exc:
                 state.bad = (seq, bytes(item), exc)
                 return  # the items after it are read again once the policy has settled this one
+            verdict = self.item_gate.check(state.lane, seq, view)
+            if verdict == WAIT:
+                state.fetch_seq = seq  # the lane's last stable offset: read again once the transaction is decided
+                self.item_gate.hold(state.lane)
+                return
+            if verdict != DELIVER:
+                state.fetch_seq = seq + 1  # aborted or a re-sent copy: passed over
+                state.passed()
+                continue
             start = 0
             if seq == sequence_of(state.position):
                 start = min(index_of(state.position), view.count)
@@ -932,6 +952,7 @@ class Subscriber:
             "skipped_items": self.skipped_items,
             "corrupt_items": self.corrupt_items,
             "undecodable_records": self.undecodable_records,
+            **self.item_gate.counters(),
         }
         member = self._member
         if member is not None:

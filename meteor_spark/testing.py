@@ -143,3 +143,25 @@ def _reset(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+def committed_values(grid: Grid, stream: str, timeout_s: float = 120.0) -> list[bytes]:
+    """Every record value a ``read_committed`` reader delivers from ``stream`` (all lanes, from the oldest record)
+    up to the lanes' ends as they are now, waiting for transactions still open there to be decided.
+
+    Raises:
+        AssertionError: the reader did not reach the ends within ``timeout_s``.
+    """
+    from meteor_spark.offsets import first_offset_of
+    from meteor_spark.streams import lane_bounds, open_stream
+    from meteor_spark.subscriber import Subscriber
+
+    info = open_stream(grid, stream)
+    ends = {lane: first_offset_of(end) for lane, (_, end) in lane_bounds(grid, info).items()}
+    values: list[bytes] = []
+    with Subscriber(grid, stream, initial_offset_scheme="earliest", isolation="read_committed") as sub:
+
+        def caught_up() -> bool:
+            values.extend(r.value for r in sub.poll(100))
+            return all(sub.position(lane) >= end for lane, end in ends.items())
+
+        wait_until(caught_up, timeout_s=timeout_s, message=f"a read_committed reader to reach the end of {stream!r}")
+    return values

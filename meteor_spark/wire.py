@@ -5,7 +5,8 @@ A ring item holds a micro-batch of records. Format version 1 (little-endian thro
     header (48 bytes)
       magic            4s   b"MTRB"
       version          u8   1 (the byte at offset 4 is the version in every format, so any reader can dispatch)
-      flags            u8   0x01 LZ4 body, 0x02 keys, 0x04 headers, 0x08 per-record timestamps
+      flags            u8   0x01 LZ4 body, 0x02 keys, 0x04 headers, 0x08 per-record timestamps,
+                            0x10 transactional (see below)
       reserved         u16  0
       count            u32  records in the item, 1..65,536
       base_timestamp   i64  ms since the epoch (the timestamp of every record unless flag 0x08)
@@ -22,6 +23,14 @@ A ring item holds a micro-batch of records. Format version 1 (little-endian thro
       hkey_lengths     i32[n_headers]    flag 0x04
       hvalue_lengths   i32[n_headers]    flag 0x04
       value bytes, key bytes (0x02), header key UTF-8 bytes (0x04), header value bytes (0x04)
+
+Transactional items (flag 0x10) are written by a transaction's producer (the transactional Spark sink, one
+producer id per task attempt; ``meteor_spark.transactions``). The flag is the only difference: the producer id
+in the header is the link to the transaction (map ``meteor.txn.producers``: producer id -> transaction), so the
+header keeps its 48 bytes and items without the flag stay byte-identical to what earlier versions wrote. A
+``read_committed`` reader delivers such an item only once its transaction committed that producer id, and never
+when it was aborted; a ``read_uncommitted`` reader delivers it like any other. A reader that predates the flag
+refuses the item loudly (unknown flag), so it never delivers uncommitted records unknowingly.
 
 The LZ4 block format is used (``lz4.block``, no size prefix; the header carries ``body_length``), and only when
 the body reaches the compression threshold and actually shrinks.
@@ -54,7 +63,8 @@ FLAG_LZ4 = 0x01
 FLAG_KEYS = 0x02
 FLAG_HEADERS = 0x04
 FLAG_TIMESTAMPS = 0x08
-_KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS
+FLAG_TRANSACTIONAL = 0x10
+_KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS | FLAG_TRANSACTIONAL
 
 _HEADER = struct.Struct("<4sBBHIqqqIII")
 HEADER_SIZE = _HEADER.size
@@ -102,12 +112,14 @@ class ItemFraming:
         compression: "lz4" or "none".
         compression_threshold: bodies from this many bytes on are compressed (when that pays, see
             ``encode_prepared``).
+        transactional: set flag 0x10: the producer belongs to a transaction (``meteor_spark.transactions``).
     """
 
     producer_id: int
     producer_seq: int
     compression: str = "lz4"
     compression_threshold: int = 1024
+    transactional: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,7 +213,7 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
         raise ConfigError(
             f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
         )
-    flags = 0
+    flags = FLAG_TRANSACTIONAL if framing.transactional else 0
     columns: list[Any] = [_join_arrays([p.value_lengths for p in pieces], _I32)]
     blobs: list[Any] = [p.value_data for p in pieces]
 
@@ -315,7 +327,7 @@ def _first_bad_headers(headers: Sequence[Any]) -> Any:
 class ItemView:
     """One decoded ring item: numpy views of its length columns and memoryviews of its data (no per-record work).
 
-    ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp.
+    ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp. ``transactional``: flag 0x10.
     """
 
     version: int
@@ -333,6 +345,7 @@ class ItemView:
     hkey_data: memoryview | None = None
     hvalue_lengths: np.ndarray | None = None
     hvalue_data: memoryview | None = None
+    transactional: bool = False
 
     @cached_property
     def value_offsets(self) -> np.ndarray:
@@ -439,6 +452,36 @@ def item_base_timestamp(item: bytes | bytearray | memoryview, *, stream: str, la
     return None
 
 
+@dataclass(frozen=True)
+class ItemProducer:
+    """Who wrote a ring item, from its header alone: what a reader's item gate needs (``meteor_spark.item_gate``).
+
+    Attributes:
+        producer_id: the writer; 0 for version 0 items (unknown writer).
+        producer_seq: the writer's item counter.
+        transactional: flag 0x10.
+        count: records in the item.
+    """
+
+    producer_id: int
+    producer_seq: int
+    transactional: bool
+    count: int
+
+
+def item_producer(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> ItemProducer:
+    """The producer fields of a ring item from its header alone (neither decompressed nor checksummed).
+
+    Raises:
+        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
+    """
+    view, where, version = _open_item(item, stream, lane, sequence)
+    if version == FORMAT_VERSION:
+        header = _v1_header(view, where, check_crc=False)
+        return ItemProducer(int(header[6]), int(header[7]), bool(header[2] & FLAG_TRANSACTIONAL), int(header[4]))
+    return ItemProducer(0, 0, False, _v0_count(view, where))
+
+
 def _open_item(
     item: bytes | bytearray | memoryview, stream: str, lane: int, sequence: int
 ) -> tuple[memoryview, str, int]:
@@ -528,7 +571,7 @@ def _decode_v1(view: memoryview, where: str) -> ItemView:
     # Positional, in field order (the locals are named after the fields).
     return ItemView(
         version, count, producer_id, producer_seq, base_ts, deltas, value_lengths, value_data, key_lengths, key_data,
-        header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data,
+        header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data, bool(flags & FLAG_TRANSACTIONAL),
     )
 
 
@@ -600,13 +643,3 @@ def _decode_v0(view: memoryview, where: str) -> ItemView:
         value_lengths=lengths,
         value_data=memoryview(b"".join(chunks)),
     )
-
-
-def item_producer(item: bytes | bytearray | memoryview) -> tuple[int, int] | None:
-    """``(producer_id, producer_seq)`` of a version 1 ring item, from its header alone; None for anything else
-    (a version 0 item, a foreign or truncated one). An idempotent publisher looks for its own items with it, where
-    an item it cannot read is simply not one of its own."""
-    if len(item) < HEADER_SIZE or item[:4] != MAGIC or item[4] != FORMAT_VERSION:
-        return None
-    header = _HEADER.unpack_from(item)
-    return int(header[6]), int(header[7])

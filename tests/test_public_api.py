@@ -32,6 +32,7 @@ ERRORS = {
     "StreamConfigConflictError",
     "StreamDeletedError",
     "StreamNotFoundError",
+    "TransactionAbortedError",
     "UnsupportedFormatVersionError",
 }
 

@@ -23,6 +23,7 @@ AREAS: dict[str, str] = {
     "sizes": "how cost grows: record sizes 100 B..64 KiB and lanes 1..8, next to raw add_all (MB/s, records/s)",
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
     "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), records/s",
+    "transactions": "the Spark sink transactional vs plain, read_committed vs read_uncommitted (records/s)",
 }
 
 

@@ -119,6 +119,12 @@ def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
             )
         )
         for entry in sorted(behind.values(), key=lambda e: e.lane):
+            if entry.stable_sequence is not None:
+                out(
+                    f"lane {entry.lane}: read_committed readers wait at offset "
+                    f"{first_offset_of(entry.stable_sequence)} (last stable offset: a transaction still open), "
+                    f"{entry.next_sequence - entry.stable_sequence:,} ring items before the lane's end"
+                )
             if entry.past_end:
                 out(
                     f"lane {entry.lane}: the confirmed offset {entry.confirmed} is past the lane's end (offset "

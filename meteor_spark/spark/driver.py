@@ -30,6 +30,7 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.groups import GroupMember, default_member_id
+from meteor_spark.item_gate import ItemGate, stable_end
 from meteor_spark.offsets import InitialOffsetScheme
 from meteor_spark.reading import oldest_sequence
 from meteor_spark.spark.clients import grid_for
@@ -100,6 +101,9 @@ class DriverState:
         self.late_skipped = 0
         self.closed = False
         self._planned: LaneView | None = None
+        self.gate = ItemGate(self.grid, options.isolation)
+        #: read_committed: (stream, lane) -> ring sequence below which every transactional item is decided.
+        self.stable: dict[tuple[str, int], int] = {}
 
     def _open(self, name: str) -> None:
         info = open_stream(self.grid, name, create=False)
@@ -145,6 +149,24 @@ class DriverState:
             total, count = total + len(batch.items[0]), count + 1
             self.item_samples[(stream, lane)] = (total, count)
         return total / count if count else None
+
+    def stable_end(self, key: tuple[str, int], start: int, end: int) -> int:
+        """``read_committed``: the lane's last stable sequence in ``[start, end)`` (``item_gate.stable_end``); the
+        items found decided are not read again by later batches. ``read_uncommitted``: ``end``.
+
+        With ``maxOffsetsPerTrigger`` the headers scanned stop that many items after ``start`` (the batch admits no
+        more of the lane), so a large backlog is not read on the driver at once."""
+        if not self.gate.read_committed:
+            return end
+        stream, lane = key
+        if self.options.max_offsets_per_trigger is not None:
+            end = min(end, start + self.options.max_offsets_per_trigger)
+        known = self.stable.get(key, start)
+        if known >= end:
+            return end
+        found = stable_end(self.gate, self.grid, self.infos[stream], lane, max(start, known), end)
+        self.stable[key] = found
+        return found
 
     def lane_keys(self) -> list[tuple[str, int]]:
         """Every (stream, lane) read, from the stream metadata (no grid call)."""

@@ -8,6 +8,14 @@ Corrupt items (``onCorrupt`` / ``deadLetterStream``, one ``CorruptItemPolicy``):
 log); ``dead_letter`` publishes ``corrupt.dead_letter_record`` to the dead-letter stream, waiting until it is stored
 before the task hands Spark the rows that follow the item. A retried task publishes it again: dead letters are
 at-least-once.
+
+Isolation and duplicates (``isolation``; ``meteor_spark.item_gate``, one gate per task, the transactions it learns
+shared by the tasks of a Python worker since decisions never change): items of aborted transactions
+(``read_committed``) and re-sent copies of an item already read in the task (same producer id and sequence, within
+the task's ranges; no look-back before a range's start) are left out before conversion. The driver plans
+``read_committed`` ranges only up to each lane's last stable offset, so every transactional item a task meets is
+decided and replays stay deterministic; a task that meets an open one all the same waits for its decision, bounded
+by the transaction's timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,10 +35,11 @@ from meteor_spark.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridSettings
+from meteor_spark.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
 from meteor_spark.spark.clients import grid_for
-from meteor_spark.wire import decode_item
+from meteor_spark.wire import decode_item, item_producer
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -40,6 +50,9 @@ _T = TypeVar("_T")
 
 #: Ring items per grid read of an executor (each item up to a publisher batch, ~100 KB for 1000 x 100 bytes).
 ITEMS_PER_READ = 32
+
+#: Transactions known to this Python worker, per grid: shared by its tasks (decisions never change).
+_KNOWN: dict[GridSettings, KnownTransactions] = {}
 
 #: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
 TARGET_ROWS_PER_BATCH = 65_536
@@ -64,6 +77,7 @@ class LaneRange(InputPartition):
         headers_as_map: the ``headers`` column as ``map<string, binary>`` (``headersAsMap``).
         stop_offset: drop the records of the last item from this record offset on (a batch read ending by time
             inside an item); None = read whole items.
+        isolation: ``read_uncommitted`` or ``read_committed`` (``meteor_spark.item_gate``).
     """
 
     stream: str
@@ -78,6 +92,7 @@ class LaneRange(InputPartition):
     corrupt: CorruptItemPolicy = CorruptItemPolicy()  # noqa: RUF009 - frozen, so one shared default is safe
     headers_as_map: bool = False
     stop_offset: int | None = None
+    isolation: str = READ_UNCOMMITTED
 
     @property
     def items(self) -> int:
@@ -119,13 +134,21 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
     corrupt-item policy says otherwise; items are validated one by one only when a conversion failed, so good
     data pays nothing for the policy.
     """
+    gates: dict[tuple[GridSettings, str], ItemGate] = {}
+
     def chunks() -> Iterator[tuple[int, list[bytes], list[int]]]:
         for index, part in enumerate(ranges):
+            gate = gates.get((part.grid, part.isolation))
+            if gate is None:
+                known = _KNOWN.setdefault(part.grid, KnownTransactions())
+                gate = gates[(part.grid, part.isolation)] = ItemGate(grid_for(part.grid), part.isolation, known=known)
             for items, sequences in read_range(
                 grid_for(part.grid), part.info, part.lane, part.start, part.end,
                 max_items_per_call=ITEMS_PER_READ, skip_data_loss=not part.fail_on_data_loss,
             ):
-                yield index, items, sequences
+                items, sequences = _passed(gate, part, items, sequences)
+                if items:
+                    yield index, items, sequences
 
     items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
     current = -1
@@ -197,6 +220,35 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
                 yield batch
     finally:
         refused.close()
+        for gate in gates.values():
+            if gate.aborted_items or gate.duplicate_items:
+                logger.info("left out %d records of aborted transactions and %d records re-sent (%d and %d ring "
+                            "items)", gate.aborted_records, gate.duplicate_records, gate.aborted_items,
+                            gate.duplicate_items)
+
+
+def _passed(gate: ItemGate, part: LaneRange, items: list[bytes],
+            sequences: list[int]) -> tuple[list[bytes], list[int]]:
+    """The items of one read the gate passes on (undecodable ones too: the corrupt-item policy sees them)."""
+    kept: list[bytes] = []
+    kept_sequences: list[int] = []
+    for item, sequence in zip(items, sequences, strict=True):
+        try:
+            producer = item_producer(item, stream=part.stream, lane=part.lane, sequence=sequence)
+        except FormatError:
+            kept.append(item)
+            kept_sequences.append(sequence)
+            continue
+        verdict = gate.check((part.stream, part.lane), sequence, producer)
+        while verdict == WAIT:
+            time.sleep(RECHECK_S)  # bounded: the gate aborts the transaction once its deadline passed
+            verdict = gate.check((part.stream, part.lane), sequence, producer)
+        if verdict == DELIVER:
+            kept.append(item)
+            kept_sequences.append(sequence)
+    if len(kept) == len(items):
+        return items, sequences
+    return kept, kept_sequences
 
 
 class _RefusedItems:

@@ -26,7 +26,9 @@ from meteor_spark.config import load_config
 from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
+from meteor_spark.item_gate import ISOLATIONS, parse_isolation
 from meteor_spark.streams import StreamConfig
+from meteor_spark.transactions import DEFAULT_TIMEOUT_MS
 
 #: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
 #: they are not typos.
@@ -158,6 +160,13 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "record, with headers meteor.source.stream, .lane, .sequence, .offset and meteor.error. Published "
               "before the task hands on the rows after the item; a retried task may publish it again "
               "(at-least-once)."),
+    OptionDoc("isolation", "read, readStream", " | ".join(ISOLATIONS), "read_uncommitted",
+              "Kafka's kafka.isolation.level. `read_committed` = rows of a transactional sink's micro-batch only "
+              "once its commit recorded them, never those of failed or superseded task attempts or aborted "
+              "batches; a lane's batch ends at the first item of a transaction still open (its last stable "
+              "offset) until it is decided (committed, aborted, or timed out). `read_uncommitted` = every record "
+              "as stored. Both drop re-sent copies of a ring item (same producer id and sequence) within a task's "
+              "range."),
     OptionDoc("includeHeaders", "read, readStream", "bool", "false",
               "Add the `headers` column (array<struct<key: string, value: binary>>)."),
     OptionDoc("headersAsMap", "read, readStream", "bool", "false",
@@ -176,6 +185,18 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
     OptionDoc("sinkId", "writeStream", "string", "(the checkpoint location)",
               "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "
               "that a batch Spark replays after it was committed is not published twice."),
+    OptionDoc("transactional", "write, writeStream", "bool", "true",
+              "Publish each micro-batch (writeStream) or job (write) as one transaction: every task attempt under "
+              "its own producer id, committed by one fenced write in the sink's commit with the attempts that "
+              "succeeded. read_committed readers then see every row exactly once, even when tasks fail part-way or "
+              "the driver dies and restarts; read_uncommitted readers also see the rows of failed attempts. "
+              "false = plain items (at least once for a batch that fails part-way)."),
+    OptionDoc("transactionTimeoutMs", "write, writeStream", "int > 0 (ms)", str(DEFAULT_TIMEOUT_MS),
+              "A transaction still open this long after its last task attempt started is aborted by the first "
+              "read_committed reader that meets it (a dead writer's rows never hold readers up for longer); its "
+              "commit then fails and the query fails. Keep it above the longest batch. A restarted query aborts "
+              "its previous run's open transaction of the replayed batch at once (fencing by sinkId and query "
+              "id)."),
     OptionDoc("createStream", "write, writeStream", "bool", "true",
               "Create the target stream (default configuration) when it does not exist; false = fail instead."),
     *(
@@ -319,6 +340,7 @@ class SourceOptions:
     starting_time: TimePosition | None = None
     ending_time: TimePosition | None = None
     timestamp_strategy: TimestampStrategy = TimestampStrategy.ERROR
+    isolation: str = "read_uncommitted"
 
     def matches(self, name: str) -> bool:
         """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
@@ -371,6 +393,7 @@ class SourceOptions:
             starting_time=_time_position(raw, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets"),
             ending_time=_time_position(raw, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets"),
             timestamp_strategy=_timestamp_strategy(raw),
+            isolation=parse_isolation(raw.text("isolation"), "option 'isolation'"),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -471,12 +494,16 @@ class SinkOptions:
         grid: how to reach the grid.
         sink_id: key of this sink's committed batch ids in ``meteor.sink.commits`` (streaming writes).
         create_stream: create missing target streams with the default configuration.
+        transactional: publish each micro-batch / job as one transaction (``meteor_spark.transactions``).
+        transaction_timeout_ms: a transaction open this long after its last task attempt started is aborted.
     """
 
     stream: str | None
     grid: GridSettings = field(default_factory=GridSettings)
     sink_id: str | None = None
     create_stream: bool = True
+    transactional: bool = True
+    transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -493,6 +520,8 @@ class SinkOptions:
             grid=_grid(raw),
             sink_id=sink_id,
             create_stream=raw.boolean("createStream", True),
+            transactional=raw.boolean("transactional", True),
+            transaction_timeout_ms=raw.positive_int("transactionTimeoutMs") or DEFAULT_TIMEOUT_MS,
         )
 
 

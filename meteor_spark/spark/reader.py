@@ -111,6 +111,7 @@ from pyspark.sql.types import StructType
 
 from meteor_spark import offsets as record_offsets
 from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
+from meteor_spark.item_gate import ItemGate, stable_end
 from meteor_spark.reading import oldest_sequence
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.driver import (
@@ -281,6 +282,8 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 if key in bounds and position < bounds[key][0] and not self.options.fail_on_data_loss:
                     position = self._skip_lost(state, stream, lane, position, skipped)
                 candidates[key] = position
+        # read_committed: a lane's batch ends at its last stable offset (the first item of an open transaction).
+        latest = {key: state.stable_end(key, candidates.get(key, nxt), nxt) for key, nxt in latest.items()}
         ends.update(self._admit(state, candidates, latest, limit))
         # A query's first batch records how many items it reads: its progress report has no start offset.
         first_batch = state.initial is not None and begin.positions == state.initial.positions and not begin.skipped
@@ -421,7 +424,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                     LaneRange(
                         stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
                         self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
-                        self.options.corrupt, self.options.headers_as_map,
+                        self.options.corrupt, self.options.headers_as_map, isolation=self.options.isolation,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
@@ -486,6 +489,7 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         grid = grid_for(self.options.grid)
+        gate = ItemGate(grid, self.options.isolation)
         ranges: list[tuple[str, int, int, int]] = []
         infos = {name: open_stream(grid, name, create=False) for name in stream_names(grid, self.options)}
         check_dead_letter_stream(grid, self.options)
@@ -530,6 +534,8 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
                         "(failOnDataLoss=false)", name, lane, lo, oldest() - 1, oldest() - lo,
                     )
                     lo = min(oldest(), hi)
+                # read_committed: not past the first item of a transaction still open (the last stable offset).
+                hi = stable_end(gate, grid, info, lane, lo, hi)
                 ranges.append((name, lane, lo, hi))
         return [
             LaneRanges(tuple(
@@ -537,7 +543,8 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
                           self.options.fail_on_data_loss, corrupt=self.options.corrupt,
                           headers_as_map=self.options.headers_as_map,
                           first_offset=_inside(first_offsets.get((stream, lane)), lo),
-                          stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1))
+                          stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1),
+                          isolation=self.options.isolation)
                 for stream, lane, lo, hi in task
             ))
             for task in plan_for(self.options, ranges)

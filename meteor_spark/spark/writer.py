@@ -27,9 +27,21 @@ publishes nothing. So:
 
 * a batch Spark replays **after** it was committed (the driver died between the sink commit and Spark's commit
   log) is not published twice;
-* a batch that failed part-way (some tasks published, then a failure) is published again when Spark retries it:
-  **at least once** for that batch, never lost. Ring items are not transactional; readers that need exactly-once
-  results deduplicate by key.
+* with ``transactional=false``, a batch that failed part-way (some tasks published, then a failure) is published
+  again when Spark retries it: **at least once** for that batch, never lost.
+
+Transactions (``transactional=true``, the default; ``meteor_spark.transactions``): a micro-batch run by one query
+run is one transaction, key ``<sinkId>/<query id>/<batch id>/<run id>`` (the run id is Spark's job group,
+``spark.jobGroup.id``); a ``df.write`` job is one transaction keyed by an id the writer draws when the job is
+planned. Each task attempt publishes through producers of its own (a fresh ``Publisher`` producer id per target
+stream), registered under the transaction before their first record, with every ring item flagged transactional.
+A streaming task first takes the batch over for its run (``transactions.take_batch``: a previous run's open
+transaction of the same batch is aborted at once; a batch another run already committed is not published
+again). The sink's ``commit`` decides the transaction with one CAS, listing the producers of the successful
+attempts (their commit messages): rows of failed or superseded attempts are aborted by that write. ``abort``
+aborts it. ``read_committed`` readers deliver each row exactly once; ``read_uncommitted`` readers see the rows of
+failed attempts too. If the transaction timed out first (``transactionTimeoutMs``), the commit raises and the
+query fails; a restart replays the batch under a new transaction.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,6 +74,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from meteor_spark import transactions
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.publisher import LaneWritten, Publisher
 from meteor_spark.spark.clients import grid_for
@@ -186,6 +200,8 @@ class MeteorCommitMessage(WriterCommitMessage):
         rows: rows the task received.
         skipped: True when the batch id was already committed and nothing was published (a replay).
         streams: per target stream, records and ring items written, and per lane records and first/last offsets.
+        transaction: the transaction the task published under (``transactional``), else None.
+        producers: the producer ids the task published with (one per target stream).
     """
 
     batch_id: int | None
@@ -193,6 +209,8 @@ class MeteorCommitMessage(WriterCommitMessage):
     rows: int
     skipped: bool = False
     streams: tuple[StreamWrite, ...] = field(default_factory=tuple)
+    transaction: str | None = None
+    producers: tuple[int, ...] = ()
 
 
 def _local_property(name: str) -> str | None:
@@ -209,7 +227,7 @@ class _PublishesRows:
     schema: StructType
 
     def _publish(self, batches: Iterator[pyarrow.RecordBatch], batch_id: int | None,
-                 query_id: str | None) -> MeteorCommitMessage:
+                 query_id: str | None, transaction: str | None = None) -> MeteorCommitMessage:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -227,8 +245,12 @@ class _PublishesRows:
                         open_stream(grid, stream)
                     except LookupError:
                         target = StreamConfig(stream)
-                publisher = Publisher(grid, target)
+                publisher = Publisher(grid, target, transactional=transaction is not None)
                 publishers[stream] = publisher
+                if transaction is not None:
+                    # Registered before its first record is stored, so readers find its transaction.
+                    transactions.begin(grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms,
+                                       stream=stream)
             return publisher
 
         try:
@@ -267,7 +289,9 @@ class _PublishesRows:
         finally:
             for publisher in publishers.values():
                 publisher.close()
-        return MeteorCommitMessage(batch_id, query_id, rows, False, writes)
+        producers = tuple(publishers[stream].producer_id for stream in sorted(publishers))
+        return MeteorCommitMessage(batch_id, query_id, rows, False, writes, transaction if producers else None,
+                                   producers)
 
 
 def _merge_lanes(futures: Sequence[ArrowPublishFuture]) -> tuple[LaneWritten, ...]:
@@ -313,16 +337,24 @@ class MeteorBatchWriter(_PublishesRows, DataSourceArrowWriter):
         validate_input_schema(schema, options)
         self.options = options
         self.schema = schema
+        # Drawn where the job is planned and pickled into every task and the committer: one transaction per job.
+        self.transaction = f"write/{uuid.uuid4()}" if options.transactional else None
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> MeteorCommitMessage:
-        return self._publish(iterator, None, None)
+        return self._publish(iterator, None, None, self.transaction)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = _ours(messages)
+        _decide(grid_for(self.options.grid), done)
         logger.info("wrote %d rows to meteor (%s)", sum(m.rows for m in done), _summary(done))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         done = _ours(messages)
+        if self.transaction is not None:
+            transactions.abort(grid_for(self.options.grid), self.transaction, "Spark aborted the write job")
+            logger.warning("the write job failed; its transaction %r is aborted: read_committed readers see none of "
+                           "its rows", self.transaction)
+            return
         logger.warning(
             "the write job failed; %d rows of %d successful tasks were already published (ring items cannot be "
             "taken back)", sum(m.rows for m in done), len(done),
@@ -343,6 +375,8 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
             raise ConfigError("writeStream to meteor needs option 'checkpointLocation' (or 'sinkId')")
         self.options = options
         self.schema = schema
+        # The run id when Spark's job group is not set (it always is for a streaming query's batches).
+        self._writer_id = str(uuid.uuid4())
 
     def write(self, iterator: Iterator[pyarrow.RecordBatch]) -> MeteorCommitMessage:
         batch_text = _local_property("streaming.sql.batchId")
@@ -357,7 +391,18 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                     "rows again", batch_id, self.options.sink_id, committed, rows,
                 )
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
-        return self._publish(iterator, batch_id, query_id)
+        transaction = None
+        if self.options.transactional and batch_id is not None:
+            run_id = _local_property("spark.jobGroup.id") or self._writer_id
+            batch_key = f"{self._key(query_id)}/{batch_id}"
+            transaction = f"{batch_key}/{run_id}"
+            try:
+                transactions.take_batch(grid_for(self.options.grid), batch_key, transaction)
+            except transactions.BatchCommittedError as exc:
+                rows = sum(b.num_rows for b in iterator)
+                logger.info("%s: not publishing its %d rows again", exc, rows)
+                return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
+        return self._publish(iterator, batch_id, query_id, transaction)
 
     def _key(self, query_id: str | None) -> str:
         return f"{self.options.sink_id}/{query_id or 'unknown-query'}"
@@ -370,7 +415,9 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         if len(query_ids) > 1:
             raise ConfigError(f"tasks of micro-batch {batchId} report different query ids {sorted(query_ids)}")
         key = self._key(next(iter(query_ids), None))
-        _record_commit(grid_for(self.options.grid), key, batchId, done)
+        grid = grid_for(self.options.grid)
+        _decide(grid, done)
+        _record_commit(grid, key, batchId, done)
         if all(m.skipped for m in done):
             logger.info("micro-batch %d replayed after its commit: nothing republished", batchId)
         else:
@@ -378,10 +425,38 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         done = [m for m in _ours(messages) if not m.skipped]
+        keys = sorted({m.transaction for m in done if m.transaction is not None})
+        for key in keys:
+            transactions.abort(grid_for(self.options.grid), key, f"Spark aborted micro-batch {batchId}")
+        if self.options.transactional:
+            logger.warning(
+                "micro-batch %d failed; its transaction %s is aborted (read_committed readers see none of its rows; "
+                "without a successful task, it stays open until transactionTimeoutMs or the query's restart)",
+                batchId, ", ".join(map(repr, keys)) or "(no task published)",
+            )
+            return
         logger.warning(
             "micro-batch %d failed; %d rows of %d successful tasks were already published and will be published "
             "again when Spark retries the batch (at least once)", batchId, sum(m.rows for m in done), len(done),
         )
+
+
+def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage]) -> None:
+    """Commit the transaction of a job or micro-batch with the producers of its successful task attempts (one
+    CAS); every other attempt's records are aborted by that write. A no-op when nothing was published
+    transactionally.
+
+    Raises:
+        TransactionAbortedError: the transaction was aborted first (timed out, or fenced by a newer run).
+    """
+    keys = {m.transaction for m in messages if m.transaction is not None}
+    if not keys:
+        return
+    if len(keys) > 1:
+        raise MeteorError(f"tasks of one batch report different transactions {sorted(keys)}")
+    key = keys.pop()
+    decided = transactions.commit(grid, key, [p for m in messages if m.transaction == key for p in m.producers])
+    logger.info("transaction %r committed with %d producers", key, len(decided.producers))
 
 
 def _committed_batch(grid: Grid, key: str) -> int | None:

@@ -51,10 +51,11 @@ def _census(grid: Grid, name: str, lanes: int) -> tuple[collections.Counter[byte
     values: collections.Counter[bytes] = collections.Counter()
     items = duplicates = 0
     for lane in range(lanes):
-        seen: set[tuple[int, int] | None] = set()
+        seen: set[tuple[int, int]] = set()
         for sequence, item in _raw_lane(grid, name, lane):
             items += 1
-            pair = item_producer(item)
+            producer = item_producer(item, stream=name, lane=lane, sequence=sequence)
+            pair = (producer.producer_id, producer.producer_seq)
             duplicates += pair in seen
             seen.add(pair)
             view = decode_item(item, stream=name, lane=lane, sequence=sequence)

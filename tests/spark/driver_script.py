@@ -27,6 +27,8 @@ def main() -> None:
         .option("maxOffsetsPerTrigger", "8" if mode == "available-now" else "1")
         .option("group", "killed").option("groupMemberId", "the-driver").load()
         .writeStream.format("meteor").options(**grid).option("checkpointLocation", checkpoint)
+        # A restart aborts the killed run's open transaction at once (fencing); the timeout is a backstop.
+        .option("transactional", "true").option("transactionTimeoutMs", "10000")
     )
     if mode == "available-now":
         writer.trigger(availableNow=True).start(target).awaitTermination()

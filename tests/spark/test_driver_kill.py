@@ -1,4 +1,5 @@
-"""A Spark driver SIGKILLed mid-stream, several times, and restarted from its checkpoint loses nothing."""
+"""A Spark driver SIGKILLed mid-stream, several times, and restarted from its checkpoint loses nothing and, read
+``read_committed`` from its transactional sink, duplicates nothing."""
 
 from __future__ import annotations
 
@@ -7,20 +8,48 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from spark_helpers import make_stream, put_items, read_values, values_items
 
+from meteor_spark import transactions
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of
-from meteor_spark.testing import wait_until
-from spark_helpers import make_stream, put_items, read_values, values_items
+from meteor_spark.streams import open_stream
+from meteor_spark.testing import committed_values, wait_until
+from meteor_spark.wire import item_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("driver_script.py")
+
+
+def _open_transaction_at_end(grid: Grid, stream: str) -> str | None:
+    """The transaction of the lane's last ring item when it is transactional and still open, else None."""
+    info = open_stream(grid, stream)
+    ring = grid.ring(info.ring_names[0])
+    tail = ring.tail()
+    if tail < 0:
+        return None
+    producer = item_producer(ring.read_many(tail, 1, 1).items[0], stream=stream, lane=0, sequence=tail)
+    key = transactions.transaction_of_producer(grid, producer.producer_id) if producer.transactional else None
+    state = None if key is None else transactions.state_of(grid, key)
+    return key if state is not None and state.state == transactions.OPEN else None
+
+
+def _poll_briefly(probe: Callable[[], str | None], seconds: float) -> str | None:
+    """``probe()`` as often as possible for up to ``seconds``; its first non-None answer, else None."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found is not None:
+            return found
+    return None
 
 
 def _driver(grid_settings: GridSettings, source: str, target: str, checkpoint: Path, mode: str) -> subprocess.Popen:
@@ -45,15 +74,22 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
     published = [r.value for r in put_items(grid, info, 0, values_items("rec", items=items, per_item=2))]
     checkpoint = tmp_path / "cp"
 
+    killed_inside = 0  # kills that left a batch's records stored under a transaction not committed
     for kill in range(KILLS):
         written = len(read_values(grid, target)[0])
         driver = _driver(grid_settings, source, target, checkpoint, "forever")
         try:
-            # Kill once this run has written a few batches (one ring item of 2 records each).
+            # Kill once this run has written a few batches (one ring item of 2 records each) ...
             wait_until(lambda: len(read_values(grid, target)[0]) >= written + 6 or driver.poll() is not None,
                        timeout_s=180, interval_s=0.2, message=f"driver run {kill + 1} to write a few batches")
             assert driver.poll() is None, "the driver exited before it was killed"
+            # ... preferably while the last batch's records are stored and its transaction is not committed yet
+            # (the window in which an at-least-once sink duplicates), else after a few seconds anyway.
+            aimed = _poll_briefly(lambda: _open_transaction_at_end(grid, target), seconds=10)
             os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+            if aimed is not None and transactions.state_of(grid, aimed).state != transactions.COMMITTED:  # type: ignore[union-attr]
+                killed_inside += 1
         finally:
             if driver.poll() is None:
                 os.killpg(driver.pid, signal.SIGKILL)
@@ -70,14 +106,18 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
             restarted.wait()
     assert restarted.returncode == 0 and "DONE" in out
 
-    written = read_values(grid, target)[0]
-    lost = len(set(published) - set(written))
-    duplicates = Counter(written) - Counter(published)
-    print(f"driver SIGKILL x{KILLS}, meteor -> meteor: {len(published)} records published, {len(written)} written, "
-          f"lost {lost}, duplicated {sum(duplicates.values())}, written before the final run {written_before}")
-    assert lost == 0
-    # A batch whose records were published when the driver died, but whose sink commit was not recorded yet, is
-    # published again when Spark replays it (at least once): at most one ring item of 2 records per kill.
-    assert sum(duplicates.values()) <= 2 * KILLS, duplicates
+    written = read_values(grid, target)[0]  # read_uncommitted: every record stored
+    committed = committed_values(grid, target)
+    lost = len(set(published) - set(committed))
+    duplicated = sum((Counter(committed) - Counter(published)).values())
+    aborted = sum((Counter(written) - Counter(published)).values())
+    print(f"[fault] driver SIGKILL x{KILLS}, meteor -> meteor, transactional sink: {len(published)} records "
+          f"published; read_committed {len(committed)}: lost {lost}, duplicated {duplicated}; read_uncommitted "
+          f"{len(written)} (duplicated {aborted}: rows of killed runs' aborted transactions); written before the "
+          f"final run {written_before}; kills inside an open transaction {killed_inside}", flush=True)
+    assert lost == 0 and duplicated == 0
+    # A batch whose records were published when the driver died, but whose transaction was not committed, is
+    # published again when Spark replays it; its first copy is aborted (one ring item of 2 records per such kill).
+    assert 2 * killed_inside <= aborted <= 2 * KILLS, (killed_inside, aborted)
     offsets = grid.map(OFFSETS_MAP)
     assert json.loads(offsets.get(lane_key(source, "killed", 0)))["offset"] == first_offset_of(items)

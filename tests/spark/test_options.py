@@ -189,7 +189,8 @@ def test_option_table_covers_every_accepted_option() -> None:
                  "group": "g", "groupMemberId": "m", "sinkId": "x", "onCorrupt": "skip",
                  "deadLetterStream": "dlq", "headersAsMap": "true", "streamPattern": "s-.*",
                  "startingOffsetsByTimestamp": '{"s": {"0": 3}}', "endingOffsetsByTimestamp": '{"s": {"0": 3}}',
-                 "startingOffsetsByTimestampStrategy": "latest"}.get(doc.name, "3")
+                 "startingOffsetsByTimestampStrategy": "latest", "isolation": "read_committed",
+                 "transactional": "true"}.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
             grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}

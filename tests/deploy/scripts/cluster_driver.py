@@ -34,6 +34,8 @@ def main() -> None:
         .select("key", "value")
         .writeStream.format("meteor").options(**grid).option("stream", target)
         .option("checkpointLocation", checkpoint)
+        # One transaction per micro-batch: a task re-run after its executor died aborts the lost attempt's records.
+        .option("transactional", "true").option("transactionTimeoutMs", "20000")
         .trigger(processingTime="500 milliseconds")
         .start()
     )
