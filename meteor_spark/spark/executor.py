@@ -32,12 +32,12 @@ from pyspark.sql.datasource import InputPartition
 
 from meteor_spark import offsets as record_offsets
 from meteor_spark.arrow_columns import headers_to_map, items_to_arrow
-from meteor_spark.corrupt import CorruptItemPolicy, dead_letter_record
+from meteor_spark.corrupt import CorruptItemPolicy
 from meteor_spark.errors import FormatError
 from meteor_spark.grid import GridSettings
 from meteor_spark.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
-from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
+from meteor_spark.refusals import Refusals
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.wire import decode_item, item_producer
 
@@ -252,13 +252,12 @@ def _passed(gate: ItemGate, part: LaneRange, items: list[bytes],
 
 
 class _RefusedItems:
-    """The undecodable items of one task, handled by their range's policy: skipped (counted, logged) or published
-    to the dead-letter stream through a core ``Publisher`` on the worker's shared grid client."""
+    """The undecodable items of one task, settled by their range's policy through the core ``Refusals`` of their
+    stream: skipped (counted, logged) or published to the dead-letter stream (which the driver checked exists) on
+    the worker's shared grid client."""
 
     def __init__(self) -> None:
-        self.skipped = 0
-        self.dead_lettered = 0
-        self._publishers: dict[tuple[GridSettings, str], Any] = {}
+        self._by_stream: dict[tuple[GridSettings, str], Refusals] = {}
 
     def keep_decodable(
         self, part: LaneRange, items: Sequence[bytes], sequences: Sequence[int]
@@ -276,26 +275,17 @@ class _RefusedItems:
         return good_items, good_sequences
 
     def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
-        if part.corrupt.mode == "skip":
-            self.skipped += 1
-            logger.warning("stream %r lane %d: skipping the undecodable ring item at sequence %d (onCorrupt=skip; "
-                           "%d skipped by this task): %s", part.stream, part.lane, sequence, self.skipped, error)
-            return
-        target = part.corrupt.dead_letter_stream
-        assert target is not None
-        key = (part.grid, target)
-        publisher = self._publishers.get(key)
-        if publisher is None:
-            publisher = self._publishers[key] = Publisher(grid_for(part.grid), target)
-        # publish() returns once the record is stored: the task hands on no row after the item before that.
-        publisher.publish(dead_letter_record(item, stream=part.stream, lane=part.lane, sequence=sequence, error=error))
-        self.dead_lettered += 1
-        logger.warning("stream %r lane %d: sent the undecodable ring item at sequence %d to dead-letter stream %r: "
-                       "%s", part.stream, part.lane, sequence, target, error)
+        key = (part.grid, part.stream)
+        refusals = self._by_stream.get(key)
+        if refusals is None:
+            refusals = self._by_stream[key] = Refusals(grid_for(part.grid), part.stream, part.corrupt)
+        # Returns once a dead letter is stored: the task hands on no row after the item before that.
+        refusals.dead_letter_item(part.lane, sequence, item, error)
+        refusals.passed_item(part.lane, sequence, error)
 
     def close(self) -> None:
-        for publisher in self._publishers.values():
-            publisher.close()
+        for refusals in self._by_stream.values():
+            refusals.close()
 
 
 def _prefetched(chunks: Iterator[_T], depth: int = 2) -> Iterator[_T]:
