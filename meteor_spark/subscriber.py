@@ -49,16 +49,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from meteor_spark.auto_confirm import AutoConfirm
 from meteor_spark.corrupt import CorruptItemPolicy
 from meteor_spark.errors import (
     ConfigError,
-    DataLossError,
     FencedError,
-    FormatError,
     GridOperationError,
     GroupError,
     MeteorError,
@@ -67,7 +64,8 @@ from meteor_spark.errors import (
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
 from meteor_spark.groups import GroupMember
-from meteor_spark.item_gate import DELIVER, WAIT, ItemGate
+from meteor_spark.item_gate import ItemGate
+from meteor_spark.lane_state import LaneState, Skip
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
@@ -86,60 +84,10 @@ from meteor_spark.serializers import DecodedLane, Deserializer, deserializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.validate import check_int
-from meteor_spark.wire import decode_item
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
-
-class _Lane:
-    """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
-
-    __slots__ = (
-        "bad", "buffered", "capacity", "dirty", "epoch", "error", "fetch_seq", "item_bytes", "item_counts", "lane",
-        "last_delivered", "parts", "pending", "pending_seq", "position", "ring",
-    )
-
-    def __init__(self, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
-        self.lane = lane
-        self.ring = ring
-        self.capacity = capacity
-        self.epoch = epoch
-        self.position = position  # offset of the next record to deliver
-        self.last_delivered = -1  # offset of the last record delivered
-        self.fetch_seq = sequence_of(position)  # next ring sequence to request
-        self.pending: Any = None
-        self.pending_seq = -1
-        self.parts: deque[BatchPart] = deque()
-        self.buffered = 0
-        self.dirty = False  # delivered since the last confirm()
-        self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
-        self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
-        self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
-        self.bad: tuple[int, bytes, FormatError] | None = None  # an undecodable item at fetch_seq, not settled yet
-
-    def reset(self, position: int) -> Any:
-        """Move to ``position``; returns the outstanding read, now orphaned."""
-        orphan = self.pending
-        self.pending = None
-        self.position = position
-        self.fetch_seq = sequence_of(position)
-        self.parts.clear()
-        self.buffered = 0
-        self.error = None
-        self.bad = None
-        return orphan
-
-    def passed(self) -> None:
-        """Items up to ``fetch_seq`` were skipped by policy: with nothing buffered, the position moves past them
-        (and is confirmed by the next ``confirm()``), so a restarted reader does not count them again."""
-        if self.parts:
-            return
-        after = first_offset_of(self.fetch_seq)
-        if after > self.position:
-            self.position = after
-            self.dirty = True
-
 
 class Subscriber:
     """Reads records from a stream.
@@ -273,7 +221,7 @@ class Subscriber:
         self._lock = threading.RLock()  # reader state
         self._poll_lock = threading.Lock()  # one poll at a time
         self._wakeup = threading.Event()
-        self._lanes: dict[int, _Lane] = {}
+        self._lanes: dict[int, LaneState] = {}
         self._unconfirmed_lost: dict[int, int | None] = {}  # lane -> epoch of records delivered, lost unconfirmed
         self._orphans: list[Any] = []
         self._next_lane = 0
@@ -291,7 +239,7 @@ class Subscriber:
                 nxt = ring.tail() + 1
                 start = resolve_initial(self.scheme, False, None, min(oldest_in(ring), nxt), nxt,
                                         where=f"stream {self.stream!r} lane {lane}")
-                self._lanes[lane] = _Lane(lane, ring, ring.capacity(), start, None)
+                self._lanes[lane] = LaneState(self.stream, lane, ring, ring.capacity(), start, None)
         else:
             member = self._join()
             if self.scheme is InitialOffsetScheme.NONE:
@@ -347,7 +295,7 @@ class Subscriber:
             except (FencedError, NotAssignedError) as exc:
                 logger.debug("lane %d lost while starting it: %s", lane, exc)
                 continue
-            state = _Lane(lane, ring, ring.capacity(), position, epoch)
+            state = LaneState(self.stream, lane, ring, ring.capacity(), position, epoch)
             if position > first_offset_of(nxt):
                 # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
                 # without persistence): reading on would silently skip every record written up to it.
@@ -528,65 +476,23 @@ class Subscriber:
                     end = state.ring.tail() + 1
                     if state.fetch_seq <= end:
                         raise
-                    state.error = self._past_end(state, end)
+                    state.error = state.past_end(end)
                     continue
                 if batch.items:
                     state.item_bytes = max(1, sum(map(len, batch.items)) // len(batch.items))
-                    self._accept(state, list(batch.items), list(batch.sequences))
+                    skip = state.accept(list(batch.items), list(batch.sequences),
+                                        skip_data_loss=self.skip_data_loss, gate=self.item_gate)
+                    if skip is not None:
+                        self._count_skip(state.lane, skip)
 
-    def _past_end(self, state: _Lane, end: int) -> OffsetOutOfRangeError:
-        position = state.position if not state.parts else first_offset_of(state.fetch_seq)
-        oldest = min(oldest_in(state.ring), end)
-        return OffsetOutOfRangeError(self.stream, state.lane, position, first_offset_of(oldest), first_offset_of(end))
-
-    def _accept(self, state: _Lane, items: list[Any], sequences: list[int]) -> None:
-        """Buffer the records of one read; stop at a gap, a bad position or an undecodable item."""
-        expected = state.fetch_seq
-        first = sequences[0]
-        lost_from = state.position if not state.parts else first_offset_of(expected)
-        if first > expected:
-            oldest = first_offset_of(first)
-            if not self.skip_data_loss:
-                state.error = DataLossError(self.stream, state.lane, requested=lost_from, oldest_available=oldest)
-                return
-            self.skipped_items += first - expected
-            self.skips.append((state.lane, lost_from, oldest))
-            logger.warning(
-                "stream %r lane %d: offsets %d..%d (ring items %d..%d) were gone (overwritten or quarantined) "
-                "before they were read; skipped them (skip_data_loss is on)",
-                self.stream, state.lane, lost_from, oldest - 1, expected, first - 1,
-            )
-            state.fetch_seq = first
-            state.passed()
-        elif first < expected:
-            # The grid clamps a read past tail + 1 to tail + 1: the lane now ends before the position (re-created
-            # or truncated), and the answer holds items written since, below it.
-            state.error = self._past_end(state, state.ring.tail() + 1)
-            return
-        for item, seq in zip(items, sequences, strict=True):
-            try:
-                view = decode_item(item, stream=self.stream, lane=state.lane, sequence=seq)
-            except FormatError as exc:
-                state.bad = (seq, bytes(item), exc)
-                return  # the items after it are read again once the policy has settled this one
-            verdict = self.item_gate.check(state.lane, seq, view)
-            if verdict == WAIT:
-                state.fetch_seq = seq  # the lane's last stable offset: read again once the transaction is decided
-                self.item_gate.hold(state.lane)
-                return
-            if verdict != DELIVER:
-                state.fetch_seq = seq + 1  # aborted or a re-sent copy: passed over
-                state.passed()
-                continue
-            start = 0
-            if seq == sequence_of(state.position):
-                start = min(index_of(state.position), view.count)
-            if start < view.count:
-                state.parts.append(BatchPart(self.stream, state.lane, seq, view, start, view.count))
-                state.buffered += view.count - start
-            elif seq == sequence_of(state.position):
-                state.position = first_offset_of(seq + 1)
-            state.fetch_seq = seq + 1
+    def _count_skip(self, lane: int, skip: Skip) -> None:
+        self.skipped_items += skip.items
+        self.skips.append((lane, skip.lost_from, skip.oldest))
+        logger.warning(
+            "stream %r lane %d: offsets %d..%d (ring items %d..%d) were gone (overwritten or quarantined) "
+            "before they were read; skipped them (skip_data_loss is on)",
+            self.stream, lane, skip.lost_from, skip.oldest - 1, skip.first_sequence, skip.next_sequence - 1,
+        )
 
     def _take(self) -> RecordBatch:
         """Up to ``max_poll_records`` buffered records, lanes in rotation; lanes lost meanwhile are dropped."""
@@ -649,7 +555,9 @@ class Subscriber:
                     records.extend(decoded[lane].records)
                     stopped = decoded[lane].stopped
                     if stopped is not None:
-                        self._stop_at(delivered, *stopped)
+                        orphan = delivered.stop_at(*stopped)
+                        if orphan is not None:
+                            self._orphans.append(orphan)
                 if not parts:
                     continue  # deserialization stopped the lane at its first record
                 last = parts[-1]
@@ -672,19 +580,6 @@ class Subscriber:
 
     def _deserialize(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
         return self.refusals.deserialize(taken, self._value_deserializer, self._key_deserializer)
-
-    def _stop_at(self, state: _Lane, offset: int, error: MeteorError) -> None:
-        """Stop ``state`` at the record ``offset`` with ``error`` once the records before it are delivered: what
-        is buffered from it on is dropped (read again after a seek)."""
-        state.parts.clear()
-        state.buffered = 0
-        orphan = state.pending
-        state.pending = None
-        state.fetch_seq = sequence_of(offset)
-        state.bad = None
-        state.error = error
-        if orphan is not None:
-            self._orphans.append(orphan)
 
     # ------------------------------------------------------------------------------------------------ offsets
 
