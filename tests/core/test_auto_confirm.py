@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,7 +21,7 @@ from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-from tests.core.test_groups_process import Child
+from tests.core.processes import Child
 
 LEASE_MS = 1500
 HOUR_MS = 3_600_000
@@ -157,14 +156,6 @@ wait_until(more, 30)
 print(json.dumps(polls), flush=True)
 threading.Event().wait()
 """
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    made: list[Child] = []
-    yield made
-    for child in made:
-        child.close()
 
 
 @pytest.mark.fault

@@ -3,8 +3,8 @@ good records, and history served below the ring's head (real client over TCP).""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -26,7 +26,6 @@ from meteor_spark.errors import (
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import lag_report, seek_group
 from meteor_spark.offsets import first_offset_of, make_offset
-from meteor_spark.publisher import Publisher
 from meteor_spark.reading import count_records, oldest_sequence, read_range
 from meteor_spark.records import Record, encode_batch
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream

@@ -6,12 +6,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import select
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,6 +19,7 @@ from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from tests.core.processes import Child
 
 # The child joins the group first (so it holds every lane), confirms one offset per lane, reports, then idles with
 # its renewal thread running until it is killed.
@@ -55,6 +52,7 @@ import json, sys, threading
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from tests.core.processes import Child
 
 address, cluster, stream, group = sys.argv[1:5]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
@@ -78,6 +76,7 @@ from meteor_spark.errors import FencedError, MeteorError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from tests.core.processes import Child
 
 address, cluster, stream, group, lease_ms = sys.argv[1:6]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
@@ -112,52 +111,6 @@ sys.stdin.readline()
 """
 
 
-class Child:
-    """A Python child process whose stdout lines are read with a deadline."""
-
-    def __init__(self, script: str, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", script, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-
-    def write_line(self, line: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(line + "\n")
-        self.process.stdin.flush()
-
-    def has_line(self, timeout_s: float) -> bool:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
-        return bool(ready)
-
-    def read_line(self, timeout_s: float = 60.0) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
-            if ready:
-                line = self.process.stdout.readline()
-                if line:
-                    return line
-            if self.process.poll() is not None:
-                break
-        stderr = self.process.stderr.read() if self.process.poll() is not None and self.process.stderr else ""
-        raise AssertionError(f"child printed nothing within {timeout_s:g} s (exit {self.process.poll()}): {stderr}")
-
-    def kill(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGCONT)  # a stopped process cannot die until it runs again
-            self.kill()
-        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
-
-
 @pytest.fixture
 def child_args(grid_settings: GridSettings) -> tuple[str, str]:
     return grid_settings.members[0], grid_settings.cluster_name
@@ -166,14 +119,6 @@ def child_args(grid_settings: GridSettings) -> tuple[str, str]:
 @pytest.fixture
 def stream4(grid: Grid, unique_name: str) -> StreamInfo:
     return open_stream(grid, StreamConfig(unique_name, lanes=4, capacity=100))
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    made: list[Child] = []
-    yield made
-    for child in made:
-        child.close()
 
 
 def test_sigkilled_member_process_lanes_are_taken_over_at_the_confirmed_offsets(

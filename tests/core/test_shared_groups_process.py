@@ -8,7 +8,6 @@ import json
 import select
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,7 +18,7 @@ from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-from tests.core.test_groups_process import Child
+from tests.core.processes import Child
 
 ACQUISITION_TIMEOUT_MS = 2000
 
@@ -55,14 +54,6 @@ while True:
     except FencedError:
         say("F", batch)
 """
-
-
-@pytest.fixture
-def children() -> Iterator[list[Child]]:
-    made: list[Child] = []
-    yield made
-    for child in made:
-        child.close()
 
 
 @pytest.mark.fault

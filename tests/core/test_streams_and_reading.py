@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from meteor_spark.admin import delete_stream, list_streams
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -15,14 +16,13 @@ from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.reading import read_range
 from meteor_spark.records import decode_batch
-from meteor_spark.testing import wait_until
-from meteor_spark.admin import delete_stream, list_streams
 from meteor_spark.streams import (
     STREAMS_MAP,
     StreamConfig,
     lane_bounds,
     open_stream,
 )
+from meteor_spark.testing import wait_until
 
 
 def test_open_creates_once_then_opens_by_name(grid: Grid, unique_name: str) -> None:
