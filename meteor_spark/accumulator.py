@@ -285,7 +285,9 @@ class Piece:
 class LaneQueue:
     """What is queued for one lane: its segments, their count and bytes, and whether a call is in flight."""
 
-    __slots__ = ("in_flight", "lane", "lock", "queued", "queued_bytes", "segments", "since")
+    __slots__ = (
+        "ahead", "encoding", "in_flight", "lane", "lock", "previous_done", "queued", "queued_bytes", "segments", "since"
+    )
 
     def __init__(self, lane: int, lock: Any) -> None:
         self.lane = lane
@@ -295,6 +297,12 @@ class LaneQueue:
         self.queued_bytes = 0
         self.since = 0.0
         self.in_flight = False
+        # Encode-ahead (the sender's): the lane's next call, encoded while the current one is in flight, or being
+        # encoded; ``previous_done`` says the call in flight settled while its successor was still being encoded
+        # (the lane stays claimed: the encoder sends it).
+        self.ahead: Any = None
+        self.encoding = False
+        self.previous_done = False
 
     def open_segment(self) -> Segment:
         if self.segments:
@@ -322,6 +330,9 @@ class Accumulator:
         self.lane_count = lanes
         self.settings = settings
         self.items_per_call = max_items_per_call
+        #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
+        self.ahead_records = max_items_per_call * settings.max_batch_records
+        self.ahead_bytes = settings.max_call_bytes
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.room = threading.Condition(self.lock)
@@ -411,8 +422,11 @@ class Accumulator:
             state.since = time.monotonic()
         state.queued += n
         state.queued_bytes += nbytes
-        # While the lane's call is in flight, its completion wakes the sender anyway.
+        # While the lane's call is in flight, its completion wakes the sender anyway; a full call waiting behind
+        # it wakes the sender now, to encode it ahead.
         if state.in_flight:
+            if self.wants_ahead(state):
+                self.work.notify()
             return False
         settings = self.settings
         if settings.linger_ms <= 0:
@@ -442,14 +456,31 @@ class Accumulator:
             return 0.0
         return max(0.0, state.since + settings.linger_ms / 1000.0 - now)
 
-    def next_calls(self) -> list[Call] | None:
-        """Wait until lanes are ready and claim them (lock held); None once closed with nothing left to send."""
+    def wants_ahead(self, state: LaneQueue) -> bool:
+        """A lane in flight has a whole call queued behind its call and nothing encoded ahead yet (lock held).
+
+        Only a whole call is encoded ahead: a partial one would leave the records that arrive meanwhile to a call
+        of their own (smaller calls, more of them).
+        """
+        return (
+            state.in_flight
+            and state.ahead is None
+            and not state.encoding
+            and (state.queued_bytes >= self.ahead_bytes or state.queued >= self.ahead_records)
+        )
+
+    def next_calls(self) -> tuple[list[Call], list[Call]] | None:
+        """Wait until lanes are ready and claim them (lock held): the calls to send now, and the calls to encode
+        ahead of lanes still in flight (marked ``encoding``). None once closed with nothing left to send."""
         while True:
             now = time.monotonic()
             waits = [(self.ready(s, now), s) for s in self.lanes]
             ready = [s for w, s in waits if w == 0.0]
-            if ready:
-                return [self.claim(state) for state in ready]
+            ahead = [s for s in self.lanes if self.wants_ahead(s)]
+            if ready or ahead:
+                for state in ahead:
+                    state.encoding = True
+                return [self.claim(state) for state in ready], [(s, *self.take(s)) for s in ahead]
             if self.closed and not any(s.queued or s.in_flight for s in self.lanes):
                 return None
             pending = [w for w, _ in waits if w is not None]
@@ -470,6 +501,8 @@ class Accumulator:
         max_records = settings.max_batch_records
         max_bytes = settings.max_item_bytes
         max_call = settings.max_call_bytes
+        if state.queued <= max_records and state.queued_bytes <= min(max_bytes, max_call):
+            return self._take_all(state)
         pieces: list[Piece] = []
         item = 0
         in_item = 0
@@ -519,6 +552,22 @@ class Accumulator:
         if state.queued:
             state.since = time.monotonic()
         return pieces, n_items, taken
+
+    def _take_all(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
+        """Everything queued, as one ring item (it fits one item and one call): no prefix sums to search, which is
+        most of cutting a call of a few records (the latency of one record)."""
+        pieces: list[Piece] = []
+        in_item = 0
+        while state.segments:
+            segment = state.segments.popleft()
+            segment.open = False
+            if segment.pos < segment.n:
+                pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
+                in_item += segment.n - segment.pos
+                segment.pos = segment.n
+        state.queued = 0
+        state.queued_bytes = 0
+        return pieces, (1 if in_item else 0), in_item
 
     def drop_queued(self, error: BaseException) -> tuple[list[Segment], list[RecordFuture], int]:
         """Take every record still queued off the lanes, settled with ``error`` (lock held).

@@ -218,6 +218,9 @@ class Publisher:
                 state.queued += 1
                 state.queued_bytes += size
                 call = None
+                whole = state.queued_bytes >= acc.ahead_bytes or state.queued >= acc.ahead_records
+                if whole and state.ahead is None and not state.encoding:
+                    acc.work.notify()  # a whole call waits behind the one in flight: the sender encodes it ahead
             else:
                 call = acc.claim(state) if acc.queued(state, 1, size) else None
         if call is not None:

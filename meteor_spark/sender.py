@@ -5,6 +5,14 @@ the order of concurrent appends (hazelcast/hazelcast#13010), so this is what kee
 per lane. Lanes are sent in parallel, by the sender thread or, for an idle lane with ``linger_ms=0``, by the
 publishing thread itself.
 
+Encode-ahead: while a lane's call is in flight and a whole call (``max_items_per_call`` full items, or
+``max_call_bytes``) is queued behind it, the sender thread cuts and encodes that call, producer sequences
+included, and parks it on the lane; when the call in flight settles, the grid client's thread sends the parked
+call at once. Encoding thus overlaps the grid's work instead of following it (at 1 KiB records it took about as
+long as the call itself). One call in flight per lane still holds: the parked call is sent only after its
+predecessor settled (retries included). A partial call is never encoded ahead: records arriving meanwhile would
+otherwise go in calls of their own.
+
 When the grid answers, the grid client's thread settles the outcome of the stored records (``add_all`` stores its
 items contiguously and returns the last sequence), wakes threads blocked on a record future, and frees the lane.
 User code (callbacks, done-callbacks) and bulk futures run on the completion thread, never on the grid client's
@@ -96,52 +104,95 @@ class Sender:
     def _send_loop(self) -> None:
         while True:
             with self.acc.lock:
-                calls = self.acc.next_calls()
-            if calls is None:
+                work = self.acc.next_calls()
+            if work is None:
                 return
+            calls, ahead = work
             self.send_all(calls)
+            for call in ahead:
+                self._encode_ahead(*call)
 
     def send(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> None:
-        settings = self.acc.settings
+        """Encode a claimed call and send it (the lane is claimed: nothing else sends on it meanwhile)."""
         try:
-            items = []
-            by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
-            for piece in pieces:
-                by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
-                if piece.stop == piece.segment.n:
-                    piece.segment.release()
-            first_seq = -1
-            for prepared in by_item:
-                producer_seq = next(self._producer_seq)
-                if first_seq < 0:
-                    first_seq = producer_seq
-                framing = ItemFraming(
-                    self.producer_id, producer_seq, settings.compression, settings.compression_threshold,
-                    self.transactional,
-                )
-                items.append(encode_prepared(prepared, framing))
+            call = self._encode(state, pieces, n_items, n_records)
+        except BaseException as exc:
+            self._settle(state, pieces, n_items, n_records, None, exc)
+            return
+        self._dispatch(call, may_block=True)
+
+    def _encode_ahead(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> None:
+        """Encode the next call of a lane whose call is in flight (the sender thread), so that it leaves the moment
+        that call settles: encoding overlaps the grid's work instead of following it. The encoded call keeps its
+        producer sequences, after the ones in flight; the lane stays claimed throughout, so order holds."""
+        acc = self.acc
+        try:
+            call: PendingCall | None = self._encode(state, pieces, n_items, n_records)
+        except BaseException as exc:
+            self._settle(state, pieces, n_items, n_records, None, exc, ends_call=False)
+            call = None
+        with acc.lock:
+            state.encoding = False
+            send_now = state.previous_done
+            state.previous_done = False
+            if not send_now:
+                state.ahead = call
+            elif call is None:
+                state.in_flight = False  # the call in flight settled meanwhile, and this one failed: free the lane
+                acc.work.notify()
+        if send_now and call is not None:
+            self._dispatch(call, may_block=True)
+
+    def _encode(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> PendingCall:
+        """The ring items of a call, each with its producer id and sequence (the idempotence key)."""
+        settings = self.acc.settings
+        items = []
+        by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
+        for piece in pieces:
+            by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
+            if piece.stop == piece.segment.n:
+                piece.segment.release()
+        first_seq = -1
+        for prepared in by_item:
+            producer_seq = next(self._producer_seq)
+            if first_seq < 0:
+                first_seq = producer_seq
+            framing = ItemFraming(
+                self.producer_id, producer_seq, settings.compression, settings.compression_threshold, self.transactional
+            )
+            items.append(encode_prepared(prepared, framing))
+        return PendingCall(state, pieces, n_items, n_records, items, first_seq, 0.0)
+
+    def _dispatch(self, call: PendingCall, *, may_block: bool) -> None:
+        """Send an encoded call. ``may_block`` False on the grid client's thread (a call encoded ahead, sent when
+        its predecessor settles): a lane start not known yet is then left to the retrier instead of waited for."""
+        state = call.state
+        try:
             if self.retrier is not None:
-                call = PendingCall(
-                    state, pieces, n_items, n_records, items, first_seq, time.monotonic() + self._delivery_timeout_s
-                )
+                call.deadline = time.monotonic() + self._delivery_timeout_s
                 call.start = self._next_start[state.lane]
                 if call.start is None:
                     # The lane's first call lands after the tail read when the publisher started.
+                    tail = self._tails[state.lane]
+                    if not may_block and not tail.done():
+                        self.retrier.submit(call)  # it reads the tail once the grid answers, then sends
+                        return
                     try:
-                        what = f"tail of stream {self.stream!r} lane {state.lane}"
-                        call.start = result(self._tails[state.lane], what) + 1
+                        call.start = result(tail, f"tail of stream {self.stream!r} lane {state.lane}") + 1
                     except GridError as exc:
                         if not outcome_unknown(exc):
                             raise
-                        self.retrier.submit(call)  # it reads the tail once the grid answers, then sends
+                        self.retrier.submit(call)
                         return
                 self._attempt(call)
                 return
-            future = self.rings[state.lane].add_all_async(items)
+            future = self.rings[state.lane].add_all_async(call.items)
         except BaseException as exc:
-            self._stored(state, pieces, n_items, n_records, None, exc)
+            self._settle(state, call.pieces, call.n_items, call.n_records, None, exc)
             return
-        future.add_done_callback(lambda f: self._stored(state, pieces, n_items, n_records, f, None))
+        future.add_done_callback(
+            lambda f: self._stored(state, call.pieces, call.n_items, call.n_records, f, None)
+        )
 
     def _attempt(self, call: PendingCall) -> None:
         """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
@@ -204,11 +255,15 @@ class Sender:
         n_records: int,
         last_seq: int | None,
         error: BaseException | None,
+        *,
+        ends_call: bool = True,
     ) -> None:
-        """Settle the records' outcomes and free the lane at once (the grid client's thread, or the retrier's).
+        """Settle the records' outcomes and pass the lane on (the grid client's thread, or the retrier's): to the
+        call encoded ahead, sent at once; to the encoder still at it; or free.
 
         Record futures are done by then and their waiters are woken here; callbacks and bulk futures are handed
-        to the completion thread (user code never runs on the grid client's thread).
+        to the completion thread (user code never runs on the grid client's thread). ``ends_call`` False: the
+        records of a call that never went out (failed encoding ahead, dropped at close); the lane stays as it is.
         """
         if error is None and (last_seq is None or last_seq < 0):
             error = GridError(
@@ -218,9 +273,16 @@ class Sender:
             logger.warning("stream %r lane %d: publishing %d items failed: %s", self.stream, state.lane, n_items, error)
         first_seq = None if error is not None else last_seq - n_items + 1  # type: ignore[operator]
         acc = self.acc
+        following: PendingCall | None = None
         with acc.lock:
-            state.in_flight = False
-            self.calls += 1
+            if ends_call:
+                if state.ahead is not None:
+                    following, state.ahead = state.ahead, None  # the lane stays claimed for it
+                elif state.encoding:
+                    state.previous_done = True  # the encoder sends its call when done
+                else:
+                    state.in_flight = False
+                self.calls += 1
             if error is None:
                 self.records_sent += n_records
                 self.items_sent += n_items
@@ -237,6 +299,8 @@ class Sender:
                 acc.completed(n_records)
             if state.queued or acc.closed:
                 acc.work.notify()
+        if following is not None:
+            self._dispatch(following, may_block=False)
         for future in told:
             future.wake(error)  # a blocked publish() resumes without waiting for the completion thread
         if late:
@@ -266,6 +330,11 @@ class Sender:
         with self.acc.lock:
             dropped, told, n = self.acc.drop_queued(error)
             self.failed_records += n
+            ahead = [state.ahead for state in self.acc.lanes if state.ahead is not None]
+            for state in self.acc.lanes:
+                state.ahead = None
+        for call in ahead:
+            self._settle(call.state, call.pieces, call.n_items, call.n_records, None, error, ends_call=False)
         for segment in dropped:
             for t_start, t_count, sink, _ in segment.targets:
                 if t_start + t_count > segment.pos:

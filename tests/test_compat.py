@@ -129,3 +129,46 @@ def test_importing_compat_loads_neither_dependency() -> None:
     probe = "import sys, meteor_spark.compat\nprint(sorted(m for m in ('pyspark', 'hazelcast') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_request_is_sent_from_the_calling_thread_when_nothing_is_queued() -> None:
+    """The calling thread hands a request to the kernel itself (no reactor wake-up); the part the kernel does not
+    take is queued for the reactor, which is then woken, and a request behind queued bytes waits its turn."""
+    import collections
+    import socket
+    import types
+
+    from hazelcast import reactor
+
+    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+
+    wakes: list[int] = []
+    taken: list[bytes] = []
+    connection = reactor.AsyncoreConnection.__new__(reactor.AsyncoreConnection)
+    connection._write_queue = collections.deque()
+    connection._reactor = types.SimpleNamespace(bytes_sent=0, wake_loop=lambda: wakes.append(1))
+    connection.sent_protocol_bytes = True
+    connection.live = True
+    kernel_room = [1000]
+
+    def send(data: bytes | memoryview) -> int:
+        n = min(kernel_room[0], len(data))
+        taken.append(bytes(data[:n]))
+        return n
+
+    connection.socket = types.SimpleNamespace(send=send)
+    connection._write(b"a" * 100)
+    assert taken == [b"a" * 100] and not connection._write_queue and wakes == []
+    kernel_room[0] = 30
+    connection._write(b"b" * 100)  # the kernel takes 30 bytes: the rest waits for the reactor
+    assert taken[-1] == b"b" * 30 and bytes(connection._write_queue[0]) == b"b" * 70 and wakes == [1]
+    connection._write(b"c" * 10)  # behind queued bytes: queued too, never sent ahead of them
+    assert [bytes(part) for part in connection._write_queue] == [b"b" * 70, b"c" * 10] and len(taken) == 2
+    assert connection._reactor.bytes_sent == 130
+    connection._write_queue.clear()
+    connection.socket = socket.socket()  # a socket that is not connected: the reactor deals with the error
+    try:
+        connection._write(b"d" * 10)
+    finally:
+        connection.socket.close()
+    assert [bytes(part) for part in connection._write_queue] == [b"d" * 10]

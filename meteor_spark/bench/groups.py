@@ -7,6 +7,10 @@ stored state says every record is settled: for a shared group every lane's start
 (every record acknowledged), for an exclusive group every lane's confirmed offset did. Records are made into
 ``Record`` objects in both cases (a shared poll hands out objects; the exclusive members iterate their batches).
 
+A second table is the exclusive group at full speed: a 4-lane stream of 100-byte records with the publisher's
+default batching, 2 member processes polling and confirming every batch, next to one ungrouped subscriber
+(another process) reading the same lanes, its ceiling.
+
 The exclusive group is the baseline: it is the cost of reading plus one confirm per lane per poll. A shared poll
 adds, per lane, a read and a compare-and-set of the lane's entry to acquire, and the ack another compare-and-set;
 members of a shared group contend on the same entries. An exclusive group never gives more than one member per
@@ -37,6 +41,11 @@ from meteor_spark.tables import render_table
 RECORD_BYTES = 100
 LANES = 2
 PER_ITEM = 100
+#: The full-speed row: lanes, member processes, records per run (times ``--records``), records per poll.
+WIDE_LANES = 4
+WIDE_MEMBERS = 2
+WIDE_FACTOR = 4
+WIDE_POLL_RECORDS = 20_000
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,42 @@ def _member(grid_members: str, cluster: str, stream: str, group: str, shared: bo
     results.put(settled)
 
 
+def _reader(grid_members: str, cluster: str, stream: str, expected: int, poll_records: int, ready: Any, go: Any,
+            results: Any) -> None:
+    """Child process: one ungrouped subscriber reading every record from the start, as Record objects; reports its
+    own records/s (the ceiling of a group reading the same lanes)."""
+    grid = Grid(GridSettings(members=(grid_members,), cluster_name=cluster))
+    sub = Subscriber(grid, stream, max_poll_records=poll_records, initial_offset_scheme="earliest")
+    ready.put(os.getpid())
+    go.wait()
+    start = time.perf_counter()
+    seen = 0
+    deadline = time.monotonic() + 600
+    while seen < expected and time.monotonic() < deadline:
+        seen += len(list(sub.poll(50)))
+    elapsed = time.perf_counter() - start
+    sub.close()
+    grid.close()
+    results.put({"records_s": seen / elapsed, "seconds": elapsed, "settled": seen})
+
+
+def _ungrouped(grid_settings: GridSettings, info: StreamInfo, records: int, poll_records: int) -> dict[str, float]:
+    context = multiprocessing.get_context("spawn")
+    ready, results, go = context.Queue(), context.Queue(), context.Event()
+    process = context.Process(target=_reader, args=(grid_settings.members[0], grid_settings.cluster_name, info.name,
+                                                    records, poll_records, ready, go, results))
+    process.start()
+    try:
+        ready.get(timeout=60)
+        go.set()
+        out: dict[str, float] = results.get(timeout=660)
+    finally:
+        process.join(30)
+        if process.is_alive():
+            process.kill()
+    return out
+
+
 def _done(grid: Grid, info: StreamInfo, group: str, shared: bool, ends: dict[int, int]) -> bool:
     if shared:
         return all(state.start == ends[state.lane] for state in shared_group_state(grid, info, group))
@@ -99,7 +144,10 @@ def _done(grid: Grid, info: StreamInfo, group: str, shared: bool, ends: dict[int
 
 
 def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: bool, members: int,
-             settings: GroupsBenchOptions) -> dict[str, float]:
+             settings: GroupsBenchOptions, records: int | None = None, poll_records: int | None = None
+             ) -> dict[str, float]:
+    records = settings.records if records is None else records
+    poll_records = settings.poll_records if poll_records is None else poll_records
     group = f"bench-{'shared' if shared else 'exclusive'}-{members}-{time.time_ns()}"
     ends = {lane: first_offset_of(end) for lane, (_, end) in lane_bounds(grid, info).items()}
     context = multiprocessing.get_context("spawn")
@@ -107,7 +155,7 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
     go, stop = context.Event(), context.Event()
     processes = [
         context.Process(target=_member, args=(grid_settings.members[0], grid_settings.cluster_name, info.name, group,
-                                              shared, settings.poll_records, ready, go, stop, results))
+                                              shared, poll_records, ready, go, stop, results))
         for _ in range(members)
     ]
     for process in processes:
@@ -116,7 +164,7 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
         for _ in processes:
             ready.get(timeout=60)
         if not shared:  # the lanes balanced over the members before the clock starts (a handover is not consumption)
-            holders = min(members, LANES)
+            holders = min(members, info.lanes)
             deadline = time.monotonic() + 60
             while len({s.holder for s in group_state(grid, info, group) if s.holder is not None}) < holders or \
                     any(s.holder is None for s in group_state(grid, info, group)):
@@ -128,7 +176,7 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
         deadline = time.monotonic() + 600
         while not _done(grid, info, group, shared, ends):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"group {group!r} did not settle {settings.records} records in 600 s")
+                raise RuntimeError(f"group {group!r} did not settle {records} records in 600 s")
             time.sleep(0.005)
         elapsed = time.perf_counter() - start
         stop.set()
@@ -139,7 +187,7 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
             process.join(30)
             if process.is_alive():
                 process.kill()
-    return {"records_s": settings.records / elapsed, "seconds": elapsed, "settled": settled}
+    return {"records_s": records / elapsed, "seconds": elapsed, "settled": settled}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,10 +209,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             figures["exclusive"][str(members)] = _consume(grid, grid_settings, info, False, members, settings)
             figures["shared"][str(members)] = _consume(grid, grid_settings, info, True, members, settings)
         delete_stream(grid, name)
+        figures["wide"] = _wide(grid, grid_settings, settings, pool, name + "-wide")
     finally:
         grid.close()
         server.stop()
     return figures
+
+
+def _wide(grid: Grid, grid_settings: GridSettings, settings: GroupsBenchOptions, pool: list[bytes], name: str
+          ) -> dict[str, Any]:
+    """The full-speed row: 2 exclusive members on 4 lanes (default batching) against one ungrouped reader."""
+    records = settings.records * WIDE_FACTOR
+    info = open_stream(grid, StreamConfig(name, lanes=WIDE_LANES, capacity=max(1000, records // 500)))
+    try:
+        with Publisher(grid, name) as publisher:
+            publisher.publish_many([pool[i % len(pool)] for i in range(records)]).result(300)
+        ceiling = _ungrouped(grid_settings, info, records, WIDE_POLL_RECORDS)
+        group = _consume(grid, grid_settings, info, False, WIDE_MEMBERS, settings, records, WIDE_POLL_RECORDS)
+    finally:
+        delete_stream(grid, name)
+    return {"records": records, "ungrouped": ceiling, "exclusive": group}
 
 
 def render(figures: dict[str, Any]) -> str:
@@ -181,8 +245,21 @@ def render(figures: dict[str, Any]) -> str:
     table = render_table(
         ("group, 100-byte records", "exclusive (poll + confirm)", "shared (poll + ack)", "shared / exclusive"), rows
     )
+    wide = figures["wide"]
+    ceiling, group = wide["ungrouped"]["records_s"], wide["exclusive"]["records_s"]
+    wide_table = render_table(
+        (f"{WIDE_LANES} lanes, default batching", "records/s", "ratio", "target"),
+        [
+            ("ceiling: one ungrouped reader (1 process)", f"{ceiling:,.0f}", "", ""),
+            (f"exclusive group, {WIDE_MEMBERS} members, poll + confirm", f"{group:,.0f}", f"{group / ceiling:.2f}",
+             ">= 1,000,000"),
+        ],
+    )
     return "\n".join([
         table,
         f"{figures['settings']['records']:,} records per run, max_poll_records {figures['settings']['poll_records']}; "
         "members are processes; an exclusive group gives at most one member per lane work",
+        "",
+        wide_table,
+        f"{wide['records']:,} records, max_poll_records {WIDE_POLL_RECORDS:,}; every record made a Record object",
     ])

@@ -19,5 +19,8 @@ def test_quick_groups_bench_reports_shared_and_exclusive_figures() -> None:
     for kind in ("exclusive", "shared"):
         assert set(figures[kind]) == {"1", "2"}
         assert all(run["records_s"] > 0 and run["settled"] >= 3000 for run in figures[kind].values())
+    wide = figures["wide"]
+    assert wide["ungrouped"]["settled"] >= wide["records"] and wide["exclusive"]["settled"] >= wide["records"]
     printed = groups.render(figures)
     assert "shared (poll + ack)" in printed and "2 member(s), 2 lanes" in printed
+    assert "one ungrouped reader" in printed and "2 members, poll + confirm" in printed

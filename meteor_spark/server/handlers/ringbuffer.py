@@ -83,7 +83,7 @@ async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(m.RINGBUFFER_READ_MANY)
-async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
     if req["filter"] is not None:
         raise UnsupportedOperation(
             "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter "
@@ -94,9 +94,20 @@ async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     ring = _ring(ctx, req)
     state = ReadManyState(start, min_count, max_count)
     key = RingService.waiter_key(req["name"])
-    while not ring.read_many(state):
-        await ctx.park(key)
+
+    def answer() -> dict[str, Any] | None:
         RingService.check_not_destroyed(ring)
+        return _read_many_response(state) if ring.read_many(state) else None
+
+    while not ring.read_many(state):
+        await ctx.park(key, answer=answer)
+        if ctx.answered:
+            return None
+        RingService.check_not_destroyed(ring)
+    return _read_many_response(state)
+
+
+def _read_many_response(state: ReadManyState) -> dict[str, Any]:
     return {
         "read_count": state.read_count,
         "items": state.items,

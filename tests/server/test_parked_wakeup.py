@@ -1,0 +1,93 @@
+"""A write answers the long polls it satisfies at once, inside the write: not on the event loop's next turn.
+
+Driven through the member's dispatcher with recording connections (what the TCP shell runs per connection), so
+"at once" is exact: the parked read's response is sent before ``dispatch`` of the write returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from meteor_spark.server.engine import Engine, ManualClock
+from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
+from meteor_spark.server.protocol import codecs as c
+from meteor_spark.server.protocol import messages as m
+from meteor_spark.server.protocol.frames import FrameReader
+
+pytestmark = pytest.mark.embedded_only
+
+
+class RecordingConnection:
+    def __init__(self, congested: bool = False) -> None:
+        self.closed = False
+        self.congested = congested
+        self.responses: list[Any] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def send(self, chunks: list[Any]) -> None:
+        self.responses.extend(FrameReader(expect_preamble=False).feed(b"".join(bytes(x) for x in chunks)))
+
+    def close(self, reason: str) -> None:
+        self.closed = True
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.append(task)
+
+    async def writable(self) -> None:
+        self.congested = False
+
+
+def _endpoint(connection: RecordingConnection) -> Endpoint:
+    endpoint = Endpoint(connection, "test")  # type: ignore[arg-type]
+    endpoint.authenticated = True
+    return endpoint
+
+
+def _request(spec: Any, correlation_id: int, **values: Any) -> Any:
+    data = b"".join(bytes(x) for x in c.encode_request(spec, correlation_id, values, partition_id=0))
+    return FrameReader(expect_preamble=False).feed(data)[0]
+
+
+def _park_a_read_then_write(reader: RecordingConnection) -> tuple[RecordingConnection, Engine]:
+    engine = Engine(clock=ManualClock())
+    member = MemberSettings(host="127.0.0.1", port=5701)
+    writer = RecordingConnection()
+    read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+    dispatch(engine, member, _endpoint(reader), read)
+    assert reader.responses == []  # parked: nothing to read yet
+    add = _request(m.RINGBUFFER_ADD_ALL, 2, name="r", value_list=[b"item-0", b"item-1"], overflow_policy=0)
+    dispatch(engine, member, _endpoint(writer), add)
+    return writer, engine
+
+
+def test_a_write_answers_a_parked_read_before_its_own_dispatch_returns() -> None:
+    async def run() -> None:
+        reader = RecordingConnection()
+        writer, _ = _park_a_read_then_write(reader)
+        assert len(reader.responses) == 1  # answered inside the write, no event-loop turn in between
+        answer = c.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
+        assert [bytes(item) for item in answer["items"]] == [b"item-0", b"item-1"] and answer["next_seq"] == 2
+        assert c.decode_response(m.RINGBUFFER_ADD_ALL, writer.responses[0])["response"] == 1
+        for _ in range(5):
+            await asyncio.sleep(0)  # the parked task resumes and ends ...
+        assert all(task.done() for task in reader.tasks)
+        assert len(reader.responses) == 1  # ... without answering a second time
+
+    asyncio.run(run())
+
+
+def test_a_congested_reader_is_answered_by_its_task_once_it_reads_again() -> None:
+    async def run() -> None:
+        reader = RecordingConnection(congested=True)
+        _park_a_read_then_write(reader)
+        assert reader.responses == []  # not piled up in the member while the client does not read
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert len(reader.responses) == 1
+        answer = c.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
+        assert [bytes(item) for item in answer["items"]] == [b"item-0", b"item-1"]
+
+    asyncio.run(run())
