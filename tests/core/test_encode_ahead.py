@@ -97,7 +97,7 @@ def test_the_next_call_is_encoded_while_one_is_in_flight_and_sent_when_it_settle
     assert _values(grid, unique_name) == values  # every record once, in order
     stored = _lane(grid, unique_name)
     assert offsets[0] == first_offset_of(stored[0][0]) and len(set(offsets)) == len(values)
-    producer_seqs = [item_producer(item)[1] for _, item in stored]  # type: ignore[index]
+    producer_seqs = [item_producer(item, stream=unique_name, lane=0, sequence=seq).producer_seq for seq, item in stored]
     assert producer_seqs == sorted(producer_seqs)
 
 
@@ -143,5 +143,10 @@ def test_a_call_encoded_ahead_whose_answer_is_lost_is_looked_up_with_the_items_i
         assert held.calls[1] == encoded_ahead
         assert pub.metrics()["resent_calls"] == 0
     assert _values(grid, unique_name) == values  # nothing twice, nothing lost, in order
-    pairs = [item_producer(item) for _, item in _lane(grid, unique_name)]
+    pairs = [
+        (producer.producer_id, producer.producer_seq)
+        for producer in (
+            item_producer(item, stream=unique_name, lane=0, sequence=seq) for seq, item in _lane(grid, unique_name)
+        )
+    ]
     assert len(pairs) == len(set(pairs))
