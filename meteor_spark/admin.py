@@ -333,9 +333,18 @@ def delete_stream(grid: Grid, name: str) -> bool:
     if stored is None:
         return False
     info = parse_metadata(name, stored)
-    for ring in info.ring_names:
-        grid.ring(ring).destroy()
-    forget_groups(grid, name)
-    metadata.remove(name)
+    # The metadata goes first, in one map call: a reader (a Spark pattern query listing streams, a driver reading
+    # bounds) sees the stream either whole or gone, never listed with its lanes already destroyed (which read as
+    # empty and would look like positions past the end). Should destroying fail, the metadata is put back so that
+    # deleting again finds the stream.
+    if not metadata.remove_if_same(name, stored):
+        return delete_stream(grid, name)  # changed meanwhile: start again from what is stored now
+    try:
+        for ring in info.ring_names:
+            grid.ring(ring).destroy()
+        forget_groups(grid, name)
+    except BaseException:
+        metadata.put_if_absent(name, stored)
+        raise
     logger.info("deleted stream %r", name)
     return True

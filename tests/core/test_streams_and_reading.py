@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from meteor_spark.admin import delete_stream, list_streams
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
+    GridError,
     OffsetOutOfRangeError,
     StreamConfigConflictError,
     StreamNotFoundError,
@@ -130,3 +133,49 @@ def test_range_over_overwritten_items_is_data_loss_or_counted_skip(grid: Grid, u
     assert reader.skipped_items == 3
     wholly_lost = read_range(grid, info, 0, 0, 4, skip_data_loss=True)
     assert list(wholly_lost) == [] and wholly_lost.skipped_items == 4
+
+
+def test_a_deleted_stream_is_never_listed_with_its_lanes_destroyed(
+    grid: Grid, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader listing streams sees a stream whole or gone: its metadata goes before its rings (a destroyed ring
+    reads as empty, so a listed stream with destroyed lanes looks like positions past the end)."""
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2))
+    listed_at_destroy: list[bool] = []
+    original_ring = grid.ring
+
+    def ring(name: str) -> Any:
+        handle = original_ring(name)
+        destroy = handle.destroy
+        monkeypatch.setattr(
+            handle, "destroy", lambda: (listed_at_destroy.append(unique_name in _names(grid)), destroy())
+        )
+        return handle
+
+    monkeypatch.setattr(grid, "ring", ring)
+    assert delete_stream(grid, info.name)
+    assert listed_at_destroy == [False, False]
+
+
+def test_a_delete_that_fails_half_way_can_be_done_again(
+    grid: Grid, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name))
+    original_ring = grid.ring
+
+    def failing(name: str) -> Any:
+        handle = original_ring(name)
+        monkeypatch.setattr(handle, "destroy", lambda: (_ for _ in ()).throw(GridError("member gone")))
+        return handle
+
+    monkeypatch.setattr(grid, "ring", failing)
+    with pytest.raises(GridError, match="member gone"):
+        delete_stream(grid, info.name)
+    monkeypatch.undo()
+    assert unique_name in _names(grid)
+    assert delete_stream(grid, info.name)
+    assert unique_name not in _names(grid)
+
+
+def _names(grid: Grid) -> list[str]:
+    return [info.name for info in list_streams(grid)]
