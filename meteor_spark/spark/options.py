@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -690,33 +690,21 @@ def _position(raw: _Raw, name: str, default: OffsetSpec, allowed: tuple[OffsetSp
         raise ConfigError(
             f"option {name!r}: expected {choices} or per-lane JSON like {{\"orders\": {{\"0\": 42}}}}, got {value!r}"
         )
-    try:
-        document: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"option {name!r}: not valid JSON ({exc.msg} at character {exc.pos}): {value!r}") from None
-    lanes: dict[str, dict[int, int]] = {}
-    if not isinstance(document, dict) or not document:
-        raise ConfigError(f"option {name!r}: expected a JSON object stream -> {{lane: sequence}}, got {value!r}")
-    for stream, per_lane in document.items():
-        if not isinstance(per_lane, dict) or not per_lane:
+    lowest = LATEST_SENTINEL if name == "endingOffsets" else EARLIEST_SENTINEL
+
+    def checked_sequence(stream: str, lane: int, sequence: Any) -> int:
+        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < lowest:
             raise ConfigError(
-                f"option {name!r}: stream {stream!r} must map lane numbers to ring sequences, e.g. "
-                f"{{\"{stream}\": {{\"0\": 42}}}}, got {json.dumps(per_lane)}"
+                f"option {name!r}: stream {stream!r} lane {lane}: expected a ring sequence >= 0 "
+                f"(or {lowest} for {'latest' if lowest == -1 else 'earliest, -1 for latest'}), got "
+                f"{json.dumps(sequence)}"
             )
-        lanes[stream] = {}
-        for lane_text, sequence in per_lane.items():
-            lane = _as_int(lane_text)
-            if lane is None or lane < 0:
-                raise ConfigError(f"option {name!r}: stream {stream!r}: lane {lane_text!r} is not a lane number")
-            lowest = LATEST_SENTINEL if name == "endingOffsets" else EARLIEST_SENTINEL
-            if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < lowest:
-                raise ConfigError(
-                    f"option {name!r}: stream {stream!r} lane {lane}: expected a ring sequence >= 0 "
-                    f"(or {lowest} for {'latest' if lowest == -1 else 'earliest, -1 for latest'}), got "
-                    f"{json.dumps(sequence)}"
-                )
-            lanes[stream][lane] = sequence
-    return Position(None, lanes)
+        return sequence
+
+    return Position(
+        None, _per_lane_json(name, text, value, unit="sequence", units="ring sequences", example=42,
+                             check=checked_sequence),
+    )
 
 
 def _time_position(raw: _Raw, every_lane: str, per_lane: str, by_offset: str) -> TimePosition | None:
@@ -735,31 +723,43 @@ def _time_position(raw: _Raw, every_lane: str, per_lane: str, by_offset: str) ->
     if every_lane in given:
         return TimePosition(every_lane, every_lane_ms=_timestamp(every_lane, raw.text(every_lane)))
     value = raw.text(per_lane) or ""
+    lanes = _per_lane_json(
+        per_lane, value, value, unit="ms since the epoch", units="times (ms since the epoch)", example=1700000000000,
+        check=lambda stream, lane, ms: _timestamp(per_lane, ms, f": stream {stream!r} lane {lane}"),
+    )
+    return TimePosition(per_lane, lanes=lanes)
+
+
+def _per_lane_json(
+    option: str, text: str, shown: str, *, unit: str, units: str, example: int,
+    check: Callable[[str, int, Any], int],
+) -> dict[str, dict[int, int]]:
+    """A JSON option ``{"stream": {"lane": value}}`` (startingOffsets, endingOffsets, the *ByTimestamp options): the
+    shape and the lane numbers are checked here, each value by ``check(stream, lane, value)``; ``shown`` is the
+    option's text as given, for messages."""
     try:
-        document: Any = json.loads(value)
+        document: Any = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"option {per_lane!r}: not valid JSON ({exc.msg} at character {exc.pos}): {value!r}"
-        ) from None
+        raise ConfigError(f"option {option!r}: not valid JSON ({exc.msg} at character {exc.pos}): {shown!r}") from None
     if not isinstance(document, dict) or not document:
         raise ConfigError(
-            f"option {per_lane!r}: expected a JSON object stream -> {{lane: ms since the epoch}}, like "
-            f"{{\"orders\": {{\"0\": 1700000000000}}}}, got {value!r}"
+            f"option {option!r}: expected a JSON object stream -> {{lane: {unit}}}, like "
+            f"{{\"orders\": {{\"0\": {example}}}}}, got {shown!r}"
         )
     lanes: dict[str, dict[int, int]] = {}
     for stream, per_stream in document.items():
         if not isinstance(per_stream, dict) or not per_stream:
             raise ConfigError(
-                f"option {per_lane!r}: stream {stream!r} must map lane numbers to times (ms since the epoch), e.g. "
-                f"{{\"{stream}\": {{\"0\": 1700000000000}}}}, got {json.dumps(per_stream)}"
+                f"option {option!r}: stream {stream!r} must map lane numbers to {units}, e.g. "
+                f"{{\"{stream}\": {{\"0\": {example}}}}}, got {json.dumps(per_stream)}"
             )
         lanes[stream] = {}
-        for lane_text, ms in per_stream.items():
+        for lane_text, raw_value in per_stream.items():
             lane = _as_int(lane_text)
             if lane is None or lane < 0:
-                raise ConfigError(f"option {per_lane!r}: stream {stream!r}: lane {lane_text!r} is not a lane number")
-            lanes[stream][lane] = _timestamp(per_lane, ms, f": stream {stream!r} lane {lane}")
-    return TimePosition(per_lane, lanes=lanes)
+                raise ConfigError(f"option {option!r}: stream {stream!r}: lane {lane_text!r} is not a lane number")
+            lanes[stream][lane] = check(stream, lane, raw_value)
+    return lanes
 
 
 def _timestamp(option: str, value: Any, where: str = "") -> int:
