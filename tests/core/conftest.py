@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from meteor_spark.grid import Grid, GridSettings
 from tests.core.processes import Child
 
 
@@ -16,3 +18,17 @@ def children() -> Iterator[list[Child]]:
     yield made
     for child in made:
         child.close()
+
+
+@pytest.fixture
+def persistent_grid(tmp_path: Path) -> Iterator[Grid]:
+    """A client of a persistent embedded member in its own process (it serves history below a ring's head)."""
+    from meteor_spark.server import EmbeddedGrid
+
+    member = EmbeddedGrid(port=0, process=True, data_dir=tmp_path / "data")
+    member.start()
+    try:
+        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as client:
+            yield client
+    finally:
+        member.stop()

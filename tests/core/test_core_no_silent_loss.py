@@ -3,9 +3,6 @@ good records, and history served below the ring's head (real client over TCP).""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from meteor_spark.corrupt import (
@@ -23,7 +20,7 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     UnsupportedFormatVersionError,
 )
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid import Grid
 from meteor_spark.groups import lag_report, seek_group
 from meteor_spark.offsets import first_offset_of, make_offset
 from meteor_spark.reading import count_records, oldest_sequence, read_range
@@ -323,19 +320,6 @@ def test_on_a_plain_grid_earliest_is_the_ring_head(grid: Grid, unique_name: str)
     assert oldest_sequence(grid, info, 0) == lane_bounds(grid, info)[0][0] == 7
     with Subscriber(grid, info.name, initial_offset_scheme="earliest") as sub:
         assert _values(sub, 3) == [b"r7", b"r8", b"r9"] and sub.skipped_items == 0
-
-
-@pytest.fixture
-def persistent_grid(tmp_path: Path) -> Iterator[Grid]:
-    from meteor_spark.server import EmbeddedGrid
-
-    member = EmbeddedGrid(port=0, process=True, data_dir=tmp_path / "data")
-    member.start()
-    try:
-        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as client:
-            yield client
-    finally:
-        member.stop()
 
 
 @pytest.mark.embedded_only

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 
 import prometheus_client
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from meteor_spark import metrics
 from meteor_spark.errors import ConfigError, FencedError
@@ -18,6 +16,8 @@ from meteor_spark.publisher import Publisher
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+from tests.metrics_scrape import Scraped
+from tests.metrics_scrape import scrape as scrape_url
 
 
 @pytest.fixture
@@ -31,15 +31,8 @@ def scrape(registry: prometheus_client.CollectorRegistry) -> Iterator[object]:
     server, thread = metrics.start_http_server(0, addr="127.0.0.1", registry=registry)
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
 
-    def get() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert response.status == 200
-            text = response.read().decode()
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
+    def get() -> Scraped:
+        return scrape_url(url)
 
     yield get
     server.shutdown()

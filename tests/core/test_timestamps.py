@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings, Ring
+from meteor_spark.grid import Grid, Ring
 from meteor_spark.offsets import make_offset
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
@@ -133,19 +132,6 @@ def test_seek_to_timestamp_on_every_lane(grid: Grid, unique_name: str) -> None:
         assert _values(sub, 2) == ["0.1", "1.0"]
         with pytest.raises(ConfigError, match="ts_ms"):
             sub.seek_to_timestamp(-5)
-
-
-@pytest.fixture
-def persistent_grid(tmp_path: Path) -> Iterator[Grid]:
-    from meteor_spark.server import EmbeddedGrid
-
-    member = EmbeddedGrid(port=0, process=True, data_dir=tmp_path / "data")
-    member.start()
-    try:
-        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as client:
-            yield client
-    finally:
-        member.stop()
 
 
 @pytest.mark.embedded_only

@@ -7,11 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
@@ -19,19 +17,14 @@ from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.member import READY_LINE
 from meteor_spark.streams import StreamConfig
 from meteor_spark.testing import wait_until
+from tests.metrics_scrape import Scraped
+from tests.metrics_scrape import scrape as scrape_url
 
 pytestmark = pytest.mark.embedded_only
 
 
-def scrape(address: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        assert response.status == 200
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+def scrape(address: str) -> Scraped:
+    return scrape_url(f"http://{address}/metrics")
 
 
 def value(scraped: dict, name: str, **labels: str) -> float:
