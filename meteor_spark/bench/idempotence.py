@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.admin import delete_stream
+from meteor_spark.bench import check_at_least_one
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
@@ -51,9 +52,7 @@ class IdempotenceBenchOptions:
             short_lived=args.short_lived or (10 if quick else 100),
             rounds=args.rounds or (1 if quick else 3),
         )
-        for name in ("async_records", "bulk_records", "short_lived", "rounds"):
-            if getattr(settings, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        check_at_least_one(settings, ("async_records", "bulk_records", "short_lived", "rounds"))
         return settings
 
 

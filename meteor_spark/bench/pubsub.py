@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from meteor_spark.admin import delete_stream
+from meteor_spark.bench import check_at_least_one
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.request_reply import Requester, Responder
@@ -71,11 +72,10 @@ class PubSubBenchOptions:
             record_bytes=args.record_bytes,
             subscriber_processes=args.subscriber_processes,
         )
-        for name in (
-            "async_records", "bulk_records", "fanout_records", "round_trips", "record_bytes", "subscriber_processes"
-        ):
-            if getattr(settings, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        check_at_least_one(
+            settings,
+            ("async_records", "bulk_records", "fanout_records", "round_trips", "record_bytes", "subscriber_processes"),
+        )
         if settings.subscriber_processes > SUBSCRIBERS:
             raise ValueError(f"--subscriber-processes must be <= {SUBSCRIBERS} (one subscriber per process at least)")
         return settings

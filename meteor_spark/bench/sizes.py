@@ -28,6 +28,7 @@ from typing import Any
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.batching import PublisherSettings
+from meteor_spark.bench import check_at_least_one
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
@@ -73,9 +74,7 @@ class SizesBenchOptions:
             max_batch_bytes=args.max_batch_bytes,
             max_call_bytes=args.max_call_bytes,
         )
-        for name in ("megabytes", "max_records", "lane_record_bytes", "repeats"):
-            if getattr(options, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(options, name)}")
+        check_at_least_one(options, ("megabytes", "max_records", "lane_record_bytes", "repeats"))
         if any(size < 1 for size in options.sizes):
             raise ConfigError(f"--sizes must be >= 1 byte each, got {list(options.sizes)}")
         if any(not 1 <= lanes <= 64 for lanes in options.lanes):
