@@ -165,6 +165,25 @@ def test_max_deliveries_sends_a_record_to_the_dead_letter_stream_with_its_header
     assert state.start == state.next  # archived counts as settled: the start moved past it
 
 
+def test_a_lock_that_expires_at_the_last_delivery_dead_letters_the_record_instead_of_redelivering_it(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    _stream(grid, unique_name, 2, lanes=1, per_item=2)
+    dlq = unique_name + "-dlq"
+    dead = _member(grid, unique_name, members, max_deliveries=1, acquisition_timeout_ms=300, dead_letter_stream=dlq,
+                   member_id="dead")
+    other = _member(grid, unique_name, members, max_deliveries=1, acquisition_timeout_ms=300, dead_letter_stream=dlq,
+                    member_id="other")
+    assert [r.delivery_count for r in _poll(dead)] == [1, 1]  # and never settled: its process is gone
+    redelivered: list[SharedRecord] = []
+    wait_until(lambda: redelivered.extend(other.poll(50)) or other.dead_lettered_records == 2, 10,
+               message="the expired records archived by the other member")
+    assert redelivered == []
+    letters = _dead_letters(grid, dlq, 2)
+    assert sorted(_values(letters)) == ["r0", "r1"]
+    assert {dict(r.headers)[HEADER_DELIVERY_COUNT] for r in letters} == {b"1"}
+
+
 def test_reject_dead_letters_at_once(grid: Grid, unique_name: str, members: list[SharedSubscriber]) -> None:
     _stream(grid, unique_name, 3, lanes=1)
     dlq = unique_name + "-dlq"
