@@ -314,8 +314,9 @@ class LaneQueue:
         return segment
 
 
-#: What ``claim`` hands the sender: the lane, its pieces, the number of ring items and of records.
-Call = tuple[LaneQueue, list[Piece], int, int]
+#: What ``claim`` (and ``cut``) hands the sender: the lane, its pieces, the number of ring items and of records, and
+#: the producer sequence of its first item (its items take the sequences from there on).
+Call = tuple[LaneQueue, list[Piece], int, int, int]
 
 
 class Accumulator:
@@ -342,6 +343,8 @@ class Accumulator:
         self.closing = False
         self.closed = False
         self.sticky = 0
+        #: The producer sequence of the next ring item cut (see ``cut``).
+        self.producer_seq = 0
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -480,7 +483,7 @@ class Accumulator:
             if ready or ahead:
                 for state in ahead:
                     state.encoding = True
-                return [self.claim(state) for state in ready], [(s, *self.take(s)) for s in ahead]
+                return [self.claim(state) for state in ready], [self.cut(s) for s in ahead]
             if self.closed and not any(s.queued or s.in_flight for s in self.lanes):
                 return None
             pending = [w for w, _ in waits if w is not None]
@@ -488,11 +491,25 @@ class Accumulator:
 
     def claim(self, state: LaneQueue) -> Call:
         """Take the next call's items off an idle lane and mark it in flight (lock held)."""
-        pieces, n_items, n_records = self.take(state)
+        call = self.cut(state)
         state.in_flight = True
         if self.lane_count > 1 and state.lane == self.sticky:
             self.sticky = (self.sticky + 1) % self.lane_count
-        return state, pieces, n_items, n_records
+        return call
+
+    def cut(self, state: LaneQueue) -> Call:
+        """The lane's next call with the producer sequences of its items reserved (lock held).
+
+        Sequences are reserved here, in the order calls are cut, and not when a call is encoded: two threads may
+        encode calls of one lane at once (the publishing thread the call it claimed, the sender the next one
+        ahead), and a reader drops an item whose sequence is not above the last one it passed on from that
+        producer as a re-sent copy. Sequences taken while encoding would interleave, and a reader would drop
+        real records.
+        """
+        pieces, n_items, n_records = self.take(state)
+        first_seq = self.producer_seq
+        self.producer_seq += n_items
+        return state, pieces, n_items, n_records, first_seq
 
     def take(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
         """Cut up to ``max_items_per_call`` ring items and ``max_call_bytes`` bytes off the lane's queue (lock

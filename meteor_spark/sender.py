@@ -31,7 +31,6 @@ refused write, a bad argument) fails them either way.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import queue
 import threading
@@ -62,7 +61,6 @@ class Sender:
         self.rings = list(rings)
         self.stream = accumulator.stream
         self.producer_id = producer_id
-        self._producer_seq = itertools.count()
         self._completions: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.records_sent = 0
         self.items_sent = 0
@@ -112,22 +110,23 @@ class Sender:
             for call in ahead:
                 self._encode_ahead(*call)
 
-    def send(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> None:
+    def send(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int) -> None:
         """Encode a claimed call and send it (the lane is claimed: nothing else sends on it meanwhile)."""
         try:
-            call = self._encode(state, pieces, n_items, n_records)
+            call = self._encode(state, pieces, n_items, n_records, first_seq)
         except BaseException as exc:
             self._settle(state, pieces, n_items, n_records, None, exc)
             return
         self._dispatch(call, may_block=True)
 
-    def _encode_ahead(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> None:
+    def _encode_ahead(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int,
+                      first_seq: int) -> None:
         """Encode the next call of a lane whose call is in flight (the sender thread), so that it leaves the moment
         that call settles: encoding overlaps the grid's work instead of following it. The encoded call keeps its
         producer sequences, after the ones in flight; the lane stays claimed throughout, so order holds."""
         acc = self.acc
         try:
-            call: PendingCall | None = self._encode(state, pieces, n_items, n_records)
+            call: PendingCall | None = self._encode(state, pieces, n_items, n_records, first_seq)
         except BaseException as exc:
             self._settle(state, pieces, n_items, n_records, None, exc, ends_call=False)
             call = None
@@ -143,8 +142,10 @@ class Sender:
         if send_now and call is not None:
             self._dispatch(call, may_block=True)
 
-    def _encode(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int) -> PendingCall:
-        """The ring items of a call, each with its producer id and sequence (the idempotence key)."""
+    def _encode(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int,
+                first_seq: int) -> PendingCall:
+        """The ring items of a call, each with its producer id and sequence (the idempotence key): ``first_seq``
+        on, as the accumulator reserved them when it cut the call."""
         settings = self.acc.settings
         items = []
         by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
@@ -152,13 +153,10 @@ class Sender:
             by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
             if piece.stop == piece.segment.n:
                 piece.segment.release()
-        first_seq = -1
-        for prepared in by_item:
-            producer_seq = next(self._producer_seq)
-            if first_seq < 0:
-                first_seq = producer_seq
+        for i, prepared in enumerate(by_item):
             framing = ItemFraming(
-                self.producer_id, producer_seq, settings.compression, settings.compression_threshold, self.transactional
+                self.producer_id, first_seq + i, settings.compression, settings.compression_threshold,
+                self.transactional,
             )
             items.append(encode_prepared(prepared, framing))
         return PendingCall(state, pieces, n_items, n_records, items, first_seq, 0.0)

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hazelcast.future import Future
 
+from meteor_spark import sender
 from meteor_spark.errors import GridConnectionError, PublishTimeoutError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.idempotence import StoredCallLost, find_call
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.publisher import Publisher
 from meteor_spark.streams import StreamConfig
+from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import TcpProxy, wait_until
 from meteor_spark.wire import decode_item, item_producer
 
@@ -178,6 +181,41 @@ def test_without_idempotence_a_lost_answer_fails_the_records_at_once(
         with pytest.raises(GridConnectionError, match="connection reset"):
             pub.publish(b"lost", timeout_s=10)
         assert pub.metrics()["unknown_outcomes"] == 0
+
+
+def test_producer_sequences_rise_in_ring_order_while_two_threads_encode_calls_of_one_lane(
+    grid: Grid, unique_name: str, monkeypatch: Any
+) -> None:
+    """One thread encodes the call it claimed while the sender encodes the lane's next call ahead (queued by a second
+    publishing thread). The items must still carry rising producer sequences in ring order: a reader drops an item
+    whose sequence is not above the last one it passed on as a re-sent copy, so interleaved sequences lost real
+    records."""
+    encode = sender.encode_prepared
+
+    def slow_encode(*args: Any, **kwargs: Any) -> bytes:
+        time.sleep(0.001)  # lets the other encoder run in between, as a busy machine does
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(sender, "encode_prepared", slow_encode)
+    chunks = [[b"t%d-%05d" % (t, i) for i in range(j, j + 400)] for t in range(2) for j in range(0, 2000, 400)]
+    with Publisher(grid, StreamConfig(unique_name), max_batch_records=10, max_call_bytes=2048) as pub:
+        workers = [threading.Thread(target=lambda mine=chunks[t::2]: [pub.publish_many(c) for c in mine])
+                   for t in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        pub.flush()
+    sequences = [item_producer(item, stream=unique_name, lane=0, sequence=sequence).producer_seq
+                 for sequence, item in _raw_lane(grid, unique_name, 0)]
+    assert sequences == sorted(set(sequences))  # strictly rising in ring order
+    expected = sorted(v for chunk in chunks for v in chunk)
+    got: list[bytes] = []
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as reader:
+        wait_until(lambda: got.extend(r.value for r in reader.poll(100)) or len(got) >= len(expected), 30,
+                   message=f"{len(expected)} records")
+        assert reader.item_gate.duplicate_items == 0
+    assert sorted(got) == expected
 
 
 def test_idempotence_settings_are_checked() -> None:
