@@ -237,15 +237,15 @@ class Segment:
         """Prefix sums of per-record sizes (only called once the segment is closed)."""
         if self._cum is None:
             if self.arrow is not None:
-                sizes = self.arrow.sizes()
-            else:
-                sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
-                if self.keys is not None:
-                    sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
-                if self.headers is not None:
-                    sizes += np.fromiter(
-                        (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=self.n
-                    )
+                self._cum = self.arrow.cumulative_bytes()
+                return self._cum
+            sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
+            if self.keys is not None:
+                sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
+            if self.headers is not None:
+                sizes += np.fromiter(
+                    (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=self.n
+                )
             cum = np.zeros(self.n + 1, dtype=np.int64)
             np.cumsum(sizes, out=cum[1:])
             self._cum = cum
