@@ -376,11 +376,13 @@ class Accumulator:
                 by_lane[lane].sort()
         return by_lane
 
-    def spread(self, n: int) -> list[tuple[int, int, int]]:
-        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes, from the sticky lane."""
+    def spread(self, n: int, min_run: int = 1) -> list[tuple[int, int, int]]:
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes, from the sticky lane, of
+        at least ``min_run`` records each (but the last): a bulk smaller than ``min_run`` goes to one lane whole, and
+        the next bulk to the next lane."""
         if self.lane_count == 1:
             return [(0, 0, n)]
-        per_lane = max(1, -(-n // self.lane_count))
+        per_lane = max(1, min_run, -(-n // self.lane_count))
         runs = []
         lane = self.sticky
         for start in range(0, n, per_lane):

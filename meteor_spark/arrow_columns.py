@@ -370,6 +370,13 @@ class ArrowInput:
         self.stamps = _timestamps_column(self.table) if "timestamp" in columns else int(time.time() * 1000)
         self.headers = _headers_column(self.table) if "headers" in columns else None
 
+    def nbytes(self) -> int:
+        """Bytes of the values and keys (headers not counted): what the rows weigh against the batching limits."""
+        total = _data_bytes(self.values)
+        if self.keys is not None:
+            total += _data_bytes(self.keys)
+        return total
+
     def lanes(self, lanes: int, stream: str, sticky: int) -> np.ndarray | None:
         """Per-row lanes (explicit ``lane`` column, else by key, else ``sticky``); None = no row has a lane of its
         own (spread the rows)."""
@@ -420,6 +427,11 @@ class ArrowInput:
 def _offsets(array: pa.Array) -> np.ndarray:
     raw = np.frombuffer(array.buffers()[1], dtype=_I32)
     return raw[array.offset:array.offset + len(array) + 1]
+
+
+def _data_bytes(array: pa.Array) -> int:
+    offsets = _offsets(array)
+    return int(offsets[-1]) - int(offsets[0])
 
 
 def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, memoryview]:
