@@ -537,8 +537,10 @@ class Accumulator:
             while p < segment.n and item < self.items_per_call:
                 room = min(max_bytes - item_bytes, max_call - taken_bytes)
                 stop = min(segment.n, p + max_records - in_item)
-                # The largest stop whose bytes still fit the item and the call.
-                fit = int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
+                # The largest stop whose bytes still fit the item and the call (searched only when the records up
+                # to the record bound do not fit: with small records they do, for every item).
+                fits = cum[stop] - cum[p] <= room
+                fit = stop if fits else int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
                 if in_item == 0 and item > 0 and fit < stop:
                     # A further item goes into this call only whole (as the item bounds alone would cut it).
                     whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1
