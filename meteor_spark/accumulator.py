@@ -237,15 +237,15 @@ class Segment:
         """Prefix sums of per-record sizes (only called once the segment is closed)."""
         if self._cum is None:
             if self.arrow is not None:
-                sizes = self.arrow.sizes()
-            else:
-                sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
-                if self.keys is not None:
-                    sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
-                if self.headers is not None:
-                    sizes += np.fromiter(
-                        (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=self.n
-                    )
+                self._cum = self.arrow.cumulative_bytes()
+                return self._cum
+            sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
+            if self.keys is not None:
+                sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
+            if self.headers is not None:
+                sizes += np.fromiter(
+                    (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=self.n
+                )
             cum = np.zeros(self.n + 1, dtype=np.int64)
             np.cumsum(sizes, out=cum[1:])
             self._cum = cum
@@ -376,11 +376,13 @@ class Accumulator:
                 by_lane[lane].sort()
         return by_lane
 
-    def spread(self, n: int) -> list[tuple[int, int, int]]:
-        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes, from the sticky lane."""
+    def spread(self, n: int, min_run: int = 1) -> list[tuple[int, int, int]]:
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes, from the sticky lane, of
+        at least ``min_run`` records each (but the last): a bulk smaller than ``min_run`` goes to one lane whole, and
+        the next bulk to the next lane."""
         if self.lane_count == 1:
             return [(0, 0, n)]
-        per_lane = max(1, -(-n // self.lane_count))
+        per_lane = max(1, min_run, -(-n // self.lane_count))
         runs = []
         lane = self.sticky
         for start in range(0, n, per_lane):
@@ -535,8 +537,10 @@ class Accumulator:
             while p < segment.n and item < self.items_per_call:
                 room = min(max_bytes - item_bytes, max_call - taken_bytes)
                 stop = min(segment.n, p + max_records - in_item)
-                # The largest stop whose bytes still fit the item and the call.
-                fit = int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
+                # The largest stop whose bytes still fit the item and the call (searched only when the records up
+                # to the record bound do not fit: with small records they do, for every item).
+                fits = cum[stop] - cum[p] <= room
+                fit = stop if fits else int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
                 if in_item == 0 and item > 0 and fit < stop:
                     # A further item goes into this call only whole (as the item bounds alone would cut it).
                     whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1

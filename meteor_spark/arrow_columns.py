@@ -276,7 +276,11 @@ def headers_to_map(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 class ArrowColumns:
     """Rows of an Arrow bulk bound for one lane (value/key binary, timestamps in ms), prepared for the wire format
-    slice by slice, without Python objects per record."""
+    slice by slice, without Python objects per record.
+
+    The length columns and buffers are taken once here, so a ring item's slice is a few array views (an Arrow
+    bulk is cut into many items).
+    """
 
     def __init__(
         self, values: pa.Array, keys: pa.Array | None, headers: list[Any] | None, stamps: np.ndarray | int
@@ -286,27 +290,41 @@ class ArrowColumns:
         self.headers = headers
         self.stamps = stamps
         self.count = len(values)
+        self._value_offsets, self._value_lengths, self._value_data = _binary_parts(values)
+        self._key_offsets: np.ndarray | None = None
+        self._key_lengths: np.ndarray | None = None
+        self._key_data = memoryview(b"")
+        if keys is not None:
+            self._key_offsets, self._key_lengths, self._key_data = _binary_parts(keys)
+            if keys.null_count:
+                self._key_lengths = np.where(np.asarray(keys.is_valid()), self._key_lengths, -1).astype(_I32)
 
-    def sizes(self) -> np.ndarray:
-        """Bytes of each row (value, key and headers), as the batching limits count them."""
-        sizes = np.diff(_offsets(self.values)).astype(np.int64)
-        if self.keys is not None:
-            sizes += np.diff(_offsets(self.keys))
+    def cumulative_bytes(self) -> np.ndarray:
+        """Prefix sums (``count + 1``, int64) of each row's bytes (value, key and headers), as the batching limits
+        count them: straight from the Arrow offsets."""
+        offsets = self._value_offsets
+        cum = offsets.astype(np.int64)
+        cum -= cum[0]
+        if self._key_offsets is not None:
+            cum += self._key_offsets
+            cum -= int(self._key_offsets[0])
         if self.headers is not None:
-            sizes += np.fromiter(
+            header_bytes = np.fromiter(
                 (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=len(self.headers)
             )
-        return sizes
+            cum[1:] += np.cumsum(header_bytes)
+        return cum
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:
-        value_lengths, value_data = _binary_slice(self.values, start, stop)
+        offsets = self._value_offsets
+        value_data = self._value_data[int(offsets[start]):int(offsets[stop])]
+        value_lengths = self._value_lengths[start:stop]
         key_lengths = None
         key_data: Any = b""
-        if self.keys is not None:
-            key_lengths, key_data = _binary_slice(self.keys, start, stop)
-            if self.keys.null_count:
-                valid = np.asarray(self.keys.slice(start, stop - start).is_valid())
-                key_lengths = np.where(valid, key_lengths, -1).astype(_I32)
+        if self._key_offsets is not None:
+            key_offsets = self._key_offsets
+            key_lengths = self._key_lengths[start:stop]  # type: ignore[index]
+            key_data = self._key_data[int(key_offsets[start]):int(key_offsets[stop])]
         stamps = self.stamps if isinstance(self.stamps, int) else self.stamps[start:stop]
         columns = PreparedColumns(stop - start, value_lengths, value_data, stamps, key_lengths, key_data)
         if self.headers is not None and any(self.headers[start:stop]):
@@ -351,6 +369,13 @@ class ArrowInput:
         self.keys = None if keys is not None and keys.null_count == len(keys) else keys
         self.stamps = _timestamps_column(self.table) if "timestamp" in columns else int(time.time() * 1000)
         self.headers = _headers_column(self.table) if "headers" in columns else None
+
+    def nbytes(self) -> int:
+        """Bytes of the values and keys (headers not counted): what the rows weigh against the batching limits."""
+        total = _data_bytes(self.values)
+        if self.keys is not None:
+            total += _data_bytes(self.keys)
+        return total
 
     def lanes(self, lanes: int, stream: str, sticky: int) -> np.ndarray | None:
         """Per-row lanes (explicit ``lane`` column, else by key, else ``sticky``); None = no row has a lane of its
@@ -404,13 +429,16 @@ def _offsets(array: pa.Array) -> np.ndarray:
     return raw[array.offset:array.offset + len(array) + 1]
 
 
-def _binary_slice(array: pa.Array, start: int, stop: int) -> tuple[np.ndarray, memoryview]:
-    offsets = _offsets(array)[start:stop + 1]
+def _data_bytes(array: pa.Array) -> int:
+    offsets = _offsets(array)
+    return int(offsets[-1]) - int(offsets[0])
+
+
+def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, memoryview]:
+    """A binary array's offsets (``len + 1``, as stored: they need not start at 0), lengths (int32) and data."""
+    offsets = _offsets(array)
     data = array.buffers()[2]
-    lengths = np.diff(offsets).astype(_I32)
-    if data is None:
-        return lengths, memoryview(b"")
-    return lengths, memoryview(data)[int(offsets[0]):int(offsets[-1])]
+    return offsets, np.diff(offsets), memoryview(b"" if data is None else data)
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:

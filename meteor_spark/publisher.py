@@ -10,7 +10,8 @@ How a record travels:
    waiting up to ``linger_ms`` for a partly filled item); the sender (``meteor_spark.sender``) sends up to
    ``max_items_per_call`` items in one ``add_all``, at most one per lane at a time. With ``linger_ms=0`` an idle
    lane is sent by the publishing thread itself (one record's latency is then one ``add_all``, with no hand-off to
-   another thread); records that arrive while a call is in flight pile up in the next items.
+   another thread); records that arrive while a call is in flight pile up in the next items. ``publish_arrow``
+   leaves the encoding and sending to the sender thread, so its caller goes back to producing the next bulk.
 3. When the grid answers, the record futures (``meteor_spark.publish_futures``) read their offsets from the
    stored batch; callbacks and bulk futures run on the publisher's completion thread.
 
@@ -280,6 +281,10 @@ class Publisher:
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
         nulls = now) and ``lane`` (integer; nulls = by key). Other columns are ignored. The serializers do not
         apply: the columns are stored as they are (serialize into the column first, e.g. JSON text).
+
+        Rows without a lane of their own (no key, no ``lane``) go to the lanes in contiguous runs of at least a
+        whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
+        next lane. The rows are encoded and sent by the publisher's sender thread.
         """
         bulk = ArrowInput(batch)
         n = bulk.rows
@@ -297,18 +302,24 @@ class Publisher:
                 if bounds[lane + 1] > bounds[lane]:
                     pieces.append((lane, order[bounds[lane]:bounds[lane + 1]]))
         else:
-            for lane, start, stop in acc.spread(n):
+            # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
+            # every lane a call of its own for a few records.
+            total = bulk.nbytes()
+            run = acc.ahead_records if total <= 0 else min(acc.ahead_records, -(-n * acc.ahead_bytes // total))
+            for lane, start, stop in acc.spread(n, run):
                 pieces.append((lane, slice(start, stop)))
         segments = [(lane, Segment.of_arrow(self._lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
-        calls: list[Call] = []
         with self._lock:
             acc.admit(n)
+            ready = False
             for lane, segment in segments:
                 state = self._lanes[lane]
                 state.segments.append(segment)
-                if acc.queued(state, segment.n, segment.nbytes):
-                    calls.append(acc.claim(state))
-        self._sender.send_all(calls)
+                ready = acc.queued(state, segment.n, segment.nbytes) or ready
+            if ready:
+                # The sender thread encodes and sends: the caller goes back to producing the next batch (a Spark
+                # task to reading it from the JVM) while this one is encoded and on the wire.
+                acc.work.notify()
         return sink
 
     def _serialized(self, item: Any, position: int | None, count: int) -> Record | bytes:

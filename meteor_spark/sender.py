@@ -45,7 +45,7 @@ from meteor_spark.grid import result
 from meteor_spark.idempotence import PendingCall, Retrier, outcome_unknown
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.publish_futures import RecordFuture
-from meteor_spark.wire import ItemFraming, PreparedColumns, encode_prepared
+from meteor_spark.wire import ItemFraming, PreparedColumns, encode_items
 
 logger = logging.getLogger("meteor_spark.publisher")
 
@@ -147,18 +147,15 @@ class Sender:
         """The ring items of a call, each with its producer id and sequence (the idempotence key): ``first_seq``
         on, as the accumulator reserved them when it cut the call."""
         settings = self.acc.settings
-        items = []
         by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
         for piece in pieces:
             by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
             if piece.stop == piece.segment.n:
                 piece.segment.release()
-        for i, prepared in enumerate(by_item):
-            framing = ItemFraming(
-                self.producer_id, first_seq + i, settings.compression, settings.compression_threshold,
-                self.transactional,
-            )
-            items.append(encode_prepared(prepared, framing))
+        framing = ItemFraming(
+            self.producer_id, first_seq, settings.compression, settings.compression_threshold, self.transactional
+        )
+        items = encode_items(by_item, framing)
         return PendingCall(state, pieces, n_items, n_records, items, first_seq, 0.0)
 
     def _dispatch(self, call: PendingCall, *, may_block: bool) -> None:

@@ -206,28 +206,36 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
     1/16 of it: every reader decompresses every item, so a body that barely shrinks (incompressible values) is
     cheaper to store as it is.
     """
-    count = sum(p.count for p in pieces)
-    if not 0 < count <= MAX_RECORDS_PER_ITEM:
-        raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
+    return encode_items([pieces], framing)[0]
+
+
+def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFraming) -> list[bytes]:
+    """Frame the ring items of one ``add_all`` call, each from its prepared pieces (see ``encode_prepared``);
+    item ``i`` gets producer sequence ``framing.producer_seq + i``. The framing is checked once per call."""
     if framing.compression not in COMPRESSIONS:
         raise ConfigError(
             f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
         )
+    lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
     flags = FLAG_TRANSACTIONAL if framing.transactional else 0
-    columns: list[Any] = [_join_arrays([p.value_lengths for p in pieces], _I32)]
-    blobs: list[Any] = [p.value_data for p in pieces]
+    producer_id, first_seq = framing.producer_id, framing.producer_seq
+    return [
+        _encode_item(pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i)
+        for i, pieces in enumerate(items)
+    ]
 
+
+def _joined(pieces: Sequence[PreparedColumns]) -> PreparedColumns:
+    """The pieces of one item as one: columns concatenated, data kept as a list of blobs (joined with the body)."""
+    count = sum(p.count for p in pieces)
+    keys = None
     if any(p.key_lengths is not None for p in pieces):
-        flags |= FLAG_KEYS
-        columns.append(
-            _join_arrays(
-                [p.key_lengths if p.key_lengths is not None else np.full(p.count, -1, _I32) for p in pieces], _I32
-            )
+        keys = _join_arrays(
+            [p.key_lengths if p.key_lengths is not None else np.full(p.count, -1, _I32) for p in pieces], _I32
         )
-        blobs += [p.key_data for p in pieces if p.key_lengths is not None]
-
+    stamps: np.ndarray | int
     if all(isinstance(p.timestamps, int) for p in pieces) and len({p.timestamps for p in pieces}) == 1:
-        base_ts = int(pieces[0].timestamps)
+        stamps = int(pieces[0].timestamps)
     else:
         stamps = np.concatenate(
             [
@@ -235,35 +243,82 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
                 for p in pieces
             ]
         ).astype(_I64, copy=False)
+    header_counts = hkey_lengths = hvalue_lengths = None
+    hkey_data: Any = []
+    hvalue_data: Any = []
+    if any(p.header_counts is not None for p in pieces):
+        with_headers = [p for p in pieces if p.header_counts is not None]
+        header_counts = _join_arrays(
+            [p.header_counts if p.header_counts is not None else np.zeros(p.count, _I32) for p in pieces], _I32
+        )
+        hkey_lengths = _join_arrays([p.hkey_lengths for p in with_headers], _I32)
+        hvalue_lengths = _join_arrays([p.hvalue_lengths for p in with_headers], _I32)
+        hkey_data = [p.hkey_data for p in with_headers]
+        hvalue_data = [p.hvalue_data for p in with_headers]
+    return PreparedColumns(
+        count,
+        _join_arrays([p.value_lengths for p in pieces], _I32),
+        [p.value_data for p in pieces],
+        stamps,
+        keys,
+        [p.key_data for p in pieces if p.key_lengths is not None],
+        header_counts,
+        hkey_lengths,
+        hkey_data,
+        hvalue_lengths,
+        hvalue_data,
+    )
+
+
+def _view(array: Any, dtype: np.dtype) -> Any:
+    """A column's bytes, in the wire's dtype (a view when it already is one)."""
+    contiguous: Any = np.ascontiguousarray(array, dtype=dtype)
+    return memoryview(contiguous)
+
+
+def _blobs(data: Any) -> list[Any]:
+    return data if isinstance(data, list) else [data]
+
+
+def _encode_item(p: PreparedColumns, flags: int, lz4_from: int | None, producer_id: int, producer_seq: int) -> bytes:
+    count = p.count
+    if not 0 < count <= MAX_RECORDS_PER_ITEM:
+        raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
+    parts: list[Any] = [_view(p.value_lengths, _I32)]
+    blobs = _blobs(p.value_data)
+    if p.key_lengths is not None:
+        flags |= FLAG_KEYS
+        parts.append(_view(p.key_lengths, _I32))
+        blobs = blobs + _blobs(p.key_data)
+    stamps = p.timestamps
+    if isinstance(stamps, (int, np.integer)):
+        base_ts = int(stamps)
+    else:
+        stamps = np.asarray(stamps, dtype=_I64)
         base_ts = int(stamps.min())
         if int(stamps.max()) != base_ts:
             flags |= FLAG_TIMESTAMPS
-            columns.append((stamps - base_ts).astype(_I64, copy=False))
-
-    if any(p.header_counts is not None for p in pieces):
+            parts.append(_view(stamps - base_ts, _I64))
+    if p.header_counts is not None:
         flags |= FLAG_HEADERS
-        with_headers = [p for p in pieces if p.header_counts is not None]
-        columns += [
-            _join_arrays(
-                [p.header_counts if p.header_counts is not None else np.zeros(p.count, _I32) for p in pieces], _I32
-            ),
-            _join_arrays([p.hkey_lengths for p in with_headers], _I32),
-            _join_arrays([p.hvalue_lengths for p in with_headers], _I32),
+        parts += [
+            _view(p.header_counts, _I32),
+            _view(p.hkey_lengths, _I32),
+            _view(p.hvalue_lengths, _I32),
         ]
-        blobs += [p.hkey_data for p in with_headers] + [p.hvalue_data for p in with_headers]
-
-    body = b"".join([memoryview(c) for c in columns] + blobs)
+        blobs = blobs + _blobs(p.hkey_data) + _blobs(p.hvalue_data)
+    body = b"".join(parts + blobs)
     if len(body) > _MAX_U32:
         raise SizeLimitError(
             f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
         )
     stored: bytes = body
-    if framing.compression == "lz4" and len(body) >= framing.compression_threshold:
+    if lz4_from is not None and len(body) >= lz4_from:
         packed = lz4.block.compress(body, store_size=False)
         if len(packed) <= len(body) - (len(body) >> 4):
             stored = packed
             flags |= FLAG_LZ4
-    return _frame(FORMAT_VERSION, flags, count, base_ts, framing.producer_id, framing.producer_seq, len(body), stored)
+    return _frame(FORMAT_VERSION, flags, count, base_ts, producer_id, producer_seq, len(body), stored)
 
 
 def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:

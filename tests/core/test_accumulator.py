@@ -197,6 +197,12 @@ def test_routing_explicit_lane_by_key_and_sticky_runs() -> None:
         acc.lane_of(Record(b"v", lane=4))
     assert acc.spread(10) == [(0, 0, 3), (1, 3, 6), (2, 6, 9), (3, 9, 10)]
     assert acc.sticky == 0  # wrapped around after lane 3
+    # Runs of at least min_run: a small bulk goes to one lane whole, the next bulk to the next lane.
+    assert acc.spread(10, 4) == [(0, 0, 4), (1, 4, 8), (2, 8, 10)]
+    assert acc.spread(5, 100) == [(3, 0, 5)]
+    assert acc.spread(5, 100) == [(0, 0, 5)]
+    assert acc.sticky == 1
+    acc.sticky = 0
     by_lane = acc.split_by_lane([Record(b"a", lane=3), Record(b"b"), Record(b"c"), Record(b"d", key=b"k")])
     assert sorted(p for ps in by_lane.values() for p in ps) == [0, 1, 2, 3]
     assert 0 in by_lane[3]

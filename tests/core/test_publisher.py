@@ -182,6 +182,31 @@ def test_publish_arrow_bulk_with_keys_lanes_and_timestamps(grid: Grid, unique_na
     assert k1 == sorted(k1)
 
 
+def test_publish_arrow_spreads_keyless_rows_over_the_lanes_in_runs_of_a_whole_call(
+    grid: Grid, unique_name: str
+) -> None:
+    """Keyless rows go to the lanes in contiguous runs of at least one call's worth (``max_call_bytes``): a bulk
+    smaller than a call lands in one lane whole and the next bulk in the next lane, so no lane gets a call of its
+    own for a sliver of each bulk."""
+    rows = [b"%09d" % i for i in range(100)]  # 100 rows of 9 bytes; calls of 300 bytes hold 34 of them
+
+    def bulk(lo: int, hi: int) -> pa.Table:
+        return pa.table({"value": pa.array(rows[lo:hi], pa.binary())})
+
+    with Publisher(grid, StreamConfig(unique_name, lanes=4), max_call_bytes=300) as pub:
+        # One at a time: a lane claimed while the sticky lane points at it moves the sticky lane on.
+        small = [pub.publish_arrow(bulk(lo, lo + 10)).lanes_written() for lo in (0, 10, 20, 30)]
+        assert [[(w.lane, w.records) for w in written] for written in small] == [
+            [(0, 10)], [(1, 10)], [(2, 10)], [(3, 10)]
+        ]
+        large = pub.publish_arrow(bulk(40, 100))
+        assert [(w.lane, w.records) for w in large.lanes_written()] == [(0, 34), (1, 26)]
+    by_lane = _read_all(grid, open_stream(grid, unique_name))
+    assert {lane: [r.value for r in records] for lane, records in by_lane.items()} == {
+        0: rows[0:10] + rows[40:74], 1: rows[10:20] + rows[74:100], 2: rows[20:30], 3: rows[30:40]
+    }
+
+
 def test_publish_futures_work_with_concurrent_futures_helpers(grid: Grid, unique_name: str) -> None:
     with Publisher(grid, StreamConfig(unique_name), linger_ms=20) as pub:
         futures = [pub.publish_async(b"x") for _ in range(50)]

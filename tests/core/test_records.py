@@ -24,8 +24,10 @@ from meteor_spark.wire import (
     decode_item,
     encode_batch_v0,
     encode_columns,
+    encode_items,
     encode_prepared,
     item_count,
+    item_producer,
     prepare_columns,
 )
 
@@ -118,6 +120,27 @@ def test_prepared_pieces_concatenate_into_one_item() -> None:
     item = encode_prepared([a, b], ItemFraming(producer_id=0, producer_seq=0))
     got = [(r.value, r.key, r.headers, r.timestamp_ms) for r in decode_batch(item, stream="s", lane=0, sequence=0)]
     assert got == [(b"a1", None, (), 5), (b"a2", None, (), 5), (b"b1", b"k", (("h", b"v"),), 9)]
+
+
+def test_a_calls_items_take_rising_sequences_and_each_keeps_its_own_pieces() -> None:
+    a = prepare_columns([b"a1", b"a2"], timestamps=5)
+    b = prepare_columns([b"b1"], keys=[b"k"], headers=[(("h", b"v"),)], timestamps=[9])
+    c = prepare_columns([b"c1"], timestamps=[4])
+    items = encode_items([[a], [a, b], [c]], ItemFraming(producer_id=3, producer_seq=10, transactional=True))
+    assert [item_producer(item, stream="s", lane=0, sequence=i).producer_seq for i, item in enumerate(items)] == [
+        10, 11, 12,
+    ]
+    got = [
+        [(r.value, r.key, r.headers, r.timestamp_ms) for r in decode_batch(item, stream="s", lane=0, sequence=i)]
+        for i, item in enumerate(items)
+    ]
+    assert got == [
+        [(b"a1", None, (), 5), (b"a2", None, (), 5)],
+        [(b"a1", None, (), 5), (b"a2", None, (), 5), (b"b1", b"k", (("h", b"v"),), 9)],
+        [(b"c1", None, (), 4)],
+    ]
+    # One item of a call is what encode_prepared makes of it alone.
+    assert items[1] == encode_prepared([a, b], ItemFraming(producer_id=3, producer_seq=11, transactional=True))
 
 
 def test_encoding_rejects_bad_input_naming_the_record() -> None:
