@@ -11,7 +11,8 @@ one lane, 100-byte records.
 * **ceiling**: the same query shape over ``bench-clock``, a Python stream source that reads nothing: row ``i``
   "is published" at ``start + i / RATE``, ``latestOffset`` returns the rows published by now, and ``read`` builds
   them in memory with that time as their ``timestamp``. What it measures is Spark's own cost of a micro-batch of a
-  Python source into this sink.
+  Python source into this sink. It runs after the meteor query, while the grid and the publisher thread still run
+  (publishing into the stream, unread), so both queries share the machine with the same background work.
 
 The sink is a Python Arrow stream writer (``bench-latency``). Its ``write`` runs on the executor and notes, per
 row, ``seen - timestamp`` (the time the row reached the sink; ``seen`` is taken per Arrow batch); its ``commit``
@@ -113,8 +114,15 @@ def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
         spark.dataSource.register(ClockSource)
         spark.dataSource.register(LatencySink)
         with Grid(settings) as grid:
-            meteor = _measure_meteor(spark, grid, settings, seconds, warm_up_s)
-        ceiling = _measure_ceiling(spark, seconds, warm_up_s)
+            name = f"bench-latency-{uuid.uuid4().hex[:6]}"
+            open_stream(grid, StreamConfig(name, lanes=1))
+            try:
+                # The publisher and the grid run during both measurements: the ceiling shares their load.
+                with _Publishing(grid, name) as publishing:
+                    meteor = _measure_meteor(spark, settings, name, publishing, seconds, warm_up_s)
+                    ceiling = _measure_ceiling(spark, seconds, warm_up_s)
+            finally:
+                delete_stream(grid, name)
         return {
             "seconds": seconds, "rate": RATE, "meteor": meteor.as_dict(), "ceiling": ceiling.as_dict(),
             "load_average": (load_before[0], os.getloadavg()[0]),
@@ -125,37 +133,47 @@ def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
         server.stop()
 
 
-def _measure_meteor(spark: Any, grid: Grid, settings: GridSettings, seconds: float, warm_up_s: float) -> LatencyRun:
-    name = f"bench-latency-{uuid.uuid4().hex[:6]}"
-    open_stream(grid, StreamConfig(name, lanes=1))
-    published: list[tuple[float, Any]] = []  # (publish call time, future of the record's offset)
-    stop = threading.Event()
+class _Publishing:
+    """A thread publishing single records (``publish_async``) to ``stream`` at ``RATE`` per second."""
 
-    def publish() -> None:
-        with Publisher(grid, name) as publisher:
+    def __init__(self, grid: Grid, stream: str) -> None:
+        self._grid = grid
+        self._stream = stream
+        self._published: list[tuple[float, Any]] = []  # (publish call time, future of the record's offset)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._publish, name="bench-latency-publisher", daemon=True)
+
+    def __enter__(self) -> _Publishing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def offsets_between(self, low: float, high: float) -> set[int]:
+        """The offsets of the records published in ``[low, high)`` (epoch seconds), once they are stored."""
+        return {future.result(30) for at, future in list(self._published) if low <= at < high}
+
+    def _publish(self) -> None:
+        with Publisher(self._grid, self._stream) as publisher:
             value = b"x" * RECORD_BYTES
             due = time.monotonic()
-            while not stop.is_set():
-                published.append((time.time(), publisher.publish_async(value)))
+            while not self._stop.is_set():
+                self._published.append((time.time(), publisher.publish_async(value)))
                 due += 1 / RATE
-                stop.wait(max(0.0, due - time.monotonic()))
+                self._stop.wait(max(0.0, due - time.monotonic()))
             publisher.flush()
 
+
+def _measure_meteor(
+    spark: Any, settings: GridSettings, name: str, publishing: _Publishing, seconds: float, warm_up_s: float
+) -> LatencyRun:
     df = (spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", name)
           .option("startingOffsets", "latest").load())
-    publisher = threading.Thread(target=publish, name="bench-latency-publisher", daemon=True)
-    try:
-        with _SinkRun(df) as sink:
-            publisher.start()
-            window = sink.window(seconds, warm_up_s)
-            stop.set()
-            publisher.join()
-            expected = {future.result(30) for at, future in published if window[0] <= at < window[1]}
-            return sink.figures(expected)
-    finally:
-        stop.set()
-        publisher.join(timeout=30)
-        delete_stream(grid, name)
+    with _SinkRun(df) as sink:
+        low, high = sink.window(seconds, warm_up_s)
+        return sink.figures(publishing.offsets_between(low, high))
 
 
 def _measure_ceiling(spark: Any, seconds: float, warm_up_s: float) -> LatencyRun:
