@@ -19,9 +19,9 @@ row, ``seen - timestamp`` (the time the row reached the sink; ``seen`` is taken 
 (Spark's commit worker, once the batch's tasks succeeded) writes the batch's rows, their latencies and the commit
 time to a file per batch id, which the benchmark reads. A Python writer rather than ``foreachBatch``: the row
 reaches it on the executor inside the micro-batch, as it reaches a user's sink, with no extra Spark job (a
-``foreachBatch`` would have to ``collect`` to see the rows, a second job per batch) and no Py4J callback; and
-Spark's ``commit`` worker is the only place outside the executors that learns a batch is done. Reported per row:
-publish -> seen by the sink, and publish -> its batch committed (the row is visible then).
+``foreachBatch`` would have to ``collect`` to see the rows, a second job per batch) and no Py4J callback, and its
+``commit`` tells when the batch is done. Reported per row: publish -> seen by the sink, and publish -> its batch
+committed (the row is visible then).
 
 Figures are taken from the rows published in a window that starts after the query's first batch and a warm-up
 (the first batches start Python workers and connect grid clients) and lasts ``seconds``; every record published in
