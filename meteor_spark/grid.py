@@ -310,6 +310,10 @@ class Ring:
         """Sequence of the oldest item still held (``tail + 1`` when empty)."""
         return result(self._proxy.head_sequence(), f"head of ring {self.name!r}")
 
+    def head_async(self) -> Future[int]:
+        """Start reading the head; the future's value is what ``head`` returns (errors untranslated: ``result``)."""
+        return self._proxy.head_sequence()
+
     def tail(self) -> int:
         """Sequence of the newest item (-1 when nothing was ever added)."""
         return result(self._proxy.tail_sequence(), f"tail of ring {self.name!r}")

@@ -5,6 +5,9 @@ Python Arrow source, and a batch ``df.write`` of a cached DataFrame next to a no
 4 lanes, 100-byte records, an embedded grid in its own process and a local[2] SparkSession; after a warm-up,
 medians of ``--repeat`` runs. The Spark code lives in
 ``meteor_spark.spark.benchmark`` (only ``meteor_spark.spark`` imports pyspark).
+
+``--latency`` measures publish -> row latency with the default trigger instead, next to the same query over a
+source that costs nothing (``meteor_spark.spark.latency_benchmark``).
 """
 
 from __future__ import annotations
@@ -21,9 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Spark tasks per read and write (default: the connector's planning; the cores)")
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs per figure, the median is reported (default 3; 1 with --quick)")
+    parser.add_argument("--latency", action="store_true",
+                        help="measure publish -> row latency (default trigger, 200 records/s for 20 s, 5 with "
+                             "--quick) next to a source that costs nothing, instead of throughput")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.latency:
+        from meteor_spark.spark import latency_benchmark
+
+        return {"latency": latency_benchmark.run(seconds=5 if args.quick else 20, warm_up_s=2 if args.quick else 5)}
     from meteor_spark.spark.benchmark import run as run_spark
 
     records = args.records or (100_000 if args.quick else 2_000_000)
@@ -34,6 +44,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def render(figures: dict[str, Any]) -> str:
     """The figures of ``run`` as the table ``meteor bench spark`` prints."""
+    if "latency" in figures:
+        from meteor_spark.spark import latency_benchmark
+
+        return latency_benchmark.render(figures["latency"])
     from meteor_spark.spark.benchmark import render as render_spark
 
     return render_spark(figures)

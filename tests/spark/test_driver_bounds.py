@@ -1,0 +1,30 @@
+"""The source runner's lane bounds (every lane's head, then every tail, asked for at once) are exactly what
+``streams.lane_bounds`` reads one lane at a time, over several streams, empty lanes and rings that overwrote."""
+
+from __future__ import annotations
+
+from spark_helpers import grid_options, make_stream, put_items, values_items
+
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.spark.driver import DriverState
+from meteor_spark.spark.options import SourceOptions
+from meteor_spark.streams import lane_bounds
+
+
+def test_driver_bounds_match_lane_bounds_for_every_lane(grid: Grid, grid_settings: GridSettings,
+                                                        unique_name: str) -> None:
+    small = make_stream(grid, f"{unique_name}-a", lanes=3, capacity=3)
+    wide = make_stream(grid, f"{unique_name}-b", lanes=2)
+    put_items(grid, small, 0, values_items("a0", items=5, per_item=2))  # overwrote 2 items: head 2, next 5
+    put_items(grid, small, 2, values_items("a2", items=1, per_item=1))
+    put_items(grid, wide, 1, values_items("b1", items=4, per_item=3))
+    state = DriverState(SourceOptions.parse({**grid_options(grid_settings), "stream": f"{small.name},{wide.name}"}))
+    try:
+        expected = {
+            (info.name, lane): bounds for info in (small, wide) for lane, bounds in lane_bounds(grid, info).items()
+        }
+        assert state.bounds() == expected
+        assert expected[(small.name, 0)] == (2, 5)  # the case where head and next differ from 0
+        assert expected[(small.name, 1)] == (0, 0)
+    finally:
+        state.close()
