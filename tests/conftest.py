@@ -14,6 +14,7 @@ from typing import Iterator
 
 import pytest
 
+from meteor_spark.config import spark_conf
 from meteor_spark.grid import Grid, GridSettings, split_members
 
 REAL_HAZELCAST = os.environ.get("METEOR_TEST_HAZELCAST")
@@ -60,6 +61,9 @@ def unique_name(request: pytest.FixtureRequest) -> str:
     return f"t-{base}-{uuid.uuid4().hex[:8]}"
 
 
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator["object"]:
     """The one SparkSession of the run: local[2], workers on this interpreter."""
@@ -76,6 +80,8 @@ def spark() -> Iterator["object"]:
         .config("spark.sql.streaming.pollingDelay", "10ms")
         # the Python worker's connect-back handshake, generous for a loaded 2-core CI machine (Spark's default: 15 s)
         .config("spark.python.authenticate.socketTimeout", "120s")
+        # the shipped checkpoint manager (conf/spark-defaults.conf says why): tests run micro-batches as users do
+        .config(CHECKPOINT_MANAGER, spark_conf()[CHECKPOINT_MANAGER])
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
