@@ -216,9 +216,10 @@ def render(figures: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- the ceilings
 
 
-
 @dataclass(frozen=True)
-class _Range(InputPartition):
+class RowRange(InputPartition):
+    """Rows ``[start, end)`` of a synthetic bench source (this one's and ``latency_benchmark``'s)."""
+
     start: int
     end: int
 
@@ -251,13 +252,13 @@ class _SyntheticReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = start["rows"], end["rows"]
         step = -(-(hi - lo) // self.partitions_count)
-        return [_Range(a, min(hi, a + step)) for a in range(lo, hi, step)]
+        return [RowRange(a, min(hi, a + step)) for a in range(lo, hi, step)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
 
-        assert isinstance(partition, _Range)
+        assert isinstance(partition, RowRange)
         chunk = 65_536
         data = pa.py_buffer(b"x" * (RECORD_BYTES * chunk))
         value_offsets = pa.py_buffer((np.arange(chunk + 1, dtype=np.int32) * RECORD_BYTES).tobytes())

@@ -62,6 +62,7 @@ from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.benchmark import RowRange
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.tables import render_table
@@ -324,12 +325,6 @@ def render(figures: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------------------------- source and sink
 
 
-@dataclass(frozen=True)
-class _Rows(InputPartition):
-    start: int
-    end: int
-
-
 class ClockSource(DataSource):
     """A stream of rows that cost nothing to read, with meteor's schema: row ``i`` is published at
     ``start + i / RATE`` (option ``start``, epoch seconds), its ``timestamp`` column."""
@@ -359,12 +354,12 @@ class _ClockReader(DataSourceStreamReader):
         return {"rows": self._published()}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [_Rows(start["rows"], end["rows"])]
+        return [RowRange(start["rows"], end["rows"])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        assert isinstance(partition, _Rows)
+        assert isinstance(partition, RowRange)
         # Offset i is row i + 1 (offsets count rows published up to and including it).
         offsets = list(range(partition.start + 1, partition.end + 1))
         n = len(offsets)
