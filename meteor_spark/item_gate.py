@@ -153,6 +153,12 @@ class ItemGate:
         if last is not None and producer.producer_seq <= last:
             self.duplicate_items += 1
             self.duplicate_records += producer.count
+            # Logged, not only counted: a writer that broke the rising-sequence rule would lose records here.
+            logger.warning(
+                "lane %s: dropped the ring item at sequence %d (%d records) as a re-sent copy: its producer %d "
+                "sequence %d is not above %d, already passed on", lane, sequence, producer.count,
+                producer.producer_id, producer.producer_seq, last,
+            )
             return DUPLICATE
         seen[producer.producer_id] = producer.producer_seq
         return DELIVER

@@ -176,7 +176,9 @@ def test_commit_and_timeout_abort_race_has_exactly_one_winner(grid: Grid, unique
     assert sum(outcomes.values()) == 40
 
 
-def test_resent_item_is_dropped_and_counted(grid: Grid, unique_name: str) -> None:
+def test_resent_item_is_dropped_counted_and_logged(
+    grid: Grid, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     info = open_stream(grid, StreamConfig(unique_name, lanes=1))
     ring = grid.ring(info.ring_names[0])
     first = encode_batch([b"a", b"b"], producer_id=77, producer_seq=0)
@@ -188,6 +190,7 @@ def test_resent_item_is_dropped_and_counted(grid: Grid, unique_name: str) -> Non
             assert _read(sub, 4) == [b"a", b"b", b"c", b"d"]
             assert _drain(sub) == []
             assert (sub.metrics()["duplicate_items"], sub.metrics()["duplicate_records"]) == (2, 3)
+            assert "dropped the ring item at sequence 1 (2 records) as a re-sent copy: its producer 77" in caplog.text
             sub.seek(0, lane=0)  # reading again on purpose is not duplication
             assert _read(sub, 4) == [b"a", b"b", b"c", b"d"]
 
