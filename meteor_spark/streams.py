@@ -25,7 +25,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -38,7 +38,7 @@ from meteor_spark.errors import (
     UnsupportedFormatVersionError,
     unknown_option,
 )
-from meteor_spark.grid import Grid
+from meteor_spark.grid import Grid, result
 from meteor_spark.validate import check_int
 from meteor_spark.wire import FORMAT_VERSION
 
@@ -285,11 +285,18 @@ def _configure_rings(grid: Grid, info: StreamInfo) -> None:
 
 def lane_bounds(grid: Grid, info: StreamInfo) -> dict[int, tuple[int, int]]:
     """Per lane ``(head_sequence, next_sequence)``: the oldest item held and one past the newest (``tail + 1``)."""
-    out: dict[int, tuple[int, int]] = {}
-    for lane, name in enumerate(info.ring_names):
-        ring = grid.ring(name)
-        # Head first: the tail read afterwards can only have moved forward, so head <= tail + 1 always holds.
-        head = ring.head()
-        tail = ring.tail()
-        out[lane] = (head, tail + 1)
-    return out
+    return {lane: bounds for (_, lane), bounds in streams_bounds(grid, [info]).items()}
+
+
+def streams_bounds(grid: Grid, infos: Iterable[StreamInfo]) -> dict[tuple[str, int], tuple[int, int]]:
+    """``lane_bounds`` of every lane of every stream in ``infos``, keyed ``(stream, lane)``: every head is asked
+    for at once, then every tail, so two round trips whatever the number of lanes. Heads first: a tail read
+    afterwards can only have moved forward, so head <= tail + 1 always holds."""
+    rings = {(info.name, lane): grid.ring(name) for info in infos for lane, name in enumerate(info.ring_names)}
+    head_futures = {key: ring.head_async() for key, ring in rings.items()}
+    heads = {key: result(future, f"head of ring {rings[key].name!r}") for key, future in head_futures.items()}
+    tail_futures = {key: ring.tail_async() for key, ring in rings.items()}
+    return {
+        key: (heads[key], result(future, f"tail of ring {rings[key].name!r}") + 1)
+        for key, future in tail_futures.items()
+    }

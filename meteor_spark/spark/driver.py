@@ -29,7 +29,6 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
-from meteor_spark.grid import result
 from meteor_spark.groups import GroupMember, default_member_id
 from meteor_spark.item_gate import ItemGate, stable_end
 from meteor_spark.offsets import InitialOffsetScheme
@@ -45,7 +44,7 @@ from meteor_spark.spark.options import (
     TimePosition,
     TimestampStrategy,
 )
-from meteor_spark.streams import StreamInfo, open_stream
+from meteor_spark.streams import StreamInfo, open_stream, streams_bounds
 from meteor_spark.timestamps import offset_for_timestamp
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -174,20 +173,8 @@ class DriverState:
         return [(name, lane) for name, info in self.infos.items() for lane in range(info.config.lanes)]
 
     def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(head, next) ring sequences of every lane of every stream read: two grid calls per lane, in two round
-        trips whatever the number of lanes (every head is asked for at once, then every tail). Heads first, as in
-        ``streams.lane_bounds``: a tail read afterwards can only have moved forward, so head <= next holds."""
-        rings = {
-            (name, lane): self.grid.ring(ring_name)
-            for name, info in self.infos.items() for lane, ring_name in enumerate(info.ring_names)
-        }
-        head_futures = {key: ring.head_async() for key, ring in rings.items()}
-        heads = {key: result(future, f"head of ring {rings[key].name!r}") for key, future in head_futures.items()}
-        tail_futures = {key: ring.tail_async() for key, ring in rings.items()}
-        return {
-            key: (heads[key], result(future, f"tail of ring {rings[key].name!r}") + 1)
-            for key, future in tail_futures.items()
-        }
+        """(head, next) ring sequences of every lane of every stream read (two round trips in all)."""
+        return streams_bounds(self.grid, self.infos.values())
 
     def view(self) -> LaneView:
         """Lane bounds and the group's confirmed offsets, read once for the batch being planned; ``partitions``

@@ -1,5 +1,5 @@
-"""The source runner's lane bounds (every lane's head, then every tail, asked for at once) are exactly what
-``streams.lane_bounds`` reads one lane at a time, over several streams, empty lanes and rings that overwrote."""
+"""The source runner's lane bounds (``streams.streams_bounds``: every lane's head, then every tail, asked for at
+once) over several streams, empty lanes and rings that overwrote, and ``streams.lane_bounds`` agreeing with them."""
 
 from __future__ import annotations
 
@@ -23,8 +23,12 @@ def test_driver_bounds_match_lane_bounds_for_every_lane(grid: Grid, grid_setting
         expected = {
             (info.name, lane): bounds for info in (small, wide) for lane, bounds in lane_bounds(grid, info).items()
         }
-        assert state.bounds() == expected
-        assert expected[(small.name, 0)] == (2, 5)  # the case where head and next differ from 0
-        assert expected[(small.name, 1)] == (0, 0)
+        assert state.bounds() == expected == {
+            (small.name, 0): (2, 5),  # overwrote: head and next both past 0
+            (small.name, 1): (0, 0),
+            (small.name, 2): (0, 1),
+            (wide.name, 0): (0, 0),
+            (wide.name, 1): (0, 4),
+        }
     finally:
         state.close()
