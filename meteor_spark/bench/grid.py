@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meteor_spark.bench import check_at_least_one
+from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, RingConfig
 from meteor_spark.tables import render_table
@@ -50,11 +52,10 @@ class GridBenchOptions:
             inflight=args.inflight,
         )
         if not 1 <= settings.batch_items <= 999:
-            raise ValueError(
+            raise ConfigError(
                 f"--batch must be 1..999 items (Hazelcast's read_many/add_all limit), got {settings.batch_items}"
             )
-        if settings.inflight < 1:
-            raise ValueError(f"--inflight must be >= 1, got {settings.inflight}")
+        check_at_least_one(settings, ("inflight",))
         return settings
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.admin import delete_stream
+from meteor_spark.bench import check_at_least_one
+from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import group_state
 from meteor_spark.offsets import first_offset_of
@@ -65,8 +67,9 @@ class GroupsBenchOptions:
             members=members or (1, 2, 4),
             poll_records=args.poll_records,
         )
-        if settings.records < 1 or settings.poll_records < 1 or min(settings.members) < 1:
-            raise ValueError("--records, --poll-records and every --members count must be >= 1")
+        check_at_least_one(settings, ("records", "poll_records"))
+        if min(settings.members) < 1:
+            raise ConfigError(f"every --members count must be >= 1, got {args.members}")
         return settings
 
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
 from meteor_spark.request_reply import Requester, Responder
@@ -77,7 +78,7 @@ class PubSubBenchOptions:
             ("async_records", "bulk_records", "fanout_records", "round_trips", "record_bytes", "subscriber_processes"),
         )
         if settings.subscriber_processes > SUBSCRIBERS:
-            raise ValueError(f"--subscriber-processes must be <= {SUBSCRIBERS} (one subscriber per process at least)")
+            raise ConfigError(f"--subscriber-processes must be <= {SUBSCRIBERS} (one subscriber per process at least)")
         return settings
 
 

@@ -31,6 +31,22 @@ def test_unknown_area_flag_is_a_usage_error(meteor: Meteor) -> None:
     assert run.code == 1 and "unrecognized arguments: --no-such-flag" in run.err
 
 
+@pytest.mark.parametrize(
+    ("area", "flags", "message"),
+    [
+        ("grid", ("--batch", "1000"), "--batch must be 1..999 items"),
+        ("grid", ("--inflight", "0"), "--inflight must be >= 1, got 0"),
+        ("groups", ("--members", "2,0"), "every --members count must be >= 1, got 2,0"),
+        ("groups", ("--poll-records", "0"), "--poll-records must be >= 1, got 0"),
+        ("pubsub", ("--subscriber-processes", "99"), "--subscriber-processes must be <= 16"),
+    ],
+)
+def test_a_bad_bench_flag_is_one_error_line_naming_it(meteor: Meteor, area: str, flags: tuple[str, ...],
+                                                      message: str) -> None:
+    run = meteor("bench", area, *flags, connect=False)
+    assert run.code == 1 and message in run.err and "Traceback" not in run.err
+
+
 def test_all_runs_every_area_and_keeps_going_after_a_failure(
     meteor: Meteor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
