@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=int, default=None,
                         help="Spark tasks per read and write (default: the connector's planning; the cores)")
     parser.add_argument("--repeat", type=int, default=None,
-                        help="runs per figure, the median is reported (default 3; 1 with --quick)")
+                        help="runs per figure, the median is reported (default 5; 1 with --quick)")
     parser.add_argument("--latency", action="store_true",
                         help="measure publish -> row latency (default trigger, 200 records/s for 20 s, 5 with "
                              "--quick) next to a source that costs nothing, instead of throughput")
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     records = args.records or (100_000 if args.quick else 2_000_000)
     lanes = [int(part) for part in str(args.lanes).split(",") if part.strip()]
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat or (1 if args.quick else 5)
     return run_spark(records, lanes, args.partitions, repeat)
 
 
