@@ -31,6 +31,8 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,55 +352,72 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptions) -> dict[str, Any]:
-    base = f"bench-rtt-{os.getpid()}-{time.time_ns()}"
-    requests, replies = StreamConfig(base + "-req"), StreamConfig(base + "-rep")
-    Publisher(grid, requests).close()
-    Publisher(grid, replies).close()
+#: Round trips run before the measured ones (connections, code paths and the responder warmed up).
+WARM_UP_ROUND_TRIPS = 20
+
+
+def _round_trips(settings: PubSubBenchOptions, round_trip: Callable[[bytes], object]) -> dict[str, float]:
+    """Percentiles of ``round_trip(payload)`` (one request answered), after the warm-up ones."""
+    samples = []
+    for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
+        payload = i.to_bytes(8, "big") * 12
+        start = time.perf_counter()
+        round_trip(payload)
+        if i >= WARM_UP_ROUND_TRIPS:
+            samples.append(time.perf_counter() - start)
+    return _percentiles(samples)
+
+
+@contextmanager
+def _responder_process(
+    target: Callable[..., None], grid_settings: GridSettings, *args: str, wake: Callable[[], object] | None = None
+) -> Iterator[None]:
+    """Run ``target(members, cluster, *args, ready, stop)`` in a third process while the block runs; ``wake``
+    (after ``stop`` is set) unblocks a responder parked in a read so it sees the stop."""
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Event(), context.Event()
     child = context.Process(
-        target=_responder,
-        args=(grid_settings.members[0], grid_settings.cluster_name, requests.name, replies.name, ready, stop),
-        daemon=True,
+        target=target, args=(grid_settings.members[0], grid_settings.cluster_name, *args, ready, stop), daemon=True
     )
     child.start()
     try:
         if not ready.wait(120):
             raise RuntimeError("the responder process did not start within 120 s")
-        out: dict[str, Any] = {}
-        with Publisher(grid, requests.name) as pub, Subscriber(grid, replies.name) as sub:
-            samples = []
-            for i in range(settings.round_trips + 20):
-                payload = i.to_bytes(8, "big") * 12
-                start = time.perf_counter()
-                pub.publish_async(payload)
-                while True:
-                    batch = sub.poll(5000)
-                    if batch:
-                        break
-                if i >= 20:  # warm-up
-                    samples.append(time.perf_counter() - start)
-            out["meteor"] = _percentiles(samples)
-        out["helper"] = _helper_latency(grid, grid_settings, settings, base + "-helper")
-        ring = grid.ring(base + "-raw")
-        samples = []
-        for _ in range(settings.round_trips):
-            start = time.perf_counter()
-            seq = ring.add(b"x" * 100)
-            ring.read_many(seq, 1, 1)
-            samples.append(time.perf_counter() - start)
-        ring.destroy()
-        out["raw_add_read"] = _percentiles(samples)
-        out["raw_request_reply"] = _raw_request_reply(grid, grid_settings, settings, base + "-raw")
-        return out
+        yield
     finally:
         stop.set()
+        if wake is not None:
+            wake()
         child.join(30)
         if child.is_alive():
             child.kill()
+
+
+def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptions) -> dict[str, Any]:
+    base = f"bench-rtt-{os.getpid()}-{time.time_ns()}"
+    requests, replies = StreamConfig(base + "-req"), StreamConfig(base + "-rep")
+    Publisher(grid, requests).close()
+    Publisher(grid, replies).close()
+    out: dict[str, Any] = {}
+    try:
+        with _responder_process(_responder, grid_settings, requests.name, replies.name), \
+                Publisher(grid, requests.name) as pub, Subscriber(grid, replies.name) as sub:
+
+            def meteor_round_trip(payload: bytes) -> None:
+                pub.publish_async(payload)
+                while not sub.poll(5000):
+                    pass
+
+            out["meteor"] = _round_trips(settings, meteor_round_trip)
+    finally:
         delete_stream(grid, requests.name)
         delete_stream(grid, replies.name)
+    out["helper"] = _helper_latency(grid, grid_settings, settings, base + "-helper")
+    ring = grid.ring(base + "-raw")
+    out["raw_add_read"] = _round_trips(settings, lambda payload: ring.read_many(ring.add(payload), 1, 1))
+    ring.destroy()
+    out["raw_request_reply"] = _raw_request_reply(grid, grid_settings, settings, base + "-raw")
+    return out
 
 
 def _raw_request_reply(
@@ -407,33 +426,19 @@ def _raw_request_reply(
     """Round trips of (c) on the grid client alone: add a request, wait on a ``read_many`` parked on the reply
     ring; ``_raw_responder`` in a third process answers."""
     requests, replies = grid.ring(base + "-req"), grid.ring(base + "-rep")
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Event(), context.Event()
-    child = context.Process(
-        target=_raw_responder,
-        args=(grid_settings.members[0], grid_settings.cluster_name, requests.name, replies.name, ready, stop),
-        daemon=True,
-    )
-    child.start()
+    next_reply = 0
+
+    def raw_round_trip(payload: bytes) -> None:
+        nonlocal next_reply
+        requests.add_async(payload)
+        next_reply = replies.read_many(next_reply, 1, 10).next_sequence
+
     try:
-        if not ready.wait(120):
-            raise RuntimeError("the responder process did not start within 120 s")
-        samples = []
-        sequence = 0
-        for i in range(settings.round_trips + 20):
-            payload = i.to_bytes(8, "big") * 12
-            start = time.perf_counter()
-            requests.add_async(payload)
-            sequence = replies.read_many(sequence, 1, 10).next_sequence
-            if i >= 20:  # warm-up
-                samples.append(time.perf_counter() - start)
-        return _percentiles(samples)
+        # The stop request wakes the responder's parked read so it sees the stop.
+        with _responder_process(_raw_responder, grid_settings, requests.name, replies.name,
+                                wake=lambda: requests.add(b"stop")):
+            return _round_trips(settings, raw_round_trip)
     finally:
-        stop.set()
-        requests.add(b"stop")  # wakes the responder's parked read so it sees the stop
-        child.join(30)
-        if child.is_alive():
-            child.kill()
         requests.destroy()
         replies.destroy()
 
@@ -443,31 +448,11 @@ def _helper_latency(
 ) -> dict[str, float]:
     """Round trips through ``Requester.request`` and a ``Responder`` in a third process."""
     Publisher(grid, StreamConfig(requests)).close()
-    context = multiprocessing.get_context("spawn")
-    ready, stop = context.Event(), context.Event()
-    child = context.Process(
-        target=_helper_responder,
-        args=(grid_settings.members[0], grid_settings.cluster_name, requests, ready, stop),
-        daemon=True,
-    )
-    child.start()
     try:
-        if not ready.wait(120):
-            raise RuntimeError("the responder process did not start within 120 s")
-        samples = []
-        with Requester(grid, requests, timeout_ms=5000) as requester:
-            for i in range(settings.round_trips + 20):
-                payload = i.to_bytes(8, "big") * 12
-                start = time.perf_counter()
-                requester.request(payload)
-                if i >= 20:  # warm-up
-                    samples.append(time.perf_counter() - start)
-        return _percentiles(samples)
+        with _responder_process(_helper_responder, grid_settings, requests), \
+                Requester(grid, requests, timeout_ms=5000) as requester:
+            return _round_trips(settings, requester.request)
     finally:
-        stop.set()
-        child.join(30)
-        if child.is_alive():
-            child.kill()
         delete_stream(grid, requests)
 
 
