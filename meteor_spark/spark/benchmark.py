@@ -34,7 +34,6 @@ import functools
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -52,9 +51,9 @@ from pyspark.sql.datasource import (
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.arrow_columns import ARROW_SCHEMA
-from meteor_spark.config import CONF_DIR, grid_options, spark_conf
+from meteor_spark.config import grid_options
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.bench_session import bench_session
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.spark.planning import default_partitions
 from meteor_spark.streams import StreamConfig, open_stream
@@ -71,111 +70,101 @@ VOLUME_WARM_UP_ROWS = 500_000
 
 def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat: int = 5) -> dict[str, Any]:
     """Run the benchmark and return the figures (medians; ``samples`` holds every run); ``render`` prints them."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     load_before = os.getloadavg()
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    spark = None
-    rows = None
-    owned = SparkSession.getActiveSession() is None  # inside a test run, borrow the session and leave it running
-    try:
-        settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
-        options = grid_options(settings)
-        # The same quiet, local[2] settings as the demo (conf/spark-defaults.conf, conf/log4j2.properties), with
-        # more driver memory for the cached write input.
-        builder = SparkSession.builder.appName("meteor-bench-spark")
-        for key, value in {**spark_conf(CONF_DIR), "spark.driver.memory": "3g"}.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
+    # The same quiet, local[2] settings as the demo (conf/spark-defaults.conf, conf/log4j2.properties), with more
+    # driver memory for the cached write input.
+    with bench_session("meteor-bench-spark", {"spark.driver.memory": "3g"}) as (spark, settings):
         spark.dataSource.register(SyntheticSource)
         spark.dataSource.register(NoopArrowSink)
         input_tasks = partitions or default_partitions()
         rows = spark.range(records, numPartitions=input_tasks).selectExpr(
             f"CAST(lpad(CAST(id AS STRING), {RECORD_BYTES}, 'x') AS BINARY) AS value"
         ).cache()
-        rows.count()
-        # Meteor's read planning unless --partitions pins the task count (then min = max = partitions).
-        planning = {} if partitions is None else {"minPartitions": str(partitions), "maxPartitions": str(partitions)}
-
-        def meteor_read(name: str) -> Any:
-            return (spark.readStream.format("meteor").options(**options).option("stream", name)
-                    .option("startingOffsets", "earliest").options(**planning).load())
-
-        def ceiling_read(n: int) -> Any:
-            return (spark.readStream.format("bench-synthetic").option("rows", str(n))
-                    .option("partitions", str(input_tasks)).load())
-
-        figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}}
-        with Grid(settings) as grid:
-            # Warm-up: the first Python task and the first streaming query of a session pay for starting workers;
-            # the first meteor task of each worker pays for importing meteor and connecting its grid client.
-            rows.limit(1000).write.format("bench-noop-arrow").mode("append").save()
-            _stream_seconds(ceiling_read(1000))
-            warm = f"bench-spark-warm-{uuid.uuid4().hex[:6]}"
-            open_stream(grid, StreamConfig(warm, lanes=max(lane_counts)))
-            started = time.perf_counter()
-            spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format(
-                "meteor").options(**options).mode("append").save(warm)
-            _stream_seconds(meteor_read(warm).selectExpr("value"))
-            figures["warm_up_s"] = time.perf_counter() - started
-            # Then at volume, untimed: the JVM compiles its Arrow/row conversion paths only after enough rows,
-            # and whichever run comes first would otherwise pay for it (it was often the slowest sample).
-            # Quick runs (tests) skip it: their figures are not meant to be precise.
-            if records >= VOLUME_WARM_UP_ROWS:
-                rows.limit(VOLUME_WARM_UP_ROWS).write.format("bench-noop-arrow").mode("append").save()
-                rows.limit(VOLUME_WARM_UP_ROWS).write.format("meteor").options(**options).mode("append").save(warm)
-                _stream_seconds(meteor_read(warm))
-                _stream_seconds(ceiling_read(VOLUME_WARM_UP_ROWS))
-            delete_stream(grid, warm)
-
-            for lanes in lane_counts:
-                samples: dict[str, list[float]] = {
-                    "read_records_per_s": [], "read_ceiling_records_per_s": [],
-                    "write_records_per_s": [], "write_ceiling_records_per_s": [],
-                }
-                for run_index in range(repeat):
-                    name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
-                    capacity = max(10_000, 4 * records // 1000)
-                    open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
-                    try:
-                        write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
-                        write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save,
-                                                  name)
-                        # Sides alternate which goes first, so neither always runs right after the other's job.
-                        if run_index % 2:
-                            write_s = _timed(write)
-                            write_ceiling_s = _timed(write_ceiling)
-                        else:
-                            write_ceiling_s = _timed(write_ceiling)
-                            write_s = _timed(write)
-                        read_s, read_rows = _stream_seconds(meteor_read(name))
-                        if read_rows != records:
-                            raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
-                        ceiling_s, ceiling_rows = _stream_seconds(ceiling_read(records))
-                    finally:
-                        delete_stream(grid, name)
-                    samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
-                    samples["write_records_per_s"].append(records / write_s)
-                    samples["read_records_per_s"].append(read_rows / read_s)
-                    samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
-                figures["samples"][f"{lanes}_lanes"] = samples
-                figures[f"{lanes}_lanes"] = {key: statistics.median(values) for key, values in samples.items()}
-                for side in ("read", "write"):
-                    ratios = [ours / ceiling for ours, ceiling in zip(
-                        samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True)]
-                    figures[f"{lanes}_lanes"][f"{side}_vs_ceiling"] = statistics.median(ratios)
-                    figures[f"{lanes}_lanes"][f"{side}_vs_ceiling_range"] = (min(ratios), max(ratios))
+        try:
+            rows.count()
+            figures = _measure(spark, settings, rows, records, lane_counts, partitions, input_tasks, repeat)
+        finally:
+            rows.unpersist()
         figures["load_average"] = (load_before[0], os.getloadavg()[0])
         return figures
-    finally:
-        if rows is not None:
-            rows.unpersist()
-        if spark is not None and owned:
-            spark.stop()
-        server.stop()
+
+
+def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_counts: Sequence[int],
+             partitions: int | None, input_tasks: int, repeat: int) -> dict[str, Any]:
+    """The warm-up, then ``repeat`` runs of every path per lane count, over the cached 100-byte ``rows``."""
+    options = grid_options(settings)
+    # Meteor's read planning unless --partitions pins the task count (then min = max = partitions).
+    planning = {} if partitions is None else {"minPartitions": str(partitions), "maxPartitions": str(partitions)}
+
+    def meteor_read(name: str) -> Any:
+        return (spark.readStream.format("meteor").options(**options).option("stream", name)
+                .option("startingOffsets", "earliest").options(**planning).load())
+
+    def ceiling_read(n: int) -> Any:
+        return (spark.readStream.format("bench-synthetic").option("rows", str(n))
+                .option("partitions", str(input_tasks)).load())
+
+    figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}}
+    with Grid(settings) as grid:
+        # Warm-up: the first Python task and the first streaming query of a session pay for starting workers;
+        # the first meteor task of each worker pays for importing meteor and connecting its grid client.
+        rows.limit(1000).write.format("bench-noop-arrow").mode("append").save()
+        _stream_seconds(ceiling_read(1000))
+        warm = f"bench-spark-warm-{uuid.uuid4().hex[:6]}"
+        open_stream(grid, StreamConfig(warm, lanes=max(lane_counts)))
+        started = time.perf_counter()
+        spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format(
+            "meteor").options(**options).mode("append").save(warm)
+        _stream_seconds(meteor_read(warm).selectExpr("value"))
+        figures["warm_up_s"] = time.perf_counter() - started
+        # Then at volume, untimed: the JVM compiles its Arrow/row conversion paths only after enough rows,
+        # and whichever run comes first would otherwise pay for it (it was often the slowest sample).
+        # Quick runs (tests) skip it: their figures are not meant to be precise.
+        if records >= VOLUME_WARM_UP_ROWS:
+            rows.limit(VOLUME_WARM_UP_ROWS).write.format("bench-noop-arrow").mode("append").save()
+            rows.limit(VOLUME_WARM_UP_ROWS).write.format("meteor").options(**options).mode("append").save(warm)
+            _stream_seconds(meteor_read(warm))
+            _stream_seconds(ceiling_read(VOLUME_WARM_UP_ROWS))
+        delete_stream(grid, warm)
+
+        for lanes in lane_counts:
+            samples: dict[str, list[float]] = {
+                "read_records_per_s": [], "read_ceiling_records_per_s": [],
+                "write_records_per_s": [], "write_ceiling_records_per_s": [],
+            }
+            for run_index in range(repeat):
+                name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
+                capacity = max(10_000, 4 * records // 1000)
+                open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
+                try:
+                    write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
+                    write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save,
+                                              name)
+                    # Sides alternate which goes first, so neither always runs right after the other's job.
+                    if run_index % 2:
+                        write_s = _timed(write)
+                        write_ceiling_s = _timed(write_ceiling)
+                    else:
+                        write_ceiling_s = _timed(write_ceiling)
+                        write_s = _timed(write)
+                    read_s, read_rows = _stream_seconds(meteor_read(name))
+                    if read_rows != records:
+                        raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
+                    ceiling_s, ceiling_rows = _stream_seconds(ceiling_read(records))
+                finally:
+                    delete_stream(grid, name)
+                samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
+                samples["write_records_per_s"].append(records / write_s)
+                samples["read_records_per_s"].append(read_rows / read_s)
+                samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
+            figures["samples"][f"{lanes}_lanes"] = samples
+            figures[f"{lanes}_lanes"] = {key: statistics.median(values) for key, values in samples.items()}
+            for side in ("read", "write"):
+                ratios = [ours / ceiling for ours, ceiling in zip(
+                    samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True)]
+                figures[f"{lanes}_lanes"][f"{side}_vs_ceiling"] = statistics.median(ratios)
+                figures[f"{lanes}_lanes"][f"{side}_vs_ceiling_range"] = (min(ratios), max(ratios))
+    return figures
 
 
 def _timed(action: Callable[[], Any]) -> float:

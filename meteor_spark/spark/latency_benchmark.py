@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -58,10 +57,10 @@ from pyspark.sql.datasource import (
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.arrow_columns import ARROW_SCHEMA
-from meteor_spark.config import CONF_DIR, grid_options, spark_conf
+from meteor_spark.config import grid_options
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.publisher import Publisher
-from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.bench_session import bench_session
 from meteor_spark.spark.benchmark import RowRange
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.streams import StreamConfig, open_stream
@@ -97,21 +96,8 @@ class LatencyRun:
 
 def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
     """Measure both queries (meteor, then the ceiling) and return their figures; ``render`` prints them."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     load_before = os.getloadavg()
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    spark = None
-    owned = SparkSession.getActiveSession() is None  # inside a test run, borrow the session and leave it running
-    try:
-        settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
-        builder = SparkSession.builder.appName("meteor-bench-spark-latency")
-        for key, value in spark_conf(CONF_DIR).items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
+    with bench_session("meteor-bench-spark-latency") as (spark, settings):
         spark.dataSource.register(ClockSource)
         spark.dataSource.register(LatencySink)
         with Grid(settings) as grid:
@@ -128,10 +114,6 @@ def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
             "seconds": seconds, "rate": RATE, "meteor": meteor.as_dict(), "ceiling": ceiling.as_dict(),
             "load_average": (load_before[0], os.getloadavg()[0]),
         }
-    finally:
-        if spark is not None and owned:
-            spark.stop()
-        server.stop()
 
 
 class _Publishing:

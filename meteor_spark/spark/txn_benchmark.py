@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 import uuid
 from typing import Any
 
-from meteor_spark.config import CONF_DIR, grid_options, spark_conf
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.config import grid_options
+from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
-from meteor_spark.server import EmbeddedGrid
+from meteor_spark.spark.bench_session import bench_session
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.tables import render_table
 
@@ -35,22 +34,9 @@ LANES = 2
 
 def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
     """Run the benchmark; figures in records/s (medians) plus the samples."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     load_before = os.getloadavg()
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    owned = SparkSession.getActiveSession() is None
-    spark = None
-    try:
-        settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
+    with bench_session("meteor-bench-transactions") as (spark, settings):
         options = grid_options(settings)
-        builder = SparkSession.builder.appName("meteor-bench-transactions")
-        for key, value in spark_conf(CONF_DIR).items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
         with Grid(settings) as grid:
             source = _source(grid, records)
             warm = _source(grid, 2000)
@@ -94,10 +80,6 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
                                "repeat": repeat, "load_before": load_before, "load_after": os.getloadavg()}
         figures["samples"] = samples
         return figures
-    finally:
-        if spark is not None and owned:
-            spark.stop()
-        server.stop()
 
 
 def _source(grid: Grid, records: int) -> str:
