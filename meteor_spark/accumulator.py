@@ -32,7 +32,7 @@ from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeou
 from meteor_spark.publish_futures import BulkFuture, RecordFuture
 from meteor_spark.records import Record
 from meteor_spark.streams import lane_for_key
-from meteor_spark.wire import PreparedColumns, prepare_columns
+from meteor_spark.wire import PreparedColumns, header_bytes, prepare_columns
 
 if TYPE_CHECKING:
     from meteor_spark.arrow_columns import ArrowColumns
@@ -243,9 +243,7 @@ class Segment:
             if self.keys is not None:
                 sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
             if self.headers is not None:
-                sizes += np.fromiter(
-                    (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=self.n
-                )
+                sizes += header_bytes(self.headers)
             cum = np.zeros(self.n + 1, dtype=np.int64)
             np.cumsum(sizes, out=cum[1:])
             self._cum = cum

@@ -15,7 +15,7 @@ import pyarrow as pa
 from meteor_spark.errors import ArgumentTypeError, ConfigError, SizeLimitError
 from meteor_spark.offsets import index_of, sequence_of
 from meteor_spark.streams import lane_for_key
-from meteor_spark.wire import ItemSlice, PreparedColumns, decode_item, prepare_columns
+from meteor_spark.wire import ItemSlice, PreparedColumns, decode_item, header_bytes, prepare_columns
 
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
@@ -309,10 +309,7 @@ class ArrowColumns:
             cum += self._key_offsets
             cum -= int(self._key_offsets[0])
         if self.headers is not None:
-            header_bytes = np.fromiter(
-                (sum(len(k) + len(v) for k, v in hs) for hs in self.headers), dtype=np.int64, count=len(self.headers)
-            )
-            cum[1:] += np.cumsum(header_bytes)
+            cum[1:] += np.cumsum(header_bytes(self.headers))
         return cum
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:

@@ -143,6 +143,12 @@ class PreparedColumns:
     hvalue_data: Any = b""
 
 
+def header_bytes(headers: Sequence[Sequence[tuple[str, bytes]]]) -> np.ndarray:
+    """Bytes of each record's headers (keys and values, as ``len`` counts them), int64: what the batching limits
+    count for them."""
+    return np.fromiter((sum(len(k) + len(v) for k, v in hs) for hs in headers), dtype=np.int64, count=len(headers))
+
+
 def prepare_columns(
     values: Sequence[bytes],
     *,
