@@ -1,8 +1,15 @@
 """Fixtures every test tier shares.
 
-The grid: ``METEOR_TEST_HAZELCAST=host:port[,host:port...]`` (cluster name from ``METEOR_TEST_CLUSTER``, default
-``dev``) selects a real Hazelcast 5.x cluster; otherwise one embedded member is started in its own process for the
-whole run. Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against both.
+The grid under test, one for the whole run:
+- ``METEOR_TEST_GRID=embedded`` (the default): one embedded member in its own process;
+- ``METEOR_TEST_GRID=hazelcast`` (or ``hazelcast-5.3.8``, any fetched release): one real Hazelcast member started
+  from ``hazelcast/member.xml`` (tests/real_members.py); only the tests that take the grid run, the rest ran in the
+  embedded pass already;
+- ``METEOR_TEST_HAZELCAST=host:port[,host:port...]`` (cluster name from ``METEOR_TEST_CLUSTER``, default ``dev``):
+  an external Hazelcast 5.x cluster someone else started.
+Every integration test takes its grid from ``grid_settings`` / ``grid``, so the suite runs unchanged against each.
+Tests marked ``embedded_only`` (they kill, restart or inspect the embedded member's own process) are skipped on a
+real member.
 """
 
 from __future__ import annotations
@@ -17,25 +24,58 @@ import pytest
 from meteor_spark.config import spark_conf
 from meteor_spark.grid import Grid, GridSettings, split_members
 
-REAL_HAZELCAST = os.environ.get("METEOR_TEST_HAZELCAST")
+EXTERNAL_HAZELCAST = os.environ.get("METEOR_TEST_HAZELCAST")
+GRID_UNDER_TEST = os.environ.get("METEOR_TEST_GRID", "embedded")
+REAL_MEMBER = GRID_UNDER_TEST.startswith("hazelcast")
+REAL_HAZELCAST = bool(EXTERNAL_HAZELCAST) or REAL_MEMBER
+
+
+def _real_member_version() -> str:
+    from tests.real_members import DEFAULT_VERSION
+
+    _, _, version = GRID_UNDER_TEST.partition("-")
+    return version or DEFAULT_VERSION
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if EXTERNAL_HAZELCAST:
+        return f"grid under test: external Hazelcast cluster {EXTERNAL_HAZELCAST}"
+    if REAL_MEMBER:
+        return f"grid under test: a real Hazelcast {_real_member_version()} member (hazelcast/member.xml)"
+    return "grid under test: the embedded member"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not REAL_HAZELCAST:
         return
-    skip = pytest.mark.skip(reason="exercises the embedded grid's own process; METEOR_TEST_HAZELCAST is set")
+    skip = pytest.mark.skip(reason="exercises the embedded grid's own process; the grid under test is a real member")
+    selected, deselected = [], []
     for item in items:
         if "embedded_only" in item.keywords:
             item.add_marker(skip)
+        # the real-member pass repeats what talks to the grid; what never touches it ran in the embedded pass
+        if REAL_MEMBER and "grid_settings" not in getattr(item, "fixturenames", ()):
+            deselected.append(item)
+        else:
+            selected.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = selected
 
 
 @pytest.fixture(scope="session")
-def grid_settings() -> Iterator[GridSettings]:
+def grid_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GridSettings]:
     """Connection settings of the grid under test (real member or embedded member process)."""
-    if REAL_HAZELCAST:
+    if EXTERNAL_HAZELCAST:
         yield GridSettings(
-            members=split_members(REAL_HAZELCAST), cluster_name=os.environ.get("METEOR_TEST_CLUSTER", "dev")
+            members=split_members(EXTERNAL_HAZELCAST), cluster_name=os.environ.get("METEOR_TEST_CLUSTER", "dev")
         )
+        return
+    if REAL_MEMBER:
+        from tests.real_members import HazelcastMember
+
+        with HazelcastMember(tmp_path_factory.mktemp("hazelcast"), version=_real_member_version()) as member:
+            yield GridSettings(members=(member.address,), cluster_name=member.cluster_name)
         return
     from meteor_spark.server import EmbeddedGrid
 
