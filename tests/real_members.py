@@ -112,7 +112,8 @@ class HazelcastMember:
         deadline = time.monotonic() + timeout_s
         while mark not in self._log_text():
             if self.process.poll() is not None:
-                raise RuntimeError(f"Hazelcast member {self.address} exited ({self.process.returncode}):\n{self.tail()}")
+                code = self.process.returncode
+                raise RuntimeError(f"Hazelcast member {self.address} exited ({code}):\n{self.tail()}")
             if time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"Hazelcast member {self.address} did not start in {timeout_s:g} s:\n{self.tail()}")
