@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from store_helpers import CAPACITY
 
 from meteor_spark.testing import wait_until
-from store_helpers import CAPACITY
 from tests.real_members import ROOT, HazelcastCluster, free_port
 
 STORE_XML = ROOT / "hazelcast" / "member-store.xml"
@@ -75,13 +75,16 @@ def store_database() -> Iterator[Database]:
 
 def _serve(base: Path, data: Path) -> Iterator[Database]:
     user = "meteor"
-    _run(_as_server_user([_postgres_bin("initdb"), "-D", str(data), "-U", user, "--auth=trust", "-E", "UTF8"]),
-         "initdb")
+    _run(
+        _as_server_user([_postgres_bin("initdb"), "-D", str(data), "-U", user, "--auth=trust", "-E", "UTF8"]), "initdb"
+    )
     port = free_port()
     log = base / "postgres.log"
     options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=on"
-    _run(_as_server_user([_postgres_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start"]),
-         "pg_ctl start")
+    _run(
+        _as_server_user([_postgres_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start"]),
+        "pg_ctl start",
+    )
     pid = int((data / "postmaster.pid").read_text().split()[0])
     try:
         yield Database(url=f"jdbc:postgresql://127.0.0.1:{port}/postgres", user=user, pid=pid)
