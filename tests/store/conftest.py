@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from store_helpers import CAPACITY
+from store_helpers import CAPACITY, STORE_JAR, STORE_XML, driver_jar
 
 from meteor_spark.testing import wait_until
 from tests.real_members import ROOT, HazelcastCluster, free_port
-
-STORE_XML = ROOT / "hazelcast" / "member-store.xml"
-STORE_TARGET = ROOT / "hazelcast" / "store" / "target"
 
 
 @dataclass(frozen=True)
@@ -106,9 +103,7 @@ def _alive(pid: int) -> bool:
 def store_classpath() -> list[Path]:
     """The store module and the PostgreSQL driver, built when the sources are newer than the jar."""
     _run(["bash", str(ROOT / "hazelcast" / "build-store")], "hazelcast/build-store")
-    drivers = sorted((STORE_TARGET / "lib").glob("postgresql-*.jar"))
-    assert drivers, f"no PostgreSQL driver in {STORE_TARGET / 'lib'}"
-    return [STORE_TARGET / "meteor-hazelcast-store.jar", drivers[-1]]
+    return [STORE_JAR, driver_jar("postgresql")]
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,8 @@ final class JdbcDatabase {
         }
         Connection connection = settings.user == null
                 ? DriverManager.getConnection(settings.url)
-                : DriverManager.getConnection(settings.url, settings.user, settings.password);
+                : DriverManager.getConnection(settings.url, settings.user,
+                        settings.password == null ? "" : settings.password);
         try {
             connection.setAutoCommit(true);
             if (dialect == null) {
