@@ -17,6 +17,7 @@ from meteor_spark.errors import MeteorError, PublishTimeoutError
 from meteor_spark.grid import Grid
 from meteor_spark.group_store import OFFSETS_MAP, lane_key
 from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig
 from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.testing import wait_until
@@ -30,6 +31,15 @@ GROUP = "billing"
 CONFIRMED = 300
 #: records acknowledged (in all) before the members are killed
 ACKED_BEFORE_KILL = 1200
+#: a stored map (the Spark sink's commits; named here so the test does not import pyspark)
+COMMITS_MAP = "meteor.sink.commits"
+#: entries of each key and value type, put into a stored map with the client's own serializers
+#: (the Python client sends str as String and bytearray as byte[]; it pickles bytes, which no member can read)
+TYPED_ENTRIES: list[tuple[str | bytearray, str | bytearray]] = [
+    ("text", "value"),
+    (bytearray(b"\x00bytes"), bytearray(b"\xff\x00")),
+    ("mixed", bytearray(b"\x01")),
+]
 
 
 def _poll_values(subscriber: Subscriber, until: Callable[[list[int]], bool], timeout_s: float = 60) -> list[int]:
@@ -81,7 +91,7 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
                 n = 0
                 while not stop.is_set():
                     try:
-                        publisher.publish_async(str(n).encode(), callback=callback(n))
+                        publisher.publish_async(Record(str(n).encode(), lane=n % LANES), callback=callback(n))
                     except MeteorError:
                         return
                     n += 1
@@ -98,6 +108,11 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
                 group.confirm()
                 offsets_before = grid.map(OFFSETS_MAP).get_all(keys)
             assert len(offsets_before) == LANES, offsets_before
+
+            # the Python client's str and bytes both reach the MapStore (as String and byte[]) and come back as such
+            raw = grid.client.get_map(COMMITS_MAP).blocking()
+            for key, value in TYPED_ENTRIES:
+                raw.put(key, value)
 
             wait_until(lambda: len(acked) >= ACKED_BEFORE_KILL, timeout_s=120, message="acknowledged publishes")
             for index in range(2):
@@ -118,6 +133,8 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
 
         with Grid(settings_of(cluster)) as grid:
             offsets_after = grid.map(OFFSETS_MAP).get_all(keys)
+            raw = grid.client.get_map(COMMITS_MAP).blocking()
+            typed_after = [(key, raw.get(key)) for key, _ in TYPED_ENTRIES]
             rings = [grid.ring(f"meteor.stream::{config.name}.{lane}") for lane in range(LANES)]
             bounds = [(ring.head(), ring.tail()) for ring in rings]
             with Subscriber(grid, config.name, initial_offset_scheme=InitialOffsetScheme.EARLIEST) as reader:
@@ -135,6 +152,7 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
         f"\nfull restart: published {published[0]}, acked {len(acked_at_kill)}, failed {len(failed)}, "
         f"read back {len(read_back)} ({len(unique)} distinct), lost {len(lost)}, duplicated {duplicated}, "
         f"stored but unacknowledged {len(stored_unacked)}; ring (head, tail) after restart {bounds}\n"
+        f"str/bytes map entries after: {typed_after}\n"
         f"group offsets before {offsets_before}\n"
         f"group offsets after  {offsets_after}\n"
         f"group consumed {len(consumed)} before, {len(after_confirm)} after the restart, "
@@ -143,6 +161,8 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
     assert not lost, sorted(lost)[:20]
     assert duplicated == 0
     assert offsets_after == offsets_before
+    assert typed_after == TYPED_ENTRIES
+    assert [type(value) for _, value in typed_after] == [type(value) for _, value in TYPED_ENTRIES]
     # the ring continues after the largest stored sequence: empty in memory, everything below the head in the store
     assert all(head == tail + 1 and tail >= CAPACITY for head, tail in bounds), bounds
     # the group resumes at its confirmed offsets: nothing it confirmed again, everything after it once

@@ -5,9 +5,10 @@ import java.nio.charset.StandardCharsets;
 /**
  * A map key or value as a type tag and bytes: {@code s} for a String (UTF-8), {@code b} for a byte[] (as is).
  *
- * <p>Those are the two types meteor-spark's maps hold: the Python client sends {@code str} and {@code bytes}
- * with Hazelcast's built-in serializers, so the members (and this store) see String and byte[]. The tag makes both
- * come back as the type they went in, so a compare-and-set after a restart compares like with like.
+ * <p>Those are the types a Python client's map entries arrive as: it sends {@code str} and {@code bytearray} with
+ * Hazelcast's built-in serializers, so the members (and this store) see String and byte[] (meteor-spark's maps
+ * hold String keys and values). The tag makes both come back as the type they went in, so a compare-and-set after
+ * a restart compares like with like.
  */
 final class Typed {
     static final String STRING = "s";
