@@ -1,5 +1,6 @@
 package meteor.store;
 
+import java.util.Collections;
 import java.util.List;
 import java.util.Locale;
 import java.util.stream.Collectors;
@@ -59,6 +60,6 @@ enum Dialect {
     }
 
     private static String marks(List<String> keys, List<String> values) {
-        return String.join(", ", java.util.Collections.nCopies(keys.size() + values.size(), "?"));
+        return String.join(", ", Collections.nCopies(keys.size() + values.size(), "?"));
     }
 }

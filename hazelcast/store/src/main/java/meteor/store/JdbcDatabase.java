@@ -68,6 +68,9 @@ final class JdbcDatabase {
                     return result;
                 } catch (SQLException e) {
                     discard(connection);
+                    if (brokenConnection(e)) {
+                        discardIdle();  // the database went away or restarted: the other pooled ones are stale too
+                    }
                     if (attempt >= 2 || !brokenConnection(e)) {
                         throw new StoreException("meteor store: " + what + " failed on " + settings.url + ": "
                                 + e.getMessage() + " (SQL state " + e.getSQLState() + ")", e);
@@ -77,6 +80,30 @@ final class JdbcDatabase {
         } finally {
             permits.release();
         }
+    }
+
+    /**
+     * {@link #run} with the work in one database transaction: committed when it returns, rolled back when it fails
+     * (a batch of upserts is stored whole or not at all).
+     */
+    <T> T runInTransaction(String what, Work<T> work) {
+        return run(what, (connection, dialect) -> {
+            connection.setAutoCommit(false);
+            try {
+                T result = work.run(connection, dialect);
+                connection.commit();
+                return result;
+            } catch (SQLException | RuntimeException e) {
+                try {
+                    connection.rollback();
+                } catch (SQLException rollback) {
+                    e.addSuppressed(rollback);
+                }
+                throw e;
+            } finally {
+                connection.setAutoCommit(true);
+            }
+        });
     }
 
     private void acquire(String what) {
@@ -119,6 +146,14 @@ final class JdbcDatabase {
     private void give(Connection connection) {
         synchronized (idle) {
             idle.addFirst(connection);
+        }
+    }
+
+    private void discardIdle() {
+        synchronized (idle) {
+            while (!idle.isEmpty()) {
+                discard(idle.pollFirst());
+            }
         }
     }
 

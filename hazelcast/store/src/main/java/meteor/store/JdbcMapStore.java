@@ -5,10 +5,10 @@ import com.hazelcast.map.MapLoaderLifecycleSupport;
 import com.hazelcast.map.MapStore;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
-import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -80,9 +80,8 @@ public final class JdbcMapStore implements MapStore<Object, Object>, MapLoaderLi
             rows.add(new Typed[] {Typed.of(entry.getKey(), "key", mapName), Typed.of(entry.getValue(), "value",
                     mapName)});
         }
-        database.run("storing " + rows.size() + " entr" + (rows.size() == 1 ? "y" : "ies") + " of map " + mapName,
-                (connection, dialect) -> {
-                    connection.setAutoCommit(false);
+        database.runInTransaction("storing " + rows.size() + " entr" + (rows.size() == 1 ? "y" : "ies") + " of map "
+                + mapName, (connection, dialect) -> {
                     try (PreparedStatement upsert = connection.prepareStatement(
                             dialect.upsert(JdbcDatabase.MAP_TABLE, KEYS, VALUES))) {
                         for (Typed[] row : rows) {
@@ -94,12 +93,6 @@ public final class JdbcMapStore implements MapStore<Object, Object>, MapLoaderLi
                             upsert.addBatch();
                         }
                         upsert.executeBatch();
-                        connection.commit();
-                    } catch (SQLException e) {
-                        connection.rollback();
-                        throw e;
-                    } finally {
-                        connection.setAutoCommit(true);
                     }
                     return null;
                 });
@@ -119,8 +112,7 @@ public final class JdbcMapStore implements MapStore<Object, Object>, MapLoaderLi
         for (Object key : keys) {
             typed.add(Typed.of(key, "key", mapName));
         }
-        database.run("deleting " + typed.size() + " key(s) of map " + mapName, (connection, dialect) -> {
-            connection.setAutoCommit(false);
+        database.runInTransaction("deleting " + typed.size() + " key(s) of map " + mapName, (connection, dialect) -> {
             try (PreparedStatement delete = connection.prepareStatement("DELETE FROM " + JdbcDatabase.MAP_TABLE
                     + " WHERE map_name = ? AND key_type = ? AND key_data = ?")) {
                 for (Typed key : typed) {
@@ -130,12 +122,6 @@ public final class JdbcMapStore implements MapStore<Object, Object>, MapLoaderLi
                     delete.addBatch();
                 }
                 delete.executeBatch();
-                connection.commit();
-            } catch (SQLException e) {
-                connection.rollback();
-                throw e;
-            } finally {
-                connection.setAutoCommit(true);
             }
             return null;
         });
@@ -228,6 +214,6 @@ public final class JdbcMapStore implements MapStore<Object, Object>, MapLoaderLi
     }
 
     private static String identity(String type, byte[] data) {
-        return type + java.util.HexFormat.of().formatHex(data);
+        return type + HexFormat.of().formatHex(data);
     }
 }

@@ -3,7 +3,6 @@ package meteor.store;
 import com.hazelcast.ringbuffer.RingbufferStore;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
-import java.sql.SQLException;
 import java.util.List;
 
 /**
@@ -56,9 +55,8 @@ public final class JdbcRingbufferStore implements RingbufferStore<Object> {
                         + "<in-memory-format>BINARY</in-memory-format> so items reach the store as bytes");
             }
         }
-        database.run("storing " + items.length + " item(s) of ring " + ring + " from sequence " + firstSequence,
-                (connection, dialect) -> {
-                    connection.setAutoCommit(false);
+        database.runInTransaction("storing " + items.length + " item(s) of ring " + ring + " from sequence "
+                + firstSequence, (connection, dialect) -> {
                     try (PreparedStatement upsert = connection.prepareStatement(
                             dialect.upsert(JdbcDatabase.RING_TABLE, KEYS, VALUES))) {
                         for (int i = 0; i < items.length; i++) {
@@ -68,12 +66,6 @@ public final class JdbcRingbufferStore implements RingbufferStore<Object> {
                             upsert.addBatch();
                         }
                         upsert.executeBatch();
-                        connection.commit();
-                    } catch (SQLException e) {
-                        connection.rollback();
-                        throw e;
-                    } finally {
-                        connection.setAutoCommit(true);
                     }
                     return null;
                 });
