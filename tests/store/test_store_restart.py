@@ -34,7 +34,7 @@ ACKED_BEFORE_KILL = 1200
 #: a stored map (the Spark sink's commits; named here so the test does not import pyspark)
 COMMITS_MAP = "meteor.sink.commits"
 #: entries of each key and value type, put into a stored map with the client's own serializers
-#: (the Python client sends str as String and bytearray as byte[]; it pickles bytes, which no member can read)
+#: (the Python client sends str as String and bytearray as byte[]; it pickles bytes, which a member cannot deserialize)
 TYPED_ENTRIES: list[tuple[str | bytearray, str | bytearray]] = [
     ("text", "value"),
     (bytearray(b"\x00bytes"), bytearray(b"\xff\x00")),
