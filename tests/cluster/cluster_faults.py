@@ -36,6 +36,14 @@ def partition_owners(grid: Grid) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def owner_of(grid: Grid, name: str) -> str:
+    """The address of the member owning the partition of the object ``name`` (a lane's ring buffer)."""
+    client = grid.client
+    addresses = {m.uuid: f"{m.address.host}:{m.address.port}" for m in client.cluster_service.get_members()}
+    owner = client.partition_service.get_partition_owner(client.partition_service.get_partition_id(name))
+    return addresses.get(owner, "none")
+
+
 def member_count(grid: Grid) -> int:
     return len(grid.client.cluster_service.get_members())
 

@@ -4,7 +4,8 @@ One run drives every workload through the same two failovers (a member's restart
 follows take most of the time, so the workloads share them): an idempotent ``Publisher`` under continuous load
 (``publish_async`` and ``publish_many`` in turn, from a thread) on a stream with ``backup_count=1``; an ungrouped
 reader; an exclusive subscriber group of two members that poll and confirm; a shared group of two members that
-poll and acknowledge. The client is given both members (``"a,b"``) and fails over between them. Each test below
+poll and acknowledge; and, as a control, a stream without backups (``backup_count=0``), which loses the lanes the
+first killed member owned. The client is given both members (``"a,b"``) and fails over between them. Each test below
 checks one workload and prints its figures; the failovers (takeover, restart, rejoin, settle; partition owners
 before, alone and after) are printed as they happen.
 """
@@ -31,14 +32,15 @@ from meteor_spark.shared_groups import shared_group_state
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-from tests.cluster.cluster_faults import Failover, kill_and_rejoin, member_count
+from tests.cluster.cluster_faults import Failover, kill_and_rejoin, member_count, owner_of
 from tests.real_members import HazelcastCluster
 
 pytestmark = [pytest.mark.real_members, pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(900)]
 
 BLOCK = 50  # records per publish step (50 publish_async calls, or one publish_many of 50)
 PAUSE_S = 0.05  # between steps: about 1,000 records/s, a load the 2-core CI machine sustains next to two members
-SHARED_TIMEOUT_MS = 5000  # a shared acquisition whose outcome a failover hid is handed out again after this
+SHARED_TIMEOUT_MS = 5000  # a shared acquisition stalled by a failover longer than this is handed to the other member
+CONTROL_LANES = 8  # the stream without backups: the killed member owns some of its lanes (all but 1 time in 256)
 
 
 @dataclass
@@ -62,6 +64,9 @@ class CoreRun:
     shared_fenced: list[list[int]] = field(default_factory=list)
     shared_state: list[Any] = field(default_factory=list)
     shared_metrics: list[dict[str, int]] = field(default_factory=list)
+    control_owners: dict[int, str] = field(default_factory=dict)
+    control_published: Counter[int] = field(default_factory=Counter)
+    control_left: Counter[int] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)
     timeouts: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -249,6 +254,12 @@ def core_run(cluster: HazelcastCluster) -> Iterator[CoreRun]:
             )
             for i in range(2)
         ]
+        control = open_stream(grid, StreamConfig("cluster.nobackup", lanes=CONTROL_LANES, backup_count=0))
+        with Publisher(grid, control.config) as plain:
+            records = [Record(b"c%d" % i, lane=i % CONTROL_LANES) for i in range(100 * CONTROL_LANES)]
+            plain.publish_many(records).result(60)
+        run.control_published.update(r.lane for r in records)  # type: ignore[misc]
+        run.control_owners = {lane: owner_of(grid, ring) for lane, ring in enumerate(control.ring_names)}
         try:
             publishing.start("publisher", _publishing(run, publisher))
             workers.start("reader", _reading(run, reader))
@@ -265,6 +276,8 @@ def core_run(cluster: HazelcastCluster) -> Iterator[CoreRun]:
             wait_until(traffic(2_000), 120, 0.1, message="2,000 acknowledged publishes before the first kill")
             for index in (0, 1):
                 run.failovers.append(kill_and_rejoin(cluster, grid, index))
+                if index == 0:
+                    run.control_left.update(r.lane for r in _read_back(grid, control.name, 0))
                 wait_until(traffic(1_000), 120, 0.1, message="1,000 publishes acknowledged after the rejoin")
             publishing.join()  # the readers go on until they have everything
             publisher.close(timeout_s=120)
@@ -364,3 +377,19 @@ def test_shared_group_acks_every_record_once(core_run: CoreRun) -> None:
     assert not twice and not never_acked and not unsettled, summary
     # Each refused record had been taken by the other member after the timeout, which acknowledged it.
     assert len(taken_over) >= refused, summary
+
+
+def test_a_stream_without_backups_loses_exactly_the_lanes_the_killed_member_owned(core_run: CoreRun) -> None:
+    """The control: ``backup_count=0`` on the same cluster and the same kill. It shows the kill really destroys a
+    member's data, so the other streams kept everything because of their backups, not by luck."""
+    run = core_run
+    killed = run.failovers[0].killed
+    on_killed = sorted(lane for lane, owner in run.control_owners.items() if owner == killed)
+    lost = {lane: run.control_published[lane] - run.control_left[lane] for lane in run.control_published}
+    summary = (
+        f"stream with backup_count=0, member {killed} SIGKILLed: lanes it owned {on_killed} of "
+        f"{len(run.control_owners)}; records lost per lane {lost} (of {sum(run.control_published.values())})"
+    )
+    print(f"[fault] {summary}", flush=True)
+    assert on_killed, "the killed member owned no lane of the control stream (1 chance in 256): nothing to show"
+    assert lost == {lane: run.control_published[lane] if lane in on_killed else 0 for lane in lost}, summary
