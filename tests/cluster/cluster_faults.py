@@ -62,6 +62,7 @@ class Failover:
     killed: str
     survivor: str
     owners_before: dict[str, int]
+    killed_at: float = 0.0  # time.monotonic() of the SIGKILL, to place a workload's own timings against it
     takeover_s: float = 0.0
     owners_alone: dict[str, int] = field(default_factory=dict)
     restart_s: float = 0.0
@@ -82,7 +83,7 @@ def kill_and_rejoin(cluster: HazelcastCluster, grid: Grid, index: int, timeout_s
     """SIGKILL member ``index``, wait for the takeover, restart it, wait for the rejoin and settled partitions."""
     victim, survivor = cluster.member(index), cluster.member(1 - index)
     failover = Failover(victim.address, survivor.address, partition_owners(grid))
-    started = time.monotonic()
+    started = failover.killed_at = time.monotonic()
     victim.kill()
     alone = {survivor.address: grid.client.partition_service.get_partition_count()}
     wait_until(

@@ -318,14 +318,17 @@ def test_idempotent_publisher_loses_and_duplicates_nothing_through_both_kills(co
     duplicated = len(stored) - len(set(stored))
     times = sorted(run.ack_times)
     pause_ms = max((b - a for a, b in itertools.pairwise(times)), default=0.0) * 1e3
+    resumed = [min((t for t in times if t > f.killed_at), default=float("nan")) - f.killed_at for f in run.failovers]
+    resumed_s = ", ".join(f"{s:.2f} s" for s in resumed)
     live_lost = len(run.acked - set(run.live_read))
     live_duplicated = len(run.live_read) - len(set(run.live_read))
     summary = (
         f"idempotent publisher, 2 members, member 0 then 1 SIGKILLed and restarted: sent {run.sent:,}, "
         f"acked {len(run.acked):,}, failed {len(run.failed)} ({sorted(set(run.failed.values()))}), "
         f"stored {len(stored):,}, lost {lost}, duplicated {duplicated}, largest pause of acknowledgements "
-        f"{pause_ms:.0f} ms; live reader read {len(run.live_read):,}: lost {live_lost}, duplicated "
-        f"{live_duplicated}; client errors {dict(run.errors)}; timeouts {run.timeouts}"
+        f"{pause_ms:.0f} ms (first acknowledgement after each kill: {resumed_s}); live reader read "
+        f"{len(run.live_read):,}: lost {live_lost}, duplicated {live_duplicated}; client errors {dict(run.errors)}; "
+        f"timeouts {run.timeouts}"
     )
     print(f"[fault] {summary}", flush=True)
     assert (lost, duplicated) == (0, 0), summary

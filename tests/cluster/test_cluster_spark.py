@@ -124,7 +124,7 @@ def test_a_query_through_a_member_kill_and_restart_loses_and_duplicates_nothing(
             for index in (0, 1):
                 batch = query.query.lastProgress["batchId"]
                 failovers.append(kill_and_rejoin(cluster, grid, index))
-                wait_until(output_grows(batch + 4), 240, 0.5, message="micro-batches after the rejoin")
+                wait_until(output_grows(batch + 2), 240, 0.5, message="micro-batches after the rejoin")
             stop.set()
             feeder.join(30)
             publisher.close(timeout_s=120)
