@@ -28,7 +28,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
@@ -47,7 +47,7 @@ class GridBenchOptions:
     total_mb: int
     map_ops: int
     inflight: int
-    members: tuple[str, ...] = field(default=())
+    members: tuple[str, ...] = ()
     cluster_name: str = "dev"
 
     @classmethod
