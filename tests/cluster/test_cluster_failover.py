@@ -317,16 +317,21 @@ def test_idempotent_publisher_loses_and_duplicates_nothing_through_both_kills(co
     lost = len(run.acked - set(stored))
     duplicated = len(stored) - len(set(stored))
     times = sorted(run.ack_times)
-    pause_ms = max((b - a for a, b in itertools.pairwise(times)), default=0.0) * 1e3
+    pause_ms, pause_at = max(((b - a) * 1e3, a) for a, b in itertools.pairwise(times)) if len(times) > 1 else (0, 0)
     resumed = [min((t for t in times if t > f.killed_at), default=float("nan")) - f.killed_at for f in run.failovers]
     resumed_s = ", ".join(f"{s:.2f} s" for s in resumed)
+    # where the largest pause began: after which kill, and how long after it (compare with takeover, restart, rejoin)
+    kills = [(n, f) for n, f in enumerate(run.failovers) if f.killed_at <= pause_at]
+    pause_where = (
+        f"{pause_at - kills[-1][1].killed_at:.1f} s after kill {kills[-1][0]}" if kills else "before the kills"
+    )
     live_lost = len(run.acked - set(run.live_read))
     live_duplicated = len(run.live_read) - len(set(run.live_read))
     summary = (
         f"idempotent publisher, 2 members, member 0 then 1 SIGKILLed and restarted: sent {run.sent:,}, "
         f"acked {len(run.acked):,}, failed {len(run.failed)} ({sorted(set(run.failed.values()))}), "
         f"stored {len(stored):,}, lost {lost}, duplicated {duplicated}, largest pause of acknowledgements "
-        f"{pause_ms:.0f} ms (first acknowledgement after each kill: {resumed_s}); live reader read "
+        f"{pause_ms:.0f} ms, began {pause_where} (first ack after each kill: {resumed_s}); live reader read "
         f"{len(run.live_read):,}: lost {live_lost}, duplicated {live_duplicated}; client errors {dict(run.errors)}; "
         f"timeouts {run.timeouts}"
     )
