@@ -333,7 +333,7 @@ def test_config_wildcards() -> None:
     assert configs.find("other").time_to_live_seconds == 1
     assert MapConfigs().find("x") == MapConfig()
     assert configs.add(MapConfig("meteor.*", max_idle_seconds=5)) is False
-    with pytest.raises(InvalidConfiguration, match="conflicts with the existing one"):
+    with pytest.raises(InvalidConfiguration, match="as there is already a conflicting configuration"):
         configs.add(MapConfig("meteor.*", max_idle_seconds=6))
     with pytest.raises(InvalidConfiguration, match="time_to_live_seconds=-1"):
         MapConfig("x", time_to_live_seconds=-1)

@@ -468,12 +468,14 @@ class Maps:
         self._put_value(name, store, key, value, -1, -1)
         return True
 
-    def _remove_record(self, name: str, store: _Store, key: bytes) -> bytes | None:
+    def _remove_record(self, name: str, store: _Store, key: bytes, event_old_value: bool = True) -> bytes | None:
+        """Drop the entry and fire REMOVED, with the removed value as the event's old value unless
+        ``event_old_value`` is False (``delete``: Hazelcast's delete never reads the value, so its event has none)."""
         existing = self._live(name, store, key)
         if existing is None:
             return None
         self._drop(name, store, key)
-        self._fire(name, EntryEventType.REMOVED, key, None, existing.value)
+        self._fire(name, EntryEventType.REMOVED, key, None, existing.value if event_old_value else None)
         return existing.value
 
     def remove(self, name: str, key: bytes, caller: LockOwner) -> bytes | None:
@@ -482,7 +484,9 @@ class Maps:
         return self._remove_record(name, store, key)
 
     def delete(self, name: str, key: bytes, caller: LockOwner) -> None:
-        self.remove(name, key, caller)
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        self._remove_record(name, store, key, event_old_value=False)
 
     def remove_if_same(self, name: str, key: bytes, expected: bytes, caller: LockOwner) -> bool:
         store = self._store(name)
@@ -502,6 +506,7 @@ class Maps:
             return False
         record.ttl_ms = self._pick_ttl(store, ttl_ms)
         record.ttl_base_mono = self._clock.monotonic_ms()
+        record.version += 1  # Hazelcast counts a TTL change as an update of the entry
         self._track_expiry(store, key, record)
         self._journal_put(name, key, record)
         return True
