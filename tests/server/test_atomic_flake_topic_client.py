@@ -22,7 +22,7 @@ from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.engine import ManualClock
 from meteor_spark.server.engine.atomics import CP_REFUSED, Atomics, CpMode, RaftGroupId
 from meteor_spark.server.engine.flake_ids import EPOCH_START_MS, FlakeIds
-from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
+from meteor_spark.server.errors import ClassCast, DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
 from meteor_spark.testing import wait_until
 
 LONG_MAX = (1 << 63) - 1
@@ -149,10 +149,14 @@ def test_atomic_engine_details() -> None:
     assert atomics.create_group("c") == RaftGroupId("default", 0, atomics.create_group("d").id)
     with pytest.raises(IllegalArgument, match="metadata"):
         atomics.create_group("c@METADATA")
+    java_function = bytes(4) + (-2).to_bytes(4, "big", signed=True) + b"\x01" + (-10).to_bytes(4, "big", signed=True)
     with pytest.raises(UnsupportedOperation, match="IFunction"):
-        atomics.apply_function(group, "c")
+        atomics.apply_function(group, "c", java_function + bytes(4))
+    a_string = bytes(4) + (-11).to_bytes(4, "big", signed=True) + b"\x00\x00\x00\x01x"
+    with pytest.raises(ClassCast, match="class java.lang.String cannot be cast to class com.hazelcast.core.IFunction"):
+        atomics.apply_function(group, "c", a_string)
     atomics.destroy(group, "hz:raft:atomicLongService", "c")
-    with pytest.raises(DistributedObjectDestroyed, match=r"AtomicLong\[c\] is already destroyed!"):
+    with pytest.raises(DistributedObjectDestroyed, match=r"AtomicValue\[c\] is already destroyed!"):
         atomics.get(group, "c")
 
 

@@ -30,15 +30,17 @@ from meteor_spark.compat import add_ringbuffer_config_request, invoke
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.fidelity import KNOWN_DIFFERENCES
 from meteor_spark.testing import wait_until
-from tests.real_members import HazelcastMember
+from tests.real_members import OLDEST_VERSION, HazelcastMember
 
 pytestmark = pytest.mark.real_members
 
 Scenario = Callable[[Any, str], Any]
 SCENARIOS: dict[str, Scenario] = {}
+UNSAFE_SCENARIOS: dict[str, Scenario] = {}
 COMPARED: dict[str, bool] = {}
 """Scenario name -> whether both members answered alike (filled as the tests run, summed by the last test)."""
 
+UNSAFE_VERSION = OLDEST_VERSION
 LONG_MAX = (1 << 63) - 1
 DEADLINE_S = 30.0
 """Longest wait for a TTL or a background expiry: Hazelcast's expiry task samples every 5 s."""
@@ -46,6 +48,13 @@ DEADLINE_S = 30.0
 
 def scenario(fn: Scenario) -> Scenario:
     SCENARIOS[fn.__name__.removeprefix("scenario_")] = fn
+    return fn
+
+
+def unsafe_scenario(fn: Scenario) -> Scenario:
+    """A CP scenario for the embedded member in ``cp_mode="unsafe"`` against a real Hazelcast 4.x-5.4 member
+    (``UNSAFE_VERSION``), whose CP "unsafe mode" that option reproduces."""
+    UNSAFE_SCENARIOS[fn.__name__.removeprefix("scenario_")] = fn
     return fn
 
 
@@ -408,6 +417,54 @@ def scenario_atomic_long(c: Any, n: str) -> Any:
     return attempt(lambda: (counter.get(), counter.add_and_get(2)))
 
 
+@unsafe_scenario
+def scenario_unsafe_atomic_long_operations(c: Any, n: str) -> Any:
+    counter = c.cp_subsystem.get_atomic_long(n).blocking()
+    steps = [
+        counter.get(),
+        counter.increment_and_get(),
+        counter.add_and_get(10),
+        counter.get_and_add(5),
+        counter.get_and_increment(),
+        counter.decrement_and_get(),
+        counter.get_and_set(100),
+        counter.set(7),
+        counter.compare_and_set(6, 1),
+        counter.compare_and_set(7, 1),
+        counter.get(),
+        counter.set(LONG_MAX),
+        counter.increment_and_get(),
+    ]
+    alias = c.cp_subsystem.get_atomic_long(f"{n}@default").blocking().get()
+    other_group = c.cp_subsystem.get_atomic_long(f"{n}@other").blocking().get()
+    return {"steps": steps, "alias": alias, "other_group": other_group}
+
+
+@unsafe_scenario
+def scenario_unsafe_atomic_long_destroyed(c: Any, n: str) -> Any:
+    counter = c.cp_subsystem.get_atomic_long(n).blocking()
+    counter.set(5)
+    counter.destroy()
+    return {
+        "same_proxy": attempt(counter.get),
+        "new_proxy": attempt(lambda: c.cp_subsystem.get_atomic_long(n).blocking().increment_and_get()),
+    }
+
+
+@unsafe_scenario
+def scenario_unsafe_atomic_long_function_not_a_function(c: Any, n: str) -> Any:
+    counter = c.cp_subsystem.get_atomic_long(n).blocking()
+    return {"apply": attempt(lambda: counter.apply("not a function")), "alter": attempt(lambda: counter.alter(7))}
+
+
+@unsafe_scenario
+def scenario_unsafe_cp_names(c: Any, n: str) -> Any:
+    return {
+        name: attempt(lambda name=name: c.cp_subsystem.get_atomic_long(name).blocking().get())
+        for name in (f"{n}@metadata", f"{n}@METADATA", f"@{n}", f"{n}@a@b", f"{n}@ ")
+    }
+
+
 # ------------------------------------------------------------------------------------------------------ flake ids
 
 
@@ -508,22 +565,39 @@ def _client(address: str, cluster_name: str) -> Any:
 
 @pytest.fixture(scope="module")
 def members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members]:
+    """A real 5.7.0 member and the embedded member as it starts by default."""
     workdir: Path = tmp_path_factory.mktemp("fidelity")
     with HazelcastMember(workdir, heap="1g") as real, EmbeddedGrid(port=0, process=True) as embedded:
-        real_client = _client(real.address, real.cluster_name)
+        yield from _clients(real, embedded)
+
+
+@pytest.fixture(scope="module")
+def unsafe_members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members]:
+    """A real member of the last release line with CP unsafe mode, and the embedded member with ``cp_mode="unsafe"``."""
+    workdir: Path = tmp_path_factory.mktemp("fidelity-unsafe")
+    with (
+        HazelcastMember(workdir, version=UNSAFE_VERSION, heap="512m") as real,
+        EmbeddedGrid(port=0, process=True, cp_mode="unsafe") as embedded,
+    ):
+        yield from _clients(real, embedded)
+
+
+def _clients(real: HazelcastMember, embedded: EmbeddedGrid) -> Iterator[Members]:
+    real_client = _client(real.address, real.cluster_name)
+    try:
         embedded_client = _client(embedded.address, embedded.cluster_name)
         try:
             yield Members(real_client, embedded_client)
         finally:
-            real_client.shutdown()
             embedded_client.shutdown()
+    finally:
+        real_client.shutdown()
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_embedded_member_answers_like_hazelcast(members: Members, name: str) -> None:
+def _compare(members: Members, scenarios: dict[str, Scenario], name: str) -> None:
     object_name = f"fidelity-{name}"
-    real = SCENARIOS[name](members.real, object_name)
-    embedded = SCENARIOS[name](members.embedded, object_name)
+    real = scenarios[name](members.real, object_name)
+    embedded = scenarios[name](members.embedded, object_name)
     identical = real == embedded
     COMPARED[name] = identical
     if name in KNOWN_DIFFERENCES:
@@ -535,8 +609,19 @@ def test_embedded_member_answers_like_hazelcast(members: Members, name: str) -> 
         assert identical, f"{name}: the members differ\n  hazelcast: {real!r}\n  embedded:  {embedded!r}"
 
 
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_embedded_member_answers_like_hazelcast(members: Members, name: str) -> None:
+    _compare(members, SCENARIOS, name)
+
+
+@pytest.mark.parametrize("name", sorted(UNSAFE_SCENARIOS))
+def test_cp_unsafe_mode_answers_like_hazelcast_before_5_5(unsafe_members: Members, name: str) -> None:
+    _compare(unsafe_members, UNSAFE_SCENARIOS, name)
+
+
 def test_known_differences_name_existing_scenarios() -> None:
-    assert set(KNOWN_DIFFERENCES) <= set(SCENARIOS), set(KNOWN_DIFFERENCES) - set(SCENARIOS)
+    assert not set(SCENARIOS) & set(UNSAFE_SCENARIOS)
+    assert set(KNOWN_DIFFERENCES) <= set(SCENARIOS) | set(UNSAFE_SCENARIOS), set(KNOWN_DIFFERENCES) - set(SCENARIOS)
 
 
 def test_zz_fidelity_summary(capsys: pytest.CaptureFixture[str]) -> None:

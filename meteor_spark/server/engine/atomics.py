@@ -15,6 +15,7 @@ import enum
 import zlib
 from dataclasses import dataclass
 
+from meteor_spark.server.engine.functions import refuse_java_function
 from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
 
 DEFAULT_GROUP = "default"
@@ -92,7 +93,7 @@ class Atomics:
             raise UnsupportedOperation(CP_REFUSED)
         key = (group.name, name)
         if key in self._destroyed:
-            raise DistributedObjectDestroyed(f"AtomicLong[{name}] is already destroyed!")
+            raise DistributedObjectDestroyed(f"AtomicValue[{name}] is already destroyed!")
         return key
 
     def get(self, group: RaftGroupId, name: str) -> int:
@@ -122,12 +123,13 @@ class Atomics:
         self._values[key] = _wrap(updated)
         return True
 
-    def apply_function(self, group: RaftGroupId, name: str) -> None:
+    def apply_function(self, group: RaftGroupId, name: str, function: bytes) -> None:
         """``apply`` / ``alter`` carry a serialized Java ``IFunction``, which a Python member cannot run."""
         self._key(group, name)
-        raise UnsupportedOperation(
+        raise refuse_java_function(
+            function,
             f"AtomicLong[{name}]: apply/alter need a Java IFunction, which the embedded member cannot execute; "
-            "use compare_and_set in a loop instead"
+            "use compare_and_set in a loop instead",
         )
 
     def destroy(self, group: RaftGroupId, service_name: str, name: str) -> None:

@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
+from meteor_spark.server.engine.functions import refuse_java_function
 from meteor_spark.server.errors import (
-    ClassCast,
     DistributedObjectDestroyed,
-    HazelcastSerialization,
     IllegalArgument,
     InvalidConfiguration,
     ServerError,
     StaleSequence,
-    UnsupportedOperation,
 )
 
 logger = logging.getLogger(__name__)
@@ -427,59 +425,12 @@ def check_read_many_arguments(start_sequence: int, min_count: int, max_count: in
 # The service
 
 
-_JAVA_BASE_TYPES = {
-    -3: "java.lang.Byte",
-    -4: "java.lang.Boolean",
-    -5: "java.lang.Character",
-    -6: "java.lang.Short",
-    -7: "java.lang.Integer",
-    -8: "java.lang.Long",
-    -9: "java.lang.Float",
-    -10: "java.lang.Double",
-    -11: "java.lang.String",
-    -12: "[B",
-    -13: "[Z",
-    -14: "[C",
-    -15: "[S",
-    -16: "[I",
-    -17: "[J",
-    -18: "[F",
-    -19: "[D",
-    -20: "[Ljava.lang.String;",
-    -21: "java.util.UUID",
-    -29: "java.util.ArrayList",
-    -30: "java.util.LinkedList",
-}
-"""Hazelcast serialization type ids of JDK values, and the Java class a member deserializes each into."""
-
-_DATA_SERIALIZABLE = -2
-_DATA_HEADER = 8
-"""A serialized value starts with its partition hash and its serializer's type id (4 bytes each, big-endian)."""
-
-
 def refuse_filter(data: bytes) -> ServerError:
-    """The error ``read_many`` answers when given a filter, as a Hazelcast member answers it where it can tell.
-
-    A filter must be a Java ``IFunction``; the embedded member runs no Java code, so every filter is refused. A JDK
-    value (a string, a number, a list: what a Python client sends for anything that is not a registered Java
-    class) fails on a member with a ``ClassCastException`` naming the value's class, and so it does here; a
-    Java-registered class of an unknown factory fails to deserialize there and here alike. Any other filter (a
-    real ``IFunction`` a Java client could send) is ``UnsupportedOperation`` with the way around it.
-    """
-    type_id = int.from_bytes(data[4:_DATA_HEADER], "big", signed=True) if len(data) >= _DATA_HEADER else None
-    java_class = _JAVA_BASE_TYPES.get(type_id) if type_id is not None else None
-    if java_class is not None:
-        return ClassCast(
-            f"class {java_class} cannot be cast to class com.hazelcast.core.IFunction ({java_class} is in module "
-            "java.base of loader 'bootstrap'; com.hazelcast.core.IFunction is in unnamed module of loader 'app')"
-        )
-    if type_id == _DATA_SERIALIZABLE and len(data) >= _DATA_HEADER + 9 and data[_DATA_HEADER]:
-        factory_id = int.from_bytes(data[_DATA_HEADER + 1 : _DATA_HEADER + 5], "big", signed=True)
-        if factory_id > 0:  # Hazelcast's own factories have negative ids
-            return HazelcastSerialization(f"No DataSerializerFactory registered for namespace: {factory_id}")
-    return UnsupportedOperation(
-        "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter "
-        "and filter the items in the client"
+    """The error ``read_many`` answers when given a filter (a Java ``IFunction``, which this member cannot run)."""
+    return refuse_java_function(
+        data,
+        "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter and "
+        "filter the items in the client",
     )
 
 
