@@ -251,7 +251,7 @@ def scenario_ring_destroy_while_reading(c: Any, n: str) -> Any:
     wait_until(waiting.done, timeout_s=DEADLINE_S, message="the parked read to end")
     outcome = attempt(waiting.result)
     again = c.get_ringbuffer(n).blocking()
-    return {"parked_read": outcome, "recreated": ring_state(again)}
+    return {"parked_read": outcome, "recreated": ring_state(again), "read_recreated": read_result(again, 0, 0, 5)}
 
 
 @scenario
@@ -404,6 +404,52 @@ def scenario_map_listeners(c: Any, n: str) -> Any:
     return {"bare": bare, "full": full, "remove_listener": removed}
 
 
+@scenario
+def scenario_map_ttl_variants(c: Any, n: str) -> Any:
+    """TTLs as the product passes them (seconds, possibly fractional) and their edge values. Entry views report
+    whole seconds. (Sub-second TTLs are left out: when such an entry is gone depends on where in its second the
+    real member's clock is.)"""
+    m = c.get_map(n).blocking()
+    m.put("fraction", "v", ttl=30.25)
+    m.put("fraction2", "v", ttl=2.999)
+    m.put("zero", "v", ttl=0)
+    m.set("set", "v", ttl=3)
+    m.put_if_absent("pia", "v", ttl=4)
+    m.set("reset", "v", ttl=5)
+    m.set_ttl("reset", 0)
+    views = {key: m.get_entry_view(key) for key in ("fraction", "fraction2", "zero", "set", "pia", "reset")}
+    return {key: None if view is None else view.ttl for key, view in views.items()}
+
+
+@scenario
+def scenario_map_listener_removal(c: Any, n: str) -> Any:
+    m = c.get_map(n).blocking()
+    registration = m.add_entry_listener(added_func=lambda e: None)
+    return (m.remove_entry_listener(registration), m.remove_entry_listener(registration))
+
+
+# ---------------------------------------------------------------------------------------------------------- topic
+
+
+@scenario
+def scenario_topic(c: Any, n: str) -> Any:
+    topic = c.get_topic(n).blocking()
+    received: list[Any] = []
+    registration = topic.add_listener(received.append)
+    for i in range(5):
+        topic.publish(f"m{i}")
+    topic.publish_all(["x", "y"])
+    wait_until(lambda: len(received) >= 7, timeout_s=DEADLINE_S, message="7 topic messages")
+    removed = (topic.remove_listener(registration), topic.remove_listener(registration))
+    return {
+        "messages": [message.message for message in received],
+        "from_the_member": [message.member is not None for message in received],
+        # the publish time is the member's clock
+        "publish_times": sorted({clock_value(int(message.publish_time * 1000)) for message in received}),
+        "remove_listener": removed,
+    }
+
+
 # -------------------------------------------------------------------------------------------------- atomics (CP)
 
 
@@ -544,6 +590,30 @@ def scenario_wrong_cluster_name(c: Any, n: str) -> Any:
 
     outcome = attempt(connect)
     return outcome[:2]  # the client's message lists the member's address
+
+
+@scenario
+def scenario_credentials_on_an_open_member(c: Any, n: str) -> Any:
+    """A client presenting credentials to a member that has no security configured (``hazelcast/member.xml``; an
+    embedded member without ``username``)."""
+    address = c._config.cluster_members[0]
+
+    def connect(username: str | None, password: str | None) -> Any:
+        other = HazelcastClient(
+            cluster_members=[address],
+            cluster_name=c._config.cluster_name,
+            creds_username=username,
+            creds_password=password,
+            cluster_connect_timeout=2,
+        )
+        try:
+            return other.get_map(n).blocking().put("k", "v")
+        finally:
+            other.shutdown()
+
+    cases = {"both": ("someone", "secret"), "username": ("someone", None), "password": (None, "secret")}
+    cases["empty"] = ("", "")
+    return {case: attempt(lambda pair=pair: connect(*pair)) for case, pair in cases.items()}
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures

@@ -79,6 +79,14 @@ class LockOwner(NamedTuple):
         return f"Owner: {self.client_uuid}, thread ID: {self.thread_id}"
 
 
+def _as_recorded(duration_ms: int) -> int:
+    """A TTL or max-idle as a Hazelcast entry view reports it: its records keep whole seconds (at least 1 when set),
+    while the entry still expires on the exact milliseconds; LONG_MAX when unset."""
+    if duration_ms <= 0:
+        return LONG_MAX
+    return max(1, duration_ms // 1000) * 1000
+
+
 @dataclass(frozen=True)
 class MapConfig:
     """Per-map settings, matched by name with Hazelcast's wildcard rules (``MapConfigs``).
@@ -418,8 +426,8 @@ class Maps:
             last_stored_time=0 if stats else UNSET,
             last_update_time=record.updated_wall if stats or expires is not None else UNSET,
             version=record.version,
-            ttl=record.ttl_ms if record.ttl_ms > 0 else LONG_MAX,
-            max_idle=record.max_idle_ms if record.max_idle_ms > 0 else LONG_MAX,
+            ttl=_as_recorded(record.ttl_ms),
+            max_idle=_as_recorded(record.max_idle_ms),
         )
 
     # ------------------------------------------------------------------ writes (lock-aware)
