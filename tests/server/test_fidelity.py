@@ -28,9 +28,9 @@ from hazelcast.serialization.api import IdentifiedDataSerializable
 
 from meteor_spark.compat import add_ringbuffer_config_request, invoke
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.server.fidelity import KNOWN_DIFFERENCES
+from meteor_spark.server.fidelity import CP_UNSAFE_VERSION, KNOWN_DIFFERENCES, MIMICKED_VERSION
 from meteor_spark.testing import wait_until
-from tests.real_members import OLDEST_VERSION, HazelcastMember
+from tests.real_members import HazelcastMember
 
 pytestmark = pytest.mark.real_members
 
@@ -40,7 +40,6 @@ UNSAFE_SCENARIOS: dict[str, Scenario] = {}
 COMPARED: dict[str, bool] = {}
 """Scenario name -> whether both members answered alike (filled as the tests run, summed by the last test)."""
 
-UNSAFE_VERSION = OLDEST_VERSION
 LONG_MAX = (1 << 63) - 1
 DEADLINE_S = 30.0
 """Longest wait for a TTL or a background expiry: Hazelcast's expiry task samples every 5 s."""
@@ -53,7 +52,7 @@ def scenario(fn: Scenario) -> Scenario:
 
 def unsafe_scenario(fn: Scenario) -> Scenario:
     """A CP scenario for the embedded member in ``cp_mode="unsafe"`` against a real Hazelcast 4.x-5.4 member
-    (``UNSAFE_VERSION``), whose CP "unsafe mode" that option reproduces."""
+    (``CP_UNSAFE_VERSION``), whose CP "unsafe mode" that option reproduces."""
     UNSAFE_SCENARIOS[fn.__name__.removeprefix("scenario_")] = fn
     return fn
 
@@ -637,7 +636,8 @@ def _client(address: str, cluster_name: str) -> Any:
 def members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members]:
     """A real 5.7.0 member and the embedded member as it starts by default."""
     workdir: Path = tmp_path_factory.mktemp("fidelity")
-    with HazelcastMember(workdir, heap="1g") as real, EmbeddedGrid(port=0, process=True) as embedded:
+    real_member = HazelcastMember(workdir, version=MIMICKED_VERSION, heap="1g")
+    with real_member as real, EmbeddedGrid(port=0, process=True) as embedded:
         yield from _clients(real, embedded)
 
 
@@ -646,7 +646,7 @@ def unsafe_members(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Members
     """A real member of the last release line with CP unsafe mode, and the embedded member with ``cp_mode="unsafe"``."""
     workdir: Path = tmp_path_factory.mktemp("fidelity-unsafe")
     with (
-        HazelcastMember(workdir, version=UNSAFE_VERSION, heap="512m") as real,
+        HazelcastMember(workdir, version=CP_UNSAFE_VERSION, heap="512m") as real,
         EmbeddedGrid(port=0, process=True, cp_mode="unsafe") as embedded,
     ):
         yield from _clients(real, embedded)
