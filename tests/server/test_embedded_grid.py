@@ -10,7 +10,6 @@ import sys
 
 import hazelcast
 import pytest
-from hazelcast.errors import HazelcastError
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, MapConfig, MemberOptions, RingConfig

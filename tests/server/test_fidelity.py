@@ -559,7 +559,9 @@ def scenario_dynamic_ring_config(c: Any, n: str) -> Any:
 def scenario_cluster_view(c: Any, n: str) -> Any:
     c.get_map(n).blocking().put("k", "v")  # a real member assigns its partitions at the first partition operation
     members = c.cluster_service.get_members()
+    connection = c._connection_manager.get_random_connection()  # what the member said when the client authenticated
     return {
+        "authentication_version": connection.server_version,
         "count": len(members),
         "versions": [(m.version.major, m.version.minor, m.version.patch) for m in members],
         "lite": [m.lite_member for m in members],
