@@ -9,6 +9,7 @@ of their own (``embedded_only``: no 5.7 member serves it). The engine-level deta
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -98,7 +99,7 @@ def test_flake_ids_are_unique_and_ordered(client: Any, unique_name: str) -> None
     ids = [generator.new_id() for _ in range(300)]  # more than one prefetched batch (100)
     assert len(set(ids)) == 300
     assert ids == sorted(ids)
-    assert all(b - a == 1 << 16 for a, b in zip(ids[:99], ids[1:100]))  # within a batch: 65536 apart
+    assert all(b - a == 1 << 16 for a, b in itertools.pairwise(ids[:100]))  # within a batch: 65536 apart
     timestamp_ms = (ids[0] >> 22) + EPOCH_START_MS
     assert abs(timestamp_ms - time.time() * 1000) < 60_000  # ids carry the member's clock
 
@@ -153,7 +154,7 @@ def test_atomic_engine_details() -> None:
     with pytest.raises(UnsupportedOperation, match="IFunction"):
         atomics.apply_function(group, "c", java_function + bytes(4))
     a_string = bytes(4) + (-11).to_bytes(4, "big", signed=True) + b"\x00\x00\x00\x01x"
-    with pytest.raises(ClassCast, match="class java.lang.String cannot be cast to class com.hazelcast.core.IFunction"):
+    with pytest.raises(ClassCast, match=r"class java\.lang\.String cannot be cast to class com\.hazelcast"):
         atomics.apply_function(group, "c", a_string)
     atomics.destroy(group, "hz:raft:atomicLongService", "c")
     with pytest.raises(DistributedObjectDestroyed, match=r"AtomicValue\[c\] is already destroyed!"):
