@@ -34,6 +34,7 @@ from meteor_spark.errors import (
     GridOperationError,
     unknown_option,
 )
+from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,24 @@ FAIL = 1
 
 #: Hazelcast refuses read_many/add_all batches of 1000 items or more (client-side check).
 MAX_BATCH_ITEMS = 999
+
+#: The largest frame (6-byte frame header included) the embedded member accepts from a client; a larger one drops
+#: the connection (``meteor_spark.server.protocol.frames.MAX_FRAME_SIZE``).
+EMBEDDED_MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+#: The largest frame a Hazelcast 5.x member can take from an authenticated client: the frame length is a signed
+#: 32-bit field (``ClientMessageReader``; ``hazelcast.client.protocol.unverified.message.bytes``, 4096, limits
+#: only the messages sent before authentication). The member allocates each frame whole on its heap.
+HAZELCAST_MAX_FRAME_BYTES = (1 << 31) - 1
+
+#: ``GridSettings.max_frame_bytes`` by default: the smaller of the two, so a record either grid would drop the
+#: connection for is refused before it is sent, whichever grid the client talks to.
+DEFAULT_MAX_FRAME_BYTES = min(EMBEDDED_MAX_FRAME_BYTES, HAZELCAST_MAX_FRAME_BYTES)
+
+#: Bytes a ring item's frame carries besides its records' value, key and header bytes: the frame header (6), the
+#: serialized-data header (8), the item header (``wire.HEADER_SIZE``, 48) and the per-record columns of one record
+#: (lengths, timestamp, header counts; 64 is ample).
+ITEM_FRAME_OVERHEAD = 6 + 8 + 48 + 64
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,10 @@ class GridSettings:
         connect_timeout_s: give up connecting to the cluster after this long (Hazelcast's default is forever).
         invocation_timeout_s: how long the client retries a failing operation.
         smart_routing: connect to every member and route by partition (Hazelcast's default).
+        max_frame_bytes: the largest frame the grid accepts (a ring item travels as one frame). Publishers refuse
+            a record that cannot fit with ``SizeLimitError`` before sending anything: a frame over the member's
+            limit would drop the connection and every call on it. Default 256 MiB, the embedded member's limit;
+            a Hazelcast member takes up to 2 GiB - 1 (raise it for such a cluster, if its heap can hold them).
     """
 
     members: tuple[str, ...] = (DEFAULT_ADDRESS,)
@@ -86,6 +109,7 @@ class GridSettings:
     connect_timeout_s: float = 10.0
     invocation_timeout_s: float = 60.0
     smart_routing: bool = True
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
     # Option names accepted after the ``hazelcast.`` prefix (Spark options, TOML, CLI); value = field name.
     _OPTION_NAMES = {
@@ -102,6 +126,7 @@ class GridSettings:
         "connecttimeout": "connect_timeout_s",
         "invocationtimeout": "invocation_timeout_s",
         "smartrouting": "smart_routing",
+        "maxframebytes": "max_frame_bytes",
     }
 
     #: Documentation of each ``hazelcast.*`` option: (public name, default shown, meaning).
@@ -119,6 +144,8 @@ class GridSettings:
         ("hazelcast.connectTimeout", "10", "seconds to keep trying to reach the cluster before failing"),
         ("hazelcast.invocationTimeout", "60", "seconds the client retries a failing operation"),
         ("hazelcast.smartRouting", "true", "connect to all members and route by partition"),
+        ("hazelcast.maxFrameBytes", str(DEFAULT_MAX_FRAME_BYTES),
+         "largest frame the grid accepts; a bigger record is refused before sending (SizeLimitError)"),
     )
 
     def __post_init__(self) -> None:
@@ -140,6 +167,13 @@ class GridSettings:
             raise ConfigError(f"hazelcast.connectTimeout must be > 0 seconds, got {self.connect_timeout_s}")
         if self.invocation_timeout_s <= 0:
             raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
+        check_int("hazelcast.maxFrameBytes", self.max_frame_bytes, 4096, HAZELCAST_MAX_FRAME_BYTES,
+                  what="(bytes; a Hazelcast member's frame length is a signed 32-bit int)")
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The most value, key and header bytes one record may carry: it travels in a ring item of its own."""
+        return self.max_frame_bytes - ITEM_FRAME_OVERHEAD
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> GridSettings:
@@ -216,6 +250,11 @@ def _convert(option: str, value: str, annotation: Any) -> Any:
         if lowered in ("false", "0", "no"):
             return False
         raise ConfigError(f"option {option!r}: expected true or false, got {value!r}")
+    if text == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"option {option!r}: expected an integer, got {value!r}") from None
     if "float" in text:
         try:
             return float(value)

@@ -36,8 +36,15 @@ import pyarrow as pa
 from meteor_spark.accumulator import Accumulator, Call, Segment
 from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
-from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError, SerializationError
-from meteor_spark.grid import Grid
+from meteor_spark.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    GridError,
+    PublishTimeoutError,
+    SerializationError,
+    SizeLimitError,
+)
+from meteor_spark.grid import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD, Grid, GridSettings
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.publish_futures import (
@@ -137,6 +144,8 @@ class Publisher:
         )
         self.stream = self.info.name
         self.lanes = self.info.config.lanes
+        self._max_record_bytes = grid.settings.max_record_bytes
+        _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         acc = self._acc = Accumulator(
             self.stream,
@@ -182,12 +191,17 @@ class Publisher:
             record = self._serialized(record, None, 1)
         acc = self._acc
         if type(record) is bytes:
-            # The hot path: a plain value needs no Record and no checks.
+            # The hot path: a plain value needs no Record and one check.
+            if len(record) > self._max_record_bytes:
+                self._refuse_size(len(record), "the record")
             rec = None
             lane = -1
             stamp = time.time_ns() // 1_000_000
         else:
             rec = _checked_record(record)
+            size = _record_bytes(rec)
+            if size > self._max_record_bytes:
+                self._refuse_size(size, "the record")
             lane = acc.lane_of(rec)
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
         with self._lock:
@@ -247,6 +261,10 @@ class Publisher:
         if all(type(r) is bytes for r in items):
             # Fast path for plain values: no Record objects, contiguous runs over the lanes.
             values: list[bytes] = items  # type: ignore[assignment]
+            largest = max(map(len, values))
+            if largest > self._max_record_bytes:
+                position = next(i for i, v in enumerate(values) if len(v) == largest)
+                self._refuse_size(largest, f"record {position} (0-based) of the {len(values)} given to publish_many")
             with self._lock:
                 acc.admit(len(values))
                 for lane, start, stop in acc.spread(len(values)):
@@ -257,6 +275,10 @@ class Publisher:
             self._sender.send_all(calls)
             return sink
         recs = [_checked_record(r) for r in items]
+        for position, rec in enumerate(recs):
+            size = _record_bytes(rec)
+            if size > self._max_record_bytes:
+                self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
         with self._lock:
             by_lane = acc.split_by_lane(recs)
             acc.admit(len(recs))
@@ -292,6 +314,9 @@ class Publisher:
         if n == 0:
             sink.set_result(0)
             return sink
+        row, size = bulk.largest_row()
+        if size > self._max_record_bytes:
+            self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
         acc = self._acc
         lanes = bulk.lanes(self.lanes, self.stream, acc.sticky)
         pieces: list[tuple[int, np.ndarray | slice]] = []
@@ -321,6 +346,18 @@ class Publisher:
                 # task to reading it from the JVM) while this one is encoded and on the wire.
                 acc.work.notify()
         return sink
+
+    def _refuse_size(self, size: int, what: str) -> None:
+        """Refuse a record no ring item of the grid can carry, before anything of the call is queued or sent: the
+        member would drop the connection (and every call on it) on the oversize frame."""
+        limit = self._max_record_bytes
+        raise SizeLimitError(
+            f"{what} for stream {self.stream!r} carries {size:,} bytes (value, key and headers), more than the "
+            f"{limit:,} bytes one record may carry (hazelcast.maxFrameBytes = {limit + ITEM_FRAME_OVERHEAD:,}, the "
+            f"grid's frame limit, less {ITEM_FRAME_OVERHEAD} bytes of item framing); nothing of this call was sent. "
+            f"Split the record, or raise GridSettings.max_frame_bytes if every member accepts larger frames "
+            f"(a Hazelcast member: up to {HAZELCAST_MAX_FRAME_BYTES:,})"
+        )
 
     def _serialized(self, item: Any, position: int | None, count: int) -> Record | bytes:
         """``item`` with its value (and a Record's key) through the serializers; ``position`` of ``count`` in a
@@ -468,6 +505,33 @@ def _checked_record(item: Record | bytes | str) -> Record:
             f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
         )
     return item
+
+
+#: Column bytes one record adds to a ring item besides its data (value and key lengths, timestamp, header count),
+#: rounded up: what many small records add to an item filled to ``max_batch_bytes``.
+_RECORD_COLUMN_BYTES = 32
+
+
+def _record_bytes(record: Record) -> int:
+    """Value, key and header bytes of a record: what it weighs against the grid's frame limit."""
+    size = len(record.value)
+    if record.key is not None:
+        size += len(record.key)
+    for name, value in record.headers or ():
+        size += len(name.encode("utf-8", "surrogatepass")) + len(value)
+    return size
+
+
+def _check_item_fits(settings: PublisherSettings, grid: GridSettings) -> None:
+    """A full ring item of many records must fit in one frame of the grid too (a single larger record travels
+    alone and is checked when published)."""
+    worst = settings.max_item_bytes + settings.max_batch_records * _RECORD_COLUMN_BYTES
+    if worst > grid.max_record_bytes:
+        raise ConfigError(
+            f"max_batch_bytes / max_call_bytes ({settings.max_item_bytes:,}) with max_batch_records "
+            f"({settings.max_batch_records:,}) allow ring items of up to {worst + ITEM_FRAME_OVERHEAD:,} bytes, more "
+            f"than the grid's frame limit (hazelcast.maxFrameBytes = {grid.max_frame_bytes:,}); lower them"
+        )
 
 
 def _producer_id(grid: Grid) -> int:

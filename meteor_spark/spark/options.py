@@ -66,6 +66,8 @@ def _grid_type(name: str) -> str:
         return "bool"
     if name.endswith("Timeout"):
         return "seconds"
+    if name.endswith("Bytes"):
+        return "int (bytes)"
     return "string"
 
 
