@@ -28,6 +28,7 @@ from meteor_spark.compat import (
     invoke,
 )
 from meteor_spark.errors import (
+    ArgumentTypeError,
     ConfigError,
     GridConnectionError,
     GridError,
@@ -395,6 +396,17 @@ class Ring:
     def destroy(self) -> None:
         with translate_errors(f"destroy ring {self.name!r}"):
             self._proxy.destroy()
+
+
+def require_grid(grid: object) -> Grid:
+    """``grid`` if it is a ``Grid``, else ``ArgumentTypeError``: the first argument of publishers, subscribers and
+    the admin tools is the connection (``Grid.connect(...)`` or ``Grid(GridSettings(...))``)."""
+    if not isinstance(grid, Grid):
+        raise ArgumentTypeError(
+            f"grid must be a connected meteor_spark Grid (Grid.connect('host:port') or Grid(GridSettings(...))), "
+            f"got {type(grid).__name__} {grid!r}"
+        )
+    return grid
 
 
 class GridMap:

@@ -44,7 +44,7 @@ from meteor_spark.errors import (
     SerializationError,
     SizeLimitError,
 )
-from meteor_spark.grid import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD, Grid, GridSettings
+from meteor_spark.grid import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD, Grid, GridSettings, require_grid
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.publish_futures import (
@@ -58,6 +58,7 @@ from meteor_spark.records import Record, as_record
 from meteor_spark.sender import Sender
 from meteor_spark.serializers import Serializer, serializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
 
@@ -121,6 +122,9 @@ class Publisher:
         metrics: Any = None,
         transactional: bool = False,
     ) -> None:
+        require_grid(grid)
+        if not isinstance(transactional, bool):
+            raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
         self._value_serializer = serializer(value_serializer, "value_serializer")
         self._key_serializer = serializer(key_serializer, "key_serializer")
@@ -172,6 +176,7 @@ class Publisher:
             GridError: the grid refused or lost the write. PublishTimeoutError: no room, or not stored in
             ``timeout_s``. PublisherClosedError: after ``close()``.
         """
+        check_timeout("publish timeout_s", timeout_s, unit="s", none=True)
         future = self.publish_async(record)
         try:
             return future.result(timeout_s)
@@ -187,6 +192,8 @@ class Publisher:
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
         """
+        if callback is not None and not callable(callback):
+            raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:
             record = self._serialized(record, None, 1)
         acc = self._acc
@@ -247,7 +254,21 @@ class Publisher:
 
         Keyless records without an explicit lane are spread over the lanes in contiguous runs.
         """
-        items = records if isinstance(records, list) else list(records)
+        if isinstance(records, (str, bytes, bytearray, memoryview, Record)):
+            raise ArgumentTypeError(
+                f"publish_many takes an iterable of records (e.g. a list), got one {type(records).__name__}: "
+                f"{_shown(records)}; use publish or publish_async for one record, or wrap it in a list"
+            )
+        if isinstance(records, list):
+            items = records
+        else:
+            try:
+                items = list(records)
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"publish_many takes an iterable of records (e.g. a list), got {type(records).__name__}: "
+                    f"{_shown(records)}"
+                ) from None
         if self._serializing:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
@@ -260,7 +281,7 @@ class Publisher:
         calls: list[Call] = []
         if all(type(r) is bytes for r in items):
             # Fast path for plain values: no Record objects, contiguous runs over the lanes.
-            values: list[bytes] = items  # type: ignore[assignment]
+            values: list[bytes] = items
             largest = max(map(len, values))
             if largest > self._max_record_bytes:
                 position = next(i for i, v in enumerate(values) if len(v) == largest)
@@ -308,6 +329,11 @@ class Publisher:
         whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
         next lane. The rows are encoded and sent by the publisher's sender thread.
         """
+        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
+            raise ArgumentTypeError(
+                f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
+                f"use publish_many for Python records"
+            )
         bulk = ArrowInput(batch)
         n = bulk.rows
         sink = ArrowPublishFuture(n)
@@ -398,6 +424,7 @@ class Publisher:
         Raises:
             PublishTimeoutError: records were still outstanding after ``timeout_s``.
         """
+        check_timeout("flush timeout_s", timeout_s, unit="s", none=True)
         acc = self._acc
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
@@ -423,6 +450,7 @@ class Publisher:
         such a call is waited for until its ``delivery_timeout_ms`` passes (a grid call under way then finishes
         first, within the grid's invocation timeout).
         """
+        check_timeout("close timeout_s", timeout_s, unit="s", none=True)
         acc = self._acc
         with self._lock:
             if acc.closed:
@@ -500,11 +528,26 @@ def _checked_record(item: Record | bytes | str) -> Record:
                     f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
                 )
     stamp = item.timestamp_ms
-    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
-        raise ArgumentTypeError(
-            f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
-        )
+    if stamp is not None:
+        if isinstance(stamp, bool) or not isinstance(stamp, int):
+            raise ArgumentTypeError(
+                f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
+            )
+        check_int("Record.timestamp_ms", stamp, 0, _MAX_I64, what="(ms since the epoch; None = now)")
+    lane = item.lane
+    if lane != -1:
+        check_int("Record.lane", lane, 0, _MAX_I32, what="(-1 = by key; the stream's lanes are checked next)")
     return item
+
+
+_MAX_I64 = (1 << 63) - 1
+_MAX_I32 = (1 << 31) - 1
+
+
+def _shown(value: object) -> str:
+    """A short ``repr`` for an error message (a refused argument may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 #: Column bytes one record adds to a ring item besides its data (value and key lengths, timestamp, header count),
