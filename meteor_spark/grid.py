@@ -11,6 +11,8 @@ behaviour only the embedded grid has.
 from __future__ import annotations
 
 import logging
+import os
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,6 +25,7 @@ from hazelcast.future import Future
 
 from meteor_spark.compat import (
     add_ringbuffer_config_request,
+    connect_failures,
     fix_partial_send_copies,
     fix_reactor_waker_race,
     invoke,
@@ -398,6 +401,48 @@ class Ring:
             self._proxy.destroy()
 
 
+_TLS_FILES = (
+    ("hazelcast.ssl.cafile", "ssl_cafile", "the CA bundle that verifies the members"),
+    ("hazelcast.ssl.certfile", "ssl_certfile", "the client certificate"),
+    ("hazelcast.ssl.keyfile", "ssl_keyfile", "the client's private key"),
+)
+
+
+def _check_tls_files(settings: GridSettings) -> None:
+    """Each TLS file named must be a readable file, checked before connecting: the client would otherwise fail
+    every attempt alike until its connect timeout, as if no member were running."""
+    for option, attribute, what in _TLS_FILES:
+        path = getattr(settings, attribute)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise ConfigError(f"{option} {path!r}: no such file; give the path of {what} (a PEM file)")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{option} {path!r}: not readable by this user; it holds {what}")
+
+
+def _why_not_connected(settings: GridSettings, failures: Sequence[BaseException]) -> str:
+    """The reason a member gave when it refused us, else the usual suspects."""
+    for failure in reversed(failures):
+        if isinstance(failure, hz_errors.AuthenticationError):
+            if settings.username is None:
+                told = f"cluster name {settings.cluster_name!r} is not the cluster's name (or it requires credentials)"
+            else:
+                told = (
+                    f"cluster name {settings.cluster_name!r} or username {settings.username!r} and its password do "
+                    f"not match the member's (its log says which)"
+                )
+            return (
+                f"the member refused the client's authentication: {told}; check hazelcast.clusterName / "
+                f"--cluster-name and hazelcast.username / hazelcast.password"
+            )
+        if isinstance(failure, hz_errors.ClientNotAllowedInClusterError):
+            return "the cluster does not allow this client in (its client filtering refused it)"
+        if isinstance(failure, ssl.SSLError):
+            return f"the TLS handshake failed: {failure}; check the hazelcast.ssl.* options against the members' TLS"
+    return "is a member running there (`meteor grid start`), and are the cluster name and credentials right?"
+
+
 def require_grid(grid: object) -> Grid:
     """``grid`` if it is a ``Grid``, else ``ArgumentTypeError``: the first argument of publishers, subscribers and
     the admin tools is the connection (``Grid.connect(...)`` or ``Grid(GridSettings(...))``)."""
@@ -504,15 +549,20 @@ class Grid:
             "connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members)
         )
         try:
-            self.client = hazelcast.HazelcastClient(**settings.client_config())
+            _check_tls_files(settings)
+            with connect_failures() as failures:
+                self.client = hazelcast.HazelcastClient(**settings.client_config())
         except hz_errors.IllegalStateError as exc:
             if owned_server is not None:
                 owned_server.stop()
             raise GridConnectionError(
                 f"could not connect to cluster {settings.cluster_name!r} at {', '.join(settings.members)} within "
-                f"{settings.connect_timeout_s:g} s: is a member running there (`meteor grid start`), and are the "
-                f"cluster name and credentials right?"
+                f"{settings.connect_timeout_s:g} s: {_why_not_connected(settings, failures)}"
             ) from exc
+        except ConfigError:
+            if owned_server is not None:
+                owned_server.stop()
+            raise
 
     @classmethod
     def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> Grid:
