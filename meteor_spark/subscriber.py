@@ -65,9 +65,9 @@ from meteor_spark.errors import (
     FencedError,
     GridOperationError,
     GroupError,
+    LaneTruncatedError,
     MeteorError,
     NotAssignedError,
-    LaneTruncatedError,
     OffsetOutOfRangeError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result

@@ -93,7 +93,7 @@ def test_a_group_resuming_on_a_refilled_lane_gets_lane_truncated_error(grid: Gri
     _publish(grid, config, "new", RECORDS + 1)  # one more than were lost: the lane ends past the group's offset
 
     with Subscriber(grid, config, group="g", lease_ms=LEASE_MS) as sub:
-        with pytest.raises(LaneTruncatedError, match=rf"lane 0 was truncated and refilled under group 'g'") as caught:
+        with pytest.raises(LaneTruncatedError, match=r"lane 0 was truncated and refilled under group 'g'") as caught:
             wait_until(lambda: len(sub.poll(50)) < 0, 10, message="the truncation error")
         assert isinstance(caught.value, DataLossError)
         assert caught.value.requested == first_offset_of(RECORDS)
@@ -182,9 +182,11 @@ def test_member_restart_that_cuts_the_ring_log_tail(tmp_path: Path, fsync: str, 
             new = [f"new-{i}".encode() for i in range(RECORDS)]
             if not skip:
                 got: list[bytes] = []
-                with Subscriber(grid, config, group="g", lease_ms=LEASE_MS) as sub:
-                    with pytest.raises(LaneTruncatedError) as caught:
-                        wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or False, 10, message="error")
+                with (
+                    Subscriber(grid, config, group="g", lease_ms=LEASE_MS) as sub,
+                    pytest.raises(LaneTruncatedError) as caught,
+                ):
+                    wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or False, 10, message="error")
                 assert got == [] and caught.value.requested == first_offset_of(RECORDS)
                 figures = f"0 of {RECORDS} new records delivered past the truncation, LaneTruncatedError raised"
             else:
