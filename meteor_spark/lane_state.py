@@ -47,9 +47,9 @@ class LaneState:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
-        "bad", "buffered", "capacity", "dirty", "epoch", "error", "fetch_seq", "item_bytes", "item_counts",
-        "item_marks", "lane", "last_delivered", "marks", "parts", "passed_mark", "pending", "pending_seq", "position",
-        "position_mark", "ring", "stream",
+        "bad", "buffered", "capacity", "delivered_items", "dirty", "epoch", "error", "fetch_seq", "item_bytes",
+        "item_counts", "items", "lane", "last_delivered", "parts", "passed_mark", "pending", "pending_seq",
+        "position", "position_mark", "ring", "stream",
     )
 
     def __init__(self, stream: str, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -67,10 +67,12 @@ class LaneState:
         self.buffered = 0
         self.dirty = False  # delivered since the last confirm()
         self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
-        # Item marks (meteor_spark.item_marks), stored with confirmed offsets: of the buffered items, of the items of
-        # the last delivery, of the item ``position`` was taken after, and of the last item passed over by policy.
-        self.marks: dict[int, ItemMark] = {}
-        self.item_marks: dict[int, ItemMark] = {}
+        # For the item marks stored with confirmed offsets (meteor_spark.item_marks): the raw buffered items and those
+        # of the last delivery (references to bytes the buffered records point into anyway; a mark is computed once
+        # per delivery, not per item), the mark of the item ``position`` was taken after, and of the last item passed
+        # over by policy.
+        self.items: dict[int, Any] = {}
+        self.delivered_items: dict[int, Any] = {}
         self.position_mark: ItemMark | None = None
         self.passed_mark: ItemMark | None = None
         self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
@@ -87,8 +89,8 @@ class LaneState:
         self.buffered = 0
         self.error = None
         self.bad = None
-        self.marks.clear()
-        self.item_marks = {}
+        self.items.clear()
+        self.delivered_items = {}
         self.position_mark = self.passed_mark = None
         return orphan
 
@@ -106,11 +108,17 @@ class LaneState:
 
     def delivered(self, sequences: list[int]) -> None:
         """The records of the items ``sequences`` were handed out up to ``position``: the position's mark is the last
-        one's, and the marks of items behind it are dropped (what stays is bounded by the buffered items)."""
-        self.item_marks = {seq: self.marks[seq] for seq in sequences if seq in self.marks}
+        one's, and items behind it are dropped (what stays is bounded by the buffered items)."""
+        self.delivered_items = {seq: self.items[seq] for seq in sequences if seq in self.items}
         last = sequences[-1]
-        self.position_mark = self.item_marks.get(last, self.position_mark)
-        self.marks = {seq: mark for seq, mark in self.marks.items() if seq >= last}
+        if last in self.items:
+            self.position_mark = mark_of(self.items[last], last)
+        self.items = {seq: item for seq, item in self.items.items() if seq >= last}
+
+    def mark_of_delivered(self, sequence: int) -> ItemMark | None:
+        """The mark of an item of the last delivery (``confirm(record)``), None when it is not one of them."""
+        item = self.delivered_items.get(sequence)
+        return None if item is None else mark_of(item, sequence)
 
     def past_end(self, end: int) -> OffsetOutOfRangeError:
         """The error of a position past the lane's end ``end`` (a ring sequence), naming the valid range."""
@@ -160,7 +168,7 @@ class LaneState:
             if start < view.count:
                 self.parts.append(BatchPart(self.stream, self.lane, seq, view, start, view.count))
                 self.buffered += view.count - start
-                self.marks[seq] = mark_of(item, seq)
+                self.items[seq] = item
             elif seq == sequence_of(self.position):
                 self.position = first_offset_of(seq + 1)
             self.fetch_seq = seq + 1

@@ -733,7 +733,7 @@ class Subscriber:
             )
         with self._lock:
             count = state.item_counts.get(sequence_of(offset)) if state is not None else None
-            mark = state.item_marks.get(sequence_of(offset)) if state is not None else None
+            mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
         # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
         # the same way, but would count the finished item as lag).
         after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1

@@ -76,6 +76,19 @@ def test_confirm_stores_the_mark_of_the_last_delivered_item(grid: Grid, unique_n
     assert check_mark(ring, ItemMark(9, 0)) == (PAST_END, 3)
 
 
+def test_confirm_of_one_record_stores_the_mark_of_its_item(grid: Grid, unique_name: str) -> None:
+    config = _config(unique_name)
+    _publish(grid, config, "old", 3)
+    records = []
+    with Subscriber(grid, config, group="g", lease_ms=LEASE_MS, initial_offset_scheme="earliest") as sub:
+        wait_until(lambda: records.extend(sub.poll(50)) or len(records) >= 3, 10, message="3 records")
+        sub.confirm(records[1])
+    stored = read_offset(grid.map(OFFSETS_MAP), unique_name, "g", 0)
+    ring = grid.ring(open_stream(grid, unique_name).ring_names[0])
+    assert stored is not None and stored.offset == first_offset_of(2)
+    assert stored.mark == mark_of(ring.read_many(1, 0, 1).items[0], 1)
+
+
 def test_entries_without_a_mark_still_decode_and_are_not_checked() -> None:
     old = '{"by":"m","epoch":3,"offset":1245184,"updated_ms":1,"v":1}'
     assert ConfirmedOffset.decode(old, "here") == ConfirmedOffset(3, 1245184, "m", 1)
