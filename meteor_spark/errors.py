@@ -11,6 +11,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     │   └── GridOperationError               the member answered with an error (carries the Hazelcast code)
     ├── StreamNotFoundError (also LookupError) a stream opened by name has no metadata in the grid
     ├── DataLossError                        records were overwritten (or quarantined) before they were read
+    │   └── LaneTruncatedError               a lane lost its tail (a member restart) and was refilled under a
+    │                                        stored position: the item before it is not the one it was taken after
     ├── OffsetOutOfRangeError (also ValueError) a position lies past a lane's end (never written there)
     ├── FormatError (also ValueError)        a ring item is not a valid record batch (corrupt, truncated)
     │   └── UnsupportedFormatVersionError    written by a newer format version than this reader knows
@@ -120,6 +122,41 @@ class StreamDeletedError(DataLossError):
         self.lane = lane
         self.requested = requested
         self.oldest_available = end
+
+
+class LaneTruncatedError(DataLossError):
+    """A lane lost records a stored position was taken after, and new records took their sequences.
+
+    What a member restart leaves after losing a ring log's tail (fsync ``interval`` or ``never`` and a machine
+    crash), or a grid restarted without a store: the lane starts again below a group's confirmed offset, new records
+    refill the lost sequences, and a reader resuming at the old offset would silently pass over as many new records.
+    It is caught by the item mark stored with the position (``meteor_spark.item_marks``): the item just before the
+    position is no longer the one the position was taken after (Kafka's leader-epoch check, KIP-320).
+
+    Attributes:
+        stream, lane: where.
+        requested: the stored position (a record offset, or a ring sequence for Spark).
+        oldest_available: the oldest position the lane still holds.
+        mark_sequence: the ring sequence of the item the position was validated against.
+    """
+
+    def __init__(self, stream: str, lane: int, requested: int, oldest_available: int, mark_sequence: int,
+                 *, unit: str = "offset", whose: str = "the stored position", fix: str = "") -> None:
+        MeteorError.__init__(
+            self,
+            f"stream {stream!r} lane {lane} was truncated and refilled under {whose} ({unit} {requested}): the ring "
+            f"item at sequence {mark_sequence}, the one the position was taken after, now holds other records (a "
+            f"member restarted and lost the lane's last records, or the grid restarted without persistence), so "
+            f"records written since then sit below the position and reading on would silently skip them. "
+            + (fix or "Seek the lane to the position to read from (the oldest available is "
+               f"{unit} {oldest_available}), or opt in to skipping (skip_data_loss=True), which re-reads the lane "
+               "from its oldest record and counts the truncation.")
+        )
+        self.stream = stream
+        self.lane = lane
+        self.requested = requested
+        self.oldest_available = oldest_available
+        self.mark_sequence = mark_sequence
 
 
 class OffsetOutOfRangeError(MeteorError, ValueError):

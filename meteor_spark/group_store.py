@@ -12,10 +12,14 @@ sorted keys, because the grid's compare-and-set compares bytes):
 ``meteor.group.offsets``
     key ``["<stream>","<group>",<lane>]`` -> the lane's confirmed offset and the fencing epoch::
 
-        {"by":"host-4711-1a2b3c4d","epoch":3,"offset":1245184,"updated_ms":1700000000000,"v":1}
+        {"by":"host-4711-1a2b3c4d","epoch":3,"mark":[18,2868764981],"offset":1245184,"updated_ms":1700000000000,
+         "v":1}
 
     ``offset`` is a record offset (``sequence << 16 | index``) meaning "the next record to read"; it is null when
-    the lane was assigned but never confirmed.
+    the lane was assigned but never confirmed. ``mark`` (optional: entries without it, written by earlier versions,
+    ``seek`` or tools, are not checked) is the ``meteor_spark.item_marks.ItemMark`` of the item the offset was
+    taken after: a member resuming the lane compares it with the item now at that sequence, so a lane truncated
+    and refilled under the offset is an error, not a silent skip.
 ``meteor.group.members``
     key ``["<stream>","<group>","<member id>"]`` -> a heartbeat, rewritten every renewal period with a TTL of two
     lease periods (so dead members disappear by themselves)::
@@ -34,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from meteor_spark.item_marks import ItemMark
 from meteor_spark.leases import canonical, decode_entry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,18 +124,21 @@ class ConfirmedOffset:
         offset: the next record to read, or None when never confirmed.
         by: member id of the last writer.
         updated_ms: the writer's wall clock at the last write (display only).
+        mark: the item the offset was taken after (``meteor_spark.item_marks``), None when not known.
     """
 
     epoch: int
     offset: int | None
     by: str | None = None
     updated_ms: int = 0
+    mark: ItemMark | None = None
 
     def encode(self) -> str:
-        return canonical(
-            {"v": GROUP_FORMAT, "epoch": self.epoch, "offset": self.offset, "by": self.by,
-             "updated_ms": self.updated_ms}
-        )
+        value: dict[str, Any] = {"v": GROUP_FORMAT, "epoch": self.epoch, "offset": self.offset, "by": self.by,
+                                 "updated_ms": self.updated_ms}
+        if self.mark is not None:
+            value["mark"] = self.mark.encode()
+        return canonical(value)
 
     @classmethod
     def decode(cls, text: str, where: str) -> ConfirmedOffset:
@@ -144,6 +152,7 @@ class ConfirmedOffset:
             offset=None if offset is None else int(offset),
             by=raw.get("by"),
             updated_ms=int(raw.get("updated_ms", 0)),
+            mark=None if offset is None else ItemMark.decode(raw.get("mark")),
         )
 
 

@@ -96,6 +96,7 @@ from meteor_spark.group_store import (
     parse_key,
     read_offset,
 )
+from meteor_spark.item_marks import ItemMark
 from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import InitialOffsetScheme, resolve_initial
 from meteor_spark.streams import StreamInfo
@@ -363,6 +364,15 @@ class GroupMember:
             out[lane] = None if text is None else ConfirmedOffset.decode(text, where).offset
         return out
 
+    def confirmed_mark(self, lane: int) -> ItemMark | None:
+        """The item mark stored with a held lane's confirmed offset (from memory: the text this member fenced or
+        last wrote), None when the lane is not held or its offset carries no mark."""
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        if text is None:
+            return None
+        return ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}").mark
+
     def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
         """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
 
@@ -382,12 +392,15 @@ class GroupMember:
 
     # -- offsets ------------------------------------------------------------------------------------------------
 
-    def confirm(self, lane: int, offset: int, *, epoch: int | None = None) -> None:
+    def confirm(self, lane: int, offset: int, *, epoch: int | None = None, mark: ItemMark | None = None) -> None:
         """Record that every record of ``lane`` before ``offset`` was processed (``offset`` = next to read).
 
         A confirm at or below the stored offset is ignored: offsets never go backwards by accident (use ``seek``).
         ``epoch``: the epoch the records were read under (a reader passes it, so records read before the lane
-        was lost are never confirmed under a later epoch of the same member).
+        was lost are never confirmed under a later epoch of the same member). ``mark``: the item the offset was
+        taken after (``meteor_spark.item_marks``; a reader has it in hand), stored with the offset so that whoever
+        resumes the lane there can tell a lane truncated and refilled under it (the ``Subscriber`` checks it when it
+        takes a lane up).
 
         Raises:
             NotAssignedError: this member does not hold ``lane`` (and never lost it to another member).
@@ -395,14 +408,16 @@ class GroupMember:
                 nothing was written.
             ConfigError: a negative offset.
         """
-        self._write_offset(lane, offset, backwards=False, read_epoch=epoch)
+        self._write_offset(lane, offset, backwards=False, read_epoch=epoch, mark=mark)
 
     def seek(self, lane: int, offset: int) -> None:
         """Set the group's offset of a held lane, forwards or backwards (the explicit way back). Fenced like
         ``confirm``."""
         self._write_offset(lane, offset, backwards=True)
 
-    def _write_offset(self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None) -> None:
+    def _write_offset(
+        self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None, mark: ItemMark | None = None
+    ) -> None:
         what = "seek" if backwards else "confirm"
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(
@@ -432,7 +447,7 @@ class GroupMember:
         for _ in range(MAX_CAS_ATTEMPTS):
             if text is None:
                 text = self._offsets.get(key)
-            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms()).encode()
+            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms(), mark).encode()
             if text is None:
                 # The holder fenced the entry when it took the lane, so it only goes missing when the group was
                 # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
@@ -680,7 +695,7 @@ class GroupMember:
                 return None
             if stored.epoch == epoch:
                 return text
-            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms()).encode()
+            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms(), stored.mark).encode()
             if self._offsets.replace_if_same(key, text, fenced):
                 return fenced
         return None

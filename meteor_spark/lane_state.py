@@ -16,6 +16,7 @@ from typing import Any
 from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
 from meteor_spark.grid import Ring
 from meteor_spark.item_gate import DELIVER, WAIT, ItemGate
+from meteor_spark.item_marks import ItemMark, mark_of
 from meteor_spark.offsets import first_offset_of, index_of, sequence_of
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart
@@ -46,8 +47,9 @@ class LaneState:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
-        "bad", "buffered", "capacity", "dirty", "epoch", "error", "fetch_seq", "item_bytes", "item_counts", "lane",
-        "last_delivered", "parts", "pending", "pending_seq", "position", "ring", "stream",
+        "bad", "buffered", "capacity", "delivered_items", "dirty", "epoch", "error", "fetch_seq", "item_bytes",
+        "item_counts", "items", "lane", "last_delivered", "parts", "passed_mark", "pending", "pending_seq",
+        "position", "position_mark", "ring", "stream",
     )
 
     def __init__(self, stream: str, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
@@ -65,6 +67,14 @@ class LaneState:
         self.buffered = 0
         self.dirty = False  # delivered since the last confirm()
         self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
+        # For the item marks stored with confirmed offsets (meteor_spark.item_marks): the raw buffered items and those
+        # of the last delivery (references to bytes the buffered records point into anyway; a mark is computed once
+        # per delivery, not per item), the mark of the item ``position`` was taken after, and of the last item passed
+        # over by policy.
+        self.items: dict[int, Any] = {}
+        self.delivered_items: dict[int, Any] = {}
+        self.position_mark: ItemMark | None = None
+        self.passed_mark: ItemMark | None = None
         self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
         self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
         self.bad: tuple[int, bytes, FormatError] | None = None  # an undecodable item at fetch_seq, not settled yet
@@ -79,6 +89,9 @@ class LaneState:
         self.buffered = 0
         self.error = None
         self.bad = None
+        self.items.clear()
+        self.delivered_items = {}
+        self.position_mark = self.passed_mark = None
         return orphan
 
     def passed(self) -> None:
@@ -90,6 +103,22 @@ class LaneState:
         if after > self.position:
             self.position = after
             self.dirty = True
+            if self.passed_mark is not None and self.passed_mark.sequence == self.fetch_seq - 1:
+                self.position_mark = self.passed_mark
+
+    def delivered(self, sequences: list[int]) -> None:
+        """The records of the items ``sequences`` were handed out up to ``position``: the position's mark is the last
+        one's, and items behind it are dropped (what stays is bounded by the buffered items)."""
+        self.delivered_items = {seq: self.items[seq] for seq in sequences if seq in self.items}
+        last = sequences[-1]
+        if last in self.items:
+            self.position_mark = mark_of(self.items[last], last)
+        self.items = {seq: item for seq, item in self.items.items() if seq >= last}
+
+    def mark_of_delivered(self, sequence: int) -> ItemMark | None:
+        """The mark of an item of the last delivery (``confirm(record)``), None when it is not one of them."""
+        item = self.delivered_items.get(sequence)
+        return None if item is None else mark_of(item, sequence)
 
     def past_end(self, end: int) -> OffsetOutOfRangeError:
         """The error of a position past the lane's end ``end`` (a ring sequence), naming the valid range."""
@@ -130,6 +159,7 @@ class LaneState:
                 return skip
             if verdict != DELIVER:
                 self.fetch_seq = seq + 1  # aborted or a re-sent copy: passed over
+                self.passed_mark = mark_of(item, seq)
                 self.passed()
                 continue
             start = 0
@@ -138,6 +168,7 @@ class LaneState:
             if start < view.count:
                 self.parts.append(BatchPart(self.stream, self.lane, seq, view, start, view.count))
                 self.buffered += view.count - start
+                self.items[seq] = item
             elif seq == sequence_of(self.position):
                 self.position = first_offset_of(seq + 1)
             self.fetch_seq = seq + 1

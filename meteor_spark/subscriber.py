@@ -23,6 +23,13 @@ Past the end: a position beyond a lane's end (``seek`` past it, or a group's con
 re-created or truncated) is an ``OffsetOutOfRangeError`` naming the valid range, never a wait that silently skips
 everything written up to that position.
 
+Truncated lanes: a grouped subscriber confirms each offset with a mark of the item it was taken after
+(``meteor_spark.item_marks``), and when it takes a lane up it reads that one item again. Another item at that
+sequence means a member restart lost the lane's last records and new records took their sequences, below the
+group's offset: ``LaneTruncatedError`` (a ``DataLossError``) on that lane; with ``skip_data_loss`` the group's offset
+moves back to the lane's oldest record (re-delivering, never skipping, what the lane holds now) and it is counted
+(``truncated_lanes``).
+
 Corrupt items: a ring item that cannot be decoded (damaged, foreign, or of a newer format version) is handled by
 the ``on_corrupt`` policy (``meteor_spark.corrupt``): ``error`` (default) raises ``FormatError`` with the position
 left AT the item; ``skip`` passes over it and counts it (``corrupt_items``); ``dead_letter`` publishes the raw item
@@ -59,6 +66,7 @@ from meteor_spark.errors import (
     FencedError,
     GridOperationError,
     GroupError,
+    LaneTruncatedError,
     MeteorError,
     NotAssignedError,
     OffsetOutOfRangeError,
@@ -66,6 +74,7 @@ from meteor_spark.errors import (
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, require_grid, result
 from meteor_spark.groups import GroupMember
 from meteor_spark.item_gate import ItemGate
+from meteor_spark.item_marks import CHANGED, check_mark, mark_of
 from meteor_spark.lane_state import LaneState, Skip
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
@@ -102,7 +111,9 @@ class Subscriber:
             max_deliveries, dead_letter_stream).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
-        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``.
+        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; grouped, a lane truncated
+            and refilled under the group's offset is read again from its oldest record (counted in
+            ``truncated_lanes``) instead of raising ``LaneTruncatedError``.
         on_corrupt: what to do with a ring item that cannot be decoded: ``"error"`` (default: ``FormatError``,
             position left at the item), ``"skip"`` (counted in ``corrupt_items``, logged) or ``"dead_letter"``.
         dead_letter_stream: the stream undecodable items are published to (implies ``on_corrupt="dead_letter"``);
@@ -133,6 +144,9 @@ class Subscriber:
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
         skips: ``(lane, first lost offset, first offset read after)`` per skip.
+        truncated_lanes: grouped, ``skip_data_loss``: lanes found truncated and refilled under the group's offset
+            (``LaneTruncatedError`` otherwise) and read again from their oldest record.
+        truncations: ``(lane, confirmed offset, offset read again from)`` of each of them.
         corrupt_items: undecodable ring items passed over (``on_corrupt`` skip or dead_letter).
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
@@ -238,6 +252,8 @@ class Subscriber:
         self._active = True
         self.skipped_items = 0
         self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
+        self.truncated_lanes = 0
+        self.truncations: list[tuple[int, int, int]] = []  # (lane, confirmed offset, offset read again from)
         self.delivered_records = 0
         self._refusals: Refusals | None = None
         if group is None:
@@ -314,6 +330,13 @@ class Subscriber:
                         f"meteor_spark.admin.seek_group with the group stopped) to a position inside the range."
                     ),
                 )
+            else:
+                try:
+                    self._check_resume(state, min(oldest, nxt))
+                except (FencedError, NotAssignedError) as exc:
+                    logger.debug("lane %d lost while starting it: %s", lane, exc)
+                    continue
+                position = state.position
             with self._lock:
                 if lane in self._lanes:
                     self._drop_lane(lane, "assigned again with a new epoch")
@@ -322,6 +345,41 @@ class Subscriber:
                 "subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
                 self.stream, self.group, lane, epoch, position,
             )
+
+    def _check_resume(self, state: LaneState, oldest: int) -> None:
+        """Grouped: compare the item mark stored with the lane's confirmed offset with the item now at its sequence
+        (one read of one item, when a lane is taken up). Another item there means the lane was truncated and
+        refilled under the offset (a member restart that lost the lane's last records): ``LaneTruncatedError`` on
+        the lane, or with ``skip_data_loss`` the group's offset is moved back to the lane's oldest record, so what
+        the lane holds now is delivered (some of it perhaps again) rather than passed over, and it is counted."""
+        mark = self._member.confirmed_mark(state.lane)
+        if mark is None:
+            return
+        verdict, _ = check_mark(state.ring, mark)
+        if verdict != CHANGED:
+            return  # the same history, or nothing left to compare with (overwritten: the data-loss path applies)
+        confirmed = state.position
+        restart = first_offset_of(oldest)
+        if not self.skip_data_loss:
+            state.error = LaneTruncatedError(
+                self.stream, state.lane, confirmed, restart, mark.sequence, whose=f"group {self.group!r}'s offset",
+                fix=(
+                    f"Decide where the group goes on: seek the lane (Subscriber.seek, `meteor groups seek`, or "
+                    f"meteor_spark.admin.seek_group with the group stopped), e.g. to the oldest record {restart}; or "
+                    f"opt in to skip_data_loss=True, which re-reads the lane from its oldest record and counts it."
+                ),
+            )
+            return
+        self._member.seek(state.lane, restart)
+        state.reset(restart)
+        self.truncated_lanes += 1
+        self.truncations.append((state.lane, confirmed, restart))
+        logger.warning(
+            "stream %r lane %d was truncated and refilled under group %r's offset %d (the item at sequence %d is "
+            "not the one the offset was taken after); skip_data_loss is on: the group reads the lane again from "
+            "its oldest record, offset %d (records read before the truncation may be delivered again)",
+            self.stream, state.lane, self.group, confirmed, mark.sequence, restart,
+        )
 
     def _drop_lane(self, lane: int, why: str) -> None:
         state = self._lanes.pop(lane)
@@ -347,6 +405,8 @@ class Subscriber:
             FormatError: a ring item cannot be decoded (named by stream, lane and sequence) and ``on_corrupt`` is
                 ``error``; the position stays at the item; ``seek`` past it to go on.
             OffsetOutOfRangeError: the lane's position lies past its end.
+            LaneTruncatedError: grouped, the lane was truncated and refilled under the group's offset (unless
+                ``skip_data_loss``); ``seek`` the lane to go on.
             DeserializationError: a deserializer refused a record and ``on_corrupt`` is ``error``; the position
                 stays at the record; ``seek`` past it to go on.
             GridError: the grid failed (for ``dead_letter``: publishing the refused item failed; retried by the
@@ -439,6 +499,7 @@ class Subscriber:
                     continue  # sought meanwhile
                 state.bad = None
                 state.fetch_seq = sequence + 1
+                state.passed_mark = mark_of(raw, sequence)
                 state.passed()
                 self.refusals.passed_item(state.lane, sequence, error)
 
@@ -568,6 +629,7 @@ class Subscriber:
                     continue  # deserialization stopped the lane at its first record
                 last = parts[-1]
                 delivered.item_counts = {part.sequence: part.item.count for part in parts}
+                delivered.delivered([part.sequence for part in parts])
                 delivered.last_delivered = last.last_offset
                 delivered.position = (
                     first_offset_of(last.sequence + 1)
@@ -637,11 +699,13 @@ class Subscriber:
         self._need_group("confirm")
         if offset is None:
             with self._lock:
-                todo = [(lane_, s.position, s.epoch) for lane_, s in sorted(self._lanes.items()) if s.dirty]
+                todo = [
+                    (lane_, s.position, s.epoch, s.position_mark) for lane_, s in sorted(self._lanes.items()) if s.dirty
+                ]
             lost_now: dict[int, int | None] = {}
-            for lane_, position, epoch in todo:
+            for lane_, position, epoch, mark in todo:
                 try:
-                    self._member.confirm(lane_, position, epoch=epoch)
+                    self._member.confirm(lane_, position, epoch=epoch, mark=mark)
                 except (FencedError, NotAssignedError):  # lost since; the poll that notices drops it
                     lost_now[lane_] = epoch
                     continue
@@ -675,10 +739,11 @@ class Subscriber:
             )
         with self._lock:
             count = state.item_counts.get(sequence_of(offset)) if state is not None else None
+            mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
         # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
         # the same way, but would count the finished item as lag).
         after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
-        self._member.confirm(lane, after, epoch=None if state is None else state.epoch)
+        self._member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
 
     def seek(self, offset: int, *, lane: int | None = None) -> None:
         """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).

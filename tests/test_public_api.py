@@ -20,6 +20,7 @@ ERRORS = {
     "GridError",
     "GridOperationError",
     "GroupError",
+    "LaneTruncatedError",
     "MeteorError",
     "NotAssignedError",
     "OffsetOutOfRangeError",

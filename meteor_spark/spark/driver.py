@@ -4,8 +4,15 @@ offsets, and checks of the positions a query starts from.
 One source of truth for where the group is: the ``GroupMember`` of each stream (the offsets it fenced or last
 wrote for the lanes it holds; the grid for the others). Per micro-batch the driver reads every lane's bounds once
 (``DriverState.view``, reused by ``partitions``), the confirmed offsets of lanes it does not hold with one
-``get_all`` per stream, and moves each held lane's offset with one fenced compare-and-set: at most three grid calls
-per lane.
+``get_all`` per stream, moves each held lane's offset with one fenced compare-and-set, and reads the item before
+each moved lane's new end for its item mark: at most four grid calls per lane.
+
+Truncated lanes: every end offset carries the item mark of the item before each lane's position
+(``meteor_spark.item_marks``; one single-item read per lane whose end moved, issued for all lanes at once); the
+first offset a source runner starts from (a checkpoint, the group's offsets) has its marks checked once per lane.
+Another item at a mark's sequence means the lane lost its tail and was refilled under the position:
+``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read again from its oldest item (re-delivering
+rather than skipping; the group, when held, is moved back there too), logged as a WARNING.
 """
 
 from __future__ import annotations
@@ -25,12 +32,15 @@ from meteor_spark.errors import (
     ConfigError,
     FencedError,
     GroupError,
+    LaneTruncatedError,
     NotAssignedError,
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
+from meteor_spark.grid import Ring, result
 from meteor_spark.groups import GroupMember, default_member_id
 from meteor_spark.item_gate import ItemGate, stable_end
+from meteor_spark.item_marks import CHANGED, ItemMark, check_mark, mark_of
 from meteor_spark.offsets import InitialOffsetScheme
 from meteor_spark.reading import oldest_sequence
 from meteor_spark.spark.clients import grid_for
@@ -104,6 +114,11 @@ class DriverState:
         self.gate = ItemGate(self.grid, options.isolation)
         #: read_committed: (stream, lane) -> ring sequence below which every transactional item is decided.
         self.stable: dict[tuple[str, int], int] = {}
+        #: Lanes whose starting position's item mark this source runner checked (once per lane and process).
+        self.verified: set[tuple[str, int]] = set()
+        #: failOnDataLoss=false: (stream, lane) -> (stale position, oldest sequence) of lanes found truncated and
+        #: refilled under it, read again from that oldest sequence.
+        self.truncated: dict[tuple[str, int], tuple[int, int]] = {}
 
     def _open(self, name: str) -> None:
         info = open_stream(self.grid, name, create=False)
@@ -222,6 +237,97 @@ class DriverState:
                      f"name.",
             )
 
+    def verify(self, offset: SparkOffset, whose: str) -> dict[tuple[str, int], int]:
+        """Check the item marks of ``offset`` for lanes not checked yet by this process (one single-item read each).
+
+        Returns the new start of each lane found truncated and refilled under its position (its oldest sequence;
+        ``failOnDataLoss=false``), also for lanes found so earlier in this process at the same stale position.
+
+        Raises:
+            LaneTruncatedError: a lane was truncated and refilled under ``offset`` (``failOnDataLoss=true``).
+        """
+        positions = offset.as_dict()
+        moved: dict[tuple[str, int], int] = {}
+        for key, mark in offset.marks_dict().items():
+            stream, lane = key
+            position = positions.get(key)
+            if stream not in self.infos or position is None:
+                continue
+            known = self.truncated.get(key)
+            if known is not None and known[0] == position:
+                moved[key] = known[1]
+                continue
+            if key in self.verified:
+                continue
+            self.verified.add(key)
+            verdict, _ = check_mark(self.grid.ring(self.infos[stream].ring_names[lane]), mark)
+            if verdict != CHANGED:
+                continue
+            moved[key] = self._truncated(stream, lane, position, mark, whose)
+        return moved
+
+    def verify_group(self, stream: str, lane: int, confirmed: int) -> int | None:
+        """A new query starting from the group's confirmed offset of a held lane: check its item mark. Returns the
+        lane's new start sequence when it was truncated and refilled (``failOnDataLoss=false``), else None."""
+        member = self.members.get(stream)
+        mark = None if member is None else member.confirmed_mark(lane)
+        if mark is None or (stream, lane) in self.verified:
+            return None
+        self.verified.add((stream, lane))
+        if check_mark(self.grid.ring(self.infos[stream].ring_names[lane]), mark)[0] != CHANGED:
+            return None
+        return self._truncated(stream, lane, record_offsets.sequence_of(confirmed), mark,
+                               f"group {self.options.group!r}'s offset")
+
+    def _truncated(self, stream: str, lane: int, position: int, mark: ItemMark, whose: str) -> int:
+        oldest = self.oldest(stream, lane)
+        if self.options.fail_on_data_loss:
+            fix = "Start the query with a fresh checkpointLocation" + (
+                f" after moving group {self.options.group!r} (`meteor groups seek`, meteor_spark.admin.seek_group)"
+                if self.options.group is not None else ""
+            ) + (f" (the lane's oldest sequence is {oldest}), or set failOnDataLoss=false to read the lane again "
+                 f"from its oldest item.")
+            raise LaneTruncatedError(stream, lane, position, oldest, mark.sequence, unit="sequence", whose=whose,
+                                     fix=fix)
+        self.truncated[(stream, lane)] = (position, oldest)
+        member = self.members.get(stream)
+        if member is not None and lane in member.assignment():
+            try:
+                member.seek(lane, record_offsets.first_offset_of(oldest))
+            except (FencedError, NotAssignedError) as exc:
+                logger.warning("could not move group %r back on stream %r lane %d: %s", self.options.group, stream,
+                               lane, exc)
+        logger.warning(
+            "stream %r lane %d was truncated and refilled under %s (sequence %d: the item at sequence %d is not the "
+            "one the position was taken after); failOnDataLoss=false: reading the lane again from its oldest item, "
+            "sequence %d (items read before the truncation may be read again)",
+            stream, lane, whose, position, mark.sequence, oldest,
+        )
+        return oldest
+
+    def marks_for(self, ends: dict[tuple[str, int], int], begin: SparkOffset) -> dict[tuple[str, int], ItemMark]:
+        """The item marks of the items before ``ends``: kept from ``begin`` where a lane did not move, else one
+        single-item read per lane, all issued at once. A lane whose item is gone (overwritten) gets none."""
+        known = begin.marks_dict()
+        marks: dict[tuple[str, int], ItemMark] = {}
+        reads: dict[tuple[str, int], Any] = {}
+        for key, end in ends.items():
+            stream, lane = key
+            if end <= 0 or stream not in self.infos:
+                continue
+            mark = known.get(key)
+            if mark is not None and mark.sequence == end - 1:
+                marks[key] = mark
+                continue
+            reads[key] = self.grid.ring(self.infos[stream].ring_names[lane]).read_many_async(end - 1, 0, 1)
+        for (stream, lane), future in reads.items():
+            batch = Ring.to_batch(result(future, f"read the item before the end of stream {stream!r} lane {lane}"))
+            if batch.sequences and batch.sequences[0] == ends[(stream, lane)] - 1:
+                marks[(stream, lane)] = mark_of(batch.items[0], batch.sequences[0])
+        # Offsets this process planned from what it read itself need no check when it starts a batch from them.
+        self.verified.update(marks)
+        return marks
+
     def held(self, stream: str, lane: int) -> bool:
         member = self.members.get(stream)
         return member is None or lane in member.assignment()
@@ -231,12 +337,15 @@ class DriverState:
 
         The group member knows the offset it last wrote for each lane it holds, so a confirm that moves nothing
         costs no grid call and one that moves costs a single compare-and-set, fenced by the lease epoch."""
+        marks = offset.marks_dict()
         for stream, lane, sequence in offset.positions:
             member = self.members.get(stream)
             if member is None or lane not in member.assignment():
                 continue
+            mark = marks.get((stream, lane))
             try:
-                member.confirm(lane, record_offsets.first_offset_of(sequence))
+                member.confirm(lane, record_offsets.first_offset_of(sequence),
+                               mark=mark if mark is not None and mark.sequence == sequence - 1 else None)
             except (FencedError, NotAssignedError) as exc:
                 # Another member took the lane over (our lease lapsed): its position wins; ours is not written.
                 logger.warning("not confirming stream %r lane %d at sequence %d: %s", stream, lane, sequence, exc)

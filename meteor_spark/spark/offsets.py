@@ -20,7 +20,12 @@ present only when there is something to carry, so the offsets of most queries ar
 * ``"items": n``: ring items read by the batch this offset ends, only on a query's first batch (Spark's progress
   report has no start offset for it, and ``lag`` needs the items read to estimate records per item).
 
-``SparkOffset.from_json`` reads both forms; ``positions`` never contains the bookkeeping.
+* ``"marks": {"<stream>": {"<lane>": [sequence, crc]}}``: the ``meteor_spark.item_marks.ItemMark`` of the item just
+  before each lane's position (the last item the batch ending here read). A query restarting from this offset
+  reads that item again: another item there means the lane was truncated and refilled under the checkpoint
+  (``LaneTruncatedError``). Checkpoints written before this key existed are not checked.
+
+``SparkOffset.from_json`` reads every form; ``positions`` never contains the bookkeeping.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import ConfigError
+from meteor_spark.item_marks import ItemMark
 
 #: Key of the query's bookkeeping in the offset JSON; a stream name cannot start with ``@``.
 META_KEY = "@meteor"
@@ -45,11 +51,14 @@ class SparkOffset:
         skipped: ``((stream, lane, items), ...)``, same order: items lost to overwriting since the query started
             (lanes with none are left out).
         batch_items: ring items read by the batch ending here, on a query's first batch only (else None).
+        marks: ``((stream, lane, sequence, crc), ...)``, same order: the item marks of the items before the
+            positions (lanes without one are left out).
     """
 
     positions: tuple[tuple[str, int, int], ...]
     skipped: tuple[tuple[str, int, int], ...] = ()
     batch_items: int | None = None
+    marks: tuple[tuple[str, int, int, int], ...] = ()
 
     @classmethod
     def of(
@@ -57,12 +66,15 @@ class SparkOffset:
         mapping: Mapping[str, Mapping[int, int]],
         skipped: Mapping[tuple[str, int], int] | None = None,
         batch_items: int | None = None,
+        marks: Mapping[tuple[str, int], ItemMark] | None = None,
     ) -> SparkOffset:
-        """Build from ``{stream: {lane: next_sequence}}`` (and ``{(stream, lane): items}`` lost so far)."""
+        """Build from ``{stream: {lane: next_sequence}}`` (and ``{(stream, lane): items}`` lost so far, and the item
+        marks of the lanes' positions)."""
         return cls(
             _canonical(mapping),
             tuple(sorted((stream, lane, n) for (stream, lane), n in (skipped or {}).items() if n)),
             batch_items,
+            tuple(sorted((stream, lane, m.sequence, m.crc) for (stream, lane), m in (marks or {}).items())),
         )
 
     @classmethod
@@ -87,10 +99,21 @@ class SparkOffset:
         items = meta.get("items")
         if items is not None and (isinstance(items, bool) or not isinstance(items, int) or items < 0):
             raise ConfigError(f"not a meteor offset (items {items!r}): {json.dumps(document)}")
+        marks: dict[tuple[str, int], ItemMark] = {}
+        raw_marks = meta.get("marks") or {}
+        if not isinstance(raw_marks, dict):
+            raise ConfigError(f"not a meteor offset (marks {raw_marks!r}): {json.dumps(document)}")
+        for stream, lanes in raw_marks.items():
+            for lane, raw in (lanes.items() if isinstance(lanes, dict) else ()):
+                mark = ItemMark.decode(raw)
+                if mark is None or not str(lane).isdigit():
+                    raise ConfigError(f"not a meteor offset (mark {raw!r} of lane {lane!r}): {json.dumps(document)}")
+                marks[(stream, int(lane))] = mark
         return cls.of(
             mapping,
             {(stream, lane): n for stream, lanes in skipped.items() for lane, n in lanes.items()},
             items,
+            marks,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +129,11 @@ class SparkOffset:
             for stream, lane, items in self.skipped:
                 skipped.setdefault(stream, {})[str(lane)] = items
             meta["skipped"] = skipped
+        if self.marks:
+            marks: dict[str, dict[str, list[int]]] = {}
+            for stream, lane, sequence, crc in self.marks:
+                marks.setdefault(stream, {})[str(lane)] = [sequence, crc]
+            meta["marks"] = marks
         if meta:
             result[META_KEY] = meta
         return result
@@ -120,6 +148,10 @@ class SparkOffset:
     def skipped_dict(self) -> dict[tuple[str, int], int]:
         """Items lost to overwriting since the query started, per lane (lanes with none are absent)."""
         return {(stream, lane): items for stream, lane, items in self.skipped}
+
+    def marks_dict(self) -> dict[tuple[str, int], ItemMark]:
+        """The item marks of the lanes' positions, per lane (lanes without one are absent)."""
+        return {(stream, lane): ItemMark(sequence, crc) for stream, lane, sequence, crc in self.marks}
 
     @property
     def skipped_items(self) -> int:

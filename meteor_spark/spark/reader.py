@@ -188,7 +188,8 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             confirmed = view.confirmed_sequence(stream, lane)
             if confirmed is not None:
                 state.check_confirmed(stream, lane, confirmed[1], self.options.group, next_seq)
-                start[(stream, lane)] = confirmed[0]
+                moved = state.verify_group(stream, lane, confirmed[1])
+                start[(stream, lane)] = confirmed[0] if moved is None else moved
                 continue
             if self.options.starting_time is not None:
                 sequence, inside = start_by_time(
@@ -203,7 +204,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 self.options.starting, "startingOffsets", stream, lane, head, next_seq, group=self.options.group,
                 oldest=functools.partial(state.oldest, stream, lane),
             )
-        offset = SparkOffset.of(by_stream(start))
+        offset = SparkOffset.of(by_stream(start), marks=state.marks_for(start, SparkOffset(())))
         state.initial = offset
         # A start resolved from startingOffsets is the group's position from now on: a member taking a lane over
         # before this query's first commit resumes there instead of resolving the option again.
@@ -213,7 +214,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict[str, dict[str, int]]:
         state = self._driver()
-        begin = SparkOffset.from_json(start)
+        begin = _restarted(state, SparkOffset.from_json(start))
         if state.available_now_target is not None and state.members:
             # An AvailableNow run stops at the first batch that finds nothing to read; give a holder that just died
             # (its lease not yet expired) the time to lose its lanes instead of ending without reading.
@@ -290,6 +291,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         end = SparkOffset.of(
             by_stream(ends), skipped,
             sum(ends[key] - position for key, position in candidates.items()) if first_batch else None,
+            state.marks_for(ends, begin),
         )
         if not gone and end.positions == SparkOffset.of(by_stream(current)).positions:
             return begin.to_json()
@@ -374,7 +376,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         state = self._driver()
-        begin, finish = SparkOffset.from_json(start), SparkOffset.from_json(end)
+        begin, finish = _restarted(state, SparkOffset.from_json(start)), SparkOffset.from_json(end)
         view = state.planned()
         bounds = view.bounds
         ranges: list[tuple[str, int, int, int]] = []
@@ -549,6 +551,19 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
             ))
             for task in plan_for(self.options, ranges)
         ]
+
+
+def _restarted(state: DriverState, begin: SparkOffset) -> SparkOffset:
+    """``begin`` with its item marks checked (``DriverState.verify``, once per lane and source runner): lanes found
+    truncated and refilled under it start again at their oldest item (``failOnDataLoss=false``; else the check
+    raises ``LaneTruncatedError``)."""
+    moved = state.verify(begin, "the query's checkpoint")
+    if not moved:
+        return begin
+    positions = begin.as_dict()
+    positions.update(moved)
+    marks = {key: mark for key, mark in begin.marks_dict().items() if key not in moved}
+    return SparkOffset.of(by_stream(positions), begin.skipped_dict(), begin.batch_items, marks)
 
 
 def _inside(offset: int | None, sequence: int) -> int | None:

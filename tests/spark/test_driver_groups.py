@@ -121,7 +121,7 @@ def _stored_offsets(grid: Grid, stream: str, lanes: int = LANES) -> dict[int, in
     return out
 
 
-def test_a_grouped_micro_batch_costs_at_most_three_grid_calls_per_lane(
+def test_a_grouped_micro_batch_costs_at_most_four_grid_calls_per_lane(
     grid: Grid, grid_settings: GridSettings, unique_name: str, counting: CountingGrid,
     readers: list[MeteorStreamReader],
 ) -> None:
@@ -154,7 +154,8 @@ def test_a_grouped_micro_batch_costs_at_most_three_grid_calls_per_lane(
         start = end
     print(f"grid calls per grouped micro-batch ({LANES} lanes): {per_batch}; planning ms: "
           f"{[round(ms, 1) for ms in planning_ms]}")
-    assert max(per_batch) <= 3 * LANES
+    # Bounds (2), the confirm's compare-and-set (1) and the item before the new end, for its mark (1).
+    assert max(per_batch) <= 4 * LANES
 
     # A batch with nothing new confirms nothing and reads only the lane bounds.
     counting.calls.clear()
