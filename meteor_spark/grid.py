@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import hazelcast
 from hazelcast import errors as hz_errors
@@ -444,14 +444,15 @@ def _why_not_connected(settings: GridSettings, failures: Sequence[BaseException]
 
 
 def require_grid(grid: object) -> Grid:
-    """``grid`` if it is a ``Grid``, else ``ArgumentTypeError``: the first argument of publishers, subscribers and
-    the admin tools is the connection (``Grid.connect(...)`` or ``Grid(GridSettings(...))``)."""
-    if not isinstance(grid, Grid):
+    """``grid`` if it is a ``Grid`` (or wraps one: an object with its ``ring`` and ``map``, as instrumentation and
+    tests make), else ``ArgumentTypeError``: the first argument of publishers, subscribers and the admin tools is
+    the connection (``Grid.connect(...)`` or ``Grid(GridSettings(...))``)."""
+    if not isinstance(grid, Grid) and not all(callable(getattr(grid, name, None)) for name in ("ring", "map")):
         raise ArgumentTypeError(
             f"grid must be a connected meteor_spark Grid (Grid.connect('host:port') or Grid(GridSettings(...))), "
             f"got {type(grid).__name__} {grid!r}"
         )
-    return grid
+    return cast(Grid, grid)
 
 
 class GridMap:
