@@ -7,7 +7,16 @@ settles each record:
 
 - ``ack(records)``: done (KIP-932 ACCEPT); never delivered again;
 - ``nack(records)``: released (RELEASE): available again at once, to any member, delivery count kept;
-- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again.
+- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again;
+- ``renew(records)``: the lock of records still being processed starts again (RENEW, KIP-1222), so a slow record
+  stays with its holder.
+
+The lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter stream
+are the group's settings (KIP-932's ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` are group
+configs): the group's first member stores them with the group (``share_state.GroupSettings``), later members use
+them, and a member that asks for other values is refused with a ``ConfigError`` naming both. Every member thus
+judges timeouts with the same lock duration: records a dead member held come back after the group's lock time,
+whichever members are left.
 
 An acquisition that is neither acknowledged nor released in time (a crashed, stuck or slow member) times out and
 its records become available again: any member may acquire them. Each delivery counts: a record handed out
@@ -87,7 +96,7 @@ from meteor_spark.offsets import (
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
 from meteor_spark.refusals import dead_letter_publisher
-from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
+from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
 from meteor_spark.wire import ItemView, decode_item
@@ -100,6 +109,12 @@ __all__ = [
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1
+
+#: The record lock duration of a group whose first member gave none (KIP-932's default, 30 s).
+DEFAULT_ACQUISITION_TIMEOUT_MS = 30_000
+
+#: The delivery limit of a group with a dead-letter stream whose first member gave none (KIP-932's default).
+DEFAULT_MAX_DELIVERIES = 5
 
 #: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
 MAX_WINDOW_ITEMS = 1000
@@ -170,7 +185,7 @@ class SharedSubscriber:
         max_poll_records: int = 10_000,
         max_items_per_read: int = 100,
         member_id: str | None = None,
-        acquisition_timeout_ms: int = 30_000,
+        acquisition_timeout_ms: int | None = None,
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
         **others: Any,
@@ -190,35 +205,27 @@ class SharedSubscriber:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
+        if acquisition_timeout_ms is not None:
+            check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
         if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
             raise ConfigError(f"dead_letter_stream must be a non-empty stream name, got {dead_letter_stream!r}")
-        if max_deliveries is None:
-            max_deliveries = 5 if dead_letter_stream else None
-        elif dead_letter_stream is None:
-            raise ConfigError(
-                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
-                f"often go to (without one, records are delivered until they are acknowledged)"
-            )
         if max_deliveries is not None:
             check_int("max_deliveries", max_deliveries, 1, 1 << 15)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
-        if dead_letter_stream == self.stream:
-            raise ConfigError(
-                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
-                f"again; name another stream"
-            )
         self.group = group
         self.member_id = member_id or default_member_id()
         self.max_poll_records = max_poll_records
-        self.acquisition_timeout_ms = acquisition_timeout_ms
-        self.max_deliveries = max_deliveries
-        self.dead_letter_stream = dead_letter_stream
+        self._map: GridMap = grid.map(SHARE_MAP)
+        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream)
+        self.settings = settings
+        self.acquisition_timeout_ms = settings.acquisition_timeout_ms
+        self.max_deliveries = settings.max_deliveries
+        self.dead_letter_stream = settings.dead_letter_stream
+        dead_letter_stream = settings.dead_letter_stream
         # Hazelcast refuses a read of more items than the ring holds.
         self._items_per_read = min(max_items_per_read, self.info.config.capacity)
-        self._map: GridMap = grid.map(SHARE_MAP)
         self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
         self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
         self._incarnation = uuid.uuid4().hex[:4]
@@ -244,7 +251,51 @@ class SharedSubscriber:
         self.rejected_records = 0
         self.dead_lettered_records = 0
         self.refused_records = 0
+        self.renewed_records = 0
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
+
+    def _group_settings(
+        self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
+    ) -> GroupSettings:
+        """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
+        this member gives that differs from the stored one is refused: a lock duration per member would let
+        records of a dead member come back after whichever survivor's timeout."""
+        if max_deliveries is not None and dead_letter_stream is None:
+            raise ConfigError(
+                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
+                f"often go to (without one, records are delivered until they are acknowledged)"
+            )
+        if dead_letter_stream == self.stream:
+            raise ConfigError(
+                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
+                f"again; name another stream"
+            )
+        key = settings_key(self.stream, self.group)
+        where = f"{key} in map {SHARE_MAP!r}"
+        wanted = GroupSettings(
+            DEFAULT_ACQUISITION_TIMEOUT_MS if acquisition_timeout_ms is None else acquisition_timeout_ms,
+            max_deliveries if max_deliveries is not None else (DEFAULT_MAX_DELIVERIES if dead_letter_stream else None),
+            dead_letter_stream,
+        )
+        text = self._map.get(key)
+        if text is None:
+            text = self._map.put_if_absent(key, wanted.encode())
+            if text is None:
+                logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
+                return wanted
+        stored = GroupSettings.decode(text, where)
+        given = {"acquisition_timeout_ms": acquisition_timeout_ms, "max_deliveries": max_deliveries,
+                 "dead_letter_stream": dead_letter_stream}
+        clashes = [f"{name}={value!r} (the group has {getattr(stored, name)!r})"
+                   for name, value in given.items() if value is not None and value != getattr(stored, name)]
+        if clashes:
+            raise ConfigError(
+                f"shared group {self.group!r} of stream {self.stream!r} has other settings than this member asks "
+                f"for: {'; '.join(clashes)}. They are group settings, stored by the group's first member: leave "
+                f"them out to use the group's, or forget the group's state (meteor_spark.admin.forget_groups(grid, "
+                f"{self.stream!r}, {self.group!r})) to start it again with new ones"
+            )
+        return stored
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -572,6 +623,54 @@ class SharedSubscriber:
         self._archive(letters, "rejected by member " + self.member_id)
         self.rejected_records += len(chosen)
 
+    def renew(self, records: Record | Iterable[Record]) -> None:
+        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
+        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
+        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
+        per lane.
+
+        Raises:
+            ConfigError: a record this member does not hold; nothing was written.
+            FencedError: some records' lock had already ended and they were released or taken by another member:
+                nothing was written for those (the others were renewed); they are processed again elsewhere.
+        """
+        chosen = self._records(records, "renew")
+        self._check_held(chosen, "renew")
+        by_lane: dict[int, list[tuple[int, int, str]]] = {}
+        with self._lock:
+            for record in chosen:
+                held = self._held[record.lane][record.offset]
+                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        refused: dict[int, list[tuple[int, int]]] = {}
+        for lane, spans in sorted(by_lane.items()):
+            self._acquisitions += 1
+            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
+            lost = self._change_lane(lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new))
+            self._observers[lane].see(token, token)
+            with self._lock:
+                held_lane = self._held[lane]
+                for offset, _, _ in spans:
+                    held = held_lane[offset]
+                    if any(f <= offset < e for f, e in lost):
+                        held_lane.pop(offset, None)
+                    else:
+                        held_lane[offset] = _Held(token, held.end, held.deliveries)
+            if lost:
+                refused[lane] = lost
+        if refused:
+            count = sum(1 for lane, spans in by_lane.items() for offset, _, _ in spans
+                        if any(f <= offset < e for f, e in refused.get(lane, ())))
+            self.refused_records += count
+            raise FencedError(
+                f"renew refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
+                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their lock "
+                f"ended after {self.acquisition_timeout_ms} ms and they were released or taken by another member); "
+                f"they are delivered again"
+            )
+        self.renewed_records += len(chosen) - sum(
+            1 for lane, spans in by_lane.items() for offset, _, _ in spans
+            if any(f <= offset < e for f, e in refused.get(lane, ())))
+
     def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
         if isinstance(records, Record):
             return [records]
@@ -628,6 +727,11 @@ class SharedSubscriber:
 
     def _settle_lane(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
         """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
+        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state))
+
+    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
+        """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,
+        token)``) of ``lane`` with one compare-and-set; returns the ranges refused (no longer held)."""
         by_token: dict[str, list[tuple[int, int]]] = {}
         for first, end, token in sorted(spans):
             runs = by_token.setdefault(token, [])
@@ -645,10 +749,10 @@ class SharedSubscriber:
                 share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
             refused: list[tuple[int, int]] = []
             for token, runs in by_token.items():
-                share, lost = share.settle(runs, token, state)
+                share, lost = step(share, runs, token)
                 for first, end in lost:  # a run partly lost: settle record by record what is still held
                     singles = [(f, e) for f, e, t in spans if t == token and first <= f < end]
-                    share, lost_singles = share.settle(singles, token, state)
+                    share, lost_singles = step(share, singles, token)
                     refused.extend(lost_singles)
             if self._write(lane, key, text, share):
                 return refused
@@ -700,6 +804,7 @@ class SharedSubscriber:
             "rejected_records": self.rejected_records,
             "dead_lettered_records": self.dead_lettered_records,
             "refused_records": self.refused_records,
+            "renewed_records": self.renewed_records,
             "held_records": self.held(),
         }
 

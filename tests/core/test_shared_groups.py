@@ -3,6 +3,7 @@ letters, more members than lanes. Against the real client over TCP (embedded mem
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -283,3 +284,67 @@ def test_a_group_position_past_the_lanes_end_is_an_error_and_deleting_the_stream
     _stream(grid, unique_name, 2, lanes=1)
     again = _member(grid, unique_name, members)
     assert _values(_poll(again)) == ["r0", "r1"]
+
+
+def test_lock_duration_delivery_limit_and_dead_letter_stream_are_group_settings(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """The first member stores the group's settings; later members use them, and one asking for other values is
+    refused naming both."""
+    _stream(grid, unique_name, 2, lanes=1)
+    dead = f"{unique_name}-dead"
+    first = _member(grid, unique_name, members, acquisition_timeout_ms=300, dead_letter_stream=dead)
+    later = _member(grid, unique_name, members)
+    assert (later.acquisition_timeout_ms, later.max_deliveries, later.dead_letter_stream) == (300, 5, dead)
+    assert later.settings == first.settings
+    same = _member(grid, unique_name, members, acquisition_timeout_ms=300, max_deliveries=5, dead_letter_stream=dead)
+    assert same.settings == first.settings
+    with pytest.raises(ConfigError, match=r"acquisition_timeout_ms=30000 \(the group has 300\)"):
+        _member(grid, unique_name, members, acquisition_timeout_ms=30_000)
+    with pytest.raises(ConfigError, match=r"max_deliveries=3 \(the group has 5\).*forget_groups"):
+        _member(grid, unique_name, members, max_deliveries=3, dead_letter_stream=dead)
+
+
+def test_a_dead_members_records_return_after_the_groups_lock_time(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """The member that dies holding records set a 500 ms lock; the survivor gives no lock duration (its own
+    default would be 30 s): the records come back after the group's 500 ms."""
+    _stream(grid, unique_name, 3, lanes=1)
+    doomed = _member(grid, unique_name, members, acquisition_timeout_ms=500, member_id="doomed")
+    survivor = _member(grid, unique_name, members, member_id="survivor")
+    taken = _poll(doomed)
+    assert _values(taken) == ["r0", "r1", "r2"]
+    died = time.monotonic()  # the member stops here: it never settles or releases what it holds
+    again = _poll(survivor, 10)
+    took = time.monotonic() - died
+    print(f"records of the dead member redelivered after {took:.2f} s (group lock 0.5 s)")
+    assert _values(again) == ["r0", "r1", "r2"] and {r.delivery_count for r in again} == {2}
+    assert 0.4 <= took < 5
+    survivor.ack(again)
+
+
+def test_a_holder_renews_the_lock_of_a_slow_record(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """Kafka's RENEW (KIP-1222): renewed before its lock ends, a record stays with its holder for as long as it
+    keeps renewing; the other member never gets it, and the holder's ack is accepted."""
+    _stream(grid, unique_name, 2, lanes=1)
+    slow = _member(grid, unique_name, members, acquisition_timeout_ms=400, member_id="slow")
+    other = _member(grid, unique_name, members, member_id="other")
+    batch = _poll(slow)
+    until = time.monotonic() + 1.6
+    while time.monotonic() < until:  # four lock durations
+        slow.renew(batch)
+        assert len(other.poll(150)) == 0
+    slow.ack(batch)
+    assert slow.renewed_records >= 8 and slow.acked_records == 2
+    assert len(other.poll(600)) == 0
+    # A lock that ended and was taken cannot be renewed: refused, nothing written.
+    _stream(grid, unique_name, 1, lanes=1)
+    late = _poll(slow)
+    again = _poll(other, 10)
+    assert _values(again) == _values(late)
+    with pytest.raises(FencedError, match="renew refused for 1 record"):
+        slow.renew(late)
+    other.ack(again)
