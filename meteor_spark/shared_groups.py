@@ -53,11 +53,17 @@ behind the first offset never acquired (KIP-932 bounds its in-flight records the
 never acknowledged holds the window until it is dead-lettered (``max_deliveries``) or, without a dead-letter
 stream, until it is acknowledged.
 
+Undecodable items and refused records (deserializers) follow the member's ``on_corrupt`` as for an exclusive
+subscriber: ``error`` (default) raises ``FormatError`` / ``DeserializationError`` (the records before it are handed
+out first; a refused record is released, so ``max_deliveries`` ends one that always fails); ``skip`` and
+``dead_letter`` (to the group's dead-letter stream) acquire the item or record like any other, pass it over and
+mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
+
 Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
-confirm: records are settled one by one), deserializers, ``on_corrupt``, ``skip_data_loss``, ``auto_confirm``,
-metrics. A ring item that cannot be decoded raises ``FormatError``, a lost range (the ring overwrote records
-before they were settled) ``DataLossError``, and a group position past the lane's end (the stream was re-created
-under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every member. Deleting a stream
+confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``, metrics. A lost range (the ring
+overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
+(the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
+member. Deleting a stream
 (``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
 """
 
@@ -72,11 +78,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.corrupt import dead_letter_for_delivery
+from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
     FencedError,
+    FormatError,
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
@@ -95,7 +102,8 @@ from meteor_spark.offsets import (
 )
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
-from meteor_spark.refusals import dead_letter_publisher
+from meteor_spark.refusals import Refusals, dead_letter_publisher
+from meteor_spark.serializers import Deserializer, deserializer
 from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
@@ -125,9 +133,6 @@ _CACHE_ITEMS = 2048
 #: Subscriber arguments that have no meaning for a shared group, and why.
 _UNSUPPORTED = {
     "skip_data_loss": "a lost range stops the lane for every member",
-    "on_corrupt": "an undecodable item stops the lane (dead_letter_stream takes records past max_deliveries)",
-    "value_deserializer": "records are handed out as stored",
-    "key_deserializer": "records are handed out as stored",
     "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
     "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
     "metrics": "not exported for shared groups yet",
@@ -140,6 +145,35 @@ class SharedRecord(Record):
     """A record handed out by a shared group: a ``Record`` plus how often it was delivered (1 the first time)."""
 
     delivery_count: int = 1
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
+
+    raw: bytes
+    error: FormatError
+
+
+def _corrupt_mode(on_corrupt: str | None) -> str:
+    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
+    if on_corrupt is None:
+        return "error"
+    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
+        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
+    return on_corrupt.strip().lower()
+
+
+def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
+    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
+    if mode != "dead_letter":
+        return CorruptItemPolicy(mode)
+    if dead_letter_stream is None:
+        raise ConfigError(
+            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
+            "group created with one)"
+        )
+    return CorruptItemPolicy(mode, dead_letter_stream)
 
 
 @dataclass(frozen=True)
@@ -167,12 +201,22 @@ class SharedSubscriber:
             ``dead_letter_stream``; without one, None: never given up on).
         dead_letter_stream: where records past ``max_deliveries`` and rejected records go (opened by name,
             created with the default configuration when missing).
+        acquisition_timeout_ms, max_deliveries, dead_letter_stream: group settings (see the module docs): None
+            takes the group's (or, for its first member, the defaults).
+        on_corrupt: what this member does with an undecodable ring item or a record its deserializers refuse
+            (``meteor_spark.corrupt``): ``"error"`` (default: ``FormatError`` / ``DeserializationError``; the lane
+            stops at it), ``"skip"`` (passed over, counted, marked done for the group) or ``"dead_letter"`` (to the
+            group's ``dead_letter_stream`` first).
+        value_deserializer, key_deserializer: as ``Subscriber``'s (``"json"``, ``"str"``, ``"bytes"`` or a
+            callable).
 
     Attributes:
         delivered_records: records handed out (a redelivery counts again).
         acked_records, released_records, rejected_records: records settled by this member.
         dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
         refused_records: records this member tried to settle after losing them (``FencedError``).
+        renewed_records: records whose lock this member renewed.
+        refusals: undecodable items and refused records passed over (``corrupt_items``, ``undecodable_records``).
     """
 
     def __init__(
@@ -188,6 +232,9 @@ class SharedSubscriber:
         acquisition_timeout_ms: int | None = None,
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
+        on_corrupt: str | None = None,
+        value_deserializer: str | Deserializer | None = None,
+        key_deserializer: str | Deserializer | None = None,
         **others: Any,
     ) -> None:
         given = sorted(name for name, value in others.items() if value is not None and value is not False)
@@ -205,6 +252,7 @@ class SharedSubscriber:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
+        corrupt_mode = _corrupt_mode(on_corrupt)
         if acquisition_timeout_ms is not None:
             check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
         if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
@@ -224,6 +272,9 @@ class SharedSubscriber:
         self.max_deliveries = settings.max_deliveries
         self.dead_letter_stream = settings.dead_letter_stream
         dead_letter_stream = settings.dead_letter_stream
+        self.corrupt_policy = _corrupt_policy(corrupt_mode, dead_letter_stream)
+        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         # Hazelcast refuses a read of more items than the ring holds.
         self._items_per_read = min(max_items_per_read, self.info.config.capacity)
         self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
@@ -238,7 +289,9 @@ class SharedSubscriber:
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
-        self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
+        self._items: dict[int, OrderedDict[int, ItemView | _Undecodable]] = {
+            lane: OrderedDict() for lane in range(self.info.lanes)
+        }
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
         # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
         # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
@@ -253,6 +306,7 @@ class SharedSubscriber:
         self.refused_records = 0
         self.renewed_records = 0
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
+        self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
 
     def _group_settings(
         self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
@@ -361,7 +415,7 @@ class SharedSubscriber:
             share = share.expire(expired)
             self._acquisitions += 1
             token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            picks, archive, fresh_end, slices = self._pick(lane, share, budget)
+            picks, archive, fresh_end, slices, corrupt = self._pick(lane, share, budget)
             if not picks and not archive and fresh_end is None:
                 if own and self._own_write.get(lane):
                     own = False  # what this member wrote may be stale: look at the entry before giving up
@@ -379,7 +433,12 @@ class SharedSubscriber:
                 logger.info("stream %r lane %d group %r: acquisitions %s timed out; their records are available "
                             "again", self.stream, lane, self.group, sorted(expired))
             self._observers[lane].see(token, token)
-            return self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            if corrupt:
+                self._pass_over(lane, token, corrupt)
+            parts, out = self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            if out and (self._value_deserializer is not None or self._key_deserializer is not None):
+                return self._deserialize(lane, parts, out)
+            return parts, out
         raise GroupError(
             f"acquiring records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row "
             f"to other members; poll again"
@@ -437,20 +496,26 @@ class SharedSubscriber:
 
     def _pick(
         self, lane: int, share: LaneShare, budget: int
-    ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]], int | None, list[tuple[BatchPart, int]]]:
+    ) -> tuple[
+        list[tuple[int, int, int]], list[tuple[int, int, int]], int | None, list[tuple[BatchPart, int]],
+        list[tuple[int, _Undecodable]],
+    ]:
         """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
-        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), and the record slices
-        ``(part, deliveries)`` of both (archived ones included)."""
+        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
+        ``(part, deliveries)`` of both (archived ones included), and the undecodable items inside those ranges
+        (``on_corrupt`` skip or dead_letter: acquired with the rest, then passed over)."""
         picks: list[tuple[int, int, int]] = []
         archive: list[tuple[int, int, int]] = []
         slices: list[tuple[BatchPart, int]] = []
+        corrupt: list[tuple[int, _Undecodable]] = []
         for span in share.available():
             if budget <= 0:
                 break
             give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
             deliveries = span.deliveries if give_up else span.deliveries + 1
-            got, end = self._records_in(lane, span.first, span.end, None if give_up else budget)
-            if not got:
+            got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
+            corrupt.extend(bad)
+            if not got and not bad:
                 continue
             (archive if give_up else picks).append((span.first, end, deliveries))
             slices.extend((part, deliveries) for part in got)
@@ -459,24 +524,40 @@ class SharedSubscriber:
         fresh_end = None
         if budget > 0 and sequence_of(share.next) - sequence_of(share.start) < MAX_WINDOW_ITEMS:
             limit = first_offset_of(sequence_of(share.start) + MAX_WINDOW_ITEMS)
-            got, end = self._records_in(lane, share.next, limit, budget, fresh=True)
-            if got:
+            got, end, bad = self._records_in(lane, share.next, limit, budget, fresh=True)
+            corrupt.extend(bad)
+            if got or bad:
                 fresh_end = end
                 slices.extend((part, 1) for part in got)
-        return picks, archive, fresh_end, slices
+        return picks, archive, fresh_end, slices, corrupt
 
     def _records_in(
         self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
-    ) -> tuple[list[BatchPart], int]:
-        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, and the offset where
-        what they cover ends (the next record's offset). Fresh reads stop at the lane's end instead of waiting."""
+    ) -> tuple[list[BatchPart], int, list[tuple[int, _Undecodable]]]:
+        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
+        they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
+        lane's end instead of waiting.
+
+        An undecodable item with ``on_corrupt="error"`` ends the range before it (the records before it are handed
+        out); met first, it raises its ``FormatError`` (the lane stops there for this member).
+        """
         parts: list[BatchPart] = []
+        bad: list[tuple[int, _Undecodable]] = []
         seq = sequence_of(first)
         covered = first
         while covered < end and (budget is None or budget > 0):
             view = self._item(lane, seq, fresh)
             if view is None:
                 break  # fresh records: the lane ends here for now
+            if isinstance(view, _Undecodable):
+                if self.corrupt_policy.is_error:
+                    if parts or bad:
+                        break
+                    raise view.error
+                bad.append((seq, view))
+                covered = first_offset_of(seq + 1)
+                seq += 1
+                continue
             lo = index_of(covered) if seq == sequence_of(covered) else 0
             hi = view.count if sequence_of(end) > seq else min(view.count, index_of(end))
             if budget is not None:
@@ -489,10 +570,11 @@ class SharedSubscriber:
             seq += 1
             if hi < view.count:
                 break
-        return parts, covered
+        return parts, covered, bad
 
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | None:
-        """The decoded ring item ``seq`` of ``lane`` (cached); None past the lane's end."""
+    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | _Undecodable | None:
+        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``_Undecodable``); None past
+        the lane's end."""
         cache = self._items[lane]
         with self._lock:
             view = cache.get(seq)
@@ -512,13 +594,55 @@ class SharedSubscriber:
                                 oldest_available=first_offset_of(batch.sequences[0]))
         if batch.sequences[0] < seq:  # clamped, and items were written below seq since
             raise self._past_end(lane, seq, ring.tail() + 1)
-        views = [decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
-                 for item, sequence in zip(batch.items, batch.sequences, strict=True)]
+        views = [
+            self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
+        ]
         with self._lock:
             cache.update(zip(batch.sequences, views, strict=True))
             while len(cache) > _CACHE_ITEMS:
                 cache.popitem(last=False)
         return views[0]
+
+    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | _Undecodable:
+        try:
+            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
+        except FormatError as exc:
+            return _Undecodable(bytes(item), exc)
+
+    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, _Undecodable]]) -> None:
+        """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
+        so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
+        in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
+        for seq, bad in corrupt:
+            self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
+        self._change_lane(
+            lane, [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
+            lambda share, runs, old: share.settle(runs, old, DONE),
+        )
+        for seq, bad in corrupt:
+            self.refusals.passed_item(lane, seq, bad.error)
+
+    def _deserialize(
+        self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
+    ) -> tuple[list[BatchPart], list[SharedRecord]]:
+        """Deserialize the records handed out of one lane. Refused records go through ``on_corrupt``: with skip
+        or dead_letter they are marked done (dead letters published first); with error they and the records after
+        them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
+        nothing before them is handed out, the ``DeserializationError`` is raised."""
+        decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
+        deliveries = {r.offset: r.delivery_count for r in out}
+        records = [
+            SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries[r.offset])
+            for r in decoded.records
+        ]
+        if decoded.refused:
+            self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
+        if decoded.stopped is not None:
+            offset, error = decoded.stopped
+            self._settle([r for r in out if r.offset >= offset], AVAILABLE, "release a refused record")
+            if not records:
+                raise error
+        return decoded.parts, records
 
     def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
         oldest = min(oldest_in(self._rings[lane]), end)
@@ -825,6 +949,7 @@ class SharedSubscriber:
                 except MeteorError as exc:  # they time out instead
                     logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
         finally:
+            self.refusals.close()
             if self._dead_letters is not None:
                 self._dead_letters.close()
 
