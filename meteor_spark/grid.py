@@ -515,11 +515,6 @@ class Grid:
                 self._maps[name] = grid_map
             return grid_map
 
-    def atomic_long(self, name: str) -> Any:
-        """A CP AtomicLong (works on members in CP unsafe mode, Hazelcast's default without CP members)."""
-        with translate_errors(f"open atomic long {name!r}"):
-            return self.client.cp_subsystem.get_atomic_long(name).blocking()
-
     def flake_id(self, name: str) -> int:
         """A cluster-wide unique id (FlakeIdGenerator)."""
         with translate_errors(f"new id from {name!r}"):

@@ -34,7 +34,8 @@ def test_options_table_lists_every_connector_option() -> None:
 def test_the_two_setup_commands_are_the_ones_dev_supports() -> None:
     assert "bash .ci/dev demo" in README and "bash .ci/dev test" in README
     dev = (ROOT / ".ci" / "dev").read_text()
-    assert 'demo) exec "$VENV/bin/meteor" demo' in dev and 'test) exec "$VENV/bin/python" -m pytest' in dev
+    assert 'demo) exec "$VENV/bin/meteor" demo' in dev
+    assert 'METEOR_TEST_GRID=$grid "$VENV/bin/python" -m pytest "$@"' in dev
     assert "bash .ci/dev test" in (ROOT / ".ci" / "run").read_text()
 
 

@@ -9,6 +9,12 @@ Measured against a member in its own process (``EmbeddedGrid(process=True)``), t
   ping-pong round trip, measured in the same run. Ratios are ours / ceiling.
 
 Calls are issued one at a time (``--inflight 1``, what a simple client does) or with several in flight.
+
+``--members HOST:PORT[,...]`` runs the same ring and map workload, in the same run, against that cluster too (a
+real Hazelcast cluster, say) after the embedded grid, and prints both side by side with their ratio
+(cluster / embedded): the embedded grid stands in for Hazelcast in tests and demos, and this is how far apart the
+two are on the machine at hand. The cluster gets a ring of its own for the run (capacity for every item, backups
+as a stream's default, ``backup_count=1``), destroyed afterwards with the map.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ import socket
 import statistics
 import struct
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid import Grid, GridSettings, split_members
 from meteor_spark.server import EmbeddedGrid, RingConfig
 from meteor_spark.tables import render_table
 
@@ -40,6 +47,8 @@ class GridBenchOptions:
     total_mb: int
     map_ops: int
     inflight: int
+    members: tuple[str, ...] = ()
+    cluster_name: str = "dev"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GridBenchOptions:
@@ -50,7 +59,11 @@ class GridBenchOptions:
             total_mb=args.total_mb if args.total_mb is not None else (16 if quick else 256),
             map_ops=args.map_ops if args.map_ops is not None else (300 if quick else 5000),
             inflight=args.inflight,
+            members=split_members(getattr(args, "members", None) or ()),
+            cluster_name=getattr(args, "cluster_name", None) or "dev",
         )
+        if settings.members:
+            GridSettings(members=settings.members, cluster_name=settings.cluster_name)  # ConfigError naming a bad one
         if not 1 <= settings.batch_items <= 999:
             raise ConfigError(
                 f"--batch must be 1..999 items (Hazelcast's read_many/add_all limit), got {settings.batch_items}"
@@ -66,6 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-mb", type=int, default=None, help="MiB written and read (default 256)")
     parser.add_argument("--map-ops", type=int, default=None, help="map put and get round trips each (default 5000)")
     parser.add_argument("--inflight", type=int, default=1, help="ring calls in flight at once (default 1)")
+    parser.add_argument(
+        "-m",
+        "--members",
+        metavar="HOST:PORT[,...]",
+        default=None,
+        help="also run the ring and map workload against this cluster (e.g. real Hazelcast members) and print it "
+        "next to the embedded grid with their ratio",
+    )
+    parser.add_argument("--cluster-name", metavar="NAME", default=None, help="cluster name of --members (default dev)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -73,12 +95,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batches = max(1, settings.total_mb * MB // (settings.item_bytes * settings.batch_items))
     items_total = batches * settings.batch_items
     ring_name = "bench.grid.ring"
-    with (
-        EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member,
-        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
-    ):
-        ingest, read = _ring(grid, ring_name, settings, batches)
-        map_figures = _map(grid, settings.map_ops)
+    # The cluster is reached first, so a wrong address fails before minutes of embedded measurements.
+    cluster = None
+    if settings.members:
+        cluster = Grid(GridSettings(members=settings.members, cluster_name=settings.cluster_name))
+    try:
+        with (
+            EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member,
+            Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
+        ):
+            ingest, read = _ring(grid, ring_name, settings, batches)
+            map_figures = _map(grid, settings.map_ops)
+        cluster_figures = None if cluster is None else _cluster(cluster, settings, batches, items_total)
+    finally:
+        if cluster is not None:
+            cluster.close()
     ceiling = _ceiling(settings.item_bytes * settings.batch_items, batches, settings.map_ops)
     figures: dict[str, Any] = {
         "ring_ingest_mb_s": ingest.mb_s,
@@ -93,7 +124,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **map_figures,
         "settings": settings.__dict__,
     }
+    if cluster_figures is not None:
+        figures["cluster"] = cluster_figures
     return figures
+
+
+def _cluster(grid: Grid, settings: GridBenchOptions, batches: int, items_total: int) -> dict[str, Any]:
+    """The ring and map workload against ``grid`` (the --members cluster), on a ring and a map of its own."""
+    suffix = uuid.uuid4().hex[:8]
+    ring_name, map_name = f"bench.grid.ring.{suffix}", f"bench.grid.map.{suffix}"
+    grid.add_ring_config(ring_name, capacity=items_total + 1, backups=1)
+    members = grid.members()
+    try:
+        ingest, read = _ring(grid, ring_name, settings, batches)
+        map_figures = _map(grid, settings.map_ops, map_name)
+    finally:
+        grid.ring(ring_name).destroy()
+        grid.client.get_map(map_name).blocking().destroy()
+    return {
+        "members": len(members),
+        "versions": sorted({version for _, _, version in members}),
+        "ring_ingest_mb_s": ingest.mb_s,
+        "ring_ingest_p50_ms": ingest.p50_ms,
+        "ring_ingest_p99_ms": ingest.p99_ms,
+        "ring_read_mb_s": read.mb_s,
+        "ring_read_p50_ms": read.p50_ms,
+        "ring_read_p99_ms": read.p99_ms,
+        **map_figures,
+    }
 
 
 @dataclass(frozen=True)
@@ -140,8 +198,8 @@ def _timed(call: Callable[[int], Any], count: int, batch_bytes: int, inflight: i
     return Throughput(count * batch_bytes / MB / elapsed, _pct(latencies, 50) * 1e3, _pct(latencies, 99) * 1e3)
 
 
-def _map(grid: Grid, ops: int) -> dict[str, Any]:
-    grid_map: Any = grid.client.get_map("bench.grid.map").blocking()
+def _map(grid: Grid, ops: int, name: str = "bench.grid.map") -> dict[str, Any]:
+    grid_map: Any = grid.client.get_map(name).blocking()
     value = bytearray(b"v" * 100)
     try:
         grid_map.put("k0", value)
@@ -268,9 +326,49 @@ def render(figures: dict[str, Any]) -> str:
     else:
         rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
     table = render_table(("measure", "ours", "latency per call", "ceiling", "ratio"), rows)
-    return table + "\n" + (
+    text = table + "\n" + (
         "targets: ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
         "the ceiling is a plain loopback socket to another process (map ratio = socket rtt / map get p50)"
+    )
+    if "cluster" in figures:
+        text += "\n\n" + render_cluster(figures)
+    return text
+
+
+#: (label, key, unit, format) of each figure compared between the embedded grid and the --members cluster.
+COMPARED = (
+    ("ring ingest (add_all)", "ring_ingest_mb_s", "MB/s", "{:.1f}"),
+    ("  p50 per call", "ring_ingest_p50_ms", "ms", "{:.2f}"),
+    ("  p99 per call", "ring_ingest_p99_ms", "ms", "{:.2f}"),
+    ("ring read (read_many)", "ring_read_mb_s", "MB/s", "{:.1f}"),
+    ("  p50 per call", "ring_read_p50_ms", "ms", "{:.2f}"),
+    ("  p99 per call", "ring_read_p99_ms", "ms", "{:.2f}"),
+    ("map put+get", "map_ops_s", "ops/s", "{:.0f}"),
+    ("  put p50", "map_put_p50_us", "us", "{:.0f}"),
+    ("  put p99", "map_put_p99_us", "us", "{:.0f}"),
+    ("  get p50", "map_get_p50_us", "us", "{:.0f}"),
+    ("  get p99", "map_get_p99_us", "us", "{:.0f}"),
+)
+
+
+def render_cluster(figures: dict[str, Any]) -> str:
+    """The embedded grid next to the --members cluster, figure by figure, with the ratio cluster / embedded."""
+    cluster = figures["cluster"]
+    settings = figures.get("settings", {})
+    members = ",".join(settings.get("members", ())) or "?"
+    rows = []
+    for label, key, unit, fmt in COMPARED:
+        ours, theirs = figures.get(key), cluster.get(key)
+        if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)):
+            rows.append((label, "n/a", "n/a", "", unit))
+            continue
+        ratio = f"{theirs / ours:.2f}x" if ours else "n/a"
+        rows.append((label, fmt.format(ours), fmt.format(theirs), ratio, unit))
+    table = render_table(("measure", "embedded", "cluster", "cluster/embedded", "unit"), rows, right=[1, 2, 3])
+    return (
+        f"embedded grid vs cluster {members} ({cluster['members']} member(s), Hazelcast "
+        f"{', '.join(cluster['versions'])}), same workload, same run:\n{table}\n"
+        "throughput: a ratio above 1 means the cluster is faster; latency: below 1 means the cluster is faster"
     )
 
 

@@ -17,7 +17,8 @@ from typing import Any
 from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_parent, err, out, render_table
 
 AREAS: dict[str, str] = {
-    "grid": "the embedded grid: 64 KiB ring items through add_all/read_many, small map get/put (MB/s, ops/s, p50/p99)",
+    "grid": "the embedded grid (--members: and a real cluster, side by side): 64 KiB ring items through "
+    "add_all/read_many, small map get/put (MB/s, ops/s, p50/p99)",
     "pubsub": "the core: one publisher, 4 publishers x 16 subscribers, request/reply latency (records/s, p50/p99)",
     "idempotence": "idempotent publishing's cost: publish_async, publish_many, short-lived publishers, on vs off",
     "sizes": "how cost grows: record sizes 100 B..64 KiB and lanes 1..8, next to raw add_all (MB/s, records/s)",

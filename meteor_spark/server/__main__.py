@@ -62,9 +62,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--cp-mode",
         choices=CP_MODES,
-        default="unsafe",
-        help="AtomicLong without CP members: 'unsafe' works as on Hazelcast 4.x-5.4 (default); 'disabled' refuses "
-        "with 'CP Subsystem is not enabled!' as newer members do",
+        default="disabled",
+        help="AtomicLong (CP): 'disabled' refuses it as an Enterprise feature, as Hazelcast 5.7 open source does "
+        "(default); 'unsafe' serves it without CP members, as Hazelcast 4.x-5.4 do",
     )
     parser.add_argument(
         "--ring-config",

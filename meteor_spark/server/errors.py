@@ -50,6 +50,16 @@ class DistributedObjectDestroyed(ServerError):
     java_class = "com.hazelcast.spi.exception.DistributedObjectDestroyedException"
 
 
+class ClassCast(ServerError):
+    code = 10
+    java_class = "java.lang.ClassCastException"
+
+
+class HazelcastSerialization(ServerError):
+    code = 21
+    java_class = "com.hazelcast.nio.serialization.HazelcastSerializationException"
+
+
 class InstanceNotActive(ServerError):
     code = 19
     java_class = "com.hazelcast.core.HazelcastInstanceNotActiveException"

@@ -66,7 +66,7 @@ class MemberOptions:
     data_dir: str | None = None
     fsync: str = "interval"
     fsync_interval_ms: int = 100
-    cp_mode: str = "unsafe"
+    cp_mode: str = "disabled"
     ring_configs: tuple[RingConfig, ...] = ()
     map_configs: tuple[MapConfig, ...] = ()
     partition_count: int = 271
@@ -170,8 +170,8 @@ class EmbeddedGrid:
         fsync: "always", "interval" or "never" (see docs/persistence.md for what each risks).
         fsync_interval_ms: with ``fsync="interval"``, how often written data is fsynced (what a machine crash may
             lose).
-        cp_mode: "unsafe" (AtomicLong works without CP members, as on Hazelcast 4.x-5.4) or "disabled" (refused with
-            "CP Subsystem is not enabled!", as on newer members).
+        cp_mode: "disabled" (AtomicLong refused as an Enterprise feature, as Hazelcast 5.7 open source refuses it;
+            the default) or "unsafe" (AtomicLong works without CP members, as on Hazelcast 4.x-5.4).
         process: run the member in its own process (``python -m meteor_spark.server``) instead of a thread.
         ring_configs: ring buffer configs (exact names or ``*`` patterns) the member starts with.
         map_configs: map configs (exact names or ``*`` patterns): the default TTL / max-idle of matching maps.
@@ -196,7 +196,7 @@ class EmbeddedGrid:
         data_dir: str | os.PathLike[str] | None = None,
         fsync: str = "interval",
         fsync_interval_ms: int = 100,
-        cp_mode: str = "unsafe",
+        cp_mode: str = "disabled",
         process: bool = False,
         ring_configs: Iterable[RingConfig] = (),
         map_configs: Iterable[MapConfig] = (),

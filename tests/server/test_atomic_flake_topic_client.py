@@ -1,24 +1,29 @@
-"""AtomicLong (CP unsafe mode), FlakeIdGenerator and Topic through the official client over TCP.
+"""AtomicLong, FlakeIdGenerator and Topic through the official client over TCP.
 
-Runs against the ``grid_settings`` grid (embedded, or a real Hazelcast 5.x member without CP members), so only
-Hazelcast's documented behaviour is asserted. The "CP Subsystem is not enabled!" mode is an engine switch, tested at
-the engine level at the end of this file.
+FlakeIdGenerator, Topic and the CP refusal run against the ``grid_settings`` grid (the embedded member, or a real
+Hazelcast 5.7 member), so only Hazelcast's behaviour is asserted. Hazelcast 5.7 open source refuses the CP subsystem
+(AtomicLong) as an Enterprise feature, and so does the embedded member by default; AtomicLong itself is served only by
+an embedded member started with ``cp_mode="unsafe"`` (Hazelcast 4.x-5.4's "unsafe mode"), which these tests start
+of their own (``embedded_only``: no 5.7 member serves it). The engine-level details are at the end of this file.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import hazelcast
 import pytest
-from hazelcast.errors import DistributedObjectDestroyedError
+from hazelcast.errors import DistributedObjectDestroyedError, UnsupportedOperationError
 
 from meteor_spark.grid import GridSettings
+from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.engine import ManualClock
-from meteor_spark.server.engine.atomics import Atomics, CpMode, CpSubsystemNotEnabled, RaftGroupId
+from meteor_spark.server.engine.atomics import CP_REFUSED, Atomics, CpMode, RaftGroupId
 from meteor_spark.server.engine.flake_ids import EPOCH_START_MS, FlakeIds
-from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
+from meteor_spark.server.errors import ClassCast, DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
 from meteor_spark.testing import wait_until
 
 LONG_MAX = (1 << 63) - 1
@@ -32,7 +37,23 @@ def client(grid_settings: GridSettings) -> Iterator[Any]:
     c.shutdown()
 
 
-def test_atomic_long_operations(client: Any, unique_name: str) -> None:
+@pytest.fixture(scope="module")
+def unsafe_client() -> Iterator[Any]:
+    """A client of an embedded member serving CP in "unsafe mode" (as Hazelcast 4.x-5.4 without CP members)."""
+    with EmbeddedGrid(cp_mode="unsafe") as member:
+        c = hazelcast.HazelcastClient(cluster_members=[member.address], cluster_name=member.cluster_name)
+        yield c
+        c.shutdown()
+
+
+def test_atomic_long_is_refused_as_an_enterprise_feature(client: Any, unique_name: str) -> None:
+    with pytest.raises(UnsupportedOperationError, match="CP subsystem is an Enterprise feature"):
+        client.cp_subsystem.get_atomic_long(unique_name)
+
+
+@pytest.mark.embedded_only
+def test_atomic_long_operations(unsafe_client: Any, unique_name: str) -> None:
+    client = unsafe_client
     counter = client.cp_subsystem.get_atomic_long(unique_name).blocking()
     assert counter.get() == 0
     assert counter.increment_and_get() == 1
@@ -51,7 +72,9 @@ def test_atomic_long_operations(client: Any, unique_name: str) -> None:
     assert other.get() == LONG_MIN  # "@default" names the same object
 
 
-def test_atomic_long_groups_are_separate_namespaces(client: Any, unique_name: str) -> None:
+@pytest.mark.embedded_only
+def test_atomic_long_groups_are_separate_namespaces(unsafe_client: Any, unique_name: str) -> None:
+    client = unsafe_client
     a = client.cp_subsystem.get_atomic_long(unique_name).blocking()
     b = client.cp_subsystem.get_atomic_long(f"{unique_name}@group-b").blocking()
     a.set(1)
@@ -59,7 +82,9 @@ def test_atomic_long_groups_are_separate_namespaces(client: Any, unique_name: st
     assert (a.get(), b.get()) == (1, 2)
 
 
-def test_destroyed_atomic_long_cannot_be_used(client: Any, unique_name: str) -> None:
+@pytest.mark.embedded_only
+def test_destroyed_atomic_long_cannot_be_used(unsafe_client: Any, unique_name: str) -> None:
+    client = unsafe_client
     counter = client.cp_subsystem.get_atomic_long(unique_name).blocking()
     counter.set(5)
     counter.destroy()
@@ -74,7 +99,7 @@ def test_flake_ids_are_unique_and_ordered(client: Any, unique_name: str) -> None
     ids = [generator.new_id() for _ in range(300)]  # more than one prefetched batch (100)
     assert len(set(ids)) == 300
     assert ids == sorted(ids)
-    assert all(b - a == 1 << 16 for a, b in zip(ids[:99], ids[1:100]))  # within a batch: 65536 apart
+    assert all(b - a == 1 << 16 for a, b in itertools.pairwise(ids[:100]))  # within a batch: 65536 apart
     timestamp_ms = (ids[0] >> 22) + EPOCH_START_MS
     assert abs(timestamp_ms - time.time() * 1000) < 60_000  # ids carry the member's clock
 
@@ -110,24 +135,29 @@ def test_removed_topic_listener_gets_nothing(client: Any, unique_name: str) -> N
 # ---------------------------------------------------------------------------------------------- engine level
 
 
-def test_cp_disabled_mode_refuses_like_newer_hazelcast() -> None:
-    atomics = Atomics(CpMode.DISABLED)
-    with pytest.raises(CpSubsystemNotEnabled, match="CP Subsystem is not enabled!") as raised:
+def test_cp_is_refused_by_default_as_hazelcast_5_7_refuses_it() -> None:
+    atomics = Atomics()
+    assert atomics.mode is CpMode.DISABLED
+    with pytest.raises(UnsupportedOperation) as raised:
         atomics.create_group("counter")
-    assert raised.value.code == 18
+    assert (raised.value.code, str(raised.value)) == (61, CP_REFUSED)
 
 
 def test_atomic_engine_details() -> None:
-    atomics = Atomics()
+    atomics = Atomics(CpMode.UNSAFE)
     group = atomics.create_group("c@grp")
     assert (group.name, group.seed) == ("grp", 0)
     assert atomics.create_group("c") == RaftGroupId("default", 0, atomics.create_group("d").id)
     with pytest.raises(IllegalArgument, match="metadata"):
         atomics.create_group("c@METADATA")
+    java_function = bytes(4) + (-2).to_bytes(4, "big", signed=True) + b"\x01" + (-10).to_bytes(4, "big", signed=True)
     with pytest.raises(UnsupportedOperation, match="IFunction"):
-        atomics.apply_function(group, "c")
+        atomics.apply_function(group, "c", java_function + bytes(4))
+    a_string = bytes(4) + (-11).to_bytes(4, "big", signed=True) + b"\x00\x00\x00\x01x"
+    with pytest.raises(ClassCast, match=r"class java\.lang\.String cannot be cast to class com\.hazelcast"):
+        atomics.apply_function(group, "c", a_string)
     atomics.destroy(group, "hz:raft:atomicLongService", "c")
-    with pytest.raises(DistributedObjectDestroyed, match=r"AtomicLong\[c\] is already destroyed!"):
+    with pytest.raises(DistributedObjectDestroyed, match=r"AtomicValue\[c\] is already destroyed!"):
         atomics.get(group, "c")
 
 

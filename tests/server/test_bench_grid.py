@@ -1,13 +1,16 @@
-"""`meteor bench grid --quick` runs and reports every figure (timing never decides pass/fail here)."""
+"""`meteor bench grid --quick` runs and reports every figure, and with --members the same figures of a real member
+next to the embedded grid's (timing never decides pass/fail here)."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import pytest
 
 from meteor_spark.bench import grid as bench
+from meteor_spark.errors import ConfigError
 
 pytestmark = pytest.mark.embedded_only
 
@@ -26,5 +29,31 @@ def test_quick_grid_bench_reports_figures() -> None:
 def test_bad_batch_is_refused_with_the_limit() -> None:
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    with pytest.raises(ValueError, match="--batch must be 1..999"):
+    with pytest.raises(ValueError, match=r"--batch must be 1\.\.999"):
         bench.GridBenchOptions.from_args(parser.parse_args(["--batch", "1000"]))
+
+
+def test_bad_members_are_refused_naming_the_value() -> None:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with pytest.raises(ConfigError, match="'nohost' is not host:port"):
+        bench.GridBenchOptions.from_args(parser.parse_args(["--members", "nohost"]))
+
+
+@pytest.mark.real_members
+@pytest.mark.slow
+def test_members_runs_the_workload_against_a_real_member_too(tmp_path: Path) -> None:
+    from tests.real_members import HazelcastMember
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    with HazelcastMember(tmp_path) as member:
+        args = ["--total-mb", "2", "--map-ops", "30", "--members", member.address, "--cluster-name", "dev"]
+        figures = bench.run(parser.parse_args(args))
+    cluster = figures["cluster"]
+    assert cluster["members"] == 1 and cluster["versions"] == [member.version]
+    for key in ("ring_ingest_mb_s", "ring_read_mb_s", "map_ops_s", "map_get_p50_us"):
+        assert cluster[key] > 0 and math.isfinite(cluster[key]), key
+    table = bench.render(figures)
+    print(table)
+    assert f"embedded grid vs cluster {member.address}" in table and "cluster/embedded" in table

@@ -204,7 +204,7 @@ def test_ring_configs_apply_to_new_rings_and_conflicts_are_refused() -> None:
     assert engine.rings.get("other").capacity == 10_000
     configs = engine.rings.configs
     assert configs.add(RingConfig("meteor.stream::o.*", capacity=3, ttl_s=7)) is False
-    with pytest.raises(InvalidConfiguration, match="conflicts with the existing one"):
+    with pytest.raises(InvalidConfiguration, match="as there is already a conflicting configuration"):
         configs.add(RingConfig("meteor.stream::o.*", capacity=4, ttl_s=7))
 
 

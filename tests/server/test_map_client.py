@@ -262,8 +262,9 @@ def test_entry_listener_events(m: BlockingMap) -> None:
     summary = [(e.event_type, e.key, e.value, e.old_value) for e in events[:5]]
     assert summary == [(1, "k", "1", None), (4, "k", "2", "1"), (2, "k", None, "2"), (1, "e", "x", None),
                        (8, "e", None, "x")]
-    assert sorted((e.event_type, e.key) for e in events[5:7]) == [(1, "a"), (1, "b")]
-    assert (events[7].event_type, events[7].number_of_affected_entries) == (64, 2)
+    # Hazelcast orders events per key (partition), not across keys: put_all's and clear's may interleave.
+    rest = sorted(((e.event_type, e.key or "", e.number_of_affected_entries) for e in events[5:8]))
+    assert rest == [(1, "a", 1), (1, "b", 1), (64, "", 2)]
     assert all(e.uuid is not None for e in events)  # the member that fired the event
     assert m.remove_entry_listener(registration) is True
     assert m.remove_entry_listener(registration) is False

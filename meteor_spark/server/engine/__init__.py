@@ -51,8 +51,8 @@ class EngineConfig:
         data_dir: persistence directory, or None for memory only.
         fsync: persistence fsync policy: "always", "interval" or "never" (see docs/persistence.md).
         fsync_interval_ms: with ``fsync="interval"``, how often written data is fsynced.
-        cp_mode: "unsafe" (CP data structures in AP mode, Hazelcast 4.x-5.4 without CP members) or "disabled"
-            ("CP Subsystem is not enabled!", newer members).
+        cp_mode: "disabled" (CP refused as an Enterprise feature, as Hazelcast 5.7 open source refuses it; the
+            default) or "unsafe" (CP data structures in AP mode, as Hazelcast 4.x-5.4 without CP members run them).
 
     Raises:
         InvalidConfiguration: (a ``ValueError``) naming the setting, the value and the allowed ones.
@@ -63,7 +63,7 @@ class EngineConfig:
     data_dir: str | None = None
     fsync: str = "interval"
     fsync_interval_ms: int = 100
-    cp_mode: str = "unsafe"
+    cp_mode: str = "disabled"
 
     def __post_init__(self) -> None:
         if self.partition_count < 1:

@@ -1,9 +1,12 @@
-"""CP AtomicLong as a Hazelcast member without CP members serves it: "unsafe mode" (AP, on normal partitions).
+"""CP AtomicLong on a member without CP members: refused as Hazelcast 5.7 open source refuses it, or served in
+"unsafe mode" (AP, on normal partitions) as Hazelcast 4.x-5.4 serve it.
 
-Hazelcast 4.x-5.4 with ``cp-member-count: 0`` (the default) answers ``createCPGroup`` with a ``RaftGroupId`` and runs
-AtomicLong on ordinary partitions; newer members refuse with "CP Subsystem is not enabled!". ``CpMode`` picks which
-of the two the member imitates. A destroyed AtomicLong can never be used again under the same name (Hazelcast keeps
-a tombstone), so every later operation raises ``DistributedObjectDestroyed``.
+Hazelcast 5.7 open source answers ``createCPGroup`` with an ``UnsupportedOperationException`` ("CP subsystem is an
+Enterprise feature..."): the member the embedded grid reports being, hence the default (``CpMode.DISABLED``).
+Hazelcast 4.x-5.4 with ``cp-member-count: 0`` answer it with a ``RaftGroupId`` and run AtomicLong on ordinary
+partitions (``CpMode.UNSAFE``, for code written against those members). A destroyed AtomicLong can never be used
+again under the same name (Hazelcast keeps a tombstone), so every later operation raises
+``DistributedObjectDestroyed``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import enum
 import zlib
 from dataclasses import dataclass
 
-from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, ServerError, UnsupportedOperation
+from meteor_spark.server.engine.functions import refuse_java_function
+from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, UnsupportedOperation
 
 DEFAULT_GROUP = "default"
 METADATA_GROUP = "metadata"
@@ -27,7 +31,14 @@ class CpMode(enum.Enum):
     UNSAFE = "unsafe"
     """Hazelcast 4.x-5.4: CP data structures run in AP "unsafe mode"."""
     DISABLED = "disabled"
-    """Newer Hazelcast: "CP Subsystem is not enabled!" (HazelcastException, code 18)."""
+    """Hazelcast 5.7 open source: refused, the CP subsystem being an Enterprise feature (UnsupportedOperation)."""
+
+
+CP_REFUSED = (
+    "CP subsystem is an Enterprise feature. Please use the latest applicable Hazelcast Enterprise client to "
+    "interact with Enterprise clusters using CP."
+)
+"""Hazelcast 5.7.0's own words (an open-source member's answer to any CP request)."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +49,6 @@ class RaftGroupId:
     name: str
     seed: int
     id: int
-
-
-class CpSubsystemNotEnabled(ServerError):
-    code = 18
-    java_class = "com.hazelcast.core.HazelcastException"
 
 
 def _wrap(value: int) -> int:
@@ -69,7 +75,7 @@ def split_proxy_name(proxy_name: str) -> tuple[str, str]:
 class Atomics:
     """Every AtomicLong of the member, keyed by (CP group name, object name). Not thread-safe."""
 
-    def __init__(self, mode: CpMode = CpMode.UNSAFE) -> None:
+    def __init__(self, mode: CpMode = CpMode.DISABLED) -> None:
         self.mode = mode
         self._values: dict[tuple[str, str], int] = {}
         self._destroyed: set[tuple[str, str]] = set()
@@ -77,17 +83,17 @@ class Atomics:
     def create_group(self, proxy_name: str) -> RaftGroupId:
         """Answer ``CPGroup.createCPGroup``: the group id the proxy will send with each operation."""
         if self.mode is CpMode.DISABLED:
-            raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
+            raise UnsupportedOperation(CP_REFUSED)
         _, group = split_proxy_name(proxy_name)
         # Unsafe mode places the group on the partition of its name; any stable number in range works for clients.
         return RaftGroupId(group, 0, zlib.crc32(group.encode("utf-8")) % _PARTITION_COUNT)
 
     def _key(self, group: RaftGroupId, name: str) -> tuple[str, str]:
         if self.mode is CpMode.DISABLED:
-            raise CpSubsystemNotEnabled("CP Subsystem is not enabled!")
+            raise UnsupportedOperation(CP_REFUSED)
         key = (group.name, name)
         if key in self._destroyed:
-            raise DistributedObjectDestroyed(f"AtomicLong[{name}] is already destroyed!")
+            raise DistributedObjectDestroyed(f"AtomicValue[{name}] is already destroyed!")
         return key
 
     def get(self, group: RaftGroupId, name: str) -> int:
@@ -117,12 +123,13 @@ class Atomics:
         self._values[key] = _wrap(updated)
         return True
 
-    def apply_function(self, group: RaftGroupId, name: str) -> None:
+    def apply_function(self, group: RaftGroupId, name: str, function: bytes) -> None:
         """``apply`` / ``alter`` carry a serialized Java ``IFunction``, which a Python member cannot run."""
         self._key(group, name)
-        raise UnsupportedOperation(
+        raise refuse_java_function(
+            function,
             f"AtomicLong[{name}]: apply/alter need a Java IFunction, which the embedded member cannot execute; "
-            "use compare_and_set in a loop instead"
+            "use compare_and_set in a loop instead",
         )
 
     def destroy(self, group: RaftGroupId, service_name: str, name: str) -> None:

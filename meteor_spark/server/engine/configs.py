@@ -120,7 +120,8 @@ class NamedConfigs(Generic[C]):
 
 
 def _conflict(new: NamedConfig, existing: NamedConfig) -> InvalidConfiguration:
+    # Hazelcast's words (ClusterWideConfigurationService), which clients may match; the fix is the caller's to say.
     return InvalidConfiguration(
-        f"Cannot add a new dynamic configuration {new.describe()} as it conflicts with the existing one "
-        f"{existing.describe()}; use another name, or the same settings as the existing configuration"
+        f"Cannot add a dynamic configuration '{new.describe()}' as there is already a conflicting configuration "
+        f"'{existing.describe()}'"
     )

@@ -19,6 +19,8 @@ BITS_SEQUENCE = 6
 BITS_NODE_ID = 16
 INCREMENT = 1 << BITS_NODE_ID
 DEFAULT_ALLOWED_FUTURE_MS = 15_000
+FIRST_MEMBER_NODE_ID = 1
+"""A Hazelcast member's node id is its member-list join version, 1 for the first (here: only) member of a cluster."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,9 @@ class IdBatch:
 class FlakeIds:
     """Every FlakeIdGenerator of the member. Not thread-safe."""
 
-    def __init__(self, clock: Clock, node_id: int = 0, allowed_future_ms: int = DEFAULT_ALLOWED_FUTURE_MS) -> None:
+    def __init__(
+        self, clock: Clock, node_id: int = FIRST_MEMBER_NODE_ID, allowed_future_ms: int = DEFAULT_ALLOWED_FUTURE_MS
+    ) -> None:
         if not 0 <= node_id < 1 << BITS_NODE_ID:
             raise IllegalArgument(f"flake id node_id={node_id} is out of range; use 0..{(1 << BITS_NODE_ID) - 1}")
         self._clock = clock

@@ -79,6 +79,14 @@ class LockOwner(NamedTuple):
         return f"Owner: {self.client_uuid}, thread ID: {self.thread_id}"
 
 
+def _as_recorded(duration_ms: int) -> int:
+    """A TTL or max-idle as a Hazelcast entry view reports it: its records keep whole seconds (at least 1 when set),
+    while the entry still expires on the exact milliseconds; LONG_MAX when unset."""
+    if duration_ms <= 0:
+        return LONG_MAX
+    return max(1, duration_ms // 1000) * 1000
+
+
 @dataclass(frozen=True)
 class MapConfig:
     """Per-map settings, matched by name with Hazelcast's wildcard rules (``MapConfigs``).
@@ -418,8 +426,8 @@ class Maps:
             last_stored_time=0 if stats else UNSET,
             last_update_time=record.updated_wall if stats or expires is not None else UNSET,
             version=record.version,
-            ttl=record.ttl_ms if record.ttl_ms > 0 else LONG_MAX,
-            max_idle=record.max_idle_ms if record.max_idle_ms > 0 else LONG_MAX,
+            ttl=_as_recorded(record.ttl_ms),
+            max_idle=_as_recorded(record.max_idle_ms),
         )
 
     # ------------------------------------------------------------------ writes (lock-aware)
@@ -468,12 +476,14 @@ class Maps:
         self._put_value(name, store, key, value, -1, -1)
         return True
 
-    def _remove_record(self, name: str, store: _Store, key: bytes) -> bytes | None:
+    def _remove_record(self, name: str, store: _Store, key: bytes, event_old_value: bool = True) -> bytes | None:
+        """Drop the entry and fire REMOVED, with the removed value as the event's old value unless
+        ``event_old_value`` is False (``delete``: Hazelcast's delete never reads the value, so its event has none)."""
         existing = self._live(name, store, key)
         if existing is None:
             return None
         self._drop(name, store, key)
-        self._fire(name, EntryEventType.REMOVED, key, None, existing.value)
+        self._fire(name, EntryEventType.REMOVED, key, None, existing.value if event_old_value else None)
         return existing.value
 
     def remove(self, name: str, key: bytes, caller: LockOwner) -> bytes | None:
@@ -482,7 +492,9 @@ class Maps:
         return self._remove_record(name, store, key)
 
     def delete(self, name: str, key: bytes, caller: LockOwner) -> None:
-        self.remove(name, key, caller)
+        store = self._store(name)
+        self._check_lock(name, store, key, caller)
+        self._remove_record(name, store, key, event_old_value=False)
 
     def remove_if_same(self, name: str, key: bytes, expected: bytes, caller: LockOwner) -> bool:
         store = self._store(name)
@@ -502,6 +514,7 @@ class Maps:
             return False
         record.ttl_ms = self._pick_ttl(store, ttl_ms)
         record.ttl_base_mono = self._clock.monotonic_ms()
+        record.version += 1  # Hazelcast counts a TTL change as an update of the entry
         self._track_expiry(store, key, record)
         self._journal_put(name, key, record)
         return True

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from meteor_spark.server.engine.configs import NamedConfigs, check_pattern
-from meteor_spark.server.errors import DistributedObjectDestroyed, IllegalArgument, InvalidConfiguration, StaleSequence
+from meteor_spark.server.engine.functions import refuse_java_function
+from meteor_spark.server.errors import (
+    DistributedObjectDestroyed,
+    IllegalArgument,
+    InvalidConfiguration,
+    ServerError,
+    StaleSequence,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +66,12 @@ class RingConfig:
     async_backup_count: int = 0
     ttl_s: int = 0
     in_memory_format: str = "BINARY"
+    merge_policy: str = "com.hazelcast.spi.merge.PutIfAbsentMergePolicy"
+    merge_batch_size: int = 100
+    split_brain_protection_name: str | None = None
+    user_code_namespace: str | None = None
+    """The last four change nothing on one member, but are part of a config's identity on Hazelcast: adding a
+    config that differs in them only is a conflict there too."""
 
     def __post_init__(self) -> None:
         check_pattern("ring buffer", self.name)
@@ -85,12 +98,22 @@ class RingConfig:
             )
 
     def describe(self) -> str:
-        """Java-like rendering, used in conflict messages."""
+        """Hazelcast's ``RingbufferConfig.toString()``, which its conflict messages show (without a store: the
+        embedded member refuses a RingbufferStore)."""
         return (
             f"RingbufferConfig{{name='{self.name}', capacity={self.capacity}, backupCount={self.backup_count}, "
             f"asyncBackupCount={self.async_backup_count}, timeToLiveSeconds={self.ttl_s}, "
-            f"inMemoryFormat={self.in_memory_format}}}"
+            f"inMemoryFormat={self.in_memory_format}, ringbufferStoreConfig=RingbufferStoreConfig{{enabled=false, "
+            f"className='null', storeImplementation=null, factoryClassName='null', factoryImplementation=null, "
+            f"properties={{}}}}, splitBrainProtectionName={_java(self.split_brain_protection_name)}, "
+            f"mergePolicyConfig=MergePolicyConfig{{policy='{self.merge_policy}', batchSize={self.merge_batch_size}}}, "
+            f"userCodeNamespace={_java(self.user_code_namespace)}}}"
         )
+
+
+def _java(text: str | None) -> str:
+    """A nullable string as Java's string concatenation shows it."""
+    return "null" if text is None else text
 
 
 class RingConfigs(NamedConfigs[RingConfig]):
@@ -402,6 +425,19 @@ def check_read_many_arguments(start_sequence: int, min_count: int, max_count: in
 # The service
 
 
+def refuse_filter(data: bytes) -> ServerError:
+    """The error ``read_many`` answers when given a filter (a Java ``IFunction``, which this member cannot run)."""
+    return refuse_java_function(
+        data,
+        "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter and "
+        "filter the items in the client",
+    )
+
+
+_SERVICE_IDENTITY = f"{id(DistributedObjectDestroyed) & 0xFFFFFFFF:x}"
+"""Stands for the Java identity hash a member prints after ``RingbufferService@``: a number fixed per process."""
+
+
 class RingService:
     """All rings of the member, created on first use with the config matching their name."""
 
@@ -450,5 +486,10 @@ class RingService:
 
     @staticmethod
     def check_not_destroyed(ring: Ringbuffer) -> None:
+        """A call that waited on a ring destroyed meanwhile fails as on a Hazelcast member, whose message names the
+        service object (``RingbufferService@<identity hash>``) and the ring."""
         if ring.destroyed:
-            raise DistributedObjectDestroyed(f"ring buffer {ring.name!r} was destroyed while this call waited on it")
+            raise DistributedObjectDestroyed(
+                f"DistributedObject[com.hazelcast.ringbuffer.impl.RingbufferService@{_SERVICE_IDENTITY} -> "
+                f"{ring.name}] has been destroyed!"
+            )

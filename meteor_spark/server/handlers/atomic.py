@@ -37,11 +37,11 @@ async def compare_and_set(ctx: RequestContext, req: dict[str, Any]) -> dict[str,
 
 @handles(m.ATOMIC_LONG_APPLY)
 async def apply(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    ctx.engine.atomics.apply_function(req["group_id"], req["name"])
+    ctx.engine.atomics.apply_function(req["group_id"], req["name"], req["function"])
     raise AssertionError("unreachable: apply_function always raises")
 
 
 @handles(m.ATOMIC_LONG_ALTER)
 async def alter(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    ctx.engine.atomics.apply_function(req["group_id"], req["name"])
+    ctx.engine.atomics.apply_function(req["group_id"], req["name"], req["function"])
     raise AssertionError("unreachable: apply_function always raises")

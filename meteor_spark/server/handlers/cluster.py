@@ -63,6 +63,9 @@ def _authenticate(
         and hmac.compare_digest(password.encode("utf-8"), (member.password or "").encode("utf-8"))
     ):
         status, reason = CREDENTIALS_FAILED, f"wrong username or password (username {username!r})"
+    elif member.username is None and (username is not None or password is not None):
+        # As a Hazelcast member without security configured: it refuses every client that presents credentials.
+        status, reason = CREDENTIALS_FAILED, "credentials presented to a member that has none configured"
     elif req["serialization_version"] != SERIALIZATION_VERSION:
         status, reason = SERIALIZATION_VERSION_MISMATCH, f"serialization version {req['serialization_version']}"
     endpoint = ctx.endpoint

@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from meteor_spark.server.fidelity import (
+    CP_UNSAFE_VERSION,
+    KNOWN_DIFFERENCES,
+    MIMICKED_VERSION,
+    UNCOMPARED_DIFFERENCES,
+)
 from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.handlers.registry import HandlerEntry
 from meteor_spark.server.protocol.codecs import Param
@@ -62,6 +68,7 @@ def supported_protocol_markdown() -> str:
         "`--client-heartbeat-timeout-s` / `EmbeddedGrid(client_heartbeat_timeout_s=...)`; idle clients ping every",
         "5 s) is closed, which releases the client's locks and listeners.",
         "",
+        *_fidelity_section(),
         f"{total} message types in {len(by_service)} services.",
         "",
     ]
@@ -78,6 +85,39 @@ def supported_protocol_markdown() -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def _fidelity_section() -> list[str]:
+    known = [f"- `{name}`: {reason}." for name, reason in sorted(KNOWN_DIFFERENCES.items())]
+    uncompared = [f"- **{name}**: {reason}." for name, reason in UNCOMPARED_DIFFERENCES.items()]
+    return [
+        f"## Fidelity to Hazelcast {MIMICKED_VERSION}",
+        "",
+        f"The member reports Hazelcast {MIMICKED_VERSION} (authentication and member list) and answers as a",
+        f"{MIMICKED_VERSION} member does. `tests/server/test_fidelity.py` checks it the fakeredis way: each of its",
+        "scenarios (every grid operation meteor-spark uses, the errors it relies on, and their neighbours) runs",
+        f"against a real {MIMICKED_VERSION} member started from `hazelcast/member.xml` and against the embedded",
+        "member through the official client, and the answers are compared field by field, normalized only where a",
+        "real member is legitimately random (uuids, clock readings, Java identity hashes).",
+        "",
+        "**CP subsystem (AtomicLong).** Hazelcast 5.7 open source refuses CP: `createCPGroup` is answered with",
+        "`UnsupportedOperationException` (61) \"CP subsystem is an Enterprise feature...\". The embedded member",
+        "refuses it in the same words by default (`cp_mode=\"disabled\"`, `--cp-mode disabled`): it reports 5.7.0,",
+        "so code that works against it works against the open-source cluster it stands for, and code that needs CP",
+        "learns so on the developer's machine rather than in production. meteor-spark itself uses no CP structure.",
+        '`cp_mode="unsafe"` (`--cp-mode unsafe`) serves AtomicLong as Hazelcast 4.x-5.4 do without CP members',
+        "(\"unsafe mode\"), for applications written against those members; the test compares it with a real",
+        f"{CP_UNSAFE_VERSION} member.",
+        "",
+        "Known differences (the differential test allows exactly these):",
+        "",
+        *(known or ["- none: every scenario answers identically."]),
+        "",
+        "Differences no scenario can show:",
+        "",
+        *uncompared,
+        "",
+    ]
 
 
 def write_supported_protocol(path: str | Path) -> None:

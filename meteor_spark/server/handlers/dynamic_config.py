@@ -29,6 +29,10 @@ async def add_ringbuffer_config(ctx: RequestContext, req: dict[str, Any]) -> Non
         async_backup_count=req["async_backup_count"],
         ttl_s=req["time_to_live_seconds"],
         in_memory_format=req["in_memory_format"],
+        merge_policy=req["merge_policy"],
+        merge_batch_size=req["merge_batch_size"],
+        split_brain_protection_name=req["split_brain_protection_name"],
+        user_code_namespace=req.get("user_code_namespace"),
     )
     rings = ctx.engine.rings
     if rings.configs.add(config):

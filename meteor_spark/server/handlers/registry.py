@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
+from meteor_spark.server.fidelity import MIMICKED_VERSION
 from meteor_spark.server.protocol.codecs import EventSpec, MessageSpec, decode_request, encode_event, encode_response
 from meteor_spark.server.protocol.errors import encode_error
 from meteor_spark.server.protocol.frames import Message
@@ -74,7 +75,8 @@ class MemberSettings:
         username, password: when set, clients must present them (never logged; not in ``repr``).
         member_uuid: stable for the member's lifetime (clients route by it).
         cluster_id: changes on every start, which tells clients the cluster restarted.
-        version: the Hazelcast version announced to clients.
+        version: the Hazelcast version announced to clients: the release whose answers the member reproduces
+            (``meteor_spark.server.fidelity``), so clients enable exactly the features it has.
     """
 
     host: str
@@ -85,7 +87,7 @@ class MemberSettings:
     member_uuid: uuid_module.UUID = field(default_factory=uuid_module.uuid4)
     cluster_id: uuid_module.UUID = field(default_factory=uuid_module.uuid4)
     partition_count: int = 271
-    version: str = "5.5.0"
+    version: str = MIMICKED_VERSION
 
 
 class Connection(Protocol):

@@ -10,8 +10,8 @@ from meteor_spark.server.engine.ringbuffer import (
     Ringbuffer,
     RingService,
     check_read_many_arguments,
+    refuse_filter,
 )
-from meteor_spark.server.errors import UnsupportedOperation
 from meteor_spark.server.handlers.registry import RequestContext, handles
 from meteor_spark.server.protocol import messages as m
 
@@ -85,10 +85,7 @@ async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 @handles(m.RINGBUFFER_READ_MANY)
 async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
     if req["filter"] is not None:
-        raise UnsupportedOperation(
-            "read_many with a filter needs a Java IFunction, which this member cannot run; read without a filter "
-            "and filter the items in the client"
-        )
+        raise refuse_filter(req["filter"])
     start, min_count, max_count = req["start_sequence"], req["min_count"], req["max_count"]
     check_read_many_arguments(start, min_count, max_count)
     ring = _ring(ctx, req)
