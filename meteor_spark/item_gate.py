@@ -25,8 +25,8 @@ header alone (``wire.ItemProducer``):
 A transactional item whose producer or transaction is missing from the grid's maps is dropped as aborted when the
 maps were swept (``transactions.sweep`` removes a committed transaction only once none of its items can be read,
 so only aborted ones can be missing); otherwise it is an error (the grid lost the maps). A ``read_committed``
-gate also sweeps the transaction maps now and then (``transactions.sweep_if_due``): stale entries are cleared by
-every kind of reader, not only by Spark planning.
+gate also clears stale open-transaction entries now and then (``transactions.clear_stale_if_due``): they are
+cleared by every kind of reader, not only by Spark planning.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class ItemGate:
         """
         state: TxnState | None = None
         if self.read_committed and self._abort_expired:
-            transactions.sweep_if_due(self._grid)
+            transactions.clear_stale_if_due(self._grid)
         if self.read_committed and producer.transactional:
             state = self.transaction(producer.producer_id)
             if not state.decided:

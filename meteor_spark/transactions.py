@@ -26,9 +26,9 @@ aborts it (``abort_expired``); whichever CAS lands first, commit or abort, is th
 clock (ms since the epoch) of the writer's host, compared with the reader's clock: keep clocks in sync (NTP), and
 the timeout well above their skew.
 
-Bounded state (``sweep``, run at most every ``SWEEP_INTERVAL_S`` per process by whoever commits, aborts, plans a
-``read_committed`` Spark batch or reads ``read_committed`` in the core): a decided transaction is removed, with
-its producers, once no reader can still need it:
+Bounded state (``sweep``, run at most every ``SWEEP_INTERVAL_S`` per process by whoever commits or aborts: the
+writers' side, which makes the state grow): a decided transaction is removed, with its producers, once no reader
+can still need it:
 
 * committed: once every lane it wrote has moved past it. The commit stores, per lane of each stream it wrote,
   the range of ring sequences its items can occupy (from the tails noted at ``begin`` to the tails at commit;
@@ -43,7 +43,8 @@ its producers, once no reader can still need it:
   lost the maps, e.g. a restart without persistence). The retention keeps the clear "aborted first" message for
   a late ``commit`` or task attempt.
 * ``meteor.txn.open`` entries of decided transactions are removed, and those of transactions open past their
-  deadline abort them (``abort_expired``), by whoever lists them (``open_in``, ``sweep``).
+  deadline abort them (``abort_expired``), by whoever lists them: ``open_in`` (Spark planning), ``sweep``, and
+  every ``read_committed`` reader at most every ``SWEEP_INTERVAL_S`` (``clear_stale_if_due``).
 * ``meteor.txn.batches`` keeps the last ``KEEP_BATCHES`` batch ids of each sink and query (Spark replays only
   the batch it was running), and any batch whose transaction is still open.
 
@@ -284,6 +285,8 @@ def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None =
         if txns.replace_if_same(key, current, decided.to_json()):
             logger.info("transaction %r aborted: %s", key, reason)
             _forget_open(grid, key)
+            if only_expired_at_ms is None:
+                sweep_if_due(grid)
             return decided
     raise MeteorError(f"could not abort transaction {key!r}: too many concurrent updates")
 
@@ -297,14 +300,36 @@ def abort_expired(grid: Grid, key: str, now_ms: int | None = None) -> TxnState |
 def open_in(grid: Grid, stream: str, *, abort_expired: bool = True) -> bool:
     """Whether a transaction may still be open with records in ``stream`` (one ``keys()`` of ``meteor.txn.open``;
     entries of transactions found decided, left behind by a decider that died, are removed here, and transactions
-    found open past their deadline are aborted and the maps swept when due, unless ``abort_expired`` is False: a
-    tool that only looks). False means every transactional item stored in ``stream`` before the call is decided."""
+    found open past their deadline are aborted, unless ``abort_expired`` is False: a tool that only looks). False
+    means every transactional item stored in ``stream`` before the call is decided."""
+    return _clear_open(grid, stream, abort_expired=abort_expired)
+
+
+def clear_stale_if_due(grid: Grid) -> None:
+    """What a ``read_committed`` reader does now and then (at most every ``SWEEP_INTERVAL_S`` per process and
+    grid): go through ``meteor.txn.open`` once, aborting transactions open past their deadline and removing the
+    entries of decided ones, so stale entries are cleared by every kind of reader, not only by Spark planning.
+    Never raises (logged, tried again at the next interval)."""
+    now = time.monotonic()
+    last = _last_clear.get(id(grid))
+    if last is not None and now - last < SWEEP_INTERVAL_S:
+        return
+    _last_clear[id(grid)] = now
+    try:
+        _clear_open(grid, None, abort_expired=True)
+    except MeteorError as exc:
+        logger.warning("clearing stale open transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
+
+
+def _clear_open(grid: Grid, stream: str | None, *, abort_expired: bool) -> bool:
+    """``open_in`` for ``stream``, or for every stream (None); True when an entry of a transaction still open
+    within its deadline remains."""
     entries = grid.map(OPEN_MAP)
     found = False
     now = _now_ms()
     for entry in entries.keys():  # noqa: SIM118 - GridMap.keys() is the grid call
         key, _, entry_stream = entry.rpartition("\t")
-        if entry_stream != stream:
+        if stream is not None and entry_stream != stream:
             continue
         state = state_of(grid, key)
         if abort_expired and state is not None and not state.decided and state.deadline_ms < now:
@@ -313,8 +338,6 @@ def open_in(grid: Grid, stream: str, *, abort_expired: bool = True) -> bool:
             entries.remove(entry)
             continue
         found = True
-    if abort_expired:
-        sweep_if_due(grid)
     return found
 
 
@@ -377,6 +400,7 @@ class SweepReport:
 
 
 _last_sweep: dict[int, float] = {}
+_last_clear: dict[int, float] = {}
 
 
 def sweep_if_due(grid: Grid) -> SweepReport | None:
