@@ -401,6 +401,7 @@ class SweepReport:
 
 _last_sweep: dict[int, float] = {}
 _last_clear: dict[int, float] = {}
+_absent_before: dict[int, set[str]] = {}  # grid -> open entries whose transaction the last sweep did not find
 
 
 def sweep_if_due(grid: Grid) -> SweepReport | None:
@@ -440,6 +441,13 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
         except MeteorError as exc:
             logger.warning("%s; left in place", exc)
     open_removed = 0
+    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
+    for entry in absent & _absent_before.get(id(grid), set()):
+        # Its transaction was missing at the previous sweep too: not a begin() between its two writes, but an
+        # entry written for a transaction already decided and removed (a late task attempt).
+        if open_map.remove(entry) is not None:
+            open_removed += 1
+    _absent_before[id(grid)] = absent
     for entry in open_keys:
         key = entry.rpartition("\t")[0]
         state = states.get(key)

@@ -124,3 +124,16 @@ def test_a_gate_remembers_a_bounded_number_of_producers_per_lane(grid: Grid) -> 
     assert len(remembered) == limit and min(remembered) == 1000 + 2 * limit
     # The most recent ones still catch a re-sent copy.
     assert gate.check(0, 3 * limit, ItemProducer(1000 + 3 * limit - 1, 0, False, 1)) == item_gate.DUPLICATE
+
+
+def test_an_open_entry_of_a_removed_transaction_is_cleared(grid: Grid, unique_name: str) -> None:
+    """A task attempt that begins after its transaction was decided and removed leaves an open entry behind (begin
+    notes it before finding the transaction decided); the second sweep that finds it without a transaction removes
+    it (the first could be looking between the two writes of a begin)."""
+    open_stream(grid, StreamConfig(unique_name, lanes=1))
+    entry = f"{unique_name}/gone\t{unique_name}"
+    grid.map(transactions.OPEN_MAP).put(entry, unique_name)
+    transactions.sweep(grid)
+    assert grid.map(transactions.OPEN_MAP).get(entry) is not None
+    report = transactions.sweep(grid)
+    assert grid.map(transactions.OPEN_MAP).get(entry) is None and report.open_entries >= 1
