@@ -97,7 +97,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
 
 
+#: Submodules reachable as attributes of the package without importing them first, as the README writes them
+#: (``meteor_spark.config.spark_conf()`` after ``import meteor_spark``); each is imported on first access.
+_SUBMODULES = frozenset({"config", "errors", "admin", "testing", "spark"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"meteor_spark.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'meteor_spark' has no attribute {name!r}")

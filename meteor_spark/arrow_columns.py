@@ -374,6 +374,19 @@ class ArrowInput:
             total += _data_bytes(self.keys)
         return total
 
+    def largest_row(self) -> tuple[int, int]:
+        """``(row, bytes)`` of the row carrying the most value, key and header bytes (read from the columns'
+        offsets, nothing copied): what ``Publisher.publish_arrow`` weighs against the grid's frame limit."""
+        sizes = np.diff(_offsets(self.values)).astype(np.int64)
+        if self.keys is not None:
+            sizes += np.diff(_offsets(self.keys))
+        if self.headers is not None:
+            sizes += np.fromiter(
+                (sum(len(k.encode()) + len(v) for k, v in pairs) for pairs in self.headers), np.int64, self.rows
+            )
+        row = int(np.argmax(sizes))
+        return row, int(sizes[row])
+
     def lanes(self, lanes: int, stream: str, sticky: int) -> np.ndarray | None:
         """Per-row lanes (explicit ``lane`` column, else by key, else ``sticky``); None = no row has a lane of its
         own (spread the rows)."""

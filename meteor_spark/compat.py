@@ -16,7 +16,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -432,6 +433,59 @@ def _check_routing() -> None:
     )
 
 
+_CONNECT_LOG_WRITTEN_FOR = ((5, 7), (5, 8))
+#: The loggers the client reports each failed connection attempt on (``logger.warning(..., exc_info=True)``).
+_CONNECT_LOGGERS = ("hazelcast.connection", "hazelcast.internal.asyncio_connection")
+
+
+@contextmanager
+def connect_failures() -> Iterator[list[BaseException]]:
+    """While the block runs, collect the errors of the client's failed connection attempts (a refused
+    authentication, a TLS handshake failure), which it logs and retries until its connect timeout and never
+    raises: the caller can then say why it could not connect instead of a generic timeout.
+
+    The client logs each failure on ``hazelcast.connection`` as a WARNING with ``exc_info`` (private). Where
+    WARNING is not enabled for that logger (the CLI quiets ``hazelcast``), it is enabled for the block and the
+    records go only to the collector, so nothing new is shown.
+    """
+    seen: list[BaseException] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.exc_info and record.exc_info[1] is not None:
+                seen.append(record.exc_info[1])
+
+    saved = []
+    for name in _CONNECT_LOGGERS:
+        client_logger = logging.getLogger(name)
+        handler = Collect(logging.WARNING)
+        saved.append((client_logger, handler, client_logger.level, client_logger.propagate))
+        if not client_logger.isEnabledFor(logging.WARNING):
+            client_logger.setLevel(logging.WARNING)
+            client_logger.propagate = False
+        client_logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        for client_logger, handler, level, propagate in saved:
+            client_logger.removeHandler(handler)
+            client_logger.setLevel(level)
+            client_logger.propagate = propagate
+
+
+def _check_connect_log() -> None:
+    from hazelcast import connection
+
+    source = inspect.getsource(connection.ConnectionManager._connect)
+    assert '_logger.warning("Error during initial connection to %s", target, exc_info=True)' in source, (
+        "ConnectionManager._connect no longer logs a failed attempt as a WARNING with exc_info"
+    )
+    assert connection._logger.name == "hazelcast.connection", "the connection manager's logger was renamed"
+    assert "AuthenticationError(" in inspect.getsource(connection.ConnectionManager._on_auth), (
+        "a refused authentication is no longer an AuthenticationError"
+    )
+
+
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
@@ -441,6 +495,8 @@ COUPLINGS: tuple[Coupling, ...] = (
              _check_routing),
     Coupling("SIGTERM hook in Spark's streaming source runner (spark/reader.py)", _PYSPARK, _RUNNER_WRITTEN_FOR,
              _check_runner),
+    Coupling("why a connection failed, from the client's connection log (Grid)", _HAZELCAST,
+             _CONNECT_LOG_WRITTEN_FOR, _check_connect_log),
 )
 
 

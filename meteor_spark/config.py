@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -285,7 +286,9 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def spark_conf(conf_dir: Path | None = None) -> dict[str, str]:
-    """The packaged Spark defaults as a dict, for ``SparkSession.builder.config(map=spark_conf())``.
+    """The packaged Spark defaults as a dict, for ``SparkSession.builder.config(map=spark_conf())``, with
+    ``spark.pyspark.python`` set to the interpreter Python workers run (``workers_python``: this one, unless
+    ``$PYSPARK_PYTHON`` says otherwise).
 
     ``conf_dir`` (default: the package's own ``CONF_DIR``) holds ``spark-defaults.conf`` (``key value`` lines,
     ``#`` comments) and ``log4j2.properties``; the latter becomes the driver's logging configuration
@@ -313,4 +316,18 @@ def spark_conf(conf_dir: Path | None = None) -> dict[str, str]:
     log4j = directory / "log4j2.properties"
     if log4j.is_file() and "spark.driver.extraJavaOptions" not in settings:
         settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log4j.as_uri()}"
+    settings.setdefault("spark.pyspark.python", workers_python())
     return settings
+
+
+def workers_python() -> str:
+    """The interpreter Spark's Python workers will run: ``$PYSPARK_PYTHON``, set to this interpreter when unset.
+
+    Unset, Spark would start ``python3`` from the PATH, which often lacks this package (a virtualenv that is not
+    activated, a wheel installed into one interpreter): every read then fails with a long Java trace that never
+    names the cause. Set here, before the session starts its JVM, both Spark's JVM (which inherits the
+    environment) and PySpark's driver side run the interpreter that runs this program.
+    """
+    if not os.environ.get("PYSPARK_PYTHON"):
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+    return os.environ["PYSPARK_PYTHON"]

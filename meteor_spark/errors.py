@@ -24,7 +24,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     │                                        deadline, or (idempotent publisher) delivery_timeout_ms
     ├── RequestError                         a request got an error reply (the responder's handler raised)
     │   └── RequestTimeoutError (also TimeoutError) no reply within the request's timeout
-    └── SizeLimitError (also ValueError)     data beyond a hard size limit (one Arrow binary column: 2 GiB)
+    └── SizeLimitError (also ValueError)     data beyond a hard size limit (a record over the grid's frame limit,
+                                             refused before sending; one Arrow binary column: 2 GiB)
 
 The embedded grid (``meteor_spark.server``) has its own error classes carrying Hazelcast error codes; those
 travel to clients as Hazelcast error responses and come back as ``GridOperationError``.
@@ -208,8 +209,9 @@ class RequestTimeoutError(RequestError, TimeoutError):
 
 
 class SizeLimitError(MeteorError, ValueError):
-    """Data exceeds a hard size limit that no option raises, e.g. more than 2 GiB of values in one Arrow binary
-    column; the message says how to split the work."""
+    """Data exceeds a hard size limit: a record bigger than one frame of the grid (``GridSettings.max_frame_bytes``,
+    refused by the publisher before anything is sent, since the member would drop the connection on it), or more
+    than 2 GiB of values in one Arrow binary column. The message names the size, the limit and the way out."""
 
 
 def unknown_option(kind: str, name: str, known: Iterable[str]) -> ConfigError:

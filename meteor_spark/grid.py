@@ -11,6 +11,8 @@ behaviour only the embedded grid has.
 from __future__ import annotations
 
 import logging
+import os
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,17 +25,20 @@ from hazelcast.future import Future
 
 from meteor_spark.compat import (
     add_ringbuffer_config_request,
+    connect_failures,
     fix_partial_send_copies,
     fix_reactor_waker_race,
     invoke,
 )
 from meteor_spark.errors import (
+    ArgumentTypeError,
     ConfigError,
     GridConnectionError,
     GridError,
     GridOperationError,
     unknown_option,
 )
+from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +56,24 @@ FAIL = 1
 
 #: Hazelcast refuses read_many/add_all batches of 1000 items or more (client-side check).
 MAX_BATCH_ITEMS = 999
+
+#: The largest frame (6-byte frame header included) the embedded member accepts from a client; a larger one drops
+#: the connection (``meteor_spark.server.protocol.frames.MAX_FRAME_SIZE``).
+EMBEDDED_MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+#: The largest frame a Hazelcast 5.x member can take from an authenticated client: the frame length is a signed
+#: 32-bit field (``ClientMessageReader``; ``hazelcast.client.protocol.unverified.message.bytes``, 4096, limits
+#: only the messages sent before authentication). The member allocates each frame whole on its heap.
+HAZELCAST_MAX_FRAME_BYTES = (1 << 31) - 1
+
+#: ``GridSettings.max_frame_bytes`` by default: the smaller of the two, so a record either grid would drop the
+#: connection for is refused before it is sent, whichever grid the client talks to.
+DEFAULT_MAX_FRAME_BYTES = min(EMBEDDED_MAX_FRAME_BYTES, HAZELCAST_MAX_FRAME_BYTES)
+
+#: Bytes a ring item's frame carries besides its records' value, key and header bytes: the frame header (6), the
+#: serialized-data header (8), the item header (``wire.HEADER_SIZE``, 48) and the per-record columns of one record
+#: (lengths, timestamp, header counts; 64 is ample).
+ITEM_FRAME_OVERHEAD = 6 + 8 + 48 + 64
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,10 @@ class GridSettings:
         connect_timeout_s: give up connecting to the cluster after this long (Hazelcast's default is forever).
         invocation_timeout_s: how long the client retries a failing operation.
         smart_routing: connect to every member and route by partition (Hazelcast's default).
+        max_frame_bytes: the largest frame the grid accepts (a ring item travels as one frame). Publishers refuse
+            a record that cannot fit with ``SizeLimitError`` before sending anything: a frame over the member's
+            limit would drop the connection and every call on it. Default 256 MiB, the embedded member's limit;
+            a Hazelcast member takes up to 2 GiB - 1 (raise it for such a cluster, if its heap can hold them).
     """
 
     members: tuple[str, ...] = (DEFAULT_ADDRESS,)
@@ -86,6 +113,7 @@ class GridSettings:
     connect_timeout_s: float = 10.0
     invocation_timeout_s: float = 60.0
     smart_routing: bool = True
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
 
     # Option names accepted after the ``hazelcast.`` prefix (Spark options, TOML, CLI); value = field name.
     _OPTION_NAMES = {
@@ -102,6 +130,7 @@ class GridSettings:
         "connecttimeout": "connect_timeout_s",
         "invocationtimeout": "invocation_timeout_s",
         "smartrouting": "smart_routing",
+        "maxframebytes": "max_frame_bytes",
     }
 
     #: Documentation of each ``hazelcast.*`` option: (public name, default shown, meaning).
@@ -119,6 +148,8 @@ class GridSettings:
         ("hazelcast.connectTimeout", "10", "seconds to keep trying to reach the cluster before failing"),
         ("hazelcast.invocationTimeout", "60", "seconds the client retries a failing operation"),
         ("hazelcast.smartRouting", "true", "connect to all members and route by partition"),
+        ("hazelcast.maxFrameBytes", str(DEFAULT_MAX_FRAME_BYTES),
+         "largest frame the grid accepts; a bigger record is refused before sending (SizeLimitError)"),
     )
 
     def __post_init__(self) -> None:
@@ -140,6 +171,13 @@ class GridSettings:
             raise ConfigError(f"hazelcast.connectTimeout must be > 0 seconds, got {self.connect_timeout_s}")
         if self.invocation_timeout_s <= 0:
             raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
+        check_int("hazelcast.maxFrameBytes", self.max_frame_bytes, 4096, HAZELCAST_MAX_FRAME_BYTES,
+                  what="(bytes; a Hazelcast member's frame length is a signed 32-bit int)")
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The most value, key and header bytes one record may carry: it travels in a ring item of its own."""
+        return self.max_frame_bytes - ITEM_FRAME_OVERHEAD
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], prefix: str = "hazelcast.") -> GridSettings:
@@ -216,6 +254,11 @@ def _convert(option: str, value: str, annotation: Any) -> Any:
         if lowered in ("false", "0", "no"):
             return False
         raise ConfigError(f"option {option!r}: expected true or false, got {value!r}")
+    if text == "int":
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"option {option!r}: expected an integer, got {value!r}") from None
     if "float" in text:
         try:
             return float(value)
@@ -358,6 +401,59 @@ class Ring:
             self._proxy.destroy()
 
 
+_TLS_FILES = (
+    ("hazelcast.ssl.cafile", "ssl_cafile", "the CA bundle that verifies the members"),
+    ("hazelcast.ssl.certfile", "ssl_certfile", "the client certificate"),
+    ("hazelcast.ssl.keyfile", "ssl_keyfile", "the client's private key"),
+)
+
+
+def _check_tls_files(settings: GridSettings) -> None:
+    """Each TLS file named must be a readable file, checked before connecting: the client would otherwise fail
+    every attempt alike until its connect timeout, as if no member were running."""
+    for option, attribute, what in _TLS_FILES:
+        path = getattr(settings, attribute)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            raise ConfigError(f"{option} {path!r}: no such file; give the path of {what} (a PEM file)")
+        if not os.access(path, os.R_OK):
+            raise ConfigError(f"{option} {path!r}: not readable by this user; it holds {what}")
+
+
+def _why_not_connected(settings: GridSettings, failures: Sequence[BaseException]) -> str:
+    """The reason a member gave when it refused us, else the usual suspects."""
+    for failure in reversed(failures):
+        if isinstance(failure, hz_errors.AuthenticationError):
+            if settings.username is None:
+                told = f"cluster name {settings.cluster_name!r} is not the cluster's name (or it requires credentials)"
+            else:
+                told = (
+                    f"cluster name {settings.cluster_name!r} or username {settings.username!r} and its password do "
+                    f"not match the member's (its log says which)"
+                )
+            return (
+                f"the member refused the client's authentication: {told}; check hazelcast.clusterName / "
+                f"--cluster-name and hazelcast.username / hazelcast.password"
+            )
+        if isinstance(failure, hz_errors.ClientNotAllowedInClusterError):
+            return "the cluster does not allow this client in (its client filtering refused it)"
+        if isinstance(failure, ssl.SSLError):
+            return f"the TLS handshake failed: {failure}; check the hazelcast.ssl.* options against the members' TLS"
+    return "is a member running there (`meteor grid start`), and are the cluster name and credentials right?"
+
+
+def require_grid(grid: object) -> Grid:
+    """``grid`` if it is a ``Grid``, else ``ArgumentTypeError``: the first argument of publishers, subscribers and
+    the admin tools is the connection (``Grid.connect(...)`` or ``Grid(GridSettings(...))``)."""
+    if not isinstance(grid, Grid):
+        raise ArgumentTypeError(
+            f"grid must be a connected meteor_spark Grid (Grid.connect('host:port') or Grid(GridSettings(...))), "
+            f"got {type(grid).__name__} {grid!r}"
+        )
+    return grid
+
+
 class GridMap:
     """A grid map with ``str`` keys and ``str`` values (JSON by convention, compared byte-wise by the grid)."""
 
@@ -453,15 +549,20 @@ class Grid:
             "connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members)
         )
         try:
-            self.client = hazelcast.HazelcastClient(**settings.client_config())
+            _check_tls_files(settings)
+            with connect_failures() as failures:
+                self.client = hazelcast.HazelcastClient(**settings.client_config())
         except hz_errors.IllegalStateError as exc:
             if owned_server is not None:
                 owned_server.stop()
             raise GridConnectionError(
                 f"could not connect to cluster {settings.cluster_name!r} at {', '.join(settings.members)} within "
-                f"{settings.connect_timeout_s:g} s: is a member running there (`meteor grid start`), and are the "
-                f"cluster name and credentials right?"
+                f"{settings.connect_timeout_s:g} s: {_why_not_connected(settings, failures)}"
             ) from exc
+        except ConfigError:
+            if owned_server is not None:
+                owned_server.stop()
+            raise
 
     @classmethod
     def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> Grid:

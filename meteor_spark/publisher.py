@@ -36,8 +36,15 @@ import pyarrow as pa
 from meteor_spark.accumulator import Accumulator, Call, Segment
 from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
-from meteor_spark.errors import ArgumentTypeError, GridError, PublishTimeoutError, SerializationError
-from meteor_spark.grid import Grid
+from meteor_spark.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    GridError,
+    PublishTimeoutError,
+    SerializationError,
+    SizeLimitError,
+)
+from meteor_spark.grid import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD, Grid, GridSettings, require_grid
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.publish_futures import (
@@ -51,6 +58,7 @@ from meteor_spark.records import Record, as_record
 from meteor_spark.sender import Sender
 from meteor_spark.serializers import Serializer, serializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
 
@@ -114,6 +122,9 @@ class Publisher:
         metrics: Any = None,
         transactional: bool = False,
     ) -> None:
+        require_grid(grid)
+        if not isinstance(transactional, bool):
+            raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
         self._value_serializer = serializer(value_serializer, "value_serializer")
         self._key_serializer = serializer(key_serializer, "key_serializer")
@@ -137,6 +148,8 @@ class Publisher:
         )
         self.stream = self.info.name
         self.lanes = self.info.config.lanes
+        self._max_record_bytes = grid.settings.max_record_bytes
+        _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         acc = self._acc = Accumulator(
             self.stream,
@@ -163,6 +176,7 @@ class Publisher:
             GridError: the grid refused or lost the write. PublishTimeoutError: no room, or not stored in
             ``timeout_s``. PublisherClosedError: after ``close()``.
         """
+        check_timeout("publish timeout_s", timeout_s, unit="s", none=True)
         future = self.publish_async(record)
         try:
             return future.result(timeout_s)
@@ -178,16 +192,23 @@ class Publisher:
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
         """
+        if callback is not None and not callable(callback):
+            raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:
             record = self._serialized(record, None, 1)
         acc = self._acc
         if type(record) is bytes:
-            # The hot path: a plain value needs no Record and no checks.
+            # The hot path: a plain value needs no Record and one check.
+            if len(record) > self._max_record_bytes:
+                self._refuse_size(len(record), "the record")
             rec = None
             lane = -1
             stamp = time.time_ns() // 1_000_000
         else:
             rec = _checked_record(record)
+            size = _record_bytes(rec)
+            if size > self._max_record_bytes:
+                self._refuse_size(size, "the record")
             lane = acc.lane_of(rec)
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
         with self._lock:
@@ -233,7 +254,21 @@ class Publisher:
 
         Keyless records without an explicit lane are spread over the lanes in contiguous runs.
         """
-        items = records if isinstance(records, list) else list(records)
+        if isinstance(records, (str, bytes, bytearray, memoryview, Record)):
+            raise ArgumentTypeError(
+                f"publish_many takes an iterable of records (e.g. a list), got one {type(records).__name__}: "
+                f"{_shown(records)}; use publish or publish_async for one record, or wrap it in a list"
+            )
+        if isinstance(records, list):
+            items = records
+        else:
+            try:
+                items = list(records)
+            except TypeError:
+                raise ArgumentTypeError(
+                    f"publish_many takes an iterable of records (e.g. a list), got {type(records).__name__}: "
+                    f"{_shown(records)}"
+                ) from None
         if self._serializing:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
@@ -246,7 +281,11 @@ class Publisher:
         calls: list[Call] = []
         if all(type(r) is bytes for r in items):
             # Fast path for plain values: no Record objects, contiguous runs over the lanes.
-            values: list[bytes] = items  # type: ignore[assignment]
+            values: list[bytes] = items
+            largest = max(map(len, values))
+            if largest > self._max_record_bytes:
+                position = next(i for i, v in enumerate(values) if len(v) == largest)
+                self._refuse_size(largest, f"record {position} (0-based) of the {len(values)} given to publish_many")
             with self._lock:
                 acc.admit(len(values))
                 for lane, start, stop in acc.spread(len(values)):
@@ -257,6 +296,10 @@ class Publisher:
             self._sender.send_all(calls)
             return sink
         recs = [_checked_record(r) for r in items]
+        for position, rec in enumerate(recs):
+            size = _record_bytes(rec)
+            if size > self._max_record_bytes:
+                self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
         with self._lock:
             by_lane = acc.split_by_lane(recs)
             acc.admit(len(recs))
@@ -286,12 +329,20 @@ class Publisher:
         whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
         next lane. The rows are encoded and sent by the publisher's sender thread.
         """
+        if not isinstance(batch, (pa.RecordBatch, pa.Table)):
+            raise ArgumentTypeError(
+                f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
+                f"use publish_many for Python records"
+            )
         bulk = ArrowInput(batch)
         n = bulk.rows
         sink = ArrowPublishFuture(n)
         if n == 0:
             sink.set_result(0)
             return sink
+        row, size = bulk.largest_row()
+        if size > self._max_record_bytes:
+            self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
         acc = self._acc
         lanes = bulk.lanes(self.lanes, self.stream, acc.sticky)
         pieces: list[tuple[int, np.ndarray | slice]] = []
@@ -321,6 +372,18 @@ class Publisher:
                 # task to reading it from the JVM) while this one is encoded and on the wire.
                 acc.work.notify()
         return sink
+
+    def _refuse_size(self, size: int, what: str) -> None:
+        """Refuse a record no ring item of the grid can carry, before anything of the call is queued or sent: the
+        member would drop the connection (and every call on it) on the oversize frame."""
+        limit = self._max_record_bytes
+        raise SizeLimitError(
+            f"{what} for stream {self.stream!r} carries {size:,} bytes (value, key and headers), more than the "
+            f"{limit:,} bytes one record may carry (hazelcast.maxFrameBytes = {limit + ITEM_FRAME_OVERHEAD:,}, the "
+            f"grid's frame limit, less {ITEM_FRAME_OVERHEAD} bytes of item framing); nothing of this call was sent. "
+            f"Split the record, or raise GridSettings.max_frame_bytes if every member accepts larger frames "
+            f"(a Hazelcast member: up to {HAZELCAST_MAX_FRAME_BYTES:,})"
+        )
 
     def _serialized(self, item: Any, position: int | None, count: int) -> Record | bytes:
         """``item`` with its value (and a Record's key) through the serializers; ``position`` of ``count`` in a
@@ -361,6 +424,7 @@ class Publisher:
         Raises:
             PublishTimeoutError: records were still outstanding after ``timeout_s``.
         """
+        check_timeout("flush timeout_s", timeout_s, unit="s", none=True)
         acc = self._acc
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
@@ -386,6 +450,7 @@ class Publisher:
         such a call is waited for until its ``delivery_timeout_ms`` passes (a grid call under way then finishes
         first, within the grid's invocation timeout).
         """
+        check_timeout("close timeout_s", timeout_s, unit="s", none=True)
         acc = self._acc
         with self._lock:
             if acc.closed:
@@ -463,11 +528,53 @@ def _checked_record(item: Record | bytes | str) -> Record:
                     f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
                 )
     stamp = item.timestamp_ms
-    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
-        raise ArgumentTypeError(
-            f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
-        )
+    if stamp is not None:
+        if isinstance(stamp, bool) or not isinstance(stamp, int):
+            raise ArgumentTypeError(
+                f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
+            )
+        check_int("Record.timestamp_ms", stamp, 0, _MAX_I64, what="(ms since the epoch; None = now)")
+    lane = item.lane
+    if lane != -1:
+        check_int("Record.lane", lane, 0, _MAX_I32, what="(-1 = by key; the stream's lanes are checked next)")
     return item
+
+
+_MAX_I64 = (1 << 63) - 1
+_MAX_I32 = (1 << 31) - 1
+
+
+def _shown(value: object) -> str:
+    """A short ``repr`` for an error message (a refused argument may be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+#: Column bytes one record adds to a ring item besides its data (value and key lengths, timestamp, header count),
+#: rounded up: what many small records add to an item filled to ``max_batch_bytes``.
+_RECORD_COLUMN_BYTES = 32
+
+
+def _record_bytes(record: Record) -> int:
+    """Value, key and header bytes of a record: what it weighs against the grid's frame limit."""
+    size = len(record.value)
+    if record.key is not None:
+        size += len(record.key)
+    for name, value in record.headers or ():
+        size += len(name.encode("utf-8", "surrogatepass")) + len(value)
+    return size
+
+
+def _check_item_fits(settings: PublisherSettings, grid: GridSettings) -> None:
+    """A full ring item of many records must fit in one frame of the grid too (a single larger record travels
+    alone and is checked when published)."""
+    worst = settings.max_item_bytes + settings.max_batch_records * _RECORD_COLUMN_BYTES
+    if worst > grid.max_record_bytes:
+        raise ConfigError(
+            f"max_batch_bytes / max_call_bytes ({settings.max_item_bytes:,}) with max_batch_records "
+            f"({settings.max_batch_records:,}) allow ring items of up to {worst + ITEM_FRAME_OVERHEAD:,} bytes, more "
+            f"than the grid's frame limit (hazelcast.maxFrameBytes = {grid.max_frame_bytes:,}); lower them"
+        )
 
 
 def _producer_id(grid: Grid) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 
 from meteor_spark.batching import Batching, batching_of
 from meteor_spark.errors import (
+    ArgumentTypeError,
     ConfigError,
     GridOperationError,
     StreamConfigConflictError,
@@ -38,7 +39,7 @@ from meteor_spark.errors import (
     UnsupportedFormatVersionError,
     unknown_option,
 )
-from meteor_spark.grid import Grid, result
+from meteor_spark.grid import Grid, require_grid, result
 from meteor_spark.validate import check_int
 from meteor_spark.wire import FORMAT_VERSION
 
@@ -109,11 +110,7 @@ class StreamConfig:
     linger_ms: float = Batching.linger_ms
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
-            raise ConfigError(
-                f"stream name {self.name!r} is not valid: use 1-200 letters, digits, '_', '.' or '-' "
-                f"(starting with a letter, digit or '_'), e.g. 'orders'"
-            )
+        check_stream_name(self.name)
         check_int("lanes", self.lanes, 1, MAX_LANES)
         check_int("capacity", self.capacity, 1, (1 << 31) - 1)
         check_int("backup_count", self.backup_count, 0, MAX_BACKUPS)
@@ -216,6 +213,20 @@ def parse_metadata(name: str, text: str) -> StreamInfo:
     return StreamInfo(config, created, format_version, tuple(ring_name(config.name, i) for i in range(config.lanes)))
 
 
+def check_stream_name(name: object) -> str:
+    """``name`` if it is a valid stream name, else ``ConfigError`` (``ArgumentTypeError`` for a non-str) naming it."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(
+            f"a stream is a StreamConfig or a stream name (str), not a {type(name).__name__}: {name!r}"
+        )
+    if not _NAME_PATTERN.fullmatch(name):
+        raise ConfigError(
+            f"stream name {name!r} is not valid: use 1-200 letters, digits, '_', '.' or '-' "
+            f"(starting with a letter, digit or '_'), e.g. 'orders'"
+        )
+    return name
+
+
 def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) -> StreamInfo:
     """Open a stream by configuration (created when missing, if ``create``) or by name alone.
 
@@ -223,6 +234,9 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
         StreamNotFoundError: opened by name (or with ``create=False``) and no metadata is stored.
         StreamConfigConflictError: the stored layout differs from the given configuration.
     """
+    require_grid(grid)
+    if isinstance(config, str):
+        check_stream_name(config)
     metadata = grid.map(STREAMS_MAP)
     if isinstance(config, str):
         stored = metadata.get(config)
@@ -235,7 +249,9 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
         info = parse_metadata(config, stored)
     else:
         if not isinstance(config, StreamConfig):
-            raise ConfigError(f"a stream is a StreamConfig or a stream name, not a {type(config).__name__}")
+            raise ArgumentTypeError(
+                f"a stream is a StreamConfig or a stream name (str), not a {type(config).__name__}: {config!r}"
+            )
         stored = metadata.get(config.name)
         if stored is None:
             if not create:

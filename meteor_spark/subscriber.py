@@ -54,6 +54,7 @@ from typing import Any
 from meteor_spark.auto_confirm import AutoConfirm
 from meteor_spark.corrupt import CorruptItemPolicy
 from meteor_spark.errors import (
+    ArgumentTypeError,
     ConfigError,
     FencedError,
     GridOperationError,
@@ -62,7 +63,7 @@ from meteor_spark.errors import (
     NotAssignedError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, result
+from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, require_grid, result
 from meteor_spark.groups import GroupMember
 from meteor_spark.item_gate import ItemGate
 from meteor_spark.lane_state import LaneState, Skip
@@ -83,7 +84,7 @@ from meteor_spark.refusals import Refusals
 from meteor_spark.serializers import DecodedLane, Deserializer, deserializer
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
-from meteor_spark.validate import check_int
+from meteor_spark.validate import MAX_TIMEOUT_MS, check_int, check_text, check_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -181,6 +182,7 @@ class Subscriber:
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
     ) -> None:
+        require_grid(grid)
         registry = metrics_registry(metrics)
         self.item_gate = ItemGate(grid, isolation)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
@@ -190,8 +192,13 @@ class Subscriber:
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
         check_int("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31)
-        if group is not None and (not isinstance(group, str) or not group):
-            raise ConfigError(f"group must be a non-empty string (or None for ungrouped), got {group!r}")
+        if group is not None:
+            check_text("group", group, what="(a group name, or None for an ungrouped subscriber)")
+        if member_id is not None:
+            check_text("member_id", member_id, what="(or None for a generated one)")
+        check_int("lease_ms", lease_ms, 1, MAX_TIMEOUT_MS)
+        if not isinstance(skip_data_loss, bool):
+            raise ArgumentTypeError(f"skip_data_loss must be True or False, got {skip_data_loss!r}")
         if group is None and self.scheme is InitialOffsetScheme.NONE:
             raise ConfigError(
                 "initial_offset_scheme NONE needs a group: an ungrouped subscriber has no stored offset to start "
@@ -347,8 +354,7 @@ class Subscriber:
         """
         if self._closed:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
             if self._auto_confirm is not None and self._auto_confirm.due():

@@ -3,25 +3,88 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Any
 
 from meteor_spark.config import MeteorSettings, load_config
 from meteor_spark.grid import Grid
 from meteor_spark.tables import render_table as render_table  # the commands' tables
 
-#: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 2 bad command line, 130 Ctrl-C.
+#: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 130 Ctrl-C, 143 SIGTERM (128 + the
+#: signal's number, as a shell reports a process the signal ended; here the command cleaned up first).
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 _ENV_HELP = "METEOR_HAZELCAST_MEMBERS, METEOR_CLUSTER_NAME, METEOR_USERNAME, METEOR_PASSWORD, ...: see the README"
 
 
 class CommandError(Exception):
     """A user-facing failure of a command that is not a ``MeteorError`` (e.g. a file that cannot be opened)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived. A ``KeyboardInterrupt``, so every clean-up a command does on Ctrl-C (a ``tail --group``
+    releasing its lanes, a ``publish`` reporting what was stored) runs on SIGTERM too; only the exit code differs."""
+
+
+def interrupted_code(exc: KeyboardInterrupt) -> int:
+    """The exit code for an interruption: 143 for SIGTERM, 130 for Ctrl-C."""
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+
+
+class deferred_interrupts:
+    """Holds Ctrl-C and SIGTERM back while a step that must not be cut in half runs (handing a chunk to a
+    publisher, joining a group), then raises them: the step is either done and tracked, or not started. Only in
+    the main thread (where Python delivers signals)."""
+
+    def __init__(self) -> None:
+        self._pending: int | None = None
+        self._saved: list[tuple[int, Any]] = []
+
+    def __enter__(self) -> deferred_interrupts:
+        self._saved = []
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._saved.append((signum, signal.signal(signum, self._hold)))
+        return self
+
+    def _hold(self, signum: int, frame: object) -> None:
+        self._pending = signum
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._saved:
+            signal.signal(signum, handler)
+        pending, self._pending = self._pending, None
+        if pending == signal.SIGTERM:
+            raise Terminated()
+        if pending == signal.SIGINT:
+            raise KeyboardInterrupt()
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM raises ``Terminated`` in the main thread (Python's default would end the
+    process at once, skipping every ``finally``). Elsewhere than in the main thread it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def config_parent() -> argparse.ArgumentParser:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
+import socket
 from collections import Counter
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, config_parent, open_grid, out, render_table
+from meteor_spark.cli.common import EXIT_OK, CommandError, config_parent, open_grid, out, render_table
 from meteor_spark.config import load_config
 from meteor_spark.errors import unknown_option
 
@@ -66,9 +69,55 @@ def run_start(args: argparse.Namespace) -> int:
             # A flag given on the command line wins over the file: only fill what still has its default.
             if getattr(args, key, None) == member_args[key]:
                 setattr(args, key, value)
+    check_can_start(args)
     # `meteor` set up logging before the member could (its basicConfig would then do nothing): apply its level.
     logging.getLogger().setLevel(getattr(args, "log_level", "INFO"))
     return int(run_member(args) or EXIT_OK)
+
+
+def check_can_start(args: argparse.Namespace) -> None:
+    """Refuse, before a member starts (and logs its start and stop), what would stop it at once, each said as what
+    it is: a data directory that cannot be created, a --host that names no interface here, a --port in use."""
+    data_dir = getattr(args, "data_dir", None)
+    if data_dir is not None and not os.path.isdir(data_dir):
+        if os.path.exists(data_dir):
+            raise CommandError(
+                f"--data-dir {data_dir} is a file, not a directory; give a directory (created if missing)"
+            )
+        try:
+            os.makedirs(data_dir)
+        except OSError as exc:
+            raise CommandError(
+                f"--data-dir {data_dir}: cannot create the data directory: {exc.strerror}; give a directory this user "
+                f"can write"
+            ) from None
+    host, port = args.host, args.port
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise CommandError(
+            f"--host {host!r}: not a host name or address this machine can resolve ({exc}); give an interface of "
+            f"this machine, e.g. 127.0.0.1 or 0.0.0.0"
+        ) from None
+    except OverflowError:
+        raise CommandError(f"--port {port}: ports are 0..65535 (0 = any free port)") from None
+    family, kind, proto, _, address = addresses[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the member binds: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(
+                    f"port {port} on {host} is in use (another member?); stop what uses it, choose another --port, "
+                    f"or use --port 0 for a free port"
+                ) from None
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise CommandError(
+                    f"--host {host}: not an address of this machine; give one of its interfaces, e.g. 127.0.0.1 or "
+                    f"0.0.0.0 (every interface)"
+                ) from None
+            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import time
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, out, render_table
+from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, interrupted_code, out, render_table
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import Grid
 from meteor_spark.offsets import first_offset_of
@@ -67,8 +67,8 @@ def run_groups(args: argparse.Namespace) -> int:
                 if args.count is not None and refreshes >= args.count:
                     break
                 time.sleep(interval)
-        except KeyboardInterrupt:
-            pass
+        except KeyboardInterrupt as exc:
+            return interrupted_code(exc)  # the way a watch is meant to end; 130 as for every command
     return EXIT_OK
 
 

@@ -13,11 +13,13 @@ from meteor_spark import __version__
 from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_cmd, streams_cmd, tail_cmd
 from meteor_spark.cli.common import (
     EXIT_FAILURE,
-    EXIT_INTERRUPTED,
     EXIT_OK,
     CommandError,
+    Terminated,
     connection_parent,
     err,
+    interrupted_code,
+    sigterm_interrupts,
 )
 from meteor_spark.errors import MeteorError
 
@@ -27,7 +29,7 @@ DESCRIPTION = """\
 meteor-spark: Kafka-like streams inside a Hazelcast grid, for Python and Spark.
 
 Commands talk to the grid at 127.0.0.1:5701 (cluster 'dev') unless told otherwise by flags, environment
-variables or a TOML file (--config, $METEOR_CONFIG; example: conf/meteor.toml).
+variables or a TOML file (--config, $METEOR_CONFIG; its keys: "Configuration" in the README).
 """
 
 EPILOG = """\
@@ -67,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     User mistakes (unreachable grid, unknown stream, bad values, a bad command line) print on stderr and return 1
     (argparse's own 2 is folded into it: one exit code for every user error); ``--help``/``--version`` return 0;
-    Ctrl-C returns 130. ``--debug`` adds debug logging and tracebacks.
+    Ctrl-C returns 130, SIGTERM 143 (after the same clean-up). ``--debug`` adds debug logging and tracebacks.
     """
     parser = build_parser()
     try:
@@ -77,8 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits on --help/--version (0) and on usage errors (2)
         return EXIT_OK if exc.code in (0, None) else EXIT_FAILURE
     args.extra = extra  # handed to commands that parse their own flags (meteor bench AREA)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what a command shows to resume (meteor publish)
     debug = bool(getattr(args, "debug", False))
-    with _cli_logging(debug):
+    with _cli_logging(debug), sigterm_interrupts():
         try:
             return int(args.run(args))
         except (MeteorError, CommandError) as exc:
@@ -93,9 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 traceback.print_exc()
             err(f"meteor {args.command}: error: {exc.msg}")
             return EXIT_FAILURE
-        except KeyboardInterrupt:
-            err(f"meteor {args.command}: interrupted")
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            err(f"meteor {args.command}: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}")
+            return interrupted_code(exc)
 
 
 @contextmanager

@@ -2,13 +2,20 @@
 
 A line that cannot be turned into a record is reported on stderr with its line number and is not published; every
 other line is. The exit code is 1 when any line failed, so scripts notice.
+
+Interrupted (Ctrl-C, SIGTERM), it stops reading, waits for the records already handed to the publisher, and says how
+many were stored and the exact command that resumes after the last input line stored (``--skip N``), so a rerun
+publishes nothing twice. Records are handed over in chunks whose hand-over a signal never splits (it is deferred
+to the end of the chunk), so every chunk is either wholly queued and tracked or not sent at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,13 +27,18 @@ from meteor_spark.cli.common import (
     EXIT_OK,
     CommandError,
     Progress,
+    Terminated,
     config_of,
+    deferred_interrupts,
     err,
+    interrupted_code,
     out,
 )
 from meteor_spark.errors import StreamNotFoundError
 from meteor_spark.grid import Grid
 from meteor_spark.records import Record
+
+logger = logging.getLogger(__name__)
 
 #: Line errors printed one by one before only counting the rest (a broken file should not flood the terminal).
 MAX_REPORTED_ERRORS = 20
@@ -60,6 +72,13 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     publish.add_argument("--lane", type=int, help="publish every record to this lane (default: by key)")
     publish.add_argument(
         "--create", action="store_true", help="create the stream (defaults from the TOML [stream] table) if missing"
+    )
+    publish.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        metavar="N",
+        help="skip the first N input lines: an interrupted publish prints the --skip that resumes it exactly",
     )
     publish.set_defaults(run=run_publish)
 
@@ -158,23 +177,43 @@ def _lines(handle: IO[bytes]) -> Iterator[tuple[int, bytes, int]]:
 CHUNK_RECORDS = 1000
 
 
+#: Seconds an interrupted publish waits for the records already handed over before reporting.
+INTERRUPT_FLUSH_S = 30.0
+
+
 @dataclass
 class _Outcome:
-    """What happened to the input: lines that failed, and the publisher's futures (one per chunk of records)."""
+    """What happened to the input: lines that failed, and the publisher's futures (one per chunk of records, with
+    the input lines of its first and last record)."""
 
     failed_lines: int = 0
-    chunks: list[tuple[Any, int]] = field(default_factory=list)
+    chunks: list[tuple[Any, int, int, int]] = field(default_factory=list)
     published: int = 0
     publish_failures: int = 0
     first_publish_error: BaseException | None = None
+    stored_through: int = 0
+    """The input line up to which every record is stored (the ``--skip`` that resumes)."""
+    stored_beyond: int = 0
+    """Records stored after the first chunk that failed or is still unsettled (a resume publishes them again)."""
 
-    def settle(self) -> None:
-        """Wait for every chunk's future and count (after ``flush``; ``result()`` is the reliable signal)."""
-        for future, count in self.chunks:
+    def settle(self, skip: int, *, wait: bool = True) -> None:
+        """Count the chunks' outcomes (``wait``: each future's; else only those settled by now) and where the
+        stored prefix of the input ends."""
+        self.stored_through = skip
+        gap = False
+        for future, count, _first, last in self.chunks:
+            if not wait and not future.done():
+                gap = True
+                continue
             exc = future.exception()
             if exc is None:
                 self.published += count
+                if gap:
+                    self.stored_beyond += count
+                else:
+                    self.stored_through = last
             else:
+                gap = True
                 self.publish_failures += count
                 self.first_publish_error = self.first_publish_error or exc
 
@@ -189,10 +228,13 @@ def run_publish(args: argparse.Namespace) -> int:
         timestamp_field=args.timestamp_field,
         lane=-1 if args.lane is None else args.lane,
     )
+    if args.skip < 0:
+        raise CommandError(f"--skip must be >= 0 (input lines to pass over), got {args.skip}")
     config = config_of(args)
     handle, total_bytes = _open_input(args.input)
     outcome = _Outcome()
     skipped = 0
+    interrupted: KeyboardInterrupt | None = None
     try:
         with Grid(config.grid) as grid:
             try:
@@ -211,31 +253,83 @@ def run_publish(args: argparse.Namespace) -> int:
             progress = Progress(f"publishing to {args.stream}", total_bytes)
             with Publisher(grid, info.config.name) as publisher:
                 chunk: list[Record] = []
-                for number, line, consumed in _lines(handle):
+                first = last = 0
+                try:
+                    for number, line, consumed in _lines(handle):
+                        if number <= args.skip:
+                            continue
+                        try:
+                            record = line_format.record(line)
+                        except LineError as exc:
+                            outcome.failed_lines += 1
+                            if outcome.failed_lines <= MAX_REPORTED_ERRORS:
+                                err(f"{_input_name(args.input)}:{number}: {exc}; line not published")
+                            continue
+                        if record is None:
+                            skipped += 1
+                            continue
+                        first = first or number
+                        last = number
+                        chunk.append(record)
+                        if len(chunk) >= CHUNK_RECORDS:
+                            with deferred_interrupts():
+                                outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
+                                chunk, first = [], 0
+                            progress.update(number - args.skip - outcome.failed_lines - skipped, consumed)
+                    if chunk:
+                        with deferred_interrupts():
+                            outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
+                            chunk = []
+                    publisher.flush()
+                except KeyboardInterrupt as exc:
+                    interrupted = exc
                     try:
-                        record = line_format.record(line)
-                    except LineError as exc:
-                        outcome.failed_lines += 1
-                        if outcome.failed_lines <= MAX_REPORTED_ERRORS:
-                            err(f"{_input_name(args.input)}:{number}: {exc}; line not published")
-                        continue
-                    if record is None:
-                        skipped += 1
-                        continue
-                    chunk.append(record)
-                    if len(chunk) >= CHUNK_RECORDS:
-                        outcome.chunks.append((publisher.publish_many(chunk), len(chunk)))
-                        chunk = []
-                        progress.update(number - outcome.failed_lines - skipped, consumed)
-                if chunk:
-                    outcome.chunks.append((publisher.publish_many(chunk), len(chunk)))
-                publisher.flush()
-            outcome.settle()
+                        publisher.flush(INTERRUPT_FLUSH_S)  # what was handed over: stored, or known as not
+                    except Exception as flush_error:  # reported through the chunks' futures below
+                        logger.debug("flush after the interruption: %s", flush_error)
+                    except KeyboardInterrupt:
+                        pass  # interrupted again: report what is settled by now
+            outcome.settle(args.skip, wait=interrupted is None)
             progress.finish()
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+    if interrupted is not None:
+        return _report_interrupted(args, outcome, interrupted)
     return _report(args, outcome, skipped)
+
+
+def _report_interrupted(args: argparse.Namespace, outcome: _Outcome, exc: KeyboardInterrupt) -> int:
+    """What an interrupted publish stored, and the command that resumes right after it."""
+    what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    err(
+        f"meteor publish: {what}: {outcome.published:,} record(s) stored in {args.stream!r}; every input line up "
+        f"to {outcome.stored_through:,} is stored and nothing after it was sent"
+        + (f" except {outcome.stored_beyond:,} record(s) stored after a failed chunk (a resume publishes them "
+           f"again)" if outcome.stored_beyond else "")
+    )
+    if outcome.publish_failures:
+        err(f"meteor publish: first error of the records not stored: {outcome.first_publish_error}")
+    err(f"resume with: {resume_command(args, outcome.stored_through)}")
+    return interrupted_code(exc)
+
+
+def resume_command(args: argparse.Namespace, skip: int) -> str:
+    """The command line the user ran, with ``--skip`` set to ``skip`` (stdin input stays stdin)."""
+    argv = list(getattr(args, "argv", None) or ["publish", args.stream, args.input])
+    kept: list[str] = []
+    dropping = False
+    for word in argv:
+        if dropping:
+            dropping = False
+            continue
+        if word == "--skip":
+            dropping = True
+            continue
+        if word.startswith("--skip="):
+            continue
+        kept.append(word)
+    return shlex.join(["meteor", *kept, "--skip", str(skip)])
 
 
 def _report(args: argparse.Namespace, outcome: _Outcome, skipped: int) -> int:

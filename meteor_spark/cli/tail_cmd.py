@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, CommandError, config_of, err, fmt_time_ms, out
+from meteor_spark.cli.common import (
+    EXIT_OK,
+    CommandError,
+    config_of,
+    deferred_interrupts,
+    err,
+    fmt_time_ms,
+    interrupted_code,
+    out,
+)
 from meteor_spark.grid import Grid
 from meteor_spark.records import Record
 
@@ -43,8 +52,9 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         metavar="WHERE",
         help=(
             "earliest (the oldest record the grid can serve), latest (only new records; the default without --group) "
-            "or an offset (with --lane, or on a one-lane stream). With --group: where lanes without a confirmed offset "
-            "start (default earliest)"
+            "or a record offset as tail prints it after LANE: (with --lane, or on a one-lane stream; not Spark's ring "
+            "sequences: the record offset of sequence S is S * 65536). With --group: where lanes without a confirmed "
+            "offset start (default earliest)"
         ),
     )
     tail.add_argument(
@@ -58,7 +68,11 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         ),
     )
     tail.add_argument("--lane", type=int, help="read only this lane (not with --group)")
-    tail.add_argument("-g", "--group", help="read as a member of this subscriber group (confirms what it prints)")
+    tail.add_argument(
+        "-g",
+        "--group",
+        help="read as a member of this subscriber group (confirms what it prints; Ctrl-C or SIGTERM release its lanes)",
+    )
     tail.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
     tail.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="stop after this many seconds without a new record"
@@ -103,6 +117,8 @@ class TailPlan:
 
 def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
     """Validate the flags against the stream's lane count."""
+    if args.group is not None and not args.group.strip():
+        raise CommandError("--group is empty: give a group name, or leave --group out to read without a group")
     if args.max is not None and args.max < 1:
         raise CommandError(f"--max must be at least 1, got {args.max}")
     if args.timeout is not None and args.timeout <= 0:
@@ -177,18 +193,22 @@ def run_tail(args: argparse.Namespace) -> int:
         CorruptItemPolicy.parse(
             args.on_corrupt, args.dead_letter_stream, mode_name="--on-corrupt", stream_name="--dead-letter-stream"
         )
-        subscriber = Subscriber(
-            grid,
-            info.config.name,
-            group=args.group,
-            initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
-            on_corrupt=args.on_corrupt,
-            dead_letter_stream=args.dead_letter_stream,
-        )
         printed = 0
         last_record_at = time.monotonic()
+        interrupted: KeyboardInterrupt | None = None
+        subscriber: Subscriber | None = None
         try:
+            with deferred_interrupts():  # a signal while joining the group: joined, then released below
+                subscriber = Subscriber(
+                    grid,
+                    info.config.name,
+                    group=args.group,
+                    initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
+                    on_corrupt=args.on_corrupt,
+                    dead_letter_stream=args.dead_letter_stream,
+                )
             if tail_plan.offset is not None:
+                check_record_offset(grid, info, tail_plan.lane, tail_plan.offset)  # type: ignore[arg-type]
                 subscriber.seek(tail_plan.offset, lane=tail_plan.lane)
             if tail_plan.since_ms is not None:
                 subscriber.seek_to_timestamp(tail_plan.since_ms, lane=tail_plan.lane)
@@ -211,13 +231,40 @@ def run_tail(args: argparse.Namespace) -> int:
                     # Confirm exactly what was printed: with --max, the rest of this batch stays for the group.
                     for record in last_printed.values():
                         subscriber.confirm(record)
-        except KeyboardInterrupt:
-            pass  # Ctrl-C is how a tail is meant to end
+        except KeyboardInterrupt as exc:
+            interrupted = exc  # Ctrl-C (or SIGTERM) is how a tail is meant to end
         finally:
-            subscriber.close()
+            if subscriber is not None:
+                subscriber.close()  # a group member releases its lanes: the group moves on without waiting for expiry
+    if interrupted is not None:
+        return interrupted_code(interrupted)
     if printed == 0 and args.timeout is not None:
         err(f"meteor tail: no record arrived on {args.stream!r} within {args.timeout:g} s")
     return EXIT_OK
+
+
+def check_record_offset(grid: Grid, info: Any, lane: int, offset: int) -> None:
+    """``--from OFFSET`` names a record: refuse an index past the records of its ring item, which the reader would
+    otherwise silently turn into the next item's first record (``--from 5`` read as offset 65536)."""
+    from meteor_spark.offsets import first_offset_of, index_of, sequence_of
+    from meteor_spark.wire import item_count
+
+    sequence, index = sequence_of(offset), index_of(offset)
+    if index == 0:
+        return  # an item's first record, or the lane's end: the subscriber checks the range
+    ring = grid.ring(info.ring_names[lane])
+    batch = ring.read_many(sequence, 0, 1)
+    if not batch.items or batch.sequences[0] != sequence:
+        return  # not in the ring (overwritten or past the end): the subscriber names the valid range
+    count = item_count(batch.items[0], stream=info.name, lane=lane, sequence=sequence)
+    if index >= count:
+        raise CommandError(
+            f"--from {offset}: lane {lane} has no record at offset {offset}; its ring item {sequence} holds records "
+            f"{first_offset_of(sequence)}..{first_offset_of(sequence) + count - 1} and the next starts at "
+            f"{first_offset_of(sequence + 1)}. Record offsets are those tail prints after LANE: (ring sequence * "
+            f"65536 + the record's index in its item); to start at ring sequence {offset} as Spark counts, use "
+            f"--from {first_offset_of(offset)}"
+        )
 
 
 def pretty_line(record: Record) -> str:

@@ -125,5 +125,12 @@ def register(spark: SparkSession) -> None:
     Not needed after ``pip install meteor-spark``: Spark finds the ``pyspark_meteor`` package by itself. Use it
     when the package is not installed in the Python that Spark's workers run (then also make ``meteor_spark``
     importable there, e.g. ``PYTHONPATH``).
+
+    Checks first that the workers' interpreter can import ``meteor_spark`` (``workers.ensure_workers_python``): on
+    a local master, one that cannot is replaced by this interpreter; elsewhere it is a ``ConfigError`` naming
+    ``PYSPARK_PYTHON`` and the fix, at once rather than as a worker's ``ModuleNotFoundError`` at the first read.
     """
+    from meteor_spark.spark.workers import ensure_workers_python
+
+    ensure_workers_python(spark)
     spark.dataSource.register(MeteorDataSource)

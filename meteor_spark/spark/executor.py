@@ -118,10 +118,15 @@ class ReadsLaneRanges:
     """``read()`` shared by the streaming and batch readers: runs on executors, depends only on the partition."""
 
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
+        """The rows of one task. A plan with no task (a batch read whose range is empty in every lane) reaches
+        here as Spark's one placeholder partition, ``InputPartition(None)``: it holds no rows."""
         if isinstance(partition, LaneRange):
             return read_lane_ranges((partition,))
-        assert isinstance(partition, LaneRanges)
-        return read_lane_ranges(partition.ranges)
+        if isinstance(partition, LaneRanges):
+            return read_lane_ranges(partition.ranges)
+        if getattr(partition, "value", None) is None:
+            return iter(())
+        raise TypeError(f"not a meteor read task: {partition!r}")
 
 
 def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatch]:

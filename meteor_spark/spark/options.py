@@ -66,6 +66,8 @@ def _grid_type(name: str) -> str:
         return "bool"
     if name.endswith("Timeout"):
         return "seconds"
+    if name.endswith("Bytes"):
+        return "int (bytes)"
     return "string"
 
 
@@ -180,7 +182,7 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long. Needs "
               "group."),
     OptionDoc("groupMemberId", "readStream", "string", "(generated)",
-              "Member id this query uses in the group (shown by `meteor group`); unique per running query. Needs "
+              "Member id this query uses in the group (shown by `meteor groups`); unique per running query. Needs "
               "group."),
     OptionDoc("sinkId", "writeStream", "string", "(the checkpoint location)",
               "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "

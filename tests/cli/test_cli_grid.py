@@ -137,8 +137,8 @@ def test_grid_start_on_a_data_dir_that_is_a_file_says_so(tmp_path: Path) -> None
     not_a_dir.write_text("I am a file")
     done = _grid_start("--port", "0", "--data-dir", str(not_a_dir))
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [f"error: --data-dir {not_a_dir} is a file, not a directory; give a "
-                                                "directory (created if missing)"]
+    assert done.stderr.strip().splitlines() == [f"meteor grid: error: --data-dir {not_a_dir} is a file, not a "
+                                                "directory; give a directory (created if missing)"]
 
 
 @pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
