@@ -17,13 +17,23 @@ header alone (``wire.ItemProducer``):
    deduplicated. The memory is per gate and lane: the Subscriber's lives as long as the subscriber, a Spark
    task's covers the ring items the task reads. When a lane's reader moves back (a seek, a lane assigned again at
    the group's confirmed offset: a ring sequence not above the last one checked), the lane's memory is dropped,
-   so records a reader is *meant* to read again are not taken for copies.
+   so records a reader is *meant* to read again are not taken for copies. A lane remembers at most
+   ``PRODUCERS_PER_LANE`` producers, the ones that passed an item most recently: a producer id names one
+   publisher (one Spark task attempt), and a re-sent copy follows its original within the publisher's delivery
+   timeout, so a producer that many others have written after is one the reader can no longer meet again.
+
+A transactional item whose producer or transaction is missing from the grid's maps is dropped as aborted when the
+maps were swept (``transactions.sweep`` removes a committed transaction only once none of its items can be read,
+so only aborted ones can be missing); otherwise it is an error (the grid lost the maps). A ``read_committed``
+gate also clears stale open-transaction entries now and then (``transactions.clear_stale_if_due``): they are
+cleared by every kind of reader, not only by Spark planning.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
@@ -48,6 +58,9 @@ WAIT = "wait"
 
 #: How often an open transaction is looked up again while a lane waits at it.
 RECHECK_S = 0.05
+
+#: Producers a gate remembers per lane for spotting re-sent copies (the most recent ones).
+PRODUCERS_PER_LANE = 1024
 
 
 class ProducerFields(Protocol):
@@ -115,7 +128,8 @@ class ItemGate:
         self._decided = self._known.decided  # transaction key -> final state
         self._open: dict[str, tuple[float, TxnState]] = {}  # transaction key -> (when looked up, state)
         # Lanes are keys: a lane number (one stream), or (stream, lane) for a reader of several streams.
-        self._last_seq: dict[Hashable, dict[int, int]] = {}  # lane -> producer id -> highest producer_seq passed on
+        # lane -> producer id -> highest producer_seq passed on (most recent last)
+        self._last_seq: dict[Hashable, OrderedDict[int, int]] = {}
         self._last_checked: dict[Hashable, int] = {}  # lane -> ring sequence of the last item decided
         self._held: dict[Hashable, float] = {}  # lane -> clock time until which it waits at an open transaction
         self.aborted_items = 0
@@ -134,6 +148,8 @@ class ItemGate:
                 the transaction maps, e.g. a restart without persistence); read it ``read_uncommitted``.
         """
         state: TxnState | None = None
+        if self.read_committed and self._abort_expired:
+            transactions.clear_stale_if_due(self._grid)
         if self.read_committed and producer.transactional:
             state = self.transaction(producer.producer_id)
             if not state.decided:
@@ -148,7 +164,9 @@ class ItemGate:
             return ABORTED
         if producer.producer_id == 0:
             return DELIVER
-        seen = self._last_seq.setdefault(lane, {})
+        seen = self._last_seq.get(lane)
+        if seen is None:
+            seen = self._last_seq[lane] = OrderedDict()
         last = seen.get(producer.producer_id)
         if last is not None and producer.producer_seq <= last:
             self.duplicate_items += 1
@@ -161,6 +179,9 @@ class ItemGate:
             )
             return DUPLICATE
         seen[producer.producer_id] = producer.producer_seq
+        seen.move_to_end(producer.producer_id)
+        if len(seen) > PRODUCERS_PER_LANE:
+            seen.popitem(last=False)
         return DELIVER
 
     # ------------------------------------------------------------------------------------------------ waiting
@@ -193,6 +214,8 @@ class ItemGate:
         if key is None:
             key = transactions.transaction_of_producer(self._grid, producer_id)
             if key is None:
+                if transactions.swept(self._grid):
+                    return self._removed(producer_id, f"producer {producer_id}")
                 raise MeteorError(
                     f"a transactional ring item of producer {producer_id} has no transaction: the producer is not "
                     f"registered in map {transactions.PRODUCERS_MAP!r} (was the grid restarted without "
@@ -209,6 +232,8 @@ class ItemGate:
             return seen[1]
         state = transactions.state_of(self._grid, key)
         if state is None:
+            if transactions.swept(self._grid):
+                return self._removed(producer_id, f"transaction {key!r}")
             raise MeteorError(
                 f"transaction {key!r} of producer {producer_id} is missing from map {transactions.TXNS_MAP!r} (was "
                 f"the grid restarted without persistence?); read with isolation=read_uncommitted"
@@ -221,6 +246,20 @@ class ItemGate:
         else:
             self._open[key] = (now, state)
         return state
+
+    def _removed(self, producer_id: int, what: str) -> TxnState:
+        """The stand-in decision for an item whose transaction the maps no longer hold: aborted (see the module
+        docs), cached like any decision."""
+        key = f"(removed: producer {producer_id})"
+        state = TxnState(key, transactions.ABORTED, 0, reason=f"{what} was removed from the transaction maps")
+        self._txn_of[producer_id] = key
+        self._decided[key] = state
+        return state
+
+    @property
+    def aborts_expired(self) -> bool:
+        """False for tools that only look: they never abort a transaction or sweep the maps."""
+        return self._abort_expired
 
     def counters(self) -> dict[str, int]:
         return {"aborted_items": self.aborted_items, "aborted_records": self.aborted_records,
@@ -237,7 +276,9 @@ def stable_end(gate: ItemGate, grid: Grid, info: StreamInfo, lane: int, start: i
     Items below ``start`` that the grid no longer serves, and undecodable items, are passed over (the reader
     reports them itself).
     """
-    if not gate.read_committed or start >= end or not transactions.open_in(grid, info.name):
+    if not gate.read_committed or start >= end or not transactions.open_in(
+        grid, info.name, abort_expired=gate.aborts_expired
+    ):
         return end
     for items, sequences in read_range(grid, info, lane, start, end, max_items_per_call=items_per_read,
                                        skip_data_loss=True):

@@ -27,6 +27,14 @@ look, the sender keeps per lane the first sequence its next call can occupy: one
 before the lane's first call one past the lane's tail, read for every lane (in parallel) when the publisher starts.
 Without ``idempotent`` such a call fails exactly the records it carried. A failure that stored nothing for sure (a
 refused write, a bad argument) fails them either way.
+
+Every item carries the lane's largest timestamp so far (``lane_max_ts``, the time index of ``meteor_spark.wire``).
+The sender continues it from the lane's last item: when the publisher starts, every lane's tail is read and then
+its last item (in parallel, two round trips in all), and a lane's first call waits for that answer before it is
+encoded; from there on the sender raises it with every item it encodes (in lane order: one call is encoded at a
+time per lane). A publisher restart therefore continues the lane's value, never restarts it. Publishers writing one
+lane at the same moment each continue the value they read when they started, so an item's ``lane_max_ts`` covers
+its own publisher's records and the lane as it was when that publisher started (see ``meteor_spark.timestamps``).
 """
 
 from __future__ import annotations
@@ -37,15 +45,23 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from meteor_spark.accumulator import Accumulator, Call, LaneQueue, Piece
 from meteor_spark.errors import GridError, MeteorError
-from meteor_spark.grid import result
+from meteor_spark.grid import Ring, result, translate_errors
 from meteor_spark.idempotence import PendingCall, Retrier, outcome_unknown
 from meteor_spark.offsets import INDEX_BITS
 from meteor_spark.publish_futures import RecordFuture
-from meteor_spark.wire import ItemFraming, PreparedColumns, encode_items
+from meteor_spark.wire import (
+    NO_TIMESTAMP,
+    ItemFraming,
+    PreparedColumns,
+    encode_items,
+    item_lane_max_timestamp,
+    lane_max_after,
+)
 
 logger = logging.getLogger("meteor_spark.publisher")
 
@@ -72,12 +88,15 @@ class Sender:
         # Per lane, the first ring sequence the next call can occupy (None: not known before the lane's first call).
         self._next_start: list[int | None] = [None] * len(self.rings)
         self.retrier = None
-        self._tails: list[Any] = []
         if self.idempotent:
             self.retrier = Retrier(self.stream, self.rings, producer_id, self._attempt, self._settle_pending)
-            # Every lane's tail, read at once and in parallel: the lower bound of the lane's first call, ready (or
-            # nearly) when it is sent, so a short-lived publisher pays about one round trip, not one per lane.
-            self._tails = [ring.tail_async() for ring in self.rings]
+        # Every lane's tail, read at once and in parallel: the lower bound of the lane's first call (idempotence)
+        # and where the lane's last item is, whose lane_max_ts the lane's first item continues. Ready (or nearly)
+        # when the first call is encoded, so a short-lived publisher pays about two round trips, not two per lane.
+        self._tails: list[Any] = [ring.tail_async() for ring in self.rings]
+        self._last_items: list[Future[Any]] = [self._read_last(lane) for lane in range(len(self.rings))]
+        # Per lane, the lane's largest timestamp so far (None: not known before the lane's first call).
+        self._lane_max: list[int | None] = [None] * len(self.rings)
         self._sender = threading.Thread(target=self._send_loop, name=f"meteor-publisher-{self.stream}", daemon=True)
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"meteor-publisher-callbacks-{self.stream}", daemon=True
@@ -152,11 +171,65 @@ class Sender:
             by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
             if piece.stop == piece.segment.n:
                 piece.segment.release()
+        lane = state.lane
+        lane_max = self._lane_max[lane]
+        if lane_max is None:
+            lane_max = self._lane_max_at_start(lane)
         framing = ItemFraming(
-            self.producer_id, first_seq, settings.compression, settings.compression_threshold, self.transactional
+            self.producer_id, first_seq, settings.compression, settings.compression_threshold, self.transactional,
+            lane_max,
         )
         items = encode_items(by_item, framing)
+        self._lane_max[lane] = item_lane_max_timestamp(items[-1], stream=self.stream, lane=lane, sequence=-1)
         return PendingCall(state, pieces, n_items, n_records, items, first_seq, 0.0)
+
+    def _read_last(self, lane: int) -> Future[Any]:
+        """The lane's last item once the tail read answers (None for an empty lane), read without blocking."""
+        found: Future[Any] = Future()
+
+        def read(tail_future: Any) -> None:
+            try:
+                tail = tail_future.result()
+                if tail < 0:
+                    found.set_result(None)
+                    return
+                self.rings[lane].read_many_async(tail, 0, 1).add_done_callback(got)
+            except BaseException as exc:
+                found.set_exception(exc)
+
+        def got(read_future: Any) -> None:
+            try:
+                batch = Ring.to_batch(read_future.result())
+                found.set_result((batch.sequences[0], batch.items[0]) if batch.items else None)
+            except BaseException as exc:
+                found.set_exception(exc)
+
+        self._tails[lane].add_done_callback(read)
+        return found
+
+    def _lane_max_at_start(self, lane: int) -> int:
+        """The lane's largest timestamp when this publisher started (its last item's, see ``wire.lane_max_after``).
+        Waits for the read started with the publisher; when that read failed, reads again (an error here fails the
+        call like a failed send). An undecodable last item adds nothing (logged): the lane continues from the
+        publisher's own records."""
+        last: tuple[int, Any] | None
+        try:
+            with translate_errors(f"last item of stream {self.stream!r} lane {lane}"):
+                last = self._last_items[lane].result()
+        except GridError:
+            ring = self.rings[lane]
+            tail = ring.tail()
+            batch = ring.read_many(tail, 0, 1) if tail >= 0 else None
+            last = (batch.sequences[0], batch.items[0]) if batch is not None and batch.items else None
+        if last is None:
+            return NO_TIMESTAMP
+        sequence, item = last
+        try:
+            return lane_max_after(item, stream=self.stream, lane=lane, sequence=sequence)
+        except MeteorError as exc:
+            logger.warning("stream %r lane %d: %s; the lane's largest timestamp starts from this publisher's "
+                           "records", self.stream, lane, exc)
+            return NO_TIMESTAMP
 
     def _dispatch(self, call: PendingCall, *, may_block: bool) -> None:
         """Send an encoded call. ``may_block`` False on the grid client's thread (a call encoded ahead, sent when

@@ -25,6 +25,12 @@ compares bytes)::
 
 Every function here is pure (no grid, no clock); ``shared_groups`` reads an entry, applies one step and writes the
 result back with one compare-and-set on the exact text it read.
+
+The group's settings live in the same map, key ``["<stream>","<group>","@settings"]`` (``GroupSettings``): the
+record lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter
+stream. They belong to the group, not to a member (Kafka share groups: ``share.record.lock.duration.ms`` and
+``share.delivery.count.limit`` are group configs): every member judges timeouts with the same lock duration, so
+records a dead member held come back after the group's lock time whoever is left.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any
 
 from meteor_spark.leases import canonical, decode_entry
 
-__all__ = ["ACQUIRED", "AVAILABLE", "DONE", "SHARE_MAP", "LaneShare", "Span"]
+__all__ = ["ACQUIRED", "AVAILABLE", "DONE", "SHARE_MAP", "GroupSettings", "LaneShare", "Span", "settings_key"]
 
 #: The grid map holding every shared group's lane entries (keys as ``group_store.lane_key``, so the tools that
 #: forget a stream's groups find them too).
@@ -47,6 +53,46 @@ SHARE_FORMAT = 1
 ACQUIRED = "a"
 AVAILABLE = "r"
 DONE = "d"
+
+#: The third element of a group's settings key (a lane key has the lane number there).
+SETTINGS = "@settings"
+
+
+def settings_key(stream: str, group: str) -> str:
+    """Key of a shared group's settings (shaped like a lane key, so tools that forget a stream's groups find it)."""
+    return canonical([stream, group, SETTINGS])
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """A shared group's settings, stored by its first member (see the module docs).
+
+    Attributes:
+        acquisition_timeout_ms: the record lock duration.
+        max_deliveries: deliveries after which an unacknowledged record is dead-lettered (None: never).
+        dead_letter_stream: where such records, rejected records and undecodable items go (None: none).
+    """
+
+    acquisition_timeout_ms: int
+    max_deliveries: int | None = None
+    dead_letter_stream: str | None = None
+
+    def encode(self) -> str:
+        return canonical({"v": SHARE_FORMAT, "acquisition_timeout_ms": self.acquisition_timeout_ms,
+                          "max_deliveries": self.max_deliveries, "dead_letter_stream": self.dead_letter_stream})
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> GroupSettings:
+        """Parse stored settings (``FormatError`` naming ``where`` when malformed)."""
+        return decode_entry(text, f"shared group settings {where}", "shared group settings", "shared group",
+                            SHARE_FORMAT, cls._build)
+
+    @classmethod
+    def _build(cls, raw: dict[str, Any]) -> GroupSettings:
+        deliveries = raw["max_deliveries"]
+        stream = raw["dead_letter_stream"]
+        return cls(int(raw["acquisition_timeout_ms"]), None if deliveries is None else int(deliveries),
+                   None if stream is None else str(stream))
 
 
 @dataclass(frozen=True)
@@ -182,6 +228,25 @@ class LaneShare:
             painted = _paint(
                 spans, first, end, lambda s: s.state == ACQUIRED and s.token == token,
                 Span(first, end, state), keep_deliveries=True,
+            )
+            if painted is None:
+                refused.append((first, end))
+            else:
+                spans = painted
+        return LaneShare(self.start, self.next, tuple(spans)).normalized(), refused
+
+    def renew(
+        self, ranges: Sequence[tuple[int, int]], token: str, new_token: str
+    ) -> tuple[LaneShare, list[tuple[int, int]]]:
+        """Move the records ``ranges`` held by ``token`` to the acquisition ``new_token`` (delivery counts kept): a
+        new token is a fresh acquisition to every member judging timeouts, so the lock starts again (Kafka's
+        RENEW, KIP-1222). Returns the new state and the ranges refused (no longer held by ``token``)."""
+        spans: list[Span] = list(self.spans)
+        refused: list[tuple[int, int]] = []
+        for first, end in ranges:
+            painted = _paint(
+                spans, first, end, lambda s: s.state == ACQUIRED and s.token == token,
+                Span(first, end, ACQUIRED, 0, new_token), keep_deliveries=True,
             )
             if painted is None:
                 refused.append((first, end))

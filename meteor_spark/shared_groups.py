@@ -7,7 +7,16 @@ settles each record:
 
 - ``ack(records)``: done (KIP-932 ACCEPT); never delivered again;
 - ``nack(records)``: released (RELEASE): available again at once, to any member, delivery count kept;
-- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again.
+- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again;
+- ``renew(records)``: the lock of records still being processed starts again (RENEW, KIP-1222), so a slow record
+  stays with its holder.
+
+The lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter stream
+are the group's settings (KIP-932's ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` are group
+configs): the group's first member stores them with the group (``share_state.GroupSettings``), later members use
+them, and a member that asks for other values is refused with a ``ConfigError`` naming both. Every member thus
+judges timeouts with the same lock duration: records a dead member held come back after the group's lock time,
+whichever members are left.
 
 An acquisition that is neither acknowledged nor released in time (a crashed, stuck or slow member) times out and
 its records become available again: any member may acquire them. Each delivery counts: a record handed out
@@ -44,11 +53,17 @@ behind the first offset never acquired (KIP-932 bounds its in-flight records the
 never acknowledged holds the window until it is dead-lettered (``max_deliveries``) or, without a dead-letter
 stream, until it is acknowledged.
 
+Undecodable items and refused records (deserializers) follow the member's ``on_corrupt`` as for an exclusive
+subscriber: ``error`` (default) raises ``FormatError`` / ``DeserializationError`` (the records before it are handed
+out first; a refused record is released, so ``max_deliveries`` ends one that always fails); ``skip`` and
+``dead_letter`` (to the group's dead-letter stream) acquire the item or record like any other, pass it over and
+mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
+
 Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
-confirm: records are settled one by one), deserializers, ``on_corrupt``, ``skip_data_loss``, ``auto_confirm``,
-metrics. A ring item that cannot be decoded raises ``FormatError``, a lost range (the ring overwrote records
-before they were settled) ``DataLossError``, and a group position past the lane's end (the stream was re-created
-under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every member. Deleting a stream
+confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``, metrics. A lost range (the ring
+overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
+(the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
+member. Deleting a stream
 (``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
 """
 
@@ -63,11 +78,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.corrupt import dead_letter_for_delivery
+from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
     FencedError,
+    FormatError,
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
@@ -86,8 +102,9 @@ from meteor_spark.offsets import (
 )
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
-from meteor_spark.refusals import dead_letter_publisher
-from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
+from meteor_spark.refusals import Refusals, dead_letter_publisher
+from meteor_spark.serializers import Deserializer, deserializer
+from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.validate import check_int
 from meteor_spark.wire import ItemView, decode_item
@@ -101,6 +118,12 @@ __all__ = [
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1
 
+#: The record lock duration of a group whose first member gave none (KIP-932's default, 30 s).
+DEFAULT_ACQUISITION_TIMEOUT_MS = 30_000
+
+#: The delivery limit of a group with a dead-letter stream whose first member gave none (KIP-932's default).
+DEFAULT_MAX_DELIVERIES = 5
+
 #: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
 MAX_WINDOW_ITEMS = 1000
 
@@ -110,9 +133,6 @@ _CACHE_ITEMS = 2048
 #: Subscriber arguments that have no meaning for a shared group, and why.
 _UNSUPPORTED = {
     "skip_data_loss": "a lost range stops the lane for every member",
-    "on_corrupt": "an undecodable item stops the lane (dead_letter_stream takes records past max_deliveries)",
-    "value_deserializer": "records are handed out as stored",
-    "key_deserializer": "records are handed out as stored",
     "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
     "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
     "metrics": "not exported for shared groups yet",
@@ -125,6 +145,35 @@ class SharedRecord(Record):
     """A record handed out by a shared group: a ``Record`` plus how often it was delivered (1 the first time)."""
 
     delivery_count: int = 1
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
+
+    raw: bytes
+    error: FormatError
+
+
+def _corrupt_mode(on_corrupt: str | None) -> str:
+    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
+    if on_corrupt is None:
+        return "error"
+    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
+        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
+    return on_corrupt.strip().lower()
+
+
+def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
+    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
+    if mode != "dead_letter":
+        return CorruptItemPolicy(mode)
+    if dead_letter_stream is None:
+        raise ConfigError(
+            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
+            "group created with one)"
+        )
+    return CorruptItemPolicy(mode, dead_letter_stream)
 
 
 @dataclass(frozen=True)
@@ -152,12 +201,22 @@ class SharedSubscriber:
             ``dead_letter_stream``; without one, None: never given up on).
         dead_letter_stream: where records past ``max_deliveries`` and rejected records go (opened by name,
             created with the default configuration when missing).
+        acquisition_timeout_ms, max_deliveries, dead_letter_stream: group settings (see the module docs): None
+            takes the group's (or, for its first member, the defaults).
+        on_corrupt: what this member does with an undecodable ring item or a record its deserializers refuse
+            (``meteor_spark.corrupt``): ``"error"`` (default: ``FormatError`` / ``DeserializationError``; the lane
+            stops at it), ``"skip"`` (passed over, counted, marked done for the group) or ``"dead_letter"`` (to the
+            group's ``dead_letter_stream`` first).
+        value_deserializer, key_deserializer: as ``Subscriber``'s (``"json"``, ``"str"``, ``"bytes"`` or a
+            callable).
 
     Attributes:
         delivered_records: records handed out (a redelivery counts again).
         acked_records, released_records, rejected_records: records settled by this member.
         dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
         refused_records: records this member tried to settle after losing them (``FencedError``).
+        renewed_records: records whose lock this member renewed.
+        refusals: undecodable items and refused records passed over (``corrupt_items``, ``undecodable_records``).
     """
 
     def __init__(
@@ -170,9 +229,12 @@ class SharedSubscriber:
         max_poll_records: int = 10_000,
         max_items_per_read: int = 100,
         member_id: str | None = None,
-        acquisition_timeout_ms: int = 30_000,
+        acquisition_timeout_ms: int | None = None,
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
+        on_corrupt: str | None = None,
+        value_deserializer: str | Deserializer | None = None,
+        key_deserializer: str | Deserializer | None = None,
         **others: Any,
     ) -> None:
         given = sorted(name for name, value in others.items() if value is not None and value is not False)
@@ -190,35 +252,31 @@ class SharedSubscriber:
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
+        corrupt_mode = _corrupt_mode(on_corrupt)
+        if acquisition_timeout_ms is not None:
+            check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
         if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
             raise ConfigError(f"dead_letter_stream must be a non-empty stream name, got {dead_letter_stream!r}")
-        if max_deliveries is None:
-            max_deliveries = 5 if dead_letter_stream else None
-        elif dead_letter_stream is None:
-            raise ConfigError(
-                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
-                f"often go to (without one, records are delivered until they are acknowledged)"
-            )
         if max_deliveries is not None:
             check_int("max_deliveries", max_deliveries, 1, 1 << 15)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
-        if dead_letter_stream == self.stream:
-            raise ConfigError(
-                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
-                f"again; name another stream"
-            )
         self.group = group
         self.member_id = member_id or default_member_id()
         self.max_poll_records = max_poll_records
-        self.acquisition_timeout_ms = acquisition_timeout_ms
-        self.max_deliveries = max_deliveries
-        self.dead_letter_stream = dead_letter_stream
+        self._map: GridMap = grid.map(SHARE_MAP)
+        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream)
+        self.settings = settings
+        self.acquisition_timeout_ms = settings.acquisition_timeout_ms
+        self.max_deliveries = settings.max_deliveries
+        self.dead_letter_stream = settings.dead_letter_stream
+        dead_letter_stream = settings.dead_letter_stream
+        self.corrupt_policy = _corrupt_policy(corrupt_mode, dead_letter_stream)
+        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         # Hazelcast refuses a read of more items than the ring holds.
         self._items_per_read = min(max_items_per_read, self.info.config.capacity)
-        self._map: GridMap = grid.map(SHARE_MAP)
         self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
         self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
         self._incarnation = uuid.uuid4().hex[:4]
@@ -231,7 +289,9 @@ class SharedSubscriber:
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
-        self._items: dict[int, OrderedDict[int, ItemView]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
+        self._items: dict[int, OrderedDict[int, ItemView | _Undecodable]] = {
+            lane: OrderedDict() for lane in range(self.info.lanes)
+        }
         self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
         # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
         # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
@@ -244,7 +304,52 @@ class SharedSubscriber:
         self.rejected_records = 0
         self.dead_lettered_records = 0
         self.refused_records = 0
+        self.renewed_records = 0
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
+        self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
+
+    def _group_settings(
+        self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
+    ) -> GroupSettings:
+        """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
+        this member gives that differs from the stored one is refused: a lock duration per member would let
+        records of a dead member come back after whichever survivor's timeout."""
+        if max_deliveries is not None and dead_letter_stream is None:
+            raise ConfigError(
+                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
+                f"often go to (without one, records are delivered until they are acknowledged)"
+            )
+        if dead_letter_stream == self.stream:
+            raise ConfigError(
+                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
+                f"again; name another stream"
+            )
+        key = settings_key(self.stream, self.group)
+        where = f"{key} in map {SHARE_MAP!r}"
+        wanted = GroupSettings(
+            DEFAULT_ACQUISITION_TIMEOUT_MS if acquisition_timeout_ms is None else acquisition_timeout_ms,
+            max_deliveries if max_deliveries is not None else (DEFAULT_MAX_DELIVERIES if dead_letter_stream else None),
+            dead_letter_stream,
+        )
+        text = self._map.get(key)
+        if text is None:
+            text = self._map.put_if_absent(key, wanted.encode())
+            if text is None:
+                logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
+                return wanted
+        stored = GroupSettings.decode(text, where)
+        given = {"acquisition_timeout_ms": acquisition_timeout_ms, "max_deliveries": max_deliveries,
+                 "dead_letter_stream": dead_letter_stream}
+        clashes = [f"{name}={value!r} (the group has {getattr(stored, name)!r})"
+                   for name, value in given.items() if value is not None and value != getattr(stored, name)]
+        if clashes:
+            raise ConfigError(
+                f"shared group {self.group!r} of stream {self.stream!r} has other settings than this member asks "
+                f"for: {'; '.join(clashes)}. They are group settings, stored by the group's first member: leave "
+                f"them out to use the group's, or forget the group's state (meteor_spark.admin.forget_groups(grid, "
+                f"{self.stream!r}, {self.group!r})) to start it again with new ones"
+            )
+        return stored
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -310,7 +415,7 @@ class SharedSubscriber:
             share = share.expire(expired)
             self._acquisitions += 1
             token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            picks, archive, fresh_end, slices = self._pick(lane, share, budget)
+            picks, archive, fresh_end, slices, corrupt = self._pick(lane, share, budget)
             if not picks and not archive and fresh_end is None:
                 if own and self._own_write.get(lane):
                     own = False  # what this member wrote may be stale: look at the entry before giving up
@@ -328,7 +433,12 @@ class SharedSubscriber:
                 logger.info("stream %r lane %d group %r: acquisitions %s timed out; their records are available "
                             "again", self.stream, lane, self.group, sorted(expired))
             self._observers[lane].see(token, token)
-            return self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            if corrupt:
+                self._pass_over(lane, token, corrupt)
+            parts, out = self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            if out and (self._value_deserializer is not None or self._key_deserializer is not None):
+                return self._deserialize(lane, parts, out)
+            return parts, out
         raise GroupError(
             f"acquiring records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row "
             f"to other members; poll again"
@@ -386,20 +496,26 @@ class SharedSubscriber:
 
     def _pick(
         self, lane: int, share: LaneShare, budget: int
-    ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]], int | None, list[tuple[BatchPart, int]]]:
+    ) -> tuple[
+        list[tuple[int, int, int]], list[tuple[int, int, int]], int | None, list[tuple[BatchPart, int]],
+        list[tuple[int, _Undecodable]],
+    ]:
         """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
-        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), and the record slices
-        ``(part, deliveries)`` of both (archived ones included)."""
+        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
+        ``(part, deliveries)`` of both (archived ones included), and the undecodable items inside those ranges
+        (``on_corrupt`` skip or dead_letter: acquired with the rest, then passed over)."""
         picks: list[tuple[int, int, int]] = []
         archive: list[tuple[int, int, int]] = []
         slices: list[tuple[BatchPart, int]] = []
+        corrupt: list[tuple[int, _Undecodable]] = []
         for span in share.available():
             if budget <= 0:
                 break
             give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
             deliveries = span.deliveries if give_up else span.deliveries + 1
-            got, end = self._records_in(lane, span.first, span.end, None if give_up else budget)
-            if not got:
+            got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
+            corrupt.extend(bad)
+            if not got and not bad:
                 continue
             (archive if give_up else picks).append((span.first, end, deliveries))
             slices.extend((part, deliveries) for part in got)
@@ -408,24 +524,40 @@ class SharedSubscriber:
         fresh_end = None
         if budget > 0 and sequence_of(share.next) - sequence_of(share.start) < MAX_WINDOW_ITEMS:
             limit = first_offset_of(sequence_of(share.start) + MAX_WINDOW_ITEMS)
-            got, end = self._records_in(lane, share.next, limit, budget, fresh=True)
-            if got:
+            got, end, bad = self._records_in(lane, share.next, limit, budget, fresh=True)
+            corrupt.extend(bad)
+            if got or bad:
                 fresh_end = end
                 slices.extend((part, 1) for part in got)
-        return picks, archive, fresh_end, slices
+        return picks, archive, fresh_end, slices, corrupt
 
     def _records_in(
         self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
-    ) -> tuple[list[BatchPart], int]:
-        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, and the offset where
-        what they cover ends (the next record's offset). Fresh reads stop at the lane's end instead of waiting."""
+    ) -> tuple[list[BatchPart], int, list[tuple[int, _Undecodable]]]:
+        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
+        they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
+        lane's end instead of waiting.
+
+        An undecodable item with ``on_corrupt="error"`` ends the range before it (the records before it are handed
+        out); met first, it raises its ``FormatError`` (the lane stops there for this member).
+        """
         parts: list[BatchPart] = []
+        bad: list[tuple[int, _Undecodable]] = []
         seq = sequence_of(first)
         covered = first
         while covered < end and (budget is None or budget > 0):
             view = self._item(lane, seq, fresh)
             if view is None:
                 break  # fresh records: the lane ends here for now
+            if isinstance(view, _Undecodable):
+                if self.corrupt_policy.is_error:
+                    if parts or bad:
+                        break
+                    raise view.error
+                bad.append((seq, view))
+                covered = first_offset_of(seq + 1)
+                seq += 1
+                continue
             lo = index_of(covered) if seq == sequence_of(covered) else 0
             hi = view.count if sequence_of(end) > seq else min(view.count, index_of(end))
             if budget is not None:
@@ -438,10 +570,11 @@ class SharedSubscriber:
             seq += 1
             if hi < view.count:
                 break
-        return parts, covered
+        return parts, covered, bad
 
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | None:
-        """The decoded ring item ``seq`` of ``lane`` (cached); None past the lane's end."""
+    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | _Undecodable | None:
+        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``_Undecodable``); None past
+        the lane's end."""
         cache = self._items[lane]
         with self._lock:
             view = cache.get(seq)
@@ -461,13 +594,55 @@ class SharedSubscriber:
                                 oldest_available=first_offset_of(batch.sequences[0]))
         if batch.sequences[0] < seq:  # clamped, and items were written below seq since
             raise self._past_end(lane, seq, ring.tail() + 1)
-        views = [decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
-                 for item, sequence in zip(batch.items, batch.sequences, strict=True)]
+        views = [
+            self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
+        ]
         with self._lock:
             cache.update(zip(batch.sequences, views, strict=True))
             while len(cache) > _CACHE_ITEMS:
                 cache.popitem(last=False)
         return views[0]
+
+    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | _Undecodable:
+        try:
+            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
+        except FormatError as exc:
+            return _Undecodable(bytes(item), exc)
+
+    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, _Undecodable]]) -> None:
+        """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
+        so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
+        in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
+        for seq, bad in corrupt:
+            self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
+        self._change_lane(
+            lane, [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
+            lambda share, runs, old: share.settle(runs, old, DONE),
+        )
+        for seq, bad in corrupt:
+            self.refusals.passed_item(lane, seq, bad.error)
+
+    def _deserialize(
+        self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
+    ) -> tuple[list[BatchPart], list[SharedRecord]]:
+        """Deserialize the records handed out of one lane. Refused records go through ``on_corrupt``: with skip
+        or dead_letter they are marked done (dead letters published first); with error they and the records after
+        them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
+        nothing before them is handed out, the ``DeserializationError`` is raised."""
+        decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
+        deliveries = {r.offset: r.delivery_count for r in out}
+        records = [
+            SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries[r.offset])
+            for r in decoded.records
+        ]
+        if decoded.refused:
+            self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
+        if decoded.stopped is not None:
+            offset, error = decoded.stopped
+            self._settle([r for r in out if r.offset >= offset], AVAILABLE, "release a refused record")
+            if not records:
+                raise error
+        return decoded.parts, records
 
     def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
         oldest = min(oldest_in(self._rings[lane]), end)
@@ -572,6 +747,54 @@ class SharedSubscriber:
         self._archive(letters, "rejected by member " + self.member_id)
         self.rejected_records += len(chosen)
 
+    def renew(self, records: Record | Iterable[Record]) -> None:
+        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
+        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
+        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
+        per lane.
+
+        Raises:
+            ConfigError: a record this member does not hold; nothing was written.
+            FencedError: some records' lock had already ended and they were released or taken by another member:
+                nothing was written for those (the others were renewed); they are processed again elsewhere.
+        """
+        chosen = self._records(records, "renew")
+        self._check_held(chosen, "renew")
+        by_lane: dict[int, list[tuple[int, int, str]]] = {}
+        with self._lock:
+            for record in chosen:
+                held = self._held[record.lane][record.offset]
+                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        refused: dict[int, list[tuple[int, int]]] = {}
+        for lane, spans in sorted(by_lane.items()):
+            self._acquisitions += 1
+            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
+            lost = self._change_lane(lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new))
+            self._observers[lane].see(token, token)
+            with self._lock:
+                held_lane = self._held[lane]
+                for offset, _, _ in spans:
+                    held = held_lane[offset]
+                    if any(f <= offset < e for f, e in lost):
+                        held_lane.pop(offset, None)
+                    else:
+                        held_lane[offset] = _Held(token, held.end, held.deliveries)
+            if lost:
+                refused[lane] = lost
+        if refused:
+            count = sum(1 for lane, spans in by_lane.items() for offset, _, _ in spans
+                        if any(f <= offset < e for f, e in refused.get(lane, ())))
+            self.refused_records += count
+            raise FencedError(
+                f"renew refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
+                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their lock "
+                f"ended after {self.acquisition_timeout_ms} ms and they were released or taken by another member); "
+                f"they are delivered again"
+            )
+        self.renewed_records += len(chosen) - sum(
+            1 for lane, spans in by_lane.items() for offset, _, _ in spans
+            if any(f <= offset < e for f, e in refused.get(lane, ())))
+
     def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
         if isinstance(records, Record):
             return [records]
@@ -628,6 +851,11 @@ class SharedSubscriber:
 
     def _settle_lane(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
         """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
+        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state))
+
+    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
+        """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,
+        token)``) of ``lane`` with one compare-and-set; returns the ranges refused (no longer held)."""
         by_token: dict[str, list[tuple[int, int]]] = {}
         for first, end, token in sorted(spans):
             runs = by_token.setdefault(token, [])
@@ -645,10 +873,10 @@ class SharedSubscriber:
                 share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
             refused: list[tuple[int, int]] = []
             for token, runs in by_token.items():
-                share, lost = share.settle(runs, token, state)
+                share, lost = step(share, runs, token)
                 for first, end in lost:  # a run partly lost: settle record by record what is still held
                     singles = [(f, e) for f, e, t in spans if t == token and first <= f < end]
-                    share, lost_singles = share.settle(singles, token, state)
+                    share, lost_singles = step(share, singles, token)
                     refused.extend(lost_singles)
             if self._write(lane, key, text, share):
                 return refused
@@ -700,6 +928,7 @@ class SharedSubscriber:
             "rejected_records": self.rejected_records,
             "dead_lettered_records": self.dead_lettered_records,
             "refused_records": self.refused_records,
+            "renewed_records": self.renewed_records,
             "held_records": self.held(),
         }
 
@@ -720,6 +949,7 @@ class SharedSubscriber:
                 except MeteorError as exc:  # they time out instead
                     logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
         finally:
+            self.refusals.close()
             if self._dead_letters is not None:
                 self._dead_letters.close()
 

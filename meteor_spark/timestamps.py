@@ -1,31 +1,35 @@
 """Positions by time: the offset of the first record at or after a timestamp, found by binary search over ring items.
 
 Kafka's ``offsetsForTimes`` answers "the earliest offset whose timestamp is greater than or equal to the given
-timestamp" (None when there is none), found through a per-segment index of the largest timestamp so far. A ring
-item's header carries one timestamp, its *base* timestamp: the smallest timestamp of its records. The search here is
-the honest equivalent over that header:
+timestamp" (None when there is none), found through a per-segment time index of the largest timestamp so far.
+Every ring item's header carries that index entry: ``lane_max_ts``, the largest record timestamp of the lane up
+to and including the item (``meteor_spark.wire``, format version 2). It never decreases along a lane, whatever the
+order of the records' own timestamps, so:
 
-1. Binary search over the ring items ``[oldest_sequence, end)`` of the lane for the *boundary* item ``b``: the first
-   item whose base timestamp is >= ``ts_ms``, assuming base timestamps do not decrease along the lane. Each probe
-   reads one item (``read_many`` of one item at the chosen sequence), so the search costs ``O(log n)`` reads and
-   never a scan. Version 0 items (no timestamps) count as older than any time.
-2. A look inside item ``b - 1`` (its base is < ``ts_ms``, but later records in it may be >= ``ts_ms``): the first
-   record there whose timestamp is >= ``ts_ms`` is the answer; otherwise the first record of item ``b`` (every
-   record of ``b`` is >= its base >= ``ts_ms``); otherwise (no such item) None.
+1. A binary search over the ring items ``[oldest_sequence, end)`` of the lane finds the *boundary* item ``b``: the
+   first item whose ``lane_max_ts`` is >= ``ts_ms``. Each probe reads one item (``read_many`` of one item at the
+   chosen sequence), so the search costs ``O(log n)`` reads and never a scan.
+2. Every record before ``b`` is older than ``ts_ms`` (item ``b - 1``'s running maximum is), and item ``b`` holds
+   a record >= ``ts_ms`` (its running maximum rose to it there): the answer is the first such record of item
+   ``b``. With no boundary (every running maximum below the time) the answer is None.
 
-What is guaranteed, whatever the timestamps:
+That is exactly Kafka's answer, with late records anywhere in the lane (its start, middle or end) and across
+items, as long as each item's ``lane_max_ts`` is the lane's true running maximum. The publisher makes it so for
+publishers that write a lane one after another, restarts included (a publisher continues the value of the lane's
+last item, ``meteor_spark.sender``). Publishers writing one lane at the same moment each continue the value they
+read when they started: an item's value then covers its own publisher's records and the lane as it was when that
+publisher started, so a record >= the time that a concurrent publisher wrote before the boundary can be passed
+over (its timestamp is not in the values the search probed). When item ``b`` holds no record >= the time (that
+case, or a running maximum raised by an item that was never stored), up to ``LOOK_AHEAD`` following items are
+looked in; failing that, the answer is the first record after them (every record passed over is older than the
+time).
 
-* a returned offset is that of a record whose timestamp is >= ``ts_ms``;
-* no record of item ``b - 1`` before it has a timestamp >= ``ts_ms``, and item ``b - 1``'s base is < ``ts_ms``
-  (``b`` is a true boundary of the search: the binary search always ends between an item below and one at or above
-  the time, or at the lane's oldest item or end).
-
-When every item's base timestamp is at least the largest timestamp of the items before it (one publisher stamping
-wall-clock time, the default), this is exactly Kafka's answer: the first record in lane order whose timestamp is
->= ``ts_ms``. With timestamps set by publishers out of order (``timestamp_ms``), records before the answer may also
-be >= ``ts_ms`` (they are not found: finding them would take a scan of every item) and records after it may be
-older (they are delivered by a reader starting there, as Kafka delivers every record after the offset it found).
-None means the search found no item at or after the time and the lane's last item holds no record >= ``ts_ms``.
+Older items (format versions 0 and 1) carry no running maximum: a version 1 item stands in the search by its base
+timestamp (the smallest of its records) and a version 0 item as older than any time, as before version 2; when
+the item before the boundary is such an item, its records are looked in first (its base is < ``ts_ms``, later
+records in it may be >= ``ts_ms``). For a lane written only by such items the search is the old one: a record
+>= the time before the answer can be missed when timestamps are out of order. Undecodable items count as older
+than the time (logged).
 
 Works below the ring head where the grid serves history (a persistent member, a RingbufferStore): the search range
 starts at ``reading.oldest_sequence``.
@@ -42,17 +46,21 @@ from meteor_spark.offsets import make_offset
 from meteor_spark.reading import check_lane, oldest_in
 from meteor_spark.streams import StreamInfo
 from meteor_spark.validate import check_int
-from meteor_spark.wire import decode_item, item_base_timestamp
+from meteor_spark.wire import decode_item, item_base_timestamp, item_lane_max_timestamp
 
 logger = logging.getLogger(__name__)
 
 #: Largest timestamp accepted (signed 64-bit ms, as in the item header).
 MAX_TIMESTAMP_MS = (1 << 63) - 1
 
+#: Items looked in after the boundary item when it holds no record at or after the time (see the module docstring).
+LOOK_AHEAD = 16
+
 
 def offset_for_timestamp(grid: Grid, info: StreamInfo, lane: int, ts_ms: int) -> int | None:
     """The offset of the first record of ``lane`` whose timestamp is >= ``ts_ms`` (ms since the epoch), as found
-    by the binary search over the items' base timestamps described in the module docstring; None when there is none.
+    by the binary search over the items' running maximum timestamps described in the module docstring; None when
+    there is none.
 
     Raises:
         ConfigError: a lane the stream does not have, or a timestamp that is not an integer >= 0.
@@ -88,11 +96,18 @@ class _Search:
             else:
                 lo = mid + 1
         boundary = lo
-        if boundary > oldest:
+        if boundary > oldest and self._max_in_header(boundary - 1) is None:
             inside = self._first_inside(boundary - 1)
             if inside is not None:
                 return inside
-        return make_offset(boundary, 0) if boundary < end else None
+        for sequence in range(boundary, min(end, boundary + LOOK_AHEAD)):
+            inside = self._first_inside(sequence)
+            if inside is not None:
+                return inside
+            if self._max_in_header(sequence) is None:
+                return make_offset(sequence, 0)  # an older item: the search of before version 2 ends here
+        after = boundary + LOOK_AHEAD
+        return make_offset(after, 0) if after < end else None
 
     def _read(self, sequence: int) -> Any | None:
         """The item at ``sequence``, or None when the grid no longer serves it (overwritten during the search)."""
@@ -110,12 +125,26 @@ class _Search:
         return min(max(oldest_in(self.ring), sequence + 1), hi)
 
     def _at_or_after(self, sequence: int, item: Any) -> bool:
+        """Whether the lane's running maximum at this item (its base timestamp for a version 1 item) reached the
+        time."""
         try:
-            base = item_base_timestamp(item, stream=self.stream, lane=self.lane, sequence=sequence)
+            stamp = item_lane_max_timestamp(item, stream=self.stream, lane=self.lane, sequence=sequence)
+            if stamp is None:
+                stamp = item_base_timestamp(item, stream=self.stream, lane=self.lane, sequence=sequence)
         except FormatError as exc:
             logger.warning("timestamp search: %s; taken as older than the time searched for", exc)
             return False
-        return base is not None and base >= self.ts_ms
+        return stamp is not None and stamp >= self.ts_ms
+
+    def _max_in_header(self, sequence: int) -> int | None:
+        """The item's running maximum, None when it has none (older format, undecodable, no longer served)."""
+        item = self._read(sequence)
+        if item is None:
+            return None
+        try:
+            return item_lane_max_timestamp(item, stream=self.stream, lane=self.lane, sequence=sequence)
+        except FormatError:
+            return None
 
     def _first_inside(self, sequence: int) -> int | None:
         """The offset of the first record of the item at ``sequence`` whose timestamp is >= the time, or None."""

@@ -1,10 +1,10 @@
 """The versioned ring-item wire format: encoding records into ring items and decoding them (no pyarrow here).
 
-A ring item holds a micro-batch of records. Format version 1 (little-endian throughout)::
+A ring item holds a micro-batch of records. Format version 2 (little-endian throughout)::
 
-    header (48 bytes)
+    header (56 bytes)
       magic            4s   b"MTRB"
-      version          u8   1 (the byte at offset 4 is the version in every format, so any reader can dispatch)
+      version          u8   2 (the byte at offset 4 is the version in every format, so any reader can dispatch)
       flags            u8   0x01 LZ4 body, 0x02 keys, 0x04 headers, 0x08 per-record timestamps,
                             0x10 transactional (see below)
       reserved         u16  0
@@ -12,9 +12,10 @@ A ring item holds a micro-batch of records. Format version 1 (little-endian thro
       base_timestamp   i64  ms since the epoch (the timestamp of every record unless flag 0x08)
       producer_id      i64  who wrote the item (a FlakeId or random id)
       producer_seq     i64  the producer's item counter (gaps/duplicates show lost or repeated publishes)
+      lane_max_ts      i64  the largest record timestamp of the lane up to and including this item (see below)
       body_length      u32  bytes of the body once decompressed
       stored_length    u32  bytes following the header (the body, LZ4-compressed when flag 0x01)
-      crc32            u32  zlib CRC-32 of header bytes 0..43 followed by the stored bytes
+      crc32            u32  zlib CRC-32 of header bytes 0..51 followed by the stored bytes
     body, column by column (so a reader slices buffers instead of walking records)
       value_lengths    i32[count]
       key_lengths      i32[count]        flag 0x02; -1 = the record has no key
@@ -24,10 +25,17 @@ A ring item holds a micro-batch of records. Format version 1 (little-endian thro
       hvalue_lengths   i32[n_headers]    flag 0x04
       value bytes, key bytes (0x02), header key UTF-8 bytes (0x04), header value bytes (0x04)
 
+``lane_max_ts`` is Kafka's time-index entry (the largest timestamp so far) carried by every item: it never
+decreases along a lane, whatever order the records' own timestamps come in, so a binary search over it finds the
+first item holding a record at or after a time (``meteor_spark.timestamps``). The publisher keeps it per lane: it
+starts from the ``lane_max_ts`` of the lane's last item (read once, when the publisher starts) and raises it with
+every item it encodes (``ItemFraming.lane_max_timestamp``, ``encode_items``). Version 1 is version 2 without this
+field (48-byte header, CRC over bytes 0..43); its items are still read, their running maximum unknown.
+
 Transactional items (flag 0x10) are written by a transaction's producer (the transactional Spark sink, one
 producer id per task attempt; ``meteor_spark.transactions``). The flag is the only difference: the producer id
 in the header is the link to the transaction (map ``meteor.txn.producers``: producer id -> transaction), so the
-header keeps its 48 bytes and items without the flag stay byte-identical to what earlier versions wrote. A
+header keeps its size and items without the flag stay byte-identical to what earlier versions wrote. A
 ``read_committed`` reader delivers such an item only once its transaction committed that producer id, and never
 when it was aborted; a ``read_uncommitted`` reader delivers it like any other. A reader that predates the flag
 refuses the item loudly (unknown flag), so it never delivers uncommitted records unknowingly.
@@ -38,7 +46,8 @@ the body reaches the compression threshold and actually shrinks.
 Versions: a reader that meets a version newer than ``FORMAT_VERSION`` raises ``UnsupportedFormatVersionError``
 (upgrade the library); older versions are upgraded on read into the current in-memory shape. Version 0 is the
 legacy row-wise layout ``magic, 0, count u32, then count x (length u32, value bytes)``: values only, no keys,
-headers, timestamps or checksum (``encode_batch_v0`` writes it so the upgrade path stays tested).
+headers, timestamps or checksum (``encode_batch_v0`` writes it so the upgrade path stays tested; ``encode_item_v1``
+does the same for version 1).
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import lz4.block
 import numpy as np
@@ -57,7 +66,7 @@ from meteor_spark.errors import ConfigError, FormatError, SizeLimitError, Unsupp
 from meteor_spark.offsets import INDEX_BITS, MAX_RECORDS_PER_ITEM
 
 MAGIC = b"MTRB"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 FLAG_LZ4 = 0x01
 FLAG_KEYS = 0x02
@@ -66,9 +75,14 @@ FLAG_TIMESTAMPS = 0x08
 FLAG_TRANSACTIONAL = 0x10
 _KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS | FLAG_TRANSACTIONAL
 
-_HEADER = struct.Struct("<4sBBHIqqqIII")
+_HEADER = struct.Struct("<4sBBHIqqqqIII")
 HEADER_SIZE = _HEADER.size
 _CRC_COVERED = HEADER_SIZE - 4
+_HEADER_V1 = struct.Struct("<4sBBHIqqqIII")
+HEADER_SIZE_V1 = _HEADER_V1.size
+
+#: ``lane_max_ts`` before a lane's first record: smaller than any timestamp.
+NO_TIMESTAMP = -(1 << 63)
 _V0_HEADER = struct.Struct("<4sBI")
 _U32 = struct.Struct("<I")
 
@@ -113,6 +127,8 @@ class ItemFraming:
         compression_threshold: bodies from this many bytes on are compressed (when that pays, see
             ``encode_prepared``).
         transactional: set flag 0x10: the producer belongs to a transaction (``meteor_spark.transactions``).
+        lane_max_timestamp: the largest record timestamp of the lane before these items (``NO_TIMESTAMP``: none);
+            each item's ``lane_max_ts`` is it raised by that item's records and those of the items before it.
     """
 
     producer_id: int
@@ -120,6 +136,7 @@ class ItemFraming:
     compression: str = "lz4"
     compression_threshold: int = 1024
     transactional: bool = False
+    lane_max_timestamp: int = NO_TIMESTAMP
 
 
 @dataclass(frozen=True)
@@ -225,10 +242,14 @@ def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFramin
     lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
     flags = FLAG_TRANSACTIONAL if framing.transactional else 0
     producer_id, first_seq = framing.producer_id, framing.producer_seq
-    return [
-        _encode_item(pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i)
-        for i, pieces in enumerate(items)
-    ]
+    lane_max = framing.lane_max_timestamp
+    out: list[bytes] = []
+    for i, pieces in enumerate(items):
+        item, lane_max = _encode_item(
+            pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i, lane_max
+        )
+        out.append(item)
+    return out
 
 
 def _joined(pieces: Sequence[PreparedColumns]) -> PreparedColumns:
@@ -286,7 +307,10 @@ def _blobs(data: Any) -> list[Any]:
     return data if isinstance(data, list) else [data]
 
 
-def _encode_item(p: PreparedColumns, flags: int, lz4_from: int | None, producer_id: int, producer_seq: int) -> bytes:
+def _encode_item(
+    p: PreparedColumns, flags: int, lz4_from: int | None, producer_id: int, producer_seq: int, lane_max: int
+) -> tuple[bytes, int]:
+    """One framed item and the lane's largest timestamp once it is stored."""
     count = p.count
     if not 0 < count <= MAX_RECORDS_PER_ITEM:
         raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
@@ -298,13 +322,15 @@ def _encode_item(p: PreparedColumns, flags: int, lz4_from: int | None, producer_
         blobs = blobs + _blobs(p.key_data)
     stamps = p.timestamps
     if isinstance(stamps, (int, np.integer)):
-        base_ts = int(stamps)
+        base_ts = max_ts = int(stamps)
     else:
         stamps = np.asarray(stamps, dtype=_I64)
         base_ts = int(stamps.min())
-        if int(stamps.max()) != base_ts:
+        max_ts = int(stamps.max())
+        if max_ts != base_ts:
             flags |= FLAG_TIMESTAMPS
             parts.append(_view(stamps - base_ts, _I64))
+    lane_max = max(lane_max, max_ts)
     if p.header_counts is not None:
         flags |= FLAG_HEADERS
         parts += [
@@ -324,7 +350,7 @@ def _encode_item(p: PreparedColumns, flags: int, lz4_from: int | None, producer_
         if len(packed) <= len(body) - (len(body) >> 4):
             stored = packed
             flags |= FLAG_LZ4
-    return _frame(FORMAT_VERSION, flags, count, base_ts, producer_id, producer_seq, len(body), stored)
+    return _frame(flags, count, base_ts, producer_id, producer_seq, lane_max, len(body), stored), lane_max
 
 
 def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
@@ -334,18 +360,30 @@ def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
 
 
 def _frame(
-    version: int,
     flags: int,
     count: int,
     base_ts: int,
     producer_id: int,
     producer_seq: int,
+    lane_max: int,
     body_len: int,
     stored: bytes,
 ) -> bytes:
-    prefix = _HEADER.pack(MAGIC, version, flags, 0, count, base_ts, producer_id, producer_seq, body_len, len(stored), 0)
+    prefix = _HEADER.pack(
+        MAGIC, FORMAT_VERSION, flags, 0, count, base_ts, producer_id, producer_seq, lane_max, body_len, len(stored), 0
+    )
     crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:_CRC_COVERED]))
     return b"".join((prefix[:_CRC_COVERED], _U32.pack(crc), stored))
+
+
+def encode_item_v1(values: Sequence[bytes], *, timestamps: Sequence[int] | int, producer_id: int = 0) -> bytes:
+    """Write format version 1 (version 2 without ``lane_max_ts``). Kept so the upgrade-on-read path stays tested."""
+    item = encode_columns(values, timestamps=timestamps, producer_id=producer_id, producer_seq=0, compression="none")
+    _, _, flags, _, count, base_ts, pid, pseq, _, _, _, _ = _HEADER.unpack_from(item)
+    stored = item[HEADER_SIZE:]
+    prefix = _HEADER_V1.pack(MAGIC, 1, flags, 0, count, base_ts, pid, pseq, len(stored), len(stored), 0)
+    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:HEADER_SIZE_V1 - 4]))
+    return b"".join((prefix[:HEADER_SIZE_V1 - 4], _U32.pack(crc), stored))
 
 
 def encode_batch_v0(values: Sequence[bytes]) -> bytes:
@@ -389,6 +427,7 @@ class ItemView:
     """One decoded ring item: numpy views of its length columns and memoryviews of its data (no per-record work).
 
     ``base_timestamp_ms`` is None for legacy items whose records carry no timestamp. ``transactional``: flag 0x10.
+    ``lane_max_timestamp_ms``: the header's ``lane_max_ts`` (None before format version 2).
     """
 
     version: int
@@ -407,6 +446,7 @@ class ItemView:
     hvalue_lengths: np.ndarray | None = None
     hvalue_data: memoryview | None = None
     transactional: bool = False
+    lane_max_timestamp_ms: int | None = None
 
     @cached_property
     def value_offsets(self) -> np.ndarray:
@@ -432,8 +472,11 @@ class ItemView:
         assert self.hvalue_lengths is not None
         return _prefix_sums(self.hvalue_lengths)
 
-    def timestamps(self, start: int, stop: int) -> np.ndarray | None:
-        """Per-record timestamps (ms) of records ``[start, stop)``; None for legacy items without timestamps."""
+    def timestamps(self, start: int, stop: int | None) -> np.ndarray | None:
+        """Per-record timestamps (ms) of records ``[start, stop)`` (``stop`` None: to the last); None for legacy
+        items without timestamps."""
+        if stop is None:
+            stop = self.count
         if self.base_timestamp_ms is None:
             return None
         if self.timestamp_deltas is None:
@@ -481,8 +524,8 @@ def decode_item(item: bytes | bytearray | memoryview, *, stream: str, lane: int,
         FormatError: not a record batch, or corrupt; the message names stream, lane and sequence.
     """
     view, where, version = _open_item(item, stream, lane, sequence)
-    if version == FORMAT_VERSION:
-        return _decode_v1(view, where)
+    if version:
+        return _decode_v1(view, where, version)
     return _decode_v0(view, where)
 
 
@@ -494,8 +537,8 @@ def item_count(item: bytes | bytearray | memoryview, *, stream: str, lane: int, 
         UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
     """
     view, where, version = _open_item(item, stream, lane, sequence)
-    if version == FORMAT_VERSION:
-        return int(_v1_header(view, where, check_crc=False)[4])
+    if version:
+        return _v1_header(view, where, version, check_crc=False).records
     return _v0_count(view, where)
 
 
@@ -508,9 +551,39 @@ def item_base_timestamp(item: bytes | bytearray | memoryview, *, stream: str, la
         UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
     """
     view, where, version = _open_item(item, stream, lane, sequence)
-    if version == FORMAT_VERSION:
-        return int(_v1_header(view, where, check_crc=False)[5])
+    if version:
+        return _v1_header(view, where, version, check_crc=False).base_ts
     return None
+
+
+def item_lane_max_timestamp(
+    item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int
+) -> int | None:
+    """The item's ``lane_max_ts`` from its header alone: the largest record timestamp of the lane up to and
+    including this item. None for items of versions 0 and 1, which do not carry it.
+
+    Raises:
+        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
+    """
+    view, where, version = _open_item(item, stream, lane, sequence)
+    if version:
+        return _v1_header(view, where, version, check_crc=False).lane_max_ts
+    return None
+
+
+def lane_max_after(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int:
+    """The largest record timestamp of a lane whose last item is ``item``, as a new publisher continues it: the
+    header's ``lane_max_ts``, or for an older item (which lacks it) the largest timestamp of its own records
+    (``NO_TIMESTAMP`` for a version 0 item).
+
+    Raises:
+        UnsupportedFormatVersionError, FormatError: as ``decode_item``.
+    """
+    found = item_lane_max_timestamp(item, stream=stream, lane=lane, sequence=sequence)
+    if found is not None:
+        return found
+    stamps = decode_item(item, stream=stream, lane=lane, sequence=sequence).timestamps(0, None)
+    return NO_TIMESTAMP if stamps is None else int(stamps.max())
 
 
 @dataclass(frozen=True)
@@ -537,9 +610,9 @@ def item_producer(item: bytes | bytearray | memoryview, *, stream: str, lane: in
         UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
     """
     view, where, version = _open_item(item, stream, lane, sequence)
-    if version == FORMAT_VERSION:
-        header = _v1_header(view, where, check_crc=False)
-        return ItemProducer(int(header[6]), int(header[7]), bool(header[2] & FLAG_TRANSACTIONAL), int(header[4]))
+    if version:
+        h = _v1_header(view, where, version, check_crc=False)
+        return ItemProducer(h.producer_id, h.producer_seq, bool(h.flags & FLAG_TRANSACTIONAL), h.records)
     return ItemProducer(0, 0, False, _v0_count(view, where))
 
 
@@ -565,34 +638,50 @@ def _open_item(
     return view, where, version
 
 
-def _v1_header(view: memoryview, where: str, *, check_crc: bool) -> tuple[Any, ...]:
-    """The fields of a version 1 header, checked against the item's length (and its checksum when asked)."""
-    if len(view) < HEADER_SIZE:
-        raise FormatError(
-            f"{where}: truncated ring item: {len(view)} bytes, shorter than the {HEADER_SIZE}-byte header"
-        )
-    header = _HEADER.unpack_from(view)
-    (_, version, flags, _, count, _, _, _, _, stored_len, crc) = header
-    stored = view[HEADER_SIZE:]
+class _Header(NamedTuple):
+    """The fields of a version 1 or 2 header (``lane_max_ts`` None for version 1)."""
+
+    flags: int
+    records: int
+    base_ts: int
+    producer_id: int
+    producer_seq: int
+    lane_max_ts: int | None
+    body_len: int
+    stored_len: int
+    crc: int
+    size: int
+
+
+def _v1_header(view: memoryview, where: str, version: int, *, check_crc: bool) -> _Header:
+    """The fields of a version 1 or 2 header, checked against the item's length (and its checksum when asked)."""
+    size = HEADER_SIZE if version == FORMAT_VERSION else HEADER_SIZE_V1
+    if len(view) < size:
+        raise FormatError(f"{where}: truncated ring item: {len(view)} bytes, shorter than the {size}-byte header")
+    if version == FORMAT_VERSION:
+        (_, _, flags, _, count, base_ts, pid, pseq, lane_max, body_len, stored_len, crc) = _HEADER.unpack_from(view)
+    else:
+        (_, _, flags, _, count, base_ts, pid, pseq, body_len, stored_len, crc) = _HEADER_V1.unpack_from(view)
+        lane_max = None
+    stored = view[size:]
     if stored_len != len(stored):
         raise FormatError(
             f"{where}: truncated or padded ring item: the header announces {stored_len} body bytes, "
             f"{len(stored)} follow"
         )
-    if check_crc and zlib.crc32(stored, zlib.crc32(view[:_CRC_COVERED])) != crc:
+    if check_crc and zlib.crc32(stored, zlib.crc32(view[:size - 4])) != crc:
         raise FormatError(f"{where}: checksum mismatch: the ring item is corrupt")
     if flags & ~_KNOWN_FLAGS:
         raise FormatError(f"{where}: unknown flags 0x{flags & ~_KNOWN_FLAGS:02x} in a version {version} item")
     if not 0 < count <= MAX_RECORDS_PER_ITEM:
         raise FormatError(f"{where}: record count {count} is outside 1..{MAX_RECORDS_PER_ITEM}")
-    return header
+    return _Header(flags, count, base_ts, pid, pseq, lane_max, body_len, stored_len, crc, size)
 
 
-def _decode_v1(view: memoryview, where: str) -> ItemView:
-    (_, version, flags, _, count, base_ts, producer_id, producer_seq, body_len, stored_len, _) = _v1_header(
-        view, where, check_crc=True
-    )
-    stored = view[HEADER_SIZE:]
+def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
+    h = _v1_header(view, where, version, check_crc=True)
+    flags, count, body_len = h.flags, h.records, h.body_len
+    stored = view[h.size:]
     if flags & FLAG_LZ4:
         try:
             body = memoryview(lz4.block.decompress(stored, uncompressed_size=body_len))
@@ -601,8 +690,8 @@ def _decode_v1(view: memoryview, where: str) -> ItemView:
         if len(body) != body_len:
             raise FormatError(f"{where}: the LZ4 body decompressed to {len(body)} bytes, {body_len} announced")
     else:
-        if stored_len != body_len:
-            raise FormatError(f"{where}: uncompressed body of {stored_len} bytes, {body_len} announced")
+        if h.stored_len != body_len:
+            raise FormatError(f"{where}: uncompressed body of {h.stored_len} bytes, {body_len} announced")
         body = stored
     reader = _BodyReader(body, where)
     value_lengths = reader.array(_I32, count, "value lengths")
@@ -631,8 +720,9 @@ def _decode_v1(view: memoryview, where: str) -> ItemView:
     reader.finish()
     # Positional, in field order (the locals are named after the fields).
     return ItemView(
-        version, count, producer_id, producer_seq, base_ts, deltas, value_lengths, value_data, key_lengths, key_data,
-        header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data, bool(flags & FLAG_TRANSACTIONAL),
+        version, count, h.producer_id, h.producer_seq, h.base_ts, deltas, value_lengths, value_data, key_lengths,
+        key_data, header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data,
+        bool(flags & FLAG_TRANSACTIONAL), h.lane_max_ts,
     )
 
 

@@ -19,15 +19,19 @@ from meteor_spark.wire import (
     FLAG_LZ4,
     FORMAT_VERSION,
     HEADER_SIZE,
+    HEADER_SIZE_V1,
     MAGIC,
     ItemFraming,
     decode_item,
     encode_batch_v0,
     encode_columns,
+    encode_item_v1,
     encode_items,
     encode_prepared,
     item_count,
+    item_lane_max_timestamp,
     item_producer,
+    lane_max_after,
     prepare_columns,
 )
 
@@ -157,7 +161,8 @@ def test_encoding_rejects_bad_input_naming_the_record() -> None:
 def test_newer_format_version_asks_for_an_upgrade() -> None:
     item = bytearray(encode_columns([b"x"], timestamps=0, producer_id=0, producer_seq=0))
     item[4] = FORMAT_VERSION + 1
-    with pytest.raises(UnsupportedFormatVersionError, match=r"version 2.*upgrade meteor-spark") as info:
+    newer = rf"version {FORMAT_VERSION + 1}.*upgrade meteor-spark"
+    with pytest.raises(UnsupportedFormatVersionError, match=newer) as info:
         decode_item(bytes(item), stream="orders", lane=1, sequence=77)
     assert "stream 'orders' lane 1 sequence 77" in str(info.value)
 
@@ -310,3 +315,20 @@ def test_the_value_types_and_the_wire_format_load_without_pyarrow() -> None:
     code = "import sys, meteor_spark.records, meteor_spark.wire; print('pyarrow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_version_1_items_are_read_and_version_2_carries_the_lanes_running_maximum() -> None:
+    """Version 1 (the 48-byte header without ``lane_max_ts``) is still decoded; version 2 items carry the lane's
+    largest timestamp so far, continued from ``ItemFraming.lane_max_timestamp`` item by item."""
+    old = encode_item_v1([b"a", b"b"], timestamps=[5, 3], producer_id=7)
+    view = decode_item(old, stream="s", lane=0, sequence=0)
+    assert (view.version, view.producer_id, view.lane_max_timestamp_ms) == (1, 7, None)
+    assert bytes(view.value_data) == b"ab" and list(view.value_lengths) == [1, 1]
+    assert list(view.timestamps(0, None)) == [5, 3]
+    assert item_count(old, stream="s", lane=0, sequence=0) == 2
+    assert lane_max_after(old, stream="s", lane=0, sequence=0) == 5
+    pieces = [[prepare_columns([b"x"], timestamps=[s])] for s in (8, 2, 20, 1)]
+    items = encode_items(pieces, ItemFraming(producer_id=1, producer_seq=0, lane_max_timestamp=10))
+    assert [item_lane_max_timestamp(i, stream="s", lane=0, sequence=0) for i in items] == [10, 10, 20, 20]
+    assert [decode_item(i, stream="s", lane=0, sequence=0).base_timestamp_ms for i in items] == [8, 2, 20, 1]
+    assert len(items[0]) - len(bytes(items[0])[HEADER_SIZE:]) == HEADER_SIZE == HEADER_SIZE_V1 + 8

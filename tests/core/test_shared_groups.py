@@ -3,6 +3,7 @@ letters, more members than lanes. Against the real client over TCP (embedded mem
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from meteor_spark.corrupt import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_STREAM,
 )
-from meteor_spark.errors import ConfigError, FencedError
+from meteor_spark.errors import ConfigError, DeserializationError, FencedError, FormatError
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
@@ -283,3 +284,152 @@ def test_a_group_position_past_the_lanes_end_is_an_error_and_deleting_the_stream
     _stream(grid, unique_name, 2, lanes=1)
     again = _member(grid, unique_name, members)
     assert _values(_poll(again)) == ["r0", "r1"]
+
+
+def test_lock_duration_delivery_limit_and_dead_letter_stream_are_group_settings(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """The first member stores the group's settings; later members use them, and one asking for other values is
+    refused naming both."""
+    _stream(grid, unique_name, 2, lanes=1)
+    dead = f"{unique_name}-dead"
+    first = _member(grid, unique_name, members, acquisition_timeout_ms=300, dead_letter_stream=dead)
+    later = _member(grid, unique_name, members)
+    assert (later.acquisition_timeout_ms, later.max_deliveries, later.dead_letter_stream) == (300, 5, dead)
+    assert later.settings == first.settings
+    same = _member(grid, unique_name, members, acquisition_timeout_ms=300, max_deliveries=5, dead_letter_stream=dead)
+    assert same.settings == first.settings
+    with pytest.raises(ConfigError, match=r"acquisition_timeout_ms=30000 \(the group has 300\)"):
+        _member(grid, unique_name, members, acquisition_timeout_ms=30_000)
+    with pytest.raises(ConfigError, match=r"max_deliveries=3 \(the group has 5\).*forget_groups"):
+        _member(grid, unique_name, members, max_deliveries=3, dead_letter_stream=dead)
+
+
+def test_a_dead_members_records_return_after_the_groups_lock_time(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """The member that dies holding records set a 500 ms lock; the survivor gives no lock duration (its own
+    default would be 30 s): the records come back after the group's 500 ms."""
+    _stream(grid, unique_name, 3, lanes=1)
+    doomed = _member(grid, unique_name, members, acquisition_timeout_ms=500, member_id="doomed")
+    survivor = _member(grid, unique_name, members, member_id="survivor")
+    taken = _poll(doomed)
+    assert _values(taken) == ["r0", "r1", "r2"]
+    died = time.monotonic()  # the member stops here: it never settles or releases what it holds
+    again = _poll(survivor, 10)
+    took = time.monotonic() - died
+    print(f"records of the dead member redelivered after {took:.2f} s (group lock 0.5 s)")
+    assert _values(again) == ["r0", "r1", "r2"] and {r.delivery_count for r in again} == {2}
+    assert 0.4 <= took < 5
+    survivor.ack(again)
+
+
+def test_a_holder_renews_the_lock_of_a_slow_record(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """Kafka's RENEW (KIP-1222): renewed before its lock ends, a record stays with its holder for as long as it
+    keeps renewing; the other member never gets it, and the holder's ack is accepted."""
+    _stream(grid, unique_name, 2, lanes=1)
+    slow = _member(grid, unique_name, members, acquisition_timeout_ms=400, member_id="slow")
+    other = _member(grid, unique_name, members, member_id="other")
+    batch = _poll(slow)
+    until = time.monotonic() + 1.6
+    while time.monotonic() < until:  # four lock durations
+        slow.renew(batch)
+        assert len(other.poll(150)) == 0
+    slow.ack(batch)
+    assert slow.renewed_records >= 8 and slow.acked_records == 2
+    assert len(other.poll(600)) == 0
+    # A lock that ended and was taken cannot be renewed: refused, nothing written.
+    _stream(grid, unique_name, 1, lanes=1)
+    late = _poll(slow)
+    again = _poll(other, 10)
+    assert _values(again) == _values(late)
+    with pytest.raises(FencedError, match="renew refused for 1 record"):
+        slow.renew(late)
+    other.ack(again)
+
+
+def _with_corrupt_item(grid: Grid, name: str) -> StreamInfo:
+    """One lane: an item of two good records, an undecodable item, an item of one good record."""
+    info = open_stream(grid, StreamConfig(name, lanes=1, capacity=100))
+    ring = grid.ring(info.ring_names[0])
+    with Publisher(grid, name) as publisher:
+        publisher.publish_many([b"r0", b"r1"]).result(10)
+        ring.add(b"XXXX not a meteor item")
+        publisher.publish(b"r2")
+    return info
+
+
+def test_an_undecodable_item_stops_the_lane_only_after_the_records_before_it(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """on_corrupt=error (the default): the good records before the item are handed out, then FormatError."""
+    _with_corrupt_item(grid, unique_name)
+    member = _member(grid, unique_name, members)
+    batch = _poll(member)
+    assert _values(batch) == ["r0", "r1"]
+    member.ack(batch)
+    with pytest.raises(FormatError, match="sequence 1"):
+        member.poll(0)
+
+
+@pytest.mark.parametrize("mode", ["skip", "dead_letter"])
+def test_an_undecodable_item_is_passed_over_for_the_whole_group(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber], mode: str
+) -> None:
+    """on_corrupt skip or dead_letter: the item is acquired like any other, dead-lettered (dead_letter), marked done
+    for the group and counted once; the lane is never blocked."""
+    info = _with_corrupt_item(grid, unique_name)
+    dead = f"{unique_name}-dead" if mode == "dead_letter" else None
+    first = _member(grid, unique_name, members, on_corrupt=mode, dead_letter_stream=dead)
+    second = _member(grid, unique_name, members, on_corrupt=mode)
+    got: list[str] = []
+
+    def both() -> bool:
+        for member in (first, second):
+            batch = member.poll(20)
+            got.extend(_values(batch))
+            member.ack(batch)
+        return len(got) >= 3
+
+    wait_until(both, 10, message="the three good records")
+    assert sorted(got) == ["r0", "r1", "r2"]
+    counted = first.refusals.corrupt_items + second.refusals.corrupt_items
+    print(f"on_corrupt={mode}: delivered {len(got)} good records, {counted} undecodable item passed over")
+    assert counted == 1
+    (state,) = shared_group_state(grid, info, "q")
+    assert state.start == state.next
+    if dead is not None:
+        (letter,) = _dead_letters(grid, dead, 1)
+        assert letter.value == b"XXXX not a meteor item"
+        assert dict(letter.headers)[HEADER_SOURCE_STREAM] == unique_name.encode()
+
+
+def test_deserializers_and_on_corrupt_for_shared_members(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    """A record the value deserializer refuses: released with on_corrupt=error (DeserializationError when nothing
+    before it is handed out), passed over and dead-lettered with dead_letter; the others arrive deserialized."""
+    open_stream(grid, StreamConfig(unique_name, lanes=1, capacity=100))
+    with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0) as publisher:
+        for value in (b'{"n": 1}', b"not json", b'{"n": 3}'):
+            publisher.publish(value)
+    strict = Subscriber(grid, unique_name, group="strict", shared=True, value_deserializer="json")
+    members.append(strict)  # type: ignore[arg-type]
+    batch = _poll(strict)
+    assert [r.value for r in batch] == [{"n": 1}] and batch[0].delivery_count == 1
+    strict.ack(batch)
+    with pytest.raises(DeserializationError, match="value_deserializer failed on the record at offset"):
+        strict.poll(0)
+    assert strict.held() == 0  # released, delivered again (delivery count 2) to whoever polls
+    dead = f"{unique_name}-dead"
+    lenient = Subscriber(grid, unique_name, group="lenient", shared=True, value_deserializer="json",
+                         on_corrupt="dead_letter", dead_letter_stream=dead)
+    members.append(lenient)  # type: ignore[arg-type]
+    got: list[object] = []
+    wait_until(lambda: (got.extend(r.value for r in lenient.poll(20)) or len(got) >= 2), 10, message="2 records")
+    assert got == [{"n": 1}, {"n": 3}]
+    assert lenient.refusals.undecodable_records == 1 and lenient.held() == 2
+    (letter,) = _dead_letters(grid, dead, 1)
+    assert letter.value == b"not json"

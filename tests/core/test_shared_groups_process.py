@@ -1,6 +1,7 @@
 """A shared group under a crash: four member processes on a two-lane stream, one SIGKILLed while it holds
 records. Every record is acknowledged exactly once (or dead-lettered after max_deliveries), and the killed member's
-records are redelivered to the others within the acquisition timeout + 1 s."""
+records are redelivered to the others within the group's lock duration + 1 s: the group was created with a 2 s lock
+and the surviving members give none (their own default would be 30 s), so the lock is the group's."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from meteor_spark.testing import wait_until
 address, cluster, stream, dlq, name, timeout_ms = sys.argv[1:7]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 member = Subscriber(grid, stream, group="q", shared=True, member_id=name, max_poll_records=5,
-                    acquisition_timeout_ms=int(timeout_ms), dead_letter_stream=dlq, initial_offset_scheme="earliest")
+                    acquisition_timeout_ms=None if timeout_ms == "-" else int(timeout_ms),
+                    dead_letter_stream=None if dlq == "-" else dlq, initial_offset_scheme="earliest")
 def say(kind, records):
     print(json.dumps([kind, [[r.value.decode(), r.delivery_count] for r in records]]), flush=True)
 while True:
@@ -68,9 +70,14 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
         publisher.publish_many([Record(v.encode(), lane=i % 2) for i, v in enumerate(published)]).result(30)
     dlq = unique_name + "-dlq"
     names = ["slow", "m1", "m2", "m3"]
+    # The group's settings: stored by its first member; the killed one repeats them, the survivors give none.
+    with Subscriber(grid, info.name, group="q", shared=True, acquisition_timeout_ms=ACQUISITION_TIMEOUT_MS,
+                    dead_letter_stream=dlq) as creator:
+        assert creator.acquisition_timeout_ms == ACQUISITION_TIMEOUT_MS
     for name in names:
-        children.append(Child(SHARED_CHILD, grid_settings.members[0], grid_settings.cluster_name, info.name, dlq,
-                              name, str(ACQUISITION_TIMEOUT_MS)))
+        dlq_arg, timeout_arg = (dlq, str(ACQUISITION_TIMEOUT_MS)) if name == "slow" else ("-", "-")
+        children.append(Child(SHARED_CHILD, grid_settings.members[0], grid_settings.cluster_name, info.name, dlq_arg,
+                              name, timeout_arg))
     by_fd = {child.process.stdout.fileno(): (name, child) for name, child in zip(names, children, strict=True)}
     processed: Counter[str] = Counter()
     acked: Counter[str] = Counter()
@@ -134,7 +141,7 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
         f"held_by_killed={len(held_by_killed)} (+{len(held_at_last_delivery)} at their last delivery), "
         f"redelivery_s={redelivery_s:.2f} "
         f"acked_by={dict(sorted(acked_by.items()))} "
-        f"(timeout {ACQUISITION_TIMEOUT_MS / 1000:g} s)", flush=True,
+        f"(group lock {ACQUISITION_TIMEOUT_MS / 1000:g} s; survivors gave none)", flush=True,
     )
     # Each record acknowledged exactly once, or (the poison ones) dead-lettered once after max_deliveries (5).
     assert sorted(acked) == sorted(set(published) - poison) and set(acked.values()) == {1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 
 import pytest
@@ -10,21 +11,36 @@ import pytest
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, Ring
 from meteor_spark.offsets import make_offset
+from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.timestamps import offset_for_timestamp
-from meteor_spark.wire import encode_columns
+from meteor_spark.wire import (
+    NO_TIMESTAMP,
+    ItemFraming,
+    decode_item,
+    encode_item_v1,
+    encode_items,
+    lane_max_after,
+    prepare_columns,
+)
 
 
 def _items(grid: Grid, info: StreamInfo, stamps: Sequence[Sequence[int]], lane: int = 0) -> None:
-    """One ring item per entry of ``stamps``, its records' values ``"<sequence>.<index>"``."""
+    """One ring item per entry of ``stamps``, its records' values ``"<sequence>.<index>"``, each item's running
+    maximum continued from the lane's last item as a publisher continues it."""
     ring = grid.ring(info.ring_names[lane])
-    first = ring.tail() + 1
-    items = [
-        encode_columns([f"{first + n}.{i}".encode() for i in range(len(item))], timestamps=list(item),
-                       producer_id=1, producer_seq=first + n)
+    tail = ring.tail()
+    first = tail + 1
+    lane_max = NO_TIMESTAMP
+    if tail >= 0:
+        lane_max = lane_max_after(ring.read_many(tail, 0, 1).items[0], stream=info.name, lane=lane, sequence=tail)
+    pieces = [
+        [prepare_columns([f"{first + n}.{i}".encode() for i in range(len(item))], timestamps=list(item))]
         for n, item in enumerate(stamps)
     ]
+    items = encode_items(pieces, ItemFraming(producer_id=1, producer_seq=first, lane_max_timestamp=lane_max))
     for chunk in range(0, len(items), 500):
         ring.add_all(items[chunk:chunk + 500])
 
@@ -71,23 +87,83 @@ def test_the_search_reads_log_n_items_never_all(grid: Grid, unique_name: str, re
     assert set(read_counter) == {1}
 
 
-def test_out_of_order_timestamps_return_a_record_at_or_after_the_time(grid: Grid, unique_name: str) -> None:
+def test_out_of_order_timestamps_give_kafkas_answer_exactly(grid: Grid, unique_name: str) -> None:
     info = open_stream(grid, StreamConfig(unique_name, capacity=100))
-    # Publishers set timestamps: item 1 holds a late record (900) and item 2 an early one (50).
+    # Publishers set timestamps: item 1 holds a late record (900) and item 2 early ones (50, 60).
     stamps = [[100, 200], [300, 900, 310], [50, 60], [400, 410], [500]]
     _items(grid, info, stamps)
-    # Item bases 100, 300, 50, 400, 500: the search's boundary for 350 is item 3 (base 400), and item 2 holds
-    # nothing >= 350, so the answer is item 3's first record; the 900 in item 1 is before it and is not found.
-    assert offset_for_timestamp(grid, info, 0, 350) == make_offset(3, 0)
-    # For 600 the boundary is the end; item 4 (the last) holds nothing >= 600: None, although item 1 holds 900.
-    assert offset_for_timestamp(grid, info, 0, 600) is None
-    # The first probe (item 2, base 50) sends the search above item 2 for any time over 50: for 150 the answer is
-    # item 3's first record, although items 0 and 1 hold records >= 150 (finding those would take a scan).
-    assert offset_for_timestamp(grid, info, 0, 150) == make_offset(3, 0)
-    # Inside the item before the boundary: for 55 the boundary is item 3 and item 2 holds 60 at index 1.
-    assert offset_for_timestamp(grid, info, 0, 55) == make_offset(2, 1)
-    # Below every base: the lane's first record.
-    assert offset_for_timestamp(grid, info, 0, 40) == make_offset(0, 0)
+    for ts in (0, 40, 55, 100, 150, 201, 350, 600, 900, 901):
+        assert offset_for_timestamp(grid, info, 0, ts) == _linear(stamps, ts), ts
+    assert offset_for_timestamp(grid, info, 0, 600) == make_offset(1, 1)
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_a_late_record_anywhere_in_a_lane_is_not_skipped(grid: Grid, unique_name: str, where: str) -> None:
+    """Five records published one item each with ``timestamp_ms``; one of them is late (older than the others).
+    The issue's case is ``end``: the lane's last record carries an older timestamp and the search used to move the
+    lane to its end, skipping 4 of the 5 records at or after the time."""
+    info = open_stream(grid, StreamConfig(unique_name, capacity=100))
+    stamps = {"start": [50, 100, 200, 300, 400], "middle": [100, 200, 50, 300, 400],
+              "end": [100, 200, 300, 400, 50]}[where]
+    with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0) as pub:
+        for n, stamp in enumerate(stamps):
+            pub.publish(Record(f"r{n}".encode(), timestamp_ms=stamp))
+    per_item = [[stamp] for stamp in stamps]
+    for ts in (0, 60, 100, 150, 250, 400, 401):
+        assert offset_for_timestamp(grid, info, 0, ts) == _linear(per_item, ts), (where, ts)
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
+        sub.seek_to_timestamp(60)
+        expected = [f"r{n}" for n in range(stamps.index(100), len(stamps))]
+        got = _values(sub, len(expected))
+    print(f"late record at the {where}: seek_to_timestamp(60) delivered {got}")
+    assert got == expected
+
+
+def test_late_records_inside_and_across_items(grid: Grid, unique_name: str) -> None:
+    """Records of one item out of order, and late records across item boundaries: Kafka's answer for every time."""
+    info = open_stream(grid, StreamConfig(unique_name, capacity=1000))
+    rng = random.Random(19)
+    stamps = [[rng.randrange(0, 10_000) for _ in range(rng.randrange(1, 5))] for _ in range(300)]
+    _items(grid, info, stamps)
+    for ts in [0, 1, 5000, 9990, 9999, 10_000, *(rng.randrange(0, 10_001) for _ in range(60))]:
+        assert offset_for_timestamp(grid, info, 0, ts) == _linear(stamps, ts), ts
+
+
+def test_the_running_maximum_survives_a_publisher_restart(grid: Grid, unique_name: str) -> None:
+    """A new publisher continues the lane's running maximum from its last item: a late record written by an earlier
+    publisher is still found after a later publisher wrote older timestamps."""
+    info = open_stream(grid, StreamConfig(unique_name, capacity=100))
+    with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0) as first:
+        first.publish(Record(b"a", timestamp_ms=100))
+        first.publish(Record(b"late", timestamp_ms=900))
+    for n in range(5):
+        with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0, idempotent=n % 2 == 0) as again:
+            again.publish(Record(f"b{n}".encode(), timestamp_ms=200 + n))
+    ring = grid.ring(info.ring_names[0])
+    maxima = [decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
+              for item in ring.read_many(0, 0, 10).items]
+    assert maxima == [100, 900, 900, 900, 900, 900, 900]
+    assert offset_for_timestamp(grid, info, 0, 500) == make_offset(1, 0)
+
+
+def test_items_of_format_version_1_are_still_searched(grid: Grid, unique_name: str) -> None:
+    """Version 1 items (no running maximum) stand in the search by their base timestamps, as before; a publisher
+    writing after them continues from the largest timestamp of the last one."""
+    info = open_stream(grid, StreamConfig(unique_name, capacity=100))
+    ring = grid.ring(info.ring_names[0])
+    ring.add_all([encode_item_v1([b"0.0", b"0.1"], timestamps=[10, 20]), encode_item_v1([b"1.0"], timestamps=30)])
+    view = decode_item(ring.read_many(0, 0, 1).items[0], stream=unique_name, lane=0, sequence=0)
+    assert (view.version, view.lane_max_timestamp_ms, list(view.timestamps(0, None))) == (1, None, [10, 20])
+    with Publisher(grid, unique_name, linger_ms=0) as pub:
+        pub.publish(Record(b"2.0", timestamp_ms=25))
+        pub.publish(Record(b"3.0", timestamp_ms=40))
+    maxima = [decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
+              for item in ring.read_many(0, 0, 10).items]
+    assert maxima == [None, None, 30, 40]
+    assert offset_for_timestamp(grid, info, 0, 15) == make_offset(0, 1)
+    assert offset_for_timestamp(grid, info, 0, 30) == make_offset(1, 0)
+    assert offset_for_timestamp(grid, info, 0, 35) == make_offset(3, 0)
+    assert offset_for_timestamp(grid, info, 0, 41) is None
 
 
 def test_empty_lane_and_bad_arguments(grid: Grid, unique_name: str) -> None:

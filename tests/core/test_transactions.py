@@ -21,6 +21,7 @@ from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 from meteor_spark.wire import (
     FLAG_TRANSACTIONAL,
+    HEADER_SIZE,
     ItemFraming,
     ItemProducer,
     decode_item,
@@ -223,7 +224,8 @@ def test_transactional_items_differ_from_plain_ones_by_one_flag_bit_only() -> No
     flagged = encode_prepared([columns], ItemFraming(producer_id=9, producer_seq=3, transactional=True))
     assert len(plain) == len(flagged)
     differing = [i for i, (a, b) in enumerate(zip(plain, flagged, strict=True)) if a != b]
-    assert differing[0] == 5 and all(i == 5 or 44 <= i < 48 for i in differing)  # the flags byte and the CRC
+    crc = range(HEADER_SIZE - 4, HEADER_SIZE)
+    assert differing[0] == 5 and all(i == 5 or i in crc for i in differing)  # the flags byte and the CRC
     assert flagged[5] == plain[5] | FLAG_TRANSACTIONAL
     assert not decode_item(plain, stream="s", lane=0, sequence=0).transactional
     assert decode_item(flagged, stream="s", lane=0, sequence=0).transactional

@@ -135,3 +135,23 @@ def test_bad_values_fail_naming_the_option(
     )
     with pytest.raises(StreamingQueryException, match=r"option 'endingTimestamp' applies to batch reads only"):
         query.awaitTermination()
+
+
+def test_late_records_in_the_middle_and_at_the_end_of_a_lane(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    """Published one record per item with explicit timestamps, a late (older) record in the middle of lane 0 and at
+    the end of lane 1: each lane starts at the earliest record at or after its time (Kafka's offsetsForTimes), and
+    every record after it is read, the late one included."""
+    from meteor_spark.publisher import Publisher
+
+    make_stream(grid, unique_name, lanes=2)
+    layout = {0: [100, 200, 50, 300, 400], 1: [100, 200, 300, 400, 50]}
+    with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0) as publisher:
+        for lane, stamps in layout.items():
+            for ms in stamps:
+                publisher.publish(Record(f"{lane}@{ms}".encode(), timestamp_ms=T + ms, lane=lane))
+    df = _batch(spark, grid_settings, unique_name,
+                startingOffsetsByTimestamp=json.dumps({unique_name: {"0": T + 60, "1": T + 400}}))
+    expected = [f"0@{ms}" for ms in layout[0]] + ["1@400", "1@50"]
+    assertDataFrameEqual(_values(df), _expected(spark, expected))
