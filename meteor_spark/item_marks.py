@@ -9,9 +9,9 @@ fingerprint of the item it was taken after instead:
 
 - ``ItemMark(sequence, crc)``: the ring sequence of an item at or before the position (the item of the last record
   delivered, normally the one just before it) and a CRC-32 of that item's first ``MARKED_BYTES`` bytes and its
-  length. For format 1 items those bytes are the whole 48-byte header: producer id, producer sequence, base
-  timestamp, record count, lengths and the CRC-32 the writer computed over header and body, so the mark stands for
-  the whole item while the reader hashes 48 bytes it already holds (no wire change, no extra read on confirm).
+  length. Those bytes are the whole header of the current format (``wire.HEADER_SIZE``): producer id, producer
+  sequence, timestamps, record count, lengths and the CRC-32 the writer computed over header and body, so the mark
+  stands for the whole item while the reader hashes bytes it already holds (no extra read on confirm).
 - ``check_mark``: one ``read_many`` of one item at the mark's sequence, when a reader resumes from a stored
   position. The same bytes there: same history. Another item: the lane was truncated and refilled
   (``LaneTruncatedError``). The item below the oldest the grid serves (overwritten): nothing to compare, the usual
@@ -27,11 +27,13 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from meteor_spark.wire import HEADER_SIZE
+
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid import Ring
 
-#: Bytes of an item the mark hashes (a format 1 item's whole header, which ends with its body's CRC-32).
-MARKED_BYTES = 48
+#: Bytes of an item the mark hashes (the current format's whole header, which ends with its body's CRC-32).
+MARKED_BYTES = HEADER_SIZE
 
 SAME = "same"
 CHANGED = "changed"
