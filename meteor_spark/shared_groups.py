@@ -760,11 +760,7 @@ class SharedSubscriber:
         """
         chosen = self._records(records, "renew")
         self._check_held(chosen, "renew")
-        by_lane: dict[int, list[tuple[int, int, str]]] = {}
-        with self._lock:
-            for record in chosen:
-                held = self._held[record.lane][record.offset]
-                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        by_lane = self._spans_by_lane(chosen)
         refused: dict[int, list[tuple[int, int]]] = {}
         for lane, spans in sorted(by_lane.items()):
             self._acquisitions += 1
@@ -807,6 +803,15 @@ class SharedSubscriber:
                 raise ConfigError(f"{what} takes records handed out by poll, got {record!r}")
         return chosen
 
+    def _spans_by_lane(self, records: list[Record]) -> dict[int, list[tuple[int, int, str]]]:
+        """The held spans of ``records`` per lane: (offset, end of its held range, the lock's token)."""
+        by_lane: dict[int, list[tuple[int, int, str]]] = {}
+        with self._lock:
+            for record in records:
+                held = self._held[record.lane][record.offset]
+                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        return by_lane
+
     def _check_held(self, records: list[Record], what: str) -> None:
         with self._lock:
             missing = [r for r in records if r.stream != self.stream or r.offset not in self._held.get(r.lane, {})]
@@ -822,11 +827,7 @@ class SharedSubscriber:
         """Move held records to ``state`` (one compare-and-set per lane); returns how many were settled."""
         chosen = self._records(records, what)
         self._check_held(chosen, what)
-        by_lane: dict[int, list[tuple[int, int, str]]] = {}
-        with self._lock:
-            for record in chosen:
-                held = self._held[record.lane][record.offset]
-                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        by_lane = self._spans_by_lane(chosen)
         refused: dict[int, list[tuple[int, int]]] = {}
         settled = 0
         for lane, spans in sorted(by_lane.items()):
