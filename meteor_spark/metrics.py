@@ -121,8 +121,9 @@ def registry_of(metrics: Any) -> Any:
 
 
 def attach(registry: Any, client: Any) -> Callable[[], None] | None:
-    """Add ``client`` (a Publisher, Subscriber or shared-group member, fully built) to the collector of ``registry`` (``registry_of``'s
-    result; None: nothing to do). Returns the function that detaches it (called on the client's close)."""
+    """Add ``client`` (a Publisher, Subscriber or shared-group member, fully built) to the collector of
+    ``registry`` (``registry_of``'s result; None: nothing to do). Returns the function that detaches it (called on
+    the client's close)."""
     if registry is None:
         return None
     prometheus = require_prometheus()

@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from meteor_spark.spark.soak import run as run_spark
 
-    batches = args.batches or (100 if args.quick else 10_000)
-    every = args.every or (25 if args.quick else 1000)
+    batches = args.batches if args.batches is not None else (100 if args.quick else 10_000)
+    every = args.every if args.every is not None else (25 if args.quick else 1000)
     for name, value, least in (
         ("--batches", batches, 1),
         ("--every", every, 1),

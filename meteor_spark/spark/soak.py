@@ -7,10 +7,12 @@ a short processing-time trigger writing them transactionally to a target stream 
 wrap and committed transactions become removable), a ``read_committed`` subscriber and a shared group reading the
 target at the same time.
 
-Every ``every`` micro-batches a sample is taken: the entries of every ``meteor.*`` map of the grid and the member
-process's resident memory (``VmRSS``). Flat samples after warm-up are what bounded state looks like; a map that
-grows with the batch count is a leak. At the end: records in, records out through ``read_committed``, lost and
-duplicated ids, and the shared group's acknowledged count.
+Every ``every`` micro-batches a sample is taken: the entries of every ``meteor.*`` map of the grid, the items the
+two streams' rings hold and the member process's resident memory (``VmRSS``). Flat samples after warm-up are what
+bounded state looks like; a map that grows with the batch count is a leak. The rings fill up to their capacity
+first (the source's within a few minutes), and the member's memory grows with them until they are full. At the
+end: records in, records out through ``read_committed``, lost and duplicated ids, and the shared group's
+acknowledged count.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 from meteor_spark.config import grid_options
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
+from meteor_spark.shared_groups import SharedSubscriber
 from meteor_spark.spark.bench_session import bench_member_session
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
@@ -39,8 +42,10 @@ ID_DIGITS = 12
 #: find a few new records, as a live query does).
 RECORDS_PER_PUBLISH = 5
 PUBLISH_PAUSE_S = 0.005
-#: Ring items per lane of the source (far more than a micro-batch lags behind).
-SOURCE_CAPACITY = 50_000
+#: Ring items per lane of the source: well above what a micro-batch lags behind (about a minute of the feeder's
+#: items), and small enough that the source rings are full within the first minutes, so the member's memory
+#: levels off once the rings are full rather than growing with them for the whole run.
+SOURCE_CAPACITY = 5_000
 #: Service name of maps in ``Grid.distributed_objects``.
 MAP_SERVICE = "hz:impl:mapService"
 #: How long the readers may take to catch up once the publisher has stopped.
@@ -63,8 +68,10 @@ def run(
         options = grid_options(settings)
         suffix = uuid.uuid4().hex[:8]
         source, target = f"soak-in-{suffix}", f"soak-out-{suffix}"
-        open_stream(grid, StreamConfig(source, lanes=LANES, capacity=SOURCE_CAPACITY))
-        open_stream(grid, StreamConfig(target, lanes=LANES, capacity=capacity))
+        rings = [
+            *open_stream(grid, StreamConfig(source, lanes=LANES, capacity=SOURCE_CAPACITY)).ring_names,
+            *open_stream(grid, StreamConfig(target, lanes=LANES, capacity=capacity)).ring_names,
+        ]
         stop = threading.Event()
         feeder = _Feeder(grid, source, stop)
         committed = _CommittedReader(grid, target, stop)
@@ -104,7 +111,7 @@ def run(
                 progress_doc = query.lastProgress
                 done = int(progress_doc["batchId"]) + 1 if progress_doc else 0
                 if done >= next_sample:
-                    sample = _sample(grid, server.pid, done, time.monotonic() - started)
+                    sample = _sample(grid, rings, server.pid, done, time.monotonic() - started)
                     samples.append(sample)
                     progress(_progress_line(sample))
                     next_sample = (done // every + 1) * every
@@ -113,7 +120,7 @@ def run(
             published = feeder.published
             _wait(lambda: committed.received >= published and shared.acked >= published, DRAIN_TIMEOUT_S)
             done = int(query.lastProgress["batchId"]) + 1
-            final = _sample(grid, server.pid, done, time.monotonic() - started)
+            final = _sample(grid, rings, server.pid, done, time.monotonic() - started)
             if not samples or samples[-1]["batches"] != done:
                 samples.append(final)
                 progress(_progress_line(final))
@@ -186,14 +193,23 @@ def member_rss_kib(pid: int | None) -> int | None:
     return None
 
 
-def _sample(grid: Grid, pid: int | None, batches: int, seconds: float) -> dict[str, Any]:
-    return {"batches": batches, "seconds": seconds, "maps": map_sizes(grid), "rss_kib": member_rss_kib(pid)}
+def _sample(grid: Grid, rings: list[str], pid: int | None, batches: int, seconds: float) -> dict[str, Any]:
+    return {
+        "batches": batches,
+        "seconds": seconds,
+        "maps": map_sizes(grid),
+        "ring_items": sum(grid.ring(name).size() for name in rings),
+        "rss_kib": member_rss_kib(pid),
+    }
 
 
 def _progress_line(sample: dict[str, Any]) -> str:
     maps = " ".join(f"{name.removeprefix('meteor.')}={size}" for name, size in sample["maps"].items())
     rss = "?" if sample["rss_kib"] is None else f"{sample['rss_kib'] / 1024:.1f} MiB"
-    return f"batches {sample['batches']:,} ({sample['seconds']:.0f} s): member RSS {rss}; {maps}"
+    return (
+        f"batches {sample['batches']:,} ({sample['seconds']:.0f} s): member RSS {rss}, ring items "
+        f"{sample['ring_items']:,}; {maps}"
+    )
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float) -> None:
@@ -277,9 +293,7 @@ class _SharedReader:
 
     def run(self) -> None:
         try:
-            with Subscriber(
-                self.grid, self.stream, shared=True, group=self.group, initial_offset_scheme="earliest"
-            ) as member:
+            with SharedSubscriber(self.grid, self.stream, group=self.group, initial_offset_scheme="earliest") as member:
                 while not self.stop.is_set():
                     batch = member.poll(100)
                     if len(batch):
@@ -292,12 +306,19 @@ class _SharedReader:
 def render(figures: dict[str, Any]) -> str:
     samples = figures["samples"]
     names = sorted({name for sample in samples for name in sample["maps"]})
-    headers = ["batches", "seconds", "member RSS (MiB)", *(name.removeprefix("meteor.") for name in names)]
+    headers = [
+        "batches",
+        "seconds",
+        "member RSS (MiB)",
+        "ring items",
+        *(name.removeprefix("meteor.") for name in names),
+    ]
     rows = [
         [
             f"{s['batches']:,}",
             f"{s['seconds']:.0f}",
             "?" if s["rss_kib"] is None else f"{s['rss_kib'] / 1024:.1f}",
+            f"{s['ring_items']:,}",
             *(f"{s['maps'].get(name, 0):,}" for name in names),
         ]
         for s in samples
@@ -330,6 +351,7 @@ def render(figures: dict[str, Any]) -> str:
         f"grid map entries (maps named meteor.*) and the member's resident memory, every {settings['every']:,} "
         f"micro-batches:\n{growth}\n{totals}\n{entries}\n"
         f"transactional meteor -> meteor, trigger {settings['trigger_ms']} ms, {settings['lanes']} lanes, target "
-        f"ring {settings['capacity']:,} items per lane, sweepIntervalMs {settings['sweep_interval_ms']:,}; "
+        f"ring {settings['capacity']:,} items per lane (source {SOURCE_CAPACITY:,}), sweepIntervalMs "
+        f"{settings['sweep_interval_ms']:,}; "
         f"{figures['seconds']:.0f} s; load {settings['load_before'][0]:.1f} -> {settings['load_after'][0]:.1f}"
     )
