@@ -16,6 +16,12 @@ Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when un
 - ``meteor_group_lease_acquisitions_total``, ``meteor_group_lease_losses_total`` (taken over after a missed
   renewal), ``meteor_group_fencing_refusals_total`` (confirms/seeks refused by a newer epoch); gauge
   ``meteor_group_lanes_held``.
+- Shared-group members (``Subscriber(shared=True, metrics=...)``): ``meteor_subscriber_records`` (handed out, a
+  redelivery counts again) and ``meteor_subscriber_corrupt_items`` as above, ``meteor_shared_acked_records_total``,
+  ``meteor_shared_released_records_total``, ``meteor_shared_rejected_records_total``,
+  ``meteor_shared_dead_lettered_records_total``, ``meteor_shared_refused_records_total`` (settlements refused: the
+  member had lost the records), ``meteor_shared_renewed_records_total``,
+  ``meteor_shared_undecodable_records_total``; gauge ``meteor_shared_held_records``.
 
 Counters never go down: when a client closes, its last values are kept in the collector, so a closed publisher's
 records stay counted under its stream. Importing this module does not import prometheus_client; using it without
@@ -48,18 +54,27 @@ COUNTERS: dict[str, str] = {
     "meteor_group_lease_acquisitions": "Lane leases taken by group members.",
     "meteor_group_lease_losses": "Lane leases lost to another member after a missed renewal.",
     "meteor_group_fencing_refusals": "Confirms or seeks refused because a newer holder fenced the lane.",
+    "meteor_shared_acked_records": "Records acknowledged by shared-group members.",
+    "meteor_shared_released_records": "Records shared-group members released for redelivery (nack, close).",
+    "meteor_shared_rejected_records": "Records shared-group members rejected.",
+    "meteor_shared_dead_lettered_records": "Records shared-group members published to the dead-letter stream.",
+    "meteor_shared_refused_records": "Settlements refused because the member had lost the records (lock expired).",
+    "meteor_shared_renewed_records": "Record locks renewed by shared-group members.",
+    "meteor_shared_undecodable_records": "Records the deserializers refused and on_corrupt passed over.",
 }
 #: Gauge families → help text.
 GAUGES: dict[str, str] = {
     "meteor_publisher_buffered_records": "Records accepted by publishers and not stored yet.",
     "meteor_subscriber_lag_items": "Ring items between a subscriber's next record and the lane's end.",
     "meteor_group_lanes_held": "Lanes whose lease a group member holds.",
+    "meteor_shared_held_records": "Records handed out to shared-group members and not settled yet.",
 }
 
 _LABELS = {
     "meteor_publisher": ("stream",),
     "meteor_subscriber": ("stream", "group"),
     "meteor_group": ("stream", "group"),
+    "meteor_shared": ("stream", "group"),
 }
 
 Sample = tuple[str, tuple[str, ...], float]  # family, label values, value
@@ -106,8 +121,9 @@ def registry_of(metrics: Any) -> Any:
 
 
 def attach(registry: Any, client: Any) -> Callable[[], None] | None:
-    """Add ``client`` (a Publisher or Subscriber, fully built) to the collector of ``registry`` (``registry_of``'s
-    result; None: nothing to do). Returns the function that detaches it (called on the client's close)."""
+    """Add ``client`` (a Publisher, Subscriber or shared-group member, fully built) to the collector of
+    ``registry`` (``registry_of``'s result; None: nothing to do). Returns the function that detaches it (called on
+    the client's close)."""
     if registry is None:
         return None
     prometheus = require_prometheus()
@@ -195,6 +211,18 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_publisher_buffered_records", labels, figures["outstanding"]
         return
     labels = (stream, client.group or "")
+    if "acked_records" in figures:  # a shared-group member: no position, so no skipped items and no lag
+        yield "meteor_subscriber_records", labels, figures["delivered_records"]
+        yield "meteor_subscriber_corrupt_items", labels, figures["corrupt_items"]
+        yield "meteor_shared_acked_records", labels, figures["acked_records"]
+        yield "meteor_shared_released_records", labels, figures["released_records"]
+        yield "meteor_shared_rejected_records", labels, figures["rejected_records"]
+        yield "meteor_shared_dead_lettered_records", labels, figures["dead_lettered_records"]
+        yield "meteor_shared_refused_records", labels, figures["refused_records"]
+        yield "meteor_shared_renewed_records", labels, figures["renewed_records"]
+        yield "meteor_shared_undecodable_records", labels, figures["undecodable_records"]
+        yield "meteor_shared_held_records", labels, figures["held_records"]
+        return
     yield "meteor_subscriber_records", labels, figures["delivered_records"]
     yield "meteor_subscriber_skipped_items", labels, figures["skipped_items"]
     yield "meteor_subscriber_corrupt_items", labels, figures["corrupt_items"]

@@ -60,7 +60,7 @@ out first; a refused record is released, so ``max_deliveries`` ends one that alw
 mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
 
 Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
-confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``, metrics. A lost range (the ring
+confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``. A lost range (the ring
 overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
 (the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
 member. Deleting a stream
@@ -92,6 +92,8 @@ from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
 from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key, parse_key
 from meteor_spark.groups import default_member_id
 from meteor_spark.leases import ExpiryObserver
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -135,7 +137,6 @@ _UNSUPPORTED = {
     "skip_data_loss": "a lost range stops the lane for every member",
     "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
     "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
-    "metrics": "not exported for shared groups yet",
     "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
 }
 
@@ -209,6 +210,9 @@ class SharedSubscriber:
             group's ``dead_letter_stream`` first).
         value_deserializer, key_deserializer: as ``Subscriber``'s (``"json"``, ``"str"``, ``"bytes"`` or a
             callable).
+        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this member's
+            counters (delivered, acknowledged, released, rejected, dead-lettered, refused, renewed, passed over)
+            and the records it holds (``meteor_spark.metrics``; needs the ``metrics`` extra).
 
     Attributes:
         delivered_records: records handed out (a redelivery counts again).
@@ -235,6 +239,7 @@ class SharedSubscriber:
         on_corrupt: str | None = None,
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
+        metrics: Any = None,
         **others: Any,
     ) -> None:
         given = sorted(name for name, value in others.items() if value is not None and value is not False)
@@ -253,6 +258,7 @@ class SharedSubscriber:
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
         corrupt_mode = _corrupt_mode(on_corrupt)
+        registry = metrics_registry(metrics)
         if acquisition_timeout_ms is not None:
             check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
         if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
@@ -307,6 +313,7 @@ class SharedSubscriber:
         self.renewed_records = 0
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
         self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
+        self._detach_metrics = attach_metrics(registry, self)
 
     def _group_settings(
         self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
@@ -931,6 +938,8 @@ class SharedSubscriber:
             "refused_records": self.refused_records,
             "renewed_records": self.renewed_records,
             "held_records": self.held(),
+            "corrupt_items": self.refusals.corrupt_items,
+            "undecodable_records": self.refusals.undecodable_records,
         }
 
     def close(self) -> None:
@@ -950,6 +959,8 @@ class SharedSubscriber:
                 except MeteorError as exc:  # they time out instead
                     logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
         finally:
+            if self._detach_metrics is not None:
+                self._detach_metrics()
             self.refusals.close()
             if self._dead_letters is not None:
                 self._dead_letters.close()

@@ -234,10 +234,10 @@ def take_batch(grid: Grid, batch_key: str, key: str) -> None:
     raise MeteorError(f"could not take batch {batch_key!r} over: too many concurrent runs of that query")
 
 
-def commit(grid: Grid, key: str, producers: Iterable[int]) -> TxnState:
+def commit(grid: Grid, key: str, producers: Iterable[int], *, sweep_interval_s: float = SWEEP_INTERVAL_S) -> TxnState:
     """Decide ``key`` committed with the records of ``producers`` (one CAS: open -> committed); producers
     registered under the transaction but not listed are aborted by the same write. Committing again with the
-    same producers is a no-op (a retried commit).
+    same producers is a no-op (a retried commit). ``sweep_interval_s``: see ``sweep_if_due``.
 
     Raises:
         TransactionAbortedError: the transaction was aborted first (timeout, fencing), or committed with other
@@ -263,7 +263,7 @@ def commit(grid: Grid, key: str, producers: Iterable[int]) -> TxnState:
         decided = TxnState(key, COMMITTED, state.deadline_ms, wanted, decided_ms=_now_ms(), lanes=_lanes(grid, opened))
         if txns.replace_if_same(key, current, decided.to_json()):
             _forget_open(grid, key, opened)
-            sweep_if_due(grid)
+            sweep_if_due(grid, sweep_interval_s)
             return decided
     raise MeteorError(f"could not commit transaction {key!r}: too many concurrent updates")
 
@@ -404,18 +404,19 @@ _last_clear: dict[int, float] = {}
 _absent_before: dict[int, set[str]] = {}  # grid -> open entries whose transaction the last sweep did not find
 
 
-def sweep_if_due(grid: Grid) -> SweepReport | None:
-    """``sweep`` when this process has not swept this grid for ``SWEEP_INTERVAL_S``; never raises (a failed sweep
+def sweep_if_due(grid: Grid, interval_s: float = SWEEP_INTERVAL_S) -> SweepReport | None:
+    """``sweep`` when this process has not swept this grid for ``interval_s`` (a sweep lists the maps, so it is
+    rationed; a shorter interval keeps them nearer their bound, e.g. for a soak run); never raises (a failed sweep
     is logged and tried again at the next interval)."""
     now = time.monotonic()
     last = _last_sweep.get(id(grid))
-    if last is not None and now - last < SWEEP_INTERVAL_S:
+    if last is not None and now - last < interval_s:
         return None
     _last_sweep[id(grid)] = now
     try:
         return sweep(grid)
     except MeteorError as exc:
-        logger.warning("removing decided transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
+        logger.warning("removing decided transactions failed: %s; tried again in %.0f s", exc, interval_s)
         return None
 
 

@@ -25,6 +25,8 @@ AREAS: dict[str, str] = {
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
     "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), records/s",
     "transactions": "the Spark sink transactional vs plain, read_committed vs read_uncommitted (records/s)",
+    "soak": "a long transactional meteor -> meteor query: grid map sizes and member memory every --every batches, "
+    "then lost/duplicated",
 }
 
 

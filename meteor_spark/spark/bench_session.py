@@ -22,6 +22,16 @@ from meteor_spark.server import EmbeddedGrid
 def bench_session(app_name: str, extra_conf: Mapping[str, str] | None = None) -> Iterator[tuple[Any, GridSettings]]:
     """``(spark, grid settings)``: a fresh embedded grid and a SparkSession with ``spark_conf`` (plus
     ``extra_conf``) at log level ERROR; on exit the session (when this call started it) and the grid are stopped."""
+    with bench_member_session(app_name, extra_conf) as (spark, settings, _server):
+        yield spark, settings
+
+
+@contextmanager
+def bench_member_session(
+    app_name: str, extra_conf: Mapping[str, str] | None = None
+) -> Iterator[tuple[Any, GridSettings, EmbeddedGrid]]:
+    """``bench_session`` plus the embedded grid itself (its member process's pid, for benchmarks that watch the
+    member's memory)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -35,7 +45,7 @@ def bench_session(app_name: str, extra_conf: Mapping[str, str] | None = None) ->
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        yield spark, GridSettings(members=(server.address,), cluster_name=server.cluster_name)
+        yield spark, GridSettings(members=(server.address,), cluster_name=server.cluster_name), server
     finally:
         if spark is not None and owned:
             spark.stop()

@@ -28,7 +28,7 @@ from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.grid import GridSettings
 from meteor_spark.item_gate import ISOLATIONS, parse_isolation
 from meteor_spark.streams import StreamConfig
-from meteor_spark.transactions import DEFAULT_TIMEOUT_MS
+from meteor_spark.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
 
 #: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
 #: they are not typos.
@@ -199,6 +199,10 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
               "commit then fails and the query fails. Keep it above the longest batch. A restarted query aborts "
               "its previous run's open transaction of the replayed batch at once (fencing by sinkId and query "
               "id)."),
+    OptionDoc("sweepIntervalMs", "write, writeStream", "int > 0 (ms)", str(int(SWEEP_INTERVAL_S * 1000)),
+              "How often (at most) the sink's commit removes decided transactions no reader can still need from "
+              "the transaction maps (meteor.txns, meteor.txn.producers, meteor.txn.batches). Shorter keeps the "
+              "maps nearer their bound at the cost of one listing of them per interval."),
     OptionDoc("createStream", "write, writeStream", "bool", "true",
               "Create the target stream (default configuration) when it does not exist; false = fail instead."),
     *(
@@ -498,6 +502,7 @@ class SinkOptions:
         create_stream: create missing target streams with the default configuration.
         transactional: publish each micro-batch / job as one transaction (``meteor_spark.transactions``).
         transaction_timeout_ms: a transaction open this long after its last task attempt started is aborted.
+        sweep_interval_ms: the commit sweeps the transaction maps at most this often (``transactions.sweep_if_due``).
     """
 
     stream: str | None
@@ -506,6 +511,7 @@ class SinkOptions:
     create_stream: bool = True
     transactional: bool = True
     transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
+    sweep_interval_ms: int = int(SWEEP_INTERVAL_S * 1000)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -524,6 +530,7 @@ class SinkOptions:
             create_stream=raw.boolean("createStream", True),
             transactional=raw.boolean("transactional", True),
             transaction_timeout_ms=raw.positive_int("transactionTimeoutMs") or DEFAULT_TIMEOUT_MS,
+            sweep_interval_ms=raw.positive_int("sweepIntervalMs") or int(SWEEP_INTERVAL_S * 1000),
         )
 
 

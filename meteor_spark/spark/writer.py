@@ -345,7 +345,7 @@ class MeteorBatchWriter(_PublishesRows, DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = _ours(messages)
-        _decide(grid_for(self.options.grid), done)
+        _decide(grid_for(self.options.grid), done, self.options.sweep_interval_ms / 1000)
         logger.info("wrote %d rows to meteor (%s)", sum(m.rows for m in done), _summary(done))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -416,7 +416,7 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
             raise ConfigError(f"tasks of micro-batch {batchId} report different query ids {sorted(query_ids)}")
         key = self._key(next(iter(query_ids), None))
         grid = grid_for(self.options.grid)
-        _decide(grid, done)
+        _decide(grid, done, self.options.sweep_interval_ms / 1000)
         _record_commit(grid, key, batchId, done)
         if all(m.skipped for m in done):
             logger.info("micro-batch %d replayed after its commit: nothing republished", batchId)
@@ -441,7 +441,7 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         )
 
 
-def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage]) -> None:
+def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage], sweep_interval_s: float) -> None:
     """Commit the transaction of a job or micro-batch with the producers of its successful task attempts (one
     CAS); every other attempt's records are aborted by that write. A no-op when nothing was published
     transactionally.
@@ -455,7 +455,8 @@ def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage]) -> None:
     if len(keys) > 1:
         raise MeteorError(f"tasks of one batch report different transactions {sorted(keys)}")
     key = keys.pop()
-    decided = transactions.commit(grid, key, [p for m in messages if m.transaction == key for p in m.producers])
+    producers = [p for m in messages if m.transaction == key for p in m.producers]
+    decided = transactions.commit(grid, key, producers, sweep_interval_s=sweep_interval_s)
     logger.info("transaction %r committed with %d producers", key, len(decided.producers))
 
 

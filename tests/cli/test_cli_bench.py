@@ -39,6 +39,7 @@ def test_unknown_area_flag_is_a_usage_error(meteor: Meteor) -> None:
         ("groups", ("--members", "2,0"), "every --members count must be >= 1, got 2,0"),
         ("groups", ("--poll-records", "0"), "--poll-records must be >= 1, got 0"),
         ("pubsub", ("--subscriber-processes", "99"), "--subscriber-processes must be <= 16"),
+        ("soak", ("--every", "0"), "--every must be at least 1, got 0"),
     ],
 )
 def test_a_bad_bench_flag_is_one_error_line_naming_it(meteor: Meteor, area: str, flags: tuple[str, ...],

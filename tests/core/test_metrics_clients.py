@@ -115,6 +115,44 @@ def test_grouped_subscriber_reports_its_group(grid, unique_name, registry, scrap
     assert ("meteor_group_lanes_held", (("group", group), ("stream", unique_name))) not in scraped
 
 
+def test_shared_member_reports_what_it_settled(grid, unique_name, registry, scrape) -> None:
+    with Publisher(grid, StreamConfig(unique_name, lanes=2)) as pub:
+        for number in range(10):
+            pub.publish_async(f"r{number}".encode())
+    group = f"{unique_name}-shared"
+    labels = {"stream": unique_name, "group": group}
+    dead = f"{unique_name}-dead"
+    with Subscriber(grid, unique_name, shared=True, group=group, initial_offset_scheme="earliest",
+                    dead_letter_stream=dead, metrics=registry) as member:
+        held: list = []
+        wait_until(lambda: held.extend(member.poll(timeout_ms=200)) or len(held) >= 10, timeout_s=20,
+                   message="the shared member is handed every record")
+        member.ack(held[:5])
+        member.nack(held[5:7])
+        member.reject(held[7:8])
+        member.renew(held[8:10])
+        scraped = scrape()
+        assert series(scraped, "meteor_subscriber_records_total", **labels) == 10
+        assert series(scraped, "meteor_shared_acked_records_total", **labels) == 5
+        assert series(scraped, "meteor_shared_released_records_total", **labels) == 2
+        assert series(scraped, "meteor_shared_rejected_records_total", **labels) == 1
+        assert series(scraped, "meteor_shared_dead_lettered_records_total", **labels) == member.dead_lettered_records
+        assert series(scraped, "meteor_shared_renewed_records_total", **labels) == 2
+        assert series(scraped, "meteor_shared_refused_records_total", **labels) == 0
+        assert series(scraped, "meteor_subscriber_corrupt_items_total", **labels) == 0
+        assert series(scraped, "meteor_shared_held_records", **labels) == 2
+    # Closing releases the two it still held: counted, kept after close; the gauge of the closed member is gone.
+    scraped = scrape()
+    assert series(scraped, "meteor_shared_acked_records_total", **labels) == 5
+    assert series(scraped, "meteor_subscriber_records_total", **labels) == 10
+    assert ("meteor_shared_held_records", (("group", group), ("stream", unique_name))) not in scraped
+
+
+def test_shared_member_metrics_must_be_a_registry(grid, unique_name) -> None:
+    with pytest.raises(ConfigError, match="CollectorRegistry"):
+        Subscriber(grid, StreamConfig(unique_name), shared=True, group="g", metrics="yes")
+
+
 def test_group_member_counts_fencing_refusals(grid, unique_name) -> None:
     info = open_stream(grid, StreamConfig(unique_name, lanes=1))
     with GroupMember(grid, info, "g", lease_ms=2000) as member:

@@ -214,6 +214,7 @@ CASES: dict[str, tuple[Call, str]] = {
     "startingOffset (typo)": (_source(startingOffset="earliest"), "startingOffset"),
     "source stream non-UTF-8": (lambda c: SourceOptions.parse({"stream": "a\udcff"}, batch=True), "stream"),
     "transactionTimeoutMs=0": (_sink(transactionTimeoutMs="0"), "transactionTimeoutMs"),
+    "sweepIntervalMs=0": (_sink(sweepIntervalMs="0"), "sweepIntervalMs"),
     "transactional=maybe": (_sink(transactional="maybe"), "transactional"),
     "sink stream non-UTF-8": (
         lambda c: SinkOptions.parse({"stream": "a\udcff", "checkpointLocation": "/tmp/x"}),

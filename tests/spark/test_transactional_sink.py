@@ -113,3 +113,7 @@ def test_transaction_options_are_parsed_once() -> None:
         SourceOptions.parse({"stream": "s", "isolation": "serializable"})
     with pytest.raises(ConfigError, match="transactionTimeoutMs"):
         SinkOptions.parse({"stream": "s", "transactionTimeoutMs": "0"})
+    assert sink.sweep_interval_ms == int(transactions.SWEEP_INTERVAL_S * 1000)
+    assert SinkOptions.parse({"stream": "s", "sweepIntervalMs": "500"}).sweep_interval_ms == 500
+    with pytest.raises(ConfigError, match="sweepIntervalMs"):
+        SinkOptions.parse({"stream": "s", "sweepIntervalMs": "0"})
