@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.records import Record, decode_batch, encode_batch
@@ -50,3 +51,24 @@ def read_values(grid: Grid, name: str) -> dict[int, list[bytes]]:
 
 def rows_of(df: Any) -> list[tuple[Any, ...]]:
     return [tuple(row) for row in df.collect()]
+
+
+def stream_reader(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
+    """A streaming ``format("meteor")`` DataFrame of ``stream`` on the grid under test."""
+    return spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", stream).options(
+        **options
+    ).load()
+
+
+def run_available_now(df: Any, checkpoint: Any, rows: list[bytes]) -> Any:
+    """Run ``df`` with an AvailableNow trigger, collecting every row's value into ``rows``; the finished query."""
+
+    def on_batch(batch: Any, batch_id: int) -> None:
+        rows.extend(r.value for r in batch.select("value").collect())
+
+    query = (
+        df.writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    return query

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
+from spark_helpers import grid_options, make_stream, put_items, run_available_now, stream_reader, values_items
 
+from meteor_spark.admin import delete_stream
 from meteor_spark.corrupt import (
     HEADER_ERROR,
     HEADER_SOURCE_LANE,
@@ -22,33 +24,13 @@ from meteor_spark.groups import GroupMember
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.records import decode_batch
 from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.admin import delete_stream
 from meteor_spark.streams import lane_bounds, open_stream
-from spark_helpers import grid_options, make_stream, put_items, values_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _stream_reader(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
-    return spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", stream).options(
-        **options
-    ).load()
-
-
 def _batch_reader(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
     return spark.read.format("meteor").options(**grid_options(settings)).option("stream", stream).options(**options)
-
-
-def _run_available_now(df: Any, checkpoint: Path, rows: list[bytes]) -> Any:
-    def on_batch(batch: Any, batch_id: int) -> None:
-        rows.extend(r.value for r in batch.select("value").collect())
-
-    query = (
-        df.writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )
-    query.awaitTermination()
-    return query
 
 
 def _skipped(query: Any) -> int:
@@ -64,7 +46,7 @@ def test_skip_mode_jumps_to_the_oldest_item_and_counts_each_lost_item_once_acros
                "failOnDataLoss": "false"}
     rows: list[bytes] = []
 
-    query = _run_available_now(_stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
+    query = run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
     batches = [p["numInputRows"] for p in query.recentProgress]
     print(f"skip mode: batches {batches}, {len(rows)} records read, {_skipped(query)} items counted as lost")
     assert sorted(rows) == sorted(b"r-%d-0" % i for i in range(90, 100))
@@ -73,12 +55,12 @@ def test_skip_mode_jumps_to_the_oldest_item_and_counts_each_lost_item_once_acros
 
     # Restarted from the checkpoint with nothing lost meanwhile: the count is carried, not reset nor repeated.
     put_items(grid, info, 0, values_items("s", items=5, per_item=1))  # 100..104, the ring keeps 95..104
-    query = _run_available_now(_stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
+    query = run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
     assert [p["numInputRows"] for p in query.recentProgress] == [5]
     assert _skipped(query) == 90
     # And a loss while it was stopped is added once: 105..124 published, the ring keeps 115..124.
     put_items(grid, info, 0, values_items("t", items=20, per_item=1))
-    query = _run_available_now(_stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
+    query = run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
     assert [p["numInputRows"] for p in query.recentProgress] == [5, 5]
     assert _skipped(query) == 100
     assert len(rows) == len(set(rows)) == 10 + 5 + 10
@@ -92,7 +74,7 @@ def test_a_position_past_the_end_or_an_unknown_lane_fails_the_query_at_start(
 
     past_end = json.dumps({unique_name: {"0": 1000}})
     query = (
-        _stream_reader(spark, grid_settings, unique_name, startingOffsets=past_end)
+        stream_reader(spark, grid_settings, unique_name, startingOffsets=past_end)
         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "a")).trigger(availableNow=True)
         .start()
     )
@@ -107,7 +89,7 @@ def test_a_position_past_the_end_or_an_unknown_lane_fails_the_query_at_start(
 
     unknown_lane = json.dumps({unique_name: {"0": 0, "99": 0}})
     query = (
-        _stream_reader(spark, grid_settings, unique_name, startingOffsets=unknown_lane)
+        stream_reader(spark, grid_settings, unique_name, startingOffsets=unknown_lane)
         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "b")).trigger(availableNow=True)
         .start()
     )
@@ -122,7 +104,7 @@ def test_unknown_and_invalid_stream_names_fail_before_anything_is_read(
     spark: Any, grid_settings: GridSettings, unique_name: str
 ) -> None:
     with pytest.raises(AnalysisException, match=r"option 'stream': stream name 'not a name' is not valid"):
-        _stream_reader(spark, grid_settings, "not a name")
+        stream_reader(spark, grid_settings, "not a name")
     with pytest.raises(AnalysisException, match=r"stream name 'a/b' is not valid"):
         _batch_reader(spark, grid_settings, "a/b").load()
     with pytest.raises(Exception, match=rf"StreamNotFoundError.*stream '{unique_name}' does not exist"):
@@ -135,8 +117,8 @@ def test_a_stale_checkpoint_is_an_error_not_a_silent_skip(
     info = make_stream(grid, unique_name, lanes=2)
     put_items(grid, info, 0, values_items("old", items=10, per_item=1))
     rows: list[bytes] = []
-    reader = lambda: _stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest")  # noqa: E731
-    _run_available_now(reader(), tmp_path / "cp", rows)
+    reader = lambda: stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest")  # noqa: E731
+    run_available_now(reader(), tmp_path / "cp", rows)
     assert len(rows) == 10
 
     delete_stream(grid, unique_name)
@@ -144,12 +126,12 @@ def test_a_stale_checkpoint_is_an_error_not_a_silent_skip(
     put_items(grid, info, 0, values_items("new", items=3, per_item=1))
     with pytest.raises(StreamingQueryException, match=r"sequence 10 is past the end of the lane; valid sequences "
                                                       r"are 0 to 3.*checkpoint is stale.*fresh checkpointLocation"):
-        _run_available_now(reader(), tmp_path / "cp", rows)
+        run_available_now(reader(), tmp_path / "cp", rows)
     delete_stream(grid, unique_name)
     make_stream(grid, unique_name, lanes=1)
     with pytest.raises(StreamingQueryException, match=rf"checkpoint has a position for lane 1 of stream "
                                                       rf"'{unique_name}', which has lanes 0..0: the checkpoint is stale"):
-        _run_available_now(reader(), tmp_path / "cp", rows)
+        run_available_now(reader(), tmp_path / "cp", rows)
     assert len(rows) == 10
 
 
@@ -174,8 +156,8 @@ def test_a_stale_group_offset_is_an_error_not_a_silent_skip(
     rows: list[bytes] = []
     with pytest.raises(StreamingQueryException, match=r"sequence 10 is past the end of the lane; valid sequences "
                                                       r"are 0 to 3.*group 'g' is stale"):
-        _run_available_now(
-            _stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", group="g",
+        run_available_now(
+            stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", group="g",
                            groupLeaseMs="2000"),
             tmp_path / "cp", rows,
         )
@@ -200,7 +182,7 @@ def test_a_corrupt_item_fails_the_read_naming_it_by_default(
         _batch_reader(spark, grid_settings, unique_name).load().collect()
     rows: list[bytes] = []
     with pytest.raises(StreamingQueryException, match=rf"stream '{unique_name}' lane 0 sequence 2"):
-        _run_available_now(_stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest"),
+        run_available_now(stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest"),
                            tmp_path / "cp", rows)
 
 
@@ -211,8 +193,8 @@ def test_on_corrupt_skip_reads_every_good_record(
     batch = _batch_reader(spark, grid_settings, unique_name, onCorrupt="skip").load()
     assert sorted(r.value for r in batch.collect()) == sorted(good)
     rows: list[bytes] = []
-    _run_available_now(
-        _stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", onCorrupt="skip",
+    run_available_now(
+        stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", onCorrupt="skip",
                        maxOffsetsPerTrigger="2"),
         tmp_path / "cp", rows,
     )
@@ -226,11 +208,11 @@ def test_dead_letter_stream_gets_the_raw_item_with_where_and_why(
     dlq = f"{unique_name}-dlq"
     options = {"startingOffsets": "earliest", "deadLetterStream": dlq}
     with pytest.raises(StreamingQueryException, match=rf"option 'deadLetterStream': stream '{dlq}' does not exist"):
-        _run_available_now(_stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "a", [])
+        run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "a", [])
 
     dlq_info = make_stream(grid, dlq, lanes=1)
     rows: list[bytes] = []
-    _run_available_now(_stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "b", rows)
+    run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "b", rows)
     assert sorted(rows) == sorted(good)
 
     head, end = lane_bounds(grid, dlq_info)[0]
@@ -269,7 +251,7 @@ def test_reads_from_earliest_serve_history_below_the_ring_head(spark: Any, tmp_p
                                       startingOffsets=json.dumps({"history": {"0": 0}})).load()
             assert from_zero.count() == 100
             rows: list[bytes] = []
-            _run_available_now(_stream_reader(spark, settings, "history", startingOffsets="earliest",
+            run_available_now(stream_reader(spark, settings, "history", startingOffsets="earliest",
                                               maxOffsetsPerTrigger="20"), tmp_path / "cp", rows)
             assert sorted(rows) == sorted(published)
             assert open_stream(grid, "history").name == "history"

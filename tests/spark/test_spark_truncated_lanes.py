@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
-from spark_helpers import grid_options, make_stream, put_items, values_items
+from spark_helpers import make_stream, put_items, run_available_now, stream_reader, values_items
 
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
@@ -25,36 +25,15 @@ from meteor_spark.testing import wait_until
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def _run_available_now(
-    spark: Any, settings: GridSettings, stream: str, checkpoint: Path, rows: list[bytes], **options: str
-) -> Any:
-    def on_batch(batch: Any, batch_id: int) -> None:
-        rows.extend(r.value for r in batch.select("value").collect())
-
-    df = (
-        spark.readStream.format("meteor")
-        .options(**grid_options(settings))
-        .option("stream", stream)
-        .options(**options)
-        .load()
-    )
-    query = (
-        df.writeStream.foreachBatch(on_batch)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return query
-
-
 def test_a_checkpoint_over_a_refilled_lane_fails_the_query_or_rereads_the_lane(
     spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
 ) -> None:
     info = make_stream(grid, unique_name, lanes=1)
     put_items(grid, info, 0, values_items("old", items=10, per_item=1))
     rows: list[bytes] = []
-    query = _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp", rows, startingOffsets="earliest")
+    query = run_available_now(
+        stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest"), tmp_path / "cp", rows
+    )
     assert len(rows) == 10
     end = SparkOffset.from_json(json.loads(query.lastProgress["sources"][0]["endOffset"]))
     assert [(m.sequence) for m in end.marks_dict().values()] == [9]
@@ -66,10 +45,10 @@ def test_a_checkpoint_over_a_refilled_lane_fails_the_query_or_rereads_the_lane(
         match=r"lane 0 was truncated and refilled under the query's "
         r"checkpoint \(sequence 10\).*fresh checkpointLocation",
     ):
-        _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp", rows)
+        run_available_now(stream_reader(spark, grid_settings, unique_name), tmp_path / "cp", rows)
     assert len(rows) == 10
 
-    _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp", rows, failOnDataLoss="false")
+    run_available_now(stream_reader(spark, grid_settings, unique_name, failOnDataLoss="false"), tmp_path / "cp", rows)
     again = rows[10:]
     assert again == [r.value for r in new]
     print(
@@ -92,17 +71,14 @@ def test_a_group_offset_over_a_refilled_lane_fails_a_new_query(
 
     rows: list[bytes] = []
     with pytest.raises(StreamingQueryException, match=r"lane 0 was truncated and refilled under group 'g''s offset"):
-        _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp", rows, group="g", groupLeaseMs="2000")
+        run_available_now(
+            stream_reader(spark, grid_settings, unique_name, group="g", groupLeaseMs="2000"), tmp_path / "cp", rows
+        )
     assert rows == []
-    _run_available_now(
-        spark,
-        grid_settings,
-        unique_name,
+    run_available_now(
+        stream_reader(spark, grid_settings, unique_name, group="g", groupLeaseMs="2000", failOnDataLoss="false"),
         tmp_path / "cp2",
         rows,
-        group="g",
-        groupLeaseMs="2000",
-        failOnDataLoss="false",
     )
     assert rows == [r.value for r in new]
 
