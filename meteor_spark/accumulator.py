@@ -284,7 +284,16 @@ class LaneQueue:
     """What is queued for one lane: its segments, their count and bytes, and whether a call is in flight."""
 
     __slots__ = (
-        "ahead", "encoding", "in_flight", "lane", "lock", "previous_done", "queued", "queued_bytes", "segments", "since"
+        "ahead",
+        "encoding",
+        "in_flight",
+        "lane",
+        "lock",
+        "previous_done",
+        "queued",
+        "queued_bytes",
+        "segments",
+        "since",
     )
 
     def __init__(self, lane: int, lock: Any) -> None:

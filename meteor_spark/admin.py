@@ -212,8 +212,17 @@ def lag_report(
             gate = ItemGate(grid, READ_COMMITTED, abort_expired=False)
             stable = stable_end(gate, grid, info, lane, start, next_seq)
         report.append(
-            LaneLag(lane, stored.offset, next_seq, items, records, lost, corrupt_items=corrupt, stream=info.config.name,
-                    stable_sequence=stable if stable is not None and stable < next_seq else None)
+            LaneLag(
+                lane,
+                stored.offset,
+                next_seq,
+                items,
+                records,
+                lost,
+                corrupt_items=corrupt,
+                stream=info.config.name,
+                stable_sequence=stable if stable is not None and stable < next_seq else None,
+            )
         )
     return report
 
@@ -238,9 +247,7 @@ def list_groups(grid: Grid, stream: str | None = None) -> list[GroupSummary]:
             if counted_field is None or _has_field(text, counted_field):
                 counts[pair] += 1
     pairs = sorted(set(members) | set(held) | set(confirmed))
-    return [
-        GroupSummary(s, g, members.get((s, g), 0), held.get((s, g), 0), confirmed.get((s, g), 0)) for s, g in pairs
-    ]
+    return [GroupSummary(s, g, members.get((s, g), 0), held.get((s, g), 0), confirmed.get((s, g), 0)) for s, g in pairs]
 
 
 def _has_field(text: str, name: str) -> bool:
@@ -273,7 +280,11 @@ def seek_group(grid: Grid, info: StreamInfo, group: str, offsets: Mapping[int, i
         end = ring.tail() + 1
         if offset > first_offset_of(end):
             raise OffsetOutOfRangeError(
-                stream, lane, offset, first_offset_of(min(oldest_in(ring), end)), first_offset_of(end),
+                stream,
+                lane,
+                offset,
+                first_offset_of(min(oldest_in(ring), end)),
+                first_offset_of(end),
                 hint="Seek the group to a position inside the range, or to the end to read only new records.",
             )
         key = lane_key(stream, group, lane)

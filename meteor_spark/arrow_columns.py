@@ -143,10 +143,10 @@ def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.R
         if stamps is None:
             if ts_valid is None:
                 ts_valid = np.ones(n, dtype=bool)
-            ts_valid[pos:pos + p.size] = False
-            ts[pos:pos + p.size] = 0
+            ts_valid[pos : pos + p.size] = False
+            ts[pos : pos + p.size] = 0
         else:
-            ts[pos:pos + p.size] = stamps
+            ts[pos : pos + p.size] = stamps
     ts *= 1000
     timestamps = pa.Array.from_buffers(
         TIMESTAMP_TYPE, n, [_validity(ts_valid), pa.py_buffer(ts)], null_count=_null_count(ts_valid)
@@ -166,7 +166,7 @@ def _part_column(part: ItemSlice, column: str) -> tuple[np.ndarray, Any]:
     if part.start == 0 and part.stop == item.count:
         return lengths, data
     offsets = getattr(item, f"{column}_offsets")
-    return lengths[part.start:part.stop], data[offsets[part.start]:offsets[part.stop]]
+    return lengths[part.start : part.stop], data[offsets[part.start] : offsets[part.stop]]
 
 
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:
@@ -215,14 +215,14 @@ def _headers_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
             continue
         assert it.hkey_lengths is not None and it.hvalue_lengths is not None
         assert it.hkey_data is not None and it.hvalue_data is not None
-        count_list.append(it.header_counts[p.start:p.stop])
+        count_list.append(it.header_counts[p.start : p.stop])
         ho = it.header_offsets
         h0, h1 = int(ho[p.start]), int(ho[p.stop])
         hkey_lengths.append(it.hkey_lengths[h0:h1])
         hvalue_lengths.append(it.hvalue_lengths[h0:h1])
         hko, hvo = it.hkey_offsets, it.hvalue_offsets
-        hkey_chunks.append(it.hkey_data[hko[h0]:hko[h1]])
-        hvalue_chunks.append(it.hvalue_data[hvo[h0]:hvo[h1]])
+        hkey_chunks.append(it.hkey_data[hko[h0] : hko[h1]])
+        hvalue_chunks.append(it.hvalue_data[hvo[h0] : hvo[h1]])
     counts = _concat(count_list)
     list_offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=list_offsets[1:])
@@ -237,7 +237,6 @@ def _headers_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
     return pa.Array.from_buffers(
         HEADERS_TYPE, n, [None, pa.py_buffer(list_offsets.astype(_I32))], children=[struct_array]
     )
-
 
 
 def headers_to_map(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -266,7 +265,7 @@ def headers_to_map(batch: pa.RecordBatch) -> pa.RecordBatch:
             keys, values = keys.take(keep), values.take(keep)
     as_map = pa.MapArray.from_arrays(pa.array(offsets.astype(_I32)), keys, values, type=HEADERS_MAP_TYPE)
     return pa.RecordBatch.from_arrays(
-        [*batch.columns[:index], as_map, *batch.columns[index + 1:]],
+        [*batch.columns[:index], as_map, *batch.columns[index + 1 :]],
         schema=batch.schema.set(index, pa.field("headers", HEADERS_MAP_TYPE)),
     )
 
@@ -314,14 +313,14 @@ class ArrowColumns:
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:
         offsets = self._value_offsets
-        value_data = self._value_data[int(offsets[start]):int(offsets[stop])]
+        value_data = self._value_data[int(offsets[start]) : int(offsets[stop])]
         value_lengths = self._value_lengths[start:stop]
         key_lengths = None
         key_data: Any = b""
         if self._key_offsets is not None:
             key_offsets = self._key_offsets
             key_lengths = self._key_lengths[start:stop]  # type: ignore[index]
-            key_data = self._key_data[int(key_offsets[start]):int(key_offsets[stop])]
+            key_data = self._key_data[int(key_offsets[start]) : int(key_offsets[stop])]
         stamps = self.stamps if isinstance(self.stamps, int) else self.stamps[start:stop]
         columns = PreparedColumns(stop - start, value_lengths, value_data, stamps, key_lengths, key_data)
         if self.headers is not None and any(self.headers[start:stop]):
@@ -354,9 +353,7 @@ class ArrowInput:
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
         columns = set(table.column_names)
         if "value" not in columns:
-            raise ConfigError(
-                f"publish_arrow needs a 'value' column (binary or string); got columns {sorted(columns)}"
-            )
+            raise ConfigError(f"publish_arrow needs a 'value' column (binary or string); got columns {sorted(columns)}")
         self.rows = table.num_rows
         self.table = table.combine_chunks() if self.rows else table
         if not self.rows:
@@ -436,7 +433,7 @@ class ArrowInput:
 
 def _offsets(array: pa.Array) -> np.ndarray:
     raw = np.frombuffer(array.buffers()[1], dtype=_I32)
-    return raw[array.offset:array.offset + len(array) + 1]
+    return raw[array.offset : array.offset + len(array) + 1]
 
 
 def _data_bytes(array: pa.Array) -> int:

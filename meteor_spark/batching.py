@@ -53,7 +53,6 @@ class Batching:
         check_number("linger_ms", self.linger_ms, 0, MAX_LINGER_MS, what="(milliseconds)")
 
 
-
 #: The batching fields, by name (``StreamConfig`` carries them flat, as stored and as users give them).
 BATCHING_FIELDS = tuple(f.name for f in fields(Batching))
 
@@ -92,9 +91,7 @@ class PublisherSettings(Batching):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("max_buffered_records", self.max_buffered_records, 1, _MAX_I32)
-        check_int(
-            "max_items_per_call", self.max_items_per_call, 1, MAX_BATCH_ITEMS, what="(Hazelcast's add_all limit)"
-        )
+        check_int("max_items_per_call", self.max_items_per_call, 1, MAX_BATCH_ITEMS, what="(Hazelcast's add_all limit)")
         check_int("max_call_bytes", self.max_call_bytes, 1, _MAX_I32)
         check_number("max_block_ms", self.max_block_ms, 0, float("inf"), what="(milliseconds)")
         if not isinstance(self.idempotent, bool):

@@ -109,7 +109,8 @@ def fix_reactor_waker_race() -> bool:
     if not _in_range(_HAZELCAST, _WAKER_WRITTEN_FOR):
         logger.warning(
             "hazelcast-python-client %s is outside the versions meteor-spark's reactor work-around was written for; "
-            "running the client unpatched", version(_HAZELCAST),
+            "running the client unpatched",
+            version(_HAZELCAST),
         )
         return False
 
@@ -174,7 +175,8 @@ def fix_partial_send_copies() -> bool:
     if not _in_range(_HAZELCAST, _SEND_WRITTEN_FOR):
         logger.warning(
             "hazelcast-python-client %s is outside the versions meteor-spark's partial-send work-around was written "
-            "for; running the client unpatched", version(_HAZELCAST),
+            "for; running the client unpatched",
+            version(_HAZELCAST),
         )
         return False
     socket_error = reactor.socket.error
@@ -274,9 +276,16 @@ def _check_send() -> None:
         f"AsyncoreConnection.handle_write no longer does `{_UPSTREAM_REQUEUE}`: the copy may be fixed upstream, or "
         f"the method reshaped (the replacement would then drop upstream changes)"
     )
-    expected = ("self._write_queue", "self.send_buffer_size", "self._write_buf", "self.send(bytes_)",
-                "self.close_connection(None, err)", "self.last_write_time = time.time()",
-                "self.sent_protocol_bytes = True", "self._reactor.bytes_sent += bytes_sent")
+    expected = (
+        "self._write_queue",
+        "self.send_buffer_size",
+        "self._write_buf",
+        "self.send(bytes_)",
+        "self.close_connection(None, err)",
+        "self.last_write_time = time.time()",
+        "self.sent_protocol_bytes = True",
+        "self._reactor.bytes_sent += bytes_sent",
+    )
     missing = [piece for piece in expected if piece not in source]
     assert not missing, f"AsyncoreConnection.handle_write changed: {missing} no longer in it"
     assert hasattr(reactor, "_RETRYABLE_ERROR_CODES"), "hazelcast.reactor._RETRYABLE_ERROR_CODES is gone"
@@ -362,13 +371,13 @@ def stop_source_runner_on_sigterm(
 ) -> bool:
     """Make ``stop`` run when Spark ends its Python streaming source runner; returns whether the hook is installed.
 
-    pyspark 4.2/4.3's runner (``pyspark/sql/streaming/python_streaming_source_runner.py``) never gets to call
-    ``reader.stop()``: the JVM ends the process with SIGTERM, whose default action kills it before its
-    ``finally: reader.stop()`` runs. A SIGTERM handler that runs ``stop`` and raises ``SystemExit`` lets both that
-    ``finally`` and ``atexit`` hooks run. A SIGTERM that arrives while a stop is under way (a second one, or one
-during ``atexit``: ``already_stopping()`` is true) is ignored so it cannot interrupt the release. Signal
-    handlers can only be installed from the main thread (where the runner calls the reader); elsewhere this does
-    nothing.
+        pyspark 4.2/4.3's runner (``pyspark/sql/streaming/python_streaming_source_runner.py``) never gets to call
+        ``reader.stop()``: the JVM ends the process with SIGTERM, whose default action kills it before its
+        ``finally: reader.stop()`` runs. A SIGTERM handler that runs ``stop`` and raises ``SystemExit`` lets both that
+        ``finally`` and ``atexit`` hooks run. A SIGTERM that arrives while a stop is under way (a second one, or one
+    during ``atexit``: ``already_stopping()`` is true) is ignored so it cannot interrupt the release. Signal
+        handlers can only be installed from the main thread (where the runner calls the reader); elsewhere this does
+        nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         return False
@@ -489,14 +498,25 @@ def _check_connect_log() -> None:
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
-    Coupling("dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)", _HAZELCAST,
-             _INVOKE_WRITTEN_FOR, _check_invoke),
-    Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR,
-             _check_routing),
-    Coupling("SIGTERM hook in Spark's streaming source runner (spark/reader.py)", _PYSPARK, _RUNNER_WRITTEN_FOR,
-             _check_runner),
-    Coupling("why a connection failed, from the client's connection log (Grid)", _HAZELCAST,
-             _CONNECT_LOG_WRITTEN_FOR, _check_connect_log),
+    Coupling(
+        "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
+        _HAZELCAST,
+        _INVOKE_WRITTEN_FOR,
+        _check_invoke,
+    ),
+    Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR, _check_routing),
+    Coupling(
+        "SIGTERM hook in Spark's streaming source runner (spark/reader.py)",
+        _PYSPARK,
+        _RUNNER_WRITTEN_FOR,
+        _check_runner,
+    ),
+    Coupling(
+        "why a connection failed, from the client's connection log (Grid)",
+        _HAZELCAST,
+        _CONNECT_LOG_WRITTEN_FOR,
+        _check_connect_log,
+    ),
 )
 
 

@@ -69,9 +69,7 @@ class CorruptItemPolicy:
         if on_corrupt is None:
             on_corrupt = "dead_letter" if dead_letter_stream else "error"
         if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
-            raise ConfigError(
-                f"{mode_name} must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}"
-            )
+            raise ConfigError(f"{mode_name} must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
         mode = on_corrupt.strip().lower()
         if mode == "dead_letter" and not dead_letter_stream:
             raise ConfigError(f"{mode_name}=dead_letter needs {stream_name}: the stream refused items are sent to")
@@ -127,7 +125,10 @@ def dead_letter_for_delivery(raw: Record, *, group: str, deliveries: int, reason
     return Record(
         value=letter.value,
         key=letter.key,
-        headers=(*letter.headers, (HEADER_SOURCE_GROUP, group.encode()),
-                 (HEADER_DELIVERY_COUNT, str(deliveries).encode())),
+        headers=(
+            *letter.headers,
+            (HEADER_SOURCE_GROUP, group.encode()),
+            (HEADER_DELIVERY_COUNT, str(deliveries).encode()),
+        ),
         timestamp_ms=letter.timestamp_ms,
     )

@@ -70,6 +70,7 @@ CATEGORIES: dict[str, tuple[tuple[str, float], ...]] = {
     "toys": (("puzzle", 17.0), ("kite", 22.5), ("blocks", 34.99)),
 }
 
+
 @dataclass(frozen=True)
 class DemoOptions:
     """How big the demo is.
@@ -388,11 +389,7 @@ class _Monitor:
     def _complete(self) -> bool:
         expected_rows = self.state.published + 1  # + the clock event
         results_orders = sum(r.orders for r in self.results.values())
-        return (
-            self.read >= expected_rows
-            and results_orders >= self.state.published
-            and self.caught_up
-        )
+        return self.read >= expected_rows and results_orders >= self.state.published and self.caught_up
 
     def _observe(self) -> None:
         exception = self.query.exception()
@@ -504,12 +501,21 @@ def render_summary(summary: DemoSummary) -> str:
     say("summary")
     rows = [
         ["orders published", f"{summary.published:,}", f"+ 1 clock event, into {ORDERS!r}"],
-        ["records read by Spark", f"{summary.read:,}",
-         f"in {summary.batches} micro-batch{'es' if summary.batches != 1 else ''}, as group {GROUP!r}"],
-        ["windows written back", f"{summary.windows_out:,}",
-         f"of {summary.windows_expected:,} expected, into {RESULTS!r}"],
-        ["windows checked", f"{summary.windows_expected - len(summary.mismatches):,}",
-         "match; see the mismatches below" if summary.mismatches else "match the publisher's own count and revenue"],
+        [
+            "records read by Spark",
+            f"{summary.read:,}",
+            f"in {summary.batches} micro-batch{'es' if summary.batches != 1 else ''}, as group {GROUP!r}",
+        ],
+        [
+            "windows written back",
+            f"{summary.windows_out:,}",
+            f"of {summary.windows_expected:,} expected, into {RESULTS!r}",
+        ],
+        [
+            "windows checked",
+            f"{summary.windows_expected - len(summary.mismatches):,}",
+            "match; see the mismatches below" if summary.mismatches else "match the publisher's own count and revenue",
+        ],
         ["elapsed", f"{summary.elapsed_s:.1f} s", "wall time, Spark start included"],
     ]
     say(render_table(["WHAT", "COUNT", "DETAIL"], rows, right=[1]))

@@ -140,17 +140,30 @@ class LaneTruncatedError(DataLossError):
         mark_sequence: the ring sequence of the item the position was validated against.
     """
 
-    def __init__(self, stream: str, lane: int, requested: int, oldest_available: int, mark_sequence: int,
-                 *, unit: str = "offset", whose: str = "the stored position", fix: str = "") -> None:
+    def __init__(
+        self,
+        stream: str,
+        lane: int,
+        requested: int,
+        oldest_available: int,
+        mark_sequence: int,
+        *,
+        unit: str = "offset",
+        whose: str = "the stored position",
+        fix: str = "",
+    ) -> None:
         MeteorError.__init__(
             self,
             f"stream {stream!r} lane {lane} was truncated and refilled under {whose} ({unit} {requested}): the ring "
             f"item at sequence {mark_sequence}, the one the position was taken after, now holds other records (a "
             f"member restarted and lost the lane's last records, or the grid restarted without persistence), so "
             f"records written since then sit below the position and reading on would silently skip them. "
-            + (fix or "Seek the lane to the position to read from (the oldest available is "
-               f"{unit} {oldest_available}), or opt in to skipping (skip_data_loss=True), which re-reads the lane "
-               "from its oldest record and counts the truncation.")
+            + (
+                fix
+                or "Seek the lane to the position to read from (the oldest available is "
+                f"{unit} {oldest_available}), or opt in to skipping (skip_data_loss=True), which re-reads the lane "
+                "from its oldest record and counts the truncation."
+            ),
         )
         self.stream = stream
         self.lane = lane
@@ -174,13 +187,17 @@ class OffsetOutOfRangeError(MeteorError, ValueError):
         unit: ``"offset"`` (record offsets) or ``"sequence"`` (ring sequences).
     """
 
-    def __init__(self, stream: str, lane: int, position: int, oldest: int, end: int, unit: str = "offset",
-                 hint: str = "") -> None:
+    def __init__(
+        self, stream: str, lane: int, position: int, oldest: int, end: int, unit: str = "offset", hint: str = ""
+    ) -> None:
         super().__init__(
             f"stream {stream!r} lane {lane}: {unit} {position} is past the end of the lane; valid {unit}s are "
             f"{oldest} to {end} ({end} = the next one to be written). "
-            + (hint or "Was the stream deleted and re-created, or the grid restarted without persistence? "
-               "Start from earliest or latest, or seek to a position inside the range.")
+            + (
+                hint
+                or "Was the stream deleted and re-created, or the grid restarted without persistence? "
+                "Start from earliest or latest, or seek to a position inside the range."
+            )
         )
         self.stream = stream
         self.lane = lane

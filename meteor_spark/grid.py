@@ -148,8 +148,11 @@ class GridSettings:
         ("hazelcast.connectTimeout", "10", "seconds to keep trying to reach the cluster before failing"),
         ("hazelcast.invocationTimeout", "60", "seconds the client retries a failing operation"),
         ("hazelcast.smartRouting", "true", "connect to all members and route by partition"),
-        ("hazelcast.maxFrameBytes", str(DEFAULT_MAX_FRAME_BYTES),
-         "largest frame the grid accepts; a bigger record is refused before sending (SizeLimitError)"),
+        (
+            "hazelcast.maxFrameBytes",
+            str(DEFAULT_MAX_FRAME_BYTES),
+            "largest frame the grid accepts; a bigger record is refused before sending (SizeLimitError)",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -160,9 +163,7 @@ class GridSettings:
         for member in self.members:
             host, sep, port = member.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(
-                    f"hazelcast.members: {member!r} is not host:port; write it like 127.0.0.1:5701"
-                )
+                raise ConfigError(f"hazelcast.members: {member!r} is not host:port; write it like 127.0.0.1:5701")
         if not self.cluster_name:
             raise ConfigError("hazelcast.clusterName is empty; the default cluster name is 'dev'")
         if (self.username is None) != (self.password is None):
@@ -171,8 +172,13 @@ class GridSettings:
             raise ConfigError(f"hazelcast.connectTimeout must be > 0 seconds, got {self.connect_timeout_s}")
         if self.invocation_timeout_s <= 0:
             raise ConfigError(f"hazelcast.invocationTimeout must be > 0 seconds, got {self.invocation_timeout_s}")
-        check_int("hazelcast.maxFrameBytes", self.max_frame_bytes, 4096, HAZELCAST_MAX_FRAME_BYTES,
-                  what="(bytes; a Hazelcast member's frame length is a signed 32-bit int)")
+        check_int(
+            "hazelcast.maxFrameBytes",
+            self.max_frame_bytes,
+            4096,
+            HAZELCAST_MAX_FRAME_BYTES,
+            what="(bytes; a Hazelcast member's frame length is a signed 32-bit int)",
+        )
 
     @property
     def max_record_bytes(self) -> int:
@@ -192,7 +198,7 @@ class GridSettings:
             key = raw_key.lower()
             if not key.startswith(prefix):
                 continue
-            name = key[len(prefix):]
+            name = key[len(prefix) :]
             if name not in cls._OPTION_NAMES:
                 public = [doc[0] for doc in cls.OPTION_DOCS]
                 raise unknown_option("option", raw_key, public)
@@ -546,9 +552,7 @@ class Grid:
         self._lock = threading.Lock()
         self._rings: dict[str, Ring] = {}
         self._maps: dict[str, GridMap] = {}
-        logger.info(
-            "connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members)
-        )
+        logger.info("connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members))
         try:
             _check_tls_files(settings)
             with connect_failures() as failures:

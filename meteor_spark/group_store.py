@@ -134,8 +134,13 @@ class ConfirmedOffset:
     mark: ItemMark | None = None
 
     def encode(self) -> str:
-        value: dict[str, Any] = {"v": GROUP_FORMAT, "epoch": self.epoch, "offset": self.offset, "by": self.by,
-                                 "updated_ms": self.updated_ms}
+        value: dict[str, Any] = {
+            "v": GROUP_FORMAT,
+            "epoch": self.epoch,
+            "offset": self.offset,
+            "by": self.by,
+            "updated_ms": self.updated_ms,
+        }
         if self.mark is not None:
             value["mark"] = self.mark.encode()
         return canonical(value)
@@ -170,8 +175,16 @@ class MemberEntry:
 
     def encode(self) -> str:
         return canonical(
-            {"v": GROUP_FORMAT, "member": self.member, "want": self.want, "beat": self.beat,
-             "lease_ms": self.lease_ms, "renewed_ms": self.renewed_ms, "host": self.host, "pid": self.pid}
+            {
+                "v": GROUP_FORMAT,
+                "member": self.member,
+                "want": self.want,
+                "beat": self.beat,
+                "lease_ms": self.lease_ms,
+                "renewed_ms": self.renewed_ms,
+                "host": self.host,
+                "pid": self.pid,
+            }
         )
 
     @classmethod
@@ -196,5 +209,3 @@ def read_offset(offsets: GridMap, stream: str, group: str, lane: int) -> Confirm
     key = lane_key(stream, group, lane)
     text = offsets.get(key)
     return None if text is None else ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-
-

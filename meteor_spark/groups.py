@@ -102,10 +102,31 @@ from meteor_spark.offsets import InitialOffsetScheme, resolve_initial
 from meteor_spark.streams import StreamInfo
 
 __all__ = [
-    "GROUP_FORMAT", "LEASES_MAP", "MEMBERS_MAP", "OFFSETS_MAP", "WANTS", "Assignment", "ConfirmedOffset",
-    "GroupMember", "GroupSummary", "LaneLag", "LaneState", "MemberEntry", "MemberState", "balance",
-    "default_member_id", "forget_groups", "group_members", "group_state", "lag", "lag_report", "lane_key",
-    "list_groups", "member_key", "resolve_initial", "seek_group",
+    "GROUP_FORMAT",
+    "LEASES_MAP",
+    "MEMBERS_MAP",
+    "OFFSETS_MAP",
+    "WANTS",
+    "Assignment",
+    "ConfirmedOffset",
+    "GroupMember",
+    "GroupSummary",
+    "LaneLag",
+    "LaneState",
+    "MemberEntry",
+    "MemberState",
+    "balance",
+    "default_member_id",
+    "forget_groups",
+    "group_members",
+    "group_state",
+    "lag",
+    "lag_report",
+    "lane_key",
+    "list_groups",
+    "member_key",
+    "resolve_initial",
+    "seek_group",
 ]
 
 logger = logging.getLogger(__name__)
@@ -263,7 +284,11 @@ class GroupMember:
         self._thread.start()
         logger.info(
             "member %r joined group %r of stream %r (want=%s, lease %d ms), holding lanes %s",
-            self.member_id, self.group, self.stream, self._settings.want, self.lease_ms,
+            self.member_id,
+            self.group,
+            self.stream,
+            self._settings.want,
+            self.lease_ms,
             sorted(self.assignment()),
         )
 
@@ -431,8 +456,9 @@ class GroupMember:
             deposed = self._deposed.get(lane)
         if held is None and deposed is not None:
             _, lease = self._leases.read(key)
-            raise self._fenced(what, lane, offset, deposed, lease.holder if lease else None,
-                               lease.epoch if lease else None)
+            raise self._fenced(
+                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
+            )
         epoch = self._epoch_of(lane)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
@@ -459,7 +485,9 @@ class GroupMember:
                 if offset < stored.offset:
                     logger.debug(
                         "ignored confirm of offset %d on %s: the group already confirmed %d",
-                        offset, self._where(lane), stored.offset,
+                        offset,
+                        self._where(lane),
+                        stored.offset,
                     )
                 return
             if self._offsets.replace_if_same(key, text, new):
@@ -531,8 +559,12 @@ class GroupMember:
                 if not failing:
                     logger.warning(
                         "member %r of group %r cannot renew (will retry every %d ms; its lanes expire after "
-                        "%d ms without renewal): %s", self.member_id, self.group,
-                        self._settings.renew_every_ms, self.lease_ms, exc,
+                        "%d ms without renewal): %s",
+                        self.member_id,
+                        self.group,
+                        self._settings.renew_every_ms,
+                        self.lease_ms,
+                        exc,
                     )
                 failing = True
             except Exception:  # the renewal thread must survive anything, it IS the liveness
@@ -576,8 +608,13 @@ class GroupMember:
     def _heartbeat(self) -> None:
         self._beat += 1
         entry = MemberEntry(
-            member=self.member_id, want=self._settings.want, beat=self._beat, lease_ms=self.lease_ms,
-            renewed_ms=wall_ms(), host=self._host, pid=os.getpid(),
+            member=self.member_id,
+            want=self._settings.want,
+            beat=self._beat,
+            lease_ms=self.lease_ms,
+            renewed_ms=wall_ms(),
+            host=self._host,
+            pid=os.getpid(),
         )
         self._members.set(
             member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
@@ -596,7 +633,11 @@ class GroupMember:
                     self._offset_texts.pop(lane, None)
                     logger.warning(
                         "member %r lost %s (epoch %d): another member took it over after the lease was not seen "
-                        "renewed for %d ms", self.member_id, self._where(lane), lease.lease.epoch, self.lease_ms,
+                        "renewed for %d ms",
+                        self.member_id,
+                        self._where(lane),
+                        lease.lease.epoch,
+                        self.lease_ms,
                     )
                 else:
                     self._held[lane] = renewed
@@ -644,8 +685,11 @@ class GroupMember:
                 self._offset_texts.pop(lane, None)
             released = self._leases.release(lane_key(self.stream, self.group, lane), current)
             logger.info(
-                "member %r %s %s (epoch %d) to rebalance", self.member_id,
-                "released" if released else "had already lost", self._where(lane), current.lease.epoch,
+                "member %r %s %s (epoch %d) to rebalance",
+                self.member_id,
+                "released" if released else "had already lost",
+                self._where(lane),
+                current.lease.epoch,
             )
 
     def _try_acquire(self, lane: int, key: str, text: str | None) -> None:
@@ -675,7 +719,10 @@ class GroupMember:
             self.lease_acquisitions += 1
         previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
         logger.info(
-            "member %r took %s with epoch %d (from %s)", self.member_id, self._where(lane), held.lease.epoch,
+            "member %r took %s with epoch %d (from %s)",
+            self.member_id,
+            self._where(lane),
+            held.lease.epoch,
             previous,
         )
 

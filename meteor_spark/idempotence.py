@@ -252,15 +252,20 @@ class Retrier:
                     self.recovered += 1
                     logger.info(
                         "stream %r lane %d: a publish whose answer was lost had been stored at sequence %d; not "
-                        "sending it again", self.stream, lane, found,
+                        "sending it again",
+                        self.stream,
+                        lane,
+                        found,
                     )
                     self._settle(call, found + call.n_items - 1, None)
                     return
                 call.start = resume
                 self.resent += 1
                 logger.info(
-                    "stream %r lane %d: a publish whose answer was lost was not stored; sending it again (attempt "
-                    "%d)", self.stream, lane, call.attempts + 1,
+                    "stream %r lane %d: a publish whose answer was lost was not stored; sending it again (attempt %d)",
+                    self.stream,
+                    lane,
+                    call.attempts + 1,
                 )
         except StoredCallLost as exc:
             self._settle(

@@ -114,9 +114,15 @@ class ItemGate:
         duplicate_items, duplicate_records: dropped as re-sent copies.
     """
 
-    def __init__(self, grid: Grid, isolation: str | None = READ_UNCOMMITTED, *,
-                 clock: Callable[[], float] = time.monotonic, abort_expired: bool = True,
-                 known: KnownTransactions | None = None) -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        isolation: str | None = READ_UNCOMMITTED,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        abort_expired: bool = True,
+        known: KnownTransactions | None = None,
+    ) -> None:
         self._grid = grid
         self._abort_expired = abort_expired  # False for tools that only look (lag reports)
         self.isolation = parse_isolation(isolation)
@@ -174,8 +180,13 @@ class ItemGate:
             # Logged, not only counted: a writer that broke the rising-sequence rule would lose records here.
             logger.warning(
                 "lane %s: dropped the ring item at sequence %d (%d records) as a re-sent copy: its producer %d "
-                "sequence %d is not above %d, already passed on", lane, sequence, producer.count,
-                producer.producer_id, producer.producer_seq, last,
+                "sequence %d is not above %d, already passed on",
+                lane,
+                sequence,
+                producer.count,
+                producer.producer_id,
+                producer.producer_seq,
+                last,
             )
             return DUPLICATE
         seen[producer.producer_id] = producer.producer_seq
@@ -262,12 +273,17 @@ class ItemGate:
         return self._abort_expired
 
     def counters(self) -> dict[str, int]:
-        return {"aborted_items": self.aborted_items, "aborted_records": self.aborted_records,
-                "duplicate_items": self.duplicate_items, "duplicate_records": self.duplicate_records}
+        return {
+            "aborted_items": self.aborted_items,
+            "aborted_records": self.aborted_records,
+            "duplicate_items": self.duplicate_items,
+            "duplicate_records": self.duplicate_records,
+        }
 
 
-def stable_end(gate: ItemGate, grid: Grid, info: StreamInfo, lane: int, start: int, end: int,
-               *, items_per_read: int = 256) -> int:
+def stable_end(
+    gate: ItemGate, grid: Grid, info: StreamInfo, lane: int, start: int, end: int, *, items_per_read: int = 256
+) -> int:
     """The lane's last stable sequence in ``[start, end)``: the first ring item of a transaction still open (or
     ``end`` when there is none), from the items' headers. With ``read_uncommitted``, ``end`` (nothing read); also
     when no transaction is open in the stream (``transactions.open_in``; ``end`` must have been read before this
@@ -276,12 +292,15 @@ def stable_end(gate: ItemGate, grid: Grid, info: StreamInfo, lane: int, start: i
     Items below ``start`` that the grid no longer serves, and undecodable items, are passed over (the reader
     reports them itself).
     """
-    if not gate.read_committed or start >= end or not transactions.open_in(
-        grid, info.name, abort_expired=gate.aborts_expired
+    if (
+        not gate.read_committed
+        or start >= end
+        or not transactions.open_in(grid, info.name, abort_expired=gate.aborts_expired)
     ):
         return end
-    for items, sequences in read_range(grid, info, lane, start, end, max_items_per_call=items_per_read,
-                                       skip_data_loss=True):
+    for items, sequences in read_range(
+        grid, info, lane, start, end, max_items_per_call=items_per_read, skip_data_loss=True
+    ):
         for item, sequence in zip(items, sequences, strict=True):
             try:
                 producer = item_producer(item, stream=info.name, lane=lane, sequence=sequence)

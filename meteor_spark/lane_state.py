@@ -47,9 +47,27 @@ class LaneState:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
-        "bad", "buffered", "capacity", "delivered_items", "dirty", "epoch", "error", "fetch_seq", "item_bytes",
-        "item_counts", "items", "lane", "last_delivered", "parts", "passed_mark", "pending", "pending_seq",
-        "position", "position_mark", "ring", "stream",
+        "bad",
+        "buffered",
+        "capacity",
+        "delivered_items",
+        "dirty",
+        "epoch",
+        "error",
+        "fetch_seq",
+        "item_bytes",
+        "item_counts",
+        "items",
+        "lane",
+        "last_delivered",
+        "parts",
+        "passed_mark",
+        "pending",
+        "pending_seq",
+        "position",
+        "position_mark",
+        "ring",
+        "stream",
     )
 
     def __init__(self, stream: str, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:

@@ -77,8 +77,7 @@ def decode_entry(
         raise
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise FormatError(
-            f"{entry} holds {text!r}, which is not a meteor {what} ({exc}); remove the entry if something else "
-            f"wrote it"
+            f"{entry} holds {text!r}, which is not a meteor {what} ({exc}); remove the entry if something else wrote it"
         ) from exc
 
 

@@ -91,9 +91,7 @@ class InitialOffsetScheme(enum.Enum):
             return cls(str(value).strip().lower())
         except ValueError:
             known = ", ".join(m.value for m in cls)
-            raise ConfigError(
-                f"initial_offset_scheme {value!r} is not a scheme; use one of {known}"
-            ) from None
+            raise ConfigError(f"initial_offset_scheme {value!r} is not a scheme; use one of {known}") from None
 
     def concrete(self, grouped: bool) -> InitialOffsetScheme:
         """AUTO resolved for a grouped or ungrouped subscriber; the other schemes are already concrete."""

@@ -83,7 +83,7 @@ class BulkFuture(Future[Any]):
             if count == 1:
                 self.offsets[position] = first_offset
             else:
-                self.offsets[position:position + count] = np.arange(first_offset, first_offset + count)
+                self.offsets[position : position + count] = np.arange(first_offset, first_offset + count)
         self.remaining -= count
         if self.remaining == 0 and not self.done():
             self.set_result(self.offsets.tolist() if self.offsets is not None else self.size)

@@ -351,7 +351,7 @@ class Publisher:
             bounds = np.searchsorted(lanes[order], np.arange(self.lanes + 1))
             for lane in range(self.lanes):
                 if bounds[lane + 1] > bounds[lane]:
-                    pieces.append((lane, order[bounds[lane]:bounds[lane + 1]]))
+                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
         else:
             # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
             # every lane a call of its own for a few records.
@@ -470,7 +470,11 @@ class Publisher:
                 self._detach_metrics()
             logger.debug(
                 "publisher %x on stream %r closed: %d records in %d items, %d calls, %d failed",
-                self.producer_id, self.stream, self.records_sent, self.items_sent, self._sender.calls,
+                self.producer_id,
+                self.stream,
+                self.records_sent,
+                self.items_sent,
+                self._sender.calls,
                 self._sender.failed_records,
             )
 

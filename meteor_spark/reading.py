@@ -118,7 +118,10 @@ class RangeReader(Iterator[tuple[list[bytes], list[int]]]):
         logger.warning(
             "stream %r lane %d: ring items [%d, %d) were gone (overwritten or quarantined) before they were read; "
             "skipped them (skip_data_loss is on)",
-            self.stream, self.lane, requested, lost_until,
+            self.stream,
+            self.lane,
+            requested,
+            lost_until,
         )
         self.next_seq = lost_until
 

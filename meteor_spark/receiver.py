@@ -72,9 +72,7 @@ class Receiver:
         self._stop = threading.Event()
         self.delivered = 0
         self.errors = 0
-        self._thread = threading.Thread(
-            target=self._run, name=f"meteor-receiver-{subscriber.stream}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"meteor-receiver-{subscriber.stream}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

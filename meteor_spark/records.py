@@ -54,6 +54,7 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
         f"cannot publish a {type(item).__name__}: give a Record, bytes or str (encode other objects to bytes first)"
     )
 
+
 # --------------------------------------------------------------------------------------------------- batches
 
 
@@ -69,9 +70,9 @@ class BatchPart(ItemSlice):
         item, start, stop = self.item, self.start, self.stop
         if stop <= start:
             return []
-        offsets = item.value_offsets[start:stop + 1]
+        offsets = item.value_offsets[start : stop + 1]
         base = int(offsets[0])
-        vdata = bytes(item.value_data[base:int(offsets[-1])])
+        vdata = bytes(item.value_data[base : int(offsets[-1])])
         bounds = (offsets - base).tolist()
         values = [vdata[a:b] for a, b in pairwise(bounds)]
         if value is not None:
@@ -79,11 +80,11 @@ class BatchPart(ItemSlice):
         n = stop - start
         keys: list[bytes | None] | None = None
         if item.key_lengths is not None and item.key_data is not None:
-            ko = item.key_offsets[start:stop + 1].tolist()
-            kdata = bytes(item.key_data[ko[0]:ko[-1]])
+            ko = item.key_offsets[start : stop + 1].tolist()
+            kdata = bytes(item.key_data[ko[0] : ko[-1]])
             kl = item.key_lengths[start:stop].tolist()
             kb = ko[0]
-            keys = [None if kl[i] < 0 else kdata[ko[i] - kb:ko[i + 1] - kb] for i in range(n)]
+            keys = [None if kl[i] < 0 else kdata[ko[i] - kb : ko[i + 1] - kb] for i in range(n)]
             if key is not None:
                 keys = [None if k is None else key(k) for k in keys]
         headers = self._headers(n) if item.header_counts is not None else None
@@ -94,7 +95,7 @@ class BatchPart(ItemSlice):
     def _headers(self, n: int) -> list[tuple[tuple[str, bytes], ...]]:
         item = self.item
         assert item.hkey_data is not None and item.hvalue_data is not None
-        ho = item.header_offsets[self.start:self.stop + 1].tolist()
+        ho = item.header_offsets[self.start : self.stop + 1].tolist()
         hko = item.hkey_offsets.tolist()
         hvo = item.hvalue_offsets.tolist()
         hkeys = bytes(item.hkey_data)
@@ -103,7 +104,7 @@ class BatchPart(ItemSlice):
         for i in range(n):
             out.append(
                 tuple(
-                    (hkeys[hko[j]:hko[j + 1]].decode("utf-8"), hvalues[hvo[j]:hvo[j + 1]])
+                    (hkeys[hko[j] : hko[j + 1]].decode("utf-8"), hvalues[hvo[j] : hvo[j + 1]])
                     for j in range(ho[i], ho[i + 1])
                 )
             )
@@ -243,10 +244,10 @@ class RecordBatch(Sequence[Record]):
             return [r.value for r in self._cache]
         out: list[bytes] = []
         for part in self._parts:
-            vo = part.item.value_offsets[part.start:part.stop + 1].tolist()
-            data = bytes(part.item.value_data[vo[0]:vo[-1]])
+            vo = part.item.value_offsets[part.start : part.stop + 1].tolist()
+            data = bytes(part.item.value_data[vo[0] : vo[-1]])
             b = vo[0]
-            out.extend(data[vo[i] - b:vo[i + 1] - b] for i in range(part.size))
+            out.extend(data[vo[i] - b : vo[i + 1] - b] for i in range(part.size))
         return out
 
     def last_offsets(self) -> dict[int, int]:

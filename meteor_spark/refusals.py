@@ -65,7 +65,12 @@ class Refusals:
         self.corrupt.append((lane, sequence))
         logger.warning(
             "stream %r lane %d: passed over the undecodable ring item at sequence %d (offset %d)%s: %s",
-            self.stream, lane, sequence, first_offset_of(sequence), self._how(), error,
+            self.stream,
+            lane,
+            sequence,
+            first_offset_of(sequence),
+            self._how(),
+            error,
         )
 
     def deserialize(
@@ -89,7 +94,11 @@ class Refusals:
                 self.undecodable_records += 1
                 logger.warning(
                     "stream %r lane %d: passed over the record at offset %d%s: %s",
-                    self.stream, raw.lane, raw.offset, self._how(), error,
+                    self.stream,
+                    raw.lane,
+                    raw.offset,
+                    self._how(),
+                    error,
                 )
         return decoded
 

@@ -131,8 +131,10 @@ class Requester:
         The future fails with ``RequestTimeoutError`` when no reply came within ``timeout_ms`` (default: the
         requester's), ``RequestError`` for an error reply, or the publish's error when the request was not stored.
         """
-        wait_ms = self.timeout_ms if timeout_ms is None else check_number(
-            "timeout_ms", timeout_ms, 1, float("inf"), what="(milliseconds)"
+        wait_ms = (
+            self.timeout_ms
+            if timeout_ms is None
+            else check_number("timeout_ms", timeout_ms, 1, float("inf"), what="(milliseconds)")
         )
         rec = as_record(request)
         correlation_id = uuid.uuid4().hex.encode()
@@ -211,7 +213,9 @@ class Requester:
         correlation_id = header(reply, CORRELATION_ID)
         if correlation_id is None:
             logger.warning(
-                "reply stream %r: a record without %s at offset %d; dropped", self.reply_stream, CORRELATION_ID,
+                "reply stream %r: a record without %s at offset %d; dropped",
+                self.reply_stream,
+                CORRELATION_ID,
                 reply.offset,
             )
             return
@@ -353,15 +357,22 @@ class Responder:
                 self.malformed += 1
                 logger.warning(
                     "stream %r: the request at offset %d of lane %d has no %s or %s header; not answered",
-                    self.request_stream, request.offset, request.lane, CORRELATION_ID, REPLY_TO,
+                    self.request_stream,
+                    request.offset,
+                    request.lane,
+                    CORRELATION_ID,
+                    REPLY_TO,
                 )
                 continue
             try:
                 reply = self._reply(request, correlation_id)
             except Exception as exc:
                 self.failed += 1
-                logger.exception("stream %r: the handler failed on request %s", self.request_stream,
-                                 correlation_id.decode(errors="replace"))
+                logger.exception(
+                    "stream %r: the handler failed on request %s",
+                    self.request_stream,
+                    correlation_id.decode(errors="replace"),
+                )
                 reply = Record(
                     str(exc).encode(), headers=((CORRELATION_ID, correlation_id), (ERROR, type(exc).__name__.encode()))
                 )
@@ -394,7 +405,8 @@ class Responder:
         except StreamNotFoundError:
             logger.warning(
                 "stream %r: reply stream %r does not exist (its requester closed); reply dropped",
-                self.request_stream, stream,
+                self.request_stream,
+                stream,
             )
             return None
         publishers[stream] = publisher

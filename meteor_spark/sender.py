@@ -138,8 +138,9 @@ class Sender:
             return
         self._dispatch(call, may_block=True)
 
-    def _encode_ahead(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int,
-                      first_seq: int) -> None:
+    def _encode_ahead(
+        self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int
+    ) -> None:
         """Encode the next call of a lane whose call is in flight (the sender thread), so that it leaves the moment
         that call settles: encoding overlaps the grid's work instead of following it. The encoded call keeps its
         producer sequences, after the ones in flight; the lane stays claimed throughout, so order holds."""
@@ -161,8 +162,9 @@ class Sender:
         if send_now and call is not None:
             self._dispatch(call, may_block=True)
 
-    def _encode(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int,
-                first_seq: int) -> PendingCall:
+    def _encode(
+        self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int
+    ) -> PendingCall:
         """The ring items of a call, each with its producer id and sequence (the idempotence key): ``first_seq``
         on, as the accumulator reserved them when it cut the call."""
         settings = self.acc.settings
@@ -176,7 +178,11 @@ class Sender:
         if lane_max is None:
             lane_max = self._lane_max_at_start(lane)
         framing = ItemFraming(
-            self.producer_id, first_seq, settings.compression, settings.compression_threshold, self.transactional,
+            self.producer_id,
+            first_seq,
+            settings.compression,
+            settings.compression_threshold,
+            self.transactional,
             lane_max,
         )
         items = encode_items(by_item, framing)
@@ -227,8 +233,12 @@ class Sender:
         try:
             return lane_max_after(item, stream=self.stream, lane=lane, sequence=sequence)
         except MeteorError as exc:
-            logger.warning("stream %r lane %d: %s; the lane's largest timestamp starts from this publisher's "
-                           "records", self.stream, lane, exc)
+            logger.warning(
+                "stream %r lane %d: %s; the lane's largest timestamp starts from this publisher's records",
+                self.stream,
+                lane,
+                exc,
+            )
             return NO_TIMESTAMP
 
     def _dispatch(self, call: PendingCall, *, may_block: bool) -> None:
@@ -258,9 +268,7 @@ class Sender:
         except BaseException as exc:
             self._settle(state, call.pieces, call.n_items, call.n_records, None, exc)
             return
-        future.add_done_callback(
-            lambda f: self._stored(state, call.pieces, call.n_items, call.n_records, f, None)
-        )
+        future.add_done_callback(lambda f: self._stored(state, call.pieces, call.n_items, call.n_records, f, None))
 
     def _attempt(self, call: PendingCall) -> None:
         """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
@@ -282,8 +290,11 @@ class Sender:
                 error = exc
         if error is not None and outcome_unknown(error) and self.retrier is not None:
             logger.info(
-                "stream %r lane %d: the answer to publishing %d items was lost (%s); checking the lane before "
-                "retrying", self.stream, call.state.lane, call.n_items, error,
+                "stream %r lane %d: the answer to publishing %d items was lost (%s); checking the lane before retrying",
+                self.stream,
+                call.state.lane,
+                call.n_items,
+                error,
             )
             self.retrier.submit(call, error)
             return

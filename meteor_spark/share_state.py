@@ -78,21 +78,31 @@ class GroupSettings:
     dead_letter_stream: str | None = None
 
     def encode(self) -> str:
-        return canonical({"v": SHARE_FORMAT, "acquisition_timeout_ms": self.acquisition_timeout_ms,
-                          "max_deliveries": self.max_deliveries, "dead_letter_stream": self.dead_letter_stream})
+        return canonical(
+            {
+                "v": SHARE_FORMAT,
+                "acquisition_timeout_ms": self.acquisition_timeout_ms,
+                "max_deliveries": self.max_deliveries,
+                "dead_letter_stream": self.dead_letter_stream,
+            }
+        )
 
     @classmethod
     def decode(cls, text: str, where: str) -> GroupSettings:
         """Parse stored settings (``FormatError`` naming ``where`` when malformed)."""
-        return decode_entry(text, f"shared group settings {where}", "shared group settings", "shared group",
-                            SHARE_FORMAT, cls._build)
+        return decode_entry(
+            text, f"shared group settings {where}", "shared group settings", "shared group", SHARE_FORMAT, cls._build
+        )
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> GroupSettings:
         deliveries = raw["max_deliveries"]
         stream = raw["dead_letter_stream"]
-        return cls(int(raw["acquisition_timeout_ms"]), None if deliveries is None else int(deliveries),
-                   None if stream is None else str(stream))
+        return cls(
+            int(raw["acquisition_timeout_ms"]),
+            None if deliveries is None else int(deliveries),
+            None if stream is None else str(stream),
+        )
 
 
 @dataclass(frozen=True)
@@ -151,8 +161,9 @@ class LaneShare:
     @classmethod
     def decode(cls, text: str, where: str) -> LaneShare:
         """Parse a stored entry; ``where`` names it in the error message (``FormatError`` when malformed)."""
-        return decode_entry(text, f"shared group entry {where}", "shared group entry", "shared group",
-                            SHARE_FORMAT, cls._build)
+        return decode_entry(
+            text, f"shared group entry {where}", "shared group entry", "shared group", SHARE_FORMAT, cls._build
+        )
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> LaneShare:
@@ -201,8 +212,9 @@ class LaneShare:
         """
         spans = list(self.spans)
         for first, end, deliveries in ranges:
-            painted = _paint(spans, first, end, lambda s: s.state == AVAILABLE,
-                             Span(first, end, ACQUIRED, deliveries, token))
+            painted = _paint(
+                spans, first, end, lambda s: s.state == AVAILABLE, Span(first, end, ACQUIRED, deliveries, token)
+            )
             if painted is None:
                 raise ValueError(f"offsets [{first}, {end}) are not available to acquire")
             spans = painted
@@ -226,8 +238,12 @@ class LaneShare:
         refused: list[tuple[int, int]] = []
         for first, end in ranges:
             painted = _paint(
-                spans, first, end, lambda s: s.state == ACQUIRED and s.token == token,
-                Span(first, end, state), keep_deliveries=True,
+                spans,
+                first,
+                end,
+                lambda s: s.state == ACQUIRED and s.token == token,
+                Span(first, end, state),
+                keep_deliveries=True,
             )
             if painted is None:
                 refused.append((first, end))
@@ -245,8 +261,12 @@ class LaneShare:
         refused: list[tuple[int, int]] = []
         for first, end in ranges:
             painted = _paint(
-                spans, first, end, lambda s: s.state == ACQUIRED and s.token == token,
-                Span(first, end, ACQUIRED, 0, new_token), keep_deliveries=True,
+                spans,
+                first,
+                end,
+                lambda s: s.state == ACQUIRED and s.token == token,
+                Span(first, end, ACQUIRED, 0, new_token),
+                keep_deliveries=True,
             )
             if painted is None:
                 refused.append((first, end))

@@ -114,7 +114,12 @@ from meteor_spark.wire import ItemView, decode_item
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "SHARE_MAP", "SharedLaneState", "SharedRecord", "SharedSubscriber", "list_shared_groups", "shared_group_state",
+    "SHARE_MAP",
+    "SharedLaneState",
+    "SharedRecord",
+    "SharedSubscriber",
+    "list_shared_groups",
+    "shared_group_state",
 ]
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
@@ -345,10 +350,16 @@ class SharedSubscriber:
                 logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
                 return wanted
         stored = GroupSettings.decode(text, where)
-        given = {"acquisition_timeout_ms": acquisition_timeout_ms, "max_deliveries": max_deliveries,
-                 "dead_letter_stream": dead_letter_stream}
-        clashes = [f"{name}={value!r} (the group has {getattr(stored, name)!r})"
-                   for name, value in given.items() if value is not None and value != getattr(stored, name)]
+        given = {
+            "acquisition_timeout_ms": acquisition_timeout_ms,
+            "max_deliveries": max_deliveries,
+            "dead_letter_stream": dead_letter_stream,
+        }
+        clashes = [
+            f"{name}={value!r} (the group has {getattr(stored, name)!r})"
+            for name, value in given.items()
+            if value is not None and value != getattr(stored, name)
+        ]
         if clashes:
             raise ConfigError(
                 f"shared group {self.group!r} of stream {self.stream!r} has other settings than this member asks "
@@ -437,8 +448,13 @@ class SharedSubscriber:
                 self._contended = True
                 continue
             if expired:
-                logger.info("stream %r lane %d group %r: acquisitions %s timed out; their records are available "
-                            "again", self.stream, lane, self.group, sorted(expired))
+                logger.info(
+                    "stream %r lane %d group %r: acquisitions %s timed out; their records are available again",
+                    self.stream,
+                    lane,
+                    self.group,
+                    sorted(expired),
+                )
             self._observers[lane].see(token, token)
             if corrupt:
                 self._pass_over(lane, token, corrupt)
@@ -463,8 +479,9 @@ class SharedSubscriber:
         if text is None:
             ring = self._rings[lane]
             nxt = ring.tail() + 1
-            start = resolve_initial(self.scheme, True, None, lambda: min(oldest_in(ring), nxt), nxt,
-                                    where=self._where(lane))
+            start = resolve_initial(
+                self.scheme, True, None, lambda: min(oldest_in(ring), nxt), nxt, where=self._where(lane)
+            )
             fresh = LaneShare.initial(start).encode()
             text = self._map.put_if_absent(key, fresh) or fresh
         with self._lock:
@@ -504,7 +521,10 @@ class SharedSubscriber:
     def _pick(
         self, lane: int, share: LaneShare, budget: int
     ) -> tuple[
-        list[tuple[int, int, int]], list[tuple[int, int, int]], int | None, list[tuple[BatchPart, int]],
+        list[tuple[int, int, int]],
+        list[tuple[int, int, int]],
+        int | None,
+        list[tuple[BatchPart, int]],
         list[tuple[int, _Undecodable]],
     ]:
         """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
@@ -594,11 +614,13 @@ class SharedSubscriber:
         if not batch.sequences:
             if fresh:
                 return None
-            raise DataLossError(self.stream, lane, requested=first_offset_of(seq),
-                                oldest_available=first_offset_of(oldest_in(ring)))
+            raise DataLossError(
+                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(oldest_in(ring))
+            )
         if batch.sequences[0] > seq:
-            raise DataLossError(self.stream, lane, requested=first_offset_of(seq),
-                                oldest_available=first_offset_of(batch.sequences[0]))
+            raise DataLossError(
+                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(batch.sequences[0])
+            )
         if batch.sequences[0] < seq:  # clamped, and items were written below seq since
             raise self._past_end(lane, seq, ring.tail() + 1)
         views = [
@@ -623,7 +645,8 @@ class SharedSubscriber:
         for seq, bad in corrupt:
             self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
         self._change_lane(
-            lane, [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
+            lane,
+            [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
             lambda share, runs, old: share.settle(runs, old, DONE),
         )
         for seq, bad in corrupt:
@@ -654,7 +677,11 @@ class SharedSubscriber:
     def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
         oldest = min(oldest_in(self._rings[lane]), end)
         return OffsetOutOfRangeError(
-            self.stream, lane, first_offset_of(seq), first_offset_of(oldest), first_offset_of(end),
+            self.stream,
+            lane,
+            first_offset_of(seq),
+            first_offset_of(oldest),
+            first_offset_of(end),
             hint=(
                 f"It is where shared group {self.group!r} stands: was the stream deleted and re-created, or the grid "
                 f"restarted without persistence? Forget the group's state (meteor_spark.admin.forget_groups(grid, "
@@ -681,8 +708,11 @@ class SharedSubscriber:
         for part, deliveries in slices:
             records = part.records()
             offsets = [r.offset for r in records]
-            ends = offsets[1:] + [first_offset_of(part.sequence + 1) if part.stop >= part.item.count
-                                  else make_offset(part.sequence, part.stop)]
+            ends = offsets[1:] + [
+                first_offset_of(part.sequence + 1)
+                if part.stop >= part.item.count
+                else make_offset(part.sequence, part.stop)
+            ]
             shared = [
                 SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries)
                 for r in records
@@ -696,21 +726,30 @@ class SharedSubscriber:
                 parts.append(part)
                 out.extend(shared)
         if letters:
-            self._archive(letters, f"delivered {letters[0].delivery_count} times (max_deliveries="
-                                   f"{self.max_deliveries}) without being acknowledged")
+            self._archive(
+                letters,
+                f"delivered {letters[0].delivery_count} times (max_deliveries="
+                f"{self.max_deliveries}) without being acknowledged",
+            )
         return parts, out
 
     def _archive(self, records: list[SharedRecord], reason: str) -> None:
         """Publish ``records`` to the dead-letter stream (acknowledged by the grid), then mark them done."""
         assert self._dead_letters is not None
         self._dead_letters.publish_many(
-            [dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason)
-             for r in records]
+            [dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason) for r in records]
         ).result()
         self.dead_lettered_records += len(records)
-        logger.warning("stream %r group %r: %d record(s) dead-lettered to %r: %s (first: lane %d offset %d)",
-                       self.stream, self.group, len(records), self.dead_letter_stream, reason,
-                       records[0].lane, records[0].offset)
+        logger.warning(
+            "stream %r group %r: %d record(s) dead-lettered to %r: %s (first: lane %d offset %d)",
+            self.stream,
+            self.group,
+            len(records),
+            self.dead_letter_stream,
+            reason,
+            records[0].lane,
+            records[0].offset,
+        )
         self._settle(records, DONE, "archive")
 
     # ------------------------------------------------------------------------------------------------ settling
@@ -746,9 +785,18 @@ class SharedSubscriber:
         self._check_held(chosen, "reject")
         with self._lock:
             letters = [
-                r if isinstance(r, SharedRecord) else SharedRecord(
-                    r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream,
-                    self._held[r.lane][r.offset].deliveries)
+                r
+                if isinstance(r, SharedRecord)
+                else SharedRecord(
+                    r.value,
+                    r.key,
+                    r.headers,
+                    r.timestamp_ms,
+                    r.offset,
+                    r.lane,
+                    r.stream,
+                    self._held[r.lane][r.offset].deliveries,
+                )
                 for r in chosen
             ]
         self._archive(letters, "rejected by member " + self.member_id)
@@ -785,8 +833,12 @@ class SharedSubscriber:
             if lost:
                 refused[lane] = lost
         if refused:
-            count = sum(1 for lane, spans in by_lane.items() for offset, _, _ in spans
-                        if any(f <= offset < e for f, e in refused.get(lane, ())))
+            count = sum(
+                1
+                for lane, spans in by_lane.items()
+                for offset, _, _ in spans
+                if any(f <= offset < e for f, e in refused.get(lane, ()))
+            )
             self.refused_records += count
             raise FencedError(
                 f"renew refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
@@ -795,8 +847,11 @@ class SharedSubscriber:
                 f"they are delivered again"
             )
         self.renewed_records += len(chosen) - sum(
-            1 for lane, spans in by_lane.items() for offset, _, _ in spans
-            if any(f <= offset < e for f, e in refused.get(lane, ())))
+            1
+            for lane, spans in by_lane.items()
+            for offset, _, _ in spans
+            if any(f <= offset < e for f, e in refused.get(lane, ()))
+        )
 
     def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
         if isinstance(records, Record):
@@ -951,8 +1006,11 @@ class SharedSubscriber:
         self._wakeup.set()
         try:
             with self._lock:
-                held = [Record(b"", offset=offset, lane=lane, stream=self.stream)
-                        for lane, records in self._held.items() for offset in records]
+                held = [
+                    Record(b"", offset=offset, lane=lane, stream=self.stream)
+                    for lane, records in self._held.items()
+                    for offset in records
+                ]
             if held:
                 try:
                     self._settle(held, AVAILABLE, "release on close")
@@ -1009,12 +1067,17 @@ def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedL
             out.append(SharedLaneState(lane, None, None, 0, 0, 0))
             continue
         share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-        out.append(SharedLaneState(
-            lane, share.start, share.next,
-            sum(1 for s in share.spans if s.state == "a"), len(share.available()), len(share.tokens()),
-        ))
+        out.append(
+            SharedLaneState(
+                lane,
+                share.start,
+                share.next,
+                sum(1 for s in share.spans if s.state == "a"),
+                len(share.available()),
+                len(share.tokens()),
+            )
+        )
     return out
-
 
 
 def list_shared_groups(grid: Grid, stream: str) -> list[str]:

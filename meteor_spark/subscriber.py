@@ -99,6 +99,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
 
+
 class Subscriber:
     """Reads records from a stream.
 
@@ -260,8 +261,14 @@ class Subscriber:
             for lane in range(self.info.lanes):
                 ring = grid.ring(self.info.ring_names[lane])
                 nxt = ring.tail() + 1
-                start = resolve_initial(self.scheme, False, None, min(oldest_in(ring), nxt), nxt,
-                                        where=f"stream {self.stream!r} lane {lane}")
+                start = resolve_initial(
+                    self.scheme,
+                    False,
+                    None,
+                    min(oldest_in(ring), nxt),
+                    nxt,
+                    where=f"stream {self.stream!r} lane {lane}",
+                )
                 self._lanes[lane] = LaneState(self.stream, lane, ring, ring.capacity(), start, None)
         else:
             member = self._join()
@@ -323,7 +330,11 @@ class Subscriber:
                 # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
                 # without persistence): reading on would silently skip every record written up to it.
                 state.error = OffsetOutOfRangeError(
-                    self.stream, lane, position, first_offset_of(min(oldest, nxt)), first_offset_of(nxt),
+                    self.stream,
+                    lane,
+                    position,
+                    first_offset_of(min(oldest, nxt)),
+                    first_offset_of(nxt),
                     hint=(
                         f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
                         f"or the grid restarted without persistence? Seek the lane (Subscriber.seek, or "
@@ -343,7 +354,11 @@ class Subscriber:
                 self._lanes[lane] = state
             logger.info(
                 "subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
-                self.stream, self.group, lane, epoch, position,
+                self.stream,
+                self.group,
+                lane,
+                epoch,
+                position,
             )
 
     def _check_resume(self, state: LaneState, oldest: int) -> None:
@@ -362,7 +377,12 @@ class Subscriber:
         restart = first_offset_of(oldest)
         if not self.skip_data_loss:
             state.error = LaneTruncatedError(
-                self.stream, state.lane, confirmed, restart, mark.sequence, whose=f"group {self.group!r}'s offset",
+                self.stream,
+                state.lane,
+                confirmed,
+                restart,
+                mark.sequence,
+                whose=f"group {self.group!r}'s offset",
                 fix=(
                     f"Decide where the group goes on: seek the lane (Subscriber.seek, `meteor groups seek`, or "
                     f"meteor_spark.admin.seek_group with the group stopped), e.g. to the oldest record {restart}; or "
@@ -378,7 +398,12 @@ class Subscriber:
             "stream %r lane %d was truncated and refilled under group %r's offset %d (the item at sequence %d is "
             "not the one the offset was taken after); skip_data_loss is on: the group reads the lane again from "
             "its oldest record, offset %d (records read before the truncation may be delivered again)",
-            self.stream, state.lane, self.group, confirmed, mark.sequence, restart,
+            self.stream,
+            state.lane,
+            self.group,
+            confirmed,
+            mark.sequence,
+            restart,
         )
 
     def _drop_lane(self, lane: int, why: str) -> None:
@@ -547,8 +572,12 @@ class Subscriber:
                     continue
                 if batch.items:
                     state.item_bytes = max(1, sum(map(len, batch.items)) // len(batch.items))
-                    skip = state.accept(list(batch.items), list(batch.sequences),
-                                        skip_data_loss=self.skip_data_loss, gate=self.item_gate)
+                    skip = state.accept(
+                        list(batch.items),
+                        list(batch.sequences),
+                        skip_data_loss=self.skip_data_loss,
+                        gate=self.item_gate,
+                    )
                     if skip is not None:
                         self._count_skip(state.lane, skip)
 
@@ -558,7 +587,12 @@ class Subscriber:
         logger.warning(
             "stream %r lane %d: offsets %d..%d (ring items %d..%d) were gone (overwritten or quarantined) "
             "before they were read; skipped them (skip_data_loss is on)",
-            self.stream, lane, skip.lost_from, skip.oldest - 1, skip.first_sequence, skip.next_sequence - 1,
+            self.stream,
+            lane,
+            skip.lost_from,
+            skip.oldest - 1,
+            skip.first_sequence,
+            skip.next_sequence - 1,
         )
 
     def _take(self) -> RecordBatch:
@@ -766,7 +800,11 @@ class Subscriber:
         if offset > first_offset_of(end):
             oldest = min(oldest_in(ring), end)
             raise OffsetOutOfRangeError(
-                self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end),
+                self.stream,
+                lane,
+                offset,
+                first_offset_of(oldest),
+                first_offset_of(end),
                 hint="Seek to a position inside the range, or to the end to read only new records.",
             )
         if self._member is not None:
@@ -886,7 +924,11 @@ class Subscriber:
                 f"the subscriber of stream {self.stream!r} already has a receiver; close it before attaching another"
             )
         self._receiver = Receiver(
-            self, callback, poll_timeout_ms, on_error=on_error, per_batch=per_batch,
+            self,
+            callback,
+            poll_timeout_ms,
+            on_error=on_error,
+            per_batch=per_batch,
             auto_confirm_interval_ms=auto_confirm_interval_ms,
         )
         return self._receiver
@@ -964,4 +1006,3 @@ class Subscriber:
     def __repr__(self) -> str:
         kind = f"group {self.group!r}" if self.group else "ungrouped"
         return f"Subscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
-

@@ -17,9 +17,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
 
     def line(row: list[str]) -> str:
-        parts = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)
-        ]
+        parts = [cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]) for i, cell in enumerate(row)]
         return "  ".join(parts).rstrip()
 
     rule = "  ".join("-" * w for w in widths)

@@ -16,9 +16,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def wait_until(
-    predicate: Callable[[], T], timeout_s: float = 10.0, interval_s: float = 0.01, message: str = ""
-) -> T:
+def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0, interval_s: float = 0.01, message: str = "") -> T:
     """Poll ``predicate`` until it returns a truthy value or the deadline passes; return that value.
 
     Raises:
@@ -143,6 +141,8 @@ def _reset(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
 def committed_values(grid: Grid, stream: str, timeout_s: float = 120.0) -> list[bytes]:
     """Every record value a ``read_committed`` reader delivers from ``stream`` (all lanes, from the oldest record)
     up to the lanes' ends as they are now, waiting for transactions still open there to be decided.

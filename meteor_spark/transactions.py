@@ -125,8 +125,12 @@ class TxnState:
         return self.state == COMMITTED and producer_id in self.producers
 
     def to_json(self) -> str:
-        document = {"state": self.state, "deadline_ms": self.deadline_ms, "producers": sorted(self.producers),
-                    "reason": self.reason}
+        document = {
+            "state": self.state,
+            "deadline_ms": self.deadline_ms,
+            "producers": sorted(self.producers),
+            "reason": self.reason,
+        }
         if self.decided_ms:
             document["decided_ms"] = self.decided_ms
         if self.lanes is not None:
@@ -138,13 +142,20 @@ class TxnState:
         try:
             data = json.loads(text)
             lanes = data.get("lanes")
-            return cls(key, str(data["state"]), int(data["deadline_ms"]),
-                       frozenset(int(p) for p in data.get("producers", ())), str(data.get("reason", "")),
-                       int(data.get("decided_ms", 0)),
-                       None if lanes is None else tuple((str(s), int(n), int(a), int(b)) for s, n, a, b in lanes))
+            return cls(
+                key,
+                str(data["state"]),
+                int(data["deadline_ms"]),
+                frozenset(int(p) for p in data.get("producers", ())),
+                str(data.get("reason", "")),
+                int(data.get("decided_ms", 0)),
+                None if lanes is None else tuple((str(s), int(n), int(a), int(b)) for s, n, a, b in lanes),
+            )
         except (ValueError, KeyError, TypeError) as exc:
-            raise MeteorError(f"transaction {key!r} in map {TXNS_MAP!r} has an unreadable value {text!r} ({exc}); "
-                              f"was it written by another program?") from None
+            raise MeteorError(
+                f"transaction {key!r} in map {TXNS_MAP!r} has an unreadable value {text!r} ({exc}); "
+                f"was it written by another program?"
+            ) from None
 
 
 def _now_ms() -> int:
@@ -162,8 +173,9 @@ def transaction_of_producer(grid: Grid, producer_id: int) -> str | None:
     return grid.map(PRODUCERS_MAP).get(str(producer_id))
 
 
-def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, stream: str,
-          batch_key: str | None = None) -> None:
+def begin(
+    grid: Grid, key: str, producer_id: int, timeout_ms: int, *, stream: str, batch_key: str | None = None
+) -> None:
     """Register ``producer_id`` under transaction ``key`` before it publishes to ``stream``: the transaction is
     noted open in ``stream`` (``meteor.txn.open``), created open (or its deadline moved to now + ``timeout_ms``),
     then the producer is registered.
@@ -198,9 +210,7 @@ def begin(grid: Grid, key: str, producer_id: int, timeout_ms: int, *, stream: st
                 f"transaction {key!r} is already {state.state}{_because(state)}; a task attempt cannot join it. "
                 f"Spark retries the batch under a new transaction once this one fails"
             )
-        if state.deadline_ms >= deadline or txns.replace_if_same(
-            key, current, TxnState(key, OPEN, deadline).to_json()
-        ):
+        if state.deadline_ms >= deadline or txns.replace_if_same(key, current, TxnState(key, OPEN, deadline).to_json()):
             break
     else:
         raise MeteorError(f"could not register a producer under transaction {key!r}: too many concurrent updates")
@@ -429,7 +439,10 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     """
     now = _now_ms() if now_ms is None else now_ms
     producers_map, open_map, batches_map, txns_map = (
-        grid.map(PRODUCERS_MAP), grid.map(OPEN_MAP), grid.map(BATCHES_MAP), grid.map(TXNS_MAP)
+        grid.map(PRODUCERS_MAP),
+        grid.map(OPEN_MAP),
+        grid.map(BATCHES_MAP),
+        grid.map(TXNS_MAP),
     )
     producers = producers_map.entries()
     batches = batches_map.entries()
@@ -478,7 +491,11 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
             batches_removed += 1
     committed = sum(1 for key in removed if states[key].state == COMMITTED)
     report = SweepReport(
-        committed, len(removed) - committed, producers_removed, batches_removed, open_removed,
+        committed,
+        len(removed) - committed,
+        producers_removed,
+        batches_removed,
+        open_removed,
         {name: grid.map(name).size() for name in (TXNS_MAP, PRODUCERS_MAP, BATCHES_MAP, OPEN_MAP)},
     )
     if removed or producers_removed or batches_removed or open_removed:

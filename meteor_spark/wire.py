@@ -217,8 +217,17 @@ def prepare_columns(
         hvalue_lengths = np.fromiter(map(len, hvalues), dtype=_I32, count=len(hvalues))
     # Positional, in field order (the locals are named after the fields).
     return PreparedColumns(
-        count, value_lengths, value_data, stamps, key_lengths, key_data, header_counts, hkey_lengths, hkey_data,
-        hvalue_lengths, hvalue_data,
+        count,
+        value_lengths,
+        value_data,
+        stamps,
+        key_lengths,
+        key_data,
+        header_counts,
+        hkey_lengths,
+        hkey_data,
+        hvalue_lengths,
+        hvalue_data,
     )
 
 
@@ -236,9 +245,7 @@ def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFramin
     """Frame the ring items of one ``add_all`` call, each from its prepared pieces (see ``encode_prepared``);
     item ``i`` gets producer sequence ``framing.producer_seq + i``. The framing is checked once per call."""
     if framing.compression not in COMPRESSIONS:
-        raise ConfigError(
-            f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
-        )
+        raise ConfigError(f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}")
     lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
     flags = FLAG_TRANSACTIONAL if framing.transactional else 0
     producer_id, first_seq = framing.producer_id, framing.producer_seq
@@ -382,8 +389,8 @@ def encode_item_v1(values: Sequence[bytes], *, timestamps: Sequence[int] | int, 
     _, _, flags, _, count, base_ts, pid, pseq, _, _, _, _ = _HEADER.unpack_from(item)
     stored = item[HEADER_SIZE:]
     prefix = _HEADER_V1.pack(MAGIC, 1, flags, 0, count, base_ts, pid, pseq, len(stored), len(stored), 0)
-    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:HEADER_SIZE_V1 - 4]))
-    return b"".join((prefix[:HEADER_SIZE_V1 - 4], _U32.pack(crc), stored))
+    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[: HEADER_SIZE_V1 - 4]))
+    return b"".join((prefix[: HEADER_SIZE_V1 - 4], _U32.pack(crc), stored))
 
 
 def encode_batch_v0(values: Sequence[bytes]) -> bytes:
@@ -416,7 +423,6 @@ def _first_bad_headers(headers: Sequence[Any]) -> Any:
             ):
                 return pair
     return headers
-
 
 
 # --------------------------------------------------------------------------------------------------- decoded items
@@ -488,6 +494,7 @@ def _prefix_sums(lengths: np.ndarray) -> np.ndarray:
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
+
 
 @dataclass(frozen=True)
 class ItemSlice:
@@ -669,7 +676,7 @@ def _v1_header(view: memoryview, where: str, version: int, *, check_crc: bool) -
             f"{where}: truncated or padded ring item: the header announces {stored_len} body bytes, "
             f"{len(stored)} follow"
         )
-    if check_crc and zlib.crc32(stored, zlib.crc32(view[:size - 4])) != crc:
+    if check_crc and zlib.crc32(stored, zlib.crc32(view[: size - 4])) != crc:
         raise FormatError(f"{where}: checksum mismatch: the ring item is corrupt")
     if flags & ~_KNOWN_FLAGS:
         raise FormatError(f"{where}: unknown flags 0x{flags & ~_KNOWN_FLAGS:02x} in a version {version} item")
@@ -681,7 +688,7 @@ def _v1_header(view: memoryview, where: str, version: int, *, check_crc: bool) -
 def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
     h = _v1_header(view, where, version, check_crc=True)
     flags, count, body_len = h.flags, h.records, h.body_len
-    stored = view[h.size:]
+    stored = view[h.size :]
     if flags & FLAG_LZ4:
         try:
             body = memoryview(lz4.block.decompress(stored, uncompressed_size=body_len))
@@ -720,9 +727,23 @@ def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
     reader.finish()
     # Positional, in field order (the locals are named after the fields).
     return ItemView(
-        version, count, h.producer_id, h.producer_seq, h.base_ts, deltas, value_lengths, value_data, key_lengths,
-        key_data, header_counts, hkey_lengths, hkey_data, hvalue_lengths, hvalue_data,
-        bool(flags & FLAG_TRANSACTIONAL), h.lane_max_ts,
+        version,
+        count,
+        h.producer_id,
+        h.producer_seq,
+        h.base_ts,
+        deltas,
+        value_lengths,
+        value_data,
+        key_lengths,
+        key_data,
+        header_counts,
+        hkey_lengths,
+        hkey_data,
+        hvalue_lengths,
+        hvalue_data,
+        bool(flags & FLAG_TRANSACTIONAL),
+        h.lane_max_ts,
     )
 
 
@@ -738,7 +759,7 @@ class _BodyReader:
         end = self.pos + size
         if size < 0 or end > len(self.body):
             raise FormatError(f"{self.where}: the body is too short for its {what} ({size} bytes at {self.pos})")
-        chunk = self.body[self.pos:end]
+        chunk = self.body[self.pos : end]
         self.pos = end
         return chunk
 
@@ -780,7 +801,7 @@ def _decode_v0(view: memoryview, where: str) -> ItemView:
         if pos + size > len(view) or size > _MAX_I32:
             raise FormatError(f"{where}: truncated version 0 item at record {i}")
         lengths[i] = size
-        chunks.append(view[pos:pos + size])
+        chunks.append(view[pos : pos + size])
         pos += size
     if pos != len(view):
         raise FormatError(f"{where}: {len(view) - pos} unexpected bytes after the last record of a version 0 item")

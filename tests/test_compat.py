@@ -23,7 +23,9 @@ def test_every_coupling_holds_for_the_installed_dependencies() -> None:
 
 def test_every_private_use_is_declared() -> None:
     names = " ".join(coupling.name for coupling in compat.COUPLINGS)
-    assert "reactor waker" in names and "_invocation_service" in names and "SIGTERM" in names and "proxy routing" in names
+    assert (
+        "reactor waker" in names and "_invocation_service" in names and "SIGTERM" in names and "proxy routing" in names
+    )
     assert "partial-send" in names
     for coupling in compat.COUPLINGS:
         assert compat.installed_version(coupling.distribution) is not None, coupling.distribution

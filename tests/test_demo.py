@@ -23,7 +23,11 @@ def test_demo_reads_everything_writes_results_back_and_confirms_offsets(tmp_path
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     done = subprocess.run(
         [str(METEOR), "demo", "--records", "3000", "--lanes", "3", "--seconds", "4", "--minutes", "3"],
-        capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path,  # not the checkout: like a user's shell
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=tmp_path,  # not the checkout: like a user's shell
     )
     out = done.stdout
     assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{done.stderr[-4000:]}"

@@ -53,7 +53,7 @@ def test_every_meteor_command_in_the_readme_parses() -> None:
             line = line.split("#", 1)[0].strip()
             if "meteor " not in line or line.startswith(("bash", ".venv")):
                 continue
-            words = shlex.split(line[line.index("meteor "):])
+            words = shlex.split(line[line.index("meteor ") :])
             commands.append(words[1:])
     assert len(commands) >= 8
     for words in commands:
@@ -71,7 +71,7 @@ def test_the_spark_example_checkpoints_into_a_fresh_directory() -> None:
 
 def test_deploying_doc_is_linked_and_its_commands_parse() -> None:
     deploying = (ROOT / "docs" / "deploying.md").read_text()
-    section = README[README.index("## Running on a cluster"):]
+    section = README[README.index("## Running on a cluster") :]
     assert "docs/deploying.md" in section[: section.index("\n## ", 5)]
     parser = build_parser()
     commands = [

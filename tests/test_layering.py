@@ -52,9 +52,7 @@ def imported_roots(path: Path, *, module_level_only: bool) -> set[str]:
 
 
 def test_only_grid_and_compat_import_hazelcast() -> None:
-    offenders = [
-        module_name(p) for p in python_files() if "hazelcast" in imported_roots(p, module_level_only=False)
-    ]
+    offenders = [module_name(p) for p in python_files() if "hazelcast" in imported_roots(p, module_level_only=False)]
     assert offenders == ["meteor_spark.compat", "meteor_spark.grid"]
     compat = PACKAGE / "compat.py"
     assert "hazelcast" not in imported_roots(compat, module_level_only=True)  # inside functions only
@@ -133,8 +131,7 @@ def test_importing_the_server_loads_neither_pyspark_nor_hazelcast() -> None:
 
 def test_importing_the_package_is_cheap() -> None:
     probe = (
-        "import sys, meteor_spark\n"
-        "print(sorted(m for m in ('pyspark', 'hazelcast', 'pyarrow') if m in sys.modules))"
+        "import sys, meteor_spark\nprint(sorted(m for m in ('pyspark', 'hazelcast', 'pyarrow') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"

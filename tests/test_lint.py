@@ -28,13 +28,20 @@ def _tool(name: str) -> str:
 def test_ruff_finds_nothing() -> None:
     done = subprocess.run(
         [_tool("ruff"), "check", "--no-cache", "meteor_spark", "pyspark_meteor"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_mypy_finds_nothing() -> None:
     done = subprocess.run(
-        [_tool("mypy"), "--no-incremental"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [_tool("mypy"), "--no-incremental"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr

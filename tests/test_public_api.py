@@ -88,7 +88,8 @@ def test_every_error_of_the_tree_is_exported() -> None:
     import meteor_spark.errors as errors
 
     defined = {
-        name for name, obj in vars(errors).items()
+        name
+        for name, obj in vars(errors).items()
         if inspect.isclass(obj) and issubclass(obj, errors.MeteorError) and obj.__module__ == errors.__name__
     }
     assert defined == ERRORS

@@ -312,25 +312,42 @@ def render(figures: dict[str, Any]) -> str:
         return f"{ours / ceiling:6.1%}" if ceiling else "  n/a"
 
     rows = [
-        ("ring ingest (add_all)", f"{figures['ring_ingest_mb_s']:8.1f} MB/s",
-         f"p50 {figures['ring_ingest_p50_ms']:6.2f} ms  p99 {figures['ring_ingest_p99_ms']:6.2f} ms",
-         f"{figures['ceiling_send_mb_s']:8.1f} MB/s", ratio(figures["ring_ingest_mb_s"], figures["ceiling_send_mb_s"])),
-        ("ring read (read_many)", f"{figures['ring_read_mb_s']:8.1f} MB/s",
-         f"p50 {figures['ring_read_p50_ms']:6.2f} ms  p99 {figures['ring_read_p99_ms']:6.2f} ms",
-         f"{figures['ceiling_recv_mb_s']:8.1f} MB/s", ratio(figures["ring_read_mb_s"], figures["ceiling_recv_mb_s"])),
+        (
+            "ring ingest (add_all)",
+            f"{figures['ring_ingest_mb_s']:8.1f} MB/s",
+            f"p50 {figures['ring_ingest_p50_ms']:6.2f} ms  p99 {figures['ring_ingest_p99_ms']:6.2f} ms",
+            f"{figures['ceiling_send_mb_s']:8.1f} MB/s",
+            ratio(figures["ring_ingest_mb_s"], figures["ceiling_send_mb_s"]),
+        ),
+        (
+            "ring read (read_many)",
+            f"{figures['ring_read_mb_s']:8.1f} MB/s",
+            f"p50 {figures['ring_read_p50_ms']:6.2f} ms  p99 {figures['ring_read_p99_ms']:6.2f} ms",
+            f"{figures['ceiling_recv_mb_s']:8.1f} MB/s",
+            ratio(figures["ring_read_mb_s"], figures["ceiling_recv_mb_s"]),
+        ),
     ]
     if "map_ops_s" in figures:
-        rows.append(("map put+get", f"{figures['map_ops_s']:8.0f} ops/s",
-                     f"put p50 {figures['map_put_p50_us']:5.0f} us p99 {figures['map_put_p99_us']:6.0f} us; "
-                     f"get p50 {figures['map_get_p50_us']:5.0f} us p99 {figures['map_get_p99_us']:6.0f} us",
-                     f"rtt {figures['ceiling_rtt_p50_us']:5.0f} us",
-                     ratio(figures["ceiling_rtt_p50_us"], figures["map_get_p50_us"])))
+        rows.append(
+            (
+                "map put+get",
+                f"{figures['map_ops_s']:8.0f} ops/s",
+                f"put p50 {figures['map_put_p50_us']:5.0f} us p99 {figures['map_put_p99_us']:6.0f} us; "
+                f"get p50 {figures['map_get_p50_us']:5.0f} us p99 {figures['map_get_p99_us']:6.0f} us",
+                f"rtt {figures['ceiling_rtt_p50_us']:5.0f} us",
+                ratio(figures["ceiling_rtt_p50_us"], figures["map_get_p50_us"]),
+            )
+        )
     else:
         rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
     table = render_table(("measure", "ours", "latency per call", "ceiling", "ratio"), rows)
-    text = table + "\n" + (
-        "targets: ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
-        "the ceiling is a plain loopback socket to another process (map ratio = socket rtt / map get p50)"
+    text = (
+        table
+        + "\n"
+        + (
+            "targets: ring ingest >= 250 MB/s, ring read >= 450 MB/s, map p50 <= 250 us, p99 <= 2 ms; "
+            "the ceiling is a plain loopback socket to another process (map ratio = socket rtt / map get p50)"
+        )
     )
     if "cluster" in figures:
         text += "\n\n" + render_cluster(figures)

@@ -80,12 +80,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-records", type=int, default=500, help="max_poll_records of each member (500)")
 
 
-def _member(grid_members: str, cluster: str, stream: str, group: str, shared: bool, poll_records: int,
-            ready: Any, go: Any, stop: Any, results: Any) -> None:
+def _member(
+    grid_members: str,
+    cluster: str,
+    stream: str,
+    group: str,
+    shared: bool,
+    poll_records: int,
+    ready: Any,
+    go: Any,
+    stop: Any,
+    results: Any,
+) -> None:
     """Child process: one group member consuming until told to stop; reports the records it settled."""
     grid = Grid(GridSettings(members=(grid_members,), cluster_name=cluster))
-    sub: Any = Subscriber(grid, stream, group=group, shared=shared, max_poll_records=poll_records,
-                          initial_offset_scheme="earliest")
+    sub: Any = Subscriber(
+        grid, stream, group=group, shared=shared, max_poll_records=poll_records, initial_offset_scheme="earliest"
+    )
     ready.put(os.getpid())
     go.wait()
     settled = 0
@@ -104,8 +115,9 @@ def _member(grid_members: str, cluster: str, stream: str, group: str, shared: bo
     results.put(settled)
 
 
-def _reader(grid_members: str, cluster: str, stream: str, expected: int, poll_records: int, ready: Any, go: Any,
-            results: Any) -> None:
+def _reader(
+    grid_members: str, cluster: str, stream: str, expected: int, poll_records: int, ready: Any, go: Any, results: Any
+) -> None:
     """Child process: one ungrouped subscriber reading every record from the start, as Record objects; reports its
     own records/s (the ceiling of a group reading the same lanes)."""
     grid = Grid(GridSettings(members=(grid_members,), cluster_name=cluster))
@@ -126,8 +138,19 @@ def _reader(grid_members: str, cluster: str, stream: str, expected: int, poll_re
 def _ungrouped(grid_settings: GridSettings, info: StreamInfo, records: int, poll_records: int) -> dict[str, float]:
     context = multiprocessing.get_context("spawn")
     ready, results, go = context.Queue(), context.Queue(), context.Event()
-    process = context.Process(target=_reader, args=(grid_settings.members[0], grid_settings.cluster_name, info.name,
-                                                    records, poll_records, ready, go, results))
+    process = context.Process(
+        target=_reader,
+        args=(
+            grid_settings.members[0],
+            grid_settings.cluster_name,
+            info.name,
+            records,
+            poll_records,
+            ready,
+            go,
+            results,
+        ),
+    )
     process.start()
     try:
         ready.get(timeout=60)
@@ -146,9 +169,16 @@ def _done(grid: Grid, info: StreamInfo, group: str, shared: bool, ends: dict[int
     return all(state.confirmed == ends[state.lane] for state in group_state(grid, info, group))
 
 
-def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: bool, members: int,
-             settings: GroupsBenchOptions, records: int | None = None, poll_records: int | None = None
-             ) -> dict[str, float]:
+def _consume(
+    grid: Grid,
+    grid_settings: GridSettings,
+    info: StreamInfo,
+    shared: bool,
+    members: int,
+    settings: GroupsBenchOptions,
+    records: int | None = None,
+    poll_records: int | None = None,
+) -> dict[str, float]:
     records = settings.records if records is None else records
     poll_records = settings.poll_records if poll_records is None else poll_records
     group = f"bench-{'shared' if shared else 'exclusive'}-{members}-{time.time_ns()}"
@@ -157,8 +187,21 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
     ready, results = context.Queue(), context.Queue()
     go, stop = context.Event(), context.Event()
     processes = [
-        context.Process(target=_member, args=(grid_settings.members[0], grid_settings.cluster_name, info.name, group,
-                                              shared, poll_records, ready, go, stop, results))
+        context.Process(
+            target=_member,
+            args=(
+                grid_settings.members[0],
+                grid_settings.cluster_name,
+                info.name,
+                group,
+                shared,
+                poll_records,
+                ready,
+                go,
+                stop,
+                results,
+            ),
+        )
         for _ in range(members)
     ]
     for process in processes:
@@ -169,8 +212,9 @@ def _consume(grid: Grid, grid_settings: GridSettings, info: StreamInfo, shared: 
         if not shared:  # the lanes balanced over the members before the clock starts (a handover is not consumption)
             holders = min(members, info.lanes)
             deadline = time.monotonic() + 60
-            while len({s.holder for s in group_state(grid, info, group) if s.holder is not None}) < holders or \
-                    any(s.holder is None for s in group_state(grid, info, group)):
+            while len({s.holder for s in group_state(grid, info, group) if s.holder is not None}) < holders or any(
+                s.holder is None for s in group_state(grid, info, group)
+            ):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"group {group!r} did not balance its lanes over {holders} members in 60 s")
                 time.sleep(0.01)
@@ -219,8 +263,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def _wide(grid: Grid, grid_settings: GridSettings, settings: GroupsBenchOptions, pool: list[bytes], name: str
-          ) -> dict[str, Any]:
+def _wide(
+    grid: Grid, grid_settings: GridSettings, settings: GroupsBenchOptions, pool: list[bytes], name: str
+) -> dict[str, Any]:
     """The full-speed row: 2 exclusive members on 4 lanes (default batching) against one ungrouped reader."""
     records = settings.records * WIDE_FACTOR
     info = open_stream(grid, StreamConfig(name, lanes=WIDE_LANES, capacity=max(1000, records // 500)))
@@ -239,12 +284,14 @@ def render(figures: dict[str, Any]) -> str:
     rows = []
     for members, shared in figures["shared"].items():
         exclusive = figures["exclusive"][members]
-        rows.append((
-            f"{members} member(s), 2 lanes",
-            f"{exclusive['records_s']:,.0f} rec/s",
-            f"{shared['records_s']:,.0f} rec/s",
-            f"{shared['records_s'] / exclusive['records_s']:.2f}",
-        ))
+        rows.append(
+            (
+                f"{members} member(s), 2 lanes",
+                f"{exclusive['records_s']:,.0f} rec/s",
+                f"{shared['records_s']:,.0f} rec/s",
+                f"{shared['records_s'] / exclusive['records_s']:.2f}",
+            )
+        )
     table = render_table(
         ("group, 100-byte records", "exclusive (poll + confirm)", "shared (poll + ack)", "shared / exclusive"), rows
     )
@@ -254,15 +301,22 @@ def render(figures: dict[str, Any]) -> str:
         (f"{WIDE_LANES} lanes, default batching", "records/s", "ratio", "target"),
         [
             ("ceiling: one ungrouped reader (1 process)", f"{ceiling:,.0f}", "", ""),
-            (f"exclusive group, {WIDE_MEMBERS} members, poll + confirm", f"{group:,.0f}", f"{group / ceiling:.2f}",
-             ">= 1,000,000"),
+            (
+                f"exclusive group, {WIDE_MEMBERS} members, poll + confirm",
+                f"{group:,.0f}",
+                f"{group / ceiling:.2f}",
+                ">= 1,000,000",
+            ),
         ],
     )
-    return "\n".join([
-        table,
-        f"{figures['settings']['records']:,} records per run, max_poll_records {figures['settings']['poll_records']}; "
-        "members are processes; an exclusive group gives at most one member per lane work",
-        "",
-        wide_table,
-        f"{wide['records']:,} records, max_poll_records {WIDE_POLL_RECORDS:,}; every record made a Record object",
-    ])
+    return "\n".join(
+        [
+            table,
+            f"{figures['settings']['records']:,} records per run, "
+            f"max_poll_records {figures['settings']['poll_records']}; "
+            "members are processes; an exclusive group gives at most one member per lane work",
+            "",
+            wide_table,
+            f"{wide['records']:,} records, max_poll_records {WIDE_POLL_RECORDS:,}; every record made a Record object",
+        ]
+    )

@@ -95,7 +95,7 @@ def _round(grid: Grid, pool: list[bytes], settings: IdempotenceBenchOptions, ide
     try:
         config = StreamConfig(name, lanes=SHORT_LIVED_LANES, capacity=100_000)
         with Publisher(grid, config, max_buffered_records=1_000_000, idempotent=idempotent) as pub:
-            values = (pool * (settings.async_records // len(pool) + 1))[:settings.async_records]
+            values = (pool * (settings.async_records // len(pool) + 1))[: settings.async_records]
             publish = pub.publish_async
             start = time.perf_counter()
             for value in values:
@@ -103,10 +103,10 @@ def _round(grid: Grid, pool: list[bytes], settings: IdempotenceBenchOptions, ide
             pub.flush()
             out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
             last.result()
-            values = (pool * (settings.bulk_records // len(pool) + 1))[:settings.bulk_records]
+            values = (pool * (settings.bulk_records // len(pool) + 1))[: settings.bulk_records]
             start = time.perf_counter()
             for i in range(0, len(values), 10_000):
-                pub.publish_many(values[i:i + 10_000])
+                pub.publish_many(values[i : i + 10_000])
             pub.flush()
             out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
         records = [Record(pool[lane], lane=lane) for lane in range(SHORT_LIVED_LANES)]
@@ -124,15 +124,24 @@ def render(figures: dict[str, Any]) -> str:
     """The figures of ``run`` as the table ``meteor bench idempotence`` prints."""
     off, on = figures["off"], figures["on"]
     rows = [
-        ("publish_async, one record a call", f"{off['publish_async_records_s']:,.0f} rec/s",
-         f"{on['publish_async_records_s']:,.0f} rec/s",
-         f"{on['publish_async_records_s'] / off['publish_async_records_s']:.2f}"),
-        ("publish_many, 10k records a call", f"{off['publish_many_records_s']:,.0f} rec/s",
-         f"{on['publish_many_records_s']:,.0f} rec/s",
-         f"{on['publish_many_records_s'] / off['publish_many_records_s']:.2f}"),
-        (f"short-lived publisher, 1 record x {SHORT_LIVED_LANES} lanes", f"{off['short_lived_publisher_ms']:.2f} ms",
-         f"{on['short_lived_publisher_ms']:.2f} ms",
-         f"{on['short_lived_publisher_ms'] / off['short_lived_publisher_ms']:.2f}"),
+        (
+            "publish_async, one record a call",
+            f"{off['publish_async_records_s']:,.0f} rec/s",
+            f"{on['publish_async_records_s']:,.0f} rec/s",
+            f"{on['publish_async_records_s'] / off['publish_async_records_s']:.2f}",
+        ),
+        (
+            "publish_many, 10k records a call",
+            f"{off['publish_many_records_s']:,.0f} rec/s",
+            f"{on['publish_many_records_s']:,.0f} rec/s",
+            f"{on['publish_many_records_s'] / off['publish_many_records_s']:.2f}",
+        ),
+        (
+            f"short-lived publisher, 1 record x {SHORT_LIVED_LANES} lanes",
+            f"{off['short_lived_publisher_ms']:.2f} ms",
+            f"{on['short_lived_publisher_ms']:.2f} ms",
+            f"{on['short_lived_publisher_ms'] / off['short_lived_publisher_ms']:.2f}",
+        ),
     ]
     table = render_table(("scenario (100-byte records)", "idempotent=False", "idempotent=True", "on / off"), rows)
     rounds = figures["settings"]["rounds"]

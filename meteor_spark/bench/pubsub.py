@@ -94,7 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--round-trips", type=int, default=None, help="request/reply round trips (default 2000)")
     parser.add_argument("--record-bytes", type=int, default=RECORD_BYTES, help="value size (default 100)")
     parser.add_argument(
-        "--subscriber-processes", type=int, default=2,
+        "--subscriber-processes",
+        type=int,
+        default=2,
         help="processes the 16 subscribers of scenario (b) are spread over (default 2, one per core)",
     )
 
@@ -135,13 +137,13 @@ def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> di
     per_item = 1000
     start = time.perf_counter()
     items = [
-        encode_columns(values[i:i + per_item], timestamps=0, producer_id=1, producer_seq=i)
+        encode_columns(values[i : i + per_item], timestamps=0, producer_id=1, producer_seq=i)
         for i in range(0, len(values), per_item)
     ]
     encode_rate = len(values) / (time.perf_counter() - start)
     name = f"bench.ceiling.{os.getpid()}.{time.time_ns()}"
     ring = grid.ring(name)
-    calls = [items[i:i + 64] for i in range(0, len(items), 64)]
+    calls = [items[i : i + 64] for i in range(0, len(items), 64)]
     start = time.perf_counter()
     for call in calls:
         ring.add_all(call)
@@ -191,7 +193,7 @@ def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) 
             chunk = 10_000
             start = time.perf_counter()
             for i in range(0, len(values), chunk):
-                pub.publish_many(values[i:i + chunk])
+                pub.publish_many(values[i : i + chunk])
             pub.flush()
             out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
             table = pa.table({"value": pa.array(_values(pool, 100_000), pa.binary())})
@@ -225,6 +227,7 @@ def _fanout_subscribers(
                 finished[i] = time.monotonic()
                 if all(finished):
                     done.set()
+
         return on_batch
 
     subs = [Subscriber(grid, stream, initial_offset_scheme="earliest", max_poll_records=200_000) for _ in range(count)]
@@ -271,7 +274,7 @@ def _fanout(
 
         def publish(pub: Publisher) -> None:
             for i in range(0, len(values), 10_000):
-                pub.publish_many(values[i:i + 10_000])
+                pub.publish_many(values[i : i + 10_000])
             pub.flush()
 
         threads = [threading.Thread(target=publish, args=(p,)) for p in publishers]
@@ -400,8 +403,11 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptio
     Publisher(grid, replies).close()
     out: dict[str, Any] = {}
     try:
-        with _responder_process(_responder, grid_settings, requests.name, replies.name), \
-                Publisher(grid, requests.name) as pub, Subscriber(grid, replies.name) as sub:
+        with (
+            _responder_process(_responder, grid_settings, requests.name, replies.name),
+            Publisher(grid, requests.name) as pub,
+            Subscriber(grid, replies.name) as sub,
+        ):
 
             def meteor_round_trip(payload: bytes) -> None:
                 pub.publish_async(payload)
@@ -435,8 +441,9 @@ def _raw_request_reply(
 
     try:
         # The stop request wakes the responder's parked read so it sees the stop.
-        with _responder_process(_raw_responder, grid_settings, requests.name, replies.name,
-                                wake=lambda: requests.add(b"stop")):
+        with _responder_process(
+            _raw_responder, grid_settings, requests.name, replies.name, wake=lambda: requests.add(b"stop")
+        ):
             return _round_trips(settings, raw_round_trip)
     finally:
         requests.destroy()
@@ -449,8 +456,10 @@ def _helper_latency(
     """Round trips through ``Requester.request`` and a ``Responder`` in a third process."""
     Publisher(grid, StreamConfig(requests)).close()
     try:
-        with _responder_process(_helper_responder, grid_settings, requests), \
-                Requester(grid, requests, timeout_ms=5000) as requester:
+        with (
+            _responder_process(_helper_responder, grid_settings, requests),
+            Requester(grid, requests, timeout_ms=5000) as requester,
+        ):
             return _round_trips(settings, requester.request)
     finally:
         delete_stream(grid, requests)
@@ -472,26 +481,62 @@ def render(figures: dict[str, Any]) -> str:
         ("ceiling: encode + LZ4 in memory", f"{ceiling['encode_lz4_records_s']:,.0f} rec/s", "", ""),
         ("ceiling: raw add_all (1000 rec/item)", f"{raw_add:,.0f} rec/s", "", ""),
         ("ceiling: raw read_many", f"{ceiling['raw_read_many_records_s']:,.0f} rec/s", "", ""),
-        ("(a) publish_async, one record a call", f"{one['publish_async_records_s']:,.0f} rec/s",
-         f"{one['publish_async_records_s'] / raw_add:.2f}", ">= 1,000,000"),
-        ("(a) same, all futures kept", f"{one['publish_async_kept_records_s']:,.0f} rec/s",
-         f"{one['publish_async_kept_records_s'] / raw_add:.2f}", ">= 1,000,000"),
-        ("(a) publish_many, 10k records a call", f"{one['publish_many_records_s']:,.0f} rec/s",
-         f"{one['publish_many_records_s'] / raw_add:.2f}", ">= 1,000,000"),
-        ("(a) publish_arrow, 100k rows a call", f"{one['publish_arrow_records_s']:,.0f} rec/s",
-         f"{one['publish_arrow_records_s'] / raw_add:.2f}", ">= 1,000,000"),
+        (
+            "(a) publish_async, one record a call",
+            f"{one['publish_async_records_s']:,.0f} rec/s",
+            f"{one['publish_async_records_s'] / raw_add:.2f}",
+            ">= 1,000,000",
+        ),
+        (
+            "(a) same, all futures kept",
+            f"{one['publish_async_kept_records_s']:,.0f} rec/s",
+            f"{one['publish_async_kept_records_s'] / raw_add:.2f}",
+            ">= 1,000,000",
+        ),
+        (
+            "(a) publish_many, 10k records a call",
+            f"{one['publish_many_records_s']:,.0f} rec/s",
+            f"{one['publish_many_records_s'] / raw_add:.2f}",
+            ">= 1,000,000",
+        ),
+        (
+            "(a) publish_arrow, 100k rows a call",
+            f"{one['publish_arrow_records_s']:,.0f} rec/s",
+            f"{one['publish_arrow_records_s'] / raw_add:.2f}",
+            ">= 1,000,000",
+        ),
         ("(b) 4 pub x 16 sub, random: unique", f"{fan['unique_records_s']:,.0f} rec/s", "", ""),
-        ("(b) 4 pub x 16 sub, random: deliveries", f"{fan['deliveries_s']:,.0f} rec/s",
-         f"{fan['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}", ">= 4,300,000"),
-        ("(b) same, Meteor's constant payload", f"{constant['deliveries_s']:,.0f} rec/s",
-         f"{constant['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}", ">= 4,300,000"),
-        ("(c) request/reply p50 / p99", f"{lat['meteor']['p50_ms']:.2f} / {lat['meteor']['p99_ms']:.2f} ms",
-         f"{lat['meteor']['p50_ms'] / raw_rr['p50_ms']:.1f}x", "<= 0.4 / <= 1.5 ms"),
-        ("(c) same with Requester / Responder", f"{lat['helper']['p50_ms']:.2f} / {lat['helper']['p99_ms']:.2f} ms",
-         f"{lat['helper']['p50_ms'] / raw_rr['p50_ms']:.1f}x", "<= 0.4 / <= 1.5 ms"),
+        (
+            "(b) 4 pub x 16 sub, random: deliveries",
+            f"{fan['deliveries_s']:,.0f} rec/s",
+            f"{fan['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}",
+            ">= 4,300,000",
+        ),
+        (
+            "(b) same, Meteor's constant payload",
+            f"{constant['deliveries_s']:,.0f} rec/s",
+            f"{constant['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}",
+            ">= 4,300,000",
+        ),
+        (
+            "(c) request/reply p50 / p99",
+            f"{lat['meteor']['p50_ms']:.2f} / {lat['meteor']['p99_ms']:.2f} ms",
+            f"{lat['meteor']['p50_ms'] / raw_rr['p50_ms']:.1f}x",
+            "<= 0.4 / <= 1.5 ms",
+        ),
+        (
+            "(c) same with Requester / Responder",
+            f"{lat['helper']['p50_ms']:.2f} / {lat['helper']['p99_ms']:.2f} ms",
+            f"{lat['helper']['p50_ms'] / raw_rr['p50_ms']:.1f}x",
+            "<= 0.4 / <= 1.5 ms",
+        ),
         ("ceiling: raw request/reply p50 / p99", f"{raw_rr['p50_ms']:.2f} / {raw_rr['p99_ms']:.2f} ms", "", ""),
-        ("ceiling: raw add + read p50 / p99",
-         f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms", "", ""),
+        (
+            "ceiling: raw add + read p50 / p99",
+            f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms",
+            "",
+            "",
+        ),
     ]
     table = render_table(("scenario (100-byte records)", "result", "ratio", "target"), rows)
     notes = [

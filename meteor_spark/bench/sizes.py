@@ -103,17 +103,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds): 4 MB per size, one repeat")
     parser.add_argument("--sizes", type=int, nargs="+", help="record sizes in bytes (default 100 1024 10240 65536)")
     parser.add_argument("--lanes", type=int, nargs="+", help="lane counts of the lane sweep (default 1 2 4 8)")
-    parser.add_argument("--megabytes", type=int, default=None, help="MB published per size and lane count "
-                        "(default 100)")
+    parser.add_argument(
+        "--megabytes", type=int, default=None, help="MB published per size and lane count (default 100)"
+    )
     parser.add_argument("--max-records", type=int, default=None, help="records per run at most (default 1M)")
-    parser.add_argument("--lane-record-bytes", type=int, default=100, help="record size of the lane sweep "
-                        "(default 100)")
+    parser.add_argument(
+        "--lane-record-bytes", type=int, default=100, help="record size of the lane sweep (default 100)"
+    )
     parser.add_argument("--repeats", type=int, default=None, help="runs per figure, the best kept (default 3)")
     parser.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of both sweeps (needs matplotlib)")
-    parser.add_argument("--max-batch-records", type=int, default=None, help="publisher override (default: the "
-                        "stream's, 1000)")
-    parser.add_argument("--max-batch-bytes", type=int, default=None, help="publisher override (default: the "
-                        "stream's, 1 MiB)")
+    parser.add_argument(
+        "--max-batch-records", type=int, default=None, help="publisher override (default: the stream's, 1000)"
+    )
+    parser.add_argument(
+        "--max-batch-bytes", type=int, default=None, help="publisher override (default: the stream's, 1 MiB)"
+    )
     parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 1 MiB)")
 
 
@@ -206,13 +210,13 @@ def _encoded_calls(values: list[bytes], shape: Shape, lanes: int) -> tuple[list[
     step = shape.records_per_item
     per_call = step * shape.items_per_call
     for lane in range(lanes):
-        run = values[lane * per_lane:(lane + 1) * per_lane]
+        run = values[lane * per_lane : (lane + 1) * per_lane]
         items = [
-            encode_columns(run[i:i + step], timestamps=0, producer_id=1, producer_seq=i)
+            encode_columns(run[i : i + step], timestamps=0, producer_id=1, producer_seq=i)
             for i in range(0, len(run), step)
         ]
-        out.append([items[i:i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
-        records.append([len(run[i:i + per_call]) for i in range(0, len(run), per_call)])
+        out.append([items[i : i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
+        records.append([len(run[i : i + per_call]) for i in range(0, len(run), per_call)])
     rounds = max(len(calls) for calls in out)
     total = sum(sum(counts) + (rounds - len(counts)) * counts[-1] for counts in records)
     return [calls + [calls[-1]] * (rounds - len(calls)) for calls in out], total
@@ -228,7 +232,7 @@ def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], v
     with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
         start = time.perf_counter()
         for i in range(0, len(values), PUBLISH_MANY_CHUNK):
-            pub.publish_many(values[i:i + PUBLISH_MANY_CHUNK])
+            pub.publish_many(values[i : i + PUBLISH_MANY_CHUNK])
         pub.flush()
         return time.perf_counter() - start
 
@@ -353,35 +357,52 @@ def render(figures: dict[str, Any]) -> str:
     rows: list[tuple[str, ...]] = []
     for p in figures["sizes"]:
         ceiling = p["ceiling_records_s"]
-        rows.append((
-            size_label(p["record_bytes"]),
-            f"{p['records_per_item']:,} x {p['items_per_call']}",
-            f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
-            f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
-            f"{p['publish_many_records_s'] / ceiling:.2f}",
-            f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
-            f"{p['publish_async_records_s'] / ceiling:.2f}",
-            f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
-        ))
+        rows.append(
+            (
+                size_label(p["record_bytes"]),
+                f"{p['records_per_item']:,} x {p['items_per_call']}",
+                f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
+                f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
+                f"{p['publish_many_records_s'] / ceiling:.2f}",
+                f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
+                f"{p['publish_async_records_s'] / ceiling:.2f}",
+                f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
+            )
+        )
     sizes = render_table(
-        ("record", "rec/item x items/call", "ceiling: raw add_all", "publish_many", "ratio", "publish_async",
-         "ratio", "one subscriber, Records"),
+        (
+            "record",
+            "rec/item x items/call",
+            "ceiling: raw add_all",
+            "publish_many",
+            "ratio",
+            "publish_async",
+            "ratio",
+            "one subscriber, Records",
+        ),
         rows,
     )
     rows = []
     for p in figures["lanes"]:
         ceiling = p["ceiling_records_s"]
-        rows.append((
-            str(p["lanes"]),
-            f"{ceiling:,.0f}/s ({_mbs(p, 'ceiling_records_s'):,.0f} MB/s)",
-            f"{p['publish_many_records_s']:,.0f}/s ({_mbs(p, 'publish_many_records_s'):,.0f} MB/s)",
-            f"{p['publish_many_records_s'] / ceiling:.2f}",
-            f"{p['consume_records_s']:,.0f}/s ({_mbs(p, 'consume_records_s'):,.0f} MB/s)",
-        ))
+        rows.append(
+            (
+                str(p["lanes"]),
+                f"{ceiling:,.0f}/s ({_mbs(p, 'ceiling_records_s'):,.0f} MB/s)",
+                f"{p['publish_many_records_s']:,.0f}/s ({_mbs(p, 'publish_many_records_s'):,.0f} MB/s)",
+                f"{p['publish_many_records_s'] / ceiling:.2f}",
+                f"{p['consume_records_s']:,.0f}/s ({_mbs(p, 'consume_records_s'):,.0f} MB/s)",
+            )
+        )
     lane_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
     lanes = render_table(
-        (f"lanes ({size_label(lane_bytes)} records)", "ceiling: raw add_all", "publish_many", "ratio",
-         "one subscriber, Records"),
+        (
+            f"lanes ({size_label(lane_bytes)} records)",
+            "ceiling: raw add_all",
+            "publish_many",
+            "ratio",
+            "one subscriber, Records",
+        ),
         rows,
     )
     notes = [

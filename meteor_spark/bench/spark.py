@@ -20,13 +20,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds): 100,000 records")
     parser.add_argument("--records", type=int, default=None, help="records per run (default 2,000,000)")
     parser.add_argument("--lanes", default="1,4", help="lane counts to compare, comma-separated (default 1,4)")
-    parser.add_argument("--partitions", type=int, default=None,
-                        help="Spark tasks per read and write (default: the connector's planning; the cores)")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="runs per figure, the median is reported (default 5; 1 with --quick)")
-    parser.add_argument("--latency", action="store_true",
-                        help="measure publish -> row latency (default trigger, 200 records/s for 20 s, 5 with "
-                             "--quick) next to a source that costs nothing, instead of throughput")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="Spark tasks per read and write (default: the connector's planning; the cores)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="runs per figure, the median is reported (default 5; 1 with --quick)"
+    )
+    parser.add_argument(
+        "--latency",
+        action="store_true",
+        help="measure publish -> row latency (default trigger, 200 records/s for 20 s, 5 with "
+        "--quick) next to a source that costs nothing, instead of throughput",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

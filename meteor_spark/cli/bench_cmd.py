@@ -98,9 +98,7 @@ def run_all(args: argparse.Namespace) -> int:
             continue
         out(f"   ({time.monotonic() - started:.1f} s)\n")
         # The run's settings and per-repeat samples are in each area's own table above; the summary keeps results.
-        summary.extend(
-            [name, key, value] for key, value in flatten(figures) if key.split(".")[0] not in SUMMARY_SKIPS
-        )
+        summary.extend([name, key, value] for key, value in flatten(figures) if key.split(".")[0] not in SUMMARY_SKIPS)
     if summary:
         out(render_table(["AREA", "FIGURE", "VALUE"], summary, right=[2]))
     if failed:
@@ -125,4 +123,3 @@ def flatten(figures: Any, prefix: str = "") -> list[tuple[str, str]]:
     elif isinstance(figures, str):
         rows.append((prefix.rstrip("."), figures))
     return rows
-

@@ -141,4 +141,3 @@ def run_status(args: argparse.Namespace) -> int:
         else:
             out("no distributed objects")
     return EXIT_OK
-

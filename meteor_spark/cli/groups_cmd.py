@@ -172,11 +172,20 @@ def _show_shared(grid: Grid, info: Any, group: str) -> None:
     rows = []
     for state in shared_group_state(grid, info, group):
         behind = "-" if state.start is None else f"{max(0, ends[state.lane] - sequence_of(state.start)):,} items"
-        rows.append([
-            state.lane, fmt_int(state.start), fmt_int(state.next),
-            f"{state.acquired_ranges} range(s), {state.acquisitions} acquisition(s)",
-            f"{state.available_ranges} range(s)", behind,
-        ])
-    out(render_table(
-        ["LANE", "START OFFSET", "NEVER ACQUIRED FROM", "IN FLIGHT", "TO REDELIVER", "BEHIND"], rows, right=[0, 1, 2, 5]
-    ))
+        rows.append(
+            [
+                state.lane,
+                fmt_int(state.start),
+                fmt_int(state.next),
+                f"{state.acquired_ranges} range(s), {state.acquisitions} acquisition(s)",
+                f"{state.available_ranges} range(s)",
+                behind,
+            ]
+        )
+    out(
+        render_table(
+            ["LANE", "START OFFSET", "NEVER ACQUIRED FROM", "IN FLIGHT", "TO REDELIVER", "BEHIND"],
+            rows,
+            right=[0, 1, 2, 5],
+        )
+    )

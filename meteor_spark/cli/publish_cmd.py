@@ -247,9 +247,7 @@ def run_publish(args: argparse.Namespace) -> int:
                     ) from None
                 info = open_stream(grid, config.stream_defaults.config(args.stream), create=True)
             if args.lane is not None and not 0 <= args.lane < info.config.lanes:
-                raise CommandError(
-                    f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}"
-                )
+                raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}")
             progress = Progress(f"publishing to {args.stream}", total_bytes)
             with Publisher(grid, info.config.name) as publisher:
                 chunk: list[Record] = []
@@ -305,8 +303,11 @@ def _report_interrupted(args: argparse.Namespace, outcome: _Outcome, exc: Keyboa
     err(
         f"meteor publish: {what}: {outcome.published:,} record(s) stored in {args.stream!r}; every input line up "
         f"to {outcome.stored_through:,} is stored and nothing after it was sent"
-        + (f" except {outcome.stored_beyond:,} record(s) stored after a failed chunk (a resume publishes them "
-           f"again)" if outcome.stored_beyond else "")
+        + (
+            f" except {outcome.stored_beyond:,} record(s) stored after a failed chunk (a resume publishes them again)"
+            if outcome.stored_beyond
+            else ""
+        )
     )
     if outcome.publish_failures:
         err(f"meteor publish: first error of the records not stored: {outcome.first_publish_error}")

@@ -46,7 +46,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
     parser.add_argument(
-        "--fsync", choices=FSYNC_POLICIES, default="interval",
+        "--fsync",
+        choices=FSYNC_POLICIES,
+        default="interval",
         help="when persisted writes are fsynced (default interval)",
     )
     parser.add_argument(
@@ -55,8 +57,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=100,
         metavar="MS",
         help=(
-            "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose "
-            "(default 100)"
+            "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)"
         ),
     )
     parser.add_argument(
@@ -157,8 +158,10 @@ def run_member(args: argparse.Namespace) -> int:
     )
     data_dir = getattr(args, "data_dir", None)
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
-        print(f"error: --data-dir {data_dir} is a file, not a directory; give a directory (created if missing)",
-              file=sys.stderr)
+        print(
+            f"error: --data-dir {data_dir} is a file, not a directory; give a directory (created if missing)",
+            file=sys.stderr,
+        )
         return 1
     try:
         options = options_from_args(args)

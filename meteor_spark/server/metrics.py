@@ -113,11 +113,13 @@ class MemberCollector:
         yield entries
         yield core.CounterMetricFamily("meteor_member_fsyncs", "fsync calls made for persistence.", figures.fsyncs)
         yield core.GaugeMetricFamily(
-            "meteor_member_quarantined_ranges", "Damaged log ranges moved aside when the member started.",
+            "meteor_member_quarantined_ranges",
+            "Damaged log ranges moved aside when the member started.",
             figures.quarantined_ranges,
         )
         yield core.GaugeMetricFamily(
-            "meteor_member_quarantined_sequences", "Ring sequences lost in the quarantined ranges.",
+            "meteor_member_quarantined_sequences",
+            "Ring sequences lost in the quarantined ranges.",
             figures.quarantined_sequences,
         )
 

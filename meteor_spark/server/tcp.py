@@ -161,7 +161,8 @@ class ClientConnection(asyncio.Protocol):
         self._auth_deadline = None
         if not self.endpoint.authenticated and not self.closed:
             logger.warning(
-                "closing connection from %s: it did not authenticate within %g s", self.endpoint.remote,
+                "closing connection from %s: it did not authenticate within %g s",
+                self.endpoint.remote,
                 self.server.auth_timeout_s,
             )
             self.abort()
@@ -495,7 +496,11 @@ class MemberServer:
                     logger.warning(
                         "closing connection from %s (client %r, uuid %s): nothing heard from it for %.1f s, more than "
                         "the client heartbeat timeout of %g s (its locks and listeners are released)",
-                        endpoint.remote, endpoint.client_name, endpoint.client_uuid, silent, timeout_s,
+                        endpoint.remote,
+                        endpoint.client_name,
+                        endpoint.client_uuid,
+                        silent,
+                        timeout_s,
                     )
                     connection.abort()
 

@@ -77,9 +77,11 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
         spark.dataSource.register(SyntheticSource)
         spark.dataSource.register(NoopArrowSink)
         input_tasks = partitions or default_partitions()
-        rows = spark.range(records, numPartitions=input_tasks).selectExpr(
-            f"CAST(lpad(CAST(id AS STRING), {RECORD_BYTES}, 'x') AS BINARY) AS value"
-        ).cache()
+        rows = (
+            spark.range(records, numPartitions=input_tasks)
+            .selectExpr(f"CAST(lpad(CAST(id AS STRING), {RECORD_BYTES}, 'x') AS BINARY) AS value")
+            .cache()
+        )
         try:
             rows.count()
             figures = _measure(spark, settings, rows, records, lane_counts, partitions, input_tasks, repeat)
@@ -89,20 +91,38 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
         return figures
 
 
-def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_counts: Sequence[int],
-             partitions: int | None, input_tasks: int, repeat: int) -> dict[str, Any]:
+def _measure(
+    spark: Any,
+    settings: GridSettings,
+    rows: Any,
+    records: int,
+    lane_counts: Sequence[int],
+    partitions: int | None,
+    input_tasks: int,
+    repeat: int,
+) -> dict[str, Any]:
     """The warm-up, then ``repeat`` runs of every path per lane count, over the cached 100-byte ``rows``."""
     options = grid_options(settings)
     # Meteor's read planning unless --partitions pins the task count (then min = max = partitions).
     planning = {} if partitions is None else {"minPartitions": str(partitions), "maxPartitions": str(partitions)}
 
     def meteor_read(name: str) -> Any:
-        return (spark.readStream.format("meteor").options(**options).option("stream", name)
-                .option("startingOffsets", "earliest").options(**planning).load())
+        return (
+            spark.readStream.format("meteor")
+            .options(**options)
+            .option("stream", name)
+            .option("startingOffsets", "earliest")
+            .options(**planning)
+            .load()
+        )
 
     def ceiling_read(n: int) -> Any:
-        return (spark.readStream.format("bench-synthetic").option("rows", str(n))
-                .option("partitions", str(input_tasks)).load())
+        return (
+            spark.readStream.format("bench-synthetic")
+            .option("rows", str(n))
+            .option("partitions", str(input_tasks))
+            .load()
+        )
 
     figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}}
     with Grid(settings) as grid:
@@ -113,8 +133,9 @@ def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_c
         warm = f"bench-spark-warm-{uuid.uuid4().hex[:6]}"
         open_stream(grid, StreamConfig(warm, lanes=max(lane_counts)))
         started = time.perf_counter()
-        spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format(
-            "meteor").options(**options).mode("append").save(warm)
+        spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format("meteor").options(
+            **options
+        ).mode("append").save(warm)
         _stream_seconds(meteor_read(warm).selectExpr("value"))
         figures["warm_up_s"] = time.perf_counter() - started
         # Then at volume, untimed: the JVM compiles its Arrow/row conversion paths only after enough rows,
@@ -129,8 +150,10 @@ def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_c
 
         for lanes in lane_counts:
             samples: dict[str, list[float]] = {
-                "read_records_per_s": [], "read_ceiling_records_per_s": [],
-                "write_records_per_s": [], "write_ceiling_records_per_s": [],
+                "read_records_per_s": [],
+                "read_ceiling_records_per_s": [],
+                "write_records_per_s": [],
+                "write_ceiling_records_per_s": [],
             }
             for run_index in range(repeat):
                 name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
@@ -138,8 +161,7 @@ def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_c
                 open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
                 try:
                     write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
-                    write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save,
-                                              name)
+                    write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
                     # Sides alternate which goes first, so neither always runs right after the other's job.
                     if run_index % 2:
                         write_s = _timed(write)
@@ -160,8 +182,12 @@ def _measure(spark: Any, settings: GridSettings, rows: Any, records: int, lane_c
             figures["samples"][f"{lanes}_lanes"] = samples
             figures[f"{lanes}_lanes"] = {key: statistics.median(values) for key, values in samples.items()}
             for side in ("read", "write"):
-                ratios = [ours / ceiling for ours, ceiling in zip(
-                    samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True)]
+                ratios = [
+                    ours / ceiling
+                    for ours, ceiling in zip(
+                        samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True
+                    )
+                ]
                 figures[f"{lanes}_lanes"][f"{side}_vs_ceiling"] = statistics.median(ratios)
                 figures[f"{lanes}_lanes"][f"{side}_vs_ceiling_range"] = (min(ratios), max(ratios))
     return figures
@@ -176,9 +202,9 @@ def _timed(action: Callable[[], Any]) -> float:
 def _stream_seconds(df: Any) -> tuple[float, int]:
     """(sum of addBatch seconds, rows) of an AvailableNow run of ``df`` into the noop sink."""
     with tempfile.TemporaryDirectory(prefix="meteor-bench-") as checkpoint:
-        query = df.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(
-            availableNow=True
-        ).start()
+        query = (
+            df.writeStream.format("noop").option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+        )
         query.awaitTermination()
         progress = [p for p in query.recentProgress if p["numInputRows"]]
     seconds = sum(p["durationMs"].get("addBatch", 0) for p in progress) / 1000
@@ -193,19 +219,30 @@ def render(figures: dict[str, Any]) -> str:
         f = figures[f"{lanes}_lanes"]
         for side, target in (("read", READ_TARGET), ("write", WRITE_TARGET)):
             low, high = f[f"{side}_vs_ceiling_range"]
-            rows.append([f"{side}, {lanes} lane(s)", f"{f[f'{side}_records_per_s']:,.0f}",
-                         f"{f[f'{side}_ceiling_records_per_s']:,.0f}", f"{f[f'{side}_vs_ceiling']:.0%}",
-                         f"{low:.0%}-{high:.0%}", f"{target:,}"])
+            rows.append(
+                [
+                    f"{side}, {lanes} lane(s)",
+                    f"{f[f'{side}_records_per_s']:,.0f}",
+                    f"{f[f'{side}_ceiling_records_per_s']:,.0f}",
+                    f"{f[f'{side}_vs_ceiling']:.0%}",
+                    f"{low:.0%}-{high:.0%}",
+                    f"{target:,}",
+                ]
+            )
     before, after = figures["load_average"]
-    return "\n".join([
-        f"meteor bench spark: {figures['records']:,} records of {RECORD_BYTES} bytes, local[2], median of "
-        f"{figures['repeat']} run(s)",
-        render_table(["RUN", "RECORDS/S", "CEILING/S", "OF CEILING", "RUNS", "TARGET/S"], rows, right=[1, 2, 3, 4, 5]),
-        f"warm-up (first meteor write + read of the session: workers import meteor and connect): "
-        f"{figures['warm_up_s']:.1f} s; load average {before:.2f} before, {after:.2f} after",
-        "records/s: medians; of ceiling: the median of each run's ratio to the ceiling measured beside it; runs: the "
-        "lowest and highest run's ratio",
-    ])
+    return "\n".join(
+        [
+            f"meteor bench spark: {figures['records']:,} records of {RECORD_BYTES} bytes, local[2], median of "
+            f"{figures['repeat']} run(s)",
+            render_table(
+                ["RUN", "RECORDS/S", "CEILING/S", "OF CEILING", "RUNS", "TARGET/S"], rows, right=[1, 2, 3, 4, 5]
+            ),
+            f"warm-up (first meteor write + read of the session: workers import meteor and connect): "
+            f"{figures['warm_up_s']:.1f} s; load average {before:.2f} before, {after:.2f} after",
+            "records/s: medians; of ceiling: the median of each run's ratio to the ceiling measured beside it; "
+            "runs: the lowest and highest run's ratio",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the ceilings

@@ -60,9 +60,7 @@ SOURCE_SCHEMA_WITH_HEADERS = StructType([*SOURCE_SCHEMA.fields, StructField("hea
 #: ``headersAsMap``: one value per header key (the last one of the record).
 HEADERS_MAP_TYPE = MapType(StringType(), BinaryType(), True)
 
-SOURCE_SCHEMA_WITH_HEADERS_MAP = StructType(
-    [*SOURCE_SCHEMA.fields, StructField("headers", HEADERS_MAP_TYPE, True)]
-)
+SOURCE_SCHEMA_WITH_HEADERS_MAP = StructType([*SOURCE_SCHEMA.fields, StructField("headers", HEADERS_MAP_TYPE, True)])
 
 
 class MeteorDataSource(DataSource):

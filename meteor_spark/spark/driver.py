@@ -95,8 +95,12 @@ class DriverState:
             self._open(name)
         check_dead_letter_stream(self.grid, options)
         if options.group is not None:
-            logger.info("query reads stream(s) %s as member %r of group %r", ", ".join(self.infos), self.member_id,
-                        options.group)
+            logger.info(
+                "query reads stream(s) %s as member %r of group %r",
+                ", ".join(self.infos),
+                self.member_id,
+                options.group,
+            )
         #: Running (total bytes, items sampled) per lane, for byte-based admission.
         self.item_samples: dict[tuple[str, int], tuple[int, int]] = {}
         self.available_now_target: SparkOffset | None = None
@@ -125,7 +129,11 @@ class DriverState:
         self.infos[name] = info
         if self.options.group is not None:
             member = GroupMember(
-                self.grid, info, self.options.group, member_id=self.member_id, lease_ms=self.options.group_lease_ms,
+                self.grid,
+                info,
+                self.options.group,
+                member_id=self.member_id,
+                lease_ms=self.options.group_lease_ms,
                 want="all",
             )
             member.start()
@@ -151,8 +159,11 @@ class DriverState:
                 self._open(name)
             except StreamNotFoundError:
                 continue  # deleted between the listing and the open: not a stream of this batch
-            logger.info("stream %r matches streamPattern %r: reading it from its oldest item", name,
-                        self.options.stream_pattern.pattern)
+            logger.info(
+                "stream %r matches streamPattern %r: reading it from its oldest item",
+                name,
+                self.options.stream_pattern.pattern,
+            )
         return gone
 
     def item_bytes(self, stream: str, lane: int, position: int) -> float | None:
@@ -217,9 +228,7 @@ class DriverState:
         """The oldest sequence the grid can serve for the lane (below the ring head where it keeps history)."""
         return oldest_sequence(self.grid, self.infos[stream], lane)
 
-    def check_confirmed(
-        self, stream: str, lane: int, confirmed: int | None, group: str | None, known_end: int
-    ) -> None:
+    def check_confirmed(self, stream: str, lane: int, confirmed: int | None, group: str | None, known_end: int) -> None:
         """A group offset past the lane's end is stale (the stream was re-created under it): an error, not a skip.
 
         ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
@@ -230,11 +239,16 @@ class DriverState:
         end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
         if sequence > end:
             raise OffsetOutOfRangeError(
-                stream, lane, sequence, self.oldest(stream, lane), end, unit="sequence",
+                stream,
+                lane,
+                sequence,
+                self.oldest(stream, lane),
+                end,
+                unit="sequence",
                 hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
-                     f"deleted and re-created (or the grid restarted without persistence). Move the group with "
-                     f"meteor_spark.admin.seek_group to a position inside the range, or read under a new group "
-                     f"name.",
+                f"deleted and re-created (or the grid restarted without persistence). Move the group with "
+                f"meteor_spark.admin.seek_group to a position inside the range, or read under a new group "
+                f"name.",
             )
 
     def verify(self, offset: SparkOffset, whose: str) -> dict[tuple[str, int], int]:
@@ -276,32 +290,47 @@ class DriverState:
         self.verified.add((stream, lane))
         if check_mark(self.grid.ring(self.infos[stream].ring_names[lane]), mark)[0] != CHANGED:
             return None
-        return self._truncated(stream, lane, record_offsets.sequence_of(confirmed), mark,
-                               f"group {self.options.group!r}'s offset")
+        return self._truncated(
+            stream, lane, record_offsets.sequence_of(confirmed), mark, f"group {self.options.group!r}'s offset"
+        )
 
     def _truncated(self, stream: str, lane: int, position: int, mark: ItemMark, whose: str) -> int:
         oldest = self.oldest(stream, lane)
         if self.options.fail_on_data_loss:
-            fix = "Start the query with a fresh checkpointLocation" + (
-                f" after moving group {self.options.group!r} (`meteor groups seek`, meteor_spark.admin.seek_group)"
-                if self.options.group is not None else ""
-            ) + (f" (the lane's oldest sequence is {oldest}), or set failOnDataLoss=false to read the lane again "
-                 f"from its oldest item.")
-            raise LaneTruncatedError(stream, lane, position, oldest, mark.sequence, unit="sequence", whose=whose,
-                                     fix=fix)
+            fix = (
+                "Start the query with a fresh checkpointLocation"
+                + (
+                    f" after moving group {self.options.group!r} (`meteor groups seek`, meteor_spark.admin.seek_group)"
+                    if self.options.group is not None
+                    else ""
+                )
+                + (
+                    f" (the lane's oldest sequence is {oldest}), or set failOnDataLoss=false to read the lane again "
+                    f"from its oldest item."
+                )
+            )
+            raise LaneTruncatedError(
+                stream, lane, position, oldest, mark.sequence, unit="sequence", whose=whose, fix=fix
+            )
         self.truncated[(stream, lane)] = (position, oldest)
         member = self.members.get(stream)
         if member is not None and lane in member.assignment():
             try:
                 member.seek(lane, record_offsets.first_offset_of(oldest))
             except (FencedError, NotAssignedError) as exc:
-                logger.warning("could not move group %r back on stream %r lane %d: %s", self.options.group, stream,
-                               lane, exc)
+                logger.warning(
+                    "could not move group %r back on stream %r lane %d: %s", self.options.group, stream, lane, exc
+                )
         logger.warning(
             "stream %r lane %d was truncated and refilled under %s (sequence %d: the item at sequence %d is not the "
             "one the position was taken after); failOnDataLoss=false: reading the lane again from its oldest item, "
             "sequence %d (items read before the truncation may be read again)",
-            stream, lane, whose, position, mark.sequence, oldest,
+            stream,
+            lane,
+            whose,
+            position,
+            mark.sequence,
+            oldest,
         )
         return oldest
 
@@ -344,8 +373,11 @@ class DriverState:
                 continue
             mark = marks.get((stream, lane))
             try:
-                member.confirm(lane, record_offsets.first_offset_of(sequence),
-                               mark=mark if mark is not None and mark.sequence == sequence - 1 else None)
+                member.confirm(
+                    lane,
+                    record_offsets.first_offset_of(sequence),
+                    mark=mark if mark is not None and mark.sequence == sequence - 1 else None,
+                )
             except (FencedError, NotAssignedError) as exc:
                 # Another member took the lane over (our lease lapsed): its position wins; ours is not written.
                 logger.warning("not confirming stream %r lane %d at sequence %d: %s", stream, lane, sequence, exc)
@@ -358,8 +390,9 @@ class DriverState:
             try:
                 member.close()
             except Exception:  # releasing is best effort; the lease expires anyway
-                logger.warning("could not release the group leases of stream %r; they expire on their own", name,
-                               exc_info=True)
+                logger.warning(
+                    "could not release the group leases of stream %r; they expire on their own", name, exc_info=True
+                )
         if self.members:
             logger.info("released the group's lane leases")
 
@@ -436,7 +469,14 @@ def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -
 
 
 def resolve_position(
-    position: Position, option: str, stream: str, lane: int, head: int, next_seq: int, *, group: str | None,
+    position: Position,
+    option: str,
+    stream: str,
+    lane: int,
+    head: int,
+    next_seq: int,
+    *,
+    group: str | None,
     oldest: Callable[[], int],
 ) -> int:
     """The ring sequence a symbolic or per-lane position means for one lane. ``oldest()`` gives the oldest sequence
@@ -459,7 +499,7 @@ def resolve_position(
         given = ", ".join(str(k) for k in sorted(lanes or {}))
         raise ConfigError(
             f"{option} has no position for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); give "
-            f"every lane, e.g. {{\"{stream}\": {{\"{lane}\": {EARLIEST_SENTINEL}}}}} for its oldest item"
+            f'every lane, e.g. {{"{stream}": {{"{lane}": {EARLIEST_SENTINEL}}}}} for its oldest item'
         )
     sequence = lanes[lane]
     if sequence == EARLIEST_SENTINEL:
@@ -468,9 +508,14 @@ def resolve_position(
         return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
     if sequence > next_seq:
         raise OffsetOutOfRangeError(
-            stream, lane, sequence, oldest(), next_seq, unit="sequence",
+            stream,
+            lane,
+            sequence,
+            oldest(),
+            next_seq,
+            unit="sequence",
             hint=f"{option} asks for a ring sequence nothing was written at yet; give one inside the range, or -2 "
-                 f"(earliest) / -1 (latest).",
+            f"(earliest) / -1 (latest).",
         )
     return sequence
 

@@ -148,8 +148,13 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
                 known = _KNOWN.setdefault(part.grid, KnownTransactions())
                 gate = gates[(part.grid, part.isolation)] = ItemGate(grid_for(part.grid), part.isolation, known=known)
             for items, sequences in read_range(
-                grid_for(part.grid), part.info, part.lane, part.start, part.end,
-                max_items_per_call=ITEMS_PER_READ, skip_data_loss=not part.fail_on_data_loss,
+                grid_for(part.grid),
+                part.info,
+                part.lane,
+                part.start,
+                part.end,
+                max_items_per_call=ITEMS_PER_READ,
+                skip_data_loss=not part.fail_on_data_loss,
             ):
                 items, sequences = _passed(gate, part, items, sequences)
                 if items:
@@ -183,8 +188,14 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
         del pending_items[:count], pending_sequences[:count]
         first, first_offset = first_offset, None
         try:
-            return items_to_arrow(items, sequences, stream=part.stream, lane=part.lane,
-                                  include_headers=part.include_headers, first_offset=first)
+            return items_to_arrow(
+                items,
+                sequences,
+                stream=part.stream,
+                lane=part.lane,
+                include_headers=part.include_headers,
+                first_offset=first,
+            )
         except FormatError:
             if part.corrupt.is_error:
                 raise
@@ -194,8 +205,14 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
             return None
         if first is not None and good_sequences[0] != sequences[0]:
             first = None  # the item holding the resume offset was refused
-        return items_to_arrow(good_items, good_sequences, stream=part.stream, lane=part.lane,
-                              include_headers=part.include_headers, first_offset=first)
+        return items_to_arrow(
+            good_items,
+            good_sequences,
+            stream=part.stream,
+            lane=part.lane,
+            include_headers=part.include_headers,
+            first_offset=first,
+        )
 
     try:
         for index, items, sequences in _prefetched(chunks()):
@@ -227,13 +244,16 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
         refused.close()
         for gate in gates.values():
             if gate.aborted_items or gate.duplicate_items:
-                logger.info("left out %d records of aborted transactions and %d records re-sent (%d and %d ring "
-                            "items)", gate.aborted_records, gate.duplicate_records, gate.aborted_items,
-                            gate.duplicate_items)
+                logger.info(
+                    "left out %d records of aborted transactions and %d records re-sent (%d and %d ring items)",
+                    gate.aborted_records,
+                    gate.duplicate_records,
+                    gate.aborted_items,
+                    gate.duplicate_items,
+                )
 
 
-def _passed(gate: ItemGate, part: LaneRange, items: list[bytes],
-            sequences: list[int]) -> tuple[list[bytes], list[int]]:
+def _passed(gate: ItemGate, part: LaneRange, items: list[bytes], sequences: list[int]) -> tuple[list[bytes], list[int]]:
     """The items of one read the gate passes on (undecodable ones too: the corrupt-item policy sees them)."""
     kept: list[bytes] = []
     kept_sequences: list[int] = []

@@ -97,8 +97,9 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
     if isinstance(progress, str):
         progress = json.loads(progress)
     if not isinstance(progress, Mapping) or "sources" not in progress:
-        raise ConfigError("lag_from_progress expects a streaming query progress (query.lastProgress), got "
-                          f"{type(progress).__name__}")
+        raise ConfigError(
+            f"lag_from_progress expects a streaming query progress (query.lastProgress), got {type(progress).__name__}"
+        )
     lanes: list[LaneLag] = []
     items_read = 0
     rows = 0
@@ -116,8 +117,13 @@ def lag_from_progress(progress: Mapping[str, Any] | str) -> LagReport:
         rows += int(source.get("numInputRows") or 0)
         ends = end.as_dict()
         lanes.extend(
-            LaneLag(lane, first_offset_of(ends.get((stream, lane), 0)), sequence,
-                    max(0, sequence - ends.get((stream, lane), 0)), stream=stream)
+            LaneLag(
+                lane,
+                first_offset_of(ends.get((stream, lane), 0)),
+                sequence,
+                max(0, sequence - ends.get((stream, lane), 0)),
+                stream=stream,
+            )
             for stream, lane, sequence in latest.positions
         )
     per_item = rows / items_read if items_read else None
@@ -169,17 +175,22 @@ class QueryLagCollector:
         report = lag_from_progress(progress) if progress else LagReport(None, (), None)
         core = self._core
         lanes = core.GaugeMetricFamily(
-            "meteor_query_lag_items", "Ring items between a query's last batch and the lane's end.",
+            "meteor_query_lag_items",
+            "Ring items between a query's last batch and the lane's end.",
             labels=("query", "stream", "lane"),
         )
         for lane in report.lanes:
             lanes.add_metric((self._name, lane.stream, str(lane.lane)), lane.items_behind)
         yield lanes
         if report.lanes:
-            for stat, value in (("avg", report.avg_items_behind), ("max", report.max_items_behind),
-                                ("min", report.min_items_behind)):
+            for stat, value in (
+                ("avg", report.avg_items_behind),
+                ("max", report.max_items_behind),
+                ("min", report.min_items_behind),
+            ):
                 family = core.GaugeMetricFamily(
-                    f"meteor_query_lag_items_{stat}", f"Ring items behind the lanes' ends, {stat} over the lanes.",
+                    f"meteor_query_lag_items_{stat}",
+                    f"Ring items behind the lanes' ends, {stat} over the lanes.",
                     labels=("query",),
                 )
                 family.add_metric((self._name,), value)

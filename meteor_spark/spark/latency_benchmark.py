@@ -90,8 +90,13 @@ class LatencyRun:
     phases_ms: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"rows": self.rows, "seen_ms": self.seen_ms, "committed_ms": self.committed_ms,
-                "batches": self.batches, "phases_ms": self.phases_ms}
+        return {
+            "rows": self.rows,
+            "seen_ms": self.seen_ms,
+            "committed_ms": self.committed_ms,
+            "batches": self.batches,
+            "phases_ms": self.phases_ms,
+        }
 
 
 def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
@@ -111,7 +116,10 @@ def run(seconds: float, warm_up_s: float) -> dict[str, Any]:
             finally:
                 delete_stream(grid, name)
         return {
-            "seconds": seconds, "rate": RATE, "meteor": meteor.as_dict(), "ceiling": ceiling.as_dict(),
+            "seconds": seconds,
+            "rate": RATE,
+            "meteor": meteor.as_dict(),
+            "ceiling": ceiling.as_dict(),
             "load_average": (load_before[0], os.getloadavg()[0]),
         }
 
@@ -152,8 +160,13 @@ class _Publishing:
 def _measure_meteor(
     spark: Any, settings: GridSettings, name: str, publishing: _Publishing, seconds: float, warm_up_s: float
 ) -> LatencyRun:
-    df = (spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", name)
-          .option("startingOffsets", "latest").load())
+    df = (
+        spark.readStream.format("meteor")
+        .options(**grid_options(settings))
+        .option("stream", name)
+        .option("startingOffsets", "latest")
+        .load()
+    )
     with _SinkRun(df) as sink:
         low, high = sink.window(seconds, warm_up_s)
         return sink.figures(publishing.offsets_between(low, high))
@@ -180,8 +193,12 @@ class _SinkRun:
 
     def __enter__(self) -> _SinkRun:
         (self._dir / "batches").mkdir()
-        self._query = (self._df.writeStream.format("bench-latency").option("dir", str(self._dir / "batches"))
-                       .option("checkpointLocation", str(self._dir / "checkpoint")).start())
+        self._query = (
+            self._df.writeStream.format("bench-latency")
+            .option("dir", str(self._dir / "batches"))
+            .option("checkpointLocation", str(self._dir / "checkpoint"))
+            .start()
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -287,21 +304,38 @@ def render(figures: dict[str, Any]) -> str:
     for label, key in (("meteor", "meteor"), ("ceiling (bench-clock)", "ceiling")):
         f = figures[key]
         seen, committed = f["seen_ms"], f["committed_ms"]
-        rows.append([label, f"{f['rows']:,}", f"{seen['p50']:.0f}", f"{seen['p99']:.0f}", f"{seen['max']:.0f}",
-                     f"{committed['p50']:.0f}", f"{committed['p99']:.0f}", f"{f['phases_ms']['triggerExecution']:.0f}"])
-    phases = [[label, *(f"{figures[key]['phases_ms'][p]:.0f}" for p in PHASES), str(figures[key]["batches"])]
-              for label, key in (("meteor", "meteor"), ("ceiling (bench-clock)", "ceiling"))]
+        rows.append(
+            [
+                label,
+                f"{f['rows']:,}",
+                f"{seen['p50']:.0f}",
+                f"{seen['p99']:.0f}",
+                f"{seen['max']:.0f}",
+                f"{committed['p50']:.0f}",
+                f"{committed['p99']:.0f}",
+                f"{f['phases_ms']['triggerExecution']:.0f}",
+            ]
+        )
+    phases = [
+        [label, *(f"{figures[key]['phases_ms'][p]:.0f}" for p in PHASES), str(figures[key]["batches"])]
+        for label, key in (("meteor", "meteor"), ("ceiling (bench-clock)", "ceiling"))
+    ]
     before, after = figures["load_average"]
-    return "\n".join([
-        f"meteor bench spark --latency: publish -> row, default trigger, {figures['rate']} records/s of "
-        f"{RECORD_BYTES} bytes for {figures['seconds']:g} s, 1 lane, local[2] (ms; target p50 <= {TARGET_P50_MS}, "
-        f"p99 <= {TARGET_P99_MS})",
-        render_table(["QUERY", "ROWS", "P50", "P99", "MAX", "COMMIT P50", "COMMIT P99", "BATCH P50"], rows,
-                     right=list(range(1, 8))),
-        "median durationMs of the micro-batches that read those rows:",
-        render_table(["QUERY", *PHASES, "BATCHES"], phases, right=list(range(1, len(PHASES) + 2))),
-        f"load average {before:.2f} before, {after:.2f} after",
-    ])
+    return "\n".join(
+        [
+            f"meteor bench spark --latency: publish -> row, default trigger, {figures['rate']} records/s of "
+            f"{RECORD_BYTES} bytes for {figures['seconds']:g} s, 1 lane, local[2] (ms; target p50 <= {TARGET_P50_MS}, "
+            f"p99 <= {TARGET_P99_MS})",
+            render_table(
+                ["QUERY", "ROWS", "P50", "P99", "MAX", "COMMIT P50", "COMMIT P99", "BATCH P50"],
+                rows,
+                right=list(range(1, 8)),
+            ),
+            "median durationMs of the micro-batches that read those rows:",
+            render_table(["QUERY", *PHASES, "BATCHES"], phases, right=list(range(1, len(PHASES) + 2))),
+            f"load average {before:.2f} before, {after:.2f} after",
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------- source and sink
@@ -385,15 +419,17 @@ class _LatencyWriter(DataSourceStreamArrowWriter):
         for batch in iterator:
             seen = time.time()
             stamps = batch.column("timestamp").cast("int64").to_pylist()
-            rows.extend((offset, stamp, seen) for offset, stamp in zip(
-                batch.column("offset").to_pylist(), stamps, strict=True))
+            rows.extend(
+                (offset, stamp, seen) for offset, stamp in zip(batch.column("offset").to_pylist(), stamps, strict=True)
+            )
         return _Seen(rows)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         committed = time.time()
         rows = [
             [offset, seen * 1000 - stamp / 1000, committed * 1000 - stamp / 1000]
-            for message in messages if isinstance(message, _Seen)
+            for message in messages
+            if isinstance(message, _Seen)
             for offset, stamp, seen in message.rows
         ]
         # Written whole, then renamed: the benchmark never reads half a file. A replayed batch id overwrites.

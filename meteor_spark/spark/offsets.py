@@ -88,8 +88,9 @@ class SparkOffset:
         if isinstance(document, str):
             document = json.loads(document)
         if not isinstance(document, dict):
-            raise ConfigError(f"not a meteor offset (expected {{stream: {{lane: next_sequence}}}}): "
-                              f"{json.dumps(document)}")
+            raise ConfigError(
+                f"not a meteor offset (expected {{stream: {{lane: next_sequence}}}}): {json.dumps(document)}"
+            )
         document = dict(document)
         meta = document.pop(META_KEY, None) or {}
         if not isinstance(meta, dict):
@@ -104,7 +105,7 @@ class SparkOffset:
         if not isinstance(raw_marks, dict):
             raise ConfigError(f"not a meteor offset (marks {raw_marks!r}): {json.dumps(document)}")
         for stream, lanes in raw_marks.items():
-            for lane, raw in (lanes.items() if isinstance(lanes, dict) else ()):
+            for lane, raw in lanes.items() if isinstance(lanes, dict) else ():
                 mark = ItemMark.decode(raw)
                 if mark is None or not str(lane).isdigit():
                     raise ConfigError(f"not a meteor offset (mark {raw!r} of lane {lane!r}): {json.dumps(document)}")

@@ -73,138 +73,295 @@ def _grid_type(name: str) -> str:
 
 #: Every option of format("meteor"). The README's option table is generated from this tuple.
 OPTION_TABLE: tuple[OptionDoc, ...] = (
-    OptionDoc("stream", "read, write", "string (comma list when reading)", "(required)",
-              "Stream(s) to read, or the stream to write to when the rows have no `stream` column. "
-              "`load(\"name\")` / `save(\"name\")` / `start(\"name\")` set it too."),
-    OptionDoc("streamPattern", "read, readStream", "regular expression (Python)", "(none)",
-              "Read every stream whose whole name matches (Kafka's subscribePattern; exclusive with `stream`). A "
-              "streaming query lists the streams at every micro-batch: a stream created while it runs is read from "
-              "its oldest item at the next batch; a deleted one is logged (WARNING) and drops out of the offsets, and "
-              "if it still held items the query had not read (as far as the running query saw), that is data loss "
-              "(failOnDataLoss). No matching stream yet: the query waits, running no batch. With `group`, each "
-              "stream is read as that group. An AvailableNow run reads the streams that existed when it started."),
-    OptionDoc("conf", "read, write", "path", "(none)",
-              "A meteor TOML file (`[hazelcast]` section) read on the driver; `hazelcast.*` options override it."),
-    OptionDoc("startingOffsets", "read, readStream", "earliest | latest | group | JSON",
-              "latest (stream), earliest (batch)",
-              "Where a query without a checkpoint starts. `earliest` = oldest item each lane still holds; "
-              "`latest` = after the newest; `group` = the group's confirmed offsets, failing for lanes that have "
-              "none; JSON `{\"stream\": {\"0\": 42}}` = per-lane ring sequence (-2 earliest, -1 latest). With "
-              "`group` set, lanes the group has confirmed start there whatever this option says."),
-    OptionDoc("endingOffsets", "read (batch)", "latest | JSON", "latest",
-              "Where a batch read stops (exclusive): `latest` = the lane ends when the query is planned, or "
-              "per-lane JSON like startingOffsets (-1 latest)."),
-    OptionDoc("startingTimestamp", "read, readStream", "int >= 0 (ms since the epoch)", "(none)",
-              "Start every lane of every stream at its first record whose timestamp is >= this time (Kafka's "
-              "offsetsForTimes; found by a binary search over the lane's ring items, see "
-              "`meteor_spark.timestamps` for out-of-order timestamps). Records of that ring item before it are not "
-              "read. A lane with no such record follows startingOffsetsByTimestampStrategy. Excludes "
-              "startingOffsets and startingOffsetsByTimestamp (Kafka's source would silently prefer this one)."),
-    OptionDoc("startingOffsetsByTimestamp", "read, readStream", "JSON", "(none)",
-              "Per-lane start times `{\"stream\": {\"0\": 1700000000000}}` (ms since the epoch), every lane of "
-              "every stream read; otherwise as startingTimestamp. Excludes startingOffsets."),
-    OptionDoc("startingOffsetsByTimestampStrategy", "read, readStream", "error | latest", "error",
-              "A lane with no record at or after its start time: `error` = fail naming stream, lane and time "
-              "(Kafka's default); `latest` = start that lane at its end (it reads only newer records). Needs "
-              "startingTimestamp or startingOffsetsByTimestamp."),
-    OptionDoc("endingTimestamp", "read (batch)", "int >= 0 (ms since the epoch)", "(none)",
-              "End every lane (exclusive) at its first record whose timestamp is >= this time; a lane with no "
-              "such record ends at latest (as in Kafka). Excludes endingOffsets and endingOffsetsByTimestamp."),
-    OptionDoc("endingOffsetsByTimestamp", "read (batch)", "JSON", "(none)",
-              "Per-lane end times, JSON like startingOffsetsByTimestamp; otherwise as endingTimestamp. Excludes "
-              "endingOffsets."),
-    OptionDoc("maxOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(no limit)",
-              "Most ring items one micro-batch reads, over all lanes, split in proportion to each lane's backlog "
-              "(a lane with data gets at least 1, so a batch may hold up to one item per lane more). A ring item "
-              "holds one publisher batch (up to the stream's max_batch_records records)."),
-    OptionDoc("maxBytesPerTrigger", "readStream", "size (64m, 1g, 512k or bytes)", "(no limit)",
-              "About the most bytes one micro-batch reads, over all lanes, split in proportion to each lane's "
-              "backlog. The driver knows item counts, not sizes: it estimates each lane's item size from the items "
-              "it samples (one read of one item per lane and batch, a running average), so a batch may exceed the "
-              "cap by up to one item per lane, and a lane with data always admits at least one item. Honoured by "
-              "Trigger.AvailableNow (several batches); with maxOffsetsPerTrigger the tighter limit wins; Trigger.Once "
-              "reads everything, as with every limit."),
-    OptionDoc("maxBytesPerLanePerTrigger", "readStream", "size (64m, 1g, 512k or bytes)", "(no limit)",
-              "About the most bytes one micro-batch reads from one lane (estimated like maxBytesPerTrigger; at least "
-              "one item per lane with data)."),
-    OptionDoc("minOffsetsPerTrigger", "readStream", "int > 0 (ring items)", "(none)",
-              "Skip a trigger until at least this many ring items are waiting, or maxTriggerDelay passed. "
-              "Ignored by Trigger.AvailableNow (it reads what was there when it started, then stops)."),
-    OptionDoc("maxTriggerDelay", "readStream", "duration (15m, 30s, 500ms)", "15m",
-              "Longest wait for minOffsetsPerTrigger before a smaller batch runs anyway."),
-    OptionDoc("minPartitions", "read, readStream", "int > 0", "(the driver's CPU count)",
-              "Split lane ranges so a batch has at least this many Spark tasks. Given explicitly, ranges are split "
-              "down to single ring items if needed; by default only into pieces of at least 64 items, so one "
-              "busy lane uses every local core but small batches are not cut up. On a cluster, set it to the "
-              "cores that read."),
-    OptionDoc("maxPartitions", "read, readStream", "int > 0", "(see meaning)",
-              "Most Spark tasks per batch: lane ranges beyond it are grouped, a task reading its ranges one after "
-              "another. Without it, ranges are grouped only while the batch has more tasks than minPartitions "
-              "and than one per 4096 ring items (a Python task costs ~0.1 s to start, so many small ranges read "
-              "faster together); large ranges keep one task each, like Kafka's."),
-    OptionDoc("maxOffsetsPerPartition", "read, readStream", "int > 0 (ring items)", "(no limit)",
-              "Split a lane range into Spark tasks of at most this many ring items (Kafka's "
-              "maxRecordsPerPartition, counted in ring items)."),
-    OptionDoc("failOnDataLoss", "read, readStream", "bool", "true",
-              "Fail the query when the ring overwrote items it had not read yet (the error names stream, lane, "
-              "requested and oldest available sequence). false = skip to the oldest available item, log and "
-              "count the skipped items. The driver moves a lane that fell behind straight to its oldest "
-              "available item and counts each lost item once per query, across restarts (the count rides in the "
-              "checkpointed offsets); items overwritten while their batch is being read are skipped and logged by "
-              "the task."),
-    OptionDoc("onCorrupt", "read, readStream", " | ".join(CORRUPT_MODES), "error (dead_letter with deadLetterStream)",
-              "What a task does with a ring item that is not a valid record batch (damaged, a foreign writer's, a "
-              "newer format). `error` = fail the query naming stream, lane and sequence; `skip` = leave it out, "
-              "count and log it (executor log); `dead_letter` = publish the raw item to deadLetterStream and read "
-              "on."),
-    OptionDoc("deadLetterStream", "read, readStream", "string (an existing stream)", "(none)",
-              "Where refused items go (alone it implies onCorrupt=dead_letter): the raw item as the value of one "
-              "record, with headers meteor.source.stream, .lane, .sequence, .offset and meteor.error. Published "
-              "before the task hands on the rows after the item; a retried task may publish it again "
-              "(at-least-once)."),
-    OptionDoc("isolation", "read, readStream", " | ".join(ISOLATIONS), "read_uncommitted",
-              "Kafka's kafka.isolation.level. `read_committed` = rows of a transactional sink's micro-batch only "
-              "once its commit recorded them, never those of failed or superseded task attempts or aborted "
-              "batches; a lane's batch ends at the first item of a transaction still open (its last stable "
-              "offset) until it is decided (committed, aborted, or timed out). `read_uncommitted` = every record "
-              "as stored. Both drop re-sent copies of a ring item (same producer id and sequence) within a task's "
-              "range."),
-    OptionDoc("includeHeaders", "read, readStream", "bool", "false",
-              "Add the `headers` column (array<struct<key: string, value: binary>>)."),
-    OptionDoc("headersAsMap", "read, readStream", "bool", "false",
-              "With includeHeaders: the `headers` column is map<string, binary> instead. A record with the same "
-              "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value."),
-    OptionDoc("group", "readStream", "string", "(none)",
-              "Read as this subscriber group: the query holds the group's lane leases (on the driver) and writes "
-              "the group's confirmed offsets after each batch is committed. A second query in the group waits "
-              "as standby and takes over when the first stops or dies."),
-    OptionDoc("groupLeaseMs", "readStream", "int > 0 (ms)", str(DEFAULT_GROUP_LEASE_MS),
-              "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long. Needs "
-              "group."),
-    OptionDoc("groupMemberId", "readStream", "string", "(generated)",
-              "Member id this query uses in the group (shown by `meteor groups`); unique per running query. Needs "
-              "group."),
-    OptionDoc("sinkId", "writeStream", "string", "(the checkpoint location)",
-              "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "
-              "that a batch Spark replays after it was committed is not published twice."),
-    OptionDoc("transactional", "write, writeStream", "bool", "true",
-              "Publish each micro-batch (writeStream) or job (write) as one transaction: every task attempt under "
-              "its own producer id, committed by one fenced write in the sink's commit with the attempts that "
-              "succeeded. read_committed readers then see every row exactly once, even when tasks fail part-way or "
-              "the driver dies and restarts; read_uncommitted readers also see the rows of failed attempts. "
-              "false = plain items (at least once for a batch that fails part-way)."),
-    OptionDoc("transactionTimeoutMs", "write, writeStream", "int > 0 (ms)", str(DEFAULT_TIMEOUT_MS),
-              "A transaction still open this long after its last task attempt started is aborted by the first "
-              "read_committed reader that meets it (a dead writer's rows never hold readers up for longer); its "
-              "commit then fails and the query fails. Keep it above the longest batch. A restarted query aborts "
-              "its previous run's open transaction of the replayed batch at once (fencing by sinkId and query "
-              "id)."),
-    OptionDoc("sweepIntervalMs", "write, writeStream", "int > 0 (ms)", str(int(SWEEP_INTERVAL_S * 1000)),
-              "How often (at most) the sink's commit removes decided transactions no reader can still need from "
-              "the transaction maps (meteor.txns, meteor.txn.producers, meteor.txn.batches). Shorter keeps the "
-              "maps nearer their bound at the cost of one listing of them per interval."),
-    OptionDoc("createStream", "write, writeStream", "bool", "true",
-              "Create the target stream (default configuration) when it does not exist; false = fail instead."),
+    OptionDoc(
+        "stream",
+        "read, write",
+        "string (comma list when reading)",
+        "(required)",
+        "Stream(s) to read, or the stream to write to when the rows have no `stream` column. "
+        '`load("name")` / `save("name")` / `start("name")` set it too.',
+    ),
+    OptionDoc(
+        "streamPattern",
+        "read, readStream",
+        "regular expression (Python)",
+        "(none)",
+        "Read every stream whose whole name matches (Kafka's subscribePattern; exclusive with `stream`). A "
+        "streaming query lists the streams at every micro-batch: a stream created while it runs is read from "
+        "its oldest item at the next batch; a deleted one is logged (WARNING) and drops out of the offsets, and "
+        "if it still held items the query had not read (as far as the running query saw), that is data loss "
+        "(failOnDataLoss). No matching stream yet: the query waits, running no batch. With `group`, each "
+        "stream is read as that group. An AvailableNow run reads the streams that existed when it started.",
+    ),
+    OptionDoc(
+        "conf",
+        "read, write",
+        "path",
+        "(none)",
+        "A meteor TOML file (`[hazelcast]` section) read on the driver; `hazelcast.*` options override it.",
+    ),
+    OptionDoc(
+        "startingOffsets",
+        "read, readStream",
+        "earliest | latest | group | JSON",
+        "latest (stream), earliest (batch)",
+        "Where a query without a checkpoint starts. `earliest` = oldest item each lane still holds; "
+        "`latest` = after the newest; `group` = the group's confirmed offsets, failing for lanes that have "
+        'none; JSON `{"stream": {"0": 42}}` = per-lane ring sequence (-2 earliest, -1 latest). With '
+        "`group` set, lanes the group has confirmed start there whatever this option says.",
+    ),
+    OptionDoc(
+        "endingOffsets",
+        "read (batch)",
+        "latest | JSON",
+        "latest",
+        "Where a batch read stops (exclusive): `latest` = the lane ends when the query is planned, or "
+        "per-lane JSON like startingOffsets (-1 latest).",
+    ),
+    OptionDoc(
+        "startingTimestamp",
+        "read, readStream",
+        "int >= 0 (ms since the epoch)",
+        "(none)",
+        "Start every lane of every stream at its first record whose timestamp is >= this time (Kafka's "
+        "offsetsForTimes; found by a binary search over the lane's ring items, see "
+        "`meteor_spark.timestamps` for out-of-order timestamps). Records of that ring item before it are not "
+        "read. A lane with no such record follows startingOffsetsByTimestampStrategy. Excludes "
+        "startingOffsets and startingOffsetsByTimestamp (Kafka's source would silently prefer this one).",
+    ),
+    OptionDoc(
+        "startingOffsetsByTimestamp",
+        "read, readStream",
+        "JSON",
+        "(none)",
+        'Per-lane start times `{"stream": {"0": 1700000000000}}` (ms since the epoch), every lane of '
+        "every stream read; otherwise as startingTimestamp. Excludes startingOffsets.",
+    ),
+    OptionDoc(
+        "startingOffsetsByTimestampStrategy",
+        "read, readStream",
+        "error | latest",
+        "error",
+        "A lane with no record at or after its start time: `error` = fail naming stream, lane and time "
+        "(Kafka's default); `latest` = start that lane at its end (it reads only newer records). Needs "
+        "startingTimestamp or startingOffsetsByTimestamp.",
+    ),
+    OptionDoc(
+        "endingTimestamp",
+        "read (batch)",
+        "int >= 0 (ms since the epoch)",
+        "(none)",
+        "End every lane (exclusive) at its first record whose timestamp is >= this time; a lane with no "
+        "such record ends at latest (as in Kafka). Excludes endingOffsets and endingOffsetsByTimestamp.",
+    ),
+    OptionDoc(
+        "endingOffsetsByTimestamp",
+        "read (batch)",
+        "JSON",
+        "(none)",
+        "Per-lane end times, JSON like startingOffsetsByTimestamp; otherwise as endingTimestamp. Excludes "
+        "endingOffsets.",
+    ),
+    OptionDoc(
+        "maxOffsetsPerTrigger",
+        "readStream",
+        "int > 0 (ring items)",
+        "(no limit)",
+        "Most ring items one micro-batch reads, over all lanes, split in proportion to each lane's backlog "
+        "(a lane with data gets at least 1, so a batch may hold up to one item per lane more). A ring item "
+        "holds one publisher batch (up to the stream's max_batch_records records).",
+    ),
+    OptionDoc(
+        "maxBytesPerTrigger",
+        "readStream",
+        "size (64m, 1g, 512k or bytes)",
+        "(no limit)",
+        "About the most bytes one micro-batch reads, over all lanes, split in proportion to each lane's "
+        "backlog. The driver knows item counts, not sizes: it estimates each lane's item size from the items "
+        "it samples (one read of one item per lane and batch, a running average), so a batch may exceed the "
+        "cap by up to one item per lane, and a lane with data always admits at least one item. Honoured by "
+        "Trigger.AvailableNow (several batches); with maxOffsetsPerTrigger the tighter limit wins; Trigger.Once "
+        "reads everything, as with every limit.",
+    ),
+    OptionDoc(
+        "maxBytesPerLanePerTrigger",
+        "readStream",
+        "size (64m, 1g, 512k or bytes)",
+        "(no limit)",
+        "About the most bytes one micro-batch reads from one lane (estimated like maxBytesPerTrigger; at least "
+        "one item per lane with data).",
+    ),
+    OptionDoc(
+        "minOffsetsPerTrigger",
+        "readStream",
+        "int > 0 (ring items)",
+        "(none)",
+        "Skip a trigger until at least this many ring items are waiting, or maxTriggerDelay passed. "
+        "Ignored by Trigger.AvailableNow (it reads what was there when it started, then stops).",
+    ),
+    OptionDoc(
+        "maxTriggerDelay",
+        "readStream",
+        "duration (15m, 30s, 500ms)",
+        "15m",
+        "Longest wait for minOffsetsPerTrigger before a smaller batch runs anyway.",
+    ),
+    OptionDoc(
+        "minPartitions",
+        "read, readStream",
+        "int > 0",
+        "(the driver's CPU count)",
+        "Split lane ranges so a batch has at least this many Spark tasks. Given explicitly, ranges are split "
+        "down to single ring items if needed; by default only into pieces of at least 64 items, so one "
+        "busy lane uses every local core but small batches are not cut up. On a cluster, set it to the "
+        "cores that read.",
+    ),
+    OptionDoc(
+        "maxPartitions",
+        "read, readStream",
+        "int > 0",
+        "(see meaning)",
+        "Most Spark tasks per batch: lane ranges beyond it are grouped, a task reading its ranges one after "
+        "another. Without it, ranges are grouped only while the batch has more tasks than minPartitions "
+        "and than one per 4096 ring items (a Python task costs ~0.1 s to start, so many small ranges read "
+        "faster together); large ranges keep one task each, like Kafka's.",
+    ),
+    OptionDoc(
+        "maxOffsetsPerPartition",
+        "read, readStream",
+        "int > 0 (ring items)",
+        "(no limit)",
+        "Split a lane range into Spark tasks of at most this many ring items (Kafka's "
+        "maxRecordsPerPartition, counted in ring items).",
+    ),
+    OptionDoc(
+        "failOnDataLoss",
+        "read, readStream",
+        "bool",
+        "true",
+        "Fail the query when the ring overwrote items it had not read yet (the error names stream, lane, "
+        "requested and oldest available sequence). false = skip to the oldest available item, log and "
+        "count the skipped items. The driver moves a lane that fell behind straight to its oldest "
+        "available item and counts each lost item once per query, across restarts (the count rides in the "
+        "checkpointed offsets); items overwritten while their batch is being read are skipped and logged by "
+        "the task.",
+    ),
+    OptionDoc(
+        "onCorrupt",
+        "read, readStream",
+        " | ".join(CORRUPT_MODES),
+        "error (dead_letter with deadLetterStream)",
+        "What a task does with a ring item that is not a valid record batch (damaged, a foreign writer's, a "
+        "newer format). `error` = fail the query naming stream, lane and sequence; `skip` = leave it out, "
+        "count and log it (executor log); `dead_letter` = publish the raw item to deadLetterStream and read "
+        "on.",
+    ),
+    OptionDoc(
+        "deadLetterStream",
+        "read, readStream",
+        "string (an existing stream)",
+        "(none)",
+        "Where refused items go (alone it implies onCorrupt=dead_letter): the raw item as the value of one "
+        "record, with headers meteor.source.stream, .lane, .sequence, .offset and meteor.error. Published "
+        "before the task hands on the rows after the item; a retried task may publish it again "
+        "(at-least-once).",
+    ),
+    OptionDoc(
+        "isolation",
+        "read, readStream",
+        " | ".join(ISOLATIONS),
+        "read_uncommitted",
+        "Kafka's kafka.isolation.level. `read_committed` = rows of a transactional sink's micro-batch only "
+        "once its commit recorded them, never those of failed or superseded task attempts or aborted "
+        "batches; a lane's batch ends at the first item of a transaction still open (its last stable "
+        "offset) until it is decided (committed, aborted, or timed out). `read_uncommitted` = every record "
+        "as stored. Both drop re-sent copies of a ring item (same producer id and sequence) within a task's "
+        "range.",
+    ),
+    OptionDoc(
+        "includeHeaders",
+        "read, readStream",
+        "bool",
+        "false",
+        "Add the `headers` column (array<struct<key: string, value: binary>>).",
+    ),
+    OptionDoc(
+        "headersAsMap",
+        "read, readStream",
+        "bool",
+        "false",
+        "With includeHeaders: the `headers` column is map<string, binary> instead. A record with the same "
+        "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value.",
+    ),
+    OptionDoc(
+        "group",
+        "readStream",
+        "string",
+        "(none)",
+        "Read as this subscriber group: the query holds the group's lane leases (on the driver) and writes "
+        "the group's confirmed offsets after each batch is committed. A second query in the group waits "
+        "as standby and takes over when the first stops or dies.",
+    ),
+    OptionDoc(
+        "groupLeaseMs",
+        "readStream",
+        "int > 0 (ms)",
+        str(DEFAULT_GROUP_LEASE_MS),
+        "Lease length of the group's lanes; a dead query's lanes pass to a standby after this long. Needs group.",
+    ),
+    OptionDoc(
+        "groupMemberId",
+        "readStream",
+        "string",
+        "(generated)",
+        "Member id this query uses in the group (shown by `meteor groups`); unique per running query. Needs group.",
+    ),
+    OptionDoc(
+        "sinkId",
+        "writeStream",
+        "string",
+        "(the checkpoint location)",
+        "Key under which committed micro-batch ids are recorded in the grid (map meteor.sink.commits) so "
+        "that a batch Spark replays after it was committed is not published twice.",
+    ),
+    OptionDoc(
+        "transactional",
+        "write, writeStream",
+        "bool",
+        "true",
+        "Publish each micro-batch (writeStream) or job (write) as one transaction: every task attempt under "
+        "its own producer id, committed by one fenced write in the sink's commit with the attempts that "
+        "succeeded. read_committed readers then see every row exactly once, even when tasks fail part-way or "
+        "the driver dies and restarts; read_uncommitted readers also see the rows of failed attempts. "
+        "false = plain items (at least once for a batch that fails part-way).",
+    ),
+    OptionDoc(
+        "transactionTimeoutMs",
+        "write, writeStream",
+        "int > 0 (ms)",
+        str(DEFAULT_TIMEOUT_MS),
+        "A transaction still open this long after its last task attempt started is aborted by the first "
+        "read_committed reader that meets it (a dead writer's rows never hold readers up for longer); its "
+        "commit then fails and the query fails. Keep it above the longest batch. A restarted query aborts "
+        "its previous run's open transaction of the replayed batch at once (fencing by sinkId and query "
+        "id).",
+    ),
+    OptionDoc(
+        "sweepIntervalMs",
+        "write, writeStream",
+        "int > 0 (ms)",
+        str(int(SWEEP_INTERVAL_S * 1000)),
+        "How often (at most) the sink's commit removes decided transactions no reader can still need from "
+        "the transaction maps (meteor.txns, meteor.txn.producers, meteor.txn.batches). Shorter keeps the "
+        "maps nearer their bound at the cost of one listing of them per interval.",
+    ),
+    OptionDoc(
+        "createStream",
+        "write, writeStream",
+        "bool",
+        "true",
+        "Create the target stream (default configuration) when it does not exist; false = fail instead.",
+    ),
     *(
         OptionDoc(name, "read, write", _grid_type(name), default, meaning)
         for name, default, meaning in GridSettings.OPTION_DOCS
@@ -220,9 +377,7 @@ def describe_options() -> list[tuple[str, str, str, str, str]]:
 _SOURCE_NAMES = frozenset(
     d.name for d in OPTION_TABLE if "read" in d.applies_to and not d.name.startswith("hazelcast.")
 )
-_SINK_NAMES = frozenset(
-    d.name for d in OPTION_TABLE if "write" in d.applies_to and not d.name.startswith("hazelcast.")
-)
+_SINK_NAMES = frozenset(d.name for d in OPTION_TABLE if "write" in d.applies_to and not d.name.startswith("hazelcast."))
 
 
 class OffsetSpec(Enum):
@@ -286,7 +441,7 @@ class TimePosition:
             given = ", ".join(str(k) for k in sorted(lanes))
             raise ConfigError(
                 f"{self.option} has no time for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); "
-                f"give every lane of every stream read, e.g. {{\"{stream}\": {{\"{lane}\": 1700000000000}}}}"
+                f'give every lane of every stream read, e.g. {{"{stream}": {{"{lane}": 1700000000000}}}}'
             )
         return lanes[lane]
 
@@ -389,7 +544,9 @@ class SourceOptions:
             group_lease_ms=raw.positive_int("groupLeaseMs") or DEFAULT_GROUP_LEASE_MS,
             group_member_id=raw.text("groupMemberId"),
             corrupt=CorruptItemPolicy.parse(
-                raw.text("onCorrupt"), raw.text("deadLetterStream"), mode_name="onCorrupt",
+                raw.text("onCorrupt"),
+                raw.text("deadLetterStream"),
+                mode_name="onCorrupt",
                 stream_name="deadLetterStream",
             ),
             stream_pattern=pattern,
@@ -406,8 +563,16 @@ class SourceOptions:
 
     def _check(self, raw: _Raw, *, batch: bool | None) -> None:
         if batch:
-            for name in ("group", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
-                         "groupLeaseMs", "groupMemberId", "maxBytesPerTrigger", "maxBytesPerLanePerTrigger"):
+            for name in (
+                "group",
+                "maxOffsetsPerTrigger",
+                "minOffsetsPerTrigger",
+                "maxTriggerDelay",
+                "groupLeaseMs",
+                "groupMemberId",
+                "maxBytesPerTrigger",
+                "maxBytesPerLanePerTrigger",
+            ):
                 if raw.given(name):
                     raise ConfigError(
                         f"option {name!r} applies to streaming reads only (spark.readStream); remove it from this "
@@ -440,11 +605,12 @@ class SourceOptions:
                 if raw.given(name):
                     raise ConfigError(
                         f"option {name!r} needs option 'group' (it sets how this query reads as a group member); "
-                        f"add .option(\"group\", ...) or remove {name!r}"
+                        f'add .option("group", ...) or remove {name!r}'
                     )
         if self.group_member_id is not None and not self.group_member_id.strip():
-            raise ConfigError("option 'groupMemberId' is empty; give a member id or leave the option out to "
-                              "generate one")
+            raise ConfigError(
+                "option 'groupMemberId' is empty; give a member id or leave the option out to generate one"
+            )
         dead_letter = self.corrupt.dead_letter_stream
         if dead_letter is not None:
             check_stream_name(dead_letter, "deadLetterStream")
@@ -474,7 +640,8 @@ class SourceOptions:
                 f"lower the minimum or raise the maximum"
             )
         lane_maps: list[tuple[Mapping[str, Any], str]] = [
-            (self.starting.lanes, "startingOffsets"), (self.ending.lanes, "endingOffsets"),
+            (self.starting.lanes, "startingOffsets"),
+            (self.ending.lanes, "endingOffsets"),
         ]
         lane_maps += [(t.lanes, t.option) for t in (self.starting_time, self.ending_time) if t is not None]
         for lanes, name in lane_maps:
@@ -650,7 +817,7 @@ def _streams(raw: _Raw, *, allow_list: bool, required: bool = True) -> tuple[str
     if text is None:
         if required:
             raise ConfigError(
-                "option 'stream' is required: .option(\"stream\", \"orders\") or .load(\"orders\") (or "
+                'option \'stream\' is required: .option("stream", "orders") or .load("orders") (or '
                 "'streamPattern' when reading)"
             )
         return ()
@@ -697,7 +864,7 @@ def _position(raw: _Raw, name: str, default: OffsetSpec, allowed: tuple[OffsetSp
                 return Position(spec)
         choices = ", ".join(s.value for s in allowed)
         raise ConfigError(
-            f"option {name!r}: expected {choices} or per-lane JSON like {{\"orders\": {{\"0\": 42}}}}, got {value!r}"
+            f'option {name!r}: expected {choices} or per-lane JSON like {{"orders": {{"0": 42}}}}, got {value!r}'
         )
     lowest = LATEST_SENTINEL if name == "endingOffsets" else EARLIEST_SENTINEL
 
@@ -711,8 +878,8 @@ def _position(raw: _Raw, name: str, default: OffsetSpec, allowed: tuple[OffsetSp
         return sequence
 
     return Position(
-        None, _per_lane_json(name, text, value, unit="sequence", units="ring sequences", example=42,
-                             check=checked_sequence),
+        None,
+        _per_lane_json(name, text, value, unit="sequence", units="ring sequences", example=42, check=checked_sequence),
     )
 
 
@@ -733,14 +900,25 @@ def _time_position(raw: _Raw, every_lane: str, per_lane: str, by_offset: str) ->
         return TimePosition(every_lane, every_lane_ms=_timestamp(every_lane, raw.text(every_lane)))
     value = raw.text(per_lane) or ""
     lanes = _per_lane_json(
-        per_lane, value, value, unit="ms since the epoch", units="times (ms since the epoch)", example=1700000000000,
+        per_lane,
+        value,
+        value,
+        unit="ms since the epoch",
+        units="times (ms since the epoch)",
+        example=1700000000000,
         check=lambda stream, lane, ms: _timestamp(per_lane, ms, f": stream {stream!r} lane {lane}"),
     )
     return TimePosition(per_lane, lanes=lanes)
 
 
 def _per_lane_json(
-    option: str, text: str, shown: str, *, unit: str, units: str, example: int,
+    option: str,
+    text: str,
+    shown: str,
+    *,
+    unit: str,
+    units: str,
+    example: int,
     check: Callable[[str, int, Any], int],
 ) -> dict[str, dict[int, int]]:
     """A JSON option ``{"stream": {"lane": value}}`` (startingOffsets, endingOffsets, the *ByTimestamp options): the
@@ -753,14 +931,14 @@ def _per_lane_json(
     if not isinstance(document, dict) or not document:
         raise ConfigError(
             f"option {option!r}: expected a JSON object stream -> {{lane: {unit}}}, like "
-            f"{{\"orders\": {{\"0\": {example}}}}}, got {shown!r}"
+            f'{{"orders": {{"0": {example}}}}}, got {shown!r}'
         )
     lanes: dict[str, dict[int, int]] = {}
     for stream, per_stream in document.items():
         if not isinstance(per_stream, dict) or not per_stream:
             raise ConfigError(
                 f"option {option!r}: stream {stream!r} must map lane numbers to {units}, e.g. "
-                f"{{\"{stream}\": {{\"0\": {example}}}}}, got {json.dumps(per_stream)}"
+                f'{{"{stream}": {{"0": {example}}}}}, got {json.dumps(per_stream)}'
             )
         lanes[stream] = {}
         for lane_text, raw_value in per_stream.items():
@@ -791,9 +969,7 @@ def _timestamp_strategy(raw: _Raw) -> TimestampStrategy:
     for strategy in TimestampStrategy:
         if value.strip().lower() == strategy.value:
             return strategy
-    raise ConfigError(
-        f"option 'startingOffsetsByTimestampStrategy': expected error or latest, got {value!r}"
-    )
+    raise ConfigError(f"option 'startingOffsetsByTimestampStrategy': expected error or latest, got {value!r}")
 
 
 def _as_int(text: Any) -> int | None:

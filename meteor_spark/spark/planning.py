@@ -99,9 +99,7 @@ def group_pieces(pieces: Sequence[Piece], *, tasks: int, max_items_per_task: int
     members: list[list[Piece]] = []
     for piece in sorted(pieces, key=lambda p: (-(p[3] - p[2]), p)):
         size = piece[3] - piece[2]
-        fits = [
-            i for i in range(len(loads)) if max_items_per_task is None or loads[i] + size <= max_items_per_task
-        ]
+        fits = [i for i in range(len(loads)) if max_items_per_task is None or loads[i] + size <= max_items_per_task]
         if len(loads) < tasks or not fits:
             loads.append(size)
             members.append([piece])
@@ -144,7 +142,9 @@ def plan_tasks(
     if max_partitions is not None:
         target = min(target, max_partitions)  # splitting beyond the cap would only be grouped back, scattered
     pieces = plan_partitions(
-        ranges, min_partitions=target, max_items_per_partition=max_items_per_partition,
+        ranges,
+        min_partitions=target,
+        max_items_per_partition=max_items_per_partition,
         min_piece_items=1 if explicit else AUTO_SPLIT_MIN_ITEMS,
     )
     total = sum(hi - lo for _, _, lo, hi in pieces)
@@ -211,7 +211,9 @@ def byte_limit(
 def plan_for(options: SourceOptions, ranges: Sequence[Piece]) -> list[tuple[Piece, ...]]:
     """``plan_tasks`` with the query's partitioning options."""
     tasks = plan_tasks(
-        ranges, min_partitions=options.min_partitions, max_partitions=options.max_partitions,
+        ranges,
+        min_partitions=options.min_partitions,
+        max_partitions=options.max_partitions,
         max_items_per_partition=options.max_offsets_per_partition,
     )
     logger.debug("planned %d Spark task(s) for %d lane range(s): %s", len(tasks), len(ranges), tasks)

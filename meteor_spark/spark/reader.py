@@ -193,15 +193,25 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 continue
             if self.options.starting_time is not None:
                 sequence, inside = start_by_time(
-                    state.grid, state.infos[stream], lane, self.options.starting_time,
-                    self.options.timestamp_strategy, next_seq,
+                    state.grid,
+                    state.infos[stream],
+                    lane,
+                    self.options.starting_time,
+                    self.options.timestamp_strategy,
+                    next_seq,
                 )
                 start[(stream, lane)] = sequence
                 if inside is not None:
                     state.start_offsets[(stream, lane)] = inside
                 continue
             start[(stream, lane)] = resolve_position(
-                self.options.starting, "startingOffsets", stream, lane, head, next_seq, group=self.options.group,
+                self.options.starting,
+                "startingOffsets",
+                stream,
+                lane,
+                head,
+                next_seq,
+                group=self.options.group,
                 oldest=functools.partial(state.oldest, stream, lane),
             )
         offset = SparkOffset.of(by_stream(start), marks=state.marks_for(start, SparkOffset(())))
@@ -249,10 +259,15 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         for (stream, lane), position in current.items():
             if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
                 raise OffsetOutOfRangeError(
-                    stream, lane, position, state.oldest(stream, lane), bounds[(stream, lane)][1], unit="sequence",
+                    stream,
+                    lane,
+                    position,
+                    state.oldest(stream, lane),
+                    bounds[(stream, lane)][1],
+                    unit="sequence",
                     hint="The query's checkpoint is stale: it was written before the stream was deleted and "
-                         "re-created (or the grid restarted without persistence), and reading on from it would "
-                         "skip every record up to that position. Start the query with a fresh checkpointLocation.",
+                    "re-created (or the grid restarted without persistence), and reading on from it would "
+                    "skip every record up to that position. Start the query with a fresh checkpointLocation.",
                 )
         skipped = begin.skipped_dict()
         state.planned_skipped = begin.skipped_items
@@ -262,15 +277,18 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         for key, position in current.items():
             stream, lane = key
             confirmed = view.confirmed_sequence(stream, lane)
-            state.check_confirmed(stream, lane, confirmed[1] if confirmed else None, self.options.group,
-                                  bounds.get(key, (0, 0))[1])
+            state.check_confirmed(
+                stream, lane, confirmed[1] if confirmed else None, self.options.group, bounds.get(key, (0, 0))[1]
+            )
             if not state.held(stream, lane):
                 if key not in state.standby_logged:
                     state.standby_logged.add(key)
                     logger.info(
                         "standby: group %r lane %d of stream %r is held by another member; this query follows the "
-                        "group's confirmed offset and reads nothing until the lane is free", self.options.group,
-                        lane, stream,
+                        "group's confirmed offset and reads nothing until the lane is free",
+                        self.options.group,
+                        lane,
+                        stream,
                     )
                 ends[key] = max(position, confirmed[0]) if confirmed is not None else position
             elif confirmed is not None and confirmed[0] > position:
@@ -278,8 +296,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             else:
                 if key in state.standby_logged:
                     state.standby_logged.discard(key)
-                    logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane,
-                                stream)
+                    logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane, stream)
                 if key in bounds and position < bounds[key][0] and not self.options.fail_on_data_loss:
                     position = self._skip_lost(state, stream, lane, position, skipped)
                 candidates[key] = position
@@ -289,7 +306,8 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         # A query's first batch records how many items it reads: its progress report has no start offset.
         first_batch = state.initial is not None and begin.positions == state.initial.positions and not begin.skipped
         end = SparkOffset.of(
-            by_stream(ends), skipped,
+            by_stream(ends),
+            skipped,
             sum(ends[key] - position for key, position in candidates.items()) if first_batch else None,
             state.marks_for(ends, begin),
         )
@@ -316,10 +334,13 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 raise StreamDeletedError(stream, lane, position, end)
             logger.warning(
                 "stream %r was deleted while this query read it (streamPattern %r); it drops out of the query's "
-                "offsets%s", stream, self.options.stream_pattern.pattern if self.options.stream_pattern else None,
-                "" if not unread else "; unread items lost (failOnDataLoss=false): " + ", ".join(
-                    f"lane {lane} sequences {lo}..{hi - 1}" for lane, (lo, hi) in unread.items()
-                ),
+                "offsets%s",
+                stream,
+                self.options.stream_pattern.pattern if self.options.stream_pattern else None,
+                ""
+                if not unread
+                else "; unread items lost (failOnDataLoss=false): "
+                + ", ".join(f"lane {lane} sequences {lo}..{hi - 1}" for lane, (lo, hi) in unread.items()),
             )
             for key in [key for key in current if key[0] == stream]:
                 del current[key]
@@ -339,12 +360,20 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         logger.warning(
             "data loss on stream %r lane %d: ring items %d..%d were overwritten before this query read them; "
             "skipping %d items (failOnDataLoss=false); %d items of this lane lost since the query started",
-            stream, lane, position, oldest - 1, lost, skipped[(stream, lane)],
+            stream,
+            lane,
+            position,
+            oldest - 1,
+            lost,
+            skipped[(stream, lane)],
         )
         return oldest
 
     def _admit(
-        self, state: DriverState, start: dict[tuple[str, int], int], latest: dict[tuple[str, int], int],
+        self,
+        state: DriverState,
+        start: dict[tuple[str, int], int],
+        latest: dict[tuple[str, int], int],
         limit: ReadLimit,
     ) -> dict[tuple[str, int], int]:
         available = {key: max(start[key], latest.get(key, start[key])) for key in start}
@@ -364,7 +393,8 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         if max_bytes is None and max_lane_bytes is None:
             return ends
         sizes = {
-            key: size for key in start
+            key: size
+            for key in start
             if ends[key] > start[key] and (size := state.item_bytes(key[0], key[1], start[key])) is not None
         }
         by_bytes = byte_limit(start, ends, sizes, max_bytes=max_bytes, max_lane_bytes=max_lane_bytes)
@@ -390,8 +420,13 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 if end_seq > lo and self.options.fail_on_data_loss:
                     raise StreamDeletedError(stream, lane, lo, end_seq)
                 if end_seq > lo:
-                    logger.warning("stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
-                                   stream, lane, lo, end_seq - 1)
+                    logger.warning(
+                        "stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
+                        stream,
+                        lane,
+                        lo,
+                        end_seq - 1,
+                    )
                 continue
             # Items the driver skipped as lost when it planned this batch: counted there, never read or counted here.
             lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
@@ -424,9 +459,18 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 first = first_offsets.get((stream, lane))
                 lane_ranges.append(
                     LaneRange(
-                        stream, lane, lo, hi, self.options.grid, state.infos[stream], self.options.include_headers,
-                        self.options.fail_on_data_loss, first[1] if first is not None and first[0] == lo else None,
-                        self.options.corrupt, self.options.headers_as_map, isolation=self.options.isolation,
+                        stream,
+                        lane,
+                        lo,
+                        hi,
+                        self.options.grid,
+                        state.infos[stream],
+                        self.options.include_headers,
+                        self.options.fail_on_data_loss,
+                        first[1] if first is not None and first[0] == lo else None,
+                        self.options.corrupt,
+                        self.options.headers_as_map,
+                        isolation=self.options.isolation,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
@@ -436,8 +480,9 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         lanes = state.lane_keys()
         if all(state.held(*key) for key in lanes):
             return
-        logger.info("standby: waiting up to %.0f s for group %r's lanes held by another member", timeout_s,
-                    self.options.group)
+        logger.info(
+            "standby: waiting up to %.0f s for group %r's lanes held by another member", timeout_s, self.options.group
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not all(state.held(*key) for key in lanes):
             time.sleep(0.05)
@@ -450,7 +495,10 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         if not state.held(stream, lane):
             logger.warning(
                 "replaying a batch of stream %r lane %d without holding the group %r lease (another member holds "
-                "it); its rows may also be read by that member", stream, lane, self.options.group,
+                "it); its rows may also be read by that member",
+                stream,
+                lane,
+                self.options.group,
             )
 
     def _check_loss(
@@ -470,7 +518,12 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         state.late_skipped += oldest - start
         logger.warning(
             "data loss on stream %r lane %d: ring items %d..%d were overwritten after this batch was planned; "
-            "skipping %d items (failOnDataLoss=false)", stream, lane, start, oldest - 1, oldest - start,
+            "skipping %d items (failOnDataLoss=false)",
+            stream,
+            lane,
+            start,
+            oldest - 1,
+            oldest - start,
         )
         return oldest
 
@@ -507,20 +560,23 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
             for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
                 oldest = Once(lambda i=info, n=lane: oldest_sequence(grid, i, n))
                 if starting_time is not None:
-                    lo, first = start_by_time(grid, info, lane, starting_time, self.options.timestamp_strategy,
-                                              next_seq)
+                    lo, first = start_by_time(
+                        grid, info, lane, starting_time, self.options.timestamp_strategy, next_seq
+                    )
                     if first is not None:
                         first_offsets[(name, lane)] = first
                 else:
-                    lo = resolve_position(self.options.starting, "startingOffsets", name, lane, head, next_seq,
-                                          group=None, oldest=oldest)
+                    lo = resolve_position(
+                        self.options.starting, "startingOffsets", name, lane, head, next_seq, group=None, oldest=oldest
+                    )
                 if ending_time is not None:
                     hi, stop = end_by_time(grid, info, lane, ending_time, next_seq)
                     if stop is not None:
                         stop_offsets[(name, lane)] = stop
                 else:
-                    hi = resolve_position(self.options.ending, "endingOffsets", name, lane, head, next_seq,
-                                          group=None, oldest=oldest)
+                    hi = resolve_position(
+                        self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None, oldest=oldest
+                    )
                 if hi < lo:
                     start_name = starting_time.option if starting_time is not None else "startingOffsets"
                     end_name = ending_time.option if ending_time is not None else "endingOffsets"
@@ -533,22 +589,38 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
                         raise DataLossError(name, lane, requested=lo, oldest_available=oldest(), unit="sequence")
                     logger.warning(
                         "data loss on stream %r lane %d: ring items %d..%d were overwritten; skipping %d items "
-                        "(failOnDataLoss=false)", name, lane, lo, oldest() - 1, oldest() - lo,
+                        "(failOnDataLoss=false)",
+                        name,
+                        lane,
+                        lo,
+                        oldest() - 1,
+                        oldest() - lo,
                     )
                     lo = min(oldest(), hi)
                 # read_committed: not past the first item of a transaction still open (the last stable offset).
                 hi = stable_end(gate, grid, info, lane, lo, hi)
                 ranges.append((name, lane, lo, hi))
         return [
-            LaneRanges(tuple(
-                LaneRange(stream, lane, lo, hi, self.options.grid, infos[stream], self.options.include_headers,
-                          self.options.fail_on_data_loss, corrupt=self.options.corrupt,
-                          headers_as_map=self.options.headers_as_map,
-                          first_offset=_inside(first_offsets.get((stream, lane)), lo),
-                          stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1),
-                          isolation=self.options.isolation)
-                for stream, lane, lo, hi in task
-            ))
+            LaneRanges(
+                tuple(
+                    LaneRange(
+                        stream,
+                        lane,
+                        lo,
+                        hi,
+                        self.options.grid,
+                        infos[stream],
+                        self.options.include_headers,
+                        self.options.fail_on_data_loss,
+                        corrupt=self.options.corrupt,
+                        headers_as_map=self.options.headers_as_map,
+                        first_offset=_inside(first_offsets.get((stream, lane)), lo),
+                        stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1),
+                        isolation=self.options.isolation,
+                    )
+                    for stream, lane, lo, hi in task
+                )
+            )
             for task in plan_for(self.options, ranges)
         ]
 

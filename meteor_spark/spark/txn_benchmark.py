@@ -48,19 +48,38 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
                 open_stream(grid, StreamConfig(target, lanes=LANES))
                 checkpoint = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"meteor-bench-{uuid.uuid4().hex}")
                 started = time.perf_counter()
-                (spark.readStream.format("meteor").options(**options).option("stream", name)
-                 .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(per_batch)).load()
-                 .select("key", "value").writeStream.format("meteor").options(**options)
-                 .option("transactional", str(transactional).lower()).option("checkpointLocation", checkpoint)
-                 .trigger(availableNow=True).start(target).awaitTermination())
+                (
+                    spark.readStream.format("meteor")
+                    .options(**options)
+                    .option("stream", name)
+                    .option("startingOffsets", "earliest")
+                    .option("maxOffsetsPerTrigger", str(per_batch))
+                    .load()
+                    .select("key", "value")
+                    .writeStream.format("meteor")
+                    .options(**options)
+                    .option("transactional", str(transactional).lower())
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True)
+                    .start(target)
+                    .awaitTermination()
+                )
                 seconds = time.perf_counter() - started
                 written[transactional] = target
                 return seconds
 
             def read(name: str, isolation: str) -> float:
                 started = time.perf_counter()
-                (spark.read.format("meteor").options(**options).option("stream", name)
-                 .option("isolation", isolation).load().write.format("noop").mode("overwrite").save())
+                (
+                    spark.read.format("meteor")
+                    .options(**options)
+                    .option("stream", name)
+                    .option("isolation", isolation)
+                    .load()
+                    .write.format("noop")
+                    .mode("overwrite")
+                    .save()
+                )
                 return time.perf_counter() - started
 
             written: dict[bool, str] = {}
@@ -68,16 +87,26 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
             write(warm, False)
             read(written[True], "read_committed")
             read(written[True], "read_uncommitted")
-            samples: dict[str, list[float]] = {"write_transactional": [], "write_plain": [],
-                                               "read_committed": [], "read_uncommitted": []}
+            samples: dict[str, list[float]] = {
+                "write_transactional": [],
+                "write_plain": [],
+                "read_committed": [],
+                "read_uncommitted": [],
+            }
             for _ in range(repeat):
                 samples["write_transactional"].append(records / write(source, True))
                 samples["write_plain"].append(records / write(source, False))
                 samples["read_committed"].append(records / read(written[True], "read_committed"))
                 samples["read_uncommitted"].append(records / read(written[True], "read_uncommitted"))
         figures: dict[str, Any] = {name: statistics.median(values) for name, values in samples.items()}
-        figures["settings"] = {"records": records, "batches": batches, "items_per_batch": per_batch,
-                               "repeat": repeat, "load_before": load_before, "load_after": os.getloadavg()}
+        figures["settings"] = {
+            "records": records,
+            "batches": batches,
+            "items_per_batch": per_batch,
+            "repeat": repeat,
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+        }
         figures["samples"] = samples
         return figures
 
@@ -92,13 +121,24 @@ def _source(grid: Grid, records: int) -> str:
 def render(figures: dict[str, Any]) -> str:
     settings = figures["settings"]
     rows = [
-        ("write meteor -> meteor", f"{figures['write_transactional']:,.0f}", f"{figures['write_plain']:,.0f}",
-         f"{figures['write_transactional'] / figures['write_plain']:.0%}"),
-        ("batch read", f"{figures['read_committed']:,.0f}", f"{figures['read_uncommitted']:,.0f}",
-         f"{figures['read_committed'] / figures['read_uncommitted']:.0%}"),
+        (
+            "write meteor -> meteor",
+            f"{figures['write_transactional']:,.0f}",
+            f"{figures['write_plain']:,.0f}",
+            f"{figures['write_transactional'] / figures['write_plain']:.0%}",
+        ),
+        (
+            "batch read",
+            f"{figures['read_committed']:,.0f}",
+            f"{figures['read_uncommitted']:,.0f}",
+            f"{figures['read_committed'] / figures['read_uncommitted']:.0%}",
+        ),
     ]
-    table = render_table(("records/s (median)", "transactional / read_committed", "plain / read_uncommitted",
-                          "ratio"), rows)
-    return (f"{table}\n{settings['records']:,} records of {RECORD_BYTES} bytes in {LANES} lanes, "
-            f"{settings['batches']} micro-batches of {settings['items_per_batch']} ring items, median of "
-            f"{settings['repeat']}; load {settings['load_before'][0]:.1f} -> {settings['load_after'][0]:.1f}")
+    table = render_table(
+        ("records/s (median)", "transactional / read_committed", "plain / read_uncommitted", "ratio"), rows
+    )
+    return (
+        f"{table}\n{settings['records']:,} records of {RECORD_BYTES} bytes in {LANES} lanes, "
+        f"{settings['batches']} micro-batches of {settings['items_per_batch']} ring items, median of "
+        f"{settings['repeat']}; load {settings['load_before'][0]:.1f} -> {settings['load_after'][0]:.1f}"
+    )

@@ -46,7 +46,9 @@ def ensure_workers_python(spark: Any) -> None:
     if master.startswith("local"):
         logger.info(
             "Spark's Python workers would run %r, which cannot import meteor_spark; using this interpreter (%s) "
-            "instead (set PYSPARK_PYTHON to choose another)", current, sys.executable,
+            "instead (set PYSPARK_PYTHON to choose another)",
+            current,
+            sys.executable,
         )
         context.pythonExec = sys.executable
         os.environ["PYSPARK_PYTHON"] = sys.executable

@@ -151,8 +151,8 @@ def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
         hint = f" (found {lowered['value']!r}: column names are case-sensitive)" if "value" in lowered else ""
         raise ConfigError(
             f"the rows to write have no 'value' column{hint}; columns given: {', '.join(names) or 'none'}. Expected "
-            f"columns: {expected}. Select or rename, e.g. df.selectExpr(\"CAST(id AS STRING) AS key\", "
-            f"\"to_json(struct(*)) AS value\")"
+            f'columns: {expected}. Select or rename, e.g. df.selectExpr("CAST(id AS STRING) AS key", '
+            f'"to_json(struct(*)) AS value")'
         )
     for f in schema.fields:
         if f.name not in _COLUMNS:
@@ -167,7 +167,7 @@ def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
             )
     if options.stream is None and "stream" not in names:
         raise ConfigError(
-            "no target stream: set option 'stream' (or save(\"name\") / start(\"name\")), or give the rows a "
+            'no target stream: set option \'stream\' (or save("name") / start("name")), or give the rows a '
             "'stream' column"
         )
 
@@ -226,8 +226,13 @@ class _PublishesRows:
     options: SinkOptions
     schema: StructType
 
-    def _publish(self, batches: Iterator[pyarrow.RecordBatch], batch_id: int | None,
-                 query_id: str | None, transaction: str | None = None) -> MeteorCommitMessage:
+    def _publish(
+        self,
+        batches: Iterator[pyarrow.RecordBatch],
+        batch_id: int | None,
+        query_id: str | None,
+        transaction: str | None = None,
+    ) -> MeteorCommitMessage:
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -249,8 +254,9 @@ class _PublishesRows:
                 publishers[stream] = publisher
                 if transaction is not None:
                     # Registered before its first record is stored, so readers find its transaction.
-                    transactions.begin(grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms,
-                                       stream=stream)
+                    transactions.begin(
+                        grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms, stream=stream
+                    )
             return publisher
 
         try:
@@ -290,8 +296,9 @@ class _PublishesRows:
             for publisher in publishers.values():
                 publisher.close()
         producers = tuple(publishers[stream].producer_id for stream in sorted(publishers))
-        return MeteorCommitMessage(batch_id, query_id, rows, False, writes, transaction if producers else None,
-                                   producers)
+        return MeteorCommitMessage(
+            batch_id, query_id, rows, False, writes, transaction if producers else None, producers
+        )
 
 
 def _merge_lanes(futures: Sequence[ArrowPublishFuture]) -> tuple[LaneWritten, ...]:
@@ -303,9 +310,15 @@ def _merged(entries: Iterable[LaneWritten]) -> tuple[LaneWritten, ...]:
     by_lane: dict[int, LaneWritten] = {}
     for entry in entries:
         seen = by_lane.get(entry.lane)
-        by_lane[entry.lane] = entry if seen is None else LaneWritten(
-            entry.lane, seen.records + entry.records, min(seen.first_offset, entry.first_offset),
-            max(seen.last_offset, entry.last_offset),
+        by_lane[entry.lane] = (
+            entry
+            if seen is None
+            else LaneWritten(
+                entry.lane,
+                seen.records + entry.records,
+                min(seen.first_offset, entry.first_offset),
+                max(seen.last_offset, entry.last_offset),
+            )
         )
     return tuple(by_lane[lane] for lane in sorted(by_lane))
 
@@ -352,12 +365,16 @@ class MeteorBatchWriter(_PublishesRows, DataSourceArrowWriter):
         done = _ours(messages)
         if self.transaction is not None:
             transactions.abort(grid_for(self.options.grid), self.transaction, "Spark aborted the write job")
-            logger.warning("the write job failed; its transaction %r is aborted: read_committed readers see none of "
-                           "its rows", self.transaction)
+            logger.warning(
+                "the write job failed; its transaction %r is aborted: read_committed readers see none of its rows",
+                self.transaction,
+            )
             return
         logger.warning(
             "the write job failed; %d rows of %d successful tasks were already published (ring items cannot be "
-            "taken back)", sum(m.rows for m in done), len(done),
+            "taken back)",
+            sum(m.rows for m in done),
+            len(done),
         )
 
 
@@ -388,7 +405,11 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                 rows = sum(b.num_rows for b in iterator)
                 logger.info(
                     "micro-batch %d of sink %r was already committed (last committed %d): not publishing its %d "
-                    "rows again", batch_id, self.options.sink_id, committed, rows,
+                    "rows again",
+                    batch_id,
+                    self.options.sink_id,
+                    committed,
+                    rows,
                 )
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
         transaction = None
@@ -432,12 +453,16 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
             logger.warning(
                 "micro-batch %d failed; its transaction %s is aborted (read_committed readers see none of its rows; "
                 "without a successful task, it stays open until transactionTimeoutMs or the query's restart)",
-                batchId, ", ".join(map(repr, keys)) or "(no task published)",
+                batchId,
+                ", ".join(map(repr, keys)) or "(no task published)",
             )
             return
         logger.warning(
             "micro-batch %d failed; %d rows of %d successful tasks were already published and will be published "
-            "again when Spark retries the batch (at least once)", batchId, sum(m.rows for m in done), len(done),
+            "again when Spark retries the batch (at least once)",
+            batchId,
+            sum(m.rows for m in done),
+            len(done),
         )
 
 
@@ -472,7 +497,8 @@ def _record_commit(grid: Grid, key: str, batch_id: int, messages: Sequence[Meteo
     commits = grid.map(SINK_COMMITS_MAP)
     value = json.dumps(
         {"batch": batch_id, "rows": sum(m.rows for m in messages), "updated_ms": int(time.time() * 1000)},
-        sort_keys=True, separators=(",", ":"),
+        sort_keys=True,
+        separators=(",", ":"),
     )
     for _ in range(100):
         current = commits.get(key)
@@ -484,8 +510,10 @@ def _record_commit(grid: Grid, key: str, batch_id: int, messages: Sequence[Meteo
             return
         if commits.replace_if_same(key, current, value):
             return
-    raise MeteorError(f"could not record the commit of micro-batch {batch_id} under {key!r}: too many concurrent "
-                      f"writers of that sink id; give each query its own sinkId")
+    raise MeteorError(
+        f"could not record the commit of micro-batch {batch_id} under {key!r}: too many concurrent "
+        f"writers of that sink id; give each query its own sinkId"
+    )
 
 
 def lanes_written(messages: Sequence[MeteorCommitMessage]) -> dict[tuple[str, int], LaneWritten]:
@@ -509,10 +537,13 @@ def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
         lanes.setdefault(stream, []).append(
             f"lane {lane} {w.records} records at offsets {w.first_offset}..{w.last_offset}"
         )
-    return "; ".join(
-        f"{s}: {n} records in {i} items" + (f" ({', '.join(lanes[s])})" if s in lanes else "")
-        for s, (n, i) in sorted(per_stream.items())
-    ) or "nothing published"
+    return (
+        "; ".join(
+            f"{s}: {n} records in {i} items" + (f" ({', '.join(lanes[s])})" if s in lanes else "")
+            for s, (n, i) in sorted(per_stream.items())
+        )
+        or "nothing published"
+    )
 
 
 def _ours(messages: list[WriterCommitMessage | None]) -> list[MeteorCommitMessage]:

@@ -52,4 +52,3 @@ def meteor(connection: list[str], capsys: pytest.CaptureFixture[str], monkeypatc
         return Run(code, captured.out, captured.err)
 
     return run
-

@@ -42,15 +42,14 @@ def test_unknown_area_flag_is_a_usage_error(meteor: Meteor) -> None:
         ("soak", ("--every", "0"), "--every must be at least 1, got 0"),
     ],
 )
-def test_a_bad_bench_flag_is_one_error_line_naming_it(meteor: Meteor, area: str, flags: tuple[str, ...],
-                                                      message: str) -> None:
+def test_a_bad_bench_flag_is_one_error_line_naming_it(
+    meteor: Meteor, area: str, flags: tuple[str, ...], message: str
+) -> None:
     run = meteor("bench", area, *flags, connect=False)
     assert run.code == 1 and message in run.err and "Traceback" not in run.err
 
 
-def test_all_runs_every_area_and_keeps_going_after_a_failure(
-    meteor: Meteor, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_all_runs_every_area_and_keeps_going_after_a_failure(meteor: Meteor, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, bool]] = []
 
     def fake(name: str, fail: bool = False) -> types.ModuleType:

@@ -36,8 +36,9 @@ def test_unreachable_grid_is_one_clear_line(meteor: Meteor) -> None:
 
 def test_wrong_cluster_name_is_one_clear_line(meteor: Meteor, grid_settings: GridSettings) -> None:
     members = ",".join(grid_settings.members)
-    run = meteor("streams", "list", "-m", members, "--cluster-name", "no-such-cluster", "--connect-timeout", "1",
-                 connect=False)
+    run = meteor(
+        "streams", "list", "-m", members, "--cluster-name", "no-such-cluster", "--connect-timeout", "1", connect=False
+    )
     run.assert_user_error("could not connect to cluster 'no-such-cluster'")
 
 
@@ -85,7 +86,9 @@ def test_console_script_grid_start_status_and_sigterm(tmp_path: Path) -> None:
     try:
         status = subprocess.run(
             [str(METEOR), "grid", "status", "-m", address, "--cluster-name", "from-toml"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert status.returncode == 0, status.stderr
         assert address in status.stdout
@@ -100,7 +103,9 @@ def test_console_script_grid_start_status_and_sigterm(tmp_path: Path) -> None:
 def test_console_script_reports_user_errors_without_traceback() -> None:
     done = subprocess.run(
         [str(METEOR), "streams", "list", "-m", "127.0.0.1:1", "--connect-timeout", "1"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 1
     assert done.stderr.startswith("meteor streams: error: could not connect")
@@ -110,7 +115,9 @@ def test_console_script_reports_user_errors_without_traceback() -> None:
 @pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")
 def test_grid_start_takes_the_member_password_from_the_environment() -> None:
     secret = "s3cret-from-env"
-    process, address = _start_member("--username", "alice", "--log-level", "DEBUG", env={"METEOR_GRID_PASSWORD": secret})
+    process, address = _start_member(
+        "--username", "alice", "--log-level", "DEBUG", env={"METEOR_GRID_PASSWORD": secret}
+    )
     try:
         with Grid.connect(address, username="alice", password=secret, connect_timeout_s=10) as grid:
             assert grid.members()
@@ -137,8 +144,9 @@ def test_grid_start_on_a_data_dir_that_is_a_file_says_so(tmp_path: Path) -> None
     not_a_dir.write_text("I am a file")
     done = _grid_start("--port", "0", "--data-dir", str(not_a_dir))
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [f"meteor grid: error: --data-dir {not_a_dir} is a file, not a "
-                                                "directory; give a directory (created if missing)"]
+    assert done.stderr.strip().splitlines() == [
+        f"meteor grid: error: --data-dir {not_a_dir} is a file, not a directory; give a directory (created if missing)"
+    ]
 
 
 @pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed next to this interpreter")

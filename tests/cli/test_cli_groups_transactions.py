@@ -27,7 +27,9 @@ def test_groups_shows_where_read_committed_readers_wait(meteor: Meteor, grid: Gr
     seek_group(grid, info, "g", {0: 0})
     run = meteor("groups", unique_name, "g")
     assert run.code == 0, run
-    assert (f"lane 0: read_committed readers wait at offset {first_offset_of(1)} (last stable offset: a transaction "
-            f"still open), 2 ring items before the lane's end") in run.out
+    assert (
+        f"lane 0: read_committed readers wait at offset {first_offset_of(1)} (last stable offset: a transaction "
+        f"still open), 2 ring items before the lane's end"
+    ) in run.out
     transactions.commit(grid, f"{unique_name}/t", [pub.producer_id])
     assert "read_committed readers wait" not in meteor("groups", unique_name, "g").out

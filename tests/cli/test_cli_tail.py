@@ -23,8 +23,10 @@ def stream(grid: Grid, unique_name: str) -> str:
     """A two-lane stream holding 20 records in both lanes: keys user-1..user-4 (lanes 0, 0, 0, 1), values v0..v19."""
     with Publisher(grid, StreamConfig(unique_name, lanes=2)) as publisher:
         publisher.publish_many(
-            [Record(value=f"v{n}".encode(), key=f"user-{n % 4 + 1}".encode(), timestamp_ms=1_700_000_000_000 + n)
-             for n in range(20)]
+            [
+                Record(value=f"v{n}".encode(), key=f"user-{n % 4 + 1}".encode(), timestamp_ms=1_700_000_000_000 + n)
+                for n in range(20)
+            ]
         ).result()
     return unique_name
 
@@ -121,8 +123,13 @@ def test_a_corrupt_item_stops_tail_unless_told_to_skip_or_dead_letter(
 ) -> None:
     info = open_stream(grid, StreamConfig(unique_name))
     ring = grid.ring(info.ring_names[0])
-    ring.add_all([encode_batch([b"a"], producer_id=1, producer_seq=0), b"not a meteor batch",
-                  encode_batch([b"b"], producer_id=1, producer_seq=1)])
+    ring.add_all(
+        [
+            encode_batch([b"a"], producer_id=1, producer_seq=0),
+            b"not a meteor batch",
+            encode_batch([b"b"], producer_id=1, producer_seq=1),
+        ]
+    )
     stopped = meteor("tail", unique_name, "--from", "earliest", "--json", "--max", "2", "--timeout", "5")
     stopped.assert_user_error(f"stream {unique_name!r} lane 0 sequence 1")
     assert values(stopped) == ["a"]  # what came before the bad item was printed first

@@ -18,7 +18,10 @@ class Child:
     def __init__(self, script: str, *args: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-c", script, *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     def write_line(self, line: str) -> None:
@@ -56,4 +59,3 @@ class Child:
         for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
             if pipe is not None:
                 pipe.close()
-

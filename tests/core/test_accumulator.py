@@ -36,7 +36,7 @@ def _items(acc: Accumulator, lane: int) -> list[list[bytes]]:
         _, pieces, n_items, n_records, _ = acc.claim(acc.lanes[lane])
     by_item: list[list[bytes]] = [[] for _ in range(n_items)]
     for piece in pieces:
-        by_item[piece.item].extend(piece.segment.values[piece.start:piece.stop])
+        by_item[piece.item].extend(piece.segment.values[piece.start : piece.stop])
     assert sum(map(len, by_item)) == n_records
     return by_item
 

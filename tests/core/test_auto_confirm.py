@@ -63,15 +63,18 @@ def test_the_auto_confirm_clock_is_due_at_most_once_per_interval() -> None:
 def test_auto_confirm_needs_a_group(grid: Grid, unique_name: str) -> None:
     with pytest.raises(ConfigError, match="auto_confirm_interval_ms needs a group"):
         Subscriber(grid, StreamConfig(unique_name), auto_confirm_interval_ms=1000)
-    with Subscriber(grid, StreamConfig(unique_name)) as ungrouped, \
-            pytest.raises(ConfigError, match="auto_confirm_interval_ms needs a grouped subscriber"):
+    with (
+        Subscriber(grid, StreamConfig(unique_name)) as ungrouped,
+        pytest.raises(ConfigError, match="auto_confirm_interval_ms needs a grouped subscriber"),
+    ):
         Receiver(ungrouped, lambda _r: None, auto_confirm_interval_ms=1000)
 
 
 def test_each_poll_confirms_what_the_previous_polls_handed_out(grid: Grid, unique_name: str) -> None:
     info = _stream(grid, unique_name, [f"r{i}" for i in range(6)])  # one record per ring item
-    with Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, max_poll_records=2,
-                    auto_confirm_interval_ms=0) as sub:
+    with Subscriber(
+        grid, unique_name, group="g", lease_ms=LEASE_MS, max_poll_records=2, auto_confirm_interval_ms=0
+    ) as sub:
         assert _poll_some(sub) == ["r0", "r1"]
         assert _confirmed(grid, info)[0] == first_offset_of(0)  # handed out, not confirmed yet: the next poll does it
         assert _poll_some(sub) == ["r2", "r3"]
@@ -83,8 +86,9 @@ def test_each_poll_confirms_what_the_previous_polls_handed_out(grid: Grid, uniqu
 
 def test_no_confirm_before_the_interval_has_passed_and_close_confirms(grid: Grid, unique_name: str) -> None:
     info = _stream(grid, unique_name, [f"r{i}" for i in range(8)], lanes=2)
-    sub = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, max_poll_records=1,
-                     auto_confirm_interval_ms=HOUR_MS)
+    sub = Subscriber(
+        grid, unique_name, group="g", lease_ms=LEASE_MS, max_poll_records=1, auto_confirm_interval_ms=HOUR_MS
+    )
     got: list[str] = []
     for _ in range(8):
         got.extend(_poll_some(sub))
@@ -97,9 +101,7 @@ def test_no_confirm_before_the_interval_has_passed_and_close_confirms(grid: Grid
     assert _confirmed(grid, info) == {0: first_offset_of(4), 1: first_offset_of(4)}
 
 
-def test_a_receiver_stopped_mid_batch_confirms_only_what_its_callback_finished(
-    grid: Grid, unique_name: str
-) -> None:
+def test_a_receiver_stopped_mid_batch_confirms_only_what_its_callback_finished(grid: Grid, unique_name: str) -> None:
     info = open_stream(grid, StreamConfig(unique_name, capacity=1000))
     seen: list[str] = []
     handed = threading.Event()
@@ -127,8 +129,9 @@ def test_a_receiver_confirms_finished_records_at_its_next_poll(grid: Grid, uniqu
     info = _stream(grid, unique_name, [f"r{i}" for i in range(4)])
     seen: list[str] = []
     with Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS) as sub:
-        receiver = sub.attach_receiver(lambda r: seen.append(r.value.decode()), poll_timeout_ms=20,
-                                       auto_confirm_interval_ms=0)
+        receiver = sub.attach_receiver(
+            lambda r: seen.append(r.value.decode()), poll_timeout_ms=20, auto_confirm_interval_ms=0
+        )
         wait_until(lambda: _confirmed(grid, info)[0] == first_offset_of(4), message="all four confirmed")
         assert seen == ["r0", "r1", "r2", "r3"]
         receiver.close()
@@ -177,7 +180,8 @@ def test_a_sigkilled_auto_confirming_member_redelivers_only_its_unconfirmed_tail
         expected = len(published) - len(handed_out) + len(tail)
         wait_until(
             lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
-            30, message=f"{expected} records",
+            30,
+            message=f"{expected} records",
         )
         takeover_s = time.monotonic() - killed_at
         assert len(survivor.poll(200)) == 0
@@ -186,7 +190,8 @@ def test_a_sigkilled_auto_confirming_member_redelivers_only_its_unconfirmed_tail
     print(
         f"[fault] sigkill auto-confirming member: polls={len(polls)}, handed_out={len(handed_out)}, "
         f"redelivered={len(redelivered)}, unconfirmed_tail={len(tail)}, lost={len(lost)}, "
-        f"takeover_s={takeover_s:.2f}", flush=True,
+        f"takeover_s={takeover_s:.2f}",
+        flush=True,
     )
     assert lost == []
     assert redelivered == tail  # exactly the last poll's records come again, nothing confirmed before them
@@ -202,19 +207,21 @@ def test_deactivate_confirms_what_was_handed_out(grid: Grid, unique_name: str) -
         assert _confirmed(grid, info)[0] == first_offset_of(3)
 
 
-def test_a_rebalance_moves_a_lane_away_and_auto_confirm_goes_on_with_the_others(
-    grid: Grid, unique_name: str
-) -> None:
+def test_a_rebalance_moves_a_lane_away_and_auto_confirm_goes_on_with_the_others(grid: Grid, unique_name: str) -> None:
     info = _stream(grid, unique_name, [f"r{i}" for i in range(8)], lanes=2)  # r0 r2 r4 r6 lane 0, the rest lane 1
-    first = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, member_id="a", max_poll_records=8,
-                       auto_confirm_interval_ms=0)
+    first = Subscriber(
+        grid, unique_name, group="g", lease_ms=LEASE_MS, member_id="a", max_poll_records=8, auto_confirm_interval_ms=0
+    )
     got = []
     wait_until(lambda: got.extend(_values_of(first.poll(50))) or len(got) >= 8, 10, message="all 8 records")
     second = Subscriber(grid, unique_name, group="g", lease_ms=LEASE_MS, member_id="b")
     try:
         assert second.member is not None and first.member is not None
-        wait_until(lambda: len(second.member.assignment()) == 1 and len(first.member.assignment()) == 1, 20,
-                   message="one lane each")
+        wait_until(
+            lambda: len(second.member.assignment()) == 1 and len(first.member.assignment()) == 1,
+            20,
+            message="one lane each",
+        )
         moved = next(iter(second.member.assignment()))
         kept = 1 - moved
         first.poll(50)  # auto-confirms: the kept lane moves; the moved lane is logged as lost, not raised

@@ -15,8 +15,21 @@ from meteor_spark.bench import pubsub
 def test_quick_bench_reports_every_scenario() -> None:
     parser = argparse.ArgumentParser()
     pubsub.add_arguments(parser)
-    args = parser.parse_args(["--quick", "--async-records", "2000", "--bulk-records", "20000",
-                              "--fanout-records", "8000", "--round-trips", "20", "--subscriber-processes", "3"])
+    args = parser.parse_args(
+        [
+            "--quick",
+            "--async-records",
+            "2000",
+            "--bulk-records",
+            "20000",
+            "--fanout-records",
+            "8000",
+            "--round-trips",
+            "20",
+            "--subscriber-processes",
+            "3",
+        ]
+    )
     figures = pubsub.run(args)
     assert set(figures) >= {"ceiling", "one_publisher", "fanout", "fanout_constant", "latency"}
     for fanout in (figures["fanout"], figures["fanout_constant"]):

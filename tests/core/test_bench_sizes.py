@@ -24,8 +24,25 @@ def _args(*argv: str) -> argparse.Namespace:
 @pytest.mark.embedded_only
 def test_quick_sweeps_report_every_point_and_write_the_plot(tmp_path: Path) -> None:
     png = tmp_path / "sweeps.png"
-    figures = sizes.run(_args("--quick", "--sizes", "100", "5000", "--lanes", "1", "3", "--megabytes", "1",
-                              "--max-records", "3000", "--max-call-bytes", "65536", "--plot", str(png)))
+    figures = sizes.run(
+        _args(
+            "--quick",
+            "--sizes",
+            "100",
+            "5000",
+            "--lanes",
+            "1",
+            "3",
+            "--megabytes",
+            "1",
+            "--max-records",
+            "3000",
+            "--max-call-bytes",
+            "65536",
+            "--plot",
+            str(png),
+        )
+    )
     assert [p["record_bytes"] for p in figures["sizes"]] == [100, 5000]
     assert [p["lanes"] for p in figures["lanes"]] == [1, 3]
     assert figures["settings"]["max_call_bytes"] == 65536
@@ -48,7 +65,11 @@ def test_the_shape_is_the_accumulators_cut_of_uniform_records() -> None:
 
 def test_size_labels() -> None:
     assert [sizes.size_label(n) for n in (100, 1024, 10 * 1024, 64 * 1024, 3 << 19)] == [
-        "100 B", "1 KiB", "10 KiB", "64 KiB", "1.5 MiB"
+        "100 B",
+        "1 KiB",
+        "10 KiB",
+        "64 KiB",
+        "1.5 MiB",
     ]
 
 

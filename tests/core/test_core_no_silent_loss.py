@@ -35,8 +35,9 @@ FOREIGN = b"not a meteor batch"
 
 def _values(sub: Subscriber, count: int, timeout_s: float = 15.0) -> list[bytes]:
     got: list[bytes] = []
-    wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s,
-               message=f"{count} records")
+    wait_until(
+        lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records"
+    )
     return got
 
 
@@ -108,9 +109,7 @@ def test_without_skip_the_position_stays_and_the_error_repeats(grid: Grid, uniqu
 # ---------------------------------------------------------------------------------------------------- past the end
 
 
-def test_a_group_offset_past_a_truncated_lanes_end_is_an_error_not_a_silent_skip(
-    grid: Grid, unique_name: str
-) -> None:
+def test_a_group_offset_past_a_truncated_lanes_end_is_an_error_not_a_silent_skip(grid: Grid, unique_name: str) -> None:
     info = open_stream(grid, StreamConfig(unique_name, capacity=1000))
     _one_record_items(grid, info, 600)
     seek_group(grid, info, "g", {0: first_offset_of(600)})
@@ -122,7 +121,11 @@ def test_a_group_offset_past_a_truncated_lanes_end_is_an_error_not_a_silent_skip
                 _values(sub, 1, timeout_s=10)
             error = past.value
             assert (error.stream, error.lane, error.position, error.oldest, error.end) == (
-                unique_name, 0, first_offset_of(600), 0, first_offset_of(353)
+                unique_name,
+                0,
+                first_offset_of(600),
+                0,
+                first_offset_of(353),
             )
             assert "confirmed offset of group 'g'" in str(error)
         _one_record_items(grid, info, 50)  # new records do not make the gap silently disappear
@@ -143,7 +146,11 @@ def test_lag_report_marks_an_offset_past_the_end(grid: Grid, unique_name: str) -
     _one_record_items(grid, info, 5)
     [entry] = lag_report(grid, info, "g", count_records=True)
     assert (entry.past_end, entry.confirmed, entry.next_sequence, entry.items, entry.records) == (
-        True, first_offset_of(20), 5, None, None
+        True,
+        first_offset_of(20),
+        5,
+        None,
+        None,
     )
 
 
@@ -188,15 +195,17 @@ def test_corrupt_item_default_is_an_error_that_keeps_the_position(grid: Grid, wi
         sub.seek(first_offset_of(2))
         delivered += _values(sub, 1)
         assert delivered == [b"a", b"b"]
-        _figures("corrupt item, on_corrupt=error", errors_raised=raised, delivered=len(delivered),
-                 lost=2 - len(delivered))
+        _figures(
+            "corrupt item, on_corrupt=error", errors_raised=raised, delivered=len(delivered), lost=2 - len(delivered)
+        )
 
 
 @pytest.mark.fault
 def test_corrupt_item_skip_passes_over_it_and_counts_it_once(grid: Grid, with_foreign_item: StreamInfo) -> None:
     info = with_foreign_item
-    with Subscriber(grid, info.name, group="g", initial_offset_scheme="earliest", on_corrupt="skip",
-                    lease_ms=1000) as sub:
+    with Subscriber(
+        grid, info.name, group="g", initial_offset_scheme="earliest", on_corrupt="skip", lease_ms=1000
+    ) as sub:
         assert _values(sub, 2) == [b"a", b"b"]
         assert _drain(sub, 10) == []
         assert (sub.corrupt_items, sub.corrupt, sub.metrics()["corrupt_items"]) == (1, [(0, 1)], 1)
@@ -242,8 +251,12 @@ def test_corrupt_item_dead_letter_publishes_the_raw_item_before_moving_on(
     assert headers[HEADER_SOURCE_SEQUENCE] == b"1"
     assert headers[HEADER_SOURCE_OFFSET] == str(first_offset_of(1)).encode()
     assert b"lane 0 sequence 1" in headers[HEADER_ERROR]
-    _figures("corrupt item, dead_letter_stream", delivered=len(delivered), dead_letters=len(got),
-             lost=3 - len(delivered) - len(got))
+    _figures(
+        "corrupt item, dead_letter_stream",
+        delivered=len(delivered),
+        dead_letters=len(got),
+        lost=3 - len(delivered) - len(got),
+    )
 
 
 def test_corrupt_item_settings_are_checked_at_creation(grid: Grid, with_foreign_item: StreamInfo) -> None:
@@ -292,17 +305,17 @@ def test_counting_records_survives_a_corrupt_item(grid: Grid, with_foreign_item:
 # ---------------------------------------------------------------------------------------------------- errors after good records
 
 
-def test_a_poll_returns_the_good_records_before_an_error_and_the_next_poll_raises(
-    grid: Grid, unique_name: str
-) -> None:
+def test_a_poll_returns_the_good_records_before_an_error_and_the_next_poll_raises(grid: Grid, unique_name: str) -> None:
     info = open_stream(grid, StreamConfig(unique_name))
     ring = grid.ring(info.ring_names[0])
-    ring.add_all([
-        encode_batch([b"v1-a"], producer_id=1, producer_seq=0),
-        encode_batch_v0([b"v0-a", b"v0-b"]),
-        encode_batch([b"v1-b"], producer_id=1, producer_seq=1),
-        _v2_item(),
-    ])
+    ring.add_all(
+        [
+            encode_batch([b"v1-a"], producer_id=1, producer_seq=0),
+            encode_batch_v0([b"v0-a", b"v0-b"]),
+            encode_batch([b"v1-b"], producer_id=1, producer_seq=1),
+            _v2_item(),
+        ]
+    )
     with Subscriber(grid, info.name, initial_offset_scheme="earliest") as sub:
         first = sub.poll(5000)
         assert [r.value for r in first] == [b"v1-a", b"v0-a", b"v0-b", b"v1-b"]

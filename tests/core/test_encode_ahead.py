@@ -72,7 +72,7 @@ def _call_values(items: list[bytes]) -> list[bytes]:
     for item in items:
         view = decode_item(item, stream="s", lane=0, sequence=0)
         data, offsets = bytes(view.value_data), view.value_offsets
-        out.extend(data[offsets[i]:offsets[i + 1]] for i in range(view.count))
+        out.extend(data[offsets[i] : offsets[i + 1]] for i in range(view.count))
     return out
 
 
@@ -81,7 +81,7 @@ def _values(grid: Grid, name: str) -> list[bytes]:
     for sequence, item in _lane(grid, name):
         view = decode_item(item, stream=name, lane=0, sequence=sequence)
         data, offsets = bytes(view.value_data), view.value_offsets
-        out.extend(data[offsets[i]:offsets[i + 1]] for i in range(view.count))
+        out.extend(data[offsets[i] : offsets[i + 1]] for i in range(view.count))
     return out
 
 

@@ -52,8 +52,12 @@ Connect = Callable[[], Grid]
 
 # ---------------------------------------------------------------------------------------------------- pure parts
 
-E, L, N, A = (InitialOffsetScheme.EARLIEST, InitialOffsetScheme.LATEST, InitialOffsetScheme.NONE,
-              InitialOffsetScheme.AUTO)
+E, L, N, A = (
+    InitialOffsetScheme.EARLIEST,
+    InitialOffsetScheme.LATEST,
+    InitialOffsetScheme.NONE,
+    InitialOffsetScheme.AUTO,
+)
 
 
 @pytest.mark.parametrize(

@@ -174,14 +174,19 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
         expected = len(published) - len(confirmed)
         wait_until(
             lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
-            30, message=f"{expected} records redelivered",
+            30,
+            message=f"{expected} records redelivered",
         )
         assert len(survivor.poll(200)) == 0  # and nothing more
         lost = sorted(set(published) - set(confirmed) - set(received))
         duplicated = len(received) - len(set(received)) + len(set(confirmed) & set(received))
         _figures(
-            "sigkill group member", lost=len(lost), duplicated=duplicated, takeover_s=f"{takeover_s:.2f}",
-            lease_s=lease_ms / 1000, redelivered_unconfirmed=len(set(unconfirmed) & set(received)),
+            "sigkill group member",
+            lost=len(lost),
+            duplicated=duplicated,
+            takeover_s=f"{takeover_s:.2f}",
+            lease_s=lease_ms / 1000,
+            redelivered_unconfirmed=len(set(unconfirmed) & set(received)),
         )
         assert lost == [] and duplicated == 0
         assert takeover_s <= lease_ms / 1000 + 1.0
@@ -225,7 +230,8 @@ def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
         expected = len(published) - len(report["confirmed"])
         wait_until(
             lambda: received.extend(r.value.decode() for r in survivor.poll(100)) or len(received) >= expected,
-            30, message=f"{expected} records after the zombie's confirmed offsets",
+            30,
+            message=f"{expected} records after the zombie's confirmed offsets",
         )
         survivor.confirm()
         after_takeover = offsets()
@@ -243,13 +249,20 @@ def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
 
     refused = sum(outcome == "fenced" for outcome in outcomes)
     backwards = sum(
-        1 for before, after in itertools.pairwise(samples) for lane in before
+        1
+        for before, after in itertools.pairwise(samples)
+        for lane in before
         if before[lane] is not None and (after[lane] is None or after[lane] < before[lane])
     )
     lost = sorted(set(published) - set(report["confirmed"]) - set(received))
     _figures(
-        "sigstopped zombie", confirms_tried=len(outcomes), refused=refused, accepted=outcomes.count("accepted"),
-        offsets_backwards=backwards, takeover_s=f"{takeover_s:.2f}", lost=len(lost),
+        "sigstopped zombie",
+        confirms_tried=len(outcomes),
+        refused=refused,
+        accepted=outcomes.count("accepted"),
+        offsets_backwards=backwards,
+        takeover_s=f"{takeover_s:.2f}",
+        lost=len(lost),
         final_offsets=json.dumps(final, sort_keys=True),
     )
     assert outcomes and all(outcome == "fenced" for outcome in outcomes), outcomes

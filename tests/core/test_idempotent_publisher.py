@@ -65,7 +65,7 @@ def _census(grid: Grid, name: str, lanes: int) -> tuple[collections.Counter[byte
             offsets = view.value_offsets
             data = bytes(view.value_data)
             for i in range(view.count):
-                values[data[offsets[i]:offsets[i + 1]]] += 1
+                values[data[offsets[i] : offsets[i + 1]]] += 1
     return values, items, duplicates
 
 
@@ -199,21 +199,27 @@ def test_producer_sequences_rise_in_ring_order_while_two_threads_encode_calls_of
     monkeypatch.setattr(sender, "encode_items", slow_encode)
     chunks = [[b"t%d-%05d" % (t, i) for i in range(j, j + 400)] for t in range(2) for j in range(0, 2000, 400)]
     with Publisher(grid, StreamConfig(unique_name), max_batch_records=10, max_call_bytes=2048) as pub:
-        workers = [threading.Thread(target=lambda mine=chunks[t::2]: [pub.publish_many(c) for c in mine])
-                   for t in range(2)]
+        workers = [
+            threading.Thread(target=lambda mine=chunks[t::2]: [pub.publish_many(c) for c in mine]) for t in range(2)
+        ]
         for worker in workers:
             worker.start()
         for worker in workers:
             worker.join()
         pub.flush()
-    sequences = [item_producer(item, stream=unique_name, lane=0, sequence=sequence).producer_seq
-                 for sequence, item in _raw_lane(grid, unique_name, 0)]
+    sequences = [
+        item_producer(item, stream=unique_name, lane=0, sequence=sequence).producer_seq
+        for sequence, item in _raw_lane(grid, unique_name, 0)
+    ]
     assert sequences == sorted(set(sequences))  # strictly rising in ring order
     expected = sorted(v for chunk in chunks for v in chunk)
     got: list[bytes] = []
     with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as reader:
-        wait_until(lambda: got.extend(r.value for r in reader.poll(100)) or len(got) >= len(expected), 30,
-                   message=f"{len(expected)} records")
+        wait_until(
+            lambda: got.extend(r.value for r in reader.poll(100)) or len(got) >= len(expected),
+            30,
+            message=f"{len(expected)} records",
+        )
         assert reader.item_gate.duplicate_items == 0
     assert sorted(got) == expected
 
@@ -270,8 +276,9 @@ def _publish_while_cutting(
                 return future
 
             ring.add_all_async = cutting  # type: ignore[method-assign]
-        futures = [pub.publish_many([f"{n}".encode() for n in range(i, min(records, i + 200))])
-                   for i in range(0, records, 200)]
+        futures = [
+            pub.publish_many([f"{n}".encode() for n in range(i, min(records, i + 200))]) for i in range(0, records, 200)
+        ]
         pub.flush(120)
         failed = sum(1 for f in futures if f.exception() is not None)
         metrics = pub.metrics()
@@ -287,9 +294,7 @@ def test_cutting_connections_mid_add_all_loses_and_duplicates_nothing(
     grid: Grid, grid_settings: GridSettings, proxy: TcpProxy, unique_name: str
 ) -> None:
     records = 6000
-    figures = _publish_while_cutting(
-        grid_settings, proxy, unique_name, idempotent=True, records=records, cut_every=12
-    )
+    figures = _publish_while_cutting(grid_settings, proxy, unique_name, idempotent=True, records=records, cut_every=12)
     values, _, duplicates = _census(grid, unique_name, 2)
     lost = sum(1 for n in range(records) if values[f"{n}".encode()] == 0)
     repeated = sum(count - 1 for count in values.values() if count > 1)
@@ -313,9 +318,7 @@ def test_without_idempotence_the_same_cuts_fail_records(
     grid: Grid, grid_settings: GridSettings, proxy: TcpProxy, unique_name: str
 ) -> None:
     records = 3000
-    figures = _publish_while_cutting(
-        grid_settings, proxy, unique_name, idempotent=False, records=records, cut_every=12
-    )
+    figures = _publish_while_cutting(grid_settings, proxy, unique_name, idempotent=False, records=records, cut_every=12)
     values, _, _ = _census(grid, unique_name, 2)
     stored = sum(values.values())
     print(

@@ -122,11 +122,21 @@ def test_shared_member_reports_what_it_settled(grid, unique_name, registry, scra
     group = f"{unique_name}-shared"
     labels = {"stream": unique_name, "group": group}
     dead = f"{unique_name}-dead"
-    with Subscriber(grid, unique_name, shared=True, group=group, initial_offset_scheme="earliest",
-                    dead_letter_stream=dead, metrics=registry) as member:
+    with Subscriber(
+        grid,
+        unique_name,
+        shared=True,
+        group=group,
+        initial_offset_scheme="earliest",
+        dead_letter_stream=dead,
+        metrics=registry,
+    ) as member:
         held: list = []
-        wait_until(lambda: held.extend(member.poll(timeout_ms=200)) or len(held) >= 10, timeout_s=20,
-                   message="the shared member is handed every record")
+        wait_until(
+            lambda: held.extend(member.poll(timeout_ms=200)) or len(held) >= 10,
+            timeout_s=20,
+            message="the shared member is handed every record",
+        )
         member.ack(held[:5])
         member.nack(held[5:7])
         member.reject(held[7:8])
@@ -161,7 +171,10 @@ def test_group_member_counts_fencing_refusals(grid, unique_name) -> None:
         with pytest.raises(FencedError):
             member.confirm(0, 6, epoch=epoch + 1)  # records read under another epoch are never confirmed
         assert member.metrics() == {
-            "lease_acquisitions": 1, "lease_losses": 0, "fencing_refusals": 1, "lanes_held": 1,
+            "lease_acquisitions": 1,
+            "lease_losses": 0,
+            "fencing_refusals": 1,
+            "lanes_held": 1,
         }
 
 

@@ -17,18 +17,22 @@ from meteor_spark.spark.lag import QueryLagCollector, kafka_metrics, lag_from_pr
 
 PROGRESS = {
     "batchId": 4,
-    "sources": [{
-        "startOffset": json.dumps({"s": {"0": 0, "1": 0, "2": 0}}),
-        "endOffset": json.dumps({"s": {"0": 10, "1": 4, "2": 7}}),
-        "latestOffset": json.dumps({"s": {"0": 10, "1": 10, "2": 9}}),
-        "numInputRows": 21,
-    }],
+    "sources": [
+        {
+            "startOffset": json.dumps({"s": {"0": 0, "1": 0, "2": 0}}),
+            "endOffset": json.dumps({"s": {"0": 10, "1": 4, "2": 7}}),
+            "latestOffset": json.dumps({"s": {"0": 10, "1": 10, "2": 9}}),
+            "numInputRows": 21,
+        }
+    ],
 }
 
 
 def test_kafka_metrics_of_a_progress() -> None:
     assert kafka_metrics(lag_from_progress(PROGRESS)) == {
-        "avgOffsetsBehindLatest": "2.7", "maxOffsetsBehindLatest": "6", "minOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "2.7",
+        "maxOffsetsBehindLatest": "6",
+        "minOffsetsBehindLatest": "0",
     }
     assert kafka_metrics(lag_from_progress({"sources": []})) == {}
 

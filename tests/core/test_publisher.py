@@ -69,9 +69,11 @@ def test_records_round_trip_with_keys_headers_and_timestamps(grid: Grid, unique_
 def test_order_is_kept_per_lane_with_many_threads_and_lanes(grid: Grid, unique_name: str) -> None:
     config = StreamConfig(unique_name, lanes=4, max_batch_records=7)
     with Publisher(grid, config, max_items_per_call=3) as pub:
+
         def produce(thread: int) -> None:
             for i in range(300):
                 pub.publish_async(Record(f"{thread}:{i}".encode(), key=f"key-{thread}".encode()))
+
         threads = [threading.Thread(target=produce, args=(t,)) for t in range(4)]
         for t in threads:
             t.start()
@@ -197,13 +199,19 @@ def test_publish_arrow_spreads_keyless_rows_over_the_lanes_in_runs_of_a_whole_ca
         # One at a time: a lane claimed while the sticky lane points at it moves the sticky lane on.
         small = [pub.publish_arrow(bulk(lo, lo + 10)).lanes_written() for lo in (0, 10, 20, 30)]
         assert [[(w.lane, w.records) for w in written] for written in small] == [
-            [(0, 10)], [(1, 10)], [(2, 10)], [(3, 10)]
+            [(0, 10)],
+            [(1, 10)],
+            [(2, 10)],
+            [(3, 10)],
         ]
         large = pub.publish_arrow(bulk(40, 100))
         assert [(w.lane, w.records) for w in large.lanes_written()] == [(0, 34), (1, 26)]
     by_lane = _read_all(grid, open_stream(grid, unique_name))
     assert {lane: [r.value for r in records] for lane, records in by_lane.items()} == {
-        0: rows[0:10] + rows[40:74], 1: rows[10:20] + rows[74:100], 2: rows[20:30], 3: rows[30:40]
+        0: rows[0:10] + rows[40:74],
+        1: rows[10:20] + rows[74:100],
+        2: rows[20:30],
+        3: rows[30:40],
     }
 
 

@@ -139,8 +139,7 @@ def test_order_per_lane_with_direct_sends_from_many_threads(grid: Grid, unique_n
 
         def publish(thread: int) -> list[tuple[int, Any]]:
             return [
-                (i, pub.publish_async(Record(f"{thread}:{i}".encode(), key=f"t{thread}".encode())))
-                for i in range(300)
+                (i, pub.publish_async(Record(f"{thread}:{i}".encode(), key=f"t{thread}".encode()))) for i in range(300)
             ]
 
         with concurrent.futures.ThreadPoolExecutor(4) as pool:

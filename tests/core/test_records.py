@@ -83,7 +83,8 @@ def test_records_read_are_the_records_the_constructor_makes(compression: str) ->
         got[0].value = b"changed"  # type: ignore[misc]
     plain = encode_columns([b"x", b"yz"], timestamps=7, producer_id=1, producer_seq=0)  # no optional columns
     assert BatchPart("s", 0, 0, decode_item(plain, stream="s", lane=0, sequence=0), 0, 2).records() == [
-        Record(b"x", None, (), 7, 0, 0, "s"), Record(b"yz", None, (), 7, 1, 0, "s")
+        Record(b"x", None, (), 7, 0, 0, "s"),
+        Record(b"yz", None, (), 7, 1, 0, "s"),
     ]
 
 
@@ -93,7 +94,9 @@ def test_plain_values_and_uniform_timestamps_need_no_optional_columns() -> None:
     assert flags == 0  # no keys, no headers, no per-record timestamps
     batch = decode_batch(item, stream="s", lane=0, sequence=0)
     assert [(r.value, r.key, r.headers, r.timestamp_ms) for r in batch] == [
-        (b"a", None, (), 123), (b"", None, (), 123), (b"ccc", None, (), 123)
+        (b"a", None, (), 123),
+        (b"", None, (), 123),
+        (b"ccc", None, (), 123),
     ]
 
 
@@ -132,7 +135,9 @@ def test_a_calls_items_take_rising_sequences_and_each_keeps_its_own_pieces() -> 
     c = prepare_columns([b"c1"], timestamps=[4])
     items = encode_items([[a], [a, b], [c]], ItemFraming(producer_id=3, producer_seq=10, transactional=True))
     assert [item_producer(item, stream="s", lane=0, sequence=i).producer_seq for i, item in enumerate(items)] == [
-        10, 11, 12,
+        10,
+        11,
+        12,
     ]
     got = [
         [(r.value, r.key, r.headers, r.timestamp_ms) for r in decode_batch(item, stream="s", lane=0, sequence=i)]
@@ -185,9 +190,9 @@ def test_legacy_version_0_items_are_upgraded_on_read() -> None:
 @pytest.mark.parametrize(
     "damage, message",
     [
-        (lambda b: b[:HEADER_SIZE - 3], "truncated ring item"),
+        (lambda b: b[: HEADER_SIZE - 3], "truncated ring item"),
         (lambda b: b[:-1], "announces"),
-        (lambda b: b[:HEADER_SIZE + 4] + bytes([b[HEADER_SIZE + 4] ^ 0x40]) + b[HEADER_SIZE + 5:], "checksum"),
+        (lambda b: b[: HEADER_SIZE + 4] + bytes([b[HEADER_SIZE + 4] ^ 0x40]) + b[HEADER_SIZE + 5 :], "checksum"),
         (lambda b: b"XXXX" + b[4:], "bad magic"),
         (lambda b: b"", "bad magic"),
     ],
@@ -203,23 +208,26 @@ def test_a_consistent_checksum_does_not_hide_inconsistent_lengths() -> None:
     # Rewrite the first value length and fix the checksum: the structural checks still catch it.
     item = bytearray(encode_columns([b"abc", b"de"], timestamps=0, producer_id=0, producer_seq=0, compression="none"))
     struct.pack_into("<i", item, HEADER_SIZE, 99)
-    crc = zlib.crc32(bytes(item[HEADER_SIZE:]), zlib.crc32(bytes(item[:HEADER_SIZE - 4])))
+    crc = zlib.crc32(bytes(item[HEADER_SIZE:]), zlib.crc32(bytes(item[: HEADER_SIZE - 4])))
     struct.pack_into("<I", item, HEADER_SIZE - 4, crc)
     with pytest.raises(FormatError, match="too short"):
         decode_item(bytes(item), stream="s", lane=0, sequence=0)
 
 
 def test_arrow_schema_is_exactly_the_contract() -> None:
-    assert pa.schema(
-        [
-            pa.field("key", pa.binary(), nullable=True),
-            pa.field("value", pa.binary(), nullable=True),
-            pa.field("stream", pa.string(), nullable=True),
-            pa.field("lane", pa.int32(), nullable=True),
-            pa.field("offset", pa.int64(), nullable=True),
-            pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
-        ]
-    ) == ARROW_SCHEMA
+    assert (
+        pa.schema(
+            [
+                pa.field("key", pa.binary(), nullable=True),
+                pa.field("value", pa.binary(), nullable=True),
+                pa.field("stream", pa.string(), nullable=True),
+                pa.field("lane", pa.int32(), nullable=True),
+                pa.field("offset", pa.int64(), nullable=True),
+                pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=True),
+            ]
+        )
+        == ARROW_SCHEMA
+    )
     element = pa.struct([pa.field("key", pa.string(), nullable=True), pa.field("value", pa.binary(), nullable=True)])
     headers = pa.field("headers", pa.list_(pa.field("element", element, nullable=True)), nullable=True)
     assert ARROW_SCHEMA.append(headers) == ARROW_SCHEMA_WITH_HEADERS

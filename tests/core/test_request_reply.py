@@ -103,6 +103,7 @@ def test_grouped_responders_share_the_requests(grid: Grid, unique_name: str) -> 
         def handler(request: Record) -> bytes:
             served[name] += 1
             return name.encode()
+
         return handler
 
     group = f"{unique_name}-g"

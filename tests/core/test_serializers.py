@@ -109,8 +109,11 @@ def test_bad_json_error_policy_returns_the_good_records_then_stops_at_the_bad_on
         assert [r.value for r in _poll(sub, 2)] == [{"n": 0}, {"n": 1}]
         bad = make_offset(0, 2)
         for _ in range(2):  # the lane stays stopped at the record until a seek
-            with pytest.raises(DeserializationError, match=rf"value_deserializer failed on the record at offset {bad} "
-                               rf"of stream '{unique_name}' lane 0: JSONDecodeError"):
+            with pytest.raises(
+                DeserializationError,
+                match=rf"value_deserializer failed on the record at offset {bad} "
+                rf"of stream '{unique_name}' lane 0: JSONDecodeError",
+            ):
                 sub.poll(1000)
             assert sub.position() == bad
         sub.seek(bad + 1)
@@ -124,7 +127,10 @@ def test_bad_json_skip_policy_counts_it_and_confirm_passes_it(grid: Grid, unique
         pub.publish(b"{")  # the last record is refused too: confirm must still pass it
     group = f"{unique_name}-g"
     options: dict[str, Any] = {
-        "group": group, "value_deserializer": "json", "on_corrupt": "skip", "initial_offset_scheme": "earliest"
+        "group": group,
+        "value_deserializer": "json",
+        "on_corrupt": "skip",
+        "initial_offset_scheme": "earliest",
     }
     with Subscriber(grid, config, **options) as sub:
         wait_until(sub.is_assigned, 10, message="lane assigned")
@@ -147,7 +153,11 @@ def test_bad_key_dead_letter_policy_publishes_the_stored_record(grid: Grid, uniq
         pub.publish(Record(b"2", key=b"\xff\xfe", headers=(("trace", b"t-1"),), timestamp_ms=77))
         pub.publish(Record(b"3", key=b"m"))
     with Subscriber(
-        grid, config, value_deserializer="json", key_deserializer="str", dead_letter_stream=dead,
+        grid,
+        config,
+        value_deserializer="json",
+        key_deserializer="str",
+        dead_letter_stream=dead,
         initial_offset_scheme="earliest",
     ) as sub:
         got = _poll(sub, 2)

@@ -42,8 +42,10 @@ def test_released_and_timed_out_records_keep_their_delivery_count_and_are_acquir
     share = share.expire(["t1"])  # the rest timed out
     assert share.spans == (Span(0, make_offset(0, 6), AVAILABLE, 1),)  # merged: same state, same count
     share = share.acquire([(0, make_offset(0, 3), 2)], "t2")
-    assert share.spans == (Span(0, make_offset(0, 3), ACQUIRED, 2, "t2"), Span(make_offset(0, 3), make_offset(0, 6),
-                                                                                AVAILABLE, 1))
+    assert share.spans == (
+        Span(0, make_offset(0, 3), ACQUIRED, 2, "t2"),
+        Span(make_offset(0, 3), make_offset(0, 6), AVAILABLE, 1),
+    )
     with pytest.raises(ValueError, match="not available"):
         share.acquire([(0, 1, 3)], "t3")
     assert share.tokens() == {"t2"} and share.available() == [share.spans[1]]

@@ -171,14 +171,31 @@ def test_a_lock_that_expires_at_the_last_delivery_dead_letters_the_record_instea
 ) -> None:
     _stream(grid, unique_name, 2, lanes=1, per_item=2)
     dlq = unique_name + "-dlq"
-    dead = _member(grid, unique_name, members, max_deliveries=1, acquisition_timeout_ms=300, dead_letter_stream=dlq,
-                   member_id="dead")
-    other = _member(grid, unique_name, members, max_deliveries=1, acquisition_timeout_ms=300, dead_letter_stream=dlq,
-                    member_id="other")
+    dead = _member(
+        grid,
+        unique_name,
+        members,
+        max_deliveries=1,
+        acquisition_timeout_ms=300,
+        dead_letter_stream=dlq,
+        member_id="dead",
+    )
+    other = _member(
+        grid,
+        unique_name,
+        members,
+        max_deliveries=1,
+        acquisition_timeout_ms=300,
+        dead_letter_stream=dlq,
+        member_id="other",
+    )
     assert [r.delivery_count for r in _poll(dead)] == [1, 1]  # and never settled: its process is gone
     redelivered: list[SharedRecord] = []
-    wait_until(lambda: redelivered.extend(other.poll(50)) or other.dead_lettered_records == 2, 10,
-               message="the expired records archived by the other member")
+    wait_until(
+        lambda: redelivered.extend(other.poll(50)) or other.dead_lettered_records == 2,
+        10,
+        message="the expired records archived by the other member",
+    )
     assert redelivered == []
     letters = _dead_letters(grid, dlq, 2)
     assert sorted(_values(letters)) == ["r0", "r1"]
@@ -424,11 +441,18 @@ def test_deserializers_and_on_corrupt_for_shared_members(
         strict.poll(0)
     assert strict.held() == 0  # released, delivered again (delivery count 2) to whoever polls
     dead = f"{unique_name}-dead"
-    lenient = Subscriber(grid, unique_name, group="lenient", shared=True, value_deserializer="json",
-                         on_corrupt="dead_letter", dead_letter_stream=dead)
+    lenient = Subscriber(
+        grid,
+        unique_name,
+        group="lenient",
+        shared=True,
+        value_deserializer="json",
+        on_corrupt="dead_letter",
+        dead_letter_stream=dead,
+    )
     members.append(lenient)  # type: ignore[arg-type]
     got: list[object] = []
-    wait_until(lambda: (got.extend(r.value for r in lenient.poll(20)) or len(got) >= 2), 10, message="2 records")
+    wait_until(lambda: got.extend(r.value for r in lenient.poll(20)) or len(got) >= 2, 10, message="2 records")
     assert got == [{"n": 1}, {"n": 3}]
     assert lenient.refusals.undecodable_records == 1 and lenient.held() == 2
     (letter,) = _dead_letters(grid, dead, 1)

@@ -71,13 +71,23 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
     dlq = unique_name + "-dlq"
     names = ["slow", "m1", "m2", "m3"]
     # The group's settings: stored by its first member; the killed one repeats them, the survivors give none.
-    with Subscriber(grid, info.name, group="q", shared=True, acquisition_timeout_ms=ACQUISITION_TIMEOUT_MS,
-                    dead_letter_stream=dlq) as creator:
+    with Subscriber(
+        grid, info.name, group="q", shared=True, acquisition_timeout_ms=ACQUISITION_TIMEOUT_MS, dead_letter_stream=dlq
+    ) as creator:
         assert creator.acquisition_timeout_ms == ACQUISITION_TIMEOUT_MS
     for name in names:
         dlq_arg, timeout_arg = (dlq, str(ACQUISITION_TIMEOUT_MS)) if name == "slow" else ("-", "-")
-        children.append(Child(SHARED_CHILD, grid_settings.members[0], grid_settings.cluster_name, info.name, dlq_arg,
-                              name, timeout_arg))
+        children.append(
+            Child(
+                SHARED_CHILD,
+                grid_settings.members[0],
+                grid_settings.cluster_name,
+                info.name,
+                dlq_arg,
+                name,
+                timeout_arg,
+            )
+        )
     by_fd = {child.process.stdout.fileno(): (name, child) for name, child in zip(names, children, strict=True)}
     processed: Counter[str] = Counter()
     acked: Counter[str] = Counter()
@@ -125,8 +135,11 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
 
     letters: list[Record] = []
     with Subscriber(grid, dlq, initial_offset_scheme="earliest") as dead:
-        wait_until(lambda: letters.extend(dead.poll(100)) or len(letters) >= len(poison), 30,
-                   message=f"{len(poison)} dead letters")
+        wait_until(
+            lambda: letters.extend(dead.poll(100)) or len(letters) >= len(poison),
+            30,
+            message=f"{len(poison)} dead letters",
+        )
         letters.extend(dead.poll(200))
     dead_letters = Counter(r.value.decode() for r in letters)
     counts = {dict(r.headers)[HEADER_DELIVERY_COUNT] for r in letters}
@@ -141,7 +154,8 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
         f"held_by_killed={len(held_by_killed)} (+{len(held_at_last_delivery)} at their last delivery), "
         f"redelivery_s={redelivery_s:.2f} "
         f"acked_by={dict(sorted(acked_by.items()))} "
-        f"(group lock {ACQUISITION_TIMEOUT_MS / 1000:g} s; survivors gave none)", flush=True,
+        f"(group lock {ACQUISITION_TIMEOUT_MS / 1000:g} s; survivors gave none)",
+        flush=True,
     )
     # Each record acknowledged exactly once, or (the poison ones) dead-lettered once after max_deliveries (5).
     assert sorted(acked) == sorted(set(published) - poison) and set(acked.values()) == {1}

@@ -103,7 +103,8 @@ def test_lane_bounds_and_exact_range_reads(grid: Grid, unique_name: str) -> None
     assert sequences == list(range(head + 1, end - 1))
     values = [
         decode_batch(item, stream=info.name, lane=lane, sequence=seq).values()[0]
-        for items, seqs in chunks for item, seq in zip(items, seqs)
+        for items, seqs in chunks
+        for item, seq in zip(items, seqs)
     ]
     assert len(values) == len(sequences)
     assert list(read_range(grid, info, lane, end, end)) == []

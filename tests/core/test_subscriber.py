@@ -90,8 +90,9 @@ def test_seek(grid: Grid, unique_name: str) -> None:
         sub.seek(first_offset_of(3))  # the end itself is a valid position: the next record to be written
         with pytest.raises(ConfigError, match=r"lane 7 does not exist in stream .*lanes are 0\.\.0"):
             sub.seek(0, lane=7)
-    with Subscriber(grid, StreamConfig(unique_name + "-multi", lanes=2)) as multi, pytest.raises(
-        ConfigError, match="say which one"
+    with (
+        Subscriber(grid, StreamConfig(unique_name + "-multi", lanes=2)) as multi,
+        pytest.raises(ConfigError, match="say which one"),
     ):
         multi.seek(0)
 
@@ -185,8 +186,12 @@ def test_receiver_delivers_survives_a_throwing_callback_and_stops_with_the_subsc
 
 def test_request_reply_round_trips_over_two_streams(grid: Grid, unique_name: str) -> None:
     requests, replies = StreamConfig(unique_name + "-req"), StreamConfig(unique_name + "-rep")
-    with Subscriber(grid, requests) as server_in, Publisher(grid, replies) as server_out, \
-            Subscriber(grid, replies) as client_in, Publisher(grid, requests) as client_out:
+    with (
+        Subscriber(grid, requests) as server_in,
+        Publisher(grid, replies) as server_out,
+        Subscriber(grid, replies) as client_in,
+        Publisher(grid, requests) as client_out,
+    ):
         server = server_in.attach_receiver(lambda r: server_out.publish_async(b"re:" + r.value), poll_timeout_ms=20)
         for i in range(50):
             client_out.publish_async(str(i).encode())

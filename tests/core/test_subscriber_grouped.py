@@ -100,8 +100,10 @@ def test_initial_offset_schemes_grouped(grid: Grid, unique_name: str) -> None:
 
 def test_two_groups_read_independently(grid: Grid, unique_name: str) -> None:
     config = StreamConfig(unique_name)
-    with Subscriber(grid, config, group="a", lease_ms=LEASE_MS) as a, \
-            Subscriber(grid, config, group="b", lease_ms=LEASE_MS) as b:
+    with (
+        Subscriber(grid, config, group="a", lease_ms=LEASE_MS) as a,
+        Subscriber(grid, config, group="b", lease_ms=LEASE_MS) as b,
+    ):
         _publish(grid, config, b"x", b"y")
         assert _poll_values(a, 2) == [b"x", b"y"]
         assert _poll_values(b, 2) == [b"x", b"y"]

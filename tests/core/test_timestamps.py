@@ -42,7 +42,7 @@ def _items(grid: Grid, info: StreamInfo, stamps: Sequence[Sequence[int]], lane: 
     ]
     items = encode_items(pieces, ItemFraming(producer_id=1, producer_seq=first, lane_max_timestamp=lane_max))
     for chunk in range(0, len(items), 500):
-        ring.add_all(items[chunk:chunk + 500])
+        ring.add_all(items[chunk : chunk + 500])
 
 
 def _linear(stamps: Sequence[Sequence[int]], ts: int) -> int | None:
@@ -103,8 +103,9 @@ def test_a_late_record_anywhere_in_a_lane_is_not_skipped(grid: Grid, unique_name
     The issue's case is ``end``: the lane's last record carries an older timestamp and the search used to move the
     lane to its end, skipping 4 of the 5 records at or after the time."""
     info = open_stream(grid, StreamConfig(unique_name, capacity=100))
-    stamps = {"start": [50, 100, 200, 300, 400], "middle": [100, 200, 50, 300, 400],
-              "end": [100, 200, 300, 400, 50]}[where]
+    stamps = {"start": [50, 100, 200, 300, 400], "middle": [100, 200, 50, 300, 400], "end": [100, 200, 300, 400, 50]}[
+        where
+    ]
     with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0) as pub:
         for n, stamp in enumerate(stamps):
             pub.publish(Record(f"r{n}".encode(), timestamp_ms=stamp))
@@ -140,8 +141,10 @@ def test_the_running_maximum_survives_a_publisher_restart(grid: Grid, unique_nam
         with Publisher(grid, unique_name, max_batch_records=1, linger_ms=0, idempotent=n % 2 == 0) as again:
             again.publish(Record(f"b{n}".encode(), timestamp_ms=200 + n))
     ring = grid.ring(info.ring_names[0])
-    maxima = [decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
-              for item in ring.read_many(0, 0, 10).items]
+    maxima = [
+        decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
+        for item in ring.read_many(0, 0, 10).items
+    ]
     assert maxima == [100, 900, 900, 900, 900, 900, 900]
     assert offset_for_timestamp(grid, info, 0, 500) == make_offset(1, 0)
 
@@ -157,8 +160,10 @@ def test_items_of_format_version_1_are_still_searched(grid: Grid, unique_name: s
     with Publisher(grid, unique_name, linger_ms=0) as pub:
         pub.publish(Record(b"2.0", timestamp_ms=25))
         pub.publish(Record(b"3.0", timestamp_ms=40))
-    maxima = [decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
-              for item in ring.read_many(0, 0, 10).items]
+    maxima = [
+        decode_item(item, stream=unique_name, lane=0, sequence=0).lane_max_timestamp_ms
+        for item in ring.read_many(0, 0, 10).items
+    ]
     assert maxima == [None, None, 30, 40]
     assert offset_for_timestamp(grid, info, 0, 15) == make_offset(0, 1)
     assert offset_for_timestamp(grid, info, 0, 30) == make_offset(1, 0)
@@ -187,8 +192,9 @@ def _values(sub: Subscriber, count: int) -> list[str]:
     from meteor_spark.testing import wait_until
 
     got: list[str] = []
-    wait_until(lambda: got.extend(r.value.decode() for r in sub.poll(50)) or len(got) >= count,
-               message=f"{count} records")
+    wait_until(
+        lambda: got.extend(r.value.decode() for r in sub.poll(50)) or len(got) >= count, message=f"{count} records"
+    )
     return got
 
 

@@ -51,8 +51,9 @@ def _plain(grid: Grid, stream: str, values: list[bytes]) -> None:
 
 def _read(sub: Subscriber, count: int, timeout_s: float = 15.0) -> list[bytes]:
     got: list[bytes] = []
-    wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s,
-               message=f"{count} records")
+    wait_until(
+        lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= count, timeout_s, message=f"{count} records"
+    )
     return got
 
 
@@ -61,8 +62,10 @@ def _drain(sub: Subscriber, polls: int = 5) -> list[bytes]:
 
 
 def _subscribers(grid: Grid, stream: str) -> tuple[Subscriber, Subscriber]:
-    return (Subscriber(grid, stream, initial_offset_scheme="earliest", isolation="read_committed"),
-            Subscriber(grid, stream, initial_offset_scheme="earliest", isolation="read_uncommitted"))
+    return (
+        Subscriber(grid, stream, initial_offset_scheme="earliest", isolation="read_committed"),
+        Subscriber(grid, stream, initial_offset_scheme="earliest", isolation="read_uncommitted"),
+    )
 
 
 def test_committed_transaction_delivers_only_the_committed_producers(grid: Grid, unique_name: str) -> None:

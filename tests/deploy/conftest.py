@@ -24,7 +24,9 @@ def _source_files() -> list[str]:
     """Files of the checkout a build may see: tracked plus new, not ignored (never .venv, build/, caches)."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT, capture_output=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
 

@@ -28,25 +28,31 @@ def pyspark_home(python: Path) -> Path:
     """SPARK_HOME of the pyspark installed in ``python``'s environment (the wheel ships bin/ and jars/)."""
     done = subprocess.run(
         [str(python), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     return Path(done.stdout.strip())
 
 
-def run_script(python: Path, name: str, args: Sequence[str], cwd: Path, env: dict[str, str],
-               timeout_s: float) -> subprocess.CompletedProcess[str]:
+def run_script(
+    python: Path, name: str, args: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
     """Run ``scripts/<name>`` with the deployed Python from ``cwd`` (a copy, so sys.path never sees the checkout)."""
     script = cwd / name
     script.write_text((SCRIPTS / name).read_text())
-    return subprocess.run([str(python), str(script), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout_s)
+    return subprocess.run(
+        [str(python), str(script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def start(args: Sequence[str], log: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:
     """A long-running process in a session of its own, its output in ``log``."""
     with log.open("wb") as out:
-        return subprocess.Popen(list(args), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        return subprocess.Popen(
+            list(args), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
 
 
 def descendants(pid: int) -> list[int]:

@@ -51,6 +51,7 @@ def test_publisher_and_subscriber_ride_out_a_member_restart(member: EmbeddedGrid
                     acked.add(n)
                 else:
                     failed[n] = type(error).__name__
+
             return callback
 
         def publish() -> None:
@@ -88,10 +89,12 @@ def test_publisher_and_subscriber_ride_out_a_member_restart(member: EmbeddedGrid
     lost = len(acked - set(read))
     duplicated = len(read) - len(set(read))
     stored_though_failed = len(set(failed) & set(read))
-    summary = (f"member killed and restarted under load: {len(acked):,} publishes acknowledged, {len(failed)} failed "
-               f"in their futures ({sorted(set(failed.values()))}; {stored_though_failed} of them stored all the "
-               f"same), subscriber read {len(read):,}: lost {lost}, duplicated {duplicated}; "
-               f"poll errors {len(poll_errors)}")
+    summary = (
+        f"member killed and restarted under load: {len(acked):,} publishes acknowledged, {len(failed)} failed "
+        f"in their futures ({sorted(set(failed.values()))}; {stored_though_failed} of them stored all the "
+        f"same), subscriber read {len(read):,}: lost {lost}, duplicated {duplicated}; "
+        f"poll errors {len(poll_errors)}"
+    )
     print(summary)
     assert (lost, duplicated) == (0, 0), summary
     assert acked | set(failed) == set(range(sent[0])), "a publish neither acknowledged nor failed: silently dropped"

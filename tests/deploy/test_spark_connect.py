@@ -40,14 +40,28 @@ def connect_server(deploy_python: Path, outside: Path, tmp_path_factory: pytest.
     port = free_port()
     log = tmp_path_factory.mktemp("connect") / "connect-server.log"
     env = {**deploy_env(deploy_python), "SPARK_HOME": str(home)}
-    args = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-            "--name", "meteor-connect-test", "--master", "local[2]", "--driver-memory", "1g",
-            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-            "--conf", f"spark.connect.grpc.binding.port={port}",
-            "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=2",
-            "--conf", "spark.python.authenticate.socketTimeout=120s",
-            "spark-internal"]
+    args = [
+        str(home / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--name",
+        "meteor-connect-test",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "--conf",
+        "spark.python.authenticate.socketTimeout=120s",
+        "spark-internal",
+    ]
     server = start(args, log, env, outside)
     try:
         wait_for_log(log, "Spark Connect server started", server, timeout_s=300)
@@ -58,15 +72,23 @@ def connect_server(deploy_python: Path, outside: Path, tmp_path_factory: pytest.
 
 @pytest.mark.parametrize("mode", ["plain", "register"])
 def test_batch_read_grouped_stream_and_write_over_connect(
-    mode: str, connect_server: str, deploy_python: Path, outside: Path, grid: Grid, grid_settings: GridSettings,
+    mode: str,
+    connect_server: str,
+    deploy_python: Path,
+    outside: Path,
+    grid: Grid,
+    grid_settings: GridSettings,
     unique_name: str,
 ) -> None:
     source, target, group = f"{unique_name}-in", f"{unique_name}-out", "connect"
     publish_numbered(grid, source, count=RECORDS, lanes=2, per_item=50)
     done = run_script(
-        deploy_python, "connect_client.py",
+        deploy_python,
+        "connect_client.py",
         [connect_server, ",".join(grid_settings.members), grid_settings.cluster_name, source, target, group, mode],
-        cwd=outside, env=deploy_env(deploy_python), timeout_s=600,
+        cwd=outside,
+        env=deploy_env(deploy_python),
+        timeout_s=600,
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
     found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,5 +102,7 @@ def test_batch_read_grouped_stream_and_write_over_connect(
     info = open_stream(grid, source, create=False)
     ends = {lane: make_offset(end, 0) for lane, (_head, end) in lane_bounds(grid, info).items()}
     assert {s.lane: s.confirmed for s in group_state(grid, info, group)} == ends
-    print(f"Spark Connect ({mode}): batch read {found['batch_count']:,}, grouped stream {found['stream_rows']:,}, "
-          f"written {found['written']:,}; lost {lost}, duplicated {duplicated}")
+    print(
+        f"Spark Connect ({mode}): batch read {found['batch_count']:,}, grouped stream {found['stream_rows']:,}, "
+        f"written {found['written']:,}; lost {lost}, duplicated {duplicated}"
+    )

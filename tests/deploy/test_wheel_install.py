@@ -19,9 +19,12 @@ def test_the_wheel_in_a_fresh_venv_reads_a_stream_with_spark(
 ) -> None:
     publish_numbered(grid, unique_name, count=3_000, lanes=3, per_item=100)
     done = run_script(
-        deploy_python, "wheel_read.py",
+        deploy_python,
+        "wheel_read.py",
         [",".join(grid_settings.members), grid_settings.cluster_name, unique_name, "3000"],
-        cwd=outside, env=deploy_env(deploy_python), timeout_s=600,
+        cwd=outside,
+        env=deploy_env(deploy_python),
+        timeout_s=600,
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-5000:]}"
     found = json.loads(done.stdout.strip().splitlines()[-1])
@@ -39,6 +42,7 @@ def test_the_wheel_in_a_fresh_venv_reads_a_stream_with_spark(
         assert noise not in done.stderr, done.stderr[-3000:]
     print(f"wheel install: read {found['count']:,} of 3,000 records through the installed package")
 
-    version = subprocess.run([str(deploy_python.with_name("meteor")), "--version"], capture_output=True, text=True,
-                             cwd=outside, timeout=120)
+    version = subprocess.run(
+        [str(deploy_python.with_name("meteor")), "--version"], capture_output=True, text=True, cwd=outside, timeout=120
+    )
     assert version.returncode == 0 and version.stdout.startswith("meteor-spark "), version

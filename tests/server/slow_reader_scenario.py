@@ -83,7 +83,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
                 def request() -> int:
                     return slow.send(
-                        m.RINGBUFFER_READ_MANY, name=RING, start_sequence=0, min_count=1, max_count=args.items, filter=None
+                        m.RINGBUFFER_READ_MANY,
+                        name=RING,
+                        start_sequence=0,
+                        min_count=1,
+                        max_count=args.items,
+                        filter=None,
                     )
 
                 outstanding = {request() for _ in range(args.subscribers)}

@@ -40,8 +40,9 @@ def test_client_connects_and_sees_one_member_with_271_partitions(grid_settings: 
         partitions = c.partition_service
         wait_until(lambda: partitions.get_partition_count() == 271, timeout_s=30, message="the partition table")
         if len(members) == 1:
-            wait_until(lambda: partitions.get_partition_owner(0) is not None, timeout_s=30,
-                       message="the owner of partition 0")
+            wait_until(
+                lambda: partitions.get_partition_owner(0) is not None, timeout_s=30, message="the owner of partition 0"
+            )
             assert partitions.get_partition_owner(0) == members[0].uuid
         ring = c.get_ringbuffer("t-connect-probe").blocking()
         assert ring.capacity() >= 1
@@ -91,12 +92,16 @@ def test_unknown_message_type_gets_unsupported_operation(client: hazelcast.Hazel
     assert client.get_ringbuffer("t-after-unknown").blocking().size() == 0, "the connection stays usable"
 
 
-def test_distributed_objects_are_listed_and_destroyed(client: hazelcast.HazelcastClient, grid_settings: GridSettings, unique_name: str) -> None:
+def test_distributed_objects_are_listed_and_destroyed(
+    client: hazelcast.HazelcastClient, grid_settings: GridSettings, unique_name: str
+) -> None:
     other = connect(grid_settings)
     try:
         other.get_ringbuffer(unique_name).blocking().size()
         wait_until(
-            lambda: any(o.name == unique_name and o.service_name == RING_SERVICE for o in client.get_distributed_objects()),
+            lambda: any(
+                o.name == unique_name and o.service_name == RING_SERVICE for o in client.get_distributed_objects()
+            ),
             message=f"{unique_name} in the distributed objects",
         )
         other.get_ringbuffer(unique_name).destroy()
@@ -125,7 +130,9 @@ def test_distributed_object_listener_sees_created_and_destroyed(
             lambda: (unique_name, RING_SERVICE, "DESTROYED") in events,
             message="CREATED and DESTROYED events",
         )
-        assert events.index((unique_name, RING_SERVICE, "CREATED")) < events.index((unique_name, RING_SERVICE, "DESTROYED"))
+        assert events.index((unique_name, RING_SERVICE, "CREATED")) < events.index(
+            (unique_name, RING_SERVICE, "DESTROYED")
+        )
         assert events.count((unique_name, RING_SERVICE, "CREATED")) == 1
     finally:
         other.shutdown()
@@ -137,7 +144,9 @@ def test_grid_distributed_objects(grid: Grid, unique_name: str) -> None:
     assert (RING_SERVICE, unique_name) in grid.distributed_objects()
 
 
-def test_compact_schema_is_stored_and_served(client: hazelcast.HazelcastClient, grid_settings: GridSettings, unique_name: str) -> None:
+def test_compact_schema_is_stored_and_served(
+    client: hazelcast.HazelcastClient, grid_settings: GridSettings, unique_name: str
+) -> None:
     """A compact-serialized value written by one client is readable by another (schemas go through the member)."""
     from hazelcast.serialization.api import CompactReader, CompactSerializer, CompactWriter
 

@@ -146,7 +146,10 @@ def to_client(type_: FixedType | VarType, value: Any) -> Any:
     if isinstance(type_, c._ListMultiFrame):
         return [to_client(type_.item, item) for item in value]
     if isinstance(type_, c._EntryList):
-        pairs = [(to_client(type_.key, k), to_client(type_.value, v)) for k, v in (value.items() if isinstance(value, dict) else value)]
+        pairs = [
+            (to_client(type_.key, k), to_client(type_.value, v))
+            for k, v in (value.items() if isinstance(value, dict) else value)
+        ]
         return dict(pairs) if type_.as_dict else pairs
     if isinstance(type_, StructType):
         fields = {param.name: to_client(param.type, getattr(value, param.name)) for param in type_.params}
@@ -201,8 +204,9 @@ def test_official_request_decodes_with_our_spec(spec: MessageSpec) -> None:
     codec = official_codec(spec)
     samples = Samples()
     values = {param.name: samples.of(param.type) for param in spec.request}
-    outbound = codec.encode_request(**{name: to_client(param.type, values[name]) for name, param in
-                                       ((p.name, p) for p in spec.request)})
+    outbound = codec.encode_request(
+        **{name: to_client(param.type, values[name]) for name, param in ((p.name, p) for p in spec.request)}
+    )
     outbound.set_correlation_id(4242)
     message = from_outbound(outbound.buf)
     assert message.request_header()[:2] == (spec.request_type, 4242)
@@ -288,10 +292,15 @@ def test_request_round_trip_through_our_own_encoder_for_every_spec() -> None:
     for spec in ALL_SPECS:
         samples = Samples()
         values = {param.name: samples.of(param.type) for param in spec.request}
-        message = FrameReader(expect_preamble=False).feed(b"".join(bytes(x) for x in c.encode_request(spec, 5, values)))[0]
+        message = FrameReader(expect_preamble=False).feed(
+            b"".join(bytes(x) for x in c.encode_request(spec, 5, values))
+        )[0]
         decoded = c.decode_request(spec, message)
         for param in spec.request:
-            assert norm(param.type, decoded[param.name]) == norm(param.type, values[param.name]), (spec.name, param.name)
+            assert norm(param.type, decoded[param.name]) == norm(param.type, values[param.name]), (
+                spec.name,
+                param.name,
+            )
 
 
 def test_optional_trailing_parameter_defaults_when_an_older_peer_omits_it() -> None:

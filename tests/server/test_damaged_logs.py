@@ -85,8 +85,10 @@ def test_damaged_ring_log_keeps_every_intact_item(tmp_path: Path, where: str) ->
     assert f"ring sequences {damaged_index}..{damaged_index}" in log_text
     assert "may have been acknowledged" in log_text
     assert "torn" not in log_text and "never acknowledged" not in log_text
-    print(f"damaged ring log ({where}): {len(kept)} of {ITEMS} acknowledged items kept, "
-          f"{reader.skipped_items} quarantined, next sequence {new_sequence}")
+    print(
+        f"damaged ring log ({where}): {len(kept)} of {ITEMS} acknowledged items kept, "
+        f"{reader.skipped_items} quarantined, next sequence {new_sequence}"
+    )
 
 
 @pytest.mark.parametrize("where", ["start", "middle", "end"])
@@ -115,4 +117,6 @@ def test_damaged_map_log_keeps_every_intact_entry(tmp_path: Path, where: str) ->
     assert len(list(data_dir.glob("maps.log.quarantine-*"))) == 1
     assert "may have been acknowledged" in log_text
     assert "torn" not in log_text and "never acknowledged" not in log_text
-    print(f"damaged map log ({where}): {len(kept)} of {ITEMS} acknowledged entries kept, {ITEMS - len(kept)} quarantined")
+    print(
+        f"damaged map log ({where}): {len(kept)} of {ITEMS} acknowledged entries kept, {ITEMS - len(kept)} quarantined"
+    )

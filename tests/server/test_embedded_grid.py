@@ -128,7 +128,9 @@ def test_usage_errors_exit_1_like_the_meteor_command() -> None:
 
 
 def test_ring_and_map_config_argument_parsing() -> None:
-    assert parse_ring_config("meteor.stream::o.*:capacity=5,ttl=3") == RingConfig("meteor.stream::o.*", capacity=5, ttl_s=3)
+    assert parse_ring_config("meteor.stream::o.*:capacity=5,ttl=3") == RingConfig(
+        "meteor.stream::o.*", capacity=5, ttl_s=3
+    )
     with pytest.raises(ValueError, match="unknown ring config setting 'capacty' \\(did you mean 'capacity'\\?\\)"):
         parse_ring_config("x:capacty=3")
     with pytest.raises(ValueError, match="capacity must be an integer"):
@@ -191,8 +193,12 @@ def test_authentication_with_long_credentials_and_labels_fits_the_unauthenticate
     username, password = "u" * 500, "p" * 4000
     with EmbeddedGrid(username=username, password=password) as member:
         client = hazelcast.HazelcastClient(
-            cluster_members=[member.address], cluster_name=member.cluster_name, cluster_connect_timeout=10,
-            creds_username=username, creds_password=password, client_name="n" * 500,
+            cluster_members=[member.address],
+            cluster_name=member.cluster_name,
+            cluster_connect_timeout=10,
+            creds_username=username,
+            creds_password=password,
+            client_name="n" * 500,
             labels=[f"label-{i}-" + "l" * 200 for i in range(40)],
         )
         try:

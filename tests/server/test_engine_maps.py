@@ -139,8 +139,7 @@ def test_max_idle_counts_from_last_access(maps: Maps, clock: ManualClock) -> Non
     assert maps.contains_key("m", b"k") is False
 
 
-def test_sweep_fires_expired_for_untouched_entries(maps: Maps, clock: ManualClock,
-                                                    events: list[EntryEvent]) -> None:
+def test_sweep_fires_expired_for_untouched_entries(maps: Maps, clock: ManualClock, events: list[EntryEvent]) -> None:
     maps.put("m", b"a", b"1", ALICE, ttl_ms=50)
     maps.put("m", b"b", b"2", ALICE)
     clock.advance(60)

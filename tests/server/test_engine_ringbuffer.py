@@ -132,7 +132,12 @@ def test_read_many_waits_for_min_count_and_keeps_what_it_collected() -> None:
     assert not r.read_many(state)
     r.add_all([b"c", b"d"])
     assert r.read_many(state)
-    assert (state.items, state.sequences, state.next_sequence, state.read_count) == ([b"a", b"b", b"c", b"d"], [0, 1, 2, 3], 4, 4)
+    assert (state.items, state.sequences, state.next_sequence, state.read_count) == (
+        [b"a", b"b", b"c", b"d"],
+        [0, 1, 2, 3],
+        4,
+        4,
+    )
 
 
 def test_read_many_above_tail_clamps_to_tail_plus_one_and_waits() -> None:
@@ -155,7 +160,12 @@ def test_read_many_wraps_around_the_array() -> None:
 
 @pytest.mark.parametrize(
     "args,message",
-    [((-1, 0, 1), "startSequence -1"), ((0, -1, 1), "minCount"), ((0, 5, 4), "maxCount should be"), ((0, 0, 1001), "larger than 1000")],
+    [
+        ((-1, 0, 1), "startSequence -1"),
+        ((0, -1, 1), "minCount"),
+        ((0, 5, 4), "maxCount should be"),
+        ((0, 0, 1001), "larger than 1000"),
+    ],
 )
 def test_read_many_argument_checks(args: tuple[int, int, int], message: str) -> None:
     with pytest.raises(IllegalArgument, match=message):
@@ -188,7 +198,10 @@ def test_destroy_recreates_an_empty_ring() -> None:
 
 
 def test_config_patterns_follow_hazelcast_matching() -> None:
-    assert match_pattern(["meteor.stream::*", "meteor.stream::orders.*"], "meteor.stream::orders.0") == "meteor.stream::orders.*"
+    assert (
+        match_pattern(["meteor.stream::*", "meteor.stream::orders.*"], "meteor.stream::orders.0")
+        == "meteor.stream::orders.*"
+    )
     assert match_pattern(["a*", "ab"], "ab") == "ab"
     assert match_pattern(["*.x"], "y.x") == "*.x"
     assert match_pattern(["a*"], "b") is None

@@ -110,8 +110,9 @@ def test_large_frames_at_random_splits(read_type: type) -> None:
     """Large frames split anywhere (in their header, at their last byte, with the next frames in the same read),
     fed as bytes or as a caller's reusable buffer, come out whole and as immutable bytes."""
     rng = random.Random(11)
-    payloads = [rng.randbytes(rng.choice([10, 3000, LARGE_FRAME - 7, LARGE_FRAME, 3 * LARGE_FRAME + 5]))
-                for _ in range(30)]
+    payloads = [
+        rng.randbytes(rng.choice([10, 3000, LARGE_FRAME - 7, LARGE_FRAME, 3 * LARGE_FRAME + 5])) for _ in range(30)
+    ]
     data = PREAMBLE + b"".join(request(9, i, p, b"x") for i, p in enumerate(payloads))
     reader = FrameReader()
     got = []
@@ -153,9 +154,13 @@ def test_fragmented_message_is_reassembled() -> None:
     fid = struct.pack("<q", 1234)
     data = (
         PREAMBLE
-        + frame(BEGIN_FRAGMENT, fid) + frame(0, initial) + frame(IS_FINAL, b"part1")
-        + frame(0, fid) + frame(IS_FINAL, b"part2")
-        + frame(END_FRAGMENT, fid) + frame(IS_FINAL, b"part3")
+        + frame(BEGIN_FRAGMENT, fid)
+        + frame(0, initial)
+        + frame(IS_FINAL, b"part1")
+        + frame(0, fid)
+        + frame(IS_FINAL, b"part2")
+        + frame(END_FRAGMENT, fid)
+        + frame(IS_FINAL, b"part3")
     )
     messages = FrameReader().feed(data)
     assert len(messages) == 1

@@ -42,7 +42,9 @@ def sample(rng: random.Random, type_: Any) -> Any:
             "double": rng.random(),
         }[type_.name]
     if type_ is c.STRING:
-        return rng.choice(["r", "m", "meteor.stream::x.0", "", "dev", "hz:impl:ringbufferService", "hz:impl:mapService"])
+        return rng.choice(
+            ["r", "m", "meteor.stream::x.0", "", "dev", "hz:impl:ringbufferService", "hz:impl:mapService"]
+        )
     if type_ in (c.DATA, c.BYTE_ARRAY):
         return bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 24)))
     if isinstance(type_, c._FixedList):
@@ -75,7 +77,9 @@ def valid_request(rng: random.Random, correlation_id: int) -> bytes:
     values = {param.name: sample(rng, param.type) for param in spec.request}
     if "timeout" in values:  # keep lock/try waits short: a fuzzed 2**62 ms wait would only be cancelled at close
         values["timeout"] = rng.choice([0, 1, -1])
-    return b"".join(bytes(x) for x in c.encode_request(spec, correlation_id, values, partition_id=rng.randrange(-1, 271)))
+    return b"".join(
+        bytes(x) for x in c.encode_request(spec, correlation_id, values, partition_id=rng.randrange(-1, 271))
+    )
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:

@@ -53,16 +53,22 @@ def test_ringbuffer_add_request_decodes() -> None:
 
 def test_read_many_response_with_one_item() -> None:
     expected = bytes.fromhex(
-        "1f000000" "00c0"  # initial frame: length 31 = 6 + 13 + 4 + 8; unfragmented
+        "1f000000"
+        "00c0"  # initial frame: length 31 = 6 + 13 + 4 + 8; unfragmented
         "01091700"  # message type 0x170901 (Ringbuffer.readMany response)
         "0100000000000000"  # correlation id 1
         "00"  # backup acks 0
         "01000000"  # read_count 1
         "0800000000000000"  # next_seq 8
-        "06000000" "0010"  # BEGIN_DATA_STRUCTURE: items list starts
-        "08000000" "0000" "abcd"  # item 0: Data frame of 2 bytes
-        "06000000" "0008"  # END_DATA_STRUCTURE: items list ends
-        "0e000000" "0020"  # item_seqs LongArray frame, IS_FINAL
+        "06000000"
+        "0010"  # BEGIN_DATA_STRUCTURE: items list starts
+        "08000000"
+        "0000"
+        "abcd"  # item 0: Data frame of 2 bytes
+        "06000000"
+        "0008"  # END_DATA_STRUCTURE: items list ends
+        "0e000000"
+        "0020"  # item_seqs LongArray frame, IS_FINAL
         "0700000000000000"  # sequence 7
     )
     chunks = encode_response(m.RINGBUFFER_READ_MANY, 1, read_count=1, next_seq=8, items=[b"\xab\xcd"], item_seqs=[7])
@@ -73,23 +79,32 @@ def test_stale_sequence_error_response() -> None:
     message = "sequence:1 is too small"
     expected = (
         bytes.fromhex(
-            "13000000" "00c0"  # initial frame: length 19 = 6 + 13, no fixed fields
+            "13000000"
+            "00c0"  # initial frame: length 19 = 6 + 13, no fixed fields
             "00000000"  # message type 0: error
             "0300000000000000"  # correlation id 3
             "00"  # backup acks 0
-            "06000000" "0010"  # BEGIN: List<ErrorHolder>
-            "06000000" "0010"  # BEGIN: ErrorHolder
-            "0a000000" "0000" "33000000"  # ErrorHolder fixed frame: error_code 51 (StaleSequence)
+            "06000000"
+            "0010"  # BEGIN: List<ErrorHolder>
+            "06000000"
+            "0010"  # BEGIN: ErrorHolder
+            "0a000000"
+            "0000"
+            "33000000"  # ErrorHolder fixed frame: error_code 51 (StaleSequence)
         )
-        + bytes.fromhex("35000000" "0000")  # class name frame, length 53
+        + bytes.fromhex("350000000000")  # class name frame, length 53
         + b"com.hazelcast.ringbuffer.StaleSequenceException"
-        + bytes.fromhex("1d000000" "0000")  # message frame, length 29
+        + bytes.fromhex("1d0000000000")  # message frame, length 29
         + message.encode()
         + bytes.fromhex(
-            "06000000" "0010"  # BEGIN: stack trace elements (none)
-            "06000000" "0008"  # END: stack trace elements
-            "06000000" "0008"  # END: ErrorHolder
-            "06000000" "0028"  # END: List<ErrorHolder>, IS_FINAL
+            "06000000"
+            "0010"  # BEGIN: stack trace elements (none)
+            "06000000"
+            "0008"  # END: stack trace elements
+            "06000000"
+            "0008"  # END: ErrorHolder
+            "06000000"
+            "0028"  # END: List<ErrorHolder>, IS_FINAL
         )
     )
     assert joined(encode_error(3, StaleSequence(message))) == expected
@@ -99,17 +114,21 @@ def test_distributed_object_event() -> None:
     source = uuid.UUID(int=(1 << 64) | 2)
     expected = (
         bytes.fromhex(
-            "27000000" "00c2"  # initial frame: length 39 = 6 + 16 + 17; unfragmented | IS_EVENT
+            "27000000"
+            "00c2"  # initial frame: length 39 = 6 + 16 + 17; unfragmented | IS_EVENT
             "02090000"  # message type 0x000902 (DistributedObject event)
             "0400000000000000"  # correlation id 4 of the listener registration
             "ffffffff"  # partition id -1
-            "00" "0100000000000000" "0200000000000000"  # source uuid: not null, msb 1, lsb 2
-            "07000000" "0000"  # name frame
+            "00"
+            "0100000000000000"
+            "0200000000000000"  # source uuid: not null, msb 1, lsb 2
+            "07000000"
+            "0000"  # name frame
         )
         + b"m"
-        + bytes.fromhex("18000000" "0000")  # service name frame, length 24
+        + bytes.fromhex("180000000000")  # service name frame, length 24
         + b"hz:impl:mapService"
-        + bytes.fromhex("0d000000" "0020")  # event type frame, IS_FINAL
+        + bytes.fromhex("0d0000000020")  # event type frame, IS_FINAL
         + b"CREATED"
     )
     spec = m.CLIENT_ADD_DISTRIBUTED_OBJECT_LISTENER.events[0]

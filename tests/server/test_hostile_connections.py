@@ -204,8 +204,10 @@ def test_garbage_and_oversized_frames_before_and_after_authentication(member: Em
             raw.sock.sendall(_frame_header(1000) + b"\1" * 10)
         ok = good.ok
         wait_until(lambda: good.progress(ok), timeout_s=10, message="the good client to keep working")
-    print(f"hostile frames: {refused} of 8 connections refused by the member; good client ops ok {good.ok}, "
-          f"failed {len(good.failed)}")
+    print(
+        f"hostile frames: {refused} of 8 connections refused by the member; good client ops ok {good.ok}, "
+        f"failed {len(good.failed)}"
+    )
     assert refused == 8
     assert not good.failed
     assert member.running

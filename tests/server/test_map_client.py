@@ -260,8 +260,13 @@ def test_entry_listener_events(m: BlockingMap) -> None:
     m.clear()
     wait_until(lambda: len(events) >= 8, timeout_s=EVENT_TIMEOUT_S, message="8 entry events")
     summary = [(e.event_type, e.key, e.value, e.old_value) for e in events[:5]]
-    assert summary == [(1, "k", "1", None), (4, "k", "2", "1"), (2, "k", None, "2"), (1, "e", "x", None),
-                       (8, "e", None, "x")]
+    assert summary == [
+        (1, "k", "1", None),
+        (4, "k", "2", "1"),
+        (2, "k", None, "2"),
+        (1, "e", "x", None),
+        (8, "e", None, "x"),
+    ]
     # Hazelcast orders events per key (partition), not across keys: put_all's and clear's may interleave.
     rest = sorted(((e.event_type, e.key or "", e.number_of_affected_entries) for e in events[5:8]))
     assert rest == [(1, "a", 1), (1, "b", 1), (64, "", 2)]
@@ -277,8 +282,10 @@ def test_key_listener_without_values(m: BlockingMap) -> None:
     m.put("watched", "1")
     m.put("watched", "2")
     wait_until(lambda: len(events) >= 2, timeout_s=EVENT_TIMEOUT_S, message="2 events on the watched key")
-    assert [(e.event_type, e.key, e.value, e.old_value) for e in events] == [(1, "watched", None, None),
-                                                                            (4, "watched", None, None)]
+    assert [(e.event_type, e.key, e.value, e.old_value) for e in events] == [
+        (1, "watched", None, None),
+        (4, "watched", None, None),
+    ]
 
 
 def test_expiry_fires_expired_event(m: BlockingMap) -> None:

@@ -32,9 +32,16 @@ SAMPLE_UUID = uuid.UUID("12345678-9abc-4def-8123-456789abcdef")
 
 def _codec_module(spec: c.MessageSpec) -> Any:
     service, method = spec.name.split(".")
-    prefix = {"Map": "map", "Topic": "topic", "AtomicLong": "atomic_long", "CPGroup": "cp_group",
-              "FlakeIdGenerator": "flake_id_generator"}[service]
-    snake = re.sub(r"(?<!^)(?=[A-Z])", "_", method.replace("CPGroup", "CpGroup").replace("CPObject", "CpObject")).lower()
+    prefix = {
+        "Map": "map",
+        "Topic": "topic",
+        "AtomicLong": "atomic_long",
+        "CPGroup": "cp_group",
+        "FlakeIdGenerator": "flake_id_generator",
+    }[service]
+    snake = re.sub(
+        r"(?<!^)(?=[A-Z])", "_", method.replace("CPGroup", "CpGroup").replace("CPObject", "CpObject")
+    ).lower()
     return importlib.import_module(f"hazelcast.protocol.codec.{prefix}_{snake}_codec")
 
 
@@ -77,8 +84,20 @@ def _norm(value: Any) -> Any:
     if isinstance(value, (ClientRaftGroupId, c.RaftGroupId)):
         return ("raft", value.name, value.seed, value.id)
     if isinstance(value, (ClientEntryView, c.SimpleEntryView)):
-        fields = ("key", "value", "cost", "creation_time", "expiration_time", "hits", "last_access_time",
-                  "last_stored_time", "last_update_time", "version", "ttl", "max_idle")
+        fields = (
+            "key",
+            "value",
+            "cost",
+            "creation_time",
+            "expiration_time",
+            "hits",
+            "last_access_time",
+            "last_stored_time",
+            "last_update_time",
+            "version",
+            "ttl",
+            "max_idle",
+        )
         return tuple(_norm(getattr(value, f)) for f in fields)
     if isinstance(value, (list, tuple)):
         return [_norm(v) for v in value]
@@ -129,9 +148,7 @@ def test_nullable_responses_decode_as_none() -> None:
     assert decoded == {"max_idle": -1, "response": None}
 
 
-@pytest.mark.parametrize(
-    "spec", [s for s in SPECS if s.events], ids=[s.name for s in SPECS if s.events]
-)
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.events], ids=[s.name for s in SPECS if s.events])
 def test_our_events_decode_officially(spec: c.MessageSpec) -> None:
     codec = _codec_module(spec)
     (event_spec,) = spec.events

@@ -73,7 +73,9 @@ def test_metrics_port_in_use_is_a_clear_error(tmp_path) -> None:
         taken = first.metrics_address.rsplit(":", 1)[1]
         result = subprocess.run(
             [sys.executable, "-m", "meteor_spark.server", "--port", "0", "--metrics-port", taken],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     assert result.returncode == 1
     assert f"cannot serve metrics on 127.0.0.1:{taken}" in result.stderr
@@ -89,7 +91,10 @@ def test_meteor_grid_start_metrics_port_from_the_config_file(tmp_path) -> None:
     config.write_text("[server]\nmetrics-port = 0\n")
     process = subprocess.Popen(
         [str(meteor), "grid", "start", "--port", "0", "--log-level", "WARNING", "--config", str(config)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert process.stdout is not None

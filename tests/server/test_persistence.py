@@ -306,7 +306,9 @@ def test_a_data_directory_has_one_member(tmp_path: Path) -> None:
 def test_bad_fsync_settings_are_refused() -> None:
     with pytest.raises(InvalidConfiguration, match="fsync policy 'sometimes' is unknown"):
         EngineConfig(fsync="sometimes")
-    with pytest.raises(InvalidConfiguration, match="fsync_interval_ms must be a positive number of milliseconds, got 0"):
+    with pytest.raises(
+        InvalidConfiguration, match="fsync_interval_ms must be a positive number of milliseconds, got 0"
+    ):
         EngineConfig(fsync_interval_ms=0)
 
 
@@ -405,7 +407,9 @@ def test_every_acknowledged_write_survives_sigkill(member: EmbeddedGrid) -> None
 
 @pytest.mark.embedded_only
 def test_history_below_head_is_read_from_disk_after_restart(tmp_path: Path) -> None:
-    grid = EmbeddedGrid(process=True, data_dir=tmp_path, fsync="never", ring_configs=(RingConfig("small*", capacity=5),))
+    grid = EmbeddedGrid(
+        process=True, data_dir=tmp_path, fsync="never", ring_configs=(RingConfig("small*", capacity=5),)
+    )
     grid.start()
     try:
         client = _client(grid)

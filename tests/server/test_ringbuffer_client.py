@@ -79,7 +79,9 @@ def test_large_items_round_trip(client: hazelcast.HazelcastClient, unique_name: 
     assert list(ring.read_many(0, 8, 8)) == payloads
 
 
-def test_overwrite_moves_head_and_reads_clamp_or_fail(client: hazelcast.HazelcastClient, grid: Grid, unique_name: str) -> None:
+def test_overwrite_moves_head_and_reads_clamp_or_fail(
+    client: hazelcast.HazelcastClient, grid: Grid, unique_name: str
+) -> None:
     grid.add_ring_config(unique_name, capacity=3)
     ring = client.get_ringbuffer(unique_name).blocking()
     assert ring.capacity() == 3
@@ -101,7 +103,9 @@ def test_fail_policy_without_ttl_overwrites(client: hazelcast.HazelcastClient, g
     assert ring.remaining_capacity() == 2
 
 
-def test_fail_policy_with_ttl_refuses_a_full_ring(client: hazelcast.HazelcastClient, grid: Grid, unique_name: str) -> None:
+def test_fail_policy_with_ttl_refuses_a_full_ring(
+    client: hazelcast.HazelcastClient, grid: Grid, unique_name: str
+) -> None:
     grid.add_ring_config(unique_name, capacity=2, ttl_s=3600)
     ring = client.get_ringbuffer(unique_name).blocking()
     assert ring.add_all(items(b"a", b"b"), FAIL) == 1
@@ -137,7 +141,9 @@ def test_blocking_read_many_is_woken_by_another_client(
     assert result.next_sequence_to_read_from == 3
 
 
-def test_blocking_read_one_is_woken_by_an_add(client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str) -> None:
+def test_blocking_read_one_is_woken_by_an_add(
+    client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
+) -> None:
     ring = client.get_ringbuffer(unique_name)
     ring.blocking().add(bytearray(b"a"))
     pending = ring.read_one(1)
@@ -219,7 +225,9 @@ def test_read_one_on_an_untouched_ring_parks_until_the_first_add(
     assert pending.result() == bytearray(b"first")
 
 
-def test_read_many_beyond_the_tail_waits_from_tail_plus_one(client: hazelcast.HazelcastClient, unique_name: str) -> None:
+def test_read_many_beyond_the_tail_waits_from_tail_plus_one(
+    client: hazelcast.HazelcastClient, unique_name: str
+) -> None:
     ring = client.get_ringbuffer(unique_name)
     ring.blocking().add_all(items(b"a", b"b"))
     pending = ring.read_many(10, 1, 5)  # clamped to tail + 1 = 2: waits for the next item, not for sequence 10

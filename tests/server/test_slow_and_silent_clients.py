@@ -67,10 +67,12 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
                 )
 
                 held = wait_until(
-                    lambda: (info := _connection(member, "stops-reading")) is not None
-                    and info.congested
-                    and info.backlog > 0
-                    and info,
+                    lambda: (
+                        (info := _connection(member, "stops-reading")) is not None
+                        and info.congested
+                        and info.backlog > 0
+                        and info
+                    ),
                     message="the member to hold back the requests of the client that does not read",
                 )
                 assert held.queued_bytes + held.transport_bytes <= bound, held
@@ -98,10 +100,12 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
                     assert [bytes(item) for item in responses[correlation_id]["items"]] == _serialized(items)
                 assert [bytes(item) for item in responses[parked]["items"]] == _serialized(woken_items)
                 drained = wait_until(
-                    lambda: (info := _connection(member, "stops-reading")) is not None
-                    and not info.congested
-                    and info.queued_bytes == 0
-                    and info,
+                    lambda: (
+                        (info := _connection(member, "stops-reading")) is not None
+                        and not info.congested
+                        and info.queued_bytes == 0
+                        and info
+                    ),
                     message="the member to resume the client",
                 )
                 assert drained.backlog == 0
@@ -174,16 +178,19 @@ def test_a_held_back_client_that_pings_stays_connected_while_a_frozen_one_is_clo
         with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid:
             grid.ring(unique_name).add_all([bytes([index]) * ITEM_BYTES for index in range(ITEMS)])
         reads = [_read_many(unique_name, 0, 1, ITEMS) for _ in range(8)]
-        with RawClient(member.address, receive_buffer=64 * 1024) as alive, RawClient(
-            member.address, receive_buffer=64 * 1024
-        ) as frozen:
+        with (
+            RawClient(member.address, receive_buffer=64 * 1024) as alive,
+            RawClient(member.address, receive_buffer=64 * 1024) as frozen,
+        ):
             alive.authenticate(client_name="pinging")
             frozen.authenticate(client_name="frozen")
             requested = alive.send_all(reads)
             frozen.send_all(reads)
 
             def both_held() -> bool:
-                return all((info := _connection(member, name)) is not None and info.congested for name in ("pinging", "frozen"))
+                return all(
+                    (info := _connection(member, name)) is not None and info.congested for name in ("pinging", "frozen")
+                )
 
             wait_until(both_held, message="the member to hold back both clients")
             pings: list[int] = []

@@ -30,7 +30,10 @@ def put_items(grid: Grid, info: StreamInfo, lane: int, items: Sequence[Sequence[
 
 def values_items(prefix: str, items: int, per_item: int) -> list[list[Record]]:
     return [
-        [Record(f"{prefix}-{i}-{j}".encode(), key=f"k{j}".encode(), headers=(("h", b"%d" % j),)) for j in range(per_item)]
+        [
+            Record(f"{prefix}-{i}-{j}".encode(), key=f"k{j}".encode(), headers=(("h", b"%d" % j),))
+            for j in range(per_item)
+        ]
         for i in range(items)
     ]
 
@@ -55,9 +58,13 @@ def rows_of(df: Any) -> list[tuple[Any, ...]]:
 
 def stream_reader(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
     """A streaming ``format("meteor")`` DataFrame of ``stream`` on the grid under test."""
-    return spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", stream).options(
-        **options
-    ).load()
+    return (
+        spark.readStream.format("meteor")
+        .options(**grid_options(settings))
+        .option("stream", stream)
+        .options(**options)
+        .load()
+    )
 
 
 def run_available_now(df: Any, checkpoint: Any, rows: list[bytes]) -> Any:
@@ -67,8 +74,10 @@ def run_available_now(df: Any, checkpoint: Any, rows: list[bytes]) -> Any:
         rows.extend(r.value for r in batch.select("value").collect())
 
     query = (
-        df.writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        df.writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     return query

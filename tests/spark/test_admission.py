@@ -51,10 +51,16 @@ def _run_available_now(
         values.extend(r.value for r in rows)
 
     query = (
-        spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", name)
-        .option("startingOffsets", "earliest").options(**options).load()
-        .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
+        spark.readStream.format("meteor")
+        .options(**grid_options(settings))
+        .option("stream", name)
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     return batches, values, query
@@ -68,12 +74,15 @@ def test_available_now_with_max_bytes_per_trigger_runs_several_batches_and_reads
     item_bytes = _item_bytes(grid, unique_name)
     cap = int(4.5 * item_bytes)  # about two items per lane and batch
 
-    batches, values, query = _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp",
-                                                maxBytesPerTrigger=str(cap))
+    batches, values, query = _run_available_now(
+        spark, grid_settings, unique_name, tmp_path / "cp", maxBytesPerTrigger=str(cap)
+    )
 
     ran = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    print(f"maxBytesPerTrigger={cap} (items of ~{item_bytes:.0f} bytes): {len(ran)} batches, items per batch "
-          f"{[sum(b.values()) for b in batches if b]}")
+    print(
+        f"maxBytesPerTrigger={cap} (items of ~{item_bytes:.0f} bytes): {len(ran)} batches, items per batch "
+        f"{[sum(b.values()) for b in batches if b]}"
+    )
     assert len(ran) == len([b for b in batches if b]) >= 3
     # The cap, plus at most one item per lane (a lane always admits one; the sizes are estimates).
     assert all(sum(b.values()) * item_bytes <= cap + 2 * item_bytes for b in batches), batches
@@ -88,32 +97,51 @@ def test_per_lane_byte_cap_and_the_tighter_of_two_limits(
     published += [r.value for r in put_items(grid, info, 1, _incompressible_items("b", 1))]
     item_bytes = _item_bytes(grid, unique_name)
 
-    batches, values, _ = _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp1",
-                                            maxBytesPerLanePerTrigger=str(int(2.5 * item_bytes)))
+    batches, values, _ = _run_available_now(
+        spark, grid_settings, unique_name, tmp_path / "cp1", maxBytesPerLanePerTrigger=str(int(2.5 * item_bytes))
+    )
     assert [dict(b) for b in batches if b] == [{0: 2, 1: 1}, {0: 2}, {0: 1}]
     assert sorted(values) == sorted(published)
 
     # maxOffsetsPerTrigger=2 (split over the lanes with a backlog) is tighter than ~4 items per lane: it wins.
-    batches, values, _ = _run_available_now(spark, grid_settings, unique_name, tmp_path / "cp2",
-                                            maxBytesPerLanePerTrigger=str(int(4.5 * item_bytes)),
-                                            maxOffsetsPerTrigger="2")
+    batches, values, _ = _run_available_now(
+        spark,
+        grid_settings,
+        unique_name,
+        tmp_path / "cp2",
+        maxBytesPerLanePerTrigger=str(int(4.5 * item_bytes)),
+        maxOffsetsPerTrigger="2",
+    )
     assert [dict(b) for b in batches if b] == [{0: 1, 1: 1}, {0: 2}, {0: 2}]
     assert sorted(values) == sorted(published)
 
 
 def test_headers_as_map_round_trip(spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     source, target = f"{unique_name}-src", f"{unique_name}-dst"
-    put_items(grid, make_stream(grid, source), 0, [[
-        Record(b"v1", headers=(("a", b"1"), ("b", b"2"), ("a", b"3"))),
-        Record(b"v2"),
-        Record(b"v3", headers=(("c", b""),)),
-    ]])
+    put_items(
+        grid,
+        make_stream(grid, source),
+        0,
+        [
+            [
+                Record(b"v1", headers=(("a", b"1"), ("b", b"2"), ("a", b"3"))),
+                Record(b"v2"),
+                Record(b"v3", headers=(("c", b""),)),
+            ]
+        ],
+    )
     make_stream(grid, target)
 
     def read(name: str, **options: str) -> Any:
         return (
-            spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", name)
-            .option("includeHeaders", "true").options(**options).load().select("value", "headers").orderBy("value")
+            spark.read.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", name)
+            .option("includeHeaders", "true")
+            .options(**options)
+            .load()
+            .select("value", "headers")
+            .orderBy("value")
         )
 
     as_map = read(source, headersAsMap="true")

@@ -20,14 +20,25 @@ def test_bench_spark_runs_and_reports_every_figure(spark: Any) -> None:
     for lanes in (1, 2):
         row = figures[f"{lanes}_lanes"]
         samples = figures["samples"][f"{lanes}_lanes"]
-        assert set(row) == {"read_records_per_s", "read_ceiling_records_per_s", "read_vs_ceiling",
-                            "read_vs_ceiling_range", "write_records_per_s", "write_ceiling_records_per_s",
-                            "write_vs_ceiling", "write_vs_ceiling_range"}
+        assert set(row) == {
+            "read_records_per_s",
+            "read_ceiling_records_per_s",
+            "read_vs_ceiling",
+            "read_vs_ceiling_range",
+            "write_records_per_s",
+            "write_ceiling_records_per_s",
+            "write_vs_ceiling",
+            "write_vs_ceiling_range",
+        }
         for side in ("read", "write"):
             assert len(samples[f"{side}_records_per_s"]) == 2
             # The share of the ceiling pairs each run with the ceiling measured beside it.
-            ratios = sorted(ours / ceiling for ours, ceiling in zip(
-                samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True))
+            ratios = sorted(
+                ours / ceiling
+                for ours, ceiling in zip(
+                    samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True
+                )
+            )
             assert row[f"{side}_vs_ceiling_range"] == (ratios[0], ratios[1])
             assert row[f"{side}_vs_ceiling"] == pytest.approx((ratios[0] + ratios[1]) / 2)
             assert row[f"{side}_records_per_s"] > 0 and row[f"{side}_ceiling_records_per_s"] > 0

@@ -11,8 +11,9 @@ from meteor_spark.spark.options import SourceOptions
 from meteor_spark.streams import lane_bounds
 
 
-def test_driver_bounds_match_lane_bounds_for_every_lane(grid: Grid, grid_settings: GridSettings,
-                                                        unique_name: str) -> None:
+def test_driver_bounds_match_lane_bounds_for_every_lane(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
     small = make_stream(grid, f"{unique_name}-a", lanes=3, capacity=3)
     wide = make_stream(grid, f"{unique_name}-b", lanes=2)
     put_items(grid, small, 0, values_items("a0", items=5, per_item=2))  # overwrote 2 items: head 2, next 5
@@ -23,12 +24,16 @@ def test_driver_bounds_match_lane_bounds_for_every_lane(grid: Grid, grid_setting
         expected = {
             (info.name, lane): bounds for info in (small, wide) for lane, bounds in lane_bounds(grid, info).items()
         }
-        assert state.bounds() == expected == {
-            (small.name, 0): (2, 5),  # overwrote: head and next both past 0
-            (small.name, 1): (0, 0),
-            (small.name, 2): (0, 1),
-            (wide.name, 0): (0, 0),
-            (wide.name, 1): (0, 4),
-        }
+        assert (
+            state.bounds()
+            == expected
+            == {
+                (small.name, 0): (2, 5),  # overwrote: head and next both past 0
+                (small.name, 1): (0, 0),
+                (small.name, 2): (0, 1),
+                (wide.name, 0): (0, 0),
+                (wide.name, 1): (0, 4),
+            }
+        )
     finally:
         state.close()

@@ -84,8 +84,14 @@ def counting(grid: Grid, monkeypatch: pytest.MonkeyPatch) -> CountingGrid:
 
 def _reader(settings: GridSettings, stream: str, member: str, **extra: str) -> MeteorStreamReader:
     options = SourceOptions.parse(
-        {**grid_options(settings), "stream": stream, "group": "g", "groupMemberId": member,
-         "startingOffsets": "earliest", **extra}
+        {
+            **grid_options(settings),
+            "stream": stream,
+            "group": "g",
+            "groupMemberId": member,
+            "startingOffsets": "earliest",
+            **extra,
+        }
     )
     return MeteorStreamReader(options, None)  # type: ignore[arg-type]  # the schema is not used on the driver
 
@@ -122,7 +128,10 @@ def _stored_offsets(grid: Grid, stream: str, lanes: int = LANES) -> dict[int, in
 
 
 def test_a_grouped_micro_batch_costs_at_most_four_grid_calls_per_lane(
-    grid: Grid, grid_settings: GridSettings, unique_name: str, counting: CountingGrid,
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    counting: CountingGrid,
     readers: list[MeteorStreamReader],
 ) -> None:
     info = make_stream(grid, unique_name, lanes=LANES)
@@ -145,15 +154,18 @@ def test_a_grouped_micro_batch_costs_at_most_four_grid_calls_per_lane(
         per_batch.append(counting.total())
         print(f"batch {batch}: {counting.total()} grid calls for {LANES} lanes: {dict(counting.calls)}")
         # Every lane read exactly what arrived since the last batch, and the group confirmed the batch's end.
-        assert ranges == {lane: (int(start[unique_name][str(lane)]), int(end[unique_name][str(lane)]))
-                          for lane in range(LANES)}
+        assert ranges == {
+            lane: (int(start[unique_name][str(lane)]), int(end[unique_name][str(lane)])) for lane in range(LANES)
+        }
         assert all(hi - lo == (2 if batch == 0 else 1) for lo, hi in ranges.values())
         assert _stored_offsets(grid, unique_name) == {
             lane: first_offset_of(int(end[unique_name][str(lane)])) for lane in range(LANES)
         }
         start = end
-    print(f"grid calls per grouped micro-batch ({LANES} lanes): {per_batch}; planning ms: "
-          f"{[round(ms, 1) for ms in planning_ms]}")
+    print(
+        f"grid calls per grouped micro-batch ({LANES} lanes): {per_batch}; planning ms: "
+        f"{[round(ms, 1) for ms in planning_ms]}"
+    )
     # Bounds (2), the confirm's compare-and-set (1) and the item before the new end, for its mark (1).
     assert max(per_batch) <= 4 * LANES
 
@@ -164,7 +176,10 @@ def test_a_grouped_micro_batch_costs_at_most_four_grid_calls_per_lane(
 
 
 def test_the_driver_stands_by_takes_over_and_is_fenced_without_spark(
-    grid: Grid, grid_settings: GridSettings, unique_name: str, counting: CountingGrid,
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    counting: CountingGrid,
     readers: list[MeteorStreamReader],
 ) -> None:
     info = make_stream(grid, unique_name, lanes=2)

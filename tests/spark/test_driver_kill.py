@@ -53,11 +53,18 @@ def _poll_briefly(probe: Callable[[], str | None], seconds: float) -> str | None
 
 
 def _driver(grid_settings: GridSettings, source: str, target: str, checkpoint: Path, mode: str) -> subprocess.Popen:
-    args = [sys.executable, str(SCRIPT), ",".join(grid_settings.members), grid_settings.cluster_name, source, target,
-            str(checkpoint), mode]
+    args = [
+        sys.executable,
+        str(SCRIPT),
+        ",".join(grid_settings.members),
+        grid_settings.cluster_name,
+        source,
+        target,
+        str(checkpoint),
+        mode,
+    ]
     # A session of its own, so the whole driver (Python and its JVM) can be killed as one process group.
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
 
 
 KILLS = 3
@@ -80,8 +87,12 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
         driver = _driver(grid_settings, source, target, checkpoint, "forever")
         try:
             # Kill once this run has written a few batches (one ring item of 2 records each) ...
-            wait_until(lambda: len(read_values(grid, target)[0]) >= written + 6 or driver.poll() is not None,
-                       timeout_s=180, interval_s=0.2, message=f"driver run {kill + 1} to write a few batches")
+            wait_until(
+                lambda: len(read_values(grid, target)[0]) >= written + 6 or driver.poll() is not None,
+                timeout_s=180,
+                interval_s=0.2,
+                message=f"driver run {kill + 1} to write a few batches",
+            )
             assert driver.poll() is None, "the driver exited before it was killed"
             # ... preferably while the last batch's records are stored and its transaction is not committed yet
             # (the window in which an at-least-once sink duplicates), else after a few seconds anyway.
@@ -111,10 +122,13 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
     lost = len(set(published) - set(committed))
     duplicated = sum((Counter(committed) - Counter(published)).values())
     aborted = sum((Counter(written) - Counter(published)).values())
-    print(f"[fault] driver SIGKILL x{KILLS}, meteor -> meteor, transactional sink: {len(published)} records "
-          f"published; read_committed {len(committed)}: lost {lost}, duplicated {duplicated}; read_uncommitted "
-          f"{len(written)} (duplicated {aborted}: rows of killed runs' aborted transactions); written before the "
-          f"final run {written_before}; kills inside an open transaction {killed_inside}", flush=True)
+    print(
+        f"[fault] driver SIGKILL x{KILLS}, meteor -> meteor, transactional sink: {len(published)} records "
+        f"published; read_committed {len(committed)}: lost {lost}, duplicated {duplicated}; read_uncommitted "
+        f"{len(written)} (duplicated {aborted}: rows of killed runs' aborted transactions); written before the "
+        f"final run {written_before}; kills inside an open transaction {killed_inside}",
+        flush=True,
+    )
     assert lost == 0 and duplicated == 0
     # A batch whose records were published when the driver died, but whose transaction was not committed, is
     # published again when Spark replays it; its first copy is aborted (one ring item of 2 records per such kill).

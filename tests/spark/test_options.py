@@ -95,7 +95,9 @@ def test_path_from_load_is_the_stream() -> None:
 
 
 def test_unknown_option_suggests_the_closest_name() -> None:
-    with pytest.raises(ConfigError, match=r"unknown read option 'maxoffsetpertrigger'.*did you mean 'maxOffsetsPerTrigger'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown read option 'maxoffsetpertrigger'.*did you mean 'maxOffsetsPerTrigger'"
+    ):
         SourceOptions.parse({"stream": "s", "maxOffsetPerTrigger": "5"})
     with pytest.raises(ConfigError, match="maxOffsetsPerPartition"):
         SourceOptions.parse({"stream": "s", "maxRecordsPerPartition": "5"})
@@ -132,12 +134,17 @@ def test_unknown_option_suggests_the_closest_name() -> None:
         ({"stream": "ok,@meteor"}, r"option 'stream': stream name '@meteor' is not valid"),
         ({"stream": "s", "onCorrupt": "ignore"}, r"onCorrupt must be one of error, skip, dead_letter, got 'ignore'"),
         ({"stream": "s", "onCorrupt": "dead_letter"}, r"onCorrupt=dead_letter needs deadLetterStream"),
-        ({"stream": "s", "onCorrupt": "skip", "deadLetterStream": "d"}, r"deadLetterStream='d' goes with "
-                                                                          r"onCorrupt=dead_letter"),
+        (
+            {"stream": "s", "onCorrupt": "skip", "deadLetterStream": "d"},
+            r"deadLetterStream='d' goes with "
+            r"onCorrupt=dead_letter",
+        ),
         ({"stream": "s", "deadLetterStream": "bad name"}, r"option 'deadLetterStream': stream name 'bad name'"),
         ({"stream": "s", "deadLetterStream": "s"}, r"deadLetterStream 's' is also a stream this query reads"),
-        ({"stream": "s", "minPartitions": "4", "maxPartitions": "2"},
-         r"minPartitions \(4\) is larger than maxPartitions \(2\)"),
+        (
+            {"stream": "s", "minPartitions": "4", "maxPartitions": "2"},
+            r"minPartitions \(4\) is larger than maxPartitions \(2\)",
+        ),
     ],
 )
 def test_invalid_stream_options_name_option_value_and_fix(options: dict[str, str], message: str) -> None:
@@ -171,7 +178,12 @@ def test_conf_file_then_hazelcast_options(tmp_path) -> None:
 
 def test_durations() -> None:
     assert [parse_duration_ms("d", v) for v in ("15m", "30s", "500ms", "1h", "250", "1.5s")] == [
-        900_000, 30_000, 500, 3_600_000, 250, 1500,
+        900_000,
+        30_000,
+        500,
+        3_600_000,
+        250,
+        1500,
     ]
 
 
@@ -184,13 +196,27 @@ def test_option_table_covers_every_accepted_option() -> None:
     for doc in OPTION_TABLE:
         if doc.name.startswith("hazelcast.") or doc.name == "conf":
             continue
-        value = {"includeHeaders": "true", "failOnDataLoss": "true", "createStream": "true",
-                 "maxTriggerDelay": "1m", "startingOffsets": "earliest", "endingOffsets": "latest", "stream": "s",
-                 "group": "g", "groupMemberId": "m", "sinkId": "x", "onCorrupt": "skip",
-                 "deadLetterStream": "dlq", "headersAsMap": "true", "streamPattern": "s-.*",
-                 "startingOffsetsByTimestamp": '{"s": {"0": 3}}', "endingOffsetsByTimestamp": '{"s": {"0": 3}}',
-                 "startingOffsetsByTimestampStrategy": "latest", "isolation": "read_committed",
-                 "transactional": "true"}.get(doc.name, "3")
+        value = {
+            "includeHeaders": "true",
+            "failOnDataLoss": "true",
+            "createStream": "true",
+            "maxTriggerDelay": "1m",
+            "startingOffsets": "earliest",
+            "endingOffsets": "latest",
+            "stream": "s",
+            "group": "g",
+            "groupMemberId": "m",
+            "sinkId": "x",
+            "onCorrupt": "skip",
+            "deadLetterStream": "dlq",
+            "headersAsMap": "true",
+            "streamPattern": "s-.*",
+            "startingOffsetsByTimestamp": '{"s": {"0": 3}}',
+            "endingOffsetsByTimestamp": '{"s": {"0": 3}}',
+            "startingOffsetsByTimestampStrategy": "latest",
+            "isolation": "read_committed",
+            "transactional": "true",
+        }.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
             grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}
@@ -226,18 +252,31 @@ def test_spark_offset_carries_skip_counts_under_a_key_no_stream_can_have() -> No
 def test_lag_of_a_first_batch_estimates_records_from_the_items_it_read() -> None:
     from meteor_spark.spark.lag import lag_from_progress
 
-    first = {"batchId": 0, "sources": [{
-        "startOffset": None, "endOffset": json.dumps({"s": {"0": 2}, "@meteor": {"items": 2}}),
-        "latestOffset": json.dumps({"s": {"0": 6}}), "numInputRows": 8,
-    }]}
+    first = {
+        "batchId": 0,
+        "sources": [
+            {
+                "startOffset": None,
+                "endOffset": json.dumps({"s": {"0": 2}, "@meteor": {"items": 2}}),
+                "latestOffset": json.dumps({"s": {"0": 6}}),
+                "numInputRows": 8,
+            }
+        ],
+    }
     report = lag_from_progress(first)
     assert report.records_per_item == 4.0 and report.records_behind_estimate == 16.0
     assert [(lane.stream, lane.lane) for lane in report.lanes] == [("s", 0)]
-    skipping = {"batchId": 3, "sources": [{
-        "startOffset": json.dumps({"s": {"0": 0}}),
-        "endOffset": json.dumps({"s": {"0": 95}, "@meteor": {"skipped": {"s": {"0": 90}}}}),
-        "latestOffset": json.dumps({"s": {"0": 100}}), "numInputRows": 5,
-    }]}
+    skipping = {
+        "batchId": 3,
+        "sources": [
+            {
+                "startOffset": json.dumps({"s": {"0": 0}}),
+                "endOffset": json.dumps({"s": {"0": 95}, "@meteor": {"skipped": {"s": {"0": 90}}}}),
+                "latestOffset": json.dumps({"s": {"0": 100}}),
+                "numInputRows": 5,
+            }
+        ],
+    }
     report = lag_from_progress(skipping)
     assert report.records_per_item == 1.0 and report.items_behind == 5  # the 90 lost items were never read
 
@@ -257,10 +296,14 @@ def test_spark_offset_json_is_canonical() -> None:
 def test_plan_partitions_splits_deterministically() -> None:
     ranges = [("s", 0, 0, 10), ("s", 1, 5, 6), ("s", 2, 3, 3)]
     assert plan_partitions(ranges, min_partitions=None, max_items_per_partition=None) == [
-        ("s", 0, 0, 10), ("s", 1, 5, 6),
+        ("s", 0, 0, 10),
+        ("s", 1, 5, 6),
     ]
     assert plan_partitions(ranges, min_partitions=None, max_items_per_partition=4) == [
-        ("s", 0, 0, 4), ("s", 0, 4, 8), ("s", 0, 8, 10), ("s", 1, 5, 6),
+        ("s", 0, 0, 4),
+        ("s", 0, 4, 8),
+        ("s", 0, 8, 10),
+        ("s", 1, 5, 6),
     ]
     four = plan_partitions(ranges, min_partitions=4, max_items_per_partition=None)
     assert len(four) == 4
@@ -270,15 +313,22 @@ def test_plan_partitions_splits_deterministically() -> None:
     assert plan_partitions([("s", 0, 0, 1)], min_partitions=8, max_items_per_partition=None) == [("s", 0, 0, 1)]
     # Parts are equal to within one item (not halves of halves), and a split floor is respected.
     assert plan_partitions([("s", 0, 0, 2000)], min_partitions=3, max_items_per_partition=None) == [
-        ("s", 0, 0, 666), ("s", 0, 666, 1333), ("s", 0, 1333, 2000),
+        ("s", 0, 0, 666),
+        ("s", 0, 666, 1333),
+        ("s", 0, 1333, 2000),
     ]
-    assert plan_partitions([("s", 0, 0, 100)], min_partitions=2, max_items_per_partition=None,
-                           min_piece_items=64) == [("s", 0, 0, 100)]
+    assert plan_partitions([("s", 0, 0, 100)], min_partitions=2, max_items_per_partition=None, min_piece_items=64) == [
+        ("s", 0, 0, 100)
+    ]
 
 
 def _tasks(ranges: list[tuple[str, int, int, int]], **options: Any) -> list[tuple[tuple[str, int, int, int], ...]]:
-    settings: dict[str, Any] = {"min_partitions": None, "max_partitions": None, "max_items_per_partition": None,
-                                "cpus": 2}
+    settings: dict[str, Any] = {
+        "min_partitions": None,
+        "max_partitions": None,
+        "max_items_per_partition": None,
+        "cpus": 2,
+    }
     settings.update(options)
     return plan_tasks(ranges, **settings)
 
@@ -286,7 +336,10 @@ def _tasks(ranges: list[tuple[str, int, int, int]], **options: Any) -> list[tupl
 def test_plan_tasks_splits_one_busy_lane_over_the_cores_but_not_a_small_batch() -> None:
     assert _tasks([("s", 0, 0, 2000)]) == [(("s", 0, 0, 1000),), (("s", 0, 1000, 2000),)]
     assert _tasks([("s", 0, 0, 2000)], cpus=4) == [
-        (("s", 0, 0, 500),), (("s", 0, 500, 1000),), (("s", 0, 1000, 1500),), (("s", 0, 1500, 2000),),
+        (("s", 0, 0, 500),),
+        (("s", 0, 500, 1000),),
+        (("s", 0, 1000, 1500),),
+        (("s", 0, 1500, 2000),),
     ]
     # Without minPartitions a range is split only into pieces of >= AUTO_SPLIT_MIN_ITEMS items.
     assert _tasks([("s", 0, 0, AUTO_SPLIT_MIN_ITEMS * 2 - 1)]) == [(("s", 0, 0, AUTO_SPLIT_MIN_ITEMS * 2 - 1),)]
@@ -373,8 +426,16 @@ def test_stream_pattern_is_a_full_match_and_excludes_stream() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1024", 1024), ("64m", 64 << 20), ("1g", 1 << 30), ("512k", 512 << 10), ("1.5k", 1536), ("64MiB", 64 << 20),
-     ("2 MB", 2 << 20), ("10b", 10)],
+    [
+        ("1024", 1024),
+        ("64m", 64 << 20),
+        ("1g", 1 << 30),
+        ("512k", 512 << 10),
+        ("1.5k", 1536),
+        ("64MiB", 64 << 20),
+        ("2 MB", 2 << 20),
+        ("10b", 10),
+    ],
 )
 def test_byte_limits_accept_units(text: str, expected: int) -> None:
     options = SourceOptions.parse({"stream": "s", "maxBytesPerTrigger": text, "maxBytesPerLanePerTrigger": text})
@@ -410,8 +471,13 @@ def test_headers_to_map_keeps_the_last_value_of_a_repeated_key() -> None:
     values = [b"a", b"b", b"c", b"d"]
     headers = [[("k", b"1"), ("j", b"2"), ("k", b"3")], [], [("x", b"")], [("k", b"4"), ("k", b"5")]]
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(values, pa.binary()), pa.array([[{"key": k, "value": v} for k, v in row] for row in headers],
-                                                 ARROW_SCHEMA_WITH_HEADERS.field("headers").type)],
+        [
+            pa.array(values, pa.binary()),
+            pa.array(
+                [[{"key": k, "value": v} for k, v in row] for row in headers],
+                ARROW_SCHEMA_WITH_HEADERS.field("headers").type,
+            ),
+        ],
         names=["value", "headers"],
     )
     as_map = headers_to_map(batch)
@@ -428,11 +494,15 @@ def test_byte_limit_splits_by_bytes_with_at_least_one_item_per_lane() -> None:
     sizes = {("s", 0): 1000.0, ("s", 1): 100_000.0}
     # per lane: 10 KB per lane -> lane 0 admits 10 items of 1 KB, lane 1 one item of 100 KB (never stalls)
     assert byte_limit(start, latest, sizes, max_bytes=None, max_lane_bytes=10_000) == {
-        ("s", 0): 10, ("s", 1): 11, ("s", 2): 0,
+        ("s", 0): 10,
+        ("s", 1): 11,
+        ("s", 2): 0,
     }
     # over all lanes: 100 KB of a 1.1 MB backlog, split by bytes: lane 0 (100 KB) gets ~9 KB, lane 1 ~91 KB
     assert byte_limit(start, latest, sizes, max_bytes=100_000, max_lane_bytes=None) == {
-        ("s", 0): 9, ("s", 1): 10 + 1, ("s", 2): 0,
+        ("s", 0): 9,
+        ("s", 1): 10 + 1,
+        ("s", 2): 0,
     }
     # enough budget: everything
     assert byte_limit(start, latest, sizes, max_bytes=10**9, max_lane_bytes=None) == latest

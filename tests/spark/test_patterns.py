@@ -24,8 +24,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def _pattern_reader(spark: Any, settings: GridSettings, pattern: str, **options: str) -> Any:
     return (
-        spark.readStream.format("meteor").options(**grid_options(settings)).option("streamPattern", pattern)
-        .options(**options).load()
+        spark.readStream.format("meteor")
+        .options(**grid_options(settings))
+        .option("streamPattern", pattern)
+        .options(**options)
+        .load()
     )
 
 
@@ -52,8 +55,10 @@ def test_pattern_query_picks_up_a_new_stream_and_drops_a_deleted_one(
 
     query = (
         _pattern_reader(spark, grid_settings, re.escape(unique_name) + r"-[a-z]", startingOffsets="earliest")
-        .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="200 milliseconds").start()
+        .writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
     )
     try:
         put_items(grid, info, 1, values_items("a", items=2, per_item=3))
@@ -85,18 +90,26 @@ def test_deleting_a_stream_with_unread_items_fails_the_query(
     name = f"{unique_name}-a"
     put_items(grid, make_stream(grid, name), 0, values_items("a", items=5, per_item=1))
     query = (
-        _pattern_reader(spark, grid_settings, re.escape(unique_name) + "-.*", startingOffsets="earliest",
-                        maxOffsetsPerTrigger="1")
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="4 seconds").start()
+        _pattern_reader(
+            spark, grid_settings, re.escape(unique_name) + "-.*", startingOffsets="earliest", maxOffsetsPerTrigger="1"
+        )
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="4 seconds")
+        .start()
     )
     try:
-        wait_until(lambda: query.lastProgress and query.lastProgress["numInputRows"] == 1, timeout_s=60,
-                   message="the first batch (one of five items)")
+        wait_until(
+            lambda: query.lastProgress and query.lastProgress["numInputRows"] == 1,
+            timeout_s=60,
+            message="the first batch (one of five items)",
+        )
         delete_stream(grid, name)
-        with pytest.raises(StreamingQueryException,
-                           match=rf"data loss on stream '{re.escape(name)}' lane 0: the stream was deleted while the "
-                                 r"query read it, with ring sequences 1\.\.4 unread"):
+        with pytest.raises(
+            StreamingQueryException,
+            match=rf"data loss on stream '{re.escape(name)}' lane 0: the stream was deleted while the "
+            r"query read it, with ring sequences 1\.\.4 unread",
+        ):
             query.awaitTermination(60)
     finally:
         query.stop()
@@ -110,7 +123,9 @@ def test_a_pattern_matching_nothing_waits_for_a_stream(
     query = (
         _pattern_reader(spark, grid_settings, re.escape(unique_name) + "-.*", startingOffsets="earliest")
         .writeStream.foreachBatch(lambda df, _: seen.extend(r.value for r in df.select("value").collect()))
-        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start()
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
     )
     try:
         wait_until(lambda: "Waiting" in query.status["message"], timeout_s=60, message="a trigger without streams")
@@ -128,12 +143,16 @@ def test_batch_read_with_a_pattern_reads_every_matching_stream(
     for suffix in ("a", "b", "zz"):
         put_items(grid, make_stream(grid, f"{unique_name}-{suffix}"), 0, values_items(suffix, items=1, per_item=2))
     df = (
-        spark.read.format("meteor").options(**grid_options(grid_settings))
-        .option("streamPattern", re.escape(unique_name) + "-[ab]").load()
+        spark.read.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("streamPattern", re.escape(unique_name) + "-[ab]")
+        .load()
     )
     assert sorted((r.stream, r.value) for r in df.collect()) == [
-        (f"{unique_name}-a", b"a-0-0"), (f"{unique_name}-a", b"a-0-1"),
-        (f"{unique_name}-b", b"b-0-0"), (f"{unique_name}-b", b"b-0-1"),
+        (f"{unique_name}-a", b"a-0-0"),
+        (f"{unique_name}-a", b"a-0-1"),
+        (f"{unique_name}-b", b"b-0-0"),
+        (f"{unique_name}-b", b"b-0-1"),
     ]
 
 
@@ -166,16 +185,27 @@ def test_pattern_query_in_a_group_confirms_offsets_of_a_stream_created_mid_query
 
     seen: list[bytes] = []
     query = (
-        _pattern_reader(spark, grid_settings, re.escape(unique_name) + "-.*", startingOffsets="earliest", group="g",
-                        groupLeaseMs="2000")
+        _pattern_reader(
+            spark,
+            grid_settings,
+            re.escape(unique_name) + "-.*",
+            startingOffsets="earliest",
+            group="g",
+            groupLeaseMs="2000",
+        )
         .writeStream.foreachBatch(lambda df, _: seen.extend(r.value for r in df.select("value").collect()))
-        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start()
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
     )
     try:
         wait_until(lambda: confirmed(first) == first_offset_of(2), timeout_s=60, message="the first stream confirmed")
         put_items(grid, make_stream(grid, second), 0, values_items("b", items=3, per_item=1))
-        wait_until(lambda: confirmed(second) == first_offset_of(3), timeout_s=60,
-                   message="the group's offset of the stream created mid-query")
+        wait_until(
+            lambda: confirmed(second) == first_offset_of(3),
+            timeout_s=60,
+            message="the group's offset of the stream created mid-query",
+        )
     finally:
         query.stop()
     assert sorted(seen) == [b"a-0-0", b"a-1-0", b"b-0-0", b"b-1-0", b"b-2-0"]

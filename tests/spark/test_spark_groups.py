@@ -38,11 +38,18 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
 
     def start(name: str, lease_ms: int) -> Any:
         return (
-            spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
-            .option("group", "g").option("groupLeaseMs", str(lease_ms)).option("groupMemberId", f"query-{name}")
-            .option("startingOffsets", "earliest").load()
-            .writeStream.foreachBatch(collect(name)).option("checkpointLocation", str(tmp_path / name))
-            .trigger(processingTime="100 milliseconds").start()
+            spark.readStream.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", unique_name)
+            .option("group", "g")
+            .option("groupLeaseMs", str(lease_ms))
+            .option("groupMemberId", f"query-{name}")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.foreachBatch(collect(name))
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(processingTime="100 milliseconds")
+            .start()
         )
 
     def end_of(query: Any) -> dict[str, int] | None:
@@ -73,8 +80,11 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
             # The standby's checkpoint follows the group's confirmed offsets with batches that read nothing.
             wait_until(lambda: end_of(query_b) == {"0": 2, "1": 1}, timeout_s=60, message="b to follow the group")
             second = put_items(grid, info, 1, values_items("two", 2, 2))
-            wait_until(lambda: count("a") == len(first) + len(second), timeout_s=60,
-                       message="query a to read the second records")
+            wait_until(
+                lambda: count("a") == len(first) + len(second),
+                timeout_s=60,
+                message="query a to read the second records",
+            )
             wait_until(lambda: end_of(query_b) == {"0": 2, "1": 3}, timeout_s=60, message="b to follow the group")
             assert count("b") == 0, "the standby query read records while the holder was running"
 
@@ -86,7 +96,8 @@ def test_two_queries_in_one_group_never_read_at_once_and_the_standby_takes_over(
                     json.loads(leases.get(lane_key(unique_name, "g", lane)) or "{}").get("holder") != "query-a"
                     for lane in (0, 1)
                 ),
-                timeout_s=30, message="query a's leases to be released",
+                timeout_s=30,
+                message="query a's leases to be released",
             )
             third = put_items(grid, info, 0, values_items("three", 1, 2))
             wait_until(lambda: count("b") == len(third), timeout_s=30, message="query b to take over")
@@ -117,13 +128,17 @@ def test_a_python_subscriber_and_a_spark_query_share_a_group(
 
     def poll_values(subscriber: Subscriber, count: int) -> list[Record]:
         got: list[Record] = []
-        wait_until(lambda: bool(got.extend(subscriber.poll(timeout_ms=100)) or len(got) >= count), timeout_s=30,
-                   message=f"the subscriber to read {count} records")
+        wait_until(
+            lambda: bool(got.extend(subscriber.poll(timeout_ms=100)) or len(got) >= count),
+            timeout_s=30,
+            message=f"the subscriber to read {count} records",
+        )
         return got
 
     # The Python member holds both lanes (a Spark query is a want="all" member: it never takes a balanced share).
-    subscriber = Subscriber(grid, unique_name, group="g", lease_ms=800, member_id="python-1",
-                            initial_offset_scheme="earliest")
+    subscriber = Subscriber(
+        grid, unique_name, group="g", lease_ms=800, member_id="python-1", initial_offset_scheme="earliest"
+    )
     query = None
     try:
         read = poll_values(subscriber, len(lane0) + len(lane1))
@@ -147,15 +162,25 @@ def test_a_python_subscriber_and_a_spark_query_share_a_group(
                 return list(seen)
 
         query = (
-            spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
-            .option("group", "g").option("groupLeaseMs", "1000").option("groupMemberId", "spark-1")
-            .option("startingOffsets", "earliest").load()
-            .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(processingTime="100 milliseconds").start()
+            spark.readStream.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", unique_name)
+            .option("group", "g")
+            .option("groupLeaseMs", "1000")
+            .option("groupMemberId", "spark-1")
+            .option("startingOffsets", "earliest")
+            .load()
+            .writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(processingTime="100 milliseconds")
+            .start()
         )
         # Standby: its batches follow the group's confirmed sequences and read nothing while Python holds the lanes.
-        wait_until(lambda: _end_offsets(query, unique_name) == {"0": 1, "1": 1}, timeout_s=60,
-                   message="the query to follow the group as a standby")
+        wait_until(
+            lambda: _end_offsets(query, unique_name) == {"0": 1, "1": 1},
+            timeout_s=60,
+            message="the query to follow the group as a standby",
+        )
         assert seen_now() == [], "the Spark query read while the Python subscriber held the lanes"
         assert subscriber.lanes == [0, 1]
         subscriber.close()
@@ -165,8 +190,11 @@ def test_a_python_subscriber_and_a_spark_query_share_a_group(
         wait_until(lambda: len(seen_now()) >= len(expected), timeout_s=60, message="the query to take over")
         assert sorted(seen_now()) == sorted(expected)
         # ... and confirms what it read in the grid once the batch is committed.
-        wait_until(lambda: (confirmed(0), confirmed(1)) == (first_offset_of(3), first_offset_of(2)), timeout_s=30,
-                   message="the query's confirmed offsets")
+        wait_until(
+            lambda: (confirmed(0), confirmed(1)) == (first_offset_of(3), first_offset_of(2)),
+            timeout_s=30,
+            message="the query's confirmed offsets",
+        )
     finally:
         subscriber.close()
         if query is not None:

@@ -42,8 +42,11 @@ def test_skip_mode_jumps_to_the_oldest_item_and_counts_each_lost_item_once_acros
 ) -> None:
     info = make_stream(grid, unique_name, lanes=1, capacity=10)
     put_items(grid, info, 0, values_items("r", items=100, per_item=1))  # the ring keeps 90..99
-    options = {"startingOffsets": json.dumps({unique_name: {"0": 0}}), "maxOffsetsPerTrigger": "5",
-               "failOnDataLoss": "false"}
+    options = {
+        "startingOffsets": json.dumps({unique_name: {"0": 0}}),
+        "maxOffsetsPerTrigger": "5",
+        "failOnDataLoss": "false",
+    }
     rows: list[bytes] = []
 
     query = run_available_now(stream_reader(spark, grid_settings, unique_name, **options), tmp_path / "cp", rows)
@@ -75,26 +78,37 @@ def test_a_position_past_the_end_or_an_unknown_lane_fails_the_query_at_start(
     past_end = json.dumps({unique_name: {"0": 1000}})
     query = (
         stream_reader(spark, grid_settings, unique_name, startingOffsets=past_end)
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "a")).trigger(availableNow=True)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "a"))
+        .trigger(availableNow=True)
         .start()
     )
-    with pytest.raises(StreamingQueryException, match=rf"stream '{unique_name}' lane 0: sequence 1000 is past the "
-                                                      r"end of the lane; valid sequences are 0 to 10"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=rf"stream '{unique_name}' lane 0: sequence 1000 is past the "
+        r"end of the lane; valid sequences are 0 to 10",
+    ):
         query.awaitTermination()
     with pytest.raises(Exception, match=r"sequence 1000 is past the end of the lane; valid sequences are 0 to 10"):
         _batch_reader(spark, grid_settings, unique_name, startingOffsets=past_end).load().collect()
     with pytest.raises(Exception, match=r"sequence 11 is past the end of the lane; valid sequences are 0 to 10"):
-        _batch_reader(spark, grid_settings, unique_name,
-                      endingOffsets=json.dumps({unique_name: {"0": 11}})).load().collect()
+        _batch_reader(
+            spark, grid_settings, unique_name, endingOffsets=json.dumps({unique_name: {"0": 11}})
+        ).load().collect()
 
     unknown_lane = json.dumps({unique_name: {"0": 0, "99": 0}})
     query = (
         stream_reader(spark, grid_settings, unique_name, startingOffsets=unknown_lane)
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "b")).trigger(availableNow=True)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "b"))
+        .trigger(availableNow=True)
         .start()
     )
-    with pytest.raises(StreamingQueryException, match=rf"startingOffsets names lane\(s\) 99 of stream "
-                                                      rf"'{unique_name}', which has lanes 0..0"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=rf"startingOffsets names lane\(s\) 99 of stream "
+        rf"'{unique_name}', which has lanes 0..0",
+    ):
         query.awaitTermination()
     with pytest.raises(Exception, match=r"names lane\(s\) 99 of stream"):
         _batch_reader(spark, grid_settings, unique_name, startingOffsets=unknown_lane).load().collect()
@@ -124,13 +138,19 @@ def test_a_stale_checkpoint_is_an_error_not_a_silent_skip(
     delete_stream(grid, unique_name)
     info = make_stream(grid, unique_name, lanes=2)
     put_items(grid, info, 0, values_items("new", items=3, per_item=1))
-    with pytest.raises(StreamingQueryException, match=r"sequence 10 is past the end of the lane; valid sequences "
-                                                      r"are 0 to 3.*checkpoint is stale.*fresh checkpointLocation"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=r"sequence 10 is past the end of the lane; valid sequences "
+        r"are 0 to 3.*checkpoint is stale.*fresh checkpointLocation",
+    ):
         run_available_now(reader(), tmp_path / "cp", rows)
     delete_stream(grid, unique_name)
     make_stream(grid, unique_name, lanes=1)
-    with pytest.raises(StreamingQueryException, match=rf"checkpoint has a position for lane 1 of stream "
-                                                      rf"'{unique_name}', which has lanes 0..0: the checkpoint is stale"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=rf"checkpoint has a position for lane 1 of stream "
+        rf"'{unique_name}', which has lanes 0..0: the checkpoint is stale",
+    ):
         run_available_now(reader(), tmp_path / "cp", rows)
     assert len(rows) == 10
 
@@ -154,12 +174,17 @@ def test_a_stale_group_offset_is_an_error_not_a_silent_skip(
     assert lane_bounds(grid, info)[0] == (0, 3)
 
     rows: list[bytes] = []
-    with pytest.raises(StreamingQueryException, match=r"sequence 10 is past the end of the lane; valid sequences "
-                                                      r"are 0 to 3.*group 'g' is stale"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=r"sequence 10 is past the end of the lane; valid sequences "
+        r"are 0 to 3.*group 'g' is stale",
+    ):
         run_available_now(
-            stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", group="g",
-                           groupLeaseMs="2000"),
-            tmp_path / "cp", rows,
+            stream_reader(
+                spark, grid_settings, unique_name, startingOffsets="earliest", group="g", groupLeaseMs="2000"
+            ),
+            tmp_path / "cp",
+            rows,
         )
     assert rows == []
 
@@ -177,13 +202,17 @@ def test_a_corrupt_item_fails_the_read_naming_it_by_default(
     spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
 ) -> None:
     _with_foreign_item(grid, unique_name)
-    with pytest.raises(Exception, match=rf"stream '{unique_name}' lane 0 sequence 2: the ring item \(18 bytes\) is "
-                                        r"not a meteor record batch"):
+    with pytest.raises(
+        Exception,
+        match=rf"stream '{unique_name}' lane 0 sequence 2: the ring item \(18 bytes\) is "
+        r"not a meteor record batch",
+    ):
         _batch_reader(spark, grid_settings, unique_name).load().collect()
     rows: list[bytes] = []
     with pytest.raises(StreamingQueryException, match=rf"stream '{unique_name}' lane 0 sequence 2"):
-        run_available_now(stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest"),
-                           tmp_path / "cp", rows)
+        run_available_now(
+            stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest"), tmp_path / "cp", rows
+        )
 
 
 def test_on_corrupt_skip_reads_every_good_record(
@@ -194,9 +223,11 @@ def test_on_corrupt_skip_reads_every_good_record(
     assert sorted(r.value for r in batch.collect()) == sorted(good)
     rows: list[bytes] = []
     run_available_now(
-        stream_reader(spark, grid_settings, unique_name, startingOffsets="earliest", onCorrupt="skip",
-                       maxOffsetsPerTrigger="2"),
-        tmp_path / "cp", rows,
+        stream_reader(
+            spark, grid_settings, unique_name, startingOffsets="earliest", onCorrupt="skip", maxOffsetsPerTrigger="2"
+        ),
+        tmp_path / "cp",
+        rows,
     )
     assert sorted(rows) == sorted(good)
 
@@ -217,8 +248,11 @@ def test_dead_letter_stream_gets_the_raw_item_with_where_and_why(
 
     head, end = lane_bounds(grid, dlq_info)[0]
     batch = grid.ring(dlq_info.ring_names[0]).read_many(head, 0, end - head)
-    letters = [r for item, seq in zip(batch.items, batch.sequences) for r in decode_batch(item, stream=dlq, lane=0,
-                                                                                          sequence=seq)]
+    letters = [
+        r
+        for item, seq in zip(batch.items, batch.sequences)
+        for r in decode_batch(item, stream=dlq, lane=0, sequence=seq)
+    ]
     assert [r.value for r in letters] == [b"not a meteor batch"]
     headers = dict(letters[0].headers)
     assert headers[HEADER_SOURCE_STREAM] == unique_name.encode()
@@ -247,12 +281,16 @@ def test_reads_from_earliest_serve_history_below_the_ring_head(spark: Any, tmp_p
 
             batch = _batch_reader(spark, settings, "history").load()
             assert sorted(r.value for r in batch.collect()) == sorted(published)
-            from_zero = _batch_reader(spark, settings, "history",
-                                      startingOffsets=json.dumps({"history": {"0": 0}})).load()
+            from_zero = _batch_reader(
+                spark, settings, "history", startingOffsets=json.dumps({"history": {"0": 0}})
+            ).load()
             assert from_zero.count() == 100
             rows: list[bytes] = []
-            run_available_now(stream_reader(spark, settings, "history", startingOffsets="earliest",
-                                              maxOffsetsPerTrigger="20"), tmp_path / "cp", rows)
+            run_available_now(
+                stream_reader(spark, settings, "history", startingOffsets="earliest", maxOffsetsPerTrigger="20"),
+                tmp_path / "cp",
+                rows,
+            )
             assert sorted(rows) == sorted(published)
             assert open_stream(grid, "history").name == "history"
     finally:

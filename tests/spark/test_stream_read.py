@@ -24,9 +24,13 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _reader(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
-    return spark.readStream.format("meteor").options(**grid_options(settings)).option("stream", stream).options(
-        **options
-    ).load()
+    return (
+        spark.readStream.format("meteor")
+        .options(**grid_options(settings))
+        .option("stream", stream)
+        .options(**options)
+        .load()
+    )
 
 
 def _collect_batches(batches: list[list[tuple[Any, ...]]]) -> Any:
@@ -109,8 +113,15 @@ def test_restart_from_checkpoint_neither_loses_nor_repeats_and_group_offsets_adv
 
     def run() -> None:
         query = (
-            _reader(spark, grid_settings, unique_name, startingOffsets="earliest", maxOffsetsPerTrigger="1",
-                    group="g1", groupLeaseMs="2000")
+            _reader(
+                spark,
+                grid_settings,
+                unique_name,
+                startingOffsets="earliest",
+                maxOffsetsPerTrigger="1",
+                group="g1",
+                groupLeaseMs="2000",
+            )
             .writeStream.foreachBatch(on_batch)
             .option("checkpointLocation", str(tmp_path / "cp"))
             .trigger(availableNow=True)
@@ -141,11 +152,17 @@ def test_overwritten_data_fails_with_the_data_loss_error_or_is_skipped(
 
     query = (
         _reader(spark, grid_settings, unique_name, startingOffsets=from_zero)
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "a")).trigger(availableNow=True).start()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "a"))
+        .trigger(availableNow=True)
+        .start()
     )
-    with pytest.raises(StreamingQueryException, match=rf"data loss on stream '{unique_name}' lane 0: requested "
-                                                      r"sequence 0 is no longer available \(overwritten in the "
-                                                      r"ring.*\); the oldest available sequence is 6"):
+    with pytest.raises(
+        StreamingQueryException,
+        match=rf"data loss on stream '{unique_name}' lane 0: requested "
+        r"sequence 0 is no longer available \(overwritten in the "
+        r"ring.*\); the oldest available sequence is 6",
+    ):
         query.awaitTermination()
 
     batch = spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
@@ -158,7 +175,9 @@ def test_overwritten_data_fails_with_the_data_loss_error_or_is_skipped(
     query = (
         _reader(spark, grid_settings, unique_name, startingOffsets=from_zero, failOnDataLoss="false")
         .writeStream.foreachBatch(_collect_batches(batches))
-        .option("checkpointLocation", str(tmp_path / "b")).trigger(availableNow=True).start()
+        .option("checkpointLocation", str(tmp_path / "b"))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     assert sorted(row[2] for rows in batches for row in rows) == [b"x-%d-0" % i for i in range(6, 10)]
@@ -169,7 +188,9 @@ def test_batch_read_between_offsets(spark: Any, grid: Grid, grid_settings: GridS
     put_items(grid, info, 0, values_items("a", items=5, per_item=1))
     put_items(grid, info, 1, values_items("b", items=5, per_item=1))
     df = (
-        spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
+        spark.read.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", unique_name)
         .option("startingOffsets", json.dumps({unique_name: {"0": 1, "1": -2}}))
         .option("endingOffsets", json.dumps({unique_name: {"0": 3, "1": -1}}))
         .option("maxOffsetsPerPartition", "2")
@@ -183,8 +204,11 @@ def test_bad_options_fail_at_load_with_clear_messages(spark: Any, grid_settings:
     def reader() -> Any:
         return spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", "s")
 
-    with pytest.raises(AnalysisException, match=r"unknown read option 'maxoffsetpertrigger' \(did you mean "
-                                                r"'maxOffsetsPerTrigger'\?\)"):
+    with pytest.raises(
+        AnalysisException,
+        match=r"unknown read option 'maxoffsetpertrigger' \(did you mean "
+        r"'maxOffsetsPerTrigger'\?\)",
+    ):
         reader().option("maxOffsetPerTrigger", "5").load()
     with pytest.raises(AnalysisException, match=r"option 'failOnDataLoss': expected true or false, got 'perhaps'"):
         reader().option("failOnDataLoss", "perhaps").load()
@@ -197,7 +221,10 @@ def test_missing_stream_fails_the_query_naming_it(
 ) -> None:
     query = (
         _reader(spark, grid_settings, unique_name)
-        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
     )
     with pytest.raises(StreamingQueryException, match=rf"stream '{unique_name}' does not exist"):
         query.awaitTermination()
@@ -213,11 +240,13 @@ def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: G
 
     info = make_stream(grid, unique_name, lanes=3)
     published = {lane: put_items(grid, info, lane, values_items(f"l{lane}", items=4, per_item=3)) for lane in range(3)}
-    task = LaneRanges((
-        LaneRange(unique_name, 0, 1, 3, grid_settings, info),
-        LaneRange(unique_name, 1, 0, 4, grid_settings, info),
-        LaneRange(unique_name, 2, 2, 4, grid_settings, info, first_offset=first_offset_of(2) + 1),
-    ))
+    task = LaneRanges(
+        (
+            LaneRange(unique_name, 0, 1, 3, grid_settings, info),
+            LaneRange(unique_name, 1, 0, 4, grid_settings, info),
+            LaneRange(unique_name, 2, 2, 4, grid_settings, info, first_offset=first_offset_of(2) + 1),
+        )
+    )
     reader = MeteorBatchReader(SourceOptions.parse({"stream": unique_name}, batch=True), SOURCE_SCHEMA)
     batches = list(reader.read(task))
     assert all(len(set(b.column("lane").to_pylist())) == 1 for b in batches)
@@ -242,8 +271,11 @@ def test_grouped_lanes_read_equals_published(
     info = make_stream(grid, unique_name, lanes=3)
     published = {lane: put_items(grid, info, lane, values_items(f"g{lane}", items=3, per_item=2)) for lane in range(3)}
     df = (
-        spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
-        .option("maxPartitions", "1").load()
+        spark.read.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", unique_name)
+        .option("maxPartitions", "1")
+        .load()
     )
     assert df.rdd.getNumPartitions() == 1
     rows = df.select("lane", "offset", "value").collect()

@@ -27,8 +27,11 @@ def test_times_parse_into_time_positions() -> None:
     assert per_lane.starting_time is not None and per_lane.starting_time.lanes == {"a": {0: 5, 1: 6}, "b": {0: 7}}
     assert per_lane.starting_time.ms_for("a", 1) == 6
     assert per_lane.timestamp_strategy is TimestampStrategy.LATEST
-    with pytest.raises(ConfigError, match=r"startingOffsetsByTimestamp has no time for stream 'b' lane 1 "
-                                          r"\(given lanes: 0\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"startingOffsetsByTimestamp has no time for stream 'b' lane 1 "
+        r"\(given lanes: 0\)",
+    ):
         per_lane.starting_time.ms_for("b", 1)
     assert _parse().starting_time is None and _parse().ending_time is None
 
@@ -36,30 +39,47 @@ def test_times_parse_into_time_positions() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"startingTimestamp": "-1"}, r"option 'startingTimestamp': expected a time in ms since the epoch \(a whole "
-                                      r"number >= 0\), got '-1'"),
+        (
+            {"startingTimestamp": "-1"},
+            r"option 'startingTimestamp': expected a time in ms since the epoch \(a whole "
+            r"number >= 0\), got '-1'",
+        ),
         ({"startingTimestamp": "soon"}, r"option 'startingTimestamp': expected a time in ms.*got 'soon'"),
         ({"endingTimestamp": "1.5"}, r"option 'endingTimestamp': expected a time in ms.*got '1.5'"),
-        ({"startingOffsetsByTimestamp": '{"a": {"0": -5}}'},
-         r"option 'startingOffsetsByTimestamp': stream 'a' lane 0: expected a time in ms.*got -5"),
+        (
+            {"startingOffsetsByTimestamp": '{"a": {"0": -5}}'},
+            r"option 'startingOffsetsByTimestamp': stream 'a' lane 0: expected a time in ms.*got -5",
+        ),
         ({"startingOffsetsByTimestamp": '{"a": {"0": 1.5}}'}, r"stream 'a' lane 0: expected a time.*got 1.5"),
         ({"startingOffsetsByTimestamp": '{"a": {"x": 1}}'}, r"lane 'x' is not a lane number"),
         ({"startingOffsetsByTimestamp": '{"a": 1}'}, r"stream 'a' must map lane numbers to times"),
         ({"startingOffsetsByTimestamp": "{oops"}, r"option 'startingOffsetsByTimestamp': not valid JSON"),
-        ({"startingOffsetsByTimestamp": '{"c": {"0": 1}}'},
-         r"startingOffsetsByTimestamp names stream\(s\) 'c' that option 'stream' does not read"),
+        (
+            {"startingOffsetsByTimestamp": '{"c": {"0": 1}}'},
+            r"startingOffsetsByTimestamp names stream\(s\) 'c' that option 'stream' does not read",
+        ),
         ({"endingOffsetsByTimestamp": '{"c": {"0": 1}}'}, r"endingOffsetsByTimestamp names stream\(s\) 'c'"),
-        ({"startingTimestamp": "1", "startingOffsetsByTimestamp": '{"a": {"0": 1}}'},
-         r"options 'startingTimestamp' and 'startingOffsetsByTimestamp' both say where the read starts"),
-        ({"startingTimestamp": "1", "startingOffsets": "earliest"},
-         r"options 'startingTimestamp' and 'startingOffsets' both say where the read starts.*Kafka's source would "
-         r"silently take 'startingTimestamp'"),
-        ({"endingTimestamp": "1", "endingOffsets": "latest"},
-         r"options 'endingTimestamp' and 'endingOffsets' both say where the read ends"),
-        ({"startingTimestamp": "1", "startingOffsetsByTimestampStrategy": "maybe"},
-         r"option 'startingOffsetsByTimestampStrategy': expected error or latest, got 'maybe'"),
-        ({"startingOffsetsByTimestampStrategy": "latest"},
-         r"option 'startingOffsetsByTimestampStrategy' needs startingTimestamp or startingOffsetsByTimestamp"),
+        (
+            {"startingTimestamp": "1", "startingOffsetsByTimestamp": '{"a": {"0": 1}}'},
+            r"options 'startingTimestamp' and 'startingOffsetsByTimestamp' both say where the read starts",
+        ),
+        (
+            {"startingTimestamp": "1", "startingOffsets": "earliest"},
+            r"options 'startingTimestamp' and 'startingOffsets' both say where the read starts.*Kafka's source would "
+            r"silently take 'startingTimestamp'",
+        ),
+        (
+            {"endingTimestamp": "1", "endingOffsets": "latest"},
+            r"options 'endingTimestamp' and 'endingOffsets' both say where the read ends",
+        ),
+        (
+            {"startingTimestamp": "1", "startingOffsetsByTimestampStrategy": "maybe"},
+            r"option 'startingOffsetsByTimestampStrategy': expected error or latest, got 'maybe'",
+        ),
+        (
+            {"startingOffsetsByTimestampStrategy": "latest"},
+            r"option 'startingOffsetsByTimestampStrategy' needs startingTimestamp or startingOffsetsByTimestamp",
+        ),
         ({"startingTimestmp": "1"}, r"did you mean 'startingTimestamp'"),
     ],
 )

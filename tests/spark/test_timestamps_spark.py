@@ -32,9 +32,9 @@ LAYOUT = {
 def stream(grid: Grid, unique_name: str) -> str:
     info = make_stream(grid, unique_name, lanes=2)
     for lane, items in LAYOUT.items():
-        put_items(grid, info, lane, [
-            [Record(f"{lane}@{ms}".encode(), timestamp_ms=T + ms) for ms in item] for item in items
-        ])
+        put_items(
+            grid, info, lane, [[Record(f"{lane}@{ms}".encode(), timestamp_ms=T + ms) for ms in item] for item in items]
+        )
     return unique_name
 
 
@@ -47,9 +47,9 @@ def _values(df: Any) -> Any:
 
 
 def _batch(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
-    return spark.read.format("meteor").options(**grid_options(settings)).option("stream", stream).options(
-        **options
-    ).load()
+    return (
+        spark.read.format("meteor").options(**grid_options(settings)).option("stream", stream).options(**options).load()
+    )
 
 
 def test_batch_read_between_times_returns_exactly_the_records_in_range(
@@ -63,7 +63,9 @@ def test_batch_read_between_times_returns_exactly_the_records_in_range(
     # Per lane: lane 0 from 15 to 35 (ends inside its second item), lane 1 from 40 to 50 (starts at its second
     # item: its first holds nothing at or after 40; ends inside it).
     df = _batch(
-        spark, grid_settings, stream,
+        spark,
+        grid_settings,
+        stream,
         startingOffsetsByTimestamp=json.dumps({stream: {"0": T + 15, "1": T + 40}}),
         endingOffsetsByTimestamp=json.dumps({stream: {"0": T + 35, "1": T + 50}}),
     )
@@ -77,10 +79,16 @@ def test_streaming_read_starts_per_lane_by_time(
 ) -> None:
     name = stream.replace("-", "_")
     query = (
-        spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", stream)
+        spark.readStream.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", stream)
         .option("startingOffsetsByTimestamp", json.dumps({stream: {"0": T + 30, "1": T + 0}}))
-        .load().writeStream.format("memory").queryName(name)
-        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
     assertDataFrameEqual(_values(spark.table(name)), _expected(spark, ["0@30", "0@40", "1@35", "1@5", "1@45", "1@50"]))
@@ -89,19 +97,27 @@ def test_streaming_read_starts_per_lane_by_time(
 def test_no_record_at_or_after_the_time_fails_naming_it_or_starts_at_the_end(
     spark: Any, grid: Grid, grid_settings: GridSettings, stream: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(Exception, match=rf"startingTimestamp: stream '{stream}' lane 0 has no record with a "
-                                        rf"timestamp at or after {T + 42}.*startingOffsetsByTimestampStrategy=latest"):
+    with pytest.raises(
+        Exception,
+        match=rf"startingTimestamp: stream '{stream}' lane 0 has no record with a "
+        rf"timestamp at or after {T + 42}.*startingOffsetsByTimestampStrategy=latest",
+    ):
         _batch(spark, grid_settings, stream, startingTimestamp=str(T + 42)).collect()
 
     batches: list[list[str]] = []
 
     def run() -> None:
         query = (
-            spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", stream)
-            .option("startingTimestamp", str(T + 42)).option("startingOffsetsByTimestampStrategy", "latest")
-            .load().writeStream
-            .foreachBatch(lambda df, _: batches.append(sorted(r.value.decode() for r in df.collect())))
-            .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+            spark.readStream.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", stream)
+            .option("startingTimestamp", str(T + 42))
+            .option("startingOffsetsByTimestampStrategy", "latest")
+            .load()
+            .writeStream.foreachBatch(lambda df, _: batches.append(sorted(r.value.decode() for r in df.collect())))
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .trigger(availableNow=True)
+            .start()
         )
         query.awaitTermination()
 
@@ -117,21 +133,34 @@ def test_no_record_at_or_after_the_time_fails_naming_it_or_starts_at_the_end(
 def test_bad_values_fail_naming_the_option(
     spark: Any, grid_settings: GridSettings, stream: str, tmp_path: Path
 ) -> None:
-    with pytest.raises(AnalysisException, match=r"option 'startingTimestamp': expected a time in ms since the "
-                                                r"epoch \(a whole number >= 0\), got '-1'"):
+    with pytest.raises(
+        AnalysisException,
+        match=r"option 'startingTimestamp': expected a time in ms since the "
+        r"epoch \(a whole number >= 0\), got '-1'",
+    ):
         _batch(spark, grid_settings, stream, startingTimestamp="-1")
     with pytest.raises(AnalysisException, match=r"options 'startingTimestamp' and 'startingOffsets' both say"):
         _batch(spark, grid_settings, stream, startingTimestamp="1", startingOffsets="earliest")
-    with pytest.raises(Exception, match=rf"startingOffsetsByTimestamp names lane\(s\) 7 of stream '{stream}', "
-                                        r"which has lanes 0..1"):
-        _batch(spark, grid_settings, stream,
-               startingOffsetsByTimestamp=json.dumps({stream: {"0": T, "1": T, "7": T}})).collect()
+    with pytest.raises(
+        Exception,
+        match=rf"startingOffsetsByTimestamp names lane\(s\) 7 of stream '{stream}', "
+        r"which has lanes 0..1",
+    ):
+        _batch(
+            spark, grid_settings, stream, startingOffsetsByTimestamp=json.dumps({stream: {"0": T, "1": T, "7": T}})
+        ).collect()
     with pytest.raises(Exception, match=rf"startingOffsetsByTimestamp has no time for stream '{stream}' lane 1"):
         _batch(spark, grid_settings, stream, startingOffsetsByTimestamp=json.dumps({stream: {"0": T}})).collect()
     query = (
-        spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", stream)
-        .option("endingTimestamp", str(T)).load().writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "cp")).trigger(availableNow=True).start()
+        spark.readStream.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", stream)
+        .option("endingTimestamp", str(T))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
     )
     with pytest.raises(StreamingQueryException, match=r"option 'endingTimestamp' applies to batch reads only"):
         query.awaitTermination()
@@ -151,7 +180,11 @@ def test_late_records_in_the_middle_and_at_the_end_of_a_lane(
         for lane, stamps in layout.items():
             for ms in stamps:
                 publisher.publish(Record(f"{lane}@{ms}".encode(), timestamp_ms=T + ms, lane=lane))
-    df = _batch(spark, grid_settings, unique_name,
-                startingOffsetsByTimestamp=json.dumps({unique_name: {"0": T + 60, "1": T + 400}}))
+    df = _batch(
+        spark,
+        grid_settings,
+        unique_name,
+        startingOffsetsByTimestamp=json.dumps({unique_name: {"0": T + 60, "1": T + 400}}),
+    )
     expected = [f"0@{ms}" for ms in layout[0]] + ["1@400", "1@50"]
     assertDataFrameEqual(_values(df), _expected(spark, expected))

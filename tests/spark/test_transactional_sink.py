@@ -24,8 +24,13 @@ SCRIPT = Path(__file__).with_name("txn_script.py")
 
 
 def _batch_values(spark: Any, grid_settings: GridSettings, stream: str, isolation: str) -> list[bytes]:
-    df = (spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", stream)
-          .option("isolation", isolation).load())
+    df = (
+        spark.read.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", stream)
+        .option("isolation", isolation)
+        .load()
+    )
     return [bytes(row.value) for row in df.select("value").collect()]
 
 
@@ -42,8 +47,19 @@ def test_tasks_failing_part_way_are_exactly_once_read_committed(
     make_stream(grid, target, lanes=2)
     published = [r.value for lane in (0, 1) for r in put_items(grid, info, lane, values_items(f"l{lane}", 10, 4))]
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), ",".join(grid_settings.members), grid_settings.cluster_name, source, target,
-         str(tmp_path / "cp"), "true"], capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(SCRIPT),
+            ",".join(grid_settings.members),
+            grid_settings.cluster_name,
+            source,
+            target,
+            str(tmp_path / "cp"),
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0 and "DONE" in run.stdout, run.stderr[-3000:]
     committed = _batch_values(spark, grid_settings, target, "read_committed")
@@ -52,9 +68,15 @@ def test_tasks_failing_part_way_are_exactly_once_read_committed(
     lost = len(set(published) - set(committed))
     duplicated = sum((Counter(committed) - Counter(published)).values())
     shown = sum((Counter(uncommitted) - Counter(published)).values())
-    _figures("tasks failing part-way, transactional sink", published=len(published), read_committed=len(committed),
-             lost=lost, duplicated=duplicated, read_uncommitted=len(uncommitted),
-             duplicated_read_uncommitted=shown)
+    _figures(
+        "tasks failing part-way, transactional sink",
+        published=len(published),
+        read_committed=len(committed),
+        lost=lost,
+        duplicated=duplicated,
+        read_uncommitted=len(uncommitted),
+        duplicated_read_uncommitted=shown,
+    )
     assert uncommitted == raw  # read_uncommitted: every record as stored
     assert shown > 0, "the first attempt published nothing before it failed: the test proves nothing"
     assert lost == 0 and duplicated == 0
@@ -75,10 +97,16 @@ def test_stream_read_committed_stops_at_an_open_transaction(
     def run(isolation: str) -> list[bytes]:
         rows: list[bytes] = []
         query = (
-            spark.readStream.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
-            .option("startingOffsets", "earliest").option("isolation", isolation).load()
+            spark.readStream.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", unique_name)
+            .option("startingOffsets", "earliest")
+            .option("isolation", isolation)
+            .load()
             .writeStream.foreachBatch(lambda df, _id: rows.extend(bytes(r.value) for r in df.collect()))
-            .option("checkpointLocation", str(tmp_path / isolation)).trigger(availableNow=True).start()
+            .option("checkpointLocation", str(tmp_path / isolation))
+            .trigger(availableNow=True)
+            .start()
         )
         query.awaitTermination()
         return rows
@@ -89,9 +117,7 @@ def test_stream_read_committed_stops_at_an_open_transaction(
     assert _batch_values(spark, grid_settings, unique_name, "read_committed") == seen
 
 
-def test_batch_write_is_one_transaction(
-    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str
-) -> None:
+def test_batch_write_is_one_transaction(spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     make_stream(grid, unique_name, lanes=2)
     df = spark.createDataFrame([(f"v{i}",) for i in range(20)], "value string")
     df.write.format("meteor").mode("append").options(**grid_options(grid_settings)).option("stream", unique_name).save()

@@ -35,8 +35,11 @@ def test_batch_write_then_batch_read_round_trip(
     df.write.format("meteor").options(**grid_options(grid_settings)).mode("append").save(unique_name)
 
     back = (
-        spark.read.format("meteor").options(**grid_options(grid_settings)).option("stream", unique_name)
-        .option("includeHeaders", "true").load()
+        spark.read.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", unique_name)
+        .option("includeHeaders", "true")
+        .load()
     )
     got = sorted((r.key.decode(), r.value.decode(), [(h.key, h.value) for h in r.headers]) for r in back.collect())
     assert got == sorted((k, v, h) for k, v, h in rows)
@@ -57,10 +60,14 @@ def test_stream_write_from_a_meteor_stream_round_trip_and_no_duplicates_on_repla
 
     def run() -> None:
         query = (
-            spark.readStream.format("meteor").options(**grid_options(grid_settings))
-            .option("stream", f"{unique_name}-in").option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "2").load()
-            .writeStream.format("meteor").options(**grid_options(grid_settings))
+            spark.readStream.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", f"{unique_name}-in")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "2")
+            .load()
+            .writeStream.format("meteor")
+            .options(**grid_options(grid_settings))
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
             .start(f"{unique_name}-out")
@@ -92,8 +99,9 @@ def test_a_committed_batch_id_is_never_published_again(
     grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_stream(grid, unique_name)
-    schema = StructType.fromJson({"type": "struct", "fields": [
-        {"name": "value", "type": "binary", "nullable": True, "metadata": {}}]})
+    schema = StructType.fromJson(
+        {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
+    )
     options = SinkOptions.parse({"stream": unique_name, "sinkId": unique_name, **grid_options(grid_settings)})
     writer = MeteorStreamWriter(options, schema, overwrite=False)
     properties = {"streaming.sql.batchId": "4", "sql.streaming.queryId": "q-1"}
@@ -115,15 +123,24 @@ def test_a_committed_batch_id_is_never_published_again(
 
 
 def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
-    grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch,
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     info = make_stream(grid, unique_name, lanes=2)
     # Lane 1 already holds two items: the writer's offsets there must start after them.
     put_items(grid, info, 1, values_items("old", 2, 3))
-    schema = StructType.fromJson({"type": "struct", "fields": [
-        {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
-        {"name": "lane", "type": "integer", "nullable": True, "metadata": {}}]})
+    schema = StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "value", "type": "binary", "nullable": True, "metadata": {}},
+                {"name": "lane", "type": "integer", "nullable": True, "metadata": {}},
+            ],
+        }
+    )
     options = SinkOptions.parse({"stream": unique_name, "sinkId": unique_name, **grid_options(grid_settings)})
     writer = MeteorStreamWriter(options, schema, overwrite=False)
     properties = {"streaming.sql.batchId": "0", "sql.streaming.queryId": "q-lanes"}
@@ -187,5 +204,6 @@ def test_wrong_schema_fails_the_write_at_start_listing_columns(spark: Any, grid_
         df.write.format("meteor").options(**grid_options(grid_settings)).mode("append").save("never-written")
     with pytest.raises(Exception, match="no target stream"):
         spark.createDataFrame([("x",)], "value string").write.format("meteor").options(
-            **grid_options(grid_settings)).mode("append").save()
+            **grid_options(grid_settings)
+        ).mode("append").save()
     shutil.rmtree("spark-warehouse", ignore_errors=True)

@@ -32,6 +32,7 @@ def routed(target: str) -> Callable[[Iterator], Iterator]:
                 name = f"{target}-missing" if failing and handed == 3 else target
                 handed += 1
                 yield piece.append_column("stream", pa.array([name] * piece.num_rows, pa.string()))
+
     return route
 
 
@@ -39,20 +40,32 @@ def main() -> None:
     members, cluster, source, target, checkpoint, transactional = sys.argv[1:7]
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
-        SparkSession.builder.master("local[2,4]").appName("meteor-txn-test").config("spark.ui.enabled", "false")
+        SparkSession.builder.master("local[2,4]")
+        .appName("meteor-txn-test")
+        .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4").getOrCreate()
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
+        .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     grid = {"hazelcast.members": members, "hazelcast.clusterName": cluster}
     rows = (
-        spark.readStream.format("meteor").options(**grid).option("stream", source)
-        .option("startingOffsets", "earliest").load().select("key", "value")
+        spark.readStream.format("meteor")
+        .options(**grid)
+        .option("stream", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("key", "value")
     )
     (
         rows.mapInArrow(routed(target), "key binary, value binary, stream string")
-        .writeStream.format("meteor").options(**grid).option("checkpointLocation", checkpoint)
-        .option("createStream", "false").option("transactional", transactional).trigger(availableNow=True).start()
+        .writeStream.format("meteor")
+        .options(**grid)
+        .option("checkpointLocation", checkpoint)
+        .option("createStream", "false")
+        .option("transactional", transactional)
+        .trigger(availableNow=True)
+        .start()
         .awaitTermination()
     )
     print("DONE", flush=True)

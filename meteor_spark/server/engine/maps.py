@@ -179,8 +179,9 @@ class Listener:
 class MapJournal(Protocol):
     """Where committed map changes go when persistence is on (``persistence.MapLog``)."""
 
-    def map_put(self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int,
-                max_idle_ms: int) -> None: ...
+    def map_put(
+        self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int, max_idle_ms: int
+    ) -> None: ...
 
     def map_remove(self, name: str, key: bytes) -> None: ...
 
@@ -295,8 +296,16 @@ class Maps:
         record.accessed_wall = self._clock.now_ms()
         record.accessed_mono = self._clock.monotonic_ms()
 
-    def _write(self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int, max_idle_ms: int,
-               existing: _Record | None) -> None:
+    def _write(
+        self,
+        name: str,
+        store: _Store,
+        key: bytes,
+        value: bytes,
+        ttl_ms: int,
+        max_idle_ms: int,
+        existing: _Record | None,
+    ) -> None:
         """Store ``value`` under ``key`` with Hazelcast's per-write TTL rules and fire ADDED or UPDATED."""
         now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
         ttl = self._pick_ttl(store, ttl_ms)
@@ -332,8 +341,9 @@ class Maps:
         expires_wall = None if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
         self.journal.map_put(name, key, record.value, expires_wall, record.ttl_ms, record.max_idle_ms)
 
-    def _put_value(self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int,
-                   max_idle_ms: int) -> bytes | None:
+    def _put_value(
+        self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int, max_idle_ms: int
+    ) -> bytes | None:
         existing = self._live(name, store, key)
         old = existing.value if existing is not None else None
         self._write(name, store, key, value, ttl_ms, max_idle_ms, existing)
@@ -432,21 +442,24 @@ class Maps:
 
     # ------------------------------------------------------------------ writes (lock-aware)
 
-    def put(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
-            max_idle_ms: int = -1) -> bytes | None:
+    def put(
+        self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
+    ) -> bytes | None:
         """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
         store = self._store(name)
         self._check_lock(name, store, key, caller)
         return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
 
-    def set(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
-            max_idle_ms: int = -1) -> None:
+    def set(
+        self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
+    ) -> None:
         self.put(name, key, value, caller, ttl_ms, max_idle_ms)
 
     put_transient = set
 
-    def put_if_absent(self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1,
-                      max_idle_ms: int = -1) -> bytes | None:
+    def put_if_absent(
+        self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
+    ) -> bytes | None:
         """Store only if absent; return the existing value (None when this call stored it)."""
         store = self._store(name)
         self._check_lock(name, store, key, caller)
@@ -635,16 +648,30 @@ class Maps:
 
     # ------------------------------------------------------------------ listeners and expiry
 
-    def add_listener(self, name: str, sink: Callable[[EntryEvent], None], *, key: bytes | None = None,
-                     include_value: bool = True, flags: int = 0) -> uuid.UUID:
+    def add_listener(
+        self,
+        name: str,
+        sink: Callable[[EntryEvent], None],
+        *,
+        key: bytes | None = None,
+        include_value: bool = True,
+        flags: int = 0,
+    ) -> uuid.UUID:
         """Send ``name``'s events whose type is in ``flags`` (and, with ``key``, only that key's) to ``sink``."""
         return self._listeners.add(name, Listener(key, include_value, flags, sink))
 
     def remove_listener(self, name: str, registration_id: uuid.UUID) -> bool:
         return self._listeners.remove(name, registration_id)
 
-    def _fire(self, name: str, event_type: EntryEventType, key: bytes | None, value: bytes | None,
-              old_value: bytes | None, affected_entries: int = 1) -> None:
+    def _fire(
+        self,
+        name: str,
+        event_type: EntryEventType,
+        key: bytes | None,
+        value: bytes | None,
+        old_value: bytes | None,
+        affected_entries: int = 1,
+    ) -> None:
         if name not in self._listeners:
             return  # the common case: no event object is built for a map nobody listens to
         event = EntryEvent(name, event_type, key, value, old_value, affected_entries)
@@ -672,8 +699,9 @@ class Maps:
 
     # ------------------------------------------------------------------ persistence
 
-    def restore(self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int,
-                max_idle_ms: int) -> None:
+    def restore(
+        self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int, max_idle_ms: int
+    ) -> None:
         """Reinstall a recovered entry without events or journal writes; already-expired entries are skipped."""
         now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
         store = self._store(name)
@@ -702,6 +730,7 @@ class Maps:
         for name, store in self._stores.items():
             for key, record in self._live_items(name, store):
                 expires = record.expires_at_mono()
-                expires_wall = (None if expires is None
-                                else self._clock.now_ms() + int(expires - self._clock.monotonic_ms()))
+                expires_wall = (
+                    None if expires is None else self._clock.now_ms() + int(expires - self._clock.monotonic_ms())
+                )
                 yield name, key, record.value, expires_wall, record.ttl_ms, record.max_idle_ms

@@ -362,7 +362,10 @@ def _truncate_torn(fd: int, path: Path, torn: Damage) -> None:
     log.warning(
         "%s: torn tail: %s at byte %d, the last record a crash interrupted while it was written; truncating %d "
         "bytes (under fsync=always such a write was never acknowledged)",
-        path, torn.reason, torn.start, torn.size,
+        path,
+        torn.reason,
+        torn.start,
+        torn.size,
     )
     os.ftruncate(fd, torn.start)
 
@@ -392,7 +395,12 @@ def _report(path: Path, damage: Damage, target: Path, what: str) -> None:
     log.error(
         "%s: bytes %d..%d are damaged (%s); moved them to %s. Lost: %s, which may have been acknowledged to "
         "clients. %s",
-        path, damage.start, damage.end - 1, damage.reason, target, damage.lost() if damage.lost_first >= 0 else what,
+        path,
+        damage.start,
+        damage.end - 1,
+        damage.reason,
+        target,
+        damage.lost() if damage.lost_first >= 0 else what,
         "Every intact record before and after them is kept.",
     )
 
@@ -594,8 +602,14 @@ class RingStore:
                 recent[record.sequence] = body[_SEQUENCE.size :]
             else:
                 result.damage.append(
-                    Damage(record.offset, record.end, "a record whose CRC does not match its contents", False,
-                           record.sequence, record.sequence)
+                    Damage(
+                        record.offset,
+                        record.end,
+                        "a record whose CRC does not match its contents",
+                        False,
+                        record.sequence,
+                        record.sequence,
+                    )
                 )
                 del records[index]
             index -= 1
@@ -611,14 +625,21 @@ class RingStore:
                 self._write_hwm(tail)
                 log.error(
                     "ring log %s: its last records were damaged; the ring continues after sequence %d (kept in %s), so "
-                    "no sequence is ever reused", self.path, tail, self.hwm_path.name,
+                    "no sequence is ever reused",
+                    self.path,
+                    tail,
+                    self.hwm_path.name,
                 )
             records = _rewrite(self._fd, self.path, records)
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             if result.torn is not None:
-                log.warning("%s: torn tail at byte %d (%d bytes, a write a crash interrupted) dropped",
-                            self.path, result.torn.start, result.torn.size)
+                log.warning(
+                    "%s: torn tail at byte %d (%d bytes, a write a crash interrupted) dropped",
+                    self.path,
+                    result.torn.start,
+                    result.torn.size,
+                )
         elif result.torn is not None:
             _truncate_torn(self._fd, self.path, result.torn)
         self._end = records[-1].end if records else 0
@@ -641,8 +662,14 @@ class RingStore:
             sequence -= 1
         items.reverse()
         if records:
-            log.info("ring log %s: %d items on disk (sequences %d..%d), tail %d", self.path.name, len(records),
-                     records[0].sequence, last, tail)
+            log.info(
+                "ring log %s: %d items on disk (sequences %d..%d), tail %d",
+                self.path.name,
+                len(records),
+                records[0].sequence,
+                last,
+                tail,
+            )
         return tail, items if capacity > 0 else []
 
     def _read_hwm(self) -> int:
@@ -697,7 +724,10 @@ class RingStore:
         if len(body) != length or zlib.crc32(body) != crc or _SEQUENCE.unpack_from(body)[0] != sequence:
             log.error(
                 "ring log %s: the record of sequence %d (bytes from %d) is damaged on disk; it is not served (readers "
-                "see it as lost) and stays in the log", self.path, sequence, offset,
+                "see it as lost) and stays in the log",
+                self.path,
+                sequence,
+                offset,
             )
             self._offsets[index] = -1
             return None
@@ -749,11 +779,13 @@ class MapLog:
         self.records += 1
         self._syncer.written(self._fd)
 
-    def map_put(self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int,
-                max_idle_ms: int) -> None:
+    def map_put(
+        self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int, max_idle_ms: int
+    ) -> None:
         encoded = name.encode("utf-8")
-        fixed = _PUT_FIXED.pack(_PUT, -1 if expires_wall_ms is None else expires_wall_ms, ttl_ms, max_idle_ms,
-                                len(encoded), len(key))
+        fixed = _PUT_FIXED.pack(
+            _PUT, -1 if expires_wall_ms is None else expires_wall_ms, ttl_ms, max_idle_ms, len(encoded), len(key)
+        )
         self._write([fixed, encoded, key, value])
 
     def map_remove(self, name: str, key: bytes) -> None:
@@ -773,8 +805,13 @@ class MapLog:
         result = _Scanner(self._fd, self.path, sequenced=False, verify=True).scan()
         for damage in result.damage:
             target = _quarantine(self._fd, self.path, damage)
-            _report(self.path, damage, target, "the map updates (put / remove / destroy) these bytes held; a key may "
-                    "show an older value, or a removed key come back")
+            _report(
+                self.path,
+                damage,
+                target,
+                "the map updates (put / remove / destroy) these bytes held; a key may "
+                "show an older value, or a removed key come back",
+            )
         self.quarantined = result.damage
         if result.torn is not None:
             _truncate_torn(self._fd, self.path, result.torn)
@@ -852,8 +889,9 @@ class Persistence:
             else:
                 maps.restore_destroy(name)
         live = sum(1 for _ in maps.snapshot())
-        log.info("maps recovered from %s: %d live entries from %d log records", self.map_log.path, live,
-                 self.map_log.records)
+        log.info(
+            "maps recovered from %s: %d live entries from %d log records", self.map_log.path, live, self.map_log.records
+        )
         return live
 
     def compact_maps(self) -> None:

@@ -78,7 +78,11 @@ def _authenticate(
         endpoint.labels = list(req["labels"])
         logger.info(
             "client %s (%s %s, uuid %s) authenticated from %s",
-            endpoint.client_name, endpoint.client_type, endpoint.client_version, endpoint.client_uuid, endpoint.remote,
+            endpoint.client_name,
+            endpoint.client_type,
+            endpoint.client_version,
+            endpoint.client_uuid,
+            endpoint.remote,
         )
     else:
         logger.warning("refused client %s from %s: %s", req["client_name"], endpoint.remote, reason)
@@ -238,4 +242,3 @@ async def send_all_schemas(ctx: RequestContext, req: dict[str, Any]) -> None:
     for schema in req["schemas"]:
         ctx.engine.schemas[schema_id(schema)] = schema
     return None
-

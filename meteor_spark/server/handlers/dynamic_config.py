@@ -47,5 +47,8 @@ def _warn_if_existing_rings_differ(ctx: RequestContext, config: RingConfig) -> N
         if ctx.engine.rings.configs.find(name) is config and ring.config != config:
             logger.info(
                 "ring %r already exists with capacity %d, TTL %d s; the new config %r applies from its next creation",
-                name, ring.capacity, ring.config.ttl_s, config.name,
+                name,
+                ring.capacity,
+                ring.config.ttl_s,
+                config.name,
             )

@@ -196,9 +196,7 @@ async def replace(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 async def replace_if_same(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
     maps, name, key = _maps(ctx), req["name"], req["key"]
     test_value, value = req["test_value"], req["value"]
-    return {
-        "response": await _keyed(ctx, req, lambda owner: maps.replace_if_same(name, key, test_value, value, owner))
-    }
+    return {"response": await _keyed(ctx, req, lambda owner: maps.replace_if_same(name, key, test_value, value, owner))}
 
 
 @handles(m.MAP_REMOVE)
@@ -335,9 +333,7 @@ def _listen(ctx: RequestContext, req: dict[str, Any], event_spec: EventSpec, key
     flags = req["listener_flags"]
     if flags < 0:
         raise IllegalArgument(f"listener_flags {flags} is negative; pass a bit set of EntryEventType values")
-    registration = maps.add_listener(
-        name, deliver, key=key, include_value=req["include_value"], flags=flags
-    )
+    registration = maps.add_listener(name, deliver, key=key, include_value=req["include_value"], flags=flags)
     ctx.endpoint.on_close(("map-listener", registration), lambda: maps.remove_listener(name, registration))
     ctx.engine.housekeeping.ensure_started()
     return {"response": registration}

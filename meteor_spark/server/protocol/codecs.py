@@ -772,7 +772,12 @@ def encode_response(
     """
     header = (spec.response_type, correlation_id, 0)
     return _encode(
-        _RESPONSE_INITIAL, header, spec._resp_fixed, spec._resp_var, _merge(values, kw), UNFRAGMENTED  # type: ignore[attr-defined]
+        _RESPONSE_INITIAL,
+        header,
+        spec._resp_fixed,  # type: ignore[attr-defined]
+        spec._resp_var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED,
     )
 
 
@@ -782,7 +787,12 @@ def encode_event(
     """Byte chunks of an event for the listener registered by request ``correlation_id``."""
     header = (spec.type_id, correlation_id, partition_id)
     return _encode(
-        _EVENT_INITIAL, header, spec._fixed, spec._var, _merge(values, kw), UNFRAGMENTED | IS_EVENT  # type: ignore[attr-defined]
+        _EVENT_INITIAL,
+        header,
+        spec._fixed,  # type: ignore[attr-defined]
+        spec._var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED | IS_EVENT,
     )
 
 
@@ -792,7 +802,12 @@ def encode_request(
     """Byte chunks of a request (client side; used by tests, tools and the bench)."""
     header = (spec.request_type, correlation_id, partition_id)
     return _encode(
-        _EVENT_INITIAL, header, spec._req_fixed, spec._req_var, _merge(values, kw), UNFRAGMENTED  # type: ignore[attr-defined]
+        _EVENT_INITIAL,
+        header,
+        spec._req_fixed,  # type: ignore[attr-defined]
+        spec._req_var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED,
     )
 
 

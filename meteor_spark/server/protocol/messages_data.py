@@ -101,14 +101,12 @@ CP_GROUP_DESTROY_CP_OBJECT = message(  # 0x1E0200
     "CPGroup.destroyCPObject",
     0x1E0200,
     request=(p("group_id", RAFT_GROUP_ID), p("service_name", STRING), p("object_name", STRING)),
-
 )
 FLAKE_ID_GENERATOR_NEW_ID_BATCH = message(  # 0x1C0100
     "FlakeIdGenerator.newIdBatch",
     0x1C0100,
     request=(_NAME, p("batch_size", INT)),
     response=(p("base", LONG), p("increment", LONG), p("batch_size", INT)),
-
 )
 MAP_ADD_ENTRY_LISTENER = message(  # 0x011900
     "Map.addEntryListener",
@@ -190,7 +188,6 @@ MAP_GET_ENTRY_VIEW = message(  # 0x011D00
     0x011D00,
     request=_KEYED,
     response=(p("response", nullable(SIMPLE_ENTRY_VIEW)), p("max_idle", LONG)),
-
 )
 MAP_IS_EMPTY = message(  # 0x012B00
     "Map.isEmpty",

@@ -27,11 +27,16 @@ def main() -> None:
 
     sink = f"seen_{mode}"
     query = (
-        spark.readStream.format("meteor").options(**grid)
-        .option("stream", source).option("group", group).option("startingOffsets", "earliest")
+        spark.readStream.format("meteor")
+        .options(**grid)
+        .option("stream", source)
+        .option("group", group)
+        .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "8")
         .load()
-        .writeStream.format("memory").queryName(sink).start()
+        .writeStream.format("memory")
+        .queryName(sink)
+        .start()
     )
     query.processAllAvailable()
     query.stop()
