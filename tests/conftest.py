@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -105,7 +105,7 @@ CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator["object"]:
+def spark() -> Iterator[object]:
     """The one SparkSession of the run: local[2], workers on this interpreter."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

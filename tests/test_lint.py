@@ -1,4 +1,5 @@
-"""The package is ruff- and mypy-clean under the settings in pyproject.toml, so the README's test command checks both.
+"""The package and the tests are ruff-clean (lint and format) and the package mypy-clean under the settings in
+pyproject.toml, so the README's test command checks all three.
 
 Both tools run as subprocesses from the checkout root (they read ``[tool.ruff]`` / ``[tool.mypy]`` there); the
 findings are the assertion message, so a failure reads like the tool's own output.
@@ -25,15 +26,25 @@ def _tool(name: str) -> str:
     return found
 
 
+CHECKED = ["meteor_spark", "pyspark_meteor", "tests"]
+
+
 def test_ruff_finds_nothing() -> None:
     done = subprocess.run(
-        [_tool("ruff"), "check", "--no-cache", "meteor_spark", "pyspark_meteor"],
+        [_tool("ruff"), "check", "--no-cache", *CHECKED], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format_changes_nothing() -> None:
+    done = subprocess.run(
+        [_tool("ruff"), "format", "--check", "--no-cache", *CHECKED],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 0, "run `ruff format` over these files:\n" + done.stdout + done.stderr
 
 
 def test_mypy_finds_nothing() -> None:

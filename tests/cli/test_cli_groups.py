@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from meteor_spark.grid import Grid
 from meteor_spark.groups import seek_group

@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def stored_records(grid: Grid, stream: str) -> list[Record]:
     records: list[Record] = []
     for lane, (head, end) in lane_bounds(grid, info).items():
         for items, sequences in read_range(grid, info, lane, head, end):
-            for item, sequence in zip(items, sequences):
+            for item, sequence in zip(items, sequences, strict=True):
                 records.extend(decode_batch(item, stream=stream, lane=lane, sequence=sequence))
     return records
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from meteor_spark.grid import Grid
 from meteor_spark.streams import open_stream
-
-from typing import Any, Callable
 
 Meteor = Callable[..., Any]
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from meteor_spark.grid import Grid
 from meteor_spark.groups import group_state
+from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record, encode_batch
-from meteor_spark.offsets import first_offset_of
 from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
 
 Meteor = Callable[..., Any]

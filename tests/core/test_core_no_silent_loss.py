@@ -274,9 +274,11 @@ def test_a_newer_format_version_is_a_corrupt_item_too(grid: Grid, unique_name: s
     ring = grid.ring(info.ring_names[0])
     ring.add(_v2_item())
     ring.add(encode_batch([b"after"], producer_id=1, producer_seq=0))
-    with Subscriber(grid, info.name, initial_offset_scheme="earliest") as strict:
-        with pytest.raises(UnsupportedFormatVersionError, match="sequence 0"):
-            _values(strict, 1)
+    with (
+        Subscriber(grid, info.name, initial_offset_scheme="earliest") as strict,
+        pytest.raises(UnsupportedFormatVersionError, match="sequence 0"),
+    ):
+        _values(strict, 1)
     with Subscriber(grid, info.name, initial_offset_scheme="earliest", on_corrupt="skip") as lenient:
         assert _values(lenient, 1) == [b"after"] and lenient.corrupt == [(0, 0)]
 
@@ -302,7 +304,7 @@ def test_counting_records_survives_a_corrupt_item(grid: Grid, with_foreign_item:
     assert (entry.items, entry.records, entry.corrupt_items) == (3, 2, 1)
 
 
-# ---------------------------------------------------------------------------------------------------- errors after good records
+# -------------------------------------------------------------------------------------------- errors after good records
 
 
 def test_a_poll_returns_the_good_records_before_an_error_and_the_next_poll_raises(grid: Grid, unique_name: str) -> None:

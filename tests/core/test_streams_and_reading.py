@@ -104,7 +104,7 @@ def test_lane_bounds_and_exact_range_reads(grid: Grid, unique_name: str) -> None
     values = [
         decode_batch(item, stream=info.name, lane=lane, sequence=seq).values()[0]
         for items, seqs in chunks
-        for item, seq in zip(items, seqs)
+        for item, seq in zip(items, seqs, strict=True)
     ]
     assert len(values) == len(sequences)
     assert list(read_range(grid, info, lane, end, end)) == []

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 import sys
 import venv
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

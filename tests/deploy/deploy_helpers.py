@@ -7,8 +7,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
@@ -127,7 +127,7 @@ def read_all_values(grid: Grid, stream: str) -> list[bytes]:
         sequence = head
         while sequence < end:
             batch = ring.read_many(sequence, 0, min(999, end - sequence))
-            for item, item_sequence in zip(batch.items, batch.sequences):
+            for item, item_sequence in zip(batch.items, batch.sequences, strict=True):
                 values.extend(r.value for r in decode_batch(item, stream=stream, lane=lane, sequence=item_sequence))
             sequence += len(batch.items)
     return values

@@ -7,8 +7,8 @@ lost in the lane and sends it again only when it was not stored, so none is stor
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

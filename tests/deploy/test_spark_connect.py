@@ -6,11 +6,10 @@ with ``format("meteor")``, with and without registering the data source from the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from deploy_helpers import (
     deploy_env,
     free_port,
@@ -23,6 +22,7 @@ from deploy_helpers import (
     stop,
     wait_for_log,
 )
+
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import group_state
 from meteor_spark.offsets import make_offset

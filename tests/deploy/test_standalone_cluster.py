@@ -7,11 +7,10 @@ read_committed reader of the target (transactional sink) reads every record exac
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from deploy_helpers import (
     deploy_env,
     descendants,
@@ -26,6 +25,7 @@ from deploy_helpers import (
     stop,
     wait_for_log,
 )
+
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
@@ -104,7 +104,7 @@ def cluster(deploy_python: Path, outside: Path, tmp_path: Path) -> Iterator[Clus
             started.append(worker)
             workers.append(worker)
             logs.append(log)
-        for worker, log in zip(workers, logs):
+        for worker, log in zip(workers, logs, strict=True):
             wait_for_log(log, "Successfully registered with master", worker, timeout_s=180)
         yield Cluster(master_url, workers, logs)
     finally:

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         next_sample += 0.2
                 elapsed = time.monotonic() - started
                 cpu = proc_cpu_s(member.pid) - cpu_start
-                rss_now, hwm = proc_memory_mb(member.pid)
+                _rss_now, hwm = proc_memory_mb(member.pid)
             stop.set()
             other.join()
             other_grid.__exit__(None, None, None)

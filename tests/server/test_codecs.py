@@ -254,7 +254,7 @@ def test_our_event_decodes_with_the_official_handler(spec: MessageSpec, event: c
     assert call is not None, f"cannot find the {callback}(...) call in the official codec"
     names = [name.strip() for name in call.group(1).split(",")]
     assert sorted(names) == sorted(param.name for param in event.params), "event parameter names differ"
-    got = dict(zip(names, received[0]))
+    got = dict(zip(names, received[0], strict=True))
     for param in event.params:
         assert norm(param.type, got[param.name]) == norm(param.type, values[param.name]), param.name
 

@@ -69,7 +69,9 @@ def test_damaged_ring_log_keeps_every_intact_item(tmp_path: Path, where: str) ->
                 for _ in read_range(grid, info, 0, 0, ITEMS):
                     pass
             reader = read_range(grid, info, 0, 0, ITEMS, skip_data_loss=True)
-            kept = {sequence: item for items, sequences in reader for item, sequence in zip(items, sequences)}
+            kept = {
+                sequence: item for items, sequences in reader for item, sequence in zip(items, sequences, strict=True)
+            }
             ring = grid.ring(info.ring_names[0])
             new_sequence = ring.add(b"after the restart")
         log_text = Path(member.log_path or "").read_text()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.embedded_only
 def test_thread_mode_start_stop_on_an_ephemeral_port() -> None:
     member = EmbeddedGrid()
     with pytest.raises(RuntimeError, match="not started"):
-        member.address
+        _ = member.address
     member.start()
     try:
         host, port = member.address.rsplit(":", 1)
@@ -67,9 +67,8 @@ def test_binds_loopback_by_default() -> None:
 
 
 def test_port_already_in_use_is_a_clear_error() -> None:
-    with EmbeddedGrid() as first:
-        with pytest.raises(RuntimeError, match=f"could not start on 127.0.0.1:{first.port}"):
-            EmbeddedGrid(port=first.port).start()
+    with EmbeddedGrid() as first, pytest.raises(RuntimeError, match=f"could not start on 127.0.0.1:{first.port}"):
+        EmbeddedGrid(port=first.port).start()
 
 
 def test_password_is_not_in_repr_nor_command_line() -> None:
@@ -173,15 +172,15 @@ def test_invalid_member_options_name_the_setting() -> None:
         EmbeddedGrid(fsync_interval_ms=0)
     with pytest.raises(ValueError, match="fsync policy 'sometimes' is unknown"):
         EmbeddedGrid(fsync="sometimes")
-    with pytest.raises(ValueError, match="client heartbeat timeout must be >= 0 seconds .*got -1"):
+    with pytest.raises(ValueError, match=r"client heartbeat timeout must be >= 0 seconds .*got -1"):
         EmbeddedGrid(client_heartbeat_timeout_s=-1)
-    with pytest.raises(ValueError, match="authentication timeout must be >= 0 seconds .*got -2"):
+    with pytest.raises(ValueError, match=r"authentication timeout must be >= 0 seconds .*got -2"):
         EmbeddedGrid(auth_timeout_s=-2)
     with pytest.raises(ValueError, match="per-entry-stats must be 0 or 1, got 2"):
         parse_map_config("m:per-entry-stats=2")
 
 
-def test_a_data_dir_that_is_a_file_is_refused(tmp_path: "os.PathLike[str]") -> None:
+def test_a_data_dir_that_is_a_file_is_refused(tmp_path: os.PathLike[str]) -> None:
     not_a_dir = os.path.join(tmp_path, "file")
     with open(not_a_dir, "w") as handle:
         handle.write("x")
@@ -207,7 +206,7 @@ def test_authentication_with_long_credentials_and_labels_fits_the_unauthenticate
             client.shutdown()
 
 
-def _client(member: EmbeddedGrid) -> "hazelcast.HazelcastClient":
+def _client(member: EmbeddedGrid) -> hazelcast.HazelcastClient:
     return hazelcast.HazelcastClient(
         cluster_members=[member.address], cluster_name=member.cluster_name, cluster_connect_timeout=10
     )

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from meteor_spark.server.engine import Engine, ManualClock
+from meteor_spark.server.engine.configs import match_pattern
 from meteor_spark.server.engine.ringbuffer import (
     FAIL,
     OVERWRITE,
     WOULD_BLOCK,
     ReadManyState,
+    Ringbuffer,
     RingConfig,
     RingConfigs,
-    Ringbuffer,
     check_read_many_arguments,
 )
-from meteor_spark.server.engine.configs import match_pattern
 from meteor_spark.server.errors import IllegalArgument, InvalidConfiguration, StaleSequence
 
 
@@ -97,11 +99,13 @@ def test_read_one_errors_and_blocking() -> None:
     for item in (b"a", b"b", b"c"):
         r.add(item)
     assert r.read_one(3) is WOULD_BLOCK
-    with pytest.raises(IllegalArgument, match="sequence:4 is too large. The current tailSequence is:2"):
+    with pytest.raises(IllegalArgument, match=re.escape("sequence:4 is too large. The current tailSequence is:2")):
         r.read_one(4)
     with pytest.raises(
         StaleSequence,
-        match="sequence:0 is too small and data store is disabled. The current headSequence is:1 tailSequence is:2",
+        match=re.escape(
+            "sequence:0 is too small and data store is disabled. The current headSequence is:1 tailSequence is:2"
+        ),
     ):
         r.read_one(0)
 

@@ -9,10 +9,11 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from raw_client import ERROR_RESPONSE_TYPE, RawClient, correlation_id_of, message_type_of
 
 from meteor_spark.grid import Grid
 from meteor_spark.server.member import EmbeddedGrid
@@ -20,7 +21,6 @@ from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol import messages_data as md
 from meteor_spark.server.protocol.frames import IS_FINAL, PREAMBLE, UNFRAGMENTED
 from meteor_spark.testing import wait_until
-from raw_client import ERROR_RESPONSE_TYPE, RawClient, correlation_id_of, message_type_of
 
 pytestmark = [pytest.mark.fault, pytest.mark.embedded_only]
 
@@ -54,11 +54,11 @@ class GoodClient:
                 assert entries.get(f"k{i % 100}") == str(i)
                 ring.add(b"x" * 100)
                 self.ok += 1
-            except BaseException as exc:  # noqa: BLE001 - every failure is counted and reported
+            except BaseException as exc:
                 self.failed.append(exc)
             i += 1
 
-    def __enter__(self) -> "GoodClient":
+    def __enter__(self) -> GoodClient:
         self._thread.start()
         wait_until(lambda: self.ok > 0, timeout_s=30, message="the good client's first operations")
         return self
@@ -89,7 +89,7 @@ def _closed_by_member(sock: socket.socket, timeout_s: float = 10.0) -> bool:
         return True
     except ConnectionError:
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 

@@ -7,7 +7,8 @@ Runs against the ``grid_settings`` grid (the embedded member, or a real Hazelcas
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import hazelcast
 import pytest
@@ -268,7 +269,7 @@ def test_entry_listener_events(m: BlockingMap) -> None:
         (8, "e", None, "x"),
     ]
     # Hazelcast orders events per key (partition), not across keys: put_all's and clear's may interleave.
-    rest = sorted(((e.event_type, e.key or "", e.number_of_affected_entries) for e in events[5:8]))
+    rest = sorted((e.event_type, e.key or "", e.number_of_affected_entries) for e in events[5:8])
     assert rest == [(1, "a", 1), (1, "b", 1), (64, "", 2)]
     assert all(e.uuid is not None for e in events)  # the member that fired the event
     assert m.remove_entry_listener(registration) is True

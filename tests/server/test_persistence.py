@@ -11,12 +11,12 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import hazelcast
 import pytest
-from hazelcast.errors import HazelcastError
 
 from meteor_spark.grid import GridSettings
 from meteor_spark.server.engine import Engine, EngineConfig, ManualClock
@@ -258,7 +258,7 @@ def test_group_commit_shares_fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
         # While the first fsync runs, ten more writers arrive: they must share one further fsync.
         rest = []
-        for i in range(10):
+        for _ in range(10):
             os.write(fd, b"x")
             syncer.written(fd)
             rest.append(asyncio.ensure_future(syncer.commit()))
@@ -360,7 +360,7 @@ def test_every_acknowledged_write_survives_sigkill(member: EmbeddedGrid) -> None
                     offsets.put(key, i)
                     acked_values[key] = i
                     i += 1
-            except Exception:  # noqa: BLE001 - the member died under us: writes from here on were never acknowledged
+            except Exception:
                 pass
 
         writers = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(WRITERS)]

@@ -8,7 +8,7 @@ configuration (``Grid.add_ring_config``), which works on both.
 from __future__ import annotations
 
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import hazelcast
 import pytest

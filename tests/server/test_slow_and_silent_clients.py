@@ -4,7 +4,6 @@ and pings); the member runs in a thread so the tests can look at its connections
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import hazelcast
@@ -15,11 +14,10 @@ from hazelcast.serialization.service import SerializationServiceV1
 from raw_client import RawClient, correlation_id_of, message_type_of
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.server import EmbeddedGrid, RingConfig
+from meteor_spark.server import EmbeddedGrid, RingConfig, tcp
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol import messages_data as md
-from meteor_spark.server import tcp
 from meteor_spark.server.tcp import HANDOFF_BYTES, OUTPUT_HIGH_WATER, ConnectionInfo
 from meteor_spark.testing import wait_until
 
@@ -54,63 +52,65 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
         # about that much before it pauses.
         monkeypatch.setattr(tcp, "_WRITEV", None)
         bound = 2 * (OUTPUT_HIGH_WATER + response_bytes)
-    with EmbeddedGrid(ring_configs=[RingConfig(unique_name, capacity=4 * ITEMS)]) as member:
-        with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid:
-            ring = grid.ring(unique_name)
-            ring.add_all(items)
-            with RawClient(member.address, receive_buffer=64 * 1024, timeout_s=30) as slow:
-                slow.authenticate(client_name="stops-reading")
-                # A long poll (woken below) and many big reads, received by the member together; then no reading.
-                parked, *requested = slow.send_all(
-                    [_read_many(unique_name, ITEMS, ITEMS, ITEMS)]
-                    + [_read_many(unique_name, 0, 1, ITEMS) for _ in range(REQUESTS)]
-                )
+    with (
+        EmbeddedGrid(ring_configs=[RingConfig(unique_name, capacity=4 * ITEMS)]) as member,
+        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
+    ):
+        ring = grid.ring(unique_name)
+        ring.add_all(items)
+        with RawClient(member.address, receive_buffer=64 * 1024, timeout_s=30) as slow:
+            slow.authenticate(client_name="stops-reading")
+            # A long poll (woken below) and many big reads, received by the member together; then no reading.
+            parked, *requested = slow.send_all(
+                [_read_many(unique_name, ITEMS, ITEMS, ITEMS)]
+                + [_read_many(unique_name, 0, 1, ITEMS) for _ in range(REQUESTS)]
+            )
 
-                held = wait_until(
-                    lambda: (
-                        (info := _connection(member, "stops-reading")) is not None
-                        and info.congested
-                        and info.backlog > 0
-                        and info
-                    ),
-                    message="the member to hold back the requests of the client that does not read",
-                )
-                assert held.queued_bytes + held.transport_bytes <= bound, held
+            held = wait_until(
+                lambda: (
+                    (info := _connection(member, "stops-reading")) is not None
+                    and info.congested
+                    and info.backlog > 0
+                    and info
+                ),
+                message="the member to hold back the requests of the client that does not read",
+            )
+            assert held.queued_bytes + held.transport_bytes <= bound, held
 
-                # Other clients are served meanwhile, and the woken long poll does not add to what is held: its
-                # 2 MiB answer waits until the client reads (only the kernel could shrink the queue, and it is full).
-                ring.add_all(woken_items)
-                for index in range(20):
-                    assert ring.read_many(ITEMS + index % ITEMS, 1, 1).items == [woken_items[index % ITEMS]]
-                grid.map(unique_name).put("k", str(index))
-                after = _connection(member, "stops-reading")
-                assert after is not None and after.congested
-                assert after.queued_bytes <= held.queued_bytes, (held, after)
-                assert after.queued_bytes + after.transport_bytes <= bound, after
+            # Other clients are served meanwhile, and the woken long poll does not add to what is held: its
+            # 2 MiB answer waits until the client reads (only the kernel could shrink the queue, and it is full).
+            ring.add_all(woken_items)
+            for index in range(20):
+                assert ring.read_many(ITEMS + index % ITEMS, 1, 1).items == [woken_items[index % ITEMS]]
+            grid.map(unique_name).put("k", str(index))
+            after = _connection(member, "stops-reading")
+            assert after is not None and after.congested
+            assert after.queued_bytes <= held.queued_bytes, (held, after)
+            assert after.queued_bytes + after.transport_bytes <= bound, after
 
-                # The client reads at last: every response arrives once, whole, and correct.
-                responses: dict[int, dict[str, Any]] = {}
-                while len(responses) < REQUESTS + 1:
-                    message = slow.receive(deadline_s=30)
-                    correlation_id = correlation_id_of(message)
-                    assert correlation_id not in responses
-                    assert message_type_of(message) == m.RINGBUFFER_READ_MANY.response_type
-                    responses[correlation_id] = c.decode_response(m.RINGBUFFER_READ_MANY, message)
-                for correlation_id in requested:
-                    assert [bytes(item) for item in responses[correlation_id]["items"]] == _serialized(items)
-                assert [bytes(item) for item in responses[parked]["items"]] == _serialized(woken_items)
-                drained = wait_until(
-                    lambda: (
-                        (info := _connection(member, "stops-reading")) is not None
-                        and not info.congested
-                        and info.queued_bytes == 0
-                        and info
-                    ),
-                    message="the member to resume the client",
-                )
-                assert drained.backlog == 0
-                # ... and it is served normally again.
-                assert slow.call(m.RINGBUFFER_SIZE, name=unique_name)["response"] == 2 * ITEMS
+            # The client reads at last: every response arrives once, whole, and correct.
+            responses: dict[int, dict[str, Any]] = {}
+            while len(responses) < REQUESTS + 1:
+                message = slow.receive(deadline_s=30)
+                correlation_id = correlation_id_of(message)
+                assert correlation_id not in responses
+                assert message_type_of(message) == m.RINGBUFFER_READ_MANY.response_type
+                responses[correlation_id] = c.decode_response(m.RINGBUFFER_READ_MANY, message)
+            for correlation_id in requested:
+                assert [bytes(item) for item in responses[correlation_id]["items"]] == _serialized(items)
+            assert [bytes(item) for item in responses[parked]["items"]] == _serialized(woken_items)
+            drained = wait_until(
+                lambda: (
+                    (info := _connection(member, "stops-reading")) is not None
+                    and not info.congested
+                    and info.queued_bytes == 0
+                    and info
+                ),
+                message="the member to resume the client",
+            )
+            assert drained.backlog == 0
+            # ... and it is served normally again.
+            assert slow.call(m.RINGBUFFER_SIZE, name=unique_name)["response"] == 2 * ITEMS
 
 
 _SERIALIZATION = SerializationServiceV1(Config())

@@ -46,7 +46,7 @@ def read_values(grid: Grid, name: str) -> dict[int, list[bytes]]:
         values: list[bytes] = []
         if next_seq > head:
             batch = grid.ring(info.ring_names[lane]).read_many(head, 0, next_seq - head)
-            for item, sequence in zip(batch.items, batch.sequences):
+            for item, sequence in zip(batch.items, batch.sequences, strict=True):
                 values.extend(r.value for r in decode_batch(item, stream=name, lane=lane, sequence=sequence))
         result[lane] = values
     return result

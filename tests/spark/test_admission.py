@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
+from spark_helpers import grid_options, make_stream, put_items
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.records import Record
 from meteor_spark.streams import lane_bounds, open_stream
-from spark_helpers import grid_options, make_stream, put_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -250,7 +250,7 @@ def test_dead_letter_stream_gets_the_raw_item_with_where_and_why(
     batch = grid.ring(dlq_info.ring_names[0]).read_many(head, 0, end - head)
     letters = [
         r
-        for item, seq in zip(batch.items, batch.sequences)
+        for item, seq in zip(batch.items, batch.sequences, strict=True)
         for r in decode_batch(item, stream=dlq, lane=0, sequence=seq)
     ]
     assert [r.value for r in letters] == [b"not a meteor batch"]

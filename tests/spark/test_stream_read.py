@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.errors import AnalysisException, StreamingQueryException
 from chispa import assert_df_equality
+from pyspark.errors import AnalysisException, StreamingQueryException
+from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.groups import OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.spark.lag import lag_from_progress
-from spark_helpers import grid_options, make_stream, put_items, values_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -57,7 +57,8 @@ def test_stream_read_equals_published_in_lane_order(
             for lane, records in published.items()
             for i, r in enumerate(records)
         ],
-        "key binary, value binary, stream string, lane int, offset long, headers array<struct<key:string,value:binary>>",
+        "key binary, value binary, stream string, lane int, offset long, "
+        "headers array<struct<key:string,value:binary>>",
     )
     assert_df_equality(got.drop("timestamp"), expected, ignore_row_order=True)
     assert got.where("timestamp IS NULL").count() == 0
@@ -234,8 +235,8 @@ def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: G
     """The executor path without Spark: a grouped task reads each of its ranges exactly, a resume offset inside
     the first item of a later range included, one lane per Arrow batch."""
     from meteor_spark.spark.datasource import SOURCE_SCHEMA
-    from meteor_spark.spark.options import SourceOptions
     from meteor_spark.spark.executor import LaneRange, LaneRanges
+    from meteor_spark.spark.options import SourceOptions
     from meteor_spark.spark.reader import MeteorBatchReader
 
     info = make_stream(grid, unique_name, lanes=3)
@@ -253,7 +254,7 @@ def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: G
     got = [
         (lane, value)
         for b in batches
-        for lane, value in zip(b.column("lane").to_pylist(), b.column("value").to_pylist())
+        for lane, value in zip(b.column("lane").to_pylist(), b.column("value").to_pylist(), strict=True)
     ]
     expected = (
         [(0, r.value) for r in published[0][3:9]]

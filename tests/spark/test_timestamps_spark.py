@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
+from spark_helpers import grid_options, make_stream, put_items
 
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.records import Record
-from spark_helpers import grid_options, make_stream, put_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

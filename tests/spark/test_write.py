@@ -12,16 +12,16 @@ import pyarrow as pa
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql.types import StructType
+from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
+from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.spark.options import SinkOptions
-from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import LaneWritten
 from meteor_spark.records import decode_batch
+from meteor_spark.spark.options import SinkOptions
+from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
 from meteor_spark.streams import lane_bounds
-from meteor_spark.errors import ConfigError
-from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -90,7 +90,8 @@ def test_stream_write_from_a_meteor_stream_round_trip_and_no_duplicates_on_repla
     assert (checkpoint / "commits" / last.name).exists()  # the batch really ran again
     again = read_values(grid, f"{unique_name}-out")
     assert again == written  # ... and published nothing twice
-    keys = [k for k in grid.map(SINK_COMMITS_MAP).keys() if k.startswith(str(checkpoint))]
+    commits = grid.map(SINK_COMMITS_MAP)
+    keys = [k for k in commits.keys() if k.startswith(str(checkpoint))]  # noqa: SIM118 (a grid map, not a dict)
     assert len(keys) == 1 and not keys[0].endswith("/unknown-query")  # keyed by Spark's real query id
     assert json.loads(grid.map(SINK_COMMITS_MAP).get(keys[0]))["batch"] == int(last.name)
 
@@ -157,7 +158,7 @@ def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
     # Compare with the offsets the records really have in the grid.
     stored: dict[int, list[tuple[bytes, int]]] = {}
     for lane, (head, next_seq) in lane_bounds(grid, info).items():
-        for item, sequence in zip(*_items(grid, info, lane, head, next_seq)):
+        for item, sequence in zip(*_items(grid, info, lane, head, next_seq), strict=True):
             stored.setdefault(lane, []).extend(
                 (r.value, r.offset) for r in decode_batch(item, stream=unique_name, lane=lane, sequence=sequence)
             )
