@@ -9,24 +9,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from meteor_spark import _moved
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Grid": "meteor_spark.grid",
-    "GridSettings": "meteor_spark.grid",
+    "Grid": "meteor_spark.grid.client",
+    "GridSettings": "meteor_spark.grid.client",
     "EmbeddedGrid": "meteor_spark.server",
-    "StreamConfig": "meteor_spark.streams",
-    "Record": "meteor_spark.records",
-    "RecordBatch": "meteor_spark.records",
-    "Publisher": "meteor_spark.publisher",
-    "Subscriber": "meteor_spark.subscriber",
-    "Receiver": "meteor_spark.subscriber",
-    "InitialOffsetScheme": "meteor_spark.subscriber",
-    "GroupMember": "meteor_spark.groups",
-    "Requester": "meteor_spark.request_reply",
-    "Responder": "meteor_spark.request_reply",
-    "SharedSubscriber": "meteor_spark.shared_groups",
-    "SharedRecord": "meteor_spark.shared_groups",
+    "StreamConfig": "meteor_spark.grid.streams",
+    "Record": "meteor_spark.format.records",
+    "RecordBatch": "meteor_spark.format.records",
+    "Publisher": "meteor_spark.producer.publisher",
+    "Subscriber": "meteor_spark.consumer.subscriber",
+    "Receiver": "meteor_spark.consumer.subscriber",
+    "InitialOffsetScheme": "meteor_spark.consumer.subscriber",
+    "GroupMember": "meteor_spark.groups.exclusive",
+    "Requester": "meteor_spark.consumer.request_reply",
+    "Responder": "meteor_spark.consumer.request_reply",
+    "SharedSubscriber": "meteor_spark.consumer.shared_subscriber",
+    "SharedRecord": "meteor_spark.consumer.shared_subscriber",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
     # The whole error tree: a user catches what the library raises without knowing the module it lives in.
@@ -60,6 +62,9 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from meteor_spark.consumer.request_reply import Requester, Responder  # noqa: F401
+    from meteor_spark.consumer.shared_subscriber import SharedRecord, SharedSubscriber  # noqa: F401
+    from meteor_spark.consumer.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
     from meteor_spark.errors import (  # noqa: F401
         ArgumentTypeError,
         ConfigError,
@@ -87,25 +92,25 @@ if TYPE_CHECKING:  # pragma: no cover
         TransactionAbortedError,
         UnsupportedFormatVersionError,
     )
-    from meteor_spark.grid import Grid, GridSettings  # noqa: F401
-    from meteor_spark.groups import GroupMember  # noqa: F401
-    from meteor_spark.publisher import Publisher  # noqa: F401
-    from meteor_spark.records import Record, RecordBatch  # noqa: F401
-    from meteor_spark.request_reply import Requester, Responder  # noqa: F401
+    from meteor_spark.format.records import Record, RecordBatch  # noqa: F401
+    from meteor_spark.grid.client import Grid, GridSettings  # noqa: F401
+    from meteor_spark.grid.streams import StreamConfig  # noqa: F401
+    from meteor_spark.groups.exclusive import GroupMember  # noqa: F401
+    from meteor_spark.producer.publisher import Publisher  # noqa: F401
     from meteor_spark.server import EmbeddedGrid  # noqa: F401
-    from meteor_spark.shared_groups import SharedRecord, SharedSubscriber  # noqa: F401
     from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: F401
-    from meteor_spark.streams import StreamConfig  # noqa: F401
-    from meteor_spark.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
 
 
 #: Submodules reachable as attributes of the package without importing them first, as the README writes them
 #: (``meteor_spark.config.spark_conf()`` after ``import meteor_spark``); each is imported on first access.
-_SUBMODULES = frozenset({"config", "errors", "admin", "testing", "spark"})
+#: The layers are reachable the same way; so are the modules' paths from before the layers (with a warning).
+_SUBMODULES = frozenset({"config", "errors", "testing", "spark", "format", "grid", "producer", "groups", "consumer"})
+
+_moved.install()
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or f"meteor_spark.{name}" in _moved.MOVED:
         return importlib.import_module(f"meteor_spark.{name}")
     module = _EXPORTS.get(name)
     if module is None:

@@ -44,11 +44,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from meteor_spark.errors import ConfigError, unknown_option
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from meteor_spark.streams import StreamConfig
-
+    from meteor_spark.grid.streams import StreamConfig
 logger = logging.getLogger(__name__)
 
 #: Environment variable naming the TOML file when no explicit path is given.
@@ -97,7 +96,7 @@ class StreamDefaults:
 
     def config(self, name: str, **overrides: Any) -> StreamConfig:
         """A ``StreamConfig`` for ``name``: these defaults, then ``overrides`` (``None`` values are ignored)."""
-        from meteor_spark.streams import StreamConfig  # streams loads pyarrow: not for every `meteor` command
+        from meteor_spark.grid.streams import StreamConfig  # streams loads pyarrow: not for every `meteor` command
 
         merged = dict(self.values)
         merged.update({k: v for k, v in overrides.items() if v is not None})
@@ -258,7 +257,7 @@ def _stream_defaults(table: Any, file_path: Path | None) -> StreamDefaults:
         raise _in_file(file_path, ConfigError("[stream] must be a table, e.g. [stream] lanes = 4"))
     if not table:
         return StreamDefaults()
-    from meteor_spark.streams import StreamConfig  # streams loads pyarrow: only when a [stream] table is given
+    from meteor_spark.grid.streams import StreamConfig  # streams loads pyarrow: only when a [stream] table is given
 
     known = [f.name for f in fields(StreamConfig) if f.name != "name"]
     for key in table:

@@ -32,7 +32,7 @@ Every error the library raises on purpose is a ``MeteorError``::
 The embedded grid (``meteor_spark.server``) has its own error classes carrying Hazelcast error codes; those
 travel to clients as Hazelcast error responses and come back as ``GridOperationError``.
 
-Hazelcast client errors are translated into this tree in exactly one place: ``meteor_spark.grid``.
+Hazelcast client errors are translated into this tree in exactly one place: ``meteor_spark.grid.client``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class LaneTruncatedError(DataLossError):
     What a member restart leaves after losing a ring log's tail (fsync ``interval`` or ``never`` and a machine
     crash), or a grid restarted without a store: the lane starts again below a group's confirmed offset, new records
     refill the lost sequences, and a reader resuming at the old offset would silently pass over as many new records.
-    It is caught by the item mark stored with the position (``meteor_spark.item_marks``): the item just before the
+    It is caught by the item mark stored with the position (``meteor_spark.grid.item_marks``): the item just before the
     position is no longer the one the position was taken after (Kafka's leader-epoch check, KIP-320).
 
     Attributes:
@@ -253,7 +253,8 @@ class PublishTimeoutError(MeteorError):
 
 
 class RequestError(MeteorError):
-    """A request of ``meteor_spark.request_reply`` failed: the responder's handler raised (the message carries its
+    """A request of ``meteor_spark.consumer.request_reply`` failed: the responder's handler raised (the message carries
+    its
     error), or the requester was closed while the request waited."""
 
 

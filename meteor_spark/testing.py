@@ -11,8 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from meteor_spark.grid import Grid, GridSettings
-
+    from meteor_spark.grid.client import Grid, GridSettings
 T = TypeVar("T")
 
 
@@ -65,7 +64,7 @@ class TcpProxy:
         included (``compat.route_member_through``), retrying an invocation that found no connection after
         ``retry_pause_s`` (the client's 1 s default makes a test slow)."""
         from meteor_spark.compat import route_member_through
-        from meteor_spark.grid import Grid
+        from meteor_spark.grid.client import Grid
 
         grid = Grid(replace(settings, members=(self.address,)))
         route_member_through(grid.client, self.target[1], self.address, retry_pause_s=retry_pause_s)
@@ -150,9 +149,9 @@ def committed_values(grid: Grid, stream: str, timeout_s: float = 120.0) -> list[
     Raises:
         AssertionError: the reader did not reach the ends within ``timeout_s``.
     """
-    from meteor_spark.offsets import first_offset_of
-    from meteor_spark.streams import lane_bounds, open_stream
-    from meteor_spark.subscriber import Subscriber
+    from meteor_spark.consumer.subscriber import Subscriber
+    from meteor_spark.format.offsets import first_offset_of
+    from meteor_spark.grid.streams import lane_bounds, open_stream
 
     info = open_stream(grid, stream)
     ends = {lane: first_offset_of(end) for lane, (_, end) in lane_bounds(grid, info).items()}

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from meteor_spark.config import spark_conf
-from meteor_spark.grid import Grid, GridSettings, split_members
+from meteor_spark.grid.client import Grid, GridSettings, split_members
 
 EXTERNAL_HAZELCAST = os.environ.get("METEOR_TEST_HAZELCAST")
 GRID_UNDER_TEST = os.environ.get("METEOR_TEST_GRID", "embedded")

@@ -54,7 +54,7 @@ def test_a_changed_private_detail_is_reported() -> None:
 def test_the_reactor_patch_is_applied_and_drains_before_clearing_the_flag() -> None:
     from hazelcast import reactor
 
-    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+    import meteor_spark.grid.client  # noqa: F401  (applies the patch at import)
 
     waker = reactor._PipedWaker.__new__(reactor._PipedWaker)
     waker._read_fd, write_fd = os.pipe()
@@ -79,7 +79,7 @@ def test_the_send_patch_requeues_the_unsent_rest_without_copying_it() -> None:
 
     from hazelcast import reactor
 
-    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+    import meteor_spark.grid.client  # noqa: F401  (applies the patch at import)
 
     assert reactor.AsyncoreConnection._meteor_send_fixed is True
     message = bytearray(os.urandom(1_000_000))
@@ -142,7 +142,7 @@ def test_a_request_is_sent_from_the_calling_thread_when_nothing_is_queued() -> N
 
     from hazelcast import reactor
 
-    import meteor_spark.grid  # noqa: F401  (applies the patch at import)
+    import meteor_spark.grid.client  # noqa: F401  (applies the patch at import)
 
     wakes: list[int] = []
     taken: list[bytes] = []

@@ -1,4 +1,5 @@
-"""Dependencies point one way: cli -> demo/bench -> spark/ -> core -> grid.py -> hazelcast; server/ imports neither
+"""Dependencies point one way, down the layers of ``LAYERS`` (cli -> bench -> spark -> config/testing -> consumer ->
+groups -> producer -> grid -> format -> errors and the other base modules); server/ imports neither
 pyspark nor hazelcast. ``meteor_spark.compat`` holds the private couplings to both dependencies and imports each only
 inside the function that needs it.
 
@@ -53,19 +54,22 @@ def imported_roots(path: Path, *, module_level_only: bool) -> set[str]:
 
 def test_only_grid_and_compat_import_hazelcast() -> None:
     offenders = [module_name(p) for p in python_files() if "hazelcast" in imported_roots(p, module_level_only=False)]
-    assert offenders == ["meteor_spark.compat", "meteor_spark.grid"]
+    assert offenders == ["meteor_spark.compat", "meteor_spark.grid.client"]
     compat = PACKAGE / "compat.py"
     assert "hazelcast" not in imported_roots(compat, module_level_only=True)  # inside functions only
+
+
+#: The only packages whose modules may import pyspark when imported: the connector and the benchmarks' Spark side.
+PYSPARK_PACKAGES = ("meteor_spark.spark", "meteor_spark.bench.jobs")
 
 
 def test_only_the_spark_package_imports_pyspark_at_module_level() -> None:
     offenders = [
         module_name(p)
         for p in python_files()
-        if "pyspark" in imported_roots(p, module_level_only=True)
-        and not module_name(p).startswith("meteor_spark.spark")
+        if "pyspark" in imported_roots(p, module_level_only=True) and not module_name(p).startswith(PYSPARK_PACKAGES)
     ]
-    assert offenders == [], "import pyspark inside the functions that need it, or move the code to meteor_spark.spark"
+    assert offenders == [], f"import pyspark inside the functions that need it, or move the code to {PYSPARK_PACKAGES}"
     assert "pyspark" in imported_roots(PACKAGE / "compat.py", module_level_only=False)  # the runner hook's check
 
 
@@ -107,7 +111,7 @@ def test_importing_any_module_outside_spark_does_not_load_pyspark() -> None:
     names = [
         module_name(p)
         for p in python_files()
-        if not module_name(p).startswith("meteor_spark.spark") and p.name != "__main__.py"
+        if not module_name(p).startswith(PYSPARK_PACKAGES) and p.name != "__main__.py"
     ]
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, json.dumps(names)], capture_output=True, text=True, timeout=120, check=True
@@ -270,24 +274,51 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+#: The layers, lowest first: a module may import its own layer and the ones below, never one above.
+#: ``meteor_spark`` itself (the lazy facade) may import anything; the server stands apart (checked above).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base", ("errors", "validate", "tables", "metrics", "compat", "_moved")),
+    ("format", ("format",)),
+    ("grid", ("grid",)),
+    ("producer", ("producer",)),
+    ("groups", ("groups",)),
+    ("consumer", ("consumer",)),
+    ("kit", ("config", "testing")),
+    ("spark", ("spark",)),
+    ("bench", ("bench",)),
+    ("cli", ("cli",)),
+)
+RANK = {layer: rank for rank, (layer, _) in enumerate(LAYERS)}
+
+
 def _layer(name: str) -> str:
-    for prefix, layer in (
-        ("meteor_spark.cli", "cli"),
-        ("meteor_spark.bench", "bench"),
-        ("meteor_spark.demo", "demo"),
-        ("meteor_spark.spark", "spark"),
-        ("meteor_spark.server", "server"),
-    ):
-        if name == prefix or name.startswith(prefix + "."):
+    """The layer of module ``name``: from its first component under ``meteor_spark``."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "facade"
+    if parts[1] == "server":
+        return "server"
+    for layer, tops in LAYERS:
+        if parts[1] in tops:
             return layer
-    return "core"
+    raise AssertionError(f"{name} belongs to no layer: add it to LAYERS in tests/test_layering.py")
+
+
+def upward_imports(edges: dict[str, set[str]]) -> dict[str, list[str]]:
+    """module -> the modules of higher layers it imports (the facade and the server are not ranked)."""
+    ranked = {n: RANK.get(_layer(n)) for n in set(edges) | {t for ts in edges.values() for t in ts}}
+    return {
+        name: sorted(t for t in targets if ranked[t] is not None and ranked[t] > rank)  # type: ignore[operator]
+        for name, targets in edges.items()
+        if (rank := ranked[name]) is not None and any(ranked[t] is not None and ranked[t] > rank for t in targets)  # type: ignore[operator]
+    }
 
 
 def test_the_edge_finder_sees_function_level_and_relative_imports() -> None:
     edges = internal_edges()
     # cli.bench_cmd imports the bench modules by name at run time (importlib): not an import statement, no edge.
-    assert "meteor_spark.spark.benchmark" in edges["meteor_spark.bench.spark"]  # imported inside run()
-    assert "meteor_spark.errors" in edges["meteor_spark.grid"]
+    assert "meteor_spark.bench.jobs.throughput" in edges["meteor_spark.bench.spark"]  # imported inside run()
+    assert "meteor_spark.errors" in edges["meteor_spark.grid.client"]
     assert "meteor_spark.tables" in edges["meteor_spark.cli.common"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -298,28 +329,19 @@ def test_no_import_cycles_among_the_project_modules() -> None:
     assert cycles == [], f"import cycles (break them by moving the shared part down a layer): {cycles}"
 
 
-def test_nothing_below_the_cli_imports_the_cli() -> None:
-    offenders = {
-        name: sorted(t for t in targets if _layer(t) == "cli")
-        for name, targets in internal_edges().items()
-        if _layer(name) != "cli" and any(_layer(t) == "cli" for t in targets)
-    }
-    assert offenders == {}, "the CLI renders what the layers below return; they never import it"
+def test_every_module_has_a_layer_and_the_root_stays_small() -> None:
+    layers = {name: _layer(name) for name in _modules()}
+    assert set(layers.values()) <= {"facade", "server", *RANK}
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= 12, f"the package root holds {root}: put modules into the layer packages"
 
 
-def test_the_core_never_imports_spark_bench_or_the_demo() -> None:
-    offenders = {
-        name: sorted(t for t in targets if _layer(t) in {"spark", "bench", "demo", "cli"})
-        for name, targets in internal_edges().items()
-        if _layer(name) == "core" and any(_layer(t) in {"spark", "bench", "demo", "cli"} for t in targets)
-    }
-    assert offenders == {}
+def test_no_layer_imports_a_higher_one() -> None:
+    """Function-level imports count too: a lazy import still makes the lower layer depend on the higher one."""
+    offenders = upward_imports(internal_edges())
+    assert offenders == {}, f"imports that point up the layers (move the shared part down): {offenders}"
 
 
-def test_the_spark_connector_imports_neither_bench_nor_the_demo() -> None:
-    offenders = {
-        name: sorted(t for t in targets if _layer(t) in {"bench", "demo", "cli"})
-        for name, targets in internal_edges().items()
-        if _layer(name) == "spark" and any(_layer(t) in {"bench", "demo", "cli"} for t in targets)
-    }
-    assert offenders == {}
+def test_the_layer_check_catches_a_wrong_import() -> None:
+    edges = {"meteor_spark.format.wire": {"meteor_spark.producer.publisher", "meteor_spark.errors"}}
+    assert upward_imports(edges) == {"meteor_spark.format.wire": ["meteor_spark.producer.publisher"]}

@@ -4,6 +4,9 @@ leaks, and the names a user reaches for first are there."""
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -106,7 +109,7 @@ def test_one_error_per_condition_with_the_builtin_base_users_expect() -> None:
 
 
 def test_grouped_users_find_what_they_catch_and_hold() -> None:
-    from meteor_spark.groups import GroupMember
+    from meteor_spark.groups.exclusive import GroupMember
 
     assert meteor_spark.GroupMember is GroupMember
     assert inspect.getdoc(GroupMember)
@@ -121,3 +124,44 @@ def test_version_is_the_package_version() -> None:
     from importlib.metadata import version
 
     assert meteor_spark.__version__ == version("meteor-spark")
+
+
+def test_module_paths_from_before_the_layers_still_import_with_a_deprecation_warning() -> None:
+    """``from meteor_spark.subscriber import Subscriber`` (the flat layout's path) gives the same objects as the new
+    path, and a warning that names where to import from now; the layers' own paths warn about nothing."""
+    script = """
+import json, warnings
+warnings.filterwarnings("error", message="meteor_spark", category=DeprecationWarning)
+import meteor_spark
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Ring
+from meteor_spark.groups.exclusive import GroupMember
+out = {}
+warnings.simplefilter("always", DeprecationWarning)
+for old, name in [("meteor_spark.subscriber", "Subscriber"), ("meteor_spark.grid", "Ring"),
+                  ("meteor_spark.groups", "GroupMember"), ("meteor_spark.spark.soak", "run")]:
+    with warnings.catch_warnings(record=True) as caught:
+        module = __import__(old, fromlist=[name])
+        value = getattr(module, name)
+    out[old] = [value is {"Subscriber": Subscriber, "Ring": Ring, "GroupMember": GroupMember}.get(name, value),
+                [str(w.message) for w in caught if str(w.message).startswith("meteor_spark")]]
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["meteor_spark.subscriber"] == [
+        True,
+        ["meteor_spark.subscriber moved to meteor_spark.consumer.subscriber: import it from there"],
+    ]
+    assert results["meteor_spark.grid"] == [
+        True,
+        ["meteor_spark.grid.Ring moved to meteor_spark.grid.client.Ring: import it from there"],
+    ]
+    assert results["meteor_spark.groups"][0] is True
+    assert results["meteor_spark.groups"][1] == [
+        "meteor_spark.groups.GroupMember moved to meteor_spark.groups.exclusive.GroupMember: import it from there"
+    ]
+    assert results["meteor_spark.spark.soak"][1] == [
+        "meteor_spark.spark.soak moved to meteor_spark.bench.jobs.soak: import it from there"
+    ]

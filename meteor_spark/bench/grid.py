@@ -1,6 +1,6 @@
 """``meteor bench grid``: the embedded grid under the official client, next to a loopback-socket ceiling.
 
-Measured against a member in its own process (``EmbeddedGrid(process=True)``), through ``meteor_spark.grid``:
+Measured against a member in its own process (``EmbeddedGrid(process=True)``), through ``meteor_spark.grid.client``:
 
 - ring ingest: ``add_all`` of batches of 64 KiB items (MB/s; latency per call p50/p99);
 - ring read: ``read_many`` of the same batches (MB/s; p50/p99 per call);
@@ -33,7 +33,7 @@ from typing import Any
 
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings, split_members
+from meteor_spark.grid.client import Grid, GridSettings, split_members
 from meteor_spark.server import EmbeddedGrid, RingConfig
 from meteor_spark.tables import render_table
 

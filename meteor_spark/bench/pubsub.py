@@ -12,8 +12,8 @@ Scenarios (the targets on a 2-core machine in brackets):
   batch (``per_batch=True``): records are never turned into Python objects, as a columnar consumer would do.
 - (c) round-trip latency: request/reply over two streams with one message in flight, the responder in a third
   process; p50/p99 [p50 <= 0.4 ms, p99 <= 1.5 ms]. Measured twice: a hand-written loop (publish, then poll the reply
-  stream), and ``meteor_spark.request_reply`` (``Requester.request`` and a ``Responder``: correlation ids, a reply
-  stream per requester, the reply handed from the requester's receiver thread to the waiting caller).
+  stream), and ``meteor_spark.consumer.request_reply`` (``Requester.request`` and a ``Responder``: correlation ids, a
+  reply stream per requester, the reply handed from the requester's receiver thread to the waiting caller).
 
 Ceilings measured in the same run: encoding + LZ4 of the same records in memory (CPU bound, no grid), raw
 ``add_all`` / ``read_many`` of the same pre-encoded ring items through the client (the grid and the client, no
@@ -38,17 +38,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from meteor_spark.admin import delete_stream
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.consumer.request_reply import Requester, Responder
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
-from meteor_spark.request_reply import Requester, Responder
+from meteor_spark.format.wire import encode_columns
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.admin import delete_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table
-from meteor_spark.wire import encode_columns
 
 RECORD_BYTES = 100
 SUBSCRIBERS = 16

@@ -26,17 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from meteor_spark.admin import delete_stream
-from meteor_spark.batching import PublisherSettings
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
+from meteor_spark.format.wire import encode_columns
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.admin import delete_stream
+from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table
-from meteor_spark.wire import encode_columns
 
 SIZES = (100, 1024, 10 * 1024, 64 * 1024)
 LANES = (1, 2, 4, 8)

@@ -1,7 +1,7 @@
 """``meteor bench soak``: a long transactional meteor -> meteor streaming query with a ``read_committed``
 subscriber and a shared group reading its output, printing the grid's map sizes and the member's memory every
 ``--every`` micro-batches, then records in/out, lost, duplicated. A command to watch state stay bounded, not a
-throughput figure. The Spark code lives in ``meteor_spark.spark.soak`` (only ``meteor_spark.spark`` imports
+throughput figure. The Spark code lives in ``meteor_spark.bench.jobs.soak`` (only ``meteor_spark.spark`` imports
 pyspark).
 """
 
@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.transactions import SWEEP_INTERVAL_S
+from meteor_spark.grid.transactions import SWEEP_INTERVAL_S
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from meteor_spark.spark.soak import run as run_spark
+    from meteor_spark.bench.jobs.soak import run as run_spark
 
     batches = args.batches if args.batches is not None else (100 if args.quick else 10_000)
     every = args.every if args.every is not None else (25 if args.quick else 1000)
@@ -58,6 +58,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(figures: dict[str, Any]) -> str:
-    from meteor_spark.spark.soak import render as render_spark
+    from meteor_spark.bench.jobs.soak import render as render_spark
 
     return render_spark(figures)

@@ -4,10 +4,10 @@ Streaming read into the ``noop`` sink (Trigger.AvailableNow, rows / addBatch tim
 Python Arrow source, and a batch ``df.write`` of a cached DataFrame next to a no-op Python Arrow writer, for 1 and
 4 lanes, 100-byte records, an embedded grid in its own process and a local[2] SparkSession; after a warm-up,
 medians of ``--repeat`` runs. The Spark code lives in
-``meteor_spark.spark.benchmark`` (only ``meteor_spark.spark`` imports pyspark).
+``meteor_spark.bench.jobs.throughput`` (only ``meteor_spark.spark`` imports pyspark).
 
 ``--latency`` measures publish -> row latency with the default trigger instead, next to the same query over a
-source that costs nothing (``meteor_spark.spark.latency_benchmark``).
+source that costs nothing (``meteor_spark.bench.jobs.latency``).
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.latency:
-        from meteor_spark.spark import latency_benchmark
+        from meteor_spark.bench.jobs import latency as latency_benchmark
 
         return {"latency": latency_benchmark.run(seconds=5 if args.quick else 20, warm_up_s=2 if args.quick else 5)}
-    from meteor_spark.spark.benchmark import run as run_spark
+    from meteor_spark.bench.jobs.throughput import run as run_spark
 
     records = args.records or (100_000 if args.quick else 2_000_000)
     lanes = [int(part) for part in str(args.lanes).split(",") if part.strip()]
@@ -53,9 +53,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(figures: dict[str, Any]) -> str:
     """The figures of ``run`` as the table ``meteor bench spark`` prints."""
     if "latency" in figures:
-        from meteor_spark.spark import latency_benchmark
+        from meteor_spark.bench.jobs import latency as latency_benchmark
 
         return latency_benchmark.render(figures["latency"])
-    from meteor_spark.spark.benchmark import render as render_spark
+    from meteor_spark.bench.jobs.throughput import render as render_spark
 
     return render_spark(figures)

@@ -1,6 +1,6 @@
 """``meteor bench transactions``: the transactional Spark sink vs the plain one (streaming meteor -> meteor), and a
 ``read_committed`` vs ``read_uncommitted`` batch read, measured side by side in the same run. The Spark code lives
-in ``meteor_spark.spark.txn_benchmark`` (only ``meteor_spark.spark`` imports pyspark).
+in ``meteor_spark.bench.jobs.transactions`` (only ``meteor_spark.spark`` imports pyspark).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from meteor_spark.spark.txn_benchmark import run as run_spark
+    from meteor_spark.bench.jobs.transactions import run as run_spark
 
     records = args.records or (50_000 if args.quick else 1_000_000)
     batches = args.batches or (5 if args.quick else 20)
@@ -26,6 +26,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(figures: dict[str, Any]) -> str:
-    from meteor_spark.spark.txn_benchmark import render as render_spark
+    from meteor_spark.bench.jobs.transactions import render as render_spark
 
     return render_spark(figures)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from meteor_spark.config import MeteorSettings, load_config
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 from meteor_spark.tables import render_table as render_table  # the commands' tables
 
 #: Exit codes: 0 success, 1 a failure the user can fix (message on stderr), 130 Ctrl-C, 143 SIGTERM (128 + the

@@ -121,7 +121,7 @@ def check_can_start(args: argparse.Namespace) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from meteor_spark.admin import list_streams
+    from meteor_spark.groups.admin import list_streams
 
     with open_grid(args) as grid:
         settings = grid.settings

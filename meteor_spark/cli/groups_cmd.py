@@ -8,8 +8,8 @@ from typing import Any
 
 from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, interrupted_code, out, render_table
 from meteor_spark.errors import ConfigError, unknown_option
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import first_offset_of
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid.client import Grid
 from meteor_spark.validate import check_int, check_number
 
 
@@ -44,7 +44,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_groups(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import open_stream
+    from meteor_spark.grid.streams import open_stream
 
     if not args.watch and (args.count is not None or args.interval is not None):
         raise ConfigError("--interval and --count go with --watch; add --watch to refresh the tables")
@@ -74,8 +74,8 @@ def run_groups(args: argparse.Namespace) -> int:
 
 def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
     """The tables of the groups asked for, once."""
-    from meteor_spark.admin import group_state, lag_report, list_groups
-    from meteor_spark.shared_groups import list_shared_groups
+    from meteor_spark.consumer.shared_subscriber import list_shared_groups
+    from meteor_spark.groups.admin import group_state, lag_report, list_groups
 
     exclusive = {g.group for g in list_groups(grid, info.config.name)}
     shared = set(list_shared_groups(grid, info.config.name)) - exclusive
@@ -163,9 +163,9 @@ def _lost(entry: Any) -> str:
 
 def _show_shared(grid: Grid, info: Any, group: str) -> None:
     """The table of a shared group: per lane its start offset, window and records in flight."""
-    from meteor_spark.offsets import sequence_of
-    from meteor_spark.shared_groups import shared_group_state
-    from meteor_spark.streams import lane_bounds
+    from meteor_spark.consumer.shared_subscriber import shared_group_state
+    from meteor_spark.format.offsets import sequence_of
+    from meteor_spark.grid.streams import lane_bounds
 
     ends = {lane: end for lane, (_, end) in lane_bounds(grid, info).items()}
     out(f"shared group {group!r} on stream {info.config.name!r}")

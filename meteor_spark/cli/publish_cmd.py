@@ -35,8 +35,8 @@ from meteor_spark.cli.common import (
     out,
 )
 from meteor_spark.errors import StreamNotFoundError
-from meteor_spark.grid import Grid
-from meteor_spark.records import Record
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +219,8 @@ class _Outcome:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from meteor_spark.publisher import Publisher
-    from meteor_spark.streams import open_stream
+    from meteor_spark.grid.streams import open_stream
+    from meteor_spark.producer.publisher import Publisher
 
     line_format = LineFormat(
         json=args.format == "json",

@@ -9,7 +9,7 @@ from typing import Any
 
 from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_of, err, fmt_int, fmt_time_ms, out, render_table
 from meteor_spark.errors import StreamNotFoundError
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 
 
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
@@ -67,8 +67,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from meteor_spark.admin import list_streams
-    from meteor_spark.streams import lane_bounds
+    from meteor_spark.grid.streams import lane_bounds
+    from meteor_spark.groups.admin import list_streams
 
     with Grid(config_of(args).grid) as grid:
         streams = list_streams(grid)
@@ -95,7 +95,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import lane_bounds, open_stream
+    from meteor_spark.grid.streams import lane_bounds, open_stream
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
@@ -117,7 +117,7 @@ def run_describe(args: argparse.Namespace) -> int:
 
 
 def run_create(args: argparse.Namespace) -> int:
-    from meteor_spark.streams import open_stream
+    from meteor_spark.grid.streams import open_stream
 
     config = config_of(args)
     stream_config = config.stream_defaults.config(
@@ -146,8 +146,8 @@ def run_create(args: argparse.Namespace) -> int:
 
 
 def run_delete(args: argparse.Namespace) -> int:
-    from meteor_spark.admin import delete_stream, forget_groups
-    from meteor_spark.streams import open_stream
+    from meteor_spark.grid.streams import open_stream
+    from meteor_spark.groups.admin import delete_stream, forget_groups
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)

@@ -22,8 +22,8 @@ from meteor_spark.cli.common import (
     interrupted_code,
     out,
 )
-from meteor_spark.grid import Grid
-from meteor_spark.records import Record
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
 
 #: Longest wait of one poll; bounds how late --timeout and Ctrl-C are noticed.
 POLL_MS = 200
@@ -182,9 +182,9 @@ def parse_since(text: str, *, now_ms: int | None = None) -> int:
 
 
 def run_tail(args: argparse.Namespace) -> int:
-    from meteor_spark.corrupt import CorruptItemPolicy
-    from meteor_spark.streams import open_stream
-    from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+    from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
+    from meteor_spark.format.corrupt import CorruptItemPolicy
+    from meteor_spark.grid.streams import open_stream
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
@@ -246,8 +246,8 @@ def run_tail(args: argparse.Namespace) -> int:
 def check_record_offset(grid: Grid, info: Any, lane: int, offset: int) -> None:
     """``--from OFFSET`` names a record: refuse an index past the records of its ring item, which the reader would
     otherwise silently turn into the next item's first record (``--from 5`` read as offset 65536)."""
-    from meteor_spark.offsets import first_offset_of, index_of, sequence_of
-    from meteor_spark.wire import item_count
+    from meteor_spark.format.offsets import first_offset_of, index_of, sequence_of
+    from meteor_spark.format.wire import item_count
 
     sequence, index = sequence_of(offset), index_of(offset)
     if index == 0:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.server.tcp import MemberServer
-
 logger = logging.getLogger(__name__)
 
 #: How long a scrape waits for the member's loop.

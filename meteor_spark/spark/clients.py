@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, DataSourceWriter
 
     from meteor_spark.spark.options import SinkOptions, SourceOptions
-
 #: Row schema of the source (Kafka's column names where the concept is the same: topic -> stream,
 #: partition -> lane). Every field is nullable: Spark compares the Arrow schema of read() with this one exactly.
 SOURCE_SCHEMA = StructType(

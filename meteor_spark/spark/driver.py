@@ -8,7 +8,7 @@ wrote for the lanes it holds; the grid for the others). Per micro-batch the driv
 each moved lane's new end for its item mark: at most four grid calls per lane.
 
 Truncated lanes: every end offset carries the item mark of the item before each lane's position
-(``meteor_spark.item_marks``; one single-item read per lane whose end moved, issued for all lanes at once); the
+(``meteor_spark.grid.item_marks``; one single-item read per lane whose end moved, issued for all lanes at once); the
 first offset a source runner starts from (a checkpoint, the group's offsets) has its marks checked once per lane.
 Another item at a mark's sequence means the lane lost its tail and was refilled under the position:
 ``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read again from its oldest item (re-delivering
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from meteor_spark import compat
-from meteor_spark import offsets as record_offsets
-from meteor_spark.admin import list_streams
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -37,12 +35,16 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
-from meteor_spark.grid import Ring, result
-from meteor_spark.groups import GroupMember, default_member_id
-from meteor_spark.item_gate import ItemGate, stable_end
-from meteor_spark.item_marks import CHANGED, ItemMark, check_mark, mark_of
-from meteor_spark.offsets import InitialOffsetScheme
-from meteor_spark.reading import oldest_sequence
+from meteor_spark.format import offsets as record_offsets
+from meteor_spark.format.offsets import InitialOffsetScheme
+from meteor_spark.grid.client import Ring, result
+from meteor_spark.grid.item_gate import ItemGate, stable_end
+from meteor_spark.grid.item_marks import CHANGED, ItemMark, check_mark, mark_of
+from meteor_spark.grid.reading import oldest_sequence
+from meteor_spark.grid.streams import StreamInfo, open_stream, streams_bounds
+from meteor_spark.grid.timestamps import offset_for_timestamp
+from meteor_spark.groups.admin import list_streams
+from meteor_spark.groups.exclusive import GroupMember, default_member_id
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import (
@@ -54,12 +56,9 @@ from meteor_spark.spark.options import (
     TimePosition,
     TimestampStrategy,
 )
-from meteor_spark.streams import StreamInfo, open_stream, streams_bounds
-from meteor_spark.timestamps import offset_for_timestamp
 
 if TYPE_CHECKING:  # pragma: no cover
-    from meteor_spark.grid import Grid
-
+    from meteor_spark.grid.client import Grid
 logger = logging.getLogger(__name__)
 
 
@@ -247,7 +246,7 @@ class DriverState:
                 unit="sequence",
                 hint=f"The confirmed offset of group {group!r} is stale: it was written before the stream was "
                 f"deleted and re-created (or the grid restarted without persistence). Move the group with "
-                f"meteor_spark.admin.seek_group to a position inside the range, or read under a new group "
+                f"meteor_spark.groups.admin.seek_group to a position inside the range, or read under a new group "
                 f"name.",
             )
 
@@ -300,7 +299,8 @@ class DriverState:
             fix = (
                 "Start the query with a fresh checkpointLocation"
                 + (
-                    f" after moving group {self.options.group!r} (`meteor groups seek`, meteor_spark.admin.seek_group)"
+                    f" after moving group {self.options.group!r} (`meteor groups seek`, "
+                    "meteor_spark.groups.admin.seek_group)"
                     if self.options.group is not None
                     else ""
                 )

@@ -9,7 +9,7 @@ log); ``dead_letter`` publishes ``corrupt.dead_letter_record`` to the dead-lette
 before the task hands Spark the rows that follow the item. A retried task publishes it again: dead letters are
 at-least-once.
 
-Isolation and duplicates (``isolation``; ``meteor_spark.item_gate``, one gate per task, the transactions it learns
+Isolation and duplicates (``isolation``; ``meteor_spark.grid.item_gate``, one gate per task, the transactions it learns
 shared by the tasks of a Python worker since decisions never change): items of aborted transactions
 (``read_committed``) and re-sent copies of an item already read in the task (same producer id and sequence, within
 the task's ranges; no look-back before a range's start) are left out before conversion. The driver plans
@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 
-from meteor_spark import offsets as record_offsets
-from meteor_spark.arrow_columns import headers_to_map, items_to_arrow
-from meteor_spark.corrupt import CorruptItemPolicy
+from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.errors import FormatError
-from meteor_spark.grid import GridSettings
-from meteor_spark.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
-from meteor_spark.reading import read_range
-from meteor_spark.refusals import Refusals
+from meteor_spark.format import offsets as record_offsets
+from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
+from meteor_spark.format.corrupt import CorruptItemPolicy
+from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.grid.client import GridSettings
+from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
+from meteor_spark.grid.reading import read_range
 from meteor_spark.spark.clients import grid_for
-from meteor_spark.wire import decode_item, item_producer
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -77,7 +77,7 @@ class LaneRange(InputPartition):
         headers_as_map: the ``headers`` column as ``map<string, binary>`` (``headersAsMap``).
         stop_offset: drop the records of the last item from this record offset on (a batch read ending by time
             inside an item); None = read whole items.
-        isolation: ``read_uncommitted`` or ``read_committed`` (``meteor_spark.item_gate``).
+        isolation: ``read_uncommitted`` or ``read_committed`` (``meteor_spark.grid.item_gate``).
     """
 
     stream: str

@@ -9,7 +9,7 @@ batch read come from its start and end offsets, or, for a query's first batch (w
 from the count the source records in that batch's end offset; the source's bookkeeping key (``@meteor``) is never
 taken for a stream.
 
-Per lane the report holds the same ``LaneLag`` a group's ``lag_report`` gives (``meteor_spark.admin``), with
+Per lane the report holds the same ``LaneLag`` a group's ``lag_report`` gives (``meteor_spark.groups.admin``), with
 ``records_estimate`` filled in.
 
 Why a helper and not the progress's ``metrics`` map: Kafka's source fills ``sources[].metrics`` with
@@ -36,16 +36,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from meteor_spark.admin import LaneLag
 from meteor_spark.errors import ConfigError, DataLossError
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid.reading import count_records
+from meteor_spark.grid.streams import open_stream
+from meteor_spark.groups.admin import LaneLag
 from meteor_spark.metrics import require_prometheus
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.reading import count_records
 from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.streams import open_stream
 
 if TYPE_CHECKING:  # pragma: no cover
-    from meteor_spark.grid import Grid
+    from meteor_spark.grid.client import Grid
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ empty batch; ``SparkOffset.to_json`` always builds the dict in the canonical ord
 
 End offsets are exclusive: ``{"orders": {"0": 42}}`` as the end of a batch means the batch read lane 0 up to ring
 sequence 41, and the next batch starts at 42. The record offset of "everything before sequence 42" is
-``42 << 16`` (``meteor_spark.offsets.first_offset_of(42)``), which is what a group confirms for it.
+``42 << 16`` (``meteor_spark.format.offsets.first_offset_of(42)``), which is what a group confirms for it.
 
 Bookkeeping of the query rides along under the key ``"@meteor"`` (``META_KEY``: ``@`` cannot start a stream name),
 present only when there is something to carry, so the offsets of most queries are plain position maps:
@@ -20,7 +20,7 @@ present only when there is something to carry, so the offsets of most queries ar
 * ``"items": n``: ring items read by the batch this offset ends, only on a query's first batch (Spark's progress
   report has no start offset for it, and ``lag`` needs the items read to estimate records per item).
 
-* ``"marks": {"<stream>": {"<lane>": [sequence, crc]}}``: the ``meteor_spark.item_marks.ItemMark`` of the item just
+* ``"marks": {"<stream>": {"<lane>": [sequence, crc]}}``: the ``meteor_spark.grid.item_marks.ItemMark`` of the item just
   before each lane's position (the last item the batch ending here read). A query restarting from this offset
   reads that item again: another item there means the lane was truncated and refilled under the checkpoint
   (``LaneTruncatedError``). Checkpoints written before this key existed are not checked.
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.item_marks import ItemMark
+from meteor_spark.grid.item_marks import ItemMark
 
 #: Key of the query's bookkeeping in the offset JSON; a stream name cannot start with ``@``.
 META_KEY = "@meteor"

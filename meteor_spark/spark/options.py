@@ -23,12 +23,12 @@ from enum import Enum
 from typing import Any
 
 from meteor_spark.config import load_config
-from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.errors import ConfigError, unknown_option
-from meteor_spark.grid import GridSettings
-from meteor_spark.item_gate import ISOLATIONS, parse_isolation
-from meteor_spark.streams import StreamConfig
-from meteor_spark.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
+from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy
+from meteor_spark.grid.client import GridSettings
+from meteor_spark.grid.item_gate import ISOLATIONS, parse_isolation
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.grid.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
 
 #: Spark adds these keys itself (``load(path)`` / ``start(path)``, the sink's checkpoint and ``queryName``);
 #: they are not typos.
@@ -125,7 +125,7 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "(none)",
         "Start every lane of every stream at its first record whose timestamp is >= this time (Kafka's "
         "offsetsForTimes; found by a binary search over the lane's ring items, see "
-        "`meteor_spark.timestamps` for out-of-order timestamps). Records of that ring item before it are not "
+        "`meteor_spark.grid.timestamps` for out-of-order timestamps). Records of that ring item before it are not "
         "read. A lane with no such record follows startingOffsetsByTimestampStrategy. Excludes "
         "startingOffsets and startingOffsetsByTimestamp (Kafka's source would silently prefer this one).",
     ),
@@ -667,7 +667,7 @@ class SinkOptions:
         grid: how to reach the grid.
         sink_id: key of this sink's committed batch ids in ``meteor.sink.commits`` (streaming writes).
         create_stream: create missing target streams with the default configuration.
-        transactional: publish each micro-batch / job as one transaction (``meteor_spark.transactions``).
+        transactional: publish each micro-batch / job as one transaction (``meteor_spark.grid.transactions``).
         transaction_timeout_ms: a transaction open this long after its last task attempt started is aborted.
         sweep_interval_ms: the commit sweeps the transaction maps at most this often (``transactions.sweep_if_due``).
     """

@@ -109,10 +109,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from meteor_spark import offsets as record_offsets
 from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
-from meteor_spark.item_gate import ItemGate, stable_end
-from meteor_spark.reading import oldest_sequence
+from meteor_spark.format import offsets as record_offsets
+from meteor_spark.grid.item_gate import ItemGate, stable_end
+from meteor_spark.grid.reading import oldest_sequence
+from meteor_spark.grid.streams import lane_bounds, open_stream
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.driver import (
     DriverState,
@@ -130,7 +131,6 @@ from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import by_stream, byte_limit, plan_for, rate_limit
-from meteor_spark.streams import lane_bounds, open_stream
 
 logger = logging.getLogger(__name__)
 

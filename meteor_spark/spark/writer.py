@@ -30,7 +30,7 @@ publishes nothing. So:
 * with ``transactional=false``, a batch that failed part-way (some tasks published, then a failure) is published
   again when Spark retries it: **at least once** for that batch, never lost.
 
-Transactions (``transactional=true``, the default; ``meteor_spark.transactions``): a micro-batch run by one query
+Transactions (``transactional=true``, the default; ``meteor_spark.grid.transactions``): a micro-batch run by one query
 run is one transaction, key ``<sinkId>/<query id>/<batch id>/<run id>`` (the run id is Spark's job group,
 ``spark.jobGroup.id``); a ``df.write`` job is one transaction keyed by an id the writer draws when the job is
 planned. Each task attempt publishes through producers of its own (a fresh ``Publisher`` producer id per target
@@ -74,19 +74,18 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from meteor_spark import transactions
 from meteor_spark.errors import ConfigError, MeteorError
-from meteor_spark.publisher import LaneWritten, Publisher
+from meteor_spark.grid import transactions
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import LaneWritten, Publisher
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
-from meteor_spark.streams import StreamConfig, open_stream
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
-    from meteor_spark.grid import Grid
-    from meteor_spark.publisher import ArrowPublishFuture, LaneWritten
-
+    from meteor_spark.grid.client import Grid
+    from meteor_spark.producer.publisher import ArrowPublishFuture, LaneWritten
 logger = logging.getLogger(__name__)
 
 #: Grid map of committed micro-batch ids: key ``<sinkId>/<query id>``, value JSON ``{"batch": N, ...}``.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from meteor_spark.cli.main import main
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.errors import GridConnectionError
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 
 Meteor = Callable[..., Any]
 METEOR = Path(sys.executable).with_name("meteor")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from meteor_spark import transactions
-from meteor_spark.admin import seek_group
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig, open_stream
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid import transactions
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.groups.admin import seek_group
+from meteor_spark.producer.publisher import Publisher
 
 Meteor = Callable[..., Any]
 

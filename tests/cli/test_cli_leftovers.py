@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.admin import group_state
 from meteor_spark.cli import docs
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.reading import read_range
-from meteor_spark.records import Record, decode_batch
-from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import Record, decode_batch
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.reading import read_range
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.groups.admin import group_state
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.cli.conftest import Meteor
 
@@ -72,7 +72,7 @@ def test_tail_from_takes_record_offsets_and_refuses_one_that_names_no_record(
 
 
 def _item(values: list[bytes]) -> bytes:
-    from meteor_spark.records import encode_batch
+    from meteor_spark.format.records import encode_batch
 
     return encode_batch([Record(v) for v in values], producer_id=3, producer_seq=time.monotonic_ns())
 

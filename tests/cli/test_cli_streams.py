@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from meteor_spark.grid import Grid
-from meteor_spark.streams import open_stream
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import open_stream
 
 Meteor = Callable[..., Any]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from meteor_spark.admin import list_groups
-from meteor_spark.grid import Grid
-from meteor_spark.groups import GroupMember
-from meteor_spark.streams import StreamConfig, open_stream
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.groups.admin import list_groups
+from meteor_spark.groups.exclusive import GroupMember
 
 Meteor = Callable[..., Any]
 

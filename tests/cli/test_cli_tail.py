@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.grid import Grid
-from meteor_spark.groups import group_state
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record, encode_batch
-from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import Record, encode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.groups.exclusive import group_state
+from meteor_spark.producer.publisher import Publisher
 
 Meteor = Callable[..., Any]
 

@@ -9,7 +9,7 @@ import pytest
 
 from meteor_spark.config import ENV_VARS, grid_options, load_config
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -164,7 +164,7 @@ def test_a_comma_separated_members_string_is_several_members_at_every_entry_poin
 
 
 def test_grid_connect_tries_each_member_of_a_comma_separated_string(grid_settings: GridSettings) -> None:
-    from meteor_spark.grid import Grid
+    from meteor_spark.grid.client import Grid
 
     # Port 1 refuses at once; the client moves on to the next member and connects.
     members = ",".join(("127.0.0.1:1",) + grid_settings.members)

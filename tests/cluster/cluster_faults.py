@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 from meteor_spark.testing import wait_until
 from tests.real_members import HazelcastCluster
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 from tests.cluster.cluster_faults import member_count
 from tests.real_members import HazelcastCluster
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.grid import Grid
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.cluster.cluster_faults import Failover, kill_and_rejoin, member_count
 from tests.real_members import HazelcastCluster

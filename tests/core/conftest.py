@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from tests.core.processes import Child
 
 

@@ -7,15 +7,15 @@ import threading
 import pyarrow as pa
 import pytest
 
-from meteor_spark.accumulator import Accumulator, Segment
-from meteor_spark.arrow_columns import ArrowInput
-from meteor_spark.batching import Batching, PublisherSettings
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
-from meteor_spark.publish_futures import BulkFuture, RecordFuture
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, lane_for_key
+from meteor_spark.format.arrow_columns import ArrowInput
+from meteor_spark.format.records import Record
+from meteor_spark.format.wire import ItemFraming, decode_item, encode_prepared, item_count
+from meteor_spark.grid.streams import StreamConfig, lane_for_key
+from meteor_spark.producer.accumulator import Accumulator, Segment
+from meteor_spark.producer.batching import Batching, PublisherSettings
+from meteor_spark.producer.futures import BulkFuture, RecordFuture
 from meteor_spark.validate import check_int
-from meteor_spark.wire import ItemFraming, decode_item, encode_prepared, item_count
 
 
 def _accumulator(lanes: int = 1, items_per_call: int = 64, **settings: object) -> Accumulator:

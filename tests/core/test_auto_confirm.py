@@ -10,16 +10,16 @@ import time
 
 import pytest
 
-from meteor_spark.auto_confirm import AutoConfirm
+from meteor_spark.consumer.auto_confirm import AutoConfirm
+from meteor_spark.consumer.receiver import Receiver
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import group_state
-from meteor_spark.offsets import first_offset_of, make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.receiver import Receiver
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.offsets import first_offset_of, make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.exclusive import group_state
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
 
@@ -141,10 +141,9 @@ def test_a_receiver_confirms_finished_records_at_its_next_poll(grid: Grid, uniqu
 # handed out, then idles until it is killed.
 AUTO_CONFIRM_CHILD = r"""
 import json, sys, threading
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-
 address, cluster, stream = sys.argv[1:4]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 sub = Subscriber(grid, stream, group="g", member_id="child", lease_ms=600, initial_offset_scheme="earliest",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.batching import PublisherSettings
 from meteor_spark.bench import sizes
 from meteor_spark.errors import ConfigError
+from meteor_spark.producer.batching import PublisherSettings
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from meteor_spark.errors import ConfigError, GridConnectionError
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 
 
 def test_a_wrong_cluster_name_is_named_as_the_cause(grid_settings: GridSettings) -> None:

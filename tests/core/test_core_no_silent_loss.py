@@ -5,13 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from meteor_spark.corrupt import (
-    HEADER_ERROR,
-    HEADER_SOURCE_LANE,
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_SEQUENCE,
-    HEADER_SOURCE_STREAM,
-)
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -20,15 +14,21 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     UnsupportedFormatVersionError,
 )
-from meteor_spark.grid import Grid
-from meteor_spark.groups import lag_report, seek_group
-from meteor_spark.offsets import first_offset_of, make_offset
-from meteor_spark.reading import count_records, oldest_sequence, read_range
-from meteor_spark.records import Record, encode_batch
-from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.corrupt import (
+    HEADER_ERROR,
+    HEADER_SOURCE_LANE,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_SEQUENCE,
+    HEADER_SOURCE_STREAM,
+)
+from meteor_spark.format.offsets import first_offset_of, make_offset
+from meteor_spark.format.records import Record, encode_batch
+from meteor_spark.format.wire import FORMAT_VERSION, encode_batch_v0
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import count_records, oldest_sequence, read_range
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.groups.exclusive import lag_report, seek_group
 from meteor_spark.testing import wait_until
-from meteor_spark.wire import FORMAT_VERSION, encode_batch_v0
 
 FOREIGN = b"not a meteor batch"
 

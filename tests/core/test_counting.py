@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from meteor_spark.grid import Grid
-from meteor_spark.reading import count_records, tally_records
-from meteor_spark.records import encode_batch
-from meteor_spark.streams import StreamConfig, open_stream
+from meteor_spark.format.records import encode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import count_records, tally_records
+from meteor_spark.grid.streams import StreamConfig, open_stream
 
 
 def test_count_records_reads_headers_only_and_tally_records_checks_bodies(grid: Grid, unique_name: str) -> None:

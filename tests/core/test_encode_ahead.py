@@ -9,12 +9,12 @@ from typing import Any
 from hazelcast.future import Future
 
 from meteor_spark.errors import GridConnectionError
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
-from meteor_spark.wire import decode_item, item_producer
 
 # Calls of 2 items of 10 records: 20 records make a whole call.
 SMALL_CALLS = {"max_batch_records": 10, "max_items_per_call": 2, "linger_ms": 0}

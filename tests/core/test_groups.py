@@ -20,8 +20,11 @@ from meteor_spark.errors import (
     NotAssignedError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import (
+from meteor_spark.format.offsets import InitialOffsetScheme, make_offset, sequence_of
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.exclusive import (
     LEASES_MAP,
     OFFSETS_MAP,
     Assignment,
@@ -38,11 +41,8 @@ from meteor_spark.groups import (
     resolve_initial,
     seek_group,
 )
-from meteor_spark.leases import ExpiryObserver, Lease
-from meteor_spark.offsets import InitialOffsetScheme, make_offset, sequence_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.leases import ExpiryObserver, Lease
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 LEASE_MS = 600  # short leases keep failover tests fast; renewals every 200 ms

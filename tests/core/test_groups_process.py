@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import GroupMember
-from meteor_spark.offsets import make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.exclusive import GroupMember
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
 
@@ -25,13 +25,12 @@ from tests.core.processes import Child
 # its renewal thread running until it is killed.
 MEMBER_CHILD = r"""
 import json, sys, threading
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import GroupMember
-from meteor_spark.offsets import make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import open_stream
-
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.groups.exclusive import GroupMember
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.producer.publisher import Publisher
+from meteor_spark.format.records import Record
+from meteor_spark.grid.streams import open_stream
 address, cluster, stream, group = sys.argv[1:5]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 member = GroupMember(grid, open_stream(grid, stream), group, member_id="child", lease_ms=600)
@@ -49,8 +48,8 @@ threading.Event().wait()
 # delivered, reads a few more records WITHOUT confirming them, reports both, then idles until it is killed.
 SUBSCRIBER_CHILD = r"""
 import json, sys, threading
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
 
@@ -73,8 +72,8 @@ threading.Event().wait()
 ZOMBIE_CHILD = r"""
 import json, sys
 from meteor_spark.errors import FencedError, MeteorError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
 
@@ -204,7 +203,7 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
 def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
     grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
 ) -> None:
-    from meteor_spark.groups import group_state
+    from meteor_spark.groups.exclusive import group_state
 
     info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
     published = [f"r{i}" for i in range(16)]

@@ -17,16 +17,16 @@ from typing import Any
 import pytest
 from hazelcast.future import Future
 
-from meteor_spark import sender
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import GridConnectionError, PublishTimeoutError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.idempotence import StoredCallLost, find_call
-from meteor_spark.offsets import INDEX_BITS
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.offsets import INDEX_BITS
+from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer import sender
+from meteor_spark.producer.idempotence import StoredCallLost, find_call
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import TcpProxy, wait_until
-from meteor_spark.wire import decode_item, item_producer
 
 
 def _lost_answer() -> Future[Any]:
@@ -225,8 +225,8 @@ def test_producer_sequences_rise_in_ring_order_while_two_threads_encode_calls_of
 
 
 def test_idempotence_settings_are_checked() -> None:
-    from meteor_spark.batching import PublisherSettings
     from meteor_spark.errors import ArgumentTypeError, ConfigError
+    from meteor_spark.producer.batching import PublisherSettings
 
     assert PublisherSettings().idempotent is True
     assert PublisherSettings().delivery_timeout_ms == 120_000

@@ -10,11 +10,11 @@ import prometheus_client
 import pytest
 
 from meteor_spark import metrics
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, FencedError
-from meteor_spark.groups import GroupMember
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.groups.exclusive import GroupMember
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.metrics_scrape import Scraped
 from tests.metrics_scrape import scrape as scrape_url
@@ -192,8 +192,8 @@ def test_metrics_must_be_a_registry(grid, unique_name) -> None:
 
 def test_importing_meteor_spark_does_not_import_prometheus_client() -> None:
     code = (
-        "import sys, meteor_spark, meteor_spark.publisher, meteor_spark.subscriber, meteor_spark.metrics; "
-        "print('prometheus_client' in sys.modules)"
+        "import sys, meteor_spark, meteor_spark.producer.publisher, meteor_spark.consumer.subscriber, "
+        "meteor_spark.metrics; print('prometheus_client' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.offsets import (
+from meteor_spark.format.offsets import (
     MAX_RECORDS_PER_ITEM,
     InitialOffsetScheme,
     first_offset_of,
@@ -13,8 +13,8 @@ from meteor_spark.offsets import (
     make_offset,
     sequence_of,
 )
-from meteor_spark.publisher import PublisherSettings
-from meteor_spark.streams import StreamConfig, lane_for_key, ring_name
+from meteor_spark.grid.streams import StreamConfig, lane_for_key, ring_name
+from meteor_spark.producer.publisher import PublisherSettings
 
 
 def test_offsets_pack_sequence_and_index_and_order_like_records() -> None:
@@ -92,7 +92,7 @@ def test_publisher_settings_validate_overrides() -> None:
 
 
 def test_backup_counts_are_layout_fields_and_old_metadata_names_still_read() -> None:
-    from meteor_spark.streams import _metadata_json, parse_metadata
+    from meteor_spark.grid.streams import _metadata_json, parse_metadata
 
     config = StreamConfig("orders", backup_count=2, async_backup_count=1)
     assert config.layout_differences(StreamConfig("orders", backup_count=2)) == [

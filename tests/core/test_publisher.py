@@ -8,14 +8,14 @@ import threading
 import pyarrow as pa
 import pytest
 
-from meteor_spark.arrow_columns import items_to_arrow
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import index_of, make_offset, sequence_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.reading import read_range
-from meteor_spark.records import Record, decode_batch
-from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, lane_for_key, open_stream
+from meteor_spark.format.arrow_columns import items_to_arrow
+from meteor_spark.format.offsets import index_of, make_offset, sequence_of
+from meteor_spark.format.records import Record, decode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import read_range
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, lane_for_key, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 

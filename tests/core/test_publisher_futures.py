@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from meteor_spark.errors import GridError
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 

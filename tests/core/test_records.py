@@ -11,11 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from meteor_spark.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
-from meteor_spark.offsets import make_offset
-from meteor_spark.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
-from meteor_spark.wire import (
+from meteor_spark.format.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
+from meteor_spark.format.wire import (
     FLAG_LZ4,
     FORMAT_VERSION,
     HEADER_SIZE,
@@ -320,7 +320,7 @@ def test_item_count_reads_the_header_alone_and_rejects_a_header_that_fails_its_c
 
 
 def test_the_value_types_and_the_wire_format_load_without_pyarrow() -> None:
-    code = "import sys, meteor_spark.records, meteor_spark.wire; print('pyarrow' in sys.modules)"
+    code = "import sys, meteor_spark.format.records, meteor_spark.format.wire; print('pyarrow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
 

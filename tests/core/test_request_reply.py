@@ -1,4 +1,4 @@
-"""Request/reply over two streams (``meteor_spark.request_reply``): round trip, concurrent requests of one
+"""Request/reply over two streams (``meteor_spark.consumer.request_reply``): round trip, concurrent requests of one
 requester, timeouts, error replies, and the reply stream's life."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from meteor_spark.consumer.request_reply import CORRELATION_ID, REPLY_TO, Requester, Responder, header
 from meteor_spark.errors import RequestError, RequestTimeoutError
-from meteor_spark.grid import Grid
-from meteor_spark.records import Record
-from meteor_spark.request_reply import CORRELATION_ID, REPLY_TO, Requester, Responder, header
-from meteor_spark.streams import STREAMS_MAP, StreamConfig
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import STREAMS_MAP, StreamConfig
 from meteor_spark.testing import wait_until
 
 
@@ -87,7 +87,7 @@ def test_a_handler_that_raises_sends_an_error_reply(grid: Grid, unique_name: str
 
 
 def test_requests_without_headers_are_counted_not_answered(grid: Grid, unique_name: str) -> None:
-    from meteor_spark.publisher import Publisher
+    from meteor_spark.producer.publisher import Publisher
 
     with Responder(grid, StreamConfig(unique_name), _upper) as responder, Publisher(grid, unique_name) as pub:
         pub.publish(b"no headers", timeout_s=10)

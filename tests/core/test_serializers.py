@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.corrupt import HEADER_ERROR, HEADER_SOURCE_LANE, HEADER_SOURCE_OFFSET, HEADER_SOURCE_STREAM
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ArgumentTypeError, ConfigError, DeserializationError, SerializationError
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record, RecordBatch
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.corrupt import HEADER_ERROR, HEADER_SOURCE_LANE, HEADER_SOURCE_OFFSET, HEADER_SOURCE_STREAM
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import Record, RecordBatch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from meteor_spark.errors import FormatError
-from meteor_spark.offsets import first_offset_of, make_offset
-from meteor_spark.share_state import ACQUIRED, AVAILABLE, DONE, LaneShare, Span
+from meteor_spark.format.offsets import first_offset_of, make_offset
+from meteor_spark.groups.shared_state import ACQUIRED, AVAILABLE, DONE, LaneShare, Span
 
 
 def test_fresh_acquisitions_then_acks_move_the_start_and_keep_the_entry_compact() -> None:

@@ -9,7 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from meteor_spark.corrupt import (
+from meteor_spark.consumer.shared_subscriber import SharedRecord, SharedSubscriber, shared_group_state
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.errors import ConfigError, DeserializationError, FencedError, FormatError
+from meteor_spark.format.corrupt import (
     HEADER_DELIVERY_COUNT,
     HEADER_ERROR,
     HEADER_SOURCE_GROUP,
@@ -17,13 +20,10 @@ from meteor_spark.corrupt import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_STREAM,
 )
-from meteor_spark.errors import ConfigError, DeserializationError, FencedError, FormatError
-from meteor_spark.grid import Grid
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.shared_groups import SharedRecord, SharedSubscriber, shared_group_state
-from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 
@@ -283,11 +283,11 @@ def test_one_member_with_a_backlog_on_every_lane_takes_turns_over_the_lanes(
 def test_a_group_position_past_the_lanes_end_is_an_error_and_deleting_the_stream_forgets_the_group(
     grid: Grid, unique_name: str, members: list[SharedSubscriber]
 ) -> None:
-    from meteor_spark.admin import delete_stream
     from meteor_spark.errors import OffsetOutOfRangeError
-    from meteor_spark.group_store import lane_key
-    from meteor_spark.offsets import first_offset_of
-    from meteor_spark.share_state import SHARE_MAP, LaneShare
+    from meteor_spark.format.offsets import first_offset_of
+    from meteor_spark.groups.admin import delete_stream
+    from meteor_spark.groups.shared_state import SHARE_MAP, LaneShare
+    from meteor_spark.groups.store import lane_key
 
     info = _stream(grid, unique_name, 4, lanes=1, per_item=1)
     # As left by a stream deleted and re-created behind the tools' back: the group stands past the lane's end.

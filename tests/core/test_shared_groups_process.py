@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from meteor_spark.corrupt import HEADER_DELIVERY_COUNT
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
 
@@ -30,11 +30,10 @@ MAX_DELIVERIES = 5  # the shared group's default
 SHARED_CHILD = r"""
 import json, sys, time
 from meteor_spark.errors import FencedError
-from meteor_spark.corrupt import HEADER_DELIVERY_COUNT
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.testing import wait_until
-
 address, cluster, stream, dlq, name, timeout_ms = sys.argv[1:7]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 member = Subscriber(grid, stream, group="q", shared=True, member_id=name, max_poll_records=5,

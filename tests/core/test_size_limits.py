@@ -16,16 +16,16 @@ import pytest
 
 from meteor_spark import SizeLimitError
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import (
+from meteor_spark.format.records import Record, encode_batch
+from meteor_spark.grid.client import (
     DEFAULT_MAX_FRAME_BYTES,
     EMBEDDED_MAX_FRAME_BYTES,
     ITEM_FRAME_OVERHEAD,
     Grid,
     GridSettings,
 )
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record, encode_batch
-from meteor_spark.streams import StreamConfig, lane_bounds
+from meteor_spark.grid.streams import StreamConfig, lane_bounds
+from meteor_spark.producer.publisher import Publisher
 
 MB = 1 << 20
 

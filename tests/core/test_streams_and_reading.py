@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.admin import delete_stream, list_streams
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -15,16 +14,17 @@ from meteor_spark.errors import (
     StreamConfigConflictError,
     StreamNotFoundError,
 )
-from meteor_spark.grid import Grid
-from meteor_spark.publisher import Publisher
-from meteor_spark.reading import read_range
-from meteor_spark.records import decode_batch
-from meteor_spark.streams import (
+from meteor_spark.format.records import decode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import read_range
+from meteor_spark.grid.streams import (
     STREAMS_MAP,
     StreamConfig,
     lane_bounds,
     open_stream,
 )
+from meteor_spark.groups.admin import delete_stream, list_streams
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 
@@ -73,7 +73,7 @@ def test_delete_removes_metadata_and_lanes(grid: Grid, unique_name: str) -> None
 
 
 def test_recreated_stream_does_not_inherit_group_offsets(grid: Grid, unique_name: str) -> None:
-    from meteor_spark.groups import GroupMember, group_state
+    from meteor_spark.groups.exclusive import GroupMember, group_state
 
     info = open_stream(grid, StreamConfig(unique_name, lanes=1))
     with Publisher(grid, unique_name) as pub:

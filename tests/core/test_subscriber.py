@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
@@ -16,12 +17,11 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     PublisherClosedError,
 )
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.offsets import InitialOffsetScheme, first_offset_of, make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of, make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, FencedError, GroupError
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import first_offset_of, make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.offsets import first_offset_of, make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 LEASE_MS = 1500

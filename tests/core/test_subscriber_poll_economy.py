@@ -6,12 +6,12 @@ import threading
 from collections import Counter
 from typing import Any
 
-from meteor_spark.grid import Grid
-from meteor_spark.groups import LEASES_MAP
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.exclusive import LEASES_MAP
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 LANES = 4

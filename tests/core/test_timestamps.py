@@ -8,15 +8,11 @@ from collections.abc import Sequence
 
 import pytest
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, Ring
-from meteor_spark.offsets import make_offset
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
-from meteor_spark.subscriber import Subscriber
-from meteor_spark.timestamps import offset_for_timestamp
-from meteor_spark.wire import (
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import Record
+from meteor_spark.format.wire import (
     NO_TIMESTAMP,
     ItemFraming,
     decode_item,
@@ -25,6 +21,10 @@ from meteor_spark.wire import (
     lane_max_after,
     prepare_columns,
 )
+from meteor_spark.grid.client import Grid, Ring
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.grid.timestamps import offset_for_timestamp
+from meteor_spark.producer.publisher import Publisher
 
 
 def _items(grid: Grid, info: StreamInfo, stamps: Sequence[Sequence[int]], lane: int = 0) -> None:

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from meteor_spark import item_gate, transactions
-from meteor_spark.grid import Grid
-from meteor_spark.item_gate import DELIVER, ItemGate
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.wire import ItemProducer, encode_columns
+from meteor_spark.grid import item_gate, transactions
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.item_gate import DELIVER, ItemGate
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
-from meteor_spark.wire import ItemProducer, encode_columns
 
 MAPS = (transactions.TXNS_MAP, transactions.PRODUCERS_MAP, transactions.BATCHES_MAP, transactions.OPEN_MAP)
 

@@ -8,18 +8,11 @@ import time
 
 import pytest
 
-from meteor_spark import transactions
-from meteor_spark.admin import lag_report, seek_group
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, TransactionAbortedError
-from meteor_spark.grid import Grid
-from meteor_spark.item_gate import ItemGate, stable_end
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import encode_batch
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
-from meteor_spark.testing import wait_until
-from meteor_spark.wire import (
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import encode_batch
+from meteor_spark.format.wire import (
     FLAG_TRANSACTIONAL,
     HEADER_SIZE,
     ItemFraming,
@@ -30,6 +23,13 @@ from meteor_spark.wire import (
     item_producer,
     prepare_columns,
 )
+from meteor_spark.grid import transactions
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.item_gate import ItemGate, stable_end
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.groups.admin import lag_report, seek_group
+from meteor_spark.producer.publisher import Publisher
+from meteor_spark.testing import wait_until
 
 
 def _publish(grid: Grid, stream: str, key: str, values: list[bytes], timeout_ms: int = 60_000) -> int:

@@ -3,7 +3,7 @@
 A member restart that cuts a ring log's torn tail (fsync ``interval``/``never`` and a machine crash), or a grid
 restarted without a store, hands the lost sequences out again to new records; a group whose offset was past them
 would resume there and pass over as many new records. The offset carries a mark of the item it was taken after
-(``meteor_spark.item_marks``); resuming compares it with the item now at that sequence.
+(``meteor_spark.grid.item_marks``); resuming compares it with the item now at that sequence.
 
 The live-grid tests destroy the lane's ring and refill it (works on a real Hazelcast member too); the fault test
 SIGKILLs a persistent embedded member and cuts whole records off its ring log, as a lost unflushed tail does.
@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import DataLossError, LaneTruncatedError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.group_store import ConfirmedOffset, read_offset
-from meteor_spark.groups import OFFSETS_MAP
-from meteor_spark.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.groups.exclusive import OFFSETS_MAP
+from meteor_spark.groups.store import ConfirmedOffset, read_offset
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 LEASE_MS = 1500

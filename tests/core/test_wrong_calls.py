@@ -19,13 +19,13 @@ import pyarrow as pa
 import pytest
 
 from meteor_spark.cli.main import main
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.spark.options import SinkOptions, SourceOptions
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import Subscriber
 
 TALLY: Counter[str] = Counter()
 

@@ -10,10 +10,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from meteor_spark.grid import Grid
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record, decode_batch
-from meteor_spark.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.format.records import Record, decode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
+from meteor_spark.producer.publisher import Publisher
 
 SCRIPTS = Path(__file__).with_name("scripts")
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.errors import MeteorError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.embedded_only, pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -26,9 +26,9 @@ from deploy_helpers import (
     wait_for_log,
 )
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.streams import StreamConfig, open_stream
-from meteor_spark.subscriber import Subscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.testing import committed_values, wait_until
 
 pytestmark = [pytest.mark.deploy, pytest.mark.fault, pytest.mark.slow, pytest.mark.timeout(1200)]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from deploy_helpers import deploy_env, publish_numbered, run_script
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.timeout(1200)]
 

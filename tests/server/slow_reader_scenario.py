@@ -22,7 +22,7 @@ from typing import Any
 
 from raw_client import RawClient, correlation_id_of
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, RingConfig
 from meteor_spark.server.protocol import messages as m
 

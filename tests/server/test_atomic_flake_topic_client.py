@@ -18,7 +18,7 @@ import hazelcast
 import pytest
 from hazelcast.errors import DistributedObjectDestroyedError, UnsupportedOperationError
 
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.engine import ManualClock
 from meteor_spark.server.engine.atomics import CP_REFUSED, Atomics, CpMode, RaftGroupId

@@ -10,7 +10,7 @@ import pytest
 from hazelcast.errors import IllegalStateError, UnsupportedOperationError
 
 from meteor_spark.errors import GridConnectionError
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.testing import wait_until
 
 RING_SERVICE = "hz:impl:ringbufferService"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from meteor_spark.errors import DataLossError
-from meteor_spark.grid import Grid
-from meteor_spark.reading import read_range
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import read_range
+from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.server.member import EmbeddedGrid
-from meteor_spark.streams import StreamConfig, open_stream
 
 pytestmark = [pytest.mark.fault, pytest.mark.embedded_only]
 

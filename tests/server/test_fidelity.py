@@ -3,8 +3,8 @@
 One real member (``tests/real_members.py``, started from ``hazelcast/member.xml``) and one embedded member
 (``EmbeddedGrid(process=True)``) each get an official-client connection; every scenario below runs the same calls
 against both and returns a plain value (tuples, dicts, error class and message), and the two values must be equal.
-Scenarios cover every grid operation meteor-spark uses (``meteor_spark/grid.py``) and every server error it relies
-on (StaleSequence, InvalidConfiguration, DistributedObjectDestroyed, the CP refusal), plus the neighbours a user
+Scenarios cover every grid operation meteor-spark uses (``meteor_spark/grid/client.py``) and every server error it
+relies on (StaleSequence, InvalidConfiguration, DistributedObjectDestroyed, the CP refusal), plus the neighbours a user
 reaching the grid directly would hit. A value is normalized only where the real member is legitimately random
 (uuids, clock readings); each normalization is written next to the value it touches.
 

@@ -178,7 +178,7 @@ def test_100k_random_and_mutated_frames_through_decoder_and_dispatcher() -> None
 
 @pytest.mark.timeout(120)
 def test_garbage_over_tcp_does_not_disturb_a_well_behaved_client() -> None:
-    from meteor_spark.grid import Grid, GridSettings
+    from meteor_spark.grid.client import Grid, GridSettings
     from meteor_spark.server import EmbeddedGrid
 
     rng = random.Random(99)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from raw_client import ERROR_RESPONSE_TYPE, RawClient, correlation_id_of, message_type_of
 
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 from meteor_spark.server.member import EmbeddedGrid
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol import messages_data as md

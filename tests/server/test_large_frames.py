@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from meteor_spark.grid import Grid
+from meteor_spark.grid.client import Grid
 
 
 def test_a_32_mib_item_goes_in_and_comes_back_whole(grid: Grid, unique_name: str) -> None:

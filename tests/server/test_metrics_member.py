@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.server.member import READY_LINE
-from meteor_spark.streams import StreamConfig
 from meteor_spark.testing import wait_until
 from tests.metrics_scrape import Scraped
 from tests.metrics_scrape import scrape as scrape_url

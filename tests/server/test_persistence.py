@@ -18,7 +18,7 @@ from typing import Any
 import hazelcast
 import pytest
 
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 from meteor_spark.server.engine import Engine, EngineConfig, ManualClock
 from meteor_spark.server.engine.maps import LockOwner
 from meteor_spark.server.engine.persistence import Syncer

@@ -14,7 +14,7 @@ import hazelcast
 import pytest
 from hazelcast.errors import IllegalArgumentError, StaleSequenceError
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.testing import wait_until
 
 OVERWRITE, FAIL = 0, 1

@@ -13,7 +13,7 @@ from hazelcast.lifecycle import LifecycleState
 from hazelcast.serialization.service import SerializationServiceV1
 from raw_client import RawClient, correlation_id_of, message_type_of
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, RingConfig, tcp
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol import messages as m
@@ -118,7 +118,7 @@ _SERIALIZATION = SerializationServiceV1(Config())
 
 def _serialized(values: list[Any]) -> list[bytes]:
     """``values`` as the official client puts them on the wire (so raw and official clients name the same data);
-    ``bytes`` as ``meteor_spark.grid`` sends them (a byte array)."""
+    ``bytes`` as ``meteor_spark.grid.client`` sends them (a byte array)."""
     return [
         bytes(_SERIALIZATION.to_data(bytearray(value) if isinstance(value, bytes) else value).buffer)
         for value in values

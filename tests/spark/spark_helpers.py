@@ -6,9 +6,9 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import Record, decode_batch, encode_batch
-from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.format.records import Record, decode_batch, encode_batch
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 
 _producer_seq = itertools.count()
 

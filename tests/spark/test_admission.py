@@ -12,9 +12,9 @@ import pytest
 from chispa import assert_df_equality
 from spark_helpers import grid_options, make_stream, put_items
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import Record
-from meteor_spark.streams import lane_bounds, open_stream
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import lane_bounds, open_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

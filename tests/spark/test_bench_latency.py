@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.bench import spark as bench_spark
-from meteor_spark.spark.latency_benchmark import PHASES
+from meteor_spark.bench.jobs.latency import PHASES
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

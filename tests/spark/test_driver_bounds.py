@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import lane_bounds
 from meteor_spark.spark.driver import DriverState
 from meteor_spark.spark.options import SourceOptions
-from meteor_spark.streams import lane_bounds
 
 
 def test_driver_bounds_match_lane_bounds_for_every_lane(

@@ -17,16 +17,16 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
-from meteor_spark.leases import Lease, LeaseMap, wall_ms
-from meteor_spark.offsets import first_offset_of
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamInfo
+from meteor_spark.groups.exclusive import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
+from meteor_spark.groups.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.spark import driver as driver_module
 from meteor_spark.spark import reader as reader_module
 from meteor_spark.spark.executor import LaneRanges
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.reader import MeteorStreamReader
-from meteor_spark.streams import StreamInfo
 from meteor_spark.testing import wait_until
 
 LANES = 8

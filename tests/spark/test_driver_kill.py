@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from spark_helpers import make_stream, put_items, read_values, values_items
 
-from meteor_spark import transactions
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import OFFSETS_MAP, lane_key
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.streams import open_stream
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.wire import item_producer
+from meteor_spark.grid import transactions
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import open_stream
+from meteor_spark.groups.exclusive import OFFSETS_MAP, lane_key
 from meteor_spark.testing import committed_values, wait_until
-from meteor_spark.wire import item_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from spark_helpers import grid_options, make_stream, put_items
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import Record
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.spark.datasource import SOURCE_SCHEMA, SOURCE_SCHEMA_WITH_HEADERS
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

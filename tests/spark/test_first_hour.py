@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.spark.workers import ensure_workers_python
-from meteor_spark.streams import StreamConfig
 
 #: A PATH whose ``python3`` lacks meteor-spark and pyspark (the system interpreter), as for a venv not activated.
 BARE_PATH = "/usr/bin:/bin"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from meteor_spark.grid import Grid
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.spark.lag import LagReport, LaneLag, count_records_behind
-from meteor_spark.streams import StreamConfig, open_stream
 
 
 def test_count_records_behind_reads_the_unread_items_and_leaves_out_overwritten_lanes(

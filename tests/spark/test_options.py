@@ -12,15 +12,15 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadMaxBytes
 
-from meteor_spark.arrow_columns import (
+from meteor_spark.errors import ConfigError
+from meteor_spark.format.arrow_columns import (
     ARROW_SCHEMA,
     ARROW_SCHEMA_WITH_HEADERS,
     ARROW_SCHEMA_WITH_HEADERS_MAP,
     HEADERS_MAP_TYPE,
     headers_to_map,
 )
-from meteor_spark.errors import ConfigError
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 from meteor_spark.spark.datasource import (
     SOURCE_SCHEMA,
     SOURCE_SCHEMA_WITH_HEADERS,

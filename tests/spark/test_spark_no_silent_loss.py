@@ -11,20 +11,20 @@ import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 from spark_helpers import grid_options, make_stream, put_items, run_available_now, stream_reader, values_items
 
-from meteor_spark.admin import delete_stream
-from meteor_spark.corrupt import (
+from meteor_spark.format.corrupt import (
     HEADER_ERROR,
     HEADER_SOURCE_LANE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_SEQUENCE,
     HEADER_SOURCE_STREAM,
 )
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import GroupMember
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.records import decode_batch
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import decode_batch
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import lane_bounds, open_stream
+from meteor_spark.groups.admin import delete_stream
+from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.streams import lane_bounds, open_stream
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -3,7 +3,7 @@ failOnDataLoss=false, is read again from its oldest item); never a silent skip o
 
 The lane's ring is destroyed and refilled with more items than it had (a grid restarted without a store, or a member
 restart that lost the ring log's tail): the checkpoint's position is inside the new lane, so only the item marks
-carried in the checkpointed offsets (``meteor_spark.item_marks``) can tell.
+carried in the checkpointed offsets (``meteor_spark.grid.item_marks``) can tell.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from spark_helpers import make_stream, put_items, run_available_now, stream_reader, values_items
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -84,7 +84,7 @@ def test_a_group_offset_over_a_refilled_lane_fails_a_new_query(
 
 
 def test_spark_offsets_carry_item_marks_and_old_checkpoints_still_read() -> None:
-    from meteor_spark.item_marks import ItemMark
+    from meteor_spark.grid.item_marks import ItemMark
 
     plain = SparkOffset.from_json({"s": {"0": 5}})  # a checkpoint from before the marks existed: not checked
     assert plain.marks_dict() == {} and plain.dumps() == '{"s": {"0": 5}}'

@@ -15,9 +15,9 @@ from chispa import assert_df_equality
 from pyspark.errors import AnalysisException, StreamingQueryException
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import OFFSETS_MAP, lane_key
-from meteor_spark.offsets import first_offset_of
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.groups.exclusive import OFFSETS_MAP, lane_key
 from meteor_spark.spark.lag import lag_from_progress
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

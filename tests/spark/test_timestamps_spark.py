@@ -15,8 +15,8 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.testing import assertDataFrameEqual
 from spark_helpers import grid_options, make_stream, put_items
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.records import Record
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -172,7 +172,7 @@ def test_late_records_in_the_middle_and_at_the_end_of_a_lane(
     """Published one record per item with explicit timestamps, a late (older) record in the middle of lane 0 and at
     the end of lane 1: each lane starts at the earliest record at or after its time (Kafka's offsetsForTimes), and
     every record after it is read, the late one included."""
-    from meteor_spark.publisher import Publisher
+    from meteor_spark.producer.publisher import Publisher
 
     make_stream(grid, unique_name, lanes=2)
     layout = {0: [100, 200, 50, 300, 400], 1: [100, 200, 300, 400, 50]}

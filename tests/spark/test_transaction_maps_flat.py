@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.spark.soak import LANES, render
-from meteor_spark.spark.soak import run as run_soak
-from meteor_spark.transactions import KEEP_BATCHES
+from meteor_spark.bench.jobs.soak import LANES, render
+from meteor_spark.bench.jobs.soak import run as run_soak
+from meteor_spark.grid.transactions import KEEP_BATCHES
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.fault, pytest.mark.embedded_only]
 

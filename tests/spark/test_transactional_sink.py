@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
-from meteor_spark import transactions
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.publisher import Publisher
+from meteor_spark.grid import transactions
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.spark.options import SinkOptions, SourceOptions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -15,13 +15,13 @@ from pyspark.sql.types import StructType
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.offsets import first_offset_of
-from meteor_spark.publisher import LaneWritten
-from meteor_spark.records import decode_batch
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import decode_batch
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import lane_bounds
+from meteor_spark.producer.publisher import LaneWritten
 from meteor_spark.spark.options import SinkOptions
 from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
-from meteor_spark.streams import lane_bounds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

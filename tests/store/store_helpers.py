@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from meteor_spark.grid import GridSettings
+from meteor_spark.grid.client import GridSettings
 from tests.real_members import ROOT, HazelcastCluster
 
 STORE_XML = ROOT / "hazelcast" / "member-store.xml"

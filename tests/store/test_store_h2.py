@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from store_helpers import CAPACITY, STORE_JAR, STORE_XML, driver_jar
 
-from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.group_store import OFFSETS_MAP, lane_key
-from meteor_spark.publisher import Publisher
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.store import OFFSETS_MAP, lane_key
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.real_members import HazelcastMember, free_port
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from store_helpers import CAPACITY, settings_of
 
-from meteor_spark.grid import Grid
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig, lane_for_key
-from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, lane_for_key
+from meteor_spark.producer.publisher import Publisher
 from tests.real_members import HazelcastCluster
 
 pytestmark = [pytest.mark.real_members, pytest.mark.slow, pytest.mark.timeout(600)]

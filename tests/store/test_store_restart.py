@@ -13,13 +13,13 @@ from collections.abc import Callable
 import pytest
 from store_helpers import CAPACITY, settings_of
 
+from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.errors import MeteorError, PublishTimeoutError
-from meteor_spark.grid import Grid
-from meteor_spark.group_store import OFFSETS_MAP, lane_key
-from meteor_spark.publisher import Publisher
-from meteor_spark.records import Record
-from meteor_spark.streams import StreamConfig
-from meteor_spark.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.store import OFFSETS_MAP, lane_key
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.real_members import HazelcastCluster
 

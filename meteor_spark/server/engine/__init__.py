@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.services import Housekeeping
     from meteor_spark.server.engine.topics import Topics
-
-
 logger = logging.getLogger(__name__)
 
 

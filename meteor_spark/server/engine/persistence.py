@@ -55,7 +55,6 @@ from meteor_spark.server.errors import InvalidConfiguration
 if TYPE_CHECKING:
     from meteor_spark.server.engine import Engine
     from meteor_spark.server.engine.ringbuffer import RingConfig
-
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("<II")

@@ -19,7 +19,6 @@ from meteor_spark.server.engine.topics import Topics
 
 if TYPE_CHECKING:
     from meteor_spark.server.engine import Engine
-
 log = logging.getLogger(__name__)
 
 MAP_SERVICE = "hz:impl:mapService"

@@ -1,0 +1,205 @@
+"""A subscriber's read state of one lane, and what one answer of the grid does to it.
+
+The ``Subscriber`` (``meteor_spark.consumer.subscriber``) owns the lanes, the locks, the group and the public API; this
+module owns what happens inside one lane: where delivery stands, what is buffered, the outstanding ``read_many``,
+and how an answer is taken in, stopping at a gap (data loss), a position past the lane's end, an undecodable item or
+a transaction still open (``meteor_spark.grid.item_gate``). Nothing here locks or talks to a group: callers hold the
+subscriber's reader lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
+from meteor_spark.format.offsets import first_offset_of, index_of, sequence_of
+from meteor_spark.format.records import BatchPart
+from meteor_spark.format.wire import decode_item
+from meteor_spark.grid.client import Ring
+from meteor_spark.grid.item_gate import DELIVER, WAIT, ItemGate
+from meteor_spark.grid.item_marks import ItemMark, mark_of
+from meteor_spark.grid.reading import oldest_in
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Ring items found gone (overwritten or quarantined) and skipped under ``skip_data_loss``.
+
+    Attributes:
+        lost_from: the offset the lane would have delivered next.
+        oldest: the first offset read after the gap.
+        first_sequence, next_sequence: the ring items skipped, ``[first_sequence, next_sequence)``.
+    """
+
+    lost_from: int
+    oldest: int
+    first_sequence: int
+    next_sequence: int
+
+    @property
+    def items(self) -> int:
+        return self.next_sequence - self.first_sequence
+
+
+class LaneState:
+    """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
+
+    __slots__ = (
+        "bad",
+        "buffered",
+        "capacity",
+        "delivered_items",
+        "dirty",
+        "epoch",
+        "error",
+        "fetch_seq",
+        "item_bytes",
+        "item_counts",
+        "items",
+        "lane",
+        "last_delivered",
+        "parts",
+        "passed_mark",
+        "pending",
+        "pending_seq",
+        "position",
+        "position_mark",
+        "ring",
+        "stream",
+    )
+
+    def __init__(self, stream: str, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
+        self.stream = stream
+        self.lane = lane
+        self.ring = ring
+        self.capacity = capacity
+        self.epoch = epoch
+        self.position = position  # offset of the next record to deliver
+        self.last_delivered = -1  # offset of the last record delivered
+        self.fetch_seq = sequence_of(position)  # next ring sequence to request
+        self.pending: Any = None
+        self.pending_seq = -1
+        self.parts: deque[BatchPart] = deque()
+        self.buffered = 0
+        self.dirty = False  # delivered since the last confirm()
+        self.item_counts: dict[int, int] = {}  # records per ring item, for the items of the last delivery
+        # For the item marks stored with confirmed offsets (meteor_spark.grid.item_marks): the raw buffered items and
+        # those of the last delivery (references to bytes the buffered records point into anyway; a mark is computed
+        # once per delivery, not per item), the mark of the item ``position`` was taken after, and of the last item
+        # passed over by policy.
+        self.items: dict[int, Any] = {}
+        self.delivered_items: dict[int, Any] = {}
+        self.position_mark: ItemMark | None = None
+        self.passed_mark: ItemMark | None = None
+        self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
+        self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
+        self.bad: tuple[int, bytes, FormatError] | None = None  # an undecodable item at fetch_seq, not settled yet
+
+    def reset(self, position: int) -> Any:
+        """Move to ``position``; returns the outstanding read, now orphaned."""
+        orphan = self.pending
+        self.pending = None
+        self.position = position
+        self.fetch_seq = sequence_of(position)
+        self.parts.clear()
+        self.buffered = 0
+        self.error = None
+        self.bad = None
+        self.items.clear()
+        self.delivered_items = {}
+        self.position_mark = self.passed_mark = None
+        return orphan
+
+    def passed(self) -> None:
+        """Items up to ``fetch_seq`` were skipped by policy: with nothing buffered, the position moves past them
+        (and is confirmed by the next ``confirm()``), so a restarted reader does not count them again."""
+        if self.parts:
+            return
+        after = first_offset_of(self.fetch_seq)
+        if after > self.position:
+            self.position = after
+            self.dirty = True
+            if self.passed_mark is not None and self.passed_mark.sequence == self.fetch_seq - 1:
+                self.position_mark = self.passed_mark
+
+    def delivered(self, sequences: list[int]) -> None:
+        """The records of the items ``sequences`` were handed out up to ``position``: the position's mark is the last
+        one's, and items behind it are dropped (what stays is bounded by the buffered items)."""
+        self.delivered_items = {seq: self.items[seq] for seq in sequences if seq in self.items}
+        last = sequences[-1]
+        if last in self.items:
+            self.position_mark = mark_of(self.items[last], last)
+        self.items = {seq: item for seq, item in self.items.items() if seq >= last}
+
+    def mark_of_delivered(self, sequence: int) -> ItemMark | None:
+        """The mark of an item of the last delivery (``confirm(record)``), None when it is not one of them."""
+        item = self.delivered_items.get(sequence)
+        return None if item is None else mark_of(item, sequence)
+
+    def past_end(self, end: int) -> OffsetOutOfRangeError:
+        """The error of a position past the lane's end ``end`` (a ring sequence), naming the valid range."""
+        position = self.position if not self.parts else first_offset_of(self.fetch_seq)
+        oldest = min(oldest_in(self.ring), end)
+        return OffsetOutOfRangeError(self.stream, self.lane, position, first_offset_of(oldest), first_offset_of(end))
+
+    def accept(self, items: list[Any], sequences: list[int], *, skip_data_loss: bool, gate: ItemGate) -> Skip | None:
+        """Buffer the records of one read; stop at a gap, a bad position, an undecodable item or an open
+        transaction. Returns the gap skipped under ``skip_data_loss`` (for the caller to count), else None."""
+        expected = self.fetch_seq
+        first = sequences[0]
+        lost_from = self.position if not self.parts else first_offset_of(expected)
+        skip = None
+        if first > expected:
+            oldest = first_offset_of(first)
+            if not skip_data_loss:
+                self.error = DataLossError(self.stream, self.lane, requested=lost_from, oldest_available=oldest)
+                return None
+            skip = Skip(lost_from, oldest, expected, first)
+            self.fetch_seq = first
+            self.passed()
+        elif first < expected:
+            # The grid clamps a read past tail + 1 to tail + 1: the lane now ends before the position (re-created
+            # or truncated), and the answer holds items written since, below it.
+            self.error = self.past_end(self.ring.tail() + 1)
+            return None
+        for item, seq in zip(items, sequences, strict=True):
+            try:
+                view = decode_item(item, stream=self.stream, lane=self.lane, sequence=seq)
+            except FormatError as exc:
+                self.bad = (seq, bytes(item), exc)
+                return skip  # the items after it are read again once the policy has settled this one
+            verdict = gate.check(self.lane, seq, view)
+            if verdict == WAIT:
+                self.fetch_seq = seq  # the lane's last stable offset: read again once the transaction is decided
+                gate.hold(self.lane)
+                return skip
+            if verdict != DELIVER:
+                self.fetch_seq = seq + 1  # aborted or a re-sent copy: passed over
+                self.passed_mark = mark_of(item, seq)
+                self.passed()
+                continue
+            start = 0
+            if seq == sequence_of(self.position):
+                start = min(index_of(self.position), view.count)
+            if start < view.count:
+                self.parts.append(BatchPart(self.stream, self.lane, seq, view, start, view.count))
+                self.buffered += view.count - start
+                self.items[seq] = item
+            elif seq == sequence_of(self.position):
+                self.position = first_offset_of(seq + 1)
+            self.fetch_seq = seq + 1
+        return skip
+
+    def stop_at(self, offset: int, error: MeteorError) -> Any:
+        """Stop at the record ``offset`` with ``error`` once the records before it are delivered: what is buffered
+        from it on is dropped (read again after a seek). Returns the outstanding read, now orphaned."""
+        self.parts.clear()
+        self.buffered = 0
+        orphan = self.pending
+        self.pending = None
+        self.fetch_seq = sequence_of(offset)
+        self.bad = None
+        self.error = error
+        return orphan

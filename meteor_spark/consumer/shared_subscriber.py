@@ -1,0 +1,1093 @@
+"""Shared groups: queue semantics over a stream (Kafka 4's share groups, KIP-932; Redis Streams' XPENDING/XCLAIM).
+
+``Subscriber(grid, stream, group=..., shared=True)`` makes a ``SharedSubscriber``. Any number of members share
+every lane of the stream (more members than lanes all get work): a ``poll`` *acquires* records for a bounded time
+(``acquisition_timeout_ms``, KIP-932's record lock duration, default 30 s) and hands them out; the member then
+settles each record:
+
+- ``ack(records)``: done (KIP-932 ACCEPT); never delivered again;
+- ``nack(records)``: released (RELEASE): available again at once, to any member, delivery count kept;
+- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again;
+- ``renew(records)``: the lock of records still being processed starts again (RENEW, KIP-1222), so a slow record
+  stays with its holder.
+
+The lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter stream
+are the group's settings (KIP-932's ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` are group
+configs): the group's first member stores them with the group (``share_state.GroupSettings``), later members use
+them, and a member that asks for other values is refused with a ``ConfigError`` naming both. Every member thus
+judges timeouts with the same lock duration: records a dead member held come back after the group's lock time,
+whichever members are left.
+
+An acquisition that is neither acknowledged nor released in time (a crashed, stuck or slow member) times out and
+its records become available again: any member may acquire them. Each delivery counts: a record handed out
+carries ``delivery_count`` (1 on the first delivery; ``SharedRecord``). A record that was delivered
+``max_deliveries`` times (KIP-932's default: 5) without being acknowledged is archived: published to
+``dead_letter_stream`` (headers name stream, lane, offset, group, delivery count and the reason;
+``corrupt.dead_letter_for_delivery``) and never delivered again.
+
+Guarantees: **at-least-once per acquisition**. A record is processed again when its acquisition timed out or was
+released before it was acknowledged, and only then; an acknowledgement is accepted exactly once (an ``ack`` of a
+record whose acquisition timed out and was taken by another member is refused with ``FencedError``: nothing is
+written for it, and it cannot be acknowledged twice). An acquisition that timed out but was not taken by anyone yet
+can still be acknowledged. Records are handed out in offset order per acquisition, but with several members
+there is no order across them (as with any queue). A dead letter is published before the record is marked done,
+so a member dying between the two publishes it again (at-least-once in the dead-letter stream).
+
+State: one entry per lane in the grid map ``meteor.share.lanes`` (``meteor_spark.groups.shared_state``: the start
+offset, the first offset never acquired, and a few ranges in between), changed only by compare-and-set on the exact text
+read, so a real Hazelcast cluster and the embedded grid behave alike and no lock or lease is held. Steps of a poll,
+per lane: read the entry; judge other acquisitions' timeouts; read the ring items of the records to hand out
+(cached: ring items never change); write the new entry (records acquired under a fresh token) with one
+compare-and-set, retried from a fresh read when another member won; hand the records out. An ack, nack or reject
+is one compare-and-set per lane.
+
+Timeouts are judged like lease expiry (``meteor_spark.groups.leases.ExpiryObserver``): a member treats an acquisition as
+timed out once it has seen that acquisition unchanged in the entry for ``acquisition_timeout_ms`` of its own
+monotonic time, so wall clocks of different hosts are never compared and safety rests on compare-and-set alone.
+Idle members look at the entries every ``RECHECK_S`` (and when new items arrive), so a crashed member's records
+are redelivered about ``acquisition_timeout_ms`` after it acquired them (a member that only starts watching later
+waits a full timeout from its first look).
+
+In flight: a lane acquires no fresh records while its start offset is ``MAX_WINDOW_ITEMS`` ring items or more
+behind the first offset never acquired (KIP-932 bounds its in-flight records the same way): a record that is
+never acknowledged holds the window until it is dead-lettered (``max_deliveries``) or, without a dead-letter
+stream, until it is acknowledged.
+
+Undecodable items and refused records (deserializers) follow the member's ``on_corrupt`` as for an exclusive
+subscriber: ``error`` (default) raises ``FormatError`` / ``DeserializationError`` (the records before it are handed
+out first; a refused record is released, so ``max_deliveries`` ends one that always fails); ``skip`` and
+``dead_letter`` (to the group's dead-letter stream) acquire the item or record like any other, pass it over and
+mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
+
+Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
+confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``. A lost range (the ring
+overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
+(the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
+member. Deleting a stream
+(``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
+from meteor_spark.errors import (
+    ConfigError,
+    DataLossError,
+    FencedError,
+    FormatError,
+    GroupError,
+    MeteorError,
+    OffsetOutOfRangeError,
+)
+from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
+from meteor_spark.format.offsets import (
+    InitialOffsetScheme,
+    first_offset_of,
+    index_of,
+    make_offset,
+    resolve_initial,
+    sequence_of,
+)
+from meteor_spark.format.records import BatchPart, Record, RecordBatch
+from meteor_spark.format.serializers import Deserializer, deserializer
+from meteor_spark.format.wire import ItemView, decode_item
+from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, GridMap, Ring
+from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.exclusive import default_member_id
+from meteor_spark.groups.leases import ExpiryObserver
+from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
+from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, lane_key, parse_key
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
+from meteor_spark.validate import check_int
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SHARE_MAP",
+    "SharedLaneState",
+    "SharedRecord",
+    "SharedSubscriber",
+    "list_shared_groups",
+    "shared_group_state",
+]
+
+#: How often an idle member looks at the lane entries for released or timed-out records (s).
+RECHECK_S = 0.1
+
+#: The record lock duration of a group whose first member gave none (KIP-932's default, 30 s).
+DEFAULT_ACQUISITION_TIMEOUT_MS = 30_000
+
+#: The delivery limit of a group with a dead-letter stream whose first member gave none (KIP-932's default).
+DEFAULT_MAX_DELIVERIES = 5
+
+#: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
+MAX_WINDOW_ITEMS = 1000
+
+#: Decoded ring items kept per lane (items never change, so the cache needs no invalidation).
+_CACHE_ITEMS = 2048
+
+#: Subscriber arguments that have no meaning for a shared group, and why.
+_UNSUPPORTED = {
+    "skip_data_loss": "a lost range stops the lane for every member",
+    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
+    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
+    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SharedRecord(Record):
+    """A record handed out by a shared group: a ``Record`` plus how often it was delivered (1 the first time)."""
+
+    delivery_count: int = 1
+
+
+@dataclass(frozen=True)
+class _Undecodable:
+    """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
+
+    raw: bytes
+    error: FormatError
+
+
+def _corrupt_mode(on_corrupt: str | None) -> str:
+    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
+    if on_corrupt is None:
+        return "error"
+    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
+        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
+    return on_corrupt.strip().lower()
+
+
+def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
+    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
+    if mode != "dead_letter":
+        return CorruptItemPolicy(mode)
+    if dead_letter_stream is None:
+        raise ConfigError(
+            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
+            "group created with one)"
+        )
+    return CorruptItemPolicy(mode, dead_letter_stream)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A record this member holds: its acquisition and where its span ends (the next record's offset)."""
+
+    token: str
+    end: int
+    deliveries: int
+
+
+class SharedSubscriber:
+    """A member of a shared group (see the module docs). Made by ``Subscriber(..., shared=True)``.
+
+    Args:
+        grid: the grid connection.
+        stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        group: the shared group's name.
+        initial_offset_scheme: where a lane starts when the group has no entry for it yet (AUTO = EARLIEST).
+        max_poll_records: records acquired by one ``poll`` at most.
+        max_items_per_read: ring items asked for by one read.
+        member_id: this member's id (default ``<host>-<pid>-<random>``); shown in the entries' tokens.
+        acquisition_timeout_ms: how long a poll's records stay acquired (default 30 s).
+        max_deliveries: deliveries after which an unacknowledged record is dead-lettered (default 5 with a
+            ``dead_letter_stream``; without one, None: never given up on).
+        dead_letter_stream: where records past ``max_deliveries`` and rejected records go (opened by name,
+            created with the default configuration when missing).
+        acquisition_timeout_ms, max_deliveries, dead_letter_stream: group settings (see the module docs): None
+            takes the group's (or, for its first member, the defaults).
+        on_corrupt: what this member does with an undecodable ring item or a record its deserializers refuse
+            (``meteor_spark.format.corrupt``): ``"error"`` (default: ``FormatError`` / ``DeserializationError``; the
+            lane stops at it), ``"skip"`` (passed over, counted, marked done for the group) or ``"dead_letter"`` (to the
+            group's ``dead_letter_stream`` first).
+        value_deserializer, key_deserializer: as ``Subscriber``'s (``"json"``, ``"str"``, ``"bytes"`` or a
+            callable).
+        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this member's
+            counters (delivered, acknowledged, released, rejected, dead-lettered, refused, renewed, passed over)
+            and the records it holds (``meteor_spark.metrics``; needs the ``metrics`` extra).
+
+    Attributes:
+        delivered_records: records handed out (a redelivery counts again).
+        acked_records, released_records, rejected_records: records settled by this member.
+        dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
+        refused_records: records this member tried to settle after losing them (``FencedError``).
+        renewed_records: records whose lock this member renewed.
+        refusals: undecodable items and refused records passed over (``corrupt_items``, ``undecodable_records``).
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        stream: StreamConfig | str,
+        *,
+        group: str | None = None,
+        initial_offset_scheme: InitialOffsetScheme | str = InitialOffsetScheme.AUTO,
+        max_poll_records: int = 10_000,
+        max_items_per_read: int = 100,
+        member_id: str | None = None,
+        acquisition_timeout_ms: int | None = None,
+        max_deliveries: int | None = None,
+        dead_letter_stream: str | None = None,
+        on_corrupt: str | None = None,
+        value_deserializer: str | Deserializer | None = None,
+        key_deserializer: str | Deserializer | None = None,
+        metrics: Any = None,
+        **others: Any,
+    ) -> None:
+        given = sorted(name for name, value in others.items() if value is not None and value is not False)
+        unknown = [name for name in given if name not in _UNSUPPORTED]
+        if unknown:
+            raise TypeError(f"SharedSubscriber() got unexpected keyword argument(s) {', '.join(unknown)}")
+        if given:
+            raise ConfigError(
+                "not supported with shared=True: "
+                + "; ".join(f"{name} ({_UNSUPPORTED[name]})" for name in given)
+                + ". Drop them, or use an exclusive group (shared=False)"
+            )
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"shared=True needs a group: a non-empty group name, got {group!r}")
+        self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
+        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
+        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
+        corrupt_mode = _corrupt_mode(on_corrupt)
+        registry = metrics_registry(metrics)
+        if acquisition_timeout_ms is not None:
+            check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
+        if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
+            raise ConfigError(f"dead_letter_stream must be a non-empty stream name, got {dead_letter_stream!r}")
+        if max_deliveries is not None:
+            check_int("max_deliveries", max_deliveries, 1, 1 << 15)
+        self._grid = grid
+        self.info: StreamInfo = open_stream(grid, stream)
+        self.stream = self.info.name
+        self.group = group
+        self.member_id = member_id or default_member_id()
+        self.max_poll_records = max_poll_records
+        self._map: GridMap = grid.map(SHARE_MAP)
+        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream)
+        self.settings = settings
+        self.acquisition_timeout_ms = settings.acquisition_timeout_ms
+        self.max_deliveries = settings.max_deliveries
+        self.dead_letter_stream = settings.dead_letter_stream
+        dead_letter_stream = settings.dead_letter_stream
+        self.corrupt_policy = _corrupt_policy(corrupt_mode, dead_letter_stream)
+        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
+        # Hazelcast refuses a read of more items than the ring holds.
+        self._items_per_read = min(max_items_per_read, self.info.config.capacity)
+        self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
+        self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
+        self._incarnation = uuid.uuid4().hex[:4]
+        self._acquisitions = 0
+        self._observers = {lane: ExpiryObserver() for lane in range(self.info.lanes)}
+        self._lock = threading.RLock()
+        self._poll_lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._wakers: dict[int, Any] = {}
+        self._texts: dict[int, str] = {}  # lane -> entry text last read or written
+        self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
+        self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
+        self._items: dict[int, OrderedDict[int, ItemView | _Undecodable]] = {
+            lane: OrderedDict() for lane in range(self.info.lanes)
+        }
+        self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
+        # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
+        # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
+        self._home = uuid.uuid4().int % self.info.lanes
+        self._contended = False
+        self._closed = False
+        self.delivered_records = 0
+        self.acked_records = 0
+        self.released_records = 0
+        self.rejected_records = 0
+        self.dead_lettered_records = 0
+        self.refused_records = 0
+        self.renewed_records = 0
+        self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
+        self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
+        self._detach_metrics = attach_metrics(registry, self)
+
+    def _group_settings(
+        self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
+    ) -> GroupSettings:
+        """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
+        this member gives that differs from the stored one is refused: a lock duration per member would let
+        records of a dead member come back after whichever survivor's timeout."""
+        if max_deliveries is not None and dead_letter_stream is None:
+            raise ConfigError(
+                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
+                f"often go to (without one, records are delivered until they are acknowledged)"
+            )
+        if dead_letter_stream == self.stream:
+            raise ConfigError(
+                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
+                f"again; name another stream"
+            )
+        key = settings_key(self.stream, self.group)
+        where = f"{key} in map {SHARE_MAP!r}"
+        wanted = GroupSettings(
+            DEFAULT_ACQUISITION_TIMEOUT_MS if acquisition_timeout_ms is None else acquisition_timeout_ms,
+            max_deliveries if max_deliveries is not None else (DEFAULT_MAX_DELIVERIES if dead_letter_stream else None),
+            dead_letter_stream,
+        )
+        text = self._map.get(key)
+        if text is None:
+            text = self._map.put_if_absent(key, wanted.encode())
+            if text is None:
+                logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
+                return wanted
+        stored = GroupSettings.decode(text, where)
+        given = {
+            "acquisition_timeout_ms": acquisition_timeout_ms,
+            "max_deliveries": max_deliveries,
+            "dead_letter_stream": dead_letter_stream,
+        }
+        clashes = [
+            f"{name}={value!r} (the group has {getattr(stored, name)!r})"
+            for name, value in given.items()
+            if value is not None and value != getattr(stored, name)
+        ]
+        if clashes:
+            raise ConfigError(
+                f"shared group {self.group!r} of stream {self.stream!r} has other settings than this member asks "
+                f"for: {'; '.join(clashes)}. They are group settings, stored by the group's first member: leave "
+                f"them out to use the group's, or forget the group's state "
+                f"(meteor_spark.groups.admin.forget_groups(grid, {self.stream!r}, {self.group!r})) to start it "
+                "again with new ones"
+            )
+        return stored
+
+    # ------------------------------------------------------------------------------------------------ polling
+
+    def poll(self, timeout_ms: float = 0) -> RecordBatch:
+        """Acquire records available now, or the first to become available within ``timeout_ms``, and hand them
+        out (``SharedRecord``s, each with its ``delivery_count``); empty when none came. Settle each with ``ack``,
+        ``nack`` or ``reject`` within ``acquisition_timeout_ms``.
+
+        Raises:
+            DataLossError: records of the window were overwritten in the ring before they were settled.
+            FormatError: a ring item cannot be decoded.
+            GridError: the grid failed (nothing was acquired by the failing step).
+        """
+        if self._closed:
+            raise MeteorError(f"the shared subscriber of stream {self.stream!r} is closed; create a new one")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        with self._poll_lock:
+            while True:
+                self._wakeup.clear()
+                batch = self._acquire_round()
+                remaining = deadline - time.monotonic()
+                if batch or remaining <= 0:
+                    return batch
+                self._arm_wakers()
+                self._wakeup.wait(min(remaining, RECHECK_S))
+
+    def _acquire_round(self) -> RecordBatch:
+        """One pass over the lanes, from this member's home lane on, until ``max_poll_records`` are acquired."""
+        lanes = self.info.lanes
+        order = [(self._home + i) % lanes for i in range(lanes)]
+        budget = self.max_poll_records
+        parts: list[BatchPart] = []
+        records: list[Record] = []
+        for lane in order:
+            if budget <= 0:
+                break
+            self._contended = False
+            try:
+                got_parts, got_records = self._acquire(lane, budget)
+            except MeteorError:
+                if not records:
+                    raise
+                break  # hand out what other lanes gave first; the next poll meets the error again
+            if lane == self._home and not (got_records and self._contended):
+                self._home = (lane + 1) % lanes  # the next poll starts at the next lane: no lane starves
+            if got_records:
+                parts.extend(got_parts)
+                records.extend(got_records)
+                budget -= len(got_records)
+        self.delivered_records += len(records)
+        return RecordBatch(parts, records) if records else RecordBatch.empty()
+
+    def _acquire(self, lane: int, budget: int) -> tuple[list[BatchPart], list[SharedRecord]]:
+        """One lane: acquire up to ``budget`` records (released or timed-out ones first, then fresh ones) with one
+        compare-and-set, dead-letter those past ``max_deliveries``, and return the rest to hand out."""
+        key = self._keys[lane]
+        own = True  # first try the text this member wrote last (usually still current): saves a round trip
+        for _ in range(MAX_CAS_ATTEMPTS):
+            text, share = self._read(lane, own_write=own)
+            expired = self._timed_out(lane, share)
+            share = share.expire(expired)
+            self._acquisitions += 1
+            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
+            picks, archive, fresh_end, slices, corrupt = self._pick(lane, share, budget)
+            if not picks and not archive and fresh_end is None:
+                if own and self._own_write.get(lane):
+                    own = False  # what this member wrote may be stale: look at the entry before giving up
+                    continue
+                if expired:  # nothing to take, but the timed-out acquisitions are released for everyone
+                    self._write(lane, key, text, share)
+                return [], []
+            ranges = [(first, end, deliveries) for first, end, deliveries in picks + archive]
+            acquired = share.acquire(ranges, token, fresh_end)
+            if not self._write(lane, key, text, acquired):
+                own = False
+                self._contended = True
+                continue
+            if expired:
+                logger.info(
+                    "stream %r lane %d group %r: acquisitions %s timed out; their records are available again",
+                    self.stream,
+                    lane,
+                    self.group,
+                    sorted(expired),
+                )
+            self._observers[lane].see(token, token)
+            if corrupt:
+                self._pass_over(lane, token, corrupt)
+            parts, out = self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            if out and (self._value_deserializer is not None or self._key_deserializer is not None):
+                return self._deserialize(lane, parts, out)
+            return parts, out
+        raise GroupError(
+            f"acquiring records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row "
+            f"to other members; poll again"
+        )
+
+    def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
+        """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
+        successful write (the compare-and-set then checks it is still current); else read from the grid."""
+        key = self._keys[lane]
+        with self._lock:
+            mine = self._texts.get(lane) if own_write and self._own_write.get(lane) else None
+        if mine is not None:
+            return mine, LaneShare.decode(mine, f"{key} in map {SHARE_MAP!r}")
+        text = self._map.get(key)
+        if text is None:
+            ring = self._rings[lane]
+            nxt = ring.tail() + 1
+            start = resolve_initial(
+                self.scheme, True, None, lambda: min(oldest_in(ring), nxt), nxt, where=self._where(lane)
+            )
+            fresh = LaneShare.initial(start).encode()
+            text = self._map.put_if_absent(key, fresh) or fresh
+        with self._lock:
+            self._texts[lane] = text
+            self._own_write[lane] = False
+        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        if lane not in self._end_checked:
+            # Once per lane: a group position past the lane's end (the stream re-created under it) is an error,
+            # never a wait that passes over what is written below it. Later, a read below the position finds it.
+            end = self._rings[lane].tail() + 1
+            if sequence_of(share.next) > end:
+                raise self._past_end(lane, sequence_of(share.next), end)
+            self._end_checked.add(lane)
+        return text, share
+
+    def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
+        new = share.encode()
+        if new == text:
+            return True
+        if not self._map.replace_if_same(key, text, new):
+            with self._lock:
+                self._own_write[lane] = False
+            return False
+        with self._lock:
+            self._texts[lane] = new
+            self._own_write[lane] = True
+        self._evict(lane, share.start)
+        return True
+
+    def _timed_out(self, lane: int, share: LaneShare) -> set[str]:
+        """The acquisitions of ``lane`` this member has seen unchanged for ``acquisition_timeout_ms``."""
+        tokens = share.tokens()
+        observer = self._observers[lane]
+        observer.forget_except(tokens)
+        return {token for token in tokens if observer.expired(token, token, self.acquisition_timeout_ms)}
+
+    def _pick(
+        self, lane: int, share: LaneShare, budget: int
+    ) -> tuple[
+        list[tuple[int, int, int]],
+        list[tuple[int, int, int]],
+        int | None,
+        list[tuple[BatchPart, int]],
+        list[tuple[int, _Undecodable]],
+    ]:
+        """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
+        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
+        ``(part, deliveries)`` of both (archived ones included), and the undecodable items inside those ranges
+        (``on_corrupt`` skip or dead_letter: acquired with the rest, then passed over)."""
+        picks: list[tuple[int, int, int]] = []
+        archive: list[tuple[int, int, int]] = []
+        slices: list[tuple[BatchPart, int]] = []
+        corrupt: list[tuple[int, _Undecodable]] = []
+        for span in share.available():
+            if budget <= 0:
+                break
+            give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
+            deliveries = span.deliveries if give_up else span.deliveries + 1
+            got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
+            corrupt.extend(bad)
+            if not got and not bad:
+                continue
+            (archive if give_up else picks).append((span.first, end, deliveries))
+            slices.extend((part, deliveries) for part in got)
+            if not give_up:
+                budget -= sum(part.size for part in got)
+        fresh_end = None
+        if budget > 0 and sequence_of(share.next) - sequence_of(share.start) < MAX_WINDOW_ITEMS:
+            limit = first_offset_of(sequence_of(share.start) + MAX_WINDOW_ITEMS)
+            got, end, bad = self._records_in(lane, share.next, limit, budget, fresh=True)
+            corrupt.extend(bad)
+            if got or bad:
+                fresh_end = end
+                slices.extend((part, 1) for part in got)
+        return picks, archive, fresh_end, slices, corrupt
+
+    def _records_in(
+        self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
+    ) -> tuple[list[BatchPart], int, list[tuple[int, _Undecodable]]]:
+        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
+        they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
+        lane's end instead of waiting.
+
+        An undecodable item with ``on_corrupt="error"`` ends the range before it (the records before it are handed
+        out); met first, it raises its ``FormatError`` (the lane stops there for this member).
+        """
+        parts: list[BatchPart] = []
+        bad: list[tuple[int, _Undecodable]] = []
+        seq = sequence_of(first)
+        covered = first
+        while covered < end and (budget is None or budget > 0):
+            view = self._item(lane, seq, fresh)
+            if view is None:
+                break  # fresh records: the lane ends here for now
+            if isinstance(view, _Undecodable):
+                if self.corrupt_policy.is_error:
+                    if parts or bad:
+                        break
+                    raise view.error
+                bad.append((seq, view))
+                covered = first_offset_of(seq + 1)
+                seq += 1
+                continue
+            lo = index_of(covered) if seq == sequence_of(covered) else 0
+            hi = view.count if sequence_of(end) > seq else min(view.count, index_of(end))
+            if budget is not None:
+                hi = min(hi, lo + budget)
+            if hi > lo:
+                parts.append(BatchPart(self.stream, lane, seq, view, lo, hi))
+                if budget is not None:
+                    budget -= hi - lo
+            covered = first_offset_of(seq + 1) if hi >= view.count else make_offset(seq, hi)
+            seq += 1
+            if hi < view.count:
+                break
+        return parts, covered, bad
+
+    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | _Undecodable | None:
+        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``_Undecodable``); None past
+        the lane's end."""
+        cache = self._items[lane]
+        with self._lock:
+            view = cache.get(seq)
+        if view is not None:
+            return view
+        ring = self._rings[lane]
+        # Hazelcast (and the embedded grid) clamp a read into [head, tail + 1]; an empty answer says nothing about
+        # where the lane ends (its next sequence is 0), so a position past the end shows once items are written.
+        batch = ring.read_many(seq, 0, self._items_per_read)
+        if not batch.sequences:
+            if fresh:
+                return None
+            raise DataLossError(
+                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(oldest_in(ring))
+            )
+        if batch.sequences[0] > seq:
+            raise DataLossError(
+                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(batch.sequences[0])
+            )
+        if batch.sequences[0] < seq:  # clamped, and items were written below seq since
+            raise self._past_end(lane, seq, ring.tail() + 1)
+        views = [
+            self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
+        ]
+        with self._lock:
+            cache.update(zip(batch.sequences, views, strict=True))
+            while len(cache) > _CACHE_ITEMS:
+                cache.popitem(last=False)
+        return views[0]
+
+    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | _Undecodable:
+        try:
+            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
+        except FormatError as exc:
+            return _Undecodable(bytes(item), exc)
+
+    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, _Undecodable]]) -> None:
+        """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
+        so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
+        in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
+        for seq, bad in corrupt:
+            self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
+        self._change_lane(
+            lane,
+            [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
+            lambda share, runs, old: share.settle(runs, old, DONE),
+        )
+        for seq, bad in corrupt:
+            self.refusals.passed_item(lane, seq, bad.error)
+
+    def _deserialize(
+        self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
+    ) -> tuple[list[BatchPart], list[SharedRecord]]:
+        """Deserialize the records handed out of one lane. Refused records go through ``on_corrupt``: with skip
+        or dead_letter they are marked done (dead letters published first); with error they and the records after
+        them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
+        nothing before them is handed out, the ``DeserializationError`` is raised."""
+        decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
+        deliveries = {r.offset: r.delivery_count for r in out}
+        records = [
+            SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries[r.offset])
+            for r in decoded.records
+        ]
+        if decoded.refused:
+            self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
+        if decoded.stopped is not None:
+            offset, error = decoded.stopped
+            self._settle([r for r in out if r.offset >= offset], AVAILABLE, "release a refused record")
+            if not records:
+                raise error
+        return decoded.parts, records
+
+    def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
+        oldest = min(oldest_in(self._rings[lane]), end)
+        return OffsetOutOfRangeError(
+            self.stream,
+            lane,
+            first_offset_of(seq),
+            first_offset_of(oldest),
+            first_offset_of(end),
+            hint=(
+                f"It is where shared group {self.group!r} stands: was the stream deleted and re-created, or the grid "
+                f"restarted without persistence? Forget the group's state "
+                f"(meteor_spark.groups.admin.forget_groups(grid, {self.stream!r}, {self.group!r})) to start it again "
+                "by its initial offset scheme."
+            ),
+        )
+
+    def _evict(self, lane: int, start: int) -> None:
+        """Forget cached items wholly below the lane's start offset (settled for good)."""
+        cache = self._items[lane]
+        below = sequence_of(start)
+        with self._lock:
+            for seq in [s for s in cache if s < below]:
+                del cache[seq]
+
+    def _hand_out(
+        self, lane: int, token: str, slices: list[tuple[BatchPart, int]], archive: set[tuple[int, int]]
+    ) -> tuple[list[BatchPart], list[SharedRecord]]:
+        """Record the acquired records as held, dead-letter the archived ones, return the others."""
+        parts: list[BatchPart] = []
+        out: list[SharedRecord] = []
+        letters: list[SharedRecord] = []
+        held = self._held[lane]
+        for part, deliveries in slices:
+            records = part.records()
+            offsets = [r.offset for r in records]
+            ends = offsets[1:] + [
+                first_offset_of(part.sequence + 1)
+                if part.stop >= part.item.count
+                else make_offset(part.sequence, part.stop)
+            ]
+            shared = [
+                SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries)
+                for r in records
+            ]
+            with self._lock:
+                for record, end in zip(shared, ends, strict=True):
+                    held[record.offset] = _Held(token, end, deliveries)
+            if any(first <= part.first_offset < end for first, end in archive):
+                letters.extend(shared)
+            else:
+                parts.append(part)
+                out.extend(shared)
+        if letters:
+            self._archive(
+                letters,
+                f"delivered {letters[0].delivery_count} times (max_deliveries="
+                f"{self.max_deliveries}) without being acknowledged",
+            )
+        return parts, out
+
+    def _archive(self, records: list[SharedRecord], reason: str) -> None:
+        """Publish ``records`` to the dead-letter stream (acknowledged by the grid), then mark them done."""
+        assert self._dead_letters is not None
+        self._dead_letters.publish_many(
+            [dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason) for r in records]
+        ).result()
+        self.dead_lettered_records += len(records)
+        logger.warning(
+            "stream %r group %r: %d record(s) dead-lettered to %r: %s (first: lane %d offset %d)",
+            self.stream,
+            self.group,
+            len(records),
+            self.dead_letter_stream,
+            reason,
+            records[0].lane,
+            records[0].offset,
+        )
+        self._settle(records, DONE, "archive")
+
+    # ------------------------------------------------------------------------------------------------ settling
+
+    def ack(self, records: Record | Iterable[Record]) -> None:
+        """Acknowledge records (a record, a batch or any iterable of records this member holds): done, never
+        delivered again.
+
+        Raises:
+            ConfigError: a record this member does not hold (never handed out to it, or settled already);
+                nothing was written.
+            FencedError: some records' acquisition timed out and they were released or taken by another member:
+                nothing was written for those (the others were acknowledged); they are processed again elsewhere.
+        """
+        self.acked_records += self._settle(records, DONE, "ack")
+
+    def nack(self, records: Record | Iterable[Record]) -> None:
+        """Release records for redelivery now (to any member), delivery count kept; errors as ``ack``."""
+        self.released_records += self._settle(records, AVAILABLE, "nack")
+
+    def reject(self, records: Record | Iterable[Record]) -> None:
+        """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
+
+        Raises:
+            ConfigError: no ``dead_letter_stream``, or a record this member does not hold.
+        """
+        chosen = self._records(records, "reject")
+        if self._dead_letters is None:
+            raise ConfigError(
+                f"reject needs a dead_letter_stream (the stream rejected records go to); create the shared "
+                f"subscriber of stream {self.stream!r} with dead_letter_stream=..., or nack/ack the records"
+            )
+        self._check_held(chosen, "reject")
+        with self._lock:
+            letters = [
+                r
+                if isinstance(r, SharedRecord)
+                else SharedRecord(
+                    r.value,
+                    r.key,
+                    r.headers,
+                    r.timestamp_ms,
+                    r.offset,
+                    r.lane,
+                    r.stream,
+                    self._held[r.lane][r.offset].deliveries,
+                )
+                for r in chosen
+            ]
+        self._archive(letters, "rejected by member " + self.member_id)
+        self.rejected_records += len(chosen)
+
+    def renew(self, records: Record | Iterable[Record]) -> None:
+        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
+        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
+        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
+        per lane.
+
+        Raises:
+            ConfigError: a record this member does not hold; nothing was written.
+            FencedError: some records' lock had already ended and they were released or taken by another member:
+                nothing was written for those (the others were renewed); they are processed again elsewhere.
+        """
+        chosen = self._records(records, "renew")
+        self._check_held(chosen, "renew")
+        by_lane = self._spans_by_lane(chosen)
+        refused: dict[int, list[tuple[int, int]]] = {}
+        for lane, spans in sorted(by_lane.items()):
+            self._acquisitions += 1
+            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
+            lost = self._change_lane(lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new))
+            self._observers[lane].see(token, token)
+            with self._lock:
+                held_lane = self._held[lane]
+                for offset, _, _ in spans:
+                    held = held_lane[offset]
+                    if any(f <= offset < e for f, e in lost):
+                        held_lane.pop(offset, None)
+                    else:
+                        held_lane[offset] = _Held(token, held.end, held.deliveries)
+            if lost:
+                refused[lane] = lost
+        if refused:
+            count = sum(
+                1
+                for lane, spans in by_lane.items()
+                for offset, _, _ in spans
+                if any(f <= offset < e for f, e in refused.get(lane, ()))
+            )
+            self.refused_records += count
+            raise FencedError(
+                f"renew refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
+                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their lock "
+                f"ended after {self.acquisition_timeout_ms} ms and they were released or taken by another member); "
+                f"they are delivered again"
+            )
+        self.renewed_records += len(chosen) - sum(
+            1
+            for lane, spans in by_lane.items()
+            for offset, _, _ in spans
+            if any(f <= offset < e for f, e in refused.get(lane, ()))
+        )
+
+    def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
+        if isinstance(records, Record):
+            return [records]
+        try:
+            chosen = list(records)
+        except TypeError:
+            raise ConfigError(f"{what} takes a record, a batch or an iterable of records, got {records!r}") from None
+        for record in chosen:
+            if not isinstance(record, Record):
+                raise ConfigError(f"{what} takes records handed out by poll, got {record!r}")
+        return chosen
+
+    def _spans_by_lane(self, records: list[Record]) -> dict[int, list[tuple[int, int, str]]]:
+        """The held spans of ``records`` per lane: (offset, end of its held range, the lock's token)."""
+        by_lane: dict[int, list[tuple[int, int, str]]] = {}
+        with self._lock:
+            for record in records:
+                held = self._held[record.lane][record.offset]
+                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
+        return by_lane
+
+    def _check_held(self, records: list[Record], what: str) -> None:
+        with self._lock:
+            missing = [r for r in records if r.stream != self.stream or r.offset not in self._held.get(r.lane, {})]
+        if missing:
+            first = missing[0]
+            raise ConfigError(
+                f"{what}: {len(missing)} record(s) are not held by member {self.member_id!r} of shared group "
+                f"{self.group!r} (first: stream {first.stream!r} lane {first.lane} offset {first.offset}): never "
+                f"handed out to it, or settled already; nothing was written"
+            )
+
+    def _settle(self, records: Record | Iterable[Record], state: str, what: str) -> int:
+        """Move held records to ``state`` (one compare-and-set per lane); returns how many were settled."""
+        chosen = self._records(records, what)
+        self._check_held(chosen, what)
+        by_lane = self._spans_by_lane(chosen)
+        refused: dict[int, list[tuple[int, int]]] = {}
+        settled = 0
+        for lane, spans in sorted(by_lane.items()):
+            lost = self._settle_lane(lane, spans, state)
+            with self._lock:
+                for offset, _, _ in spans:
+                    self._held[lane].pop(offset, None)
+            settled += len(spans)
+            if lost:
+                refused[lane] = lost
+                settled -= sum(1 for offset, _, _ in spans if any(f <= offset < e for f, e in lost))
+        if refused:
+            count = len(chosen) - settled
+            self.refused_records += count
+            raise FencedError(
+                f"{what} refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
+                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their "
+                f"acquisition timed out after {self.acquisition_timeout_ms} ms and they were released or taken by "
+                f"another member); nothing was written for them, and they are delivered again"
+            )
+        return settled
+
+    def _settle_lane(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
+        """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
+        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state))
+
+    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
+        """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,
+        token)``) of ``lane`` with one compare-and-set; returns the ranges refused (no longer held)."""
+        by_token: dict[str, list[tuple[int, int]]] = {}
+        for first, end, token in sorted(spans):
+            runs = by_token.setdefault(token, [])
+            if runs and runs[-1][1] == first:
+                runs[-1] = (runs[-1][0], end)
+            else:
+                runs.append((first, end))
+        key = self._keys[lane]
+        with self._lock:
+            text = self._texts.get(lane)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if text is None:
+                text, share = self._read(lane)
+            else:
+                share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+            refused: list[tuple[int, int]] = []
+            for token, runs in by_token.items():
+                share, lost = step(share, runs, token)
+                for first, end in lost:  # a run partly lost: settle record by record what is still held
+                    singles = [(f, e) for f, e, t in spans if t == token and first <= f < end]
+                    share, lost_singles = step(share, singles, token)
+                    refused.extend(lost_singles)
+            if self._write(lane, key, text, share):
+                return refused
+            text = None
+        raise GroupError(
+            f"settling records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row to "
+            f"other members; try again"
+        )
+
+    # ------------------------------------------------------------------------------------------------ waiting
+
+    def _arm_wakers(self) -> None:
+        """One parked read per lane at the first offset never acquired: wakes ``poll`` when new items arrive."""
+        for lane in range(self.info.lanes):
+            waker = self._wakers.get(lane)
+            if waker is not None and not waker.done():
+                continue
+            with self._lock:
+                text = self._texts.get(lane)
+            if text is None:
+                continue
+            share = LaneShare.decode(text, self._keys[lane])
+            nxt = sequence_of(share.next)
+            if nxt - sequence_of(share.start) >= MAX_WINDOW_ITEMS:
+                continue  # the window is full: only settling (seen at the next recheck) makes room
+            with self._lock:
+                if nxt in self._items[lane]:
+                    continue
+            future = self._rings[lane].read_many_async(nxt, 1, 1)
+            future.add_done_callback(lambda _f: self._wakeup.set())
+            self._wakers[lane] = future
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    def _where(self, lane: int) -> str:
+        return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
+
+    def held(self) -> int:
+        """Records handed out to this member and not settled yet."""
+        with self._lock:
+            return sum(len(held) for held in self._held.values())
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since creation."""
+        return {
+            "delivered_records": self.delivered_records,
+            "acked_records": self.acked_records,
+            "released_records": self.released_records,
+            "rejected_records": self.rejected_records,
+            "dead_lettered_records": self.dead_lettered_records,
+            "refused_records": self.refused_records,
+            "renewed_records": self.renewed_records,
+            "held_records": self.held(),
+            "corrupt_items": self.refusals.corrupt_items,
+            "undecodable_records": self.refusals.undecodable_records,
+        }
+
+    def close(self) -> None:
+        """Release every record still held (available to other members at once), close the dead-letter publisher.
+        Settle what was processed first: released records are delivered again."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wakeup.set()
+        try:
+            with self._lock:
+                held = [
+                    Record(b"", offset=offset, lane=lane, stream=self.stream)
+                    for lane, records in self._held.items()
+                    for offset in records
+                ]
+            if held:
+                try:
+                    self._settle(held, AVAILABLE, "release on close")
+                except MeteorError as exc:  # they time out instead
+                    logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
+        finally:
+            if self._detach_metrics is not None:
+                self._detach_metrics()
+            self.refusals.close()
+            if self._dead_letters is not None:
+                self._dead_letters.close()
+
+    def __enter__(self) -> SharedSubscriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SharedSubscriber(stream={self.stream!r}, group={self.group!r}, member={self.member_id!r})"
+
+
+# ---------------------------------------------------------------------------------------------------- admin
+
+
+@dataclass(frozen=True)
+class SharedLaneState:
+    """One lane of a shared group, as stored.
+
+    Attributes:
+        lane: the lane.
+        start: the start offset (every record below it was acknowledged or archived); None before any member read.
+        next: the first offset never acquired.
+        acquired_ranges: offset ranges acquired now; available_ranges: released or timed out, not acquired again.
+        acquisitions: distinct acquisitions (member polls) holding records.
+    """
+
+    lane: int
+    start: int | None
+    next: int | None
+    acquired_ranges: int
+    available_ranges: int
+    acquisitions: int
+
+
+def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedLaneState]:
+    """Every lane's stored state of shared ``group`` on ``info``'s stream (one ``get_all``)."""
+    keys = [lane_key(info.name, group, lane) for lane in range(info.lanes)]
+    stored = grid.map(SHARE_MAP).get_all(keys)
+    out = []
+    for lane, key in enumerate(keys):
+        text = stored.get(key)
+        if text is None:
+            out.append(SharedLaneState(lane, None, None, 0, 0, 0))
+            continue
+        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        out.append(
+            SharedLaneState(
+                lane,
+                share.start,
+                share.next,
+                sum(1 for s in share.spans if s.state == "a"),
+                len(share.available()),
+                len(share.tokens()),
+            )
+        )
+    return out
+
+
+def list_shared_groups(grid: Grid, stream: str) -> list[str]:
+    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
+    names = set()
+    keys = grid.map(SHARE_MAP).keys()
+    for key in keys:
+        parsed = parse_key(key)
+        if parsed is not None and parsed[0] == stream:
+            names.add(parsed[1])
+    return sorted(names)

@@ -1,0 +1,555 @@
+"""Transactions: records of several producers that readers see all or nothing of (Kafka's KIP-98, in grid maps).
+
+A transaction is one execution of one unit of work (a Spark micro-batch by one query run, or one ``df.write``
+job). Every task attempt of it publishes through its own producer (its ``Publisher``'s producer id) with the
+items flagged transactional (``wire`` flag 0x10). State, all in grid maps, every change by compare-and-set:
+
+* ``meteor.txns``: transaction key -> JSON ``{"state": "open"|"committed"|"aborted", "deadline_ms": ...,
+  "producers": [committed producer ids], "reason": ...}``. ``open`` is the only state that changes; a decision
+  (committed or aborted) is final, so readers cache it for good.
+* ``meteor.txn.producers``: producer id (decimal) -> transaction key. Written before the producer publishes, so a
+  reader finds the transaction of any transactional item from its header alone.
+* ``meteor.txn.batches``: ``<sink>/<query id>/<batch id>`` -> the transaction key of the run that owns the batch
+  (zombie fencing: a new run of the query takes the batch over and aborts the old run's open transaction at once,
+  instead of readers waiting for its timeout).
+* ``meteor.txn.open``: ``<transaction key>\t<stream>`` -> JSON ``{"stream": ..., "tails": [per lane]}``, for every
+  transaction that may still be open with records in that stream: written before the producer's first record (by
+  the first producer of the transaction in that stream, with the lanes' tails it read just before: every item of
+  the transaction in that stream lies above them), removed once the transaction is decided. A reader that read a
+  lane's end *before* finding no entry for its stream knows every transactional item below that end is decided,
+  without reading them (``open_in``).
+
+Decisions: ``commit`` moves open -> committed with the list of producer ids whose records count (the successful
+task attempts); every other producer registered under the transaction (failed or superseded attempts) is aborted
+by that same write. ``abort`` moves open -> aborted. A reader that finds a transaction open past its deadline
+aborts it (``abort_expired``); whichever CAS lands first, commit or abort, is the decision. Deadlines are wall
+clock (ms since the epoch) of the writer's host, compared with the reader's clock: keep clocks in sync (NTP), and
+the timeout well above their skew.
+
+Bounded state (``sweep``, run at most every ``SWEEP_INTERVAL_S`` per process by whoever commits or aborts: the
+writers' side, which makes the state grow): a decided transaction is removed, with its producers, once no reader
+can still need it:
+
+* committed: once every lane it wrote has moved past it. The commit stores, per lane of each stream it wrote,
+  the range of ring sequences its items can occupy (from the tails noted at ``begin`` to the tails at commit;
+  lanes it did not write drop out); it is removed when the grid's oldest servable item of each such lane
+  (``reading.oldest_sequence``: ring head, or lower where history is kept) lies above that range. No reader can
+  then meet one of its items, so its record answers nobody. The number of committed transactions kept is thus
+  bounded by what the rings hold, whatever the run time.
+* aborted: after ``ABORTED_RETENTION_MS``. A reader meeting an item of a removed transaction finds its producer
+  missing while the sweep marker (``@swept`` in ``meteor.txn.producers``) is present, and drops the item as
+  aborted: a committed transaction is never removed while its items can be read, so only aborted ones (or
+  attempts the commit left out) can be missing. Without the marker a missing producer stays an error (the grid
+  lost the maps, e.g. a restart without persistence). The retention keeps the clear "aborted first" message for
+  a late ``commit`` or task attempt.
+* ``meteor.txn.open`` entries of decided transactions are removed, and those of transactions open past their
+  deadline abort them (``abort_expired``), by whoever lists them: ``open_in`` (Spark planning), ``sweep``, and
+  every ``read_committed`` reader at most every ``SWEEP_INTERVAL_S`` (``clear_stale_if_due``).
+* ``meteor.txn.batches`` keeps the last ``KEEP_BATCHES`` batch ids of each sink and query (Spark replays only
+  the batch it was running), and any batch whose transaction is still open.
+
+A ``read_committed`` reader's memory (``item_gate``) is bounded separately.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from meteor_spark.errors import MeteorError, TransactionAbortedError
+from meteor_spark.grid.client import Grid, result
+from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
+
+logger = logging.getLogger(__name__)
+
+TXNS_MAP = "meteor.txns"
+PRODUCERS_MAP = "meteor.txn.producers"
+BATCHES_MAP = "meteor.txn.batches"
+OPEN_MAP = "meteor.txn.open"
+
+OPEN = "open"
+COMMITTED = "committed"
+ABORTED = "aborted"
+
+#: Kafka's transaction.timeout.ms default.
+DEFAULT_TIMEOUT_MS = 60_000
+
+_CAS_ATTEMPTS = 100
+
+#: How long an aborted transaction's record is kept (a late commit or task attempt is told it was aborted).
+ABORTED_RETENTION_MS = 600_000
+#: Committed transactions stored before their lanes were recorded (no ``lanes``) are removed this long after their
+#: deadline (Kafka's ``transactional.id.expiration.ms`` default, 7 days).
+LEGACY_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: Batch ids of each sink and query kept in ``meteor.txn.batches``.
+KEEP_BATCHES = 100
+#: At most one sweep per this many seconds per process and grid (``sweep_if_due``).
+SWEEP_INTERVAL_S = 30.0
+#: The sweep marker's key in ``meteor.txn.producers`` (producer ids are decimal: never this).
+SWEPT_KEY = "@swept"
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """One transaction record as stored.
+
+    Attributes:
+        key: the transaction key.
+        state: ``open``, ``committed`` or ``aborted``.
+        deadline_ms: wall-clock ms after which readers abort the transaction if still open.
+        producers: committed: the producer ids whose records count; empty otherwise.
+        reason: why it was aborted (empty otherwise).
+        decided_ms: wall-clock ms of the decision (0: open, or decided by an older version).
+        lanes: committed: ``(stream, lane, after, last)`` for every lane the transaction may have items in: ring
+            sequences ``(after, last]`` (see the module docs); None when not recorded (older versions).
+    """
+
+    key: str
+    state: str
+    deadline_ms: int
+    producers: frozenset[int] = frozenset()
+    reason: str = ""
+    decided_ms: int = 0
+    lanes: tuple[tuple[str, int, int, int], ...] | None = None
+
+    @property
+    def decided(self) -> bool:
+        return self.state != OPEN
+
+    def delivers(self, producer_id: int) -> bool:
+        """Whether a ``read_committed`` reader delivers the records of ``producer_id`` (decided transactions)."""
+        return self.state == COMMITTED and producer_id in self.producers
+
+    def to_json(self) -> str:
+        document = {
+            "state": self.state,
+            "deadline_ms": self.deadline_ms,
+            "producers": sorted(self.producers),
+            "reason": self.reason,
+        }
+        if self.decided_ms:
+            document["decided_ms"] = self.decided_ms
+        if self.lanes is not None:
+            document["lanes"] = [list(lane) for lane in self.lanes]
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, key: str, text: str) -> TxnState:
+        try:
+            data = json.loads(text)
+            lanes = data.get("lanes")
+            return cls(
+                key,
+                str(data["state"]),
+                int(data["deadline_ms"]),
+                frozenset(int(p) for p in data.get("producers", ())),
+                str(data.get("reason", "")),
+                int(data.get("decided_ms", 0)),
+                None if lanes is None else tuple((str(s), int(n), int(a), int(b)) for s, n, a, b in lanes),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MeteorError(
+                f"transaction {key!r} in map {TXNS_MAP!r} has an unreadable value {text!r} ({exc}); "
+                f"was it written by another program?"
+            ) from None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def state_of(grid: Grid, key: str) -> TxnState | None:
+    """The stored transaction ``key``; None when it does not exist."""
+    text = grid.map(TXNS_MAP).get(key)
+    return None if text is None else TxnState.parse(key, text)
+
+
+def transaction_of_producer(grid: Grid, producer_id: int) -> str | None:
+    """The key of the transaction ``producer_id`` was registered under; None for an unregistered producer."""
+    return grid.map(PRODUCERS_MAP).get(str(producer_id))
+
+
+def begin(
+    grid: Grid, key: str, producer_id: int, timeout_ms: int, *, stream: str, batch_key: str | None = None
+) -> None:
+    """Register ``producer_id`` under transaction ``key`` before it publishes to ``stream``: the transaction is
+    noted open in ``stream`` (``meteor.txn.open``), created open (or its deadline moved to now + ``timeout_ms``),
+    then the producer is registered.
+
+    ``batch_key`` (streaming sinks): take the batch over for this transaction first: another run's open
+    transaction of the same batch is aborted (fenced) at once.
+
+    Raises:
+        TransactionAbortedError: the transaction was already decided (aborted: timed out or fenced; committed: a
+            task attempt that starts after the commit), or another run already committed the batch
+            (``BatchCommittedError``).
+    """
+    if batch_key is not None:
+        take_batch(grid, batch_key, key)
+    entries = grid.map(OPEN_MAP)
+    entry = f"{key}\t{stream}"
+    if entries.get(entry) is None:
+        # The first producer in this stream notes the lanes' tails: the transaction's items there lie above them.
+        noted = json.dumps({"stream": stream, "tails": _tails(grid, stream)}, separators=(",", ":"))
+        entries.put_if_absent(entry, noted)
+    txns = grid.map(TXNS_MAP)
+    for _ in range(_CAS_ATTEMPTS):
+        deadline = _now_ms() + timeout_ms
+        current = txns.get(key)
+        if current is None:
+            if txns.put_if_absent(key, TxnState(key, OPEN, deadline).to_json()) is None:
+                break
+            continue
+        state = TxnState.parse(key, current)
+        if state.decided:
+            raise TransactionAbortedError(
+                f"transaction {key!r} is already {state.state}{_because(state)}; a task attempt cannot join it. "
+                f"Spark retries the batch under a new transaction once this one fails"
+            )
+        if state.deadline_ms >= deadline or txns.replace_if_same(key, current, TxnState(key, OPEN, deadline).to_json()):
+            break
+    else:
+        raise MeteorError(f"could not register a producer under transaction {key!r}: too many concurrent updates")
+    grid.map(PRODUCERS_MAP).put(str(producer_id), key)
+
+
+class BatchCommittedError(TransactionAbortedError):
+    """Another run of the query already committed this batch: the caller publishes nothing (a replay)."""
+
+
+def take_batch(grid: Grid, batch_key: str, key: str) -> None:
+    """Make transaction ``key`` the owner of ``batch_key``; another run's open transaction of it is aborted.
+
+    Raises:
+        BatchCommittedError: another run already committed the batch (publish nothing: a replay).
+    """
+    batches = grid.map(BATCHES_MAP)
+    for _ in range(_CAS_ATTEMPTS):
+        owner = batches.get(batch_key)
+        if owner == key:
+            return
+        if owner is None:
+            if batches.put_if_absent(batch_key, key) is None:
+                return
+            continue
+        previous = abort(grid, owner, f"fenced: batch {batch_key!r} was taken over by transaction {key!r}")
+        if previous is not None and previous.state == COMMITTED:
+            raise BatchCommittedError(f"batch {batch_key!r} was already committed by transaction {owner!r}")
+        if batches.replace_if_same(batch_key, owner, key):
+            return
+    raise MeteorError(f"could not take batch {batch_key!r} over: too many concurrent runs of that query")
+
+
+def commit(grid: Grid, key: str, producers: Iterable[int], *, sweep_interval_s: float = SWEEP_INTERVAL_S) -> TxnState:
+    """Decide ``key`` committed with the records of ``producers`` (one CAS: open -> committed); producers
+    registered under the transaction but not listed are aborted by the same write. Committing again with the
+    same producers is a no-op (a retried commit). ``sweep_interval_s``: see ``sweep_if_due``.
+
+    Raises:
+        TransactionAbortedError: the transaction was aborted first (timeout, fencing), or committed with other
+            producers; nothing of it is delivered to ``read_committed`` readers.
+        MeteorError: no such transaction.
+    """
+    wanted = frozenset(producers)
+    txns = grid.map(TXNS_MAP)
+    for _ in range(_CAS_ATTEMPTS):
+        current = txns.get(key)
+        if current is None:
+            raise MeteorError(f"cannot commit transaction {key!r}: it does not exist in map {TXNS_MAP!r}")
+        state = TxnState.parse(key, current)
+        if state.state == COMMITTED and state.producers == wanted:
+            return state
+        if state.decided:
+            raise TransactionAbortedError(
+                f"cannot commit transaction {key!r}: it was {state.state} first{_because(state)}; its records are "
+                f"not delivered to read_committed readers. The batch fails; a restart replays it under a new "
+                f"transaction (raise transactionTimeoutMs if batches take longer than it)"
+            )
+        opened = _open_entries(grid, key)
+        decided = TxnState(key, COMMITTED, state.deadline_ms, wanted, decided_ms=_now_ms(), lanes=_lanes(grid, opened))
+        if txns.replace_if_same(key, current, decided.to_json()):
+            _forget_open(grid, key, opened)
+            sweep_if_due(grid, sweep_interval_s)
+            return decided
+    raise MeteorError(f"could not commit transaction {key!r}: too many concurrent updates")
+
+
+def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None = None) -> TxnState | None:
+    """Decide ``key`` aborted unless it is decided already; returns the final state (None: no such transaction).
+
+    ``only_expired_at_ms``: abort only if the deadline lies before this time (a reader's timeout abort).
+    """
+    txns = grid.map(TXNS_MAP)
+    for _ in range(_CAS_ATTEMPTS):
+        current = txns.get(key)
+        if current is None:
+            return None
+        state = TxnState.parse(key, current)
+        if state.decided or (only_expired_at_ms is not None and state.deadline_ms >= only_expired_at_ms):
+            return state
+        decided = TxnState(key, ABORTED, state.deadline_ms, reason=reason, decided_ms=_now_ms())
+        if txns.replace_if_same(key, current, decided.to_json()):
+            logger.info("transaction %r aborted: %s", key, reason)
+            _forget_open(grid, key)
+            if only_expired_at_ms is None:
+                sweep_if_due(grid)
+            return decided
+    raise MeteorError(f"could not abort transaction {key!r}: too many concurrent updates")
+
+
+def abort_expired(grid: Grid, key: str, now_ms: int | None = None) -> TxnState | None:
+    """A reader's timeout: abort ``key`` if it is still open past its deadline; returns the final state."""
+    now = _now_ms() if now_ms is None else now_ms
+    return abort(grid, key, f"timed out (open past its deadline, seen at {now} ms)", only_expired_at_ms=now)
+
+
+def open_in(grid: Grid, stream: str, *, abort_expired: bool = True) -> bool:
+    """Whether a transaction may still be open with records in ``stream`` (one ``keys()`` of ``meteor.txn.open``;
+    entries of transactions found decided, left behind by a decider that died, are removed here, and transactions
+    found open past their deadline are aborted, unless ``abort_expired`` is False: a tool that only looks). False
+    means every transactional item stored in ``stream`` before the call is decided."""
+    return _clear_open(grid, stream, abort_expired=abort_expired)
+
+
+def clear_stale_if_due(grid: Grid) -> None:
+    """What a ``read_committed`` reader does now and then (at most every ``SWEEP_INTERVAL_S`` per process and
+    grid): go through ``meteor.txn.open`` once, aborting transactions open past their deadline and removing the
+    entries of decided ones, so stale entries are cleared by every kind of reader, not only by Spark planning.
+    Never raises (logged, tried again at the next interval)."""
+    now = time.monotonic()
+    last = _last_clear.get(id(grid))
+    if last is not None and now - last < SWEEP_INTERVAL_S:
+        return
+    _last_clear[id(grid)] = now
+    try:
+        _clear_open(grid, None, abort_expired=True)
+    except MeteorError as exc:
+        logger.warning("clearing stale open transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
+
+
+def _clear_open(grid: Grid, stream: str | None, *, abort_expired: bool) -> bool:
+    """``open_in`` for ``stream``, or for every stream (None); True when an entry of a transaction still open
+    within its deadline remains."""
+    entries = grid.map(OPEN_MAP)
+    found = False
+    now = _now_ms()
+    for entry in entries.keys():  # noqa: SIM118 - GridMap.keys() is the grid call
+        key, _, entry_stream = entry.rpartition("\t")
+        if stream is not None and entry_stream != stream:
+            continue
+        state = state_of(grid, key)
+        if abort_expired and state is not None and not state.decided and state.deadline_ms < now:
+            state = abort(grid, key, f"timed out (open past its deadline, seen at {now} ms)", only_expired_at_ms=now)
+        if state is not None and state.decided:
+            entries.remove(entry)
+            continue
+        found = True
+    return found
+
+
+def _tails(grid: Grid, stream: str) -> list[int]:
+    """Every lane's tail of ``stream``, read in parallel (empty when the stream has no metadata)."""
+    text = grid.map(STREAMS_MAP).get(stream)
+    if text is None:
+        return []
+    rings = [grid.ring(name) for name in parse_metadata(stream, text).ring_names]
+    futures = [ring.tail_async() for ring in rings]
+    return [result(future, f"tail of ring {ring.name!r}") for ring, future in zip(rings, futures, strict=True)]
+
+
+def _open_entries(grid: Grid, key: str) -> dict[str, str]:
+    """The ``meteor.txn.open`` entries of transaction ``key``: entry key -> value."""
+    entries = grid.map(OPEN_MAP)
+    mine = [entry for entry in entries.keys() if entry.rpartition("\t")[0] == key]  # noqa: SIM118
+    return {} if not mine else {k: v for k, v in entries.get_all(mine).items() if v is not None}
+
+
+def _lanes(grid: Grid, opened: dict[str, str]) -> tuple[tuple[str, int, int, int], ...] | None:
+    """Per lane of each stream the transaction noted, the sequences ``(after, last]`` its items can occupy: above
+    the tails noted at ``begin``, up to the tails now (every producer of a commit has flushed). Lanes that did not
+    move drop out. None when an entry predates the noted tails (then the transaction is kept until
+    ``LEGACY_RETENTION_MS``)."""
+    lanes: list[tuple[str, int, int, int]] = []
+    for entry, value in opened.items():
+        stream = entry.rpartition("\t")[2]
+        try:
+            noted = json.loads(value)["tails"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        for lane, last in enumerate(_tails(grid, stream)):
+            after = int(noted[lane]) if lane < len(noted) else -1  # a lane not noted: from its start
+            if last > after:
+                lanes.append((stream, lane, after, last))
+    return tuple(lanes)
+
+
+def _forget_open(grid: Grid, key: str, opened: dict[str, str] | None = None) -> None:
+    """Remove the ``meteor.txn.open`` entries of a decided transaction."""
+    entries = grid.map(OPEN_MAP)
+    for entry in opened if opened is not None else _open_entries(grid, key):
+        entries.remove(entry)
+
+
+# --------------------------------------------------------------------------------------------------- bounded state
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one ``sweep`` removed, and the sizes of the four maps after it."""
+
+    committed: int
+    aborted: int
+    producers: int
+    batches: int
+    open_entries: int
+    sizes: dict[str, int]
+
+
+_last_sweep: dict[int, float] = {}
+_last_clear: dict[int, float] = {}
+_absent_before: dict[int, set[str]] = {}  # grid -> open entries whose transaction the last sweep did not find
+
+
+def sweep_if_due(grid: Grid, interval_s: float = SWEEP_INTERVAL_S) -> SweepReport | None:
+    """``sweep`` when this process has not swept this grid for ``interval_s`` (a sweep lists the maps, so it is
+    rationed; a shorter interval keeps them nearer their bound, e.g. for a soak run); never raises (a failed sweep
+    is logged and tried again at the next interval)."""
+    now = time.monotonic()
+    last = _last_sweep.get(id(grid))
+    if last is not None and now - last < interval_s:
+        return None
+    _last_sweep[id(grid)] = now
+    try:
+        return sweep(grid)
+    except MeteorError as exc:
+        logger.warning("removing decided transactions failed: %s; tried again in %.0f s", exc, interval_s)
+        return None
+
+
+def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
+    """Remove what no reader can still need from the four transaction maps (rules in the module docs); every
+    removal is conditional on the value read (``remove_if_same``), so a concurrent change is never undone.
+
+    The snapshots are taken producers and open entries first, transactions last: a transaction is created before
+    its producers are registered, so a producer whose transaction is missing from the later snapshot was removed.
+    """
+    now = _now_ms() if now_ms is None else now_ms
+    producers_map, open_map, batches_map, txns_map = (
+        grid.map(PRODUCERS_MAP),
+        grid.map(OPEN_MAP),
+        grid.map(BATCHES_MAP),
+        grid.map(TXNS_MAP),
+    )
+    producers = producers_map.entries()
+    batches = batches_map.entries()
+    open_keys = open_map.keys()
+    raw = txns_map.entries()
+    states: dict[str, TxnState] = {}
+    for key, text in raw.items():
+        try:
+            states[key] = TxnState.parse(key, text)
+        except MeteorError as exc:
+            logger.warning("%s; left in place", exc)
+    open_removed = 0
+    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
+    for entry in absent & _absent_before.get(id(grid), set()):
+        # Its transaction was missing at the previous sweep too: not a begin() between its two writes, but an
+        # entry written for a transaction already decided and removed (a late task attempt).
+        if open_map.remove(entry) is not None:
+            open_removed += 1
+    _absent_before[id(grid)] = absent
+    for entry in open_keys:
+        key = entry.rpartition("\t")[0]
+        state = states.get(key)
+        if state is None:
+            continue
+        if not state.decided and state.deadline_ms < now:
+            state = abort_expired(grid, key, now) or state
+            states[key] = state
+            raw[key] = state.to_json()
+            open_removed += 1
+        elif state.decided and open_map.remove(entry) is not None:
+            open_removed += 1
+    oldest: dict[tuple[str, int], int | None] = {}
+    removable = [key for key, state in states.items() if _removable(grid, state, now, oldest)]
+    if removable and producers.get(SWEPT_KEY) is None:
+        producers_map.put(SWEPT_KEY, json.dumps({"first_ms": now}))
+    removed = {key for key in removable if txns_map.remove_if_same(key, raw[key])}
+    producers_removed = 0
+    for producer, key in producers.items():
+        if producer != SWEPT_KEY and (key not in raw or key in removed):
+            producers_removed += producers_map.remove_if_same(producer, key)
+    batches_removed = 0
+    for batch_key in _old_batches(batches):
+        key = batches[batch_key]
+        state = states.get(key)
+        if (state is None or state.decided or key in removed) and batches_map.remove_if_same(batch_key, key):
+            batches_removed += 1
+    committed = sum(1 for key in removed if states[key].state == COMMITTED)
+    report = SweepReport(
+        committed,
+        len(removed) - committed,
+        producers_removed,
+        batches_removed,
+        open_removed,
+        {name: grid.map(name).size() for name in (TXNS_MAP, PRODUCERS_MAP, BATCHES_MAP, OPEN_MAP)},
+    )
+    if removed or producers_removed or batches_removed or open_removed:
+        logger.info("transaction maps swept: %s", report)
+    return report
+
+
+def _removable(grid: Grid, state: TxnState, now: int, oldest: dict[tuple[str, int], int | None]) -> bool:
+    if state.state == ABORTED:
+        return now - (state.decided_ms or state.deadline_ms) >= ABORTED_RETENTION_MS
+    if state.state != COMMITTED:
+        return False
+    if state.lanes is None:
+        return now - state.deadline_ms >= LEGACY_RETENTION_MS
+    for stream, lane, _, last in state.lanes:
+        where = (stream, lane)
+        if where not in oldest:
+            oldest[where] = _oldest(grid, stream, lane)
+        first = oldest[where]
+        if first is not None and first <= last:
+            return False
+    return True
+
+
+def _oldest(grid: Grid, stream: str, lane: int) -> int | None:
+    """The lane's oldest servable sequence; None when the stream or lane no longer exists (nothing to read)."""
+    text = grid.map(STREAMS_MAP).get(stream)
+    if text is None:
+        return None
+    names = parse_metadata(stream, text).ring_names
+    return oldest_in(grid.ring(names[lane])) if lane < len(names) else None
+
+
+def _old_batches(batches: dict[str, str]) -> list[str]:
+    """Batch keys beyond the last ``KEEP_BATCHES`` batch ids of their sink and query."""
+    by_run: dict[str, list[tuple[int, str]]] = {}
+    for batch_key in batches:
+        prefix, _, batch_id = batch_key.rpartition("/")
+        try:
+            by_run.setdefault(prefix, []).append((int(batch_id), batch_key))
+        except ValueError:
+            continue
+    old: list[str] = []
+    for keyed in by_run.values():
+        keyed.sort()
+        old.extend(batch_key for _, batch_key in keyed[:-KEEP_BATCHES])
+    return old
+
+
+def swept(grid: Grid) -> bool:
+    """Whether transactions were ever removed from this grid's maps (the marker ``sweep`` leaves): a reader that
+    finds a transactional item's producer or transaction missing then knows it was removed, not lost."""
+    return grid.map(PRODUCERS_MAP).get(SWEPT_KEY) is not None
+
+
+def _because(state: TxnState) -> str:
+    return f" ({state.reason})" if state.reason else ""

@@ -1,0 +1,760 @@
+"""Subscriber groups: fenced per-lane leases, lane balancing across live members, fenced confirmed offsets.
+
+A group reads a stream exclusively per lane: at most one member holds a lane's lease at a time, and only the holder
+may move the lane's confirmed offset. Lanes are spread evenly over the group's live members and move when a member
+joins, leaves (``close``) or dies (stops renewing).
+
+The protocol:
+
+- **Acquire**: ``put_if_absent`` on a missing lease, or ``replace_if_same`` on the exact bytes of a vacant or
+  expired one, with ``epoch + 1``. Then the new holder **fences** the lane: it compare-and-sets the offsets entry to
+  carry its epoch (keeping the offset). Only after that is the lane part of the member's ``assignment()``, and the
+  offset it reads from then on can no longer be moved by anyone with an older epoch.
+- **Confirm / seek**: the offsets entry is compare-and-set, from the exact text this member fenced or last wrote,
+  only while its stored epoch is not greater than ours. A newer holder stamps its epoch on the entry before it
+  reads the offset, so once it has, a deposed holder always gets ``FencedError`` and the offset stays where the
+  new holder found it, even while the deposed one still believes its lease is live, and also after it noticed (a
+  lane lost to another member stays fenced, it does not become "not assigned"). The lease is not read first: that
+  read would cost a round trip per confirm and prove nothing, since a takeover can follow it at once; the CAS is
+  what fences. A reader passes the epoch its records were read under, so records read before a lane was lost are
+  never confirmed under a later epoch of the same member (one that got the lane back). A confirm below the stored
+  offset is **ignored** (logged at debug level, without a grid call): late, out-of-order confirms from several
+  threads are normal in at-least-once processing and must not move the group back. ``seek`` is the explicit way
+  back.
+- **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
+  ``renew_every_ms`` (default ``lease_ms / 3``).
+- **Expiry and clocks**: see ``meteor_spark.groups.leases``. In short, safety (no two holders moving an offset) rests
+only
+  on compare-and-set with the epoch; clocks only decide how fast a dead holder is replaced. Expiry is judged by
+  observed non-renewal on each observer's monotonic clock, so wall-clock skew between hosts does not matter.
+- **Liveness** is the member's background thread: a member is alive while that thread renews its heartbeat and
+  leases, and until ``close()``. A process that stops reading but keeps the thread running keeps its lanes;
+  a process that dies (or is SIGKILLed) loses them one lease period after an observer last saw them renewed.
+  Owners re-validate with ``is_current(lane)`` before delivering records: the member's own judgement (renewed
+  within a lease period by its monotonic clock, thread alive), which ends before any observer can take the lane.
+- **Balancing**: every member computes the same target from the sorted ids of the live ``want="balanced"``
+  members: lane ``i`` goes to member ``i mod n`` (4 lanes over 3 members -> 2/1/1). A member releases the lanes it
+  should no longer hold (calling ``on_change`` first so its owner can confirm what it read) and takes the free or
+  expired lanes it should hold. It never takes a lane whose lease is live: the holder gives it up on its next
+  renewal. A ``want="all"`` member (the Spark driver) tries to hold every lane; lanes held live by others are
+  waited for (standby) and never stolen. Mixing both kinds in one group makes them compete for free lanes.
+
+Costs per member and renewal period: one heartbeat write, one scan of the members map (only heartbeats of live
+members are in it), one ``get_all`` of the group's lane leases and one CAS per held lane. A member waiting for
+lanes (a standby, or a joiner while the holders give lanes up) also reads just those leases every 200 ms, so a
+released lane changes hands within about 200 ms; a dead holder's lanes move one lease period after they were last
+seen renewed. Moving an offset costs one CAS (none when it does not move); ``is_current`` costs nothing.
+
+Stored values and keys: ``meteor_spark.groups.store``; tools acting from outside a group (state, lag, seek,
+forget): ``meteor_spark.groups.admin`` (their names stay importable from here).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    FormatError,
+    GridError,
+    GroupError,
+    NotAssignedError,
+    unknown_option,
+)
+from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
+from meteor_spark.grid.client import Grid, GridMap
+from meteor_spark.grid.item_marks import ItemMark
+from meteor_spark.grid.streams import StreamInfo
+from meteor_spark.groups.admin import (
+    GroupSummary,
+    LaneLag,
+    LaneState,
+    MemberState,
+    forget_groups,
+    group_members,
+    group_state,
+    lag,
+    lag_report,
+    list_groups,
+    seek_group,
+)
+from meteor_spark.groups.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
+from meteor_spark.groups.store import (
+    GROUP_FORMAT,
+    LEASES_MAP,
+    MAX_CAS_ATTEMPTS,
+    MEMBERS_MAP,
+    OFFSETS_MAP,
+    Assignment,
+    ConfirmedOffset,
+    MemberEntry,
+    lane_key,
+    member_key,
+    parse_key,
+    read_offset,
+)
+
+__all__ = [
+    "GROUP_FORMAT",
+    "LEASES_MAP",
+    "MEMBERS_MAP",
+    "OFFSETS_MAP",
+    "WANTS",
+    "Assignment",
+    "ConfirmedOffset",
+    "GroupMember",
+    "GroupSummary",
+    "LaneLag",
+    "LaneState",
+    "MemberEntry",
+    "MemberState",
+    "balance",
+    "default_member_id",
+    "forget_groups",
+    "group_members",
+    "group_state",
+    "lag",
+    "lag_report",
+    "lane_key",
+    "list_groups",
+    "member_key",
+    "resolve_initial",
+    "seek_group",
+]
+
+logger = logging.getLogger(__name__)
+
+WANTS = ("balanced", "all")
+
+#: How often a member that waits for lanes (standby, or a rebalance in progress) looks at just those leases.
+_PROBE_EVERY_S = 0.2
+
+
+def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
+    """The target assignment every member computes alike: lane ``i`` to the ``i mod n``-th sorted member id.
+
+    Examples:
+        >>> {m: sorted(l) for m, l in balance(["c", "a", "b"], 4).items()}
+        {'a': [0, 3], 'b': [1], 'c': [2]}
+    """
+    ordered = sorted(set(members))
+    return {member: frozenset(range(i, lanes, len(ordered))) for i, member in enumerate(ordered)}
+
+
+def default_member_id() -> str:
+    """``<host>-<pid>-<random>``: unique per member object, readable in tools."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class _Settings:
+    group: str
+    member_id: str
+    lease_ms: int
+    renew_every_ms: int
+    want: str
+
+    @classmethod
+    def parse(
+        cls, group: str, member_id: str | None, lease_ms: int, renew_every_ms: int | None, want: str
+    ) -> _Settings:
+        if not isinstance(group, str) or not group:
+            raise ConfigError(f"group {group!r} is not a group name; give a non-empty string")
+        if member_id is not None and (not isinstance(member_id, str) or not member_id):
+            raise ConfigError(f"member_id {member_id!r} is not a member id; give a non-empty string or None")
+        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 10:
+            raise ConfigError(f"lease_ms={lease_ms!r} is invalid; give whole milliseconds >= 10 (default 5000)")
+        renew = max(1, lease_ms // 3) if renew_every_ms is None else renew_every_ms
+        if isinstance(renew, bool) or not isinstance(renew, int) or not 0 < renew < lease_ms:
+            raise ConfigError(
+                f"renew_every_ms={renew_every_ms!r} is invalid for lease_ms={lease_ms}: renew more often than the "
+                f"lease lasts, e.g. renew_every_ms={max(1, lease_ms // 3)} (the default, lease_ms / 3)"
+            )
+        if want not in WANTS:
+            raise unknown_option("want value", str(want), WANTS)
+        return cls(group, member_id or default_member_id(), lease_ms, renew, want)
+
+
+class GroupMember:
+    """One member of a subscriber group on one stream: holds lane leases and moves the group's offsets.
+
+    Args:
+        grid: the grid connection.
+        info: the stream (``open_stream``'s result).
+        group: the group name.
+        member_id: this member's id (default ``<host>-<pid>-<random>``). A member started with the id of one that
+            died takes its lanes at once when it starts, instead of after a lease period. Two live members must
+            not share an id.
+        lease_ms: how long a lease lives without renewal (default 5 s): the failover time after a crash.
+        renew_every_ms: renewal and rebalancing period (default ``lease_ms / 3``).
+        want: ``"balanced"`` (share the lanes with the group's other members) or ``"all"`` (hold every lane; stand
+            by for lanes others hold).
+        on_change: called with the new ``Assignment`` whenever it changes, on the member's background thread (and
+            on the caller's thread inside ``start()`` and ``close()``). Before lanes are *given up* (rebalance,
+            close) it is called while they are still held, so the owner can ``confirm`` what it read; lanes *lost*
+            (taken over after this member failed to renew) are reported after the fact. Exceptions are logged.
+
+    Examples:
+        >>> member = GroupMember(grid, info, "billing")        # doctest: +SKIP
+        >>> member.start()                                       # doctest: +SKIP
+        >>> for lane in member.assignment():                    # doctest: +SKIP
+        ...     start = member.confirmed(lane)
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        info: StreamInfo,
+        group: str,
+        *,
+        member_id: str | None = None,
+        lease_ms: int = 5000,
+        renew_every_ms: int | None = None,
+        want: str = "balanced",
+        on_change: Callable[[Assignment], None] | None = None,
+    ) -> None:
+        self._settings = _Settings.parse(group, member_id, lease_ms, renew_every_ms, want)
+        self.info = info
+        self.stream: str = info.config.name
+        self.lanes: int = info.config.lanes
+        self._on_change = on_change
+        self._leases = LeaseMap(grid.map(LEASES_MAP))
+        self._offsets: GridMap = grid.map(OFFSETS_MAP)
+        self._members: GridMap = grid.map(MEMBERS_MAP)
+        self._lease_observer = ExpiryObserver()
+        self._member_observer = ExpiryObserver()
+        self._lock = threading.Lock()
+        self._held: dict[int, Held] = {}
+        self._offset_texts: dict[int, str] = {}  # lane -> offsets entry text this member last wrote
+        self._deposed: dict[int, int] = {}  # lane -> epoch this member held it with until another member took it
+        self._target_lanes: frozenset[int] = frozenset()
+        self._waiting_for: frozenset[int] = frozenset()  # target lanes held by others: probed between renewals
+        self._notified = Assignment()
+        self._beat = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._host = socket.gethostname()
+        self.lease_acquisitions = 0
+        self.lease_losses = 0
+        self.fencing_refusals = 0
+
+    # -- identity -----------------------------------------------------------------------------------------------
+
+    @property
+    def group(self) -> str:
+        return self._settings.group
+
+    @property
+    def member_id(self) -> str:
+        return self._settings.member_id
+
+    @property
+    def lease_ms(self) -> int:
+        return self._settings.lease_ms
+
+    def __repr__(self) -> str:
+        return (
+            f"GroupMember(stream={self.stream!r}, group={self.group!r}, member_id={self.member_id!r}, "
+            f"want={self._settings.want!r}, assignment={self.assignment()!r})"
+        )
+
+    def _where(self, lane: int) -> str:
+        return f"stream {self.stream!r} lane {lane} of group {self.group!r}"
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Join the group: announce this member, take what it should hold now, start renewing in the background."""
+        if self._closed:
+            raise GroupError(f"group member {self.member_id!r} was closed; create a new GroupMember to rejoin")
+        if self._thread is not None:
+            return
+        self._tick()
+        self._thread = threading.Thread(
+            target=self._run, name=f"meteor-group-{self.group}-{self.member_id}", daemon=True
+        )
+        self._thread.start()
+        logger.info(
+            "member %r joined group %r of stream %r (want=%s, lease %d ms), holding lanes %s",
+            self.member_id,
+            self.group,
+            self.stream,
+            self._settings.want,
+            self.lease_ms,
+            sorted(self.assignment()),
+        )
+
+    def close(self) -> None:
+        """Leave the group: stop renewing, tell the owner (``on_change``), release the leases, drop the heartbeat.
+
+        Confirm what was read before calling this (or from ``on_change``): the next holder resumes at the
+        confirmed offset. Idempotent. Grid errors are logged: leases that cannot be released expire by themselves.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(10.0, 2 * self.lease_ms / 1000.0))
+        with self._lock:
+            held = dict(self._held)
+        if held:
+            self._notify(Assignment())
+        for lane, lease in held.items():
+            try:
+                self._leases.release(lane_key(self.stream, self.group, lane), lease)
+            except GridError as exc:
+                logger.warning("could not release %s on close (it will expire): %s", self._where(lane), exc)
+        with self._lock:
+            self._held.clear()
+            self._offset_texts.clear()
+        try:
+            self._members.delete(member_key(self.stream, self.group, self.member_id))
+        except GridError as exc:
+            logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
+        logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
+
+    def __enter__(self) -> GroupMember:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queries ------------------------------------------------------------------------------------------------
+
+    def assignment(self) -> Assignment:
+        """The lanes held now, ``{lane: epoch}`` (local view, kept by the background renewal)."""
+        with self._lock:
+            return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since creation: leases taken and lost, confirms/seeks refused by fencing; lanes held now."""
+        with self._lock:
+            held = len(self._held)
+        return {
+            "lease_acquisitions": self.lease_acquisitions,
+            "lease_losses": self.lease_losses,
+            "fencing_refusals": self.fencing_refusals,
+            "lanes_held": held,
+        }
+
+    def is_current(self, lane: int) -> bool:
+        """True when this member still holds ``lane`` by its own judgement: renewed within a lease period by this
+        process's monotonic clock, background thread alive, not closed. Check before delivering.
+
+        No grid read: the background renewal compare-and-sets every held lease each period and drops a lane the
+        moment a renewal fails, and the holder's lease ends locally before any observer can take it over
+        (``meteor_spark.groups.leases``). Safety does not rest on this check: a deposed holder's confirm is fenced."""
+        with self._lock:
+            held = self._held.get(lane)
+        if held is None or self._closed or self._thread is None or not self._thread.is_alive():
+            return False
+        return held.live_locally(time.monotonic())
+
+    def confirmed(self, lane: int) -> int | None:
+        """The group's confirmed offset of ``lane`` (the next record to read), None when never confirmed."""
+        self._check_lane(lane)
+        stored = read_offset(self._offsets, self.stream, self.group, lane)
+        return None if stored is None else stored.offset
+
+    def known_offsets(self, lanes: Sequence[int] | range | None = None) -> dict[int, int | None]:
+        """The confirmed offsets of ``lanes`` (default: all), at most one grid call.
+
+        A held lane's offset is the one this member fenced or last wrote: only the holder moves it, so it is
+        taken from memory. The others (held by other members, or vacant) are read with one ``get_all``.
+        """
+        wanted = range(self.lanes) if lanes is None else lanes
+        for lane in wanted:
+            self._check_lane(lane)
+        with self._lock:
+            texts = {lane: self._offset_texts[lane] for lane in wanted if lane in self._offset_texts}
+        missing = [lane for lane in wanted if lane not in texts]
+        if missing:
+            keys = {lane: lane_key(self.stream, self.group, lane) for lane in missing}
+            stored = self._offsets.get_all(list(keys.values()))
+            texts.update({lane: stored[key] for lane, key in keys.items() if key in stored})
+        out: dict[int, int | None] = {}
+        for lane in wanted:
+            text = texts.get(lane)
+            where = f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}"
+            out[lane] = None if text is None else ConfirmedOffset.decode(text, where).offset
+        return out
+
+    def confirmed_mark(self, lane: int) -> ItemMark | None:
+        """The item mark stored with a held lane's confirmed offset (from memory: the text this member fenced or
+        last wrote), None when the lane is not held or its offset carries no mark."""
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        if text is None:
+            return None
+        return ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}").mark
+
+    def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
+        """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
+
+        A position resolved from the scheme is confirmed at once, so a member that takes the lane over later
+        resumes at the same point instead of resolving LATEST again (which would skip what arrived in between).
+
+        Raises:
+            NotAssignedError: the lane is not held. FencedError: it was lost meanwhile. GroupError: NONE without a
+            confirmed offset.
+        """
+        self._epoch_of(lane)
+        confirmed = self.confirmed(lane)
+        offset = resolve_initial(scheme, True, confirmed, head_seq, next_seq, where=self._where(lane))
+        if confirmed is None:
+            self.confirm(lane, offset)
+        return offset
+
+    # -- offsets ------------------------------------------------------------------------------------------------
+
+    def confirm(self, lane: int, offset: int, *, epoch: int | None = None, mark: ItemMark | None = None) -> None:
+        """Record that every record of ``lane`` before ``offset`` was processed (``offset`` = next to read).
+
+        A confirm at or below the stored offset is ignored: offsets never go backwards by accident (use ``seek``).
+        ``epoch``: the epoch the records were read under (a reader passes it, so records read before the lane
+        was lost are never confirmed under a later epoch of the same member). ``mark``: the item the offset was
+        taken after (``meteor_spark.grid.item_marks``; a reader has it in hand), stored with the offset so that whoever
+        resumes the lane there can tell a lane truncated and refilled under it (the ``Subscriber`` checks it when it
+        takes a lane up).
+
+        Raises:
+            NotAssignedError: this member does not hold ``lane`` (and never lost it to another member).
+            FencedError: the lane was taken over by a newer holder (or ``epoch`` is not the current one);
+                nothing was written.
+            ConfigError: a negative offset.
+        """
+        self._write_offset(lane, offset, backwards=False, read_epoch=epoch, mark=mark)
+
+    def seek(self, lane: int, offset: int) -> None:
+        """Set the group's offset of a held lane, forwards or backwards (the explicit way back). Fenced like
+        ``confirm``."""
+        self._write_offset(lane, offset, backwards=True)
+
+    def _write_offset(
+        self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None, mark: ItemMark | None = None
+    ) -> None:
+        what = "seek" if backwards else "confirm"
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(
+                f"{what} offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0 "
+                f"(use the offset of the next record to read)"
+            )
+        self._check_lane(lane)
+        key = lane_key(self.stream, self.group, lane)
+        with self._lock:
+            held = self._held.get(lane)
+            deposed = self._deposed.get(lane)
+        if held is None and deposed is not None:
+            _, lease = self._leases.read(key)
+            raise self._fenced(
+                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
+            )
+        epoch = self._epoch_of(lane)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
+        # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
+        # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
+        # lease beforehand would cost a round trip and still race with a takeover right after it.
+        where = f"{key} in map {OFFSETS_MAP!r}"
+        # The text this member last wrote (or fenced) is almost always still the stored one: CAS against it
+        # directly and read the entry only when that fails.
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if text is None:
+                text = self._offsets.get(key)
+            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms(), mark).encode()
+            if text is None:
+                # The holder fenced the entry when it took the lane, so it only goes missing when the group was
+                # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
+                raise self._fenced(what, lane, offset, epoch, None, None)
+            stored = ConfirmedOffset.decode(text, where)
+            if stored.epoch > epoch:
+                raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
+            if not backwards and stored.offset is not None and offset <= stored.offset:
+                if offset < stored.offset:
+                    logger.debug(
+                        "ignored confirm of offset %d on %s: the group already confirmed %d",
+                        offset,
+                        self._where(lane),
+                        stored.offset,
+                    )
+                return
+            if self._offsets.replace_if_same(key, text, new):
+                self._remember_offset_text(lane, new)
+                return
+            text = None
+        raise GroupError(
+            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
+            f"in a row to concurrent writers; confirm from one thread per lane"
+        )
+
+    def _remember_offset_text(self, lane: int, text: str) -> None:
+        with self._lock:
+            if lane in self._held:
+                self._offset_texts[lane] = text
+
+    def _fenced(
+        self, what: str, lane: int, offset: int, epoch: int, holder: str | None, their_epoch: int | None
+    ) -> FencedError:
+        self.fencing_refusals += 1
+        now = "is vacant" if holder is None else f"is held by {holder!r}"
+        return FencedError(
+            f"{what} of offset {offset} on {self._where(lane)} refused: member {self.member_id!r} held the lane "
+            f"with epoch {epoch}, but the lane {now} with epoch {their_epoch}; nothing was written. The records "
+            f"after the group's confirmed offset go to the lane's current holder; read the lane again only when "
+            f"it is assigned back (on_change)"
+        )
+
+    def _epoch_of(self, lane: int) -> int:
+        self._check_lane(lane)
+        with self._lock:
+            held = self._held.get(lane)
+        if held is None:
+            raise NotAssignedError(
+                f"member {self.member_id!r} does not hold {self._where(lane)}; it holds lanes "
+                f"{sorted(self.assignment())}. Confirm and seek only lanes in assignment()"
+            )
+        return held.lease.epoch
+
+    def _check_lane(self, lane: int) -> None:
+        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.lanes:
+            raise ConfigError(
+                f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
+            )
+
+    # -- the background work ------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        period = self._settings.renew_every_ms / 1000.0
+        probe_every = min(period, _PROBE_EVERY_S)
+        next_tick = time.monotonic() + period
+        failing = False
+        while True:
+            now = time.monotonic()
+            due_tick = now >= next_tick
+            wait_s = 0.0 if due_tick else min(next_tick - now, probe_every if self._waiting_for else period)
+            if self._stop.wait(wait_s):
+                return
+            try:
+                if time.monotonic() >= next_tick:
+                    next_tick = max(next_tick + period, time.monotonic())
+                    self._tick()
+                elif self._waiting_for:
+                    self._probe()
+                if failing:
+                    logger.info("member %r of group %r reaches the grid again", self.member_id, self.group)
+                failing = False
+            except GridError as exc:
+                if not failing:
+                    logger.warning(
+                        "member %r of group %r cannot renew (will retry every %d ms; its lanes expire after "
+                        "%d ms without renewal): %s",
+                        self.member_id,
+                        self.group,
+                        self._settings.renew_every_ms,
+                        self.lease_ms,
+                        exc,
+                    )
+                failing = True
+            except Exception:  # the renewal thread must survive anything, it IS the liveness
+                logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
+
+    def _tick(self) -> None:
+        """One renewal round: heartbeat, renew held leases, rebalance."""
+        self._heartbeat()
+        self._renew()
+        if self._stop.is_set():
+            return
+        target = self._target(self._live_members())
+        self._release_surplus(target)
+        self._acquire(target, range(self.lanes))
+
+    def _probe(self) -> None:
+        """Between renewals, look only at the lanes this member waits for, so a released lane is taken at once."""
+        self._acquire(self._target_lanes, sorted(self._waiting_for))
+
+    def _acquire(self, target: frozenset[int], lanes: Sequence[int] | range) -> None:
+        """Read the leases of ``lanes`` (one get_all) and take those of ``target`` that are free or expired."""
+        keys = {lane: lane_key(self.stream, self.group, lane) for lane in lanes}
+        texts = self._leases.map.get_all(list(keys.values()))
+        for key in keys.values():
+            self._lease_observer.see(key, texts.get(key))
+        for lane in sorted(target & frozenset(keys)):
+            if self._stop.is_set():
+                break
+            with self._lock:
+                if lane in self._held:
+                    continue
+            try:
+                self._try_acquire(lane, keys[lane], texts.get(keys[lane]))
+            except FormatError as exc:
+                logger.warning("member %r cannot take %s: %s", self.member_id, self._where(lane), exc)
+        with self._lock:
+            self._target_lanes = target
+            self._waiting_for = frozenset(target - set(self._held))
+        self._notify(self.assignment())
+
+    def _heartbeat(self) -> None:
+        self._beat += 1
+        entry = MemberEntry(
+            member=self.member_id,
+            want=self._settings.want,
+            beat=self._beat,
+            lease_ms=self.lease_ms,
+            renewed_ms=wall_ms(),
+            host=self._host,
+            pid=os.getpid(),
+        )
+        self._members.set(
+            member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
+        )
+
+    def _renew(self) -> None:
+        with self._lock:
+            held = dict(self._held)
+        for lane, lease in held.items():
+            renewed = self._leases.renew(lane_key(self.stream, self.group, lane), lease)
+            with self._lock:
+                if renewed is None:
+                    self._held.pop(lane, None)
+                    self.lease_losses += 1
+                    self._deposed[lane] = lease.lease.epoch
+                    self._offset_texts.pop(lane, None)
+                    logger.warning(
+                        "member %r lost %s (epoch %d): another member took it over after the lease was not seen "
+                        "renewed for %d ms",
+                        self.member_id,
+                        self._where(lane),
+                        lease.lease.epoch,
+                        self.lease_ms,
+                    )
+                else:
+                    self._held[lane] = renewed
+
+    def _live_members(self) -> dict[str, MemberEntry]:
+        """Members of this group whose heartbeat this process has seen change within their lease period."""
+        live: dict[str, MemberEntry] = {}
+        seen: set[str] = set()
+        for key, text in self._members.entries().items():
+            parsed = parse_key(key)
+            if parsed is None or parsed[0] != self.stream or parsed[1] != self.group:
+                continue
+            seen.add(key)
+            try:
+                entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
+            except FormatError as exc:
+                logger.warning("ignoring group member entry: %s", exc)
+                continue
+            self._member_observer.see(key, text)
+            if entry.member == self.member_id or not self._member_observer.expired(key, text, entry.lease_ms):
+                live[entry.member] = entry
+        self._member_observer.forget_except(seen)
+        live.setdefault(
+            self.member_id,
+            MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid()),
+        )
+        return live
+
+    def _target(self, live: Mapping[str, MemberEntry]) -> frozenset[int]:
+        if self._settings.want == "all":
+            return frozenset(range(self.lanes))
+        balanced = [member for member, entry in live.items() if entry.want == "balanced"]
+        return balance(balanced, self.lanes).get(self.member_id, frozenset())
+
+    def _release_surplus(self, target: frozenset[int]) -> None:
+        with self._lock:
+            surplus = {lane: held for lane, held in self._held.items() if lane not in target}
+            keep = {lane: held.lease.epoch for lane, held in self._held.items() if lane in target}
+        if not surplus:
+            return
+        self._notify(Assignment.of(keep))
+        for lane, held in surplus.items():
+            with self._lock:
+                current = self._held.pop(lane, held)
+                self._offset_texts.pop(lane, None)
+            released = self._leases.release(lane_key(self.stream, self.group, lane), current)
+            logger.info(
+                "member %r %s %s (epoch %d) to rebalance",
+                self.member_id,
+                "released" if released else "had already lost",
+                self._where(lane),
+                current.lease.epoch,
+            )
+
+    def _try_acquire(self, lane: int, key: str, text: str | None) -> None:
+        lease = None if text is None else Lease.decode(text, self._leases.where(key))
+        if lease is not None and not lease.vacant:
+            # A lease in our own name that we do not hold is a previous incarnation's (a restart with the same
+            # member_id): taken at once, but only when joining, so two live members sharing an id (a mistake)
+            # cannot keep snatching lanes from each other; afterwards it has to expire like any other.
+            previous_incarnation = lease.holder == self.member_id and self._thread is None
+            if not previous_incarnation and not self._lease_observer.expired(key, text or "", lease.lease_ms):
+                return  # a live holder gives the lane up itself; never steal it
+        floor = 0
+        if lease is None:
+            stored = read_offset(self._offsets, self.stream, self.group, lane)
+            floor = 0 if stored is None else stored.epoch
+        held = self._leases.acquire(key, self.member_id, self.lease_ms, text, lease, floor)
+        if held is None:
+            return
+        fenced = self._fence(lane, key, held.lease.epoch)
+        if fenced is None:
+            logger.info("member %r: %s was taken by a newer holder while fencing", self.member_id, self._where(lane))
+            return
+        with self._lock:
+            self._held[lane] = held
+            self._offset_texts[lane] = fenced
+            self._deposed.pop(lane, None)
+            self.lease_acquisitions += 1
+        previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
+        logger.info(
+            "member %r took %s with epoch %d (from %s)",
+            self.member_id,
+            self._where(lane),
+            held.lease.epoch,
+            previous,
+        )
+
+    def _fence(self, lane: int, key: str, epoch: int) -> str | None:
+        """Stamp our epoch on the lane's offsets entry, keeping the offset; returns the stored text, or None when
+        a newer epoch is there."""
+        where = f"{key} in map {OFFSETS_MAP!r}"
+        for _ in range(MAX_CAS_ATTEMPTS):
+            text = self._offsets.get(key)
+            if text is None:
+                fenced = ConfirmedOffset(epoch, None, self.member_id, wall_ms()).encode()
+                if self._offsets.put_if_absent(key, fenced) is None:
+                    return fenced
+                continue
+            stored = ConfirmedOffset.decode(text, where)
+            if stored.epoch > epoch:
+                return None
+            if stored.epoch == epoch:
+                return text
+            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms(), stored.mark).encode()
+            if self._offsets.replace_if_same(key, text, fenced):
+                return fenced
+        return None
+
+    def _notify(self, assignment: Assignment) -> None:
+        if assignment == self._notified:
+            return
+        self._notified = assignment
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(assignment)
+        except Exception:  # an owner's bug must not stop renewals (that would lose every lane)
+            logger.exception("on_change callback of group member %r failed", self.member_id)
