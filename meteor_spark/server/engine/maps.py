@@ -177,7 +177,7 @@ class Listener:
 
 
 class MapJournal(Protocol):
-    """Where committed map changes go when persistence is on (``persistence.MapLog``)."""
+    """Where committed map changes go when persistence is on (``map_log.MapLog``)."""
 
     def map_put(
         self, name: str, key: bytes, value: bytes, expires_wall_ms: int | None, ttl_ms: int, max_idle_ms: int
