@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -150,7 +151,11 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
 
 
 def run_member(args: argparse.Namespace) -> int:
-    """Run a member in the foreground until SIGINT/SIGTERM; the process exit code."""
+    """Run a member in the foreground until SIGINT/SIGTERM; the process exit code.
+
+    A member that cannot start prints one error line (the option, its value, the fix) and exits 1; no start or stop
+    line is logged for a member that never ran.
+    """
     logging.basicConfig(
         level=getattr(args, "log_level", "INFO"),
         stream=sys.stderr,
@@ -158,61 +163,79 @@ def run_member(args: argparse.Namespace) -> int:
     )
     data_dir = getattr(args, "data_dir", None)
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
-        print(
-            f"error: --data-dir {data_dir} is a file, not a directory; give a directory (created if missing)",
-            file=sys.stderr,
-        )
-        return 1
+        return _fail(f"--data-dir {data_dir} is a file, not a directory; give a directory (created if missing)")
     try:
         options = options_from_args(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(str(exc))
     keep_freed_memory()  # this process is only a member: let it reuse freed item memory
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        if getattr(args, "exit_with_parent", False):
-            # The parent holds our stdin open; EOF means it died (even by SIGKILL): do not outlive it.
-            def on_stdin() -> None:
-                try:
-                    data = os.read(0, 4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    loop.remove_reader(0)
-                    stop.set()
-
-            loop.add_reader(0, on_stdin)
-
-        listening: list[MemberServer] = []
-
-        def on_ready(address: str) -> None:
-            metrics = listening[0].metrics_address if listening else None
-            shown = f" metrics={metrics}" if metrics else ""
-            print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}{shown}", flush=True)
-
-        await serve(options, stop, on_ready, on_listening=listening.append)
-
     try:
-        asyncio.run(main())
-    except ValueError as exc:  # the metrics endpoint could not start
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        asyncio.run(_serve_until_stopped(options, exit_with_parent=getattr(args, "exit_with_parent", False)))
+    except ValueError as exc:  # the metrics endpoint could not start, the data directory is in use
+        return _fail(str(exc))
     except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            print(
-                f"error: port {options.port} on {options.host} is in use (another member?); stop what uses it, "
-                f"choose another --port, or use --port 0 for a free port",
-                file=sys.stderr,
-            )
-        else:
-            print(f"error: cannot listen on {options.host}:{options.port}: {exc}", file=sys.stderr)
-        return 1
+        return _fail(listen_failure(options.host, options.port, exc))
     return 0
+
+
+def listen_failure(host: str, port: int, exc: OSError) -> str:
+    """The error line for a member that cannot listen on ``host:port`` (``exc``: what binding raised), naming the
+    option to change and how (shared with ``meteor grid start``)."""
+    if isinstance(exc, socket.gaierror):
+        return (
+            f"--host {host!r}: not a host name or address this machine can resolve ({exc}); give an interface of "
+            f"this machine, e.g. 127.0.0.1 or 0.0.0.0"
+        )
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"--port {port} on {host} is in use (another member?); stop what uses it, choose another --port, or use "
+            f"--port 0 for a free port"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"--host {host}: not an address of this machine; give one of its interfaces, e.g. 127.0.0.1 or 0.0.0.0 "
+            f"(every interface)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"--port {port} on {host}: permission denied (ports below 1024 need privileges); choose a --port above "
+            f"1023, or --port 0 for a free port"
+        )
+    return f"cannot listen on --host {host} --port {port}: {exc.strerror or exc}; check both options"
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+async def _serve_until_stopped(options: MemberOptions, *, exit_with_parent: bool) -> None:
+    """Serve until SIGINT / SIGTERM (or, with ``exit_with_parent``, until stdin closes), printing the ready line."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    if exit_with_parent:
+        # The parent holds our stdin open; EOF means it died (even by SIGKILL): do not outlive it.
+        def on_stdin() -> None:
+            try:
+                data = os.read(0, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(0)
+                stop.set()
+
+        loop.add_reader(0, on_stdin)
+
+    listening: list[MemberServer] = []
+
+    def on_ready(address: str) -> None:
+        metrics = listening[0].metrics_address if listening else None
+        shown = f" metrics={metrics}" if metrics else ""
+        print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}{shown}", flush=True)
+
+    await serve(options, stop, on_ready, on_listening=listening.append)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,36 +126,61 @@ async def serve(
     on_listening: Callable[[MemberServer], None] | None = None,
 ) -> None:
     """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens
-    (``on_listening(server)`` just before, for in-process inspection)."""
+    (``on_listening(server)`` just before, for in-process inspection).
+
+    A member that cannot start raises before it logs anything (only a member that served logs that it stopped).
+
+    Raises:
+        OSError: the host or port cannot be bound (``socket.gaierror``: the host does not resolve).
+        ValueError: the metrics endpoint cannot start, or the data directory is unusable (``InvalidConfiguration``).
+    """
     engine = Engine(
         options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
-    await engine.open()
     server = MemberServer(
         engine, options.member_settings(), options.client_heartbeat_timeout_s, auth_timeout_s=options.auth_timeout_s
     )
+    http = await _start(options, engine, server)
+    try:
+        if on_listening is not None:
+            on_listening(server)
+        address = f"{server.member.host}:{server.member.port}"
+        logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
+        if server.metrics_address is not None:
+            logger.info("member metrics on http://%s/metrics", server.metrics_address)
+        on_ready(address)
+        await stop.wait()
+    finally:
+        await _shut_down(engine, server, http)
+        logger.info("member of cluster %r stopped", options.cluster_name)
+
+
+async def _start(options: MemberOptions, engine: Engine, server: MemberServer) -> Any:
+    """Bind the member's address, start its metrics endpoint, open its engine (persistence recovery), then accept
+    clients, in that order so the cheapest mistakes (a port in use, a host not of this machine) fail before anything
+    was opened; the metrics HTTP server, or None. A step that fails undoes the ones before it."""
+    await server.bind(options.host, options.port)
     http = None
     try:
-        await server.start(options.host, options.port)
         if options.metrics_port is not None:
             from meteor_spark.server.metrics import start_metrics_server
 
             http, metrics_port = start_metrics_server(server, options.host, options.metrics_port)
             server.metrics_address = f"{server.member.host}:{metrics_port}"
-            logger.info("member metrics on http://%s/metrics", server.metrics_address)
-        if on_listening is not None:
-            on_listening(server)
-        address = f"{server.member.host}:{server.member.port}"
-        logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
-        on_ready(address)
-        await stop.wait()
-    finally:
-        if http is not None:
-            http.shutdown()
-            http.server_close()
-        await server.stop()
-        await engine.close()
-        logger.info("member of cluster %r stopped", options.cluster_name)
+        await engine.open()
+        await server.start_serving()
+    except BaseException:
+        await _shut_down(engine, server, http)
+        raise
+    return http
+
+
+async def _shut_down(engine: Engine, server: MemberServer, http: Any) -> None:
+    if http is not None:
+        http.shutdown()
+        http.server_close()
+    await server.stop()
+    await engine.close()
 
 
 class EmbeddedGrid:
