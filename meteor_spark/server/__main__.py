@@ -17,16 +17,9 @@ import sys
 from collections.abc import Sequence
 
 from meteor_spark.server.allocator import keep_freed_memory
+from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX, parse_map_config, parse_ring_config
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
-from meteor_spark.server.member import (
-    MAP_CONFIG_SYNTAX,
-    PASSWORD_ENV,
-    RING_CONFIG_SYNTAX,
-    MemberOptions,
-    parse_map_config,
-    parse_ring_config,
-    serve,
-)
+from meteor_spark.server.member import PASSWORD_ENV, MemberOptions, serve
 from meteor_spark.server.tcp import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S, MemberServer
 
 
@@ -35,6 +28,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser = parser or argparse.ArgumentParser(
         prog="python -m meteor_spark.server", description="Run an embedded Hazelcast-compatible grid member."
     )
+    _add_address_and_credentials(parser)
+    _add_persistence(parser)
+    _add_data_structures(parser)
+    _add_client_limits(parser)
+    _add_process(parser)
+    return parser
+
+
+def _add_address_and_credentials(parser: argparse.ArgumentParser) -> None:
+    """Where the member listens and what clients must present."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=5701, help="TCP port (default 5701; 0 = any free port, printed)")
     parser.add_argument("--cluster-name", default="dev", help="cluster name clients must present (default dev)")
@@ -45,6 +48,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help=f"require this password (prefer the {PASSWORD_ENV} environment variable: a command line is visible to "
         f"other users)",
     )
+
+
+def _add_persistence(parser: argparse.ArgumentParser) -> None:
+    """The data directory and the fsync policy."""
     parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
     parser.add_argument(
         "--fsync",
@@ -61,6 +68,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
             "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)"
         ),
     )
+
+
+def _add_data_structures(parser: argparse.ArgumentParser) -> None:
+    """CP mode and the ring buffer / map configs."""
     parser.add_argument(
         "--cp-mode",
         choices=CP_MODES,
@@ -86,6 +97,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "Hazelcast's per-entry statistics (hits, access and creation times; off by default, as in Hazelcast 5.x); "
         "repeatable",
     )
+
+
+def _add_client_limits(parser: argparse.ArgumentParser) -> None:
+    """When the member closes a silent or unauthenticated connection."""
     parser.add_argument(
         "--client-heartbeat-timeout-s",
         type=float,
@@ -103,6 +118,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="close a connection that has not authenticated within S seconds of opening it "
         f"(default {DEFAULT_AUTH_TIMEOUT_S:g}; 0 = never)",
     )
+
+
+def _add_process(parser: argparse.ArgumentParser) -> None:
+    """The metrics endpoint, the parent link and the log level."""
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -120,7 +139,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (default INFO)"
     )
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> MemberOptions:

@@ -14,7 +14,8 @@ import pytest
 from meteor_spark.grid import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, MapConfig, MemberOptions, RingConfig
 from meteor_spark.server.__main__ import build_parser, options_from_args
-from meteor_spark.server.member import READY_LINE, member_arguments, parse_map_config, parse_ring_config
+from meteor_spark.server.config_syntax import parse_map_config, parse_ring_config
+from meteor_spark.server.member import READY_LINE, member_arguments
 
 pytestmark = pytest.mark.embedded_only
 

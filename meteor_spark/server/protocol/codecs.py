@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meteor_spark.server.engine.atomics import RaftGroupId
-from meteor_spark.server.engine.maps import SimpleEntryView
+from meteor_spark.server.engine.map_types import SimpleEntryView
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
