@@ -35,6 +35,8 @@ checksumming random lengths)."""
 
 @dataclass
 class ScanResult:
+    """What a scan found: the intact records in file order, and the damage."""
+
     records: list[Scanned]
     damage: list[Damage]
     """Damaged ranges to quarantine, in file order (a torn tail is not among them)."""

@@ -31,6 +31,7 @@ from meteor_spark.server.engine.log_recovery import (
 log = logging.getLogger(__name__)
 
 _HWM = struct.Struct("<qI")
+"""``<log>.hwm``: the highest sequence the ring ever assigned, and the CRC-32 of those 8 bytes."""
 
 
 class RingStore:
