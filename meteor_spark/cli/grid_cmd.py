@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import socket
@@ -91,33 +90,21 @@ def check_can_start(args: argparse.Namespace) -> None:
                 f"--data-dir {data_dir}: cannot create the data directory: {exc.strerror}; give a directory this user "
                 f"can write"
             ) from None
+    from meteor_spark.server.__main__ import listen_failure
+
     host, port = args.host, args.port
     try:
         addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise CommandError(
-            f"--host {host!r}: not a host name or address this machine can resolve ({exc}); give an interface of "
-            f"this machine, e.g. 127.0.0.1 or 0.0.0.0"
-        ) from None
+        family, kind, proto, _, address = addresses[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the member binds: TIME_WAIT is no conflict
+            probe.bind(address)
+    except UnicodeError as exc:
+        raise CommandError(listen_failure(host, port, socket.gaierror(str(exc)))) from None
     except OverflowError:
         raise CommandError(f"--port {port}: ports are 0..65535 (0 = any free port)") from None
-    family, kind, proto, _, address = addresses[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the member binds: TIME_WAIT is no conflict
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise CommandError(
-                    f"port {port} on {host} is in use (another member?); stop what uses it, choose another --port, "
-                    f"or use --port 0 for a free port"
-                ) from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise CommandError(
-                    f"--host {host}: not an address of this machine; give one of its interfaces, e.g. 127.0.0.1 or "
-                    f"0.0.0.0 (every interface)"
-                ) from None
-            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    except OSError as exc:
+        raise CommandError(listen_failure(host, port, exc)) from None
 
 
 def run_status(args: argparse.Namespace) -> int:

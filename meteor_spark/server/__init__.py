@@ -8,7 +8,7 @@ nor ``pyspark``.
 
 from __future__ import annotations
 
-from meteor_spark.server.engine.maps import MapConfig
+from meteor_spark.server.engine.map_types import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.member import EmbeddedGrid, MemberOptions
 

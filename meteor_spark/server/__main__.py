@@ -12,20 +12,14 @@ import errno
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
 from meteor_spark.server.allocator import keep_freed_memory
+from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX, parse_map_config, parse_ring_config
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
-from meteor_spark.server.member import (
-    MAP_CONFIG_SYNTAX,
-    PASSWORD_ENV,
-    RING_CONFIG_SYNTAX,
-    MemberOptions,
-    parse_map_config,
-    parse_ring_config,
-    serve,
-)
+from meteor_spark.server.member import PASSWORD_ENV, MemberOptions, serve
 from meteor_spark.server.tcp import DEFAULT_AUTH_TIMEOUT_S, DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S, MemberServer
 
 
@@ -34,6 +28,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser = parser or argparse.ArgumentParser(
         prog="python -m meteor_spark.server", description="Run an embedded Hazelcast-compatible grid member."
     )
+    _add_address_and_credentials(parser)
+    _add_persistence(parser)
+    _add_data_structures(parser)
+    _add_client_limits(parser)
+    _add_process(parser)
+    return parser
+
+
+def _add_address_and_credentials(parser: argparse.ArgumentParser) -> None:
+    """Where the member listens and what clients must present."""
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=5701, help="TCP port (default 5701; 0 = any free port, printed)")
     parser.add_argument("--cluster-name", default="dev", help="cluster name clients must present (default dev)")
@@ -44,6 +48,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help=f"require this password (prefer the {PASSWORD_ENV} environment variable: a command line is visible to "
         f"other users)",
     )
+
+
+def _add_persistence(parser: argparse.ArgumentParser) -> None:
+    """The data directory and the fsync policy."""
     parser.add_argument("--data-dir", default=None, help="keep ring buffers and maps in this directory (persistence)")
     parser.add_argument(
         "--fsync",
@@ -60,6 +68,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
             "with --fsync interval: how often written data is fsynced, i.e. what a machine crash may lose (default 100)"
         ),
     )
+
+
+def _add_data_structures(parser: argparse.ArgumentParser) -> None:
+    """CP mode and the ring buffer / map configs."""
     parser.add_argument(
         "--cp-mode",
         choices=CP_MODES,
@@ -85,6 +97,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "Hazelcast's per-entry statistics (hits, access and creation times; off by default, as in Hazelcast 5.x); "
         "repeatable",
     )
+
+
+def _add_client_limits(parser: argparse.ArgumentParser) -> None:
+    """When the member closes a silent or unauthenticated connection."""
     parser.add_argument(
         "--client-heartbeat-timeout-s",
         type=float,
@@ -102,6 +118,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="close a connection that has not authenticated within S seconds of opening it "
         f"(default {DEFAULT_AUTH_TIMEOUT_S:g}; 0 = never)",
     )
+
+
+def _add_process(parser: argparse.ArgumentParser) -> None:
+    """The metrics endpoint, the parent link and the log level."""
     parser.add_argument(
         "--metrics-port",
         type=int,
@@ -119,7 +139,6 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (default INFO)"
     )
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> MemberOptions:
@@ -150,7 +169,11 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
 
 
 def run_member(args: argparse.Namespace) -> int:
-    """Run a member in the foreground until SIGINT/SIGTERM; the process exit code."""
+    """Run a member in the foreground until SIGINT/SIGTERM; the process exit code.
+
+    A member that cannot start prints one error line (the option, its value, the fix) and exits 1; no start or stop
+    line is logged for a member that never ran.
+    """
     logging.basicConfig(
         level=getattr(args, "log_level", "INFO"),
         stream=sys.stderr,
@@ -158,61 +181,79 @@ def run_member(args: argparse.Namespace) -> int:
     )
     data_dir = getattr(args, "data_dir", None)
     if data_dir is not None and os.path.exists(data_dir) and not os.path.isdir(data_dir):
-        print(
-            f"error: --data-dir {data_dir} is a file, not a directory; give a directory (created if missing)",
-            file=sys.stderr,
-        )
-        return 1
+        return _fail(f"--data-dir {data_dir} is a file, not a directory; give a directory (created if missing)")
     try:
         options = options_from_args(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(str(exc))
     keep_freed_memory()  # this process is only a member: let it reuse freed item memory
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        if getattr(args, "exit_with_parent", False):
-            # The parent holds our stdin open; EOF means it died (even by SIGKILL): do not outlive it.
-            def on_stdin() -> None:
-                try:
-                    data = os.read(0, 4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    loop.remove_reader(0)
-                    stop.set()
-
-            loop.add_reader(0, on_stdin)
-
-        listening: list[MemberServer] = []
-
-        def on_ready(address: str) -> None:
-            metrics = listening[0].metrics_address if listening else None
-            shown = f" metrics={metrics}" if metrics else ""
-            print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}{shown}", flush=True)
-
-        await serve(options, stop, on_ready, on_listening=listening.append)
-
     try:
-        asyncio.run(main())
-    except ValueError as exc:  # the metrics endpoint could not start
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        asyncio.run(_serve_until_stopped(options, exit_with_parent=getattr(args, "exit_with_parent", False)))
+    except ValueError as exc:  # the metrics endpoint could not start, the data directory is in use
+        return _fail(str(exc))
     except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            print(
-                f"error: port {options.port} on {options.host} is in use (another member?); stop what uses it, "
-                f"choose another --port, or use --port 0 for a free port",
-                file=sys.stderr,
-            )
-        else:
-            print(f"error: cannot listen on {options.host}:{options.port}: {exc}", file=sys.stderr)
-        return 1
+        return _fail(listen_failure(options.host, options.port, exc))
     return 0
+
+
+def listen_failure(host: str, port: int, exc: OSError) -> str:
+    """The error line for a member that cannot listen on ``host:port`` (``exc``: what binding raised), naming the
+    option to change and how (shared with ``meteor grid start``)."""
+    if isinstance(exc, socket.gaierror):
+        return (
+            f"--host {host!r}: not a host name or address this machine can resolve ({exc}); give an interface of "
+            f"this machine, e.g. 127.0.0.1 or 0.0.0.0"
+        )
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"--port {port} on {host} is in use (another member?); stop what uses it, choose another --port, or use "
+            f"--port 0 for a free port"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"--host {host}: not an address of this machine; give one of its interfaces, e.g. 127.0.0.1 or 0.0.0.0 "
+            f"(every interface)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"--port {port} on {host}: permission denied (ports below 1024 need privileges); choose a --port above "
+            f"1023, or --port 0 for a free port"
+        )
+    return f"cannot listen on --host {host} --port {port}: {exc.strerror or exc}; check both options"
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+async def _serve_until_stopped(options: MemberOptions, *, exit_with_parent: bool) -> None:
+    """Serve until SIGINT / SIGTERM (or, with ``exit_with_parent``, until stdin closes), printing the ready line."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    if exit_with_parent:
+        # The parent holds our stdin open; EOF means it died (even by SIGKILL): do not outlive it.
+        def on_stdin() -> None:
+            try:
+                data = os.read(0, 4096)
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(0)
+                stop.set()
+
+        loop.add_reader(0, on_stdin)
+
+    listening: list[MemberServer] = []
+
+    def on_ready(address: str) -> None:
+        metrics = listening[0].metrics_address if listening else None
+        shown = f" metrics={metrics}" if metrics else ""
+        print(f"listening on {address} cluster={options.cluster_name} pid={os.getpid()}{shown}", flush=True)
+
+    await serve(options, stop, on_ready, on_listening=listening.append)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

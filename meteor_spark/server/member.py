@@ -23,11 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from meteor_spark.errors import ConfigError, unknown_option
+from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX
 from meteor_spark.server.engine import Clock, Engine, EngineConfig
-from meteor_spark.server.engine.maps import MapConfig
+from meteor_spark.server.engine.map_types import MapConfig
 from meteor_spark.server.engine.ringbuffer import RingConfig
 from meteor_spark.server.handlers.registry import MemberSettings
 from meteor_spark.server.tcp import (
@@ -126,36 +126,61 @@ async def serve(
     on_listening: Callable[[MemberServer], None] | None = None,
 ) -> None:
     """Run a member on the current event loop until ``stop`` is set; ``on_ready(address)`` once it listens
-    (``on_listening(server)`` just before, for in-process inspection)."""
+    (``on_listening(server)`` just before, for in-process inspection).
+
+    A member that cannot start raises before it logs anything (only a member that served logs that it stopped).
+
+    Raises:
+        OSError: the host or port cannot be bound (``socket.gaierror``: the host does not resolve).
+        ValueError: the metrics endpoint cannot start, or the data directory is unusable (``InvalidConfiguration``).
+    """
     engine = Engine(
         options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
-    await engine.open()
     server = MemberServer(
         engine, options.member_settings(), options.client_heartbeat_timeout_s, auth_timeout_s=options.auth_timeout_s
     )
+    http = await _start(options, engine, server)
+    try:
+        if on_listening is not None:
+            on_listening(server)
+        address = f"{server.member.host}:{server.member.port}"
+        logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
+        if server.metrics_address is not None:
+            logger.info("member metrics on http://%s/metrics", server.metrics_address)
+        on_ready(address)
+        await stop.wait()
+    finally:
+        await _shut_down(engine, server, http)
+        logger.info("member of cluster %r stopped", options.cluster_name)
+
+
+async def _start(options: MemberOptions, engine: Engine, server: MemberServer) -> Any:
+    """Bind the member's address, start its metrics endpoint, open its engine (persistence recovery), then accept
+    clients, in that order so the cheapest mistakes (a port in use, a host not of this machine) fail before anything
+    was opened; the metrics HTTP server, or None. A step that fails undoes the ones before it."""
+    await server.bind(options.host, options.port)
     http = None
     try:
-        await server.start(options.host, options.port)
         if options.metrics_port is not None:
             from meteor_spark.server.metrics import start_metrics_server
 
             http, metrics_port = start_metrics_server(server, options.host, options.metrics_port)
             server.metrics_address = f"{server.member.host}:{metrics_port}"
-            logger.info("member metrics on http://%s/metrics", server.metrics_address)
-        if on_listening is not None:
-            on_listening(server)
-        address = f"{server.member.host}:{server.member.port}"
-        logger.info("member %s of cluster %r listening on %s", server.member.member_uuid, options.cluster_name, address)
-        on_ready(address)
-        await stop.wait()
-    finally:
-        if http is not None:
-            http.shutdown()
-            http.server_close()
-        await server.stop()
-        await engine.close()
-        logger.info("member of cluster %r stopped", options.cluster_name)
+        await engine.open()
+        await server.start_serving()
+    except BaseException:
+        await _shut_down(engine, server, http)
+        raise
+    return http
+
+
+async def _shut_down(engine: Engine, server: MemberServer, http: Any) -> None:
+    if http is not None:
+        http.shutdown()
+        http.server_close()
+    await server.stop()
+    await engine.close()
 
 
 class EmbeddedGrid:
@@ -490,72 +515,6 @@ def member_arguments(options: MemberOptions) -> list[str]:
     return argv
 
 
-ConfigT = TypeVar("ConfigT", RingConfig, MapConfig)
-
-
-@dataclass(frozen=True)
-class ConfigSyntax(Generic[ConfigT]):
-    """The command-line form ``PATTERN:setting=N[,setting=N]`` of a per-name config (ring buffers, maps).
-
-    ``settings`` maps each command-line setting to the config's field; every setting is an integer.
-    """
-
-    kind: str
-    config_type: type[ConfigT]
-    settings: dict[str, str]
-
-    @property
-    def usage(self) -> str:
-        return "PATTERN:" + ",".join(f"{setting}=N" for setting in self.settings)
-
-    def parse(self, text: str) -> ConfigT:
-        """Parse one config.
-
-        Raises:
-            ValueError: naming the part that is wrong and showing the expected form.
-        """
-        name, sep, rest = text.rpartition(":")
-        if not sep or not name:
-            raise ConfigError(f"{self.kind} {text!r}: expected {self.usage} (settings optional)")
-        values: dict[str, Any] = {}
-        for part in filter(None, rest.split(",")):
-            key, eq, value = part.partition("=")
-            if not eq or key not in self.settings:
-                error = unknown_option(f"{self.kind} setting", key, self.settings)
-                raise ConfigError(f"{self.kind} {text!r}: {error}")
-            try:
-                values[self.settings[key]] = int(value)
-            except ValueError:
-                raise ConfigError(f"{self.kind} {text!r}: {key} must be an integer, got {value!r}") from None
-        return self.config_type(name=name, **values)
-
-    def format(self, config: ConfigT) -> str:
-        values = ",".join(f"{setting}={int(getattr(config, name))}" for setting, name in self.settings.items())
-        return f"{config.name}:{values}"
-
-
-RING_CONFIG_SYNTAX = ConfigSyntax(
-    "ring config",
-    RingConfig,
-    {"capacity": "capacity", "ttl": "ttl_s", "backups": "backup_count", "async-backups": "async_backup_count"},
-)
-MAP_CONFIG_SYNTAX = ConfigSyntax(
-    "map config",
-    MapConfig,
-    {"ttl": "time_to_live_seconds", "max-idle": "max_idle_seconds", "per-entry-stats": "per_entry_stats_enabled"},
-)
-
-
-def parse_ring_config(text: str) -> RingConfig:
-    """``PATTERN:capacity=N[,ttl=S][,backups=B][,async-backups=A]`` (see ``ConfigSyntax.parse``)."""
-    return RING_CONFIG_SYNTAX.parse(text)
-
-
-def parse_map_config(text: str) -> MapConfig:
-    """``PATTERN:ttl=S[,max-idle=S]`` (see ``ConfigSyntax.parse``)."""
-    return MAP_CONFIG_SYNTAX.parse(text)
-
-
 def _read_line(stream: object, timeout_s: float) -> bytes:
     """One line from a pipe, or what arrived before the deadline / EOF."""
     fd = stream.fileno()  # type: ignore[attr-defined]
@@ -598,8 +557,4 @@ __all__ = [
     "EmbeddedGrid",
     "MemberOptions",
     "serve",
-    "parse_ring_config",
-    "parse_map_config",
-    "RING_CONFIG_SYNTAX",
-    "MAP_CONFIG_SYNTAX",
 ]

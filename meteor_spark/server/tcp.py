@@ -455,16 +455,37 @@ class MemberServer:
         self._server: asyncio.base_events.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Bind and listen; the (host, port) actually bound (port 0 picks a free one)."""
+    async def bind(self, host: str, port: int) -> tuple[str, int]:
+        """Bind the member's socket without accepting yet; the (host, port) actually bound (port 0 picks a free one).
+
+        Binding comes first so a member whose port is in use or whose host is not an address of this machine fails
+        before it opened anything (its data directory included).
+
+        Raises:
+            OSError: the address cannot be bound (``socket.gaierror`` when ``host`` does not resolve).
+        """
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ClientConnection(self), host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            lambda: ClientConnection(self), host, port, reuse_address=True, start_serving=False
+        )
         bound = self._server.sockets[0].getsockname()
         # Clients learn the member's address from the member list: advertise the port actually bound.
         self.member = dataclasses.replace(self.member, host=advertised_host(host), port=bound[1])
-        if self.client_heartbeat_timeout_s > 0:
-            self._monitor = loop.create_task(self._monitor_heartbeats(self.client_heartbeat_timeout_s))
         return bound[0], bound[1]
+
+    async def start_serving(self) -> None:
+        """Accept clients on the socket ``bind`` bound (and watch their heartbeats)."""
+        assert self._server is not None, "bind() first"
+        await self._server.start_serving()
+        if self.client_heartbeat_timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            self._monitor = loop.create_task(self._monitor_heartbeats(self.client_heartbeat_timeout_s))
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        """Bind and accept clients; the (host, port) actually bound (port 0 picks a free one)."""
+        bound = await self.bind(host, port)
+        await self.start_serving()
+        return bound
 
     async def stop(self) -> None:
         if self._monitor is not None:

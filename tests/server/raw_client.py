@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from meteor_spark.server.protocol import codecs as c
+from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol.frames import PREAMBLE, RESPONSE_FIXED_OFFSET, FrameReader, Message
 
@@ -45,21 +45,23 @@ class RawClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, spec: c.MessageSpec, **values: Any) -> int:
+    def send(self, spec: message_codec.MessageSpec, **values: Any) -> int:
         """Send one request; its correlation id."""
         correlation_id = self._next_id
         self._next_id += 1
-        self.sock.sendall(b"".join(bytes(chunk) for chunk in c.encode_request(spec, correlation_id, values)))
+        self.sock.sendall(
+            b"".join(bytes(chunk) for chunk in message_codec.encode_request(spec, correlation_id, values))
+        )
         return correlation_id
 
-    def send_all(self, requests: list[tuple[c.MessageSpec, dict[str, Any]]]) -> list[int]:
+    def send_all(self, requests: list[tuple[message_codec.MessageSpec, dict[str, Any]]]) -> list[int]:
         """Send several requests in one write (so the member receives them together); their correlation ids."""
         first = self._next_id
         self._next_id += len(requests)
         data = b"".join(
             bytes(chunk)
             for offset, (spec, values) in enumerate(requests)
-            for chunk in c.encode_request(spec, first + offset, values)
+            for chunk in message_codec.encode_request(spec, first + offset, values)
         )
         self.sock.sendall(data)
         return list(range(first, first + len(requests)))
@@ -81,7 +83,7 @@ class RawClient:
             self.received.extend(self.read_some())
         return self.received.pop(0)
 
-    def call(self, spec: c.MessageSpec, **values: Any) -> dict[str, Any]:
+    def call(self, spec: message_codec.MessageSpec, **values: Any) -> dict[str, Any]:
         """Send a request and wait for its response (events in between are dropped).
 
         Raises:
@@ -94,7 +96,7 @@ class RawClient:
                 continue
             if message_type_of(message) == ERROR_RESPONSE_TYPE:
                 raise RuntimeError(f"{spec.name} failed in the member (error response)")
-            return c.decode_response(spec, message)
+            return message_codec.decode_response(spec, message)
 
     def authenticate(self, cluster_name: str = "dev", client_name: str = "raw-client") -> uuid.UUID:
         client_uuid = uuid.uuid4()

@@ -23,8 +23,10 @@ from hazelcast.serialization.data import Data
 
 from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.protocol import codecs as c
-from meteor_spark.server.protocol.codecs import FixedType, MessageSpec, Param, StructType, VarType
+from meteor_spark.server.protocol import message_codec, structs
+from meteor_spark.server.protocol.codecs import FixedType, Param, StructType, VarType
 from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
+from meteor_spark.server.protocol.message_codec import MessageSpec
 
 ALL_SPECS: list[MessageSpec] = [entry.spec for entry in supported_messages()]
 
@@ -90,8 +92,8 @@ class Samples:
                 return {self.of(type_.key): self.of(type_.value)}
             pairs = [(self.of(type_.key), self.of(type_.value)), (self.of(type_.key), self.of(type_.value))]
             return dict(pairs) if type_.as_dict else pairs
-        if type_ is c.FIELD_DESCRIPTOR:
-            return c.FieldDescriptor(f"field{n}", (1, 8, 11)[n % 3])  # must be a real FieldKind for the client
+        if type_ is structs.FIELD_DESCRIPTOR:
+            return structs.FieldDescriptor(f"field{n}", (1, 8, 11)[n % 3])  # must be a real FieldKind for the client
         if isinstance(type_, StructType):
             return type_.cls(**{param.name: self.of(param.type) for param in type_.params})
         raise AssertionError(f"no sample for type {type_}")
@@ -153,15 +155,15 @@ def to_client(type_: FixedType | VarType, value: Any) -> Any:
         return dict(pairs) if type_.as_dict else pairs
     if isinstance(type_, StructType):
         fields = {param.name: to_client(param.type, getattr(value, param.name)) for param in type_.params}
-        if type_ is c.RAFT_GROUP_ID:
+        if type_ is structs.RAFT_GROUP_ID:
             from hazelcast.protocol import RaftGroupId
 
             return RaftGroupId(fields["name"], fields["seed"], fields["id"])
-        if type_ is c.SCHEMA:
+        if type_ is structs.SCHEMA:
             from hazelcast.serialization.compact import Schema
 
             return Schema(fields["type_name"], fields["fields"])
-        if type_ is c.FIELD_DESCRIPTOR:
+        if type_ is structs.FIELD_DESCRIPTOR:
             from hazelcast.serialization.compact import FieldDescriptor
 
             return FieldDescriptor(fields["field_name"], fields["kind"])
@@ -210,7 +212,7 @@ def test_official_request_decodes_with_our_spec(spec: MessageSpec) -> None:
     outbound.set_correlation_id(4242)
     message = from_outbound(outbound.buf)
     assert message.request_header()[:2] == (spec.request_type, 4242)
-    decoded = c.decode_request(spec, message)
+    decoded = message_codec.decode_request(spec, message)
     for param in spec.request:
         assert norm(param.type, decoded[param.name]) == norm(param.type, values[param.name]), param.name
 
@@ -220,7 +222,7 @@ def test_our_response_decodes_with_the_official_codec(spec: MessageSpec) -> None
     codec = official_codec(spec)
     samples = Samples()
     values = {param.name: samples.of(param.type) for param in spec.response}
-    message = to_inbound(c.encode_response(spec, 77, values))
+    message = to_inbound(message_codec.encode_response(spec, 77, values))
     assert message.get_message_type() == spec.response_type
     assert message.get_correlation_id() == 77
     if not spec.response:
@@ -238,11 +240,11 @@ _EVENT_CASES = [(s, e) for s in ALL_SPECS if official_codec(s) is not None for e
 
 
 @pytest.mark.parametrize("spec,event", _EVENT_CASES, ids=[f"{s.name}-{e.name}" for s, e in _EVENT_CASES])
-def test_our_event_decodes_with_the_official_handler(spec: MessageSpec, event: c.EventSpec) -> None:
+def test_our_event_decodes_with_the_official_handler(spec: MessageSpec, event: message_codec.EventSpec) -> None:
     codec = official_codec(spec)
     samples = Samples()
     values = {param.name: samples.of(param.type) for param in event.params}
-    message = to_inbound(c.encode_event(event, 99, values))
+    message = to_inbound(message_codec.encode_event(event, 99, values))
     assert message.get_message_type() == event.type_id
     assert message.start_frame.flags & (1 << 9), "events carry IS_EVENT"
     received: list[tuple[Any, ...]] = []
@@ -271,7 +273,7 @@ def test_add_ring_config_request_of_grid_decodes_with_our_spec() -> None:
     from meteor_spark.server.protocol.messages import DYNAMIC_CONFIG_ADD_RINGBUFFER_CONFIG as spec
 
     message = from_outbound(add_ringbuffer_config_request("meteor.stream::o.*", 123, 2, 1, 60).buf)
-    decoded = c.decode_request(spec, message)
+    decoded = message_codec.decode_request(spec, message)
     assert decoded == {
         "name": "meteor.stream::o.*",
         "capacity": 123,
@@ -293,9 +295,9 @@ def test_request_round_trip_through_our_own_encoder_for_every_spec() -> None:
         samples = Samples()
         values = {param.name: samples.of(param.type) for param in spec.request}
         message = FrameReader(expect_preamble=False).feed(
-            b"".join(bytes(x) for x in c.encode_request(spec, 5, values))
+            b"".join(bytes(x) for x in message_codec.encode_request(spec, 5, values))
         )[0]
-        decoded = c.decode_request(spec, message)
+        decoded = message_codec.decode_request(spec, message)
         for param in spec.request:
             assert norm(param.type, decoded[param.name]) == norm(param.type, values[param.name]), (
                 spec.name,
@@ -308,9 +310,9 @@ def test_optional_trailing_parameter_defaults_when_an_older_peer_omits_it() -> N
 
     values = {param.name: Samples().of(param.type) for param in spec.request}
     values["ringbuffer_store_config"] = None
-    chunks = c.encode_request(spec, 1, values)
+    chunks = message_codec.encode_request(spec, 1, values)
     frames = list(iter_frames(b"".join(bytes(x) for x in chunks)))[:-1]  # drop user_code_namespace
-    decoded = c.decode_request(spec, Message(frames))
+    decoded = message_codec.decode_request(spec, Message(frames))
     assert decoded["user_code_namespace"] is None
     assert decoded["name"] == values["name"]
 
@@ -319,12 +321,14 @@ def test_missing_required_parameter_is_a_protocol_error() -> None:
     from meteor_spark.server.errors import ProtocolError
     from meteor_spark.server.protocol.messages import RINGBUFFER_ADD as spec
 
-    chunks = c.encode_request(spec, 1, name="r", overflow_policy=0, value=b"x")
+    chunks = message_codec.encode_request(spec, 1, name="r", overflow_policy=0, value=b"x")
     frames = list(iter_frames(b"".join(bytes(x) for x in chunks)))
     with pytest.raises(ProtocolError, match="value"):
-        c.decode_request(spec, Message(frames[:-1]))
+        message_codec.decode_request(spec, Message(frames[:-1]))
     with pytest.raises(ProtocolError, match="overflow_policy"):
-        c.decode_request(spec, Message([type(frames[0])(frames[0].flags, frames[0].content[:17])] + frames[1:]))
+        message_codec.decode_request(
+            spec, Message([type(frames[0])(frames[0].flags, frames[0].content[:17])] + frames[1:])
+        )
 
 
 def test_param_order_on_the_wire_is_fixed_first_then_var_in_declaration_order() -> None:

@@ -14,7 +14,8 @@ import pytest
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, MapConfig, MemberOptions, RingConfig
 from meteor_spark.server.__main__ import build_parser, options_from_args
-from meteor_spark.server.member import READY_LINE, member_arguments, parse_map_config, parse_ring_config
+from meteor_spark.server.config_syntax import parse_map_config, parse_ring_config
+from meteor_spark.server.member import READY_LINE, member_arguments
 
 pytestmark = pytest.mark.embedded_only
 
@@ -69,6 +70,36 @@ def test_binds_loopback_by_default() -> None:
 def test_port_already_in_use_is_a_clear_error() -> None:
     with EmbeddedGrid() as first, pytest.raises(RuntimeError, match=f"could not start on 127.0.0.1:{first.port}"):
         EmbeddedGrid(port=first.port).start()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--port", "{busy}"], "--port {busy} on 127.0.0.1 is in use"),
+        (["--host", "no-such-host.invalid", "--port", "0"], "--host 'no-such-host.invalid': not a host name"),
+        (["--host", "192.0.2.1", "--port", "0"], "--host 192.0.2.1: not an address of this machine"),
+    ],
+    ids=["port-in-use", "unresolvable-host", "host-not-here"],
+)
+def test_a_member_that_cannot_listen_prints_one_error_line_and_no_start_or_stop(
+    flags: list[str], expected: str
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        argv = [flag.format(busy=port) for flag in flags]
+        # The default log level (INFO): a member that never ran must not log a start or a stop either.
+        done = subprocess.run(
+            [sys.executable, "-m", "meteor_spark.server", *argv], capture_output=True, text=True, timeout=60
+        )
+    print(f"{argv}: exit {done.returncode}, stderr {done.stderr!r}")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and expected.format(busy=port) in lines[0], lines[0]
+    assert "choose" in lines[0] or "give" in lines[0], lines[0]  # says how to fix it
 
 
 def test_password_is_not_in_repr_nor_command_line() -> None:

@@ -7,16 +7,16 @@ import uuid
 import pytest
 
 from meteor_spark.server.engine import ManualClock, Waiters
-from meteor_spark.server.engine.maps import (
+from meteor_spark.server.engine.map_types import (
     LONG_MAX,
     EntryEvent,
     EntryEventType,
     LockOwner,
     MapConfig,
     MapConfigs,
-    Maps,
     WouldBlock,
 )
+from meteor_spark.server.engine.maps import Maps
 from meteor_spark.server.errors import IllegalMonitorState, InvalidConfiguration
 
 ALICE = LockOwner(uuid.UUID(int=1), 7)

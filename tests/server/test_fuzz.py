@@ -22,6 +22,7 @@ from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
 from meteor_spark.server.protocol import codecs as c
+from meteor_spark.server.protocol import message_codec, structs
 from meteor_spark.server.protocol.frames import PREAMBLE, FrameReader, iter_frames
 
 pytestmark = pytest.mark.embedded_only
@@ -65,8 +66,8 @@ def sample(rng: random.Random, type_: Any) -> Any:
             except TypeError:
                 return {}
         return pairs
-    if type_ is c.FIELD_DESCRIPTOR:
-        return c.FieldDescriptor("f", 8)
+    if type_ is structs.FIELD_DESCRIPTOR:
+        return structs.FieldDescriptor("f", 8)
     if isinstance(type_, c.StructType):
         return type_.cls(**{param.name: sample(rng, param.type) for param in type_.params})
     raise AssertionError(type_)
@@ -78,7 +79,8 @@ def valid_request(rng: random.Random, correlation_id: int) -> bytes:
     if "timeout" in values:  # keep lock/try waits short: a fuzzed 2**62 ms wait would only be cancelled at close
         values["timeout"] = rng.choice([0, 1, -1])
     return b"".join(
-        bytes(x) for x in c.encode_request(spec, correlation_id, values, partition_id=rng.randrange(-1, 271))
+        bytes(x)
+        for x in message_codec.encode_request(spec, correlation_id, values, partition_id=rng.randrange(-1, 271))
     )
 
 

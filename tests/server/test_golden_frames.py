@@ -6,9 +6,9 @@ import uuid
 
 from meteor_spark.server.errors import StaleSequence
 from meteor_spark.server.protocol import messages as m
-from meteor_spark.server.protocol.codecs import decode_request, encode_event, encode_response
 from meteor_spark.server.protocol.errors import encode_error
 from meteor_spark.server.protocol.frames import FrameReader
+from meteor_spark.server.protocol.message_codec import decode_request, encode_event, encode_response
 
 
 def joined(chunks: list[bytes | bytearray | memoryview]) -> bytes:

@@ -16,7 +16,7 @@ from hazelcast.errors import IllegalMonitorStateError
 from hazelcast.proxy.map import BlockingMap
 
 from meteor_spark.grid.client import GridSettings, wait
-from meteor_spark.server.engine.maps import MapConfig
+from meteor_spark.server.engine.map_types import MapConfig
 from meteor_spark.server.member import EmbeddedGrid
 from meteor_spark.testing import wait_until
 

@@ -13,7 +13,7 @@ import pytest
 
 from meteor_spark.server.engine import Engine, ManualClock
 from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
-from meteor_spark.server.protocol import codecs as c
+from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol.frames import FrameReader
 
@@ -47,7 +47,7 @@ def _endpoint(connection: RecordingConnection) -> Endpoint:
 
 
 def _request(spec: Any, correlation_id: int, **values: Any) -> Any:
-    data = b"".join(bytes(x) for x in c.encode_request(spec, correlation_id, values, partition_id=0))
+    data = b"".join(bytes(x) for x in message_codec.encode_request(spec, correlation_id, values, partition_id=0))
     return FrameReader(expect_preamble=False).feed(data)[0]
 
 
@@ -68,9 +68,9 @@ def test_a_write_answers_a_parked_read_before_its_own_dispatch_returns() -> None
         reader = RecordingConnection()
         writer, _ = _park_a_read_then_write(reader)
         assert len(reader.responses) == 1  # answered inside the write, no event-loop turn in between
-        answer = c.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
+        answer = message_codec.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
         assert [bytes(item) for item in answer["items"]] == [b"item-0", b"item-1"] and answer["next_seq"] == 2
-        assert c.decode_response(m.RINGBUFFER_ADD_ALL, writer.responses[0])["response"] == 1
+        assert message_codec.decode_response(m.RINGBUFFER_ADD_ALL, writer.responses[0])["response"] == 1
         for _ in range(5):
             await asyncio.sleep(0)  # the parked task resumes and ends ...
         assert all(task.done() for task in reader.tasks)
@@ -87,7 +87,7 @@ def test_a_congested_reader_is_answered_by_its_task_once_it_reads_again() -> Non
         for _ in range(5):
             await asyncio.sleep(0)
         assert len(reader.responses) == 1
-        answer = c.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
+        answer = message_codec.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
         assert [bytes(item) for item in answer["items"]] == [b"item-0", b"item-1"]
 
     asyncio.run(run())

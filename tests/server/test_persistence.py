@@ -20,8 +20,8 @@ import pytest
 
 from meteor_spark.grid.client import GridSettings
 from meteor_spark.server.engine import Engine, EngineConfig, ManualClock
-from meteor_spark.server.engine.maps import LockOwner
-from meteor_spark.server.engine.persistence import Syncer
+from meteor_spark.server.engine.fsync import Syncer
+from meteor_spark.server.engine.map_types import LockOwner
 from meteor_spark.server.engine.ringbuffer import WOULD_BLOCK, ReadManyState, RingConfig
 from meteor_spark.server.errors import InvalidConfiguration, StaleSequence
 from meteor_spark.server.member import EmbeddedGrid

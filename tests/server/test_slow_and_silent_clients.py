@@ -15,7 +15,7 @@ from raw_client import RawClient, correlation_id_of, message_type_of
 
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, RingConfig, tcp
-from meteor_spark.server.protocol import codecs as c
+from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol import messages_data as md
 from meteor_spark.server.tcp import HANDOFF_BYTES, OUTPUT_HIGH_WATER, ConnectionInfo
@@ -32,7 +32,9 @@ def _connection(member: EmbeddedGrid, client_name: str) -> ConnectionInfo | None
     return next((info for info in member.connections() if info.client_name == client_name), None)
 
 
-def _read_many(name: str, start: int, min_count: int, max_count: int) -> tuple[c.MessageSpec, dict[str, Any]]:
+def _read_many(
+    name: str, start: int, min_count: int, max_count: int
+) -> tuple[message_codec.MessageSpec, dict[str, Any]]:
     values = {"name": name, "start_sequence": start, "min_count": min_count, "max_count": max_count, "filter": None}
     return m.RINGBUFFER_READ_MANY, values
 
@@ -95,7 +97,7 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
                 correlation_id = correlation_id_of(message)
                 assert correlation_id not in responses
                 assert message_type_of(message) == m.RINGBUFFER_READ_MANY.response_type
-                responses[correlation_id] = c.decode_response(m.RINGBUFFER_READ_MANY, message)
+                responses[correlation_id] = message_codec.decode_response(m.RINGBUFFER_READ_MANY, message)
             for correlation_id in requested:
                 assert [bytes(item) for item in responses[correlation_id]["items"]] == _serialized(items)
             assert [bytes(item) for item in responses[parked]["items"]] == _serialized(woken_items)

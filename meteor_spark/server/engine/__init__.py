@@ -24,7 +24,8 @@ from meteor_spark.server.errors import InvalidConfiguration
 if TYPE_CHECKING:
     from meteor_spark.server.engine.atomics import Atomics
     from meteor_spark.server.engine.flake_ids import FlakeIds
-    from meteor_spark.server.engine.maps import MapConfig, Maps
+    from meteor_spark.server.engine.map_types import MapConfig
+    from meteor_spark.server.engine.maps import Maps
     from meteor_spark.server.engine.persistence import Persistence
     from meteor_spark.server.engine.ringbuffer import RingConfig
     from meteor_spark.server.engine.services import Housekeeping

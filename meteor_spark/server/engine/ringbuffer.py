@@ -128,7 +128,7 @@ class RingConfigs(NamedConfigs[RingConfig]):
 
 
 class RingStore(Protocol):
-    """What a ring needs from persistence (implemented in ``engine/persistence.py``).
+    """What a ring needs from persistence (implemented in ``engine/ring_store.py``).
 
     ``append`` is called synchronously inside the mutation, in sequence order; the handler awaits ``commit()`` before
     it acknowledges the write (fsync policy ``always`` makes that a group-committed fsync).

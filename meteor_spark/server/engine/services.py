@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from meteor_spark.server.engine.atomics import Atomics, CpMode
 from meteor_spark.server.engine.flake_ids import FlakeIds
-from meteor_spark.server.engine.maps import MapConfig, MapConfigs, Maps
+from meteor_spark.server.engine.map_types import MapConfig, MapConfigs
+from meteor_spark.server.engine.maps import Maps
 from meteor_spark.server.engine.topics import Topics
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any
 
 from meteor_spark.server.handlers.registry import RequestContext, handles
 from meteor_spark.server.protocol import messages as m
-from meteor_spark.server.protocol.codecs import (
+from meteor_spark.server.protocol.structs import (
     Address,
     DistributedObjectInfo,
     EndpointQualifier,

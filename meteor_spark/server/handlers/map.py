@@ -11,11 +11,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from meteor_spark.server.engine.maps import EntryEvent, LockOwner, Maps, WouldBlock
+from meteor_spark.server.engine.map_types import EntryEvent, LockOwner, WouldBlock
+from meteor_spark.server.engine.maps import Maps
 from meteor_spark.server.errors import IllegalArgument
 from meteor_spark.server.handlers.registry import RequestContext, handles
 from meteor_spark.server.protocol import messages_data as m
-from meteor_spark.server.protocol.codecs import EventSpec
+from meteor_spark.server.protocol.message_codec import EventSpec
 
 SERVICE_NAME = "hz:impl:mapService"
 

@@ -28,9 +28,15 @@ from typing import Any, Protocol
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
 from meteor_spark.server.fidelity import MIMICKED_VERSION
-from meteor_spark.server.protocol.codecs import EventSpec, MessageSpec, decode_request, encode_event, encode_response
 from meteor_spark.server.protocol.errors import encode_error
 from meteor_spark.server.protocol.frames import Message
+from meteor_spark.server.protocol.message_codec import (
+    EventSpec,
+    MessageSpec,
+    decode_request,
+    encode_event,
+    encode_response,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,16 @@
-"""Codecs declared once as data: a ``MessageSpec`` per message, from which both directions are derived.
+"""The protocol's type codecs, declared once as data: how each parameter type travels in frames.
 
-A spec lists a message's request parameters, response parameters and events in the order of the protocol
-definitions (``hazelcast-client-protocol/protocol-definitions/*.yaml``). On the wire all fixed-size parameters come
-first, packed into the initial frame in declaration order, then every variable-size parameter as one or more frames
-in declaration order; ``MessageSpec`` derives that layout, and ``decode_request`` / ``encode_response`` /
-``encode_event`` / ``encode_request`` / ``decode_response`` are generic over it.
+Fixed-size types (``INT``, ``LONG``, ``UUID``...) are packed into a message's initial frame; variable-size types
+(``STRING``, ``DATA``, ``list_of(...)``, ``StructType``...) are one or more frames. ``Param`` names a typed parameter
+of a message or struct; ``FixedBlock`` packs a run of fixed-size ones with one precompiled ``struct``. The structs
+themselves are declared in ``structs``, the message layer (``MessageSpec``, encode / decode) in ``message_codec``.
 
-The type codecs (``STRING``, ``DATA``, ``list_of(...)``, custom structs such as ``ADDRESS``...) are written here from
-the protocol documentation; the member never imports ``hazelcast`` so that the official client's codecs stay an
-independent check in the tests.
+The codecs are written here from the protocol documentation; the member never imports ``hazelcast`` so that the
+official client's codecs stay an independent check in the tests.
 
 Python values: ``String`` -> ``str``; ``Data`` and ``byte[]`` -> ``bytes`` (raw serialized form, never
 deserialized); ``UUID`` -> ``uuid.UUID``; lists -> ``list``; entry lists -> ``list[tuple[K, V]]``; maps ->
-``dict``; custom structs -> the frozen dataclasses below, or the engine's own value for the structs that are
+``dict``; custom structs -> frozen dataclasses (``structs``), or the engine's own value for the structs that are
 engine values too (``RaftGroupId``, ``SimpleEntryView``: one class each, so handlers pass them through); nullable ->
 ``None``.
 """
@@ -22,24 +20,15 @@ from __future__ import annotations
 import struct
 import uuid as uuid_module
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.server.engine.atomics import RaftGroupId
-from meteor_spark.server.engine.maps import SimpleEntryView
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
     END_DATA_STRUCTURE,
-    IS_EVENT,
-    IS_FINAL,
     IS_NULL,
-    REQUEST_FIXED_OFFSET,
-    RESPONSE_FIXED_OFFSET,
-    UNFRAGMENTED,
     Frame,
-    Message,
-    encode_frames,
 )
 
 OutFrame = tuple[int, bytes | bytearray | memoryview]
@@ -397,7 +386,7 @@ def p(name: str, type_: FixedType | VarType, *, optional: bool = False, default:
     return Param(name, type_, optional, default)
 
 
-class _FixedBlock:
+class FixedBlock:
     """The fixed-size parameters of a message or struct, packed with one precompiled ``struct``."""
 
     def __init__(self, params: Sequence[Param]) -> None:
@@ -451,7 +440,7 @@ class StructType(VarType):
         self.name = name
         self.cls = cls
         self.params = tuple(params)
-        self.fixed = _FixedBlock([param for param in self.params if param.is_fixed])
+        self.fixed = FixedBlock([param for param in self.params if param.is_fixed])
         self.var = tuple(param for param in self.params if not param.is_fixed)
 
     def encode(self, out: list[OutFrame], value: Any) -> None:
@@ -486,335 +475,3 @@ def _values_of(value: Any, params: Sequence[Param]) -> Mapping[str, Any]:
     if isinstance(value, Mapping):
         return value
     return {param.name: getattr(value, param.name) for param in params}
-
-
-@dataclass(frozen=True)
-class Address:
-    host: str
-    port: int
-
-
-@dataclass(frozen=True)
-class MemberVersion:
-    major: int
-    minor: int
-    patch: int
-
-
-@dataclass(frozen=True)
-class EndpointQualifier:
-    type: int  # 0 MEMBER, 1 CLIENT, 2 WAN, 3 REST, 4 MEMCACHE
-    identifier: str | None
-
-
-@dataclass(frozen=True)
-class MemberInfo:
-    address: Address
-    uuid: uuid_module.UUID
-    attributes: dict[str, str]
-    lite_member: bool
-    version: MemberVersion
-    address_map: dict[EndpointQualifier, Address] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DistributedObjectInfo:
-    service_name: str
-    name: str
-
-
-@dataclass(frozen=True)
-class StackTraceElement:
-    class_name: str
-    method_name: str
-    file_name: str | None
-    line_number: int
-
-
-@dataclass(frozen=True)
-class ErrorHolder:
-    error_code: int
-    class_name: str
-    message: str | None
-    stack_trace_elements: list[StackTraceElement] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class FieldDescriptor:
-    field_name: str
-    kind: int
-
-
-@dataclass(frozen=True)
-class Schema:
-    type_name: str
-    fields: list[FieldDescriptor]
-
-
-@dataclass(frozen=True)
-class RingbufferStoreConfigHolder:
-    class_name: str | None
-    factory_class_name: str | None
-    implementation: bytes | None
-    factory_implementation: bytes | None
-    properties: dict[str, str] | None
-    enabled: bool
-
-
-ADDRESS = StructType("Address", Address, [p("port", INT), p("host", STRING)])
-MEMBER_VERSION = StructType("MemberVersion", MemberVersion, [p("major", BYTE), p("minor", BYTE), p("patch", BYTE)])
-ENDPOINT_QUALIFIER = StructType(
-    "EndpointQualifier", EndpointQualifier, [p("type", INT), p("identifier", nullable(STRING))]
-)
-MEMBER_INFO = StructType(
-    "MemberInfo",
-    MemberInfo,
-    [
-        p("address", ADDRESS),
-        p("uuid", UUID),
-        p("attributes", map_of(STRING, STRING)),
-        p("lite_member", BOOLEAN),
-        p("version", MEMBER_VERSION),
-        p("address_map", map_of(ENDPOINT_QUALIFIER, ADDRESS), optional=True, default={}),
-    ],
-)
-DISTRIBUTED_OBJECT_INFO = StructType(
-    "DistributedObjectInfo", DistributedObjectInfo, [p("service_name", STRING), p("name", STRING)]
-)
-STACK_TRACE_ELEMENT = StructType(
-    "StackTraceElement",
-    StackTraceElement,
-    [p("class_name", STRING), p("method_name", STRING), p("file_name", nullable(STRING)), p("line_number", INT)],
-)
-ERROR_HOLDER = StructType(
-    "ErrorHolder",
-    ErrorHolder,
-    [
-        p("error_code", INT),
-        p("class_name", STRING),
-        p("message", nullable(STRING)),
-        p("stack_trace_elements", list_of(STACK_TRACE_ELEMENT)),
-    ],
-)
-RAFT_GROUP_ID = StructType("RaftGroupId", RaftGroupId, [p("name", STRING), p("seed", LONG), p("id", LONG)])
-SIMPLE_ENTRY_VIEW = StructType(
-    "SimpleEntryView",
-    SimpleEntryView,
-    [
-        p("key", DATA),
-        p("value", DATA),
-        p("cost", LONG),
-        p("creation_time", LONG),
-        p("expiration_time", LONG),
-        p("hits", LONG),
-        p("last_access_time", LONG),
-        p("last_stored_time", LONG),
-        p("last_update_time", LONG),
-        p("version", LONG),
-        p("ttl", LONG),
-        p("max_idle", LONG),
-    ],
-)
-FIELD_DESCRIPTOR = StructType("FieldDescriptor", FieldDescriptor, [p("field_name", STRING), p("kind", INT)])
-SCHEMA = StructType("Schema", Schema, [p("type_name", STRING), p("fields", list_of(FIELD_DESCRIPTOR))])
-RINGBUFFER_STORE_CONFIG_HOLDER = StructType(
-    "RingbufferStoreConfigHolder",
-    RingbufferStoreConfigHolder,
-    [
-        p("class_name", nullable(STRING)),
-        p("factory_class_name", nullable(STRING)),
-        p("implementation", nullable(DATA)),
-        p("factory_implementation", nullable(DATA)),
-        p("properties", nullable(map_of(STRING, STRING))),
-        p("enabled", BOOLEAN),
-    ],
-)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Messages
-
-
-@dataclass(frozen=True, eq=False)
-class EventSpec:
-    """A server -> client event of a listener registration message."""
-
-    name: str
-    type_id: int
-    params: tuple[Param, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_fixed", _FixedBlock([param for param in self.params if param.is_fixed]))
-        object.__setattr__(self, "_var", tuple(param for param in self.params if not param.is_fixed))
-
-
-@dataclass(frozen=True, eq=False)
-class MessageSpec:
-    """One request/response message type, as in the protocol definitions.
-
-    ``request`` and ``response`` list parameters in declaration order; the wire order (fixed first, then var) is
-    derived. ``request_type`` is ``0xSSMM00``; the response is ``request_type + 1``; events are listed in ``events``.
-    """
-
-    name: str
-    request_type: int
-    request: tuple[Param, ...] = ()
-    response: tuple[Param, ...] = ()
-    events: tuple[EventSpec, ...] = ()
-    doc: str = ""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_req_fixed", _FixedBlock([x for x in self.request if x.is_fixed]))
-        object.__setattr__(self, "_req_var", tuple(x for x in self.request if not x.is_fixed))
-        object.__setattr__(self, "_resp_fixed", _FixedBlock([x for x in self.response if x.is_fixed]))
-        object.__setattr__(self, "_resp_var", tuple(x for x in self.response if not x.is_fixed))
-
-    @property
-    def response_type(self) -> int:
-        return self.request_type + 1
-
-    def event(self, name: str) -> EventSpec:
-        for event in self.events:
-            if event.name == name:
-                return event
-        raise KeyError(f"{self.name} has no event {name!r}; it has {[e.name for e in self.events]}")
-
-
-def message(
-    name: str,
-    request_type: int,
-    request: Sequence[Param] = (),
-    response: Sequence[Param] = (),
-    events: Sequence[EventSpec] = (),
-    doc: str = "",
-) -> MessageSpec:
-    return MessageSpec(name, request_type, tuple(request), tuple(response), tuple(events), doc)
-
-
-def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
-    return EventSpec(name, type_id, tuple(params))
-
-
-def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, Any]) -> None:
-    count = len(cursor.frames)
-    for param in params:
-        if cursor.index >= count:
-            if not param.optional:
-                raise ProtocolError(f"message ends before parameter {param.name!r} ({param.type})")
-            into[param.name] = param.default
-            continue
-        into[param.name] = param.type.decode(cursor)  # type: ignore[union-attr]
-
-
-#: An initial frame's frame header (length, flags) followed by the message header of each message kind.
-_RESPONSE_INITIAL = struct.Struct("<iHiqB")  # type, correlation id, backup acks
-_EVENT_INITIAL = struct.Struct("<iHiqi")  # type, correlation id, partition id (requests have the same layout)
-
-
-def _encode(
-    initial_header: struct.Struct,
-    header: tuple[int, int, int],
-    fixed: _FixedBlock,
-    var: Sequence[Param],
-    values: Mapping[str, Any],
-    flags: int,
-) -> list[bytes | bytearray | memoryview]:
-    """Byte chunks of a message: the initial frame (frame header, message header and fixed parameters packed into one
-    buffer), then the frames of the variable-size parameters."""
-    size = initial_header.size + fixed.size
-    initial = bytearray(size)
-    initial_header.pack_into(initial, 0, size, flags if var else flags | IS_FINAL, *header)
-    if fixed.params:
-        try:
-            fixed.pack_into(initial, initial_header.size, values)
-        except KeyError as exc:
-            raise ValueError(f"missing fixed parameter {exc.args[0]!r}") from None
-    if not var:
-        return [initial]
-    out: list[OutFrame] = []
-    for param in var:
-        try:
-            value = values[param.name]
-        except KeyError:
-            raise ValueError(f"missing parameter {param.name!r}") from None
-        param.type.encode(out, value)  # type: ignore[union-attr]
-    chunks: list[bytes | bytearray | memoryview] = [initial]
-    chunks += encode_frames(out)
-    return chunks
-
-
-def _merge(values: Mapping[str, Any] | None, kw: dict[str, Any]) -> Mapping[str, Any]:
-    if not kw:
-        return values if values is not None else {}
-    return {**values, **kw} if values else kw
-
-
-def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
-    """The request parameters of ``msg`` by name.
-
-    Raises:
-        ProtocolError: the message does not match the spec (too short, missing frames, bad structure).
-    """
-    values: dict[str, Any] = {}
-    frames = msg.frames
-    spec._req_fixed.unpack(frames[0].content, REQUEST_FIXED_OFFSET, values)  # type: ignore[attr-defined]
-    if spec._req_var:  # type: ignore[attr-defined]
-        _decode_var(FrameCursor(frames), spec._req_var, values)  # type: ignore[attr-defined]
-    return values
-
-
-def encode_response(
-    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, **kw: Any
-) -> list[bytes | bytearray | memoryview]:
-    """Byte chunks of the response to ``correlation_id`` (backup acks always 0: one member has no backups).
-
-    Values the spec does not declare are ignored (one handler may serve messages whose responses differ).
-    """
-    header = (spec.response_type, correlation_id, 0)
-    return _encode(
-        _RESPONSE_INITIAL,
-        header,
-        spec._resp_fixed,  # type: ignore[attr-defined]
-        spec._resp_var,  # type: ignore[attr-defined]
-        _merge(values, kw),
-        UNFRAGMENTED,
-    )
-
-
-def encode_event(
-    spec: EventSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
-) -> list[bytes | bytearray | memoryview]:
-    """Byte chunks of an event for the listener registered by request ``correlation_id``."""
-    header = (spec.type_id, correlation_id, partition_id)
-    return _encode(
-        _EVENT_INITIAL,
-        header,
-        spec._fixed,  # type: ignore[attr-defined]
-        spec._var,  # type: ignore[attr-defined]
-        _merge(values, kw),
-        UNFRAGMENTED | IS_EVENT,
-    )
-
-
-def encode_request(
-    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
-) -> list[bytes | bytearray | memoryview]:
-    """Byte chunks of a request (client side; used by tests, tools and the bench)."""
-    header = (spec.request_type, correlation_id, partition_id)
-    return _encode(
-        _EVENT_INITIAL,
-        header,
-        spec._req_fixed,  # type: ignore[attr-defined]
-        spec._req_var,  # type: ignore[attr-defined]
-        _merge(values, kw),
-        UNFRAGMENTED,
-    )
-
-
-def decode_response(spec: MessageSpec, msg: Message) -> dict[str, Any]:
-    """The response parameters of ``msg`` by name (client side; tests, tools, bench)."""
-    values: dict[str, Any] = {}
-    spec._resp_fixed.unpack(msg.frames[0].content, RESPONSE_FIXED_OFFSET, values)  # type: ignore[attr-defined]
-    if spec._resp_var:  # type: ignore[attr-defined]
-        _decode_var(FrameCursor(msg.frames), spec._resp_var, values)  # type: ignore[attr-defined]
-    return values

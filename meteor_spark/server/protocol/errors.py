@@ -7,14 +7,9 @@ the error code into its own exception class and shows ``"<java class>: <message>
 from __future__ import annotations
 
 from meteor_spark.server.errors import ServerError
-from meteor_spark.server.protocol.codecs import (
-    ERROR_HOLDER,
-    ErrorHolder,
-    encode_response,
-    list_of,
-    message,
-    p,
-)
+from meteor_spark.server.protocol.codecs import list_of, p
+from meteor_spark.server.protocol.message_codec import encode_response, message
+from meteor_spark.server.protocol.structs import ERROR_HOLDER, ErrorHolder
 
 #: Errors travel as message type 0; a request type of -1 makes the derived ``response_type`` exactly 0.
 ERROR_RESPONSE = message("Client.error", -1, response=(p("error_holders", list_of(ERROR_HOLDER)),))

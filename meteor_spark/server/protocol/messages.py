@@ -9,28 +9,28 @@ Topic messages live in ``messages_data.py``.
 from __future__ import annotations
 
 from meteor_spark.server.protocol.codecs import (
-    ADDRESS,
     BOOLEAN,
     BYTE,
     BYTE_ARRAY,
     DATA,
-    DISTRIBUTED_OBJECT_INFO,
     ENTRY_LIST_UUID_LIST_INTEGER,
     INT,
     LONG,
     LONG_ARRAY,
-    MEMBER_INFO,
-    RINGBUFFER_STORE_CONFIG_HOLDER,
-    SCHEMA,
     SET_UUID,
     STRING,
     UUID,
-    MessageSpec,
-    event,
     list_of,
-    message,
     nullable,
     p,
+)
+from meteor_spark.server.protocol.message_codec import MessageSpec, event, message
+from meteor_spark.server.protocol.structs import (
+    ADDRESS,
+    DISTRIBUTED_OBJECT_INFO,
+    MEMBER_INFO,
+    RINGBUFFER_STORE_CONFIG_HOLDER,
+    SCHEMA,
 )
 
 # ---------------------------------------------------------------------------------------------------- Client (0x00)

@@ -8,23 +8,9 @@ and is checked against them by the round-trip tests (official encode -> our deco
 
 from __future__ import annotations
 
-from meteor_spark.server.protocol.codecs import (
-    BOOLEAN,
-    DATA,
-    INT,
-    LONG,
-    RAFT_GROUP_ID,
-    SIMPLE_ENTRY_VIEW,
-    STRING,
-    UUID,
-    MessageSpec,
-    entry_list,
-    event,
-    list_of,
-    message,
-    nullable,
-    p,
-)
+from meteor_spark.server.protocol.codecs import BOOLEAN, DATA, INT, LONG, STRING, UUID, entry_list, list_of, nullable, p
+from meteor_spark.server.protocol.message_codec import MessageSpec, event, message
+from meteor_spark.server.protocol.structs import RAFT_GROUP_ID, SIMPLE_ENTRY_VIEW
 
 _NAME = p("name", STRING)
 #: Key-based map operations: the key, and the client thread that may own the key's lock.

@@ -1,0 +1,213 @@
+"""Messages declared once as data: a ``MessageSpec`` per message, from which both directions are derived.
+
+A spec lists a message's request parameters, response parameters and events in the order of the protocol
+definitions (``hazelcast-client-protocol/protocol-definitions/*.yaml``). On the wire all fixed-size parameters come
+first, packed into the initial frame in declaration order, then every variable-size parameter as one or more frames
+in declaration order; ``MessageSpec`` derives that layout, and ``decode_request`` / ``encode_response`` /
+``encode_event`` / ``encode_request`` / ``decode_response`` are generic over it. The types of the parameters are in
+``codecs``; the message tables in ``messages`` / ``messages_data``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.server.errors import ProtocolError
+from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param
+from meteor_spark.server.protocol.frames import (
+    IS_EVENT,
+    IS_FINAL,
+    REQUEST_FIXED_OFFSET,
+    RESPONSE_FIXED_OFFSET,
+    UNFRAGMENTED,
+    Message,
+    encode_frames,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class EventSpec:
+    """A server -> client event of a listener registration message."""
+
+    name: str
+    type_id: int
+    params: tuple[Param, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_fixed", FixedBlock([param for param in self.params if param.is_fixed]))
+        object.__setattr__(self, "_var", tuple(param for param in self.params if not param.is_fixed))
+
+
+@dataclass(frozen=True, eq=False)
+class MessageSpec:
+    """One request/response message type, as in the protocol definitions.
+
+    ``request`` and ``response`` list parameters in declaration order; the wire order (fixed first, then var) is
+    derived. ``request_type`` is ``0xSSMM00``; the response is ``request_type + 1``; events are listed in ``events``.
+    """
+
+    name: str
+    request_type: int
+    request: tuple[Param, ...] = ()
+    response: tuple[Param, ...] = ()
+    events: tuple[EventSpec, ...] = ()
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_req_fixed", FixedBlock([x for x in self.request if x.is_fixed]))
+        object.__setattr__(self, "_req_var", tuple(x for x in self.request if not x.is_fixed))
+        object.__setattr__(self, "_resp_fixed", FixedBlock([x for x in self.response if x.is_fixed]))
+        object.__setattr__(self, "_resp_var", tuple(x for x in self.response if not x.is_fixed))
+
+    @property
+    def response_type(self) -> int:
+        return self.request_type + 1
+
+    def event(self, name: str) -> EventSpec:
+        for event in self.events:
+            if event.name == name:
+                return event
+        raise KeyError(f"{self.name} has no event {name!r}; it has {[e.name for e in self.events]}")
+
+
+def message(
+    name: str,
+    request_type: int,
+    request: Sequence[Param] = (),
+    response: Sequence[Param] = (),
+    events: Sequence[EventSpec] = (),
+    doc: str = "",
+) -> MessageSpec:
+    return MessageSpec(name, request_type, tuple(request), tuple(response), tuple(events), doc)
+
+
+def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
+    return EventSpec(name, type_id, tuple(params))
+
+
+def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, Any]) -> None:
+    count = len(cursor.frames)
+    for param in params:
+        if cursor.index >= count:
+            if not param.optional:
+                raise ProtocolError(f"message ends before parameter {param.name!r} ({param.type})")
+            into[param.name] = param.default
+            continue
+        into[param.name] = param.type.decode(cursor)  # type: ignore[union-attr]
+
+
+#: An initial frame's frame header (length, flags) followed by the message header of each message kind.
+_RESPONSE_INITIAL = struct.Struct("<iHiqB")  # type, correlation id, backup acks
+_EVENT_INITIAL = struct.Struct("<iHiqi")  # type, correlation id, partition id (requests have the same layout)
+
+
+def _encode(
+    initial_header: struct.Struct,
+    header: tuple[int, int, int],
+    fixed: FixedBlock,
+    var: Sequence[Param],
+    values: Mapping[str, Any],
+    flags: int,
+) -> list[bytes | bytearray | memoryview]:
+    """Byte chunks of a message: the initial frame (frame header, message header and fixed parameters packed into one
+    buffer), then the frames of the variable-size parameters."""
+    size = initial_header.size + fixed.size
+    initial = bytearray(size)
+    initial_header.pack_into(initial, 0, size, flags if var else flags | IS_FINAL, *header)
+    if fixed.params:
+        try:
+            fixed.pack_into(initial, initial_header.size, values)
+        except KeyError as exc:
+            raise ValueError(f"missing fixed parameter {exc.args[0]!r}") from None
+    if not var:
+        return [initial]
+    out: list[OutFrame] = []
+    for param in var:
+        try:
+            value = values[param.name]
+        except KeyError:
+            raise ValueError(f"missing parameter {param.name!r}") from None
+        param.type.encode(out, value)  # type: ignore[union-attr]
+    chunks: list[bytes | bytearray | memoryview] = [initial]
+    chunks += encode_frames(out)
+    return chunks
+
+
+def _merge(values: Mapping[str, Any] | None, kw: dict[str, Any]) -> Mapping[str, Any]:
+    if not kw:
+        return values if values is not None else {}
+    return {**values, **kw} if values else kw
+
+
+def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
+    """The request parameters of ``msg`` by name.
+
+    Raises:
+        ProtocolError: the message does not match the spec (too short, missing frames, bad structure).
+    """
+    values: dict[str, Any] = {}
+    frames = msg.frames
+    spec._req_fixed.unpack(frames[0].content, REQUEST_FIXED_OFFSET, values)  # type: ignore[attr-defined]
+    if spec._req_var:  # type: ignore[attr-defined]
+        _decode_var(FrameCursor(frames), spec._req_var, values)  # type: ignore[attr-defined]
+    return values
+
+
+def encode_response(
+    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, **kw: Any
+) -> list[bytes | bytearray | memoryview]:
+    """Byte chunks of the response to ``correlation_id`` (backup acks always 0: one member has no backups).
+
+    Values the spec does not declare are ignored (one handler may serve messages whose responses differ).
+    """
+    header = (spec.response_type, correlation_id, 0)
+    return _encode(
+        _RESPONSE_INITIAL,
+        header,
+        spec._resp_fixed,  # type: ignore[attr-defined]
+        spec._resp_var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED,
+    )
+
+
+def encode_event(
+    spec: EventSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
+) -> list[bytes | bytearray | memoryview]:
+    """Byte chunks of an event for the listener registered by request ``correlation_id``."""
+    header = (spec.type_id, correlation_id, partition_id)
+    return _encode(
+        _EVENT_INITIAL,
+        header,
+        spec._fixed,  # type: ignore[attr-defined]
+        spec._var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED | IS_EVENT,
+    )
+
+
+def encode_request(
+    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any] | None = None, partition_id: int = -1, **kw: Any
+) -> list[bytes | bytearray | memoryview]:
+    """Byte chunks of a request (client side; used by tests, tools and the bench)."""
+    header = (spec.request_type, correlation_id, partition_id)
+    return _encode(
+        _EVENT_INITIAL,
+        header,
+        spec._req_fixed,  # type: ignore[attr-defined]
+        spec._req_var,  # type: ignore[attr-defined]
+        _merge(values, kw),
+        UNFRAGMENTED,
+    )
+
+
+def decode_response(spec: MessageSpec, msg: Message) -> dict[str, Any]:
+    """The response parameters of ``msg`` by name (client side; tests, tools, bench)."""
+    values: dict[str, Any] = {}
+    spec._resp_fixed.unpack(msg.frames[0].content, RESPONSE_FIXED_OFFSET, values)  # type: ignore[attr-defined]
+    if spec._resp_var:  # type: ignore[attr-defined]
+        _decode_var(FrameCursor(msg.frames), spec._resp_var, values)  # type: ignore[attr-defined]
+    return values
