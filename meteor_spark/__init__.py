@@ -99,7 +99,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
 
 
-#: Submodules reachable as attributes of the package without importing them first, as the README writes them
+#: Submodules reachable as attributes of the package without importing them first, as the docs write them
 #: (``meteor_spark.config.spark_conf()`` after ``import meteor_spark``); each is imported on first access.
 _SUBMODULES = frozenset({"config", "errors", "admin", "testing", "spark"})
 
