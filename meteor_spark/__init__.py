@@ -101,7 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: F401
 
 
-#: Submodules reachable as attributes of the package without importing them first, as the README writes them
+#: Submodules reachable as attributes of the package without importing them first, as the docs write them
 #: (``meteor_spark.config.spark_conf()`` after ``import meteor_spark``); each is imported on first access.
 #: The layers are reachable the same way; so are the modules' paths from before the layers (with a warning).
 _SUBMODULES = frozenset({"config", "errors", "testing", "spark", "format", "grid", "producer", "groups", "consumer"})

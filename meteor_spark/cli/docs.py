@@ -1,7 +1,9 @@
-"""Generated parts of the README: the Spark options table and the CLI reference, rendered from the code.
+"""Generated parts of the documentation: the Spark options table, the environment variables and the CLI reference,
+rendered from the code.
 
 ``python -m meteor_spark.cli.docs`` rewrites the sections between ``<!-- BEGIN GENERATED: name -->`` and
-``<!-- END GENERATED: name -->`` in README.md; ``tests/test_docs.py`` fails when they are out of date.
+``<!-- END GENERATED: name -->`` in the pages of ``docs/`` that ``PAGES`` names; ``tests/test_docs.py`` fails when
+one is out of date. Each section lives in exactly one page, so a reader never finds two copies that disagree.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+#: The page (relative to the checkout) that holds each generated section.
+PAGES: dict[str, str] = {
+    "options": "docs/spark.md",
+    "environment": "docs/configuration.md",
+    "cli": "docs/cli.md",
+}
+#: The command that rewrites every generated section (named by the tests that fail when one is stale).
+REGENERATE = "python -m meteor_spark.cli.docs"
 #: Help text is wrapped to this width so the generated reference does not depend on the terminal.
 HELP_COLUMNS = 110
 
@@ -51,7 +61,7 @@ def cli_reference() -> str:
         for path, sub in _walk(parser, ("meteor",)):
             title = " ".join(path)
             text = sub.format_help().rstrip()
-            sections.append(f"#### `{title}`\n\n```text\n{text}\n```")
+            sections.append(f"### `{title}`\n\n```text\n{text}\n```")
         return "\n\n".join(sections)
     finally:
         if previous is None:
@@ -98,21 +108,33 @@ def sections(text: str) -> dict[str, str]:
     return {m.group("name"): m.group("body").strip("\n") for m in _SECTION.finditer(text)}
 
 
+def page(name: str) -> Path:
+    """The file that holds the generated section ``name``."""
+    return ROOT / PAGES[name]
+
+
+def stale_pages() -> list[str]:
+    """The pages (relative paths) whose generated sections differ from what the code renders now."""
+    return [relative for relative in sorted(set(PAGES.values())) if render(_read(relative)) != _read(relative)]
+
+
+def _read(relative: str) -> str:
+    return (ROOT / relative).read_text(encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Rewrite README.md's generated sections in place (``--check``: only report whether they are current)."""
-    parser = argparse.ArgumentParser(prog="python -m meteor_spark.cli.docs", description=main.__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 when README.md is out of date")
+    """Rewrite the generated sections of the docs pages in place (``--check``: only report whether they are current)."""
+    parser = argparse.ArgumentParser(prog=REGENERATE, description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a page is out of date")
     args = parser.parse_args(argv)
-    current = README.read_text()
-    updated = render(current)
+    stale = stale_pages()
     if args.check:
-        if updated != current:
-            sys.stderr.write("README.md is out of date: run `python -m meteor_spark.cli.docs`\n")
-            return 1
-        return 0
-    if updated != current:
-        README.write_text(updated)
-        sys.stdout.write("README.md updated\n")
+        for relative in stale:
+            sys.stderr.write(f"{relative} is out of date: run `{REGENERATE}`\n")
+        return 1 if stale else 0
+    for relative in stale:
+        (ROOT / relative).write_text(render(_read(relative)), encoding="utf-8")
+        sys.stdout.write(f"{relative} updated\n")
     return 0
 
 

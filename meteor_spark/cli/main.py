@@ -29,7 +29,7 @@ DESCRIPTION = """\
 meteor-spark: Kafka-like streams inside a Hazelcast grid, for Python and Spark.
 
 Commands talk to the grid at 127.0.0.1:5701 (cluster 'dev') unless told otherwise by flags, environment
-variables or a TOML file (--config, $METEOR_CONFIG; its keys: "Configuration" in the README).
+variables or a TOML file (--config, $METEOR_CONFIG; its keys: docs/configuration.md).
 """
 
 EPILOG = """\
@@ -47,7 +47,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The full ``meteor`` parser (also used to generate the README's CLI reference)."""
+    """The full ``meteor`` parser (also used to generate the CLI reference, docs/cli.md)."""
     parent = connection_parent()
     parser = argparse.ArgumentParser(
         prog="meteor",

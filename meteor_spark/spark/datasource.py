@@ -65,7 +65,7 @@ SOURCE_SCHEMA_WITH_HEADERS_MAP = StructType([*SOURCE_SCHEMA.fields, StructField(
 class MeteorDataSource(DataSource):
     """Read and write Meteor streams: ``spark.readStream.format("meteor").option("stream", "orders").load()``.
 
-    Options are documented in ``meteor_spark.spark.options.OPTION_TABLE`` (and the README). They are parsed once,
+    Options are documented in ``meteor_spark.spark.options.OPTION_TABLE`` (and docs/spark.md). They are parsed once,
     here, into frozen objects; an unknown or invalid option fails at ``load()`` / ``start()`` with a message
     naming it.
     """

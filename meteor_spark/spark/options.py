@@ -10,7 +10,7 @@ ring item** (one micro-batch of records written by one publisher flush), not a r
 ``minOffsetsPerTrigger`` and ``maxOffsetsPerPartition`` therefore count ring items. Counting records exactly would
 mean reading every item on the driver before planning a batch; the item count is what the driver knows for free.
 
-``OPTION_TABLE`` is the one place every option is documented; the README renders it (``describe_options()``).
+``OPTION_TABLE`` is the one place every option is documented; docs/spark.md renders it (``describe_options()``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _grid_type(name: str) -> str:
     return "string"
 
 
-#: Every option of format("meteor"). The README's option table is generated from this tuple.
+#: Every option of format("meteor"). The option table of docs/spark.md is generated from this tuple.
 OPTION_TABLE: tuple[OptionDoc, ...] = (
     OptionDoc(
         "stream",
@@ -370,7 +370,7 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
 
 
 def describe_options() -> list[tuple[str, str, str, str, str]]:
-    """Rows (name, applies to, type, default, meaning) of every option, for the README and ``meteor`` help."""
+    """Rows (name, applies to, type, default, meaning) of every option, for docs/spark.md and ``meteor`` help."""
     return [(d.name, d.applies_to, d.type, d.default, d.meaning) for d in OPTION_TABLE]
 
 

@@ -1,4 +1,4 @@
-"""The command line says what happened and ends as the README states: errors of ``grid start`` named as what they
+"""The command line says what happened and ends as docs/cli.md states: errors of ``grid start`` named as what they
 are, ``tail --group ''``, record offsets typed to ``--from``, Ctrl-C (130) and SIGTERM (143) on ``tail`` and
 ``groups --watch`` (a group member releasing its lanes first), and ``publish`` interrupted and resumed exactly."""
 
@@ -28,7 +28,9 @@ from tests.cli.conftest import Meteor
 
 METEOR = Path(sys.executable).parent / "meteor"
 needs_script = pytest.mark.skipif(not METEOR.exists(), reason="the meteor console script is not installed here")
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+#: The CLI reference page (exit codes, generated --help) and the Spark page (the generated options table).
+CLI_PAGE = docs.page("cli").read_text()
+SPARK_PAGE = docs.page("options").read_text()
 
 
 def test_grid_start_names_a_data_dir_it_cannot_create(meteor: Meteor) -> None:
@@ -79,9 +81,9 @@ def _item(values: list[bytes]) -> bytes:
 
 def test_help_and_options_table_are_true_for_a_wheel_install(meteor: Meteor) -> None:
     assert "conf/meteor.toml" not in meteor("--help", connect=False).out
-    options = docs.sections(README)["options"]
+    options = docs.sections(SPARK_PAGE)["options"]
     assert "`meteor group`" not in options and "`meteor groups`" in options
-    assert "SIGTERM with 143" in README
+    assert "SIGTERM with 143" in CLI_PAGE
 
 
 def _spawn(args: list[str], settings: GridSettings, **kwargs: object) -> subprocess.Popen[str]:

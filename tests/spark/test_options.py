@@ -398,11 +398,11 @@ def test_reader_and_partitions_pickle_without_connections() -> None:
     assert isinstance(pa.schema([]), pa.Schema)
 
 
-def test_readme_option_table_is_in_sync() -> None:
-    from meteor_spark.cli.docs import README, options_table
+def test_docs_option_table_is_in_sync() -> None:
+    from meteor_spark.cli.docs import REGENERATE, options_table, page
 
-    assert options_table() in README.read_text(encoding="utf-8"), (
-        "README's option table differs from OPTION_TABLE; regenerate it from meteor_spark.cli.docs.options_table()"
+    assert options_table() in page("options").read_text(encoding="utf-8"), (
+        f"docs/spark.md's option table differs from OPTION_TABLE; regenerate it with `{REGENERATE}`"
     )
 
 
