@@ -1,4 +1,5 @@
-"""``meteor groups``: who holds which lane of a stream for a subscriber group, and how far behind it is."""
+"""``meteor groups``: who holds which lane of a stream for a subscriber group, and how far behind it is; and moving
+a stopped group's confirmed offsets (``--seek``, Kafka's ``kafka-consumer-groups --reset-offsets``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, in
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.grid.client import Grid
+from meteor_spark.grid.reading import check_lane
 from meteor_spark.validate import check_int, check_number
 
 
@@ -28,7 +30,9 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
             "(ranges acquired by members' polls, ranges released for redelivery) and the ring items from its start "
             "to the end. Without a group, every group of the stream is shown; "
             "an unknown group is an error listing the stream's groups. With --watch the tables are refreshed every "
-            "--interval seconds until Ctrl-C."
+            "--interval seconds until Ctrl-C. With --seek (or --seek-time) the group's confirmed offsets move, on "
+            "every lane or the --lane given, so its members resume there (Kafka's --reset-offsets): stop the group's "
+            "members first, a lane a member holds is refused; --dry-run shows the moves without making them."
         ),
     )
     groups.add_argument("stream", help="stream name")
@@ -40,12 +44,31 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     groups.add_argument(
         "--count", type=int, default=None, metavar="N", help="with --watch: stop after N refreshes (default: never)"
     )
+    groups.add_argument(
+        "--seek",
+        metavar="WHERE",
+        help="move the group's confirmed offsets: earliest (the oldest record the grid holds), latest (the end: "
+        "only new records), or a record offset (with --lane)",
+    )
+    groups.add_argument(
+        "--seek-time",
+        metavar="TIME",
+        help="move the group's confirmed offsets to the first record at or after TIME: ISO-8601 (UTC when no zone "
+        "is given), ms since the epoch, or a duration back from now (90s, 10m, 2h, 1d); lanes with no record that "
+        "late go to their end",
+    )
+    groups.add_argument("--lane", type=int, default=None, metavar="N", help="with --seek: only this lane")
+    groups.add_argument("--dry-run", action="store_true", help="with --seek: show the moves, change nothing")
     groups.set_defaults(run=run_groups)
 
 
 def run_groups(args: argparse.Namespace) -> int:
     from meteor_spark.grid.streams import open_stream
 
+    if args.seek is not None or args.seek_time is not None:
+        return run_seek(args)
+    if args.lane is not None or args.dry_run:
+        raise ConfigError("--lane and --dry-run go with --seek or --seek-time")
     if not args.watch and (args.count is not None or args.interval is not None):
         raise ConfigError("--interval and --count go with --watch; add --watch to refresh the tables")
     interval = check_number("--interval", 2.0 if args.interval is None else args.interval, 0.01, 86_400)
@@ -70,6 +93,58 @@ def run_groups(args: argparse.Namespace) -> int:
         except KeyboardInterrupt as exc:
             return interrupted_code(exc)  # the way a watch is meant to end; 130 as for every command
     return EXIT_OK
+
+
+def run_seek(args: argparse.Namespace) -> int:
+    """Work out every lane's new offset first, then move them in one ``seek_group`` (which refuses held lanes and
+    offsets past a lane's end), so a refusal changes nothing."""
+    from meteor_spark.grid.streams import open_stream
+    from meteor_spark.groups.admin import group_state, seek_group
+
+    if args.group is None:
+        raise ConfigError("--seek needs the group: meteor groups STREAM GROUP --seek WHERE")
+    if args.seek is not None and args.seek_time is not None:
+        raise ConfigError("--seek and --seek-time exclude each other: give one place to move to")
+    if args.watch:
+        raise ConfigError("--seek does not go with --watch: move the offsets, then watch")
+    with Grid(config_of(args).grid) as grid:
+        info = open_stream(grid, args.stream, create=False)
+        lanes = range(info.config.lanes) if args.lane is None else [check_lane(info, args.lane)]
+        targets = {lane: _seek_target(grid, info, lane, args) for lane in lanes}
+        before = {state.lane: state.confirmed for state in group_state(grid, info, args.group)}
+        if not args.dry_run:
+            seek_group(grid, info, args.group, targets)
+    verb = "would move" if args.dry_run else "moved"
+    out(f"group {args.group!r} on stream {args.stream!r}: {verb} {len(targets)} lane(s)")
+    rows = [[str(lane), fmt_int(before.get(lane)), fmt_int(offset)] for lane, offset in targets.items()]
+    out(render_table(["lane", "confirmed before", "confirmed now" if not args.dry_run else "would be"], rows))
+    return EXIT_OK
+
+
+def _seek_target(grid: Grid, info: Any, lane: int, args: argparse.Namespace) -> int:
+    """The record offset ``--seek`` / ``--seek-time`` names for ``lane``."""
+    from meteor_spark.cli.tail_cmd import parse_since
+    from meteor_spark.grid.reading import oldest_sequence
+    from meteor_spark.grid.timestamps import offset_for_timestamp
+
+    end = first_offset_of(grid.ring(info.ring_names[lane]).tail() + 1)
+    if args.seek_time is not None:
+        found = offset_for_timestamp(grid, info, lane, parse_since(args.seek_time, option="--seek-time"))
+        return end if found is None else found
+    if args.seek == "earliest":
+        return first_offset_of(oldest_sequence(grid, info, lane))
+    if args.seek == "latest":
+        return end
+    try:
+        offset = int(args.seek)
+    except ValueError:
+        raise ConfigError(
+            f"--seek {args.seek!r}: expected earliest, latest or a record offset (a whole number, with --lane); "
+            "for a time use --seek-time"
+        ) from None
+    if args.lane is None:
+        raise ConfigError(f"--seek {offset} names a record offset, which belongs to one lane: add --lane N")
+    return offset
 
 
 def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:

@@ -156,9 +156,10 @@ _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)\s*$", re.IGNOREC
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
-def parse_since(text: str, *, now_ms: int | None = None) -> int:
-    """``--since TIME`` as ms since the epoch: a whole number is epoch ms, a number with a unit (90s, 10m, 2h, 1d)
-    is that long before ``now_ms`` (default: now), anything else ISO-8601 (UTC when it names no zone)."""
+def parse_since(text: str, *, now_ms: int | None = None, option: str = "--since") -> int:
+    """``--since TIME`` (or ``option``) as ms since the epoch: a whole number is epoch ms, a number with a unit
+    (90s, 10m, 2h, 1d) is that long before ``now_ms`` (default: now), anything else ISO-8601 (UTC when it names no
+    zone)."""
     value = text.strip()
     if value.isdigit():
         return int(value)
@@ -170,14 +171,14 @@ def parse_since(text: str, *, now_ms: int | None = None) -> int:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
     except ValueError:
         raise CommandError(
-            f"--since {text!r}: expected ISO-8601 (2026-11-23T17:00:00Z), ms since the epoch, or a duration back "
+            f"{option} {text!r}: expected ISO-8601 (2026-11-23T17:00:00Z), ms since the epoch, or a duration back "
             f"from now like 10m or 2h"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     ms = int(moment.timestamp() * 1000)
     if ms < 0:
-        raise CommandError(f"--since {text!r} is before 1970; record timestamps are ms since the epoch, >= 0")
+        raise CommandError(f"{option} {text!r} is before 1970; record timestamps are ms since the epoch, >= 0")
     return ms
 
 

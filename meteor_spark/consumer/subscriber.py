@@ -384,10 +384,10 @@ class Subscriber:
                 mark.sequence,
                 whose=f"group {self.group!r}'s offset",
                 fix=(
-                    f"Decide where the group goes on: seek the lane (Subscriber.seek, `meteor groups seek`, or "
-                    f"meteor_spark.groups.admin.seek_group with the group stopped), e.g. to the oldest record "
-                    f"{restart}; or opt in to skip_data_loss=True, which re-reads the lane from its oldest record and "
-                    f"counts it."
+                    f"Decide where the group goes on: seek the lane (Subscriber.seek, or with the group stopped "
+                    f"`meteor groups STREAM GROUP --seek` or meteor_spark.groups.admin.seek_group), e.g. to the "
+                    f"oldest record {restart}; or opt in to skip_data_loss=True, which re-reads the lane from its "
+                    f"oldest record and counts it."
                 ),
             )
             return

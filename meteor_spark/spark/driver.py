@@ -299,7 +299,7 @@ class DriverState:
             fix = (
                 "Start the query with a fresh checkpointLocation"
                 + (
-                    f" after moving group {self.options.group!r} (`meteor groups seek`, "
+                    f" after moving group {self.options.group!r} (`meteor groups STREAM GROUP --seek`, "
                     "meteor_spark.groups.admin.seek_group)"
                     if self.options.group is not None
                     else ""

@@ -118,3 +118,70 @@ def test_watch_flags_are_checked(meteor: Meteor, grid: Grid, unique_name: str) -
     meteor("groups", unique_name, "--count", "2").assert_user_error("--watch")
     meteor("groups", unique_name, "--watch", "--interval", "0").assert_user_error("--interval", "0")
     meteor("groups", unique_name, "--watch", "--count", "0").assert_user_error("--count", "0")
+
+
+def _confirmed(grid: Grid, stream: str, group: str) -> dict[int, int | None]:
+    from meteor_spark.groups.admin import group_state
+
+    return {state.lane: state.confirmed for state in group_state(grid, open_stream(grid, stream, create=False), group)}
+
+
+def test_seek_moves_a_stopped_groups_offsets_and_its_members_resume_there(
+    meteor: Meteor, grid: Grid, unique_name: str
+) -> None:
+    base = 1_700_000_000_000
+    with Publisher(grid, StreamConfig(unique_name, lanes=2)) as publisher:
+        publisher.publish_many(
+            [Record(value=str(n).encode(), lane=n % 2, timestamp_ms=base + 1000 * n) for n in range(10)]
+        ).result()
+    group = "replayers"
+    with Subscriber(grid, unique_name, group=group, initial_offset_scheme="earliest") as member:
+        seen: list[Record] = []
+        wait_until(lambda: seen.extend(member.poll(200)) or len(seen) >= 10, timeout_s=30, message="10 records")
+        for lane in (0, 1):
+            member.confirm(max((r for r in seen if r.lane == lane), key=lambda r: r.offset))
+        offsets = {(r.lane, r.value): r.offset for r in seen}
+        # A member holds the lanes: the seek is refused and changes nothing.
+        held = meteor("groups", unique_name, group, "--seek", "earliest")
+        held.assert_user_error("holds it", "close the group's members first")
+    done = _confirmed(grid, unique_name, group)
+
+    dry = meteor("groups", unique_name, group, "--seek", "earliest", "--dry-run")
+    assert dry.code == 0 and "would move 2 lane(s)" in dry.out, dry
+    assert _confirmed(grid, unique_name, group) == done
+
+    run = meteor("groups", unique_name, group, "--seek", "earliest")
+    assert run.code == 0 and "moved 2 lane(s)" in run.out, run
+    assert _confirmed(grid, unique_name, group) == {0: offsets[(0, b"0")], 1: offsets[(1, b"1")]}
+    with Subscriber(grid, unique_name, group=group) as again:
+        replayed: list[Record] = []
+        wait_until(lambda: replayed.extend(again.poll(200)) or len(replayed) >= 10, timeout_s=30, message="replay")
+        assert sorted(r.value for r in replayed) == sorted(str(n).encode() for n in range(10))
+
+    # By time: the first record at or after base + 6 s is record 6 on lane 0 and record 7 on lane 1.
+    timed = meteor("groups", unique_name, group, "--seek-time", str(base + 6000))
+    assert timed.code == 0, timed
+    assert _confirmed(grid, unique_name, group) == {0: offsets[(0, b"6")], 1: offsets[(1, b"7")]}
+
+    # One lane to its end, one lane to an offset.
+    latest = meteor("groups", unique_name, group, "--seek", "latest", "--lane", "0")
+    assert latest.code == 0 and "moved 1 lane(s)" in latest.out, latest
+    lane_end = first_offset_of(grid.ring(open_stream(grid, unique_name, create=False).ring_names[0]).tail() + 1)
+    assert _confirmed(grid, unique_name, group)[0] == lane_end
+    exact = meteor("groups", unique_name, group, "--seek", str(offsets[(1, b"3")]), "--lane", "1")
+    assert exact.code == 0, exact
+    assert _confirmed(grid, unique_name, group)[1] == offsets[(1, b"3")]
+
+
+def test_seek_arguments_are_checked(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2))
+    seek_group(grid, info, "g", {0: 0, 1: 0})
+    meteor("groups", unique_name, "--seek", "earliest").assert_user_error("--seek needs the group")
+    meteor("groups", unique_name, "g", "--seek", "soon").assert_user_error("--seek 'soon'", "earliest, latest")
+    meteor("groups", unique_name, "g", "--seek", "5").assert_user_error("--lane N")
+    meteor("groups", unique_name, "g", "--lane", "0").assert_user_error("--lane and --dry-run go with --seek")
+    meteor("groups", unique_name, "g", "--seek", "earliest", "--lane", "7").assert_user_error("lane 7", "0..1")
+    meteor("groups", unique_name, "g", "--seek", "latest", "--seek-time", "1h").assert_user_error("exclude")
+    meteor("groups", unique_name, "g", "--seek-time", "yesterday").assert_user_error("--seek-time 'yesterday'")
+    meteor("groups", unique_name, "g", "--seek", str(first_offset_of(5)), "--lane", "0").assert_user_error("past")
+    assert _confirmed(grid, unique_name, "g") == {0: 0, 1: 0}
