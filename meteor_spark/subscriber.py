@@ -74,7 +74,7 @@ from meteor_spark.errors import (
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, Ring, require_grid, result
 from meteor_spark.groups import GroupMember
 from meteor_spark.item_gate import ItemGate
-from meteor_spark.item_marks import CHANGED, check_mark, mark_of
+from meteor_spark.item_marks import CHANGED, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.lane_state import LaneState, Skip
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
@@ -269,7 +269,9 @@ class Subscriber:
                     nxt,
                     where=f"stream {self.stream!r} lane {lane}",
                 )
-                self._lanes[lane] = LaneState(self.stream, lane, ring, ring.capacity(), start, None)
+                self._lanes[lane] = LaneState(
+                    self.stream, lane, ring, ring.capacity(), start, None, grid.connection_losses
+                )
         else:
             member = self._join()
             if self.scheme is InitialOffsetScheme.NONE:
@@ -325,7 +327,7 @@ class Subscriber:
             except (FencedError, NotAssignedError) as exc:
                 logger.debug("lane %d lost while starting it: %s", lane, exc)
                 continue
-            state = LaneState(self.stream, lane, ring, ring.capacity(), position, epoch)
+            state = LaneState(self.stream, lane, ring, ring.capacity(), position, epoch, self._grid.connection_losses)
             if position > first_offset_of(nxt):
                 # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
                 # without persistence): reading on would silently skip every record written up to it.
@@ -371,6 +373,8 @@ class Subscriber:
         if mark is None:
             return
         verdict, _ = check_mark(state.ring, mark)
+        if verdict == SAME and mark.sequence == state.fetch_seq - 1:
+            state.position_mark = mark  # what a read after a lost connection checks first
         if verdict != CHANGED:
             return  # the same history, or nothing left to compare with (overwritten: the data-loss path applies)
         confirmed = state.position
@@ -450,11 +454,13 @@ class Subscriber:
                     self._sync_assignment()
                     self._harvest()
                     self._settle_bad_items()
+                    self._settle_truncations()
                     if self._has_buffered() or self._has_error():
                         break
                     self._issue_reads()
                     self._harvest()
                     self._settle_bad_items()
+                    self._settle_truncations()
                     if self._has_buffered() or self._has_error():
                         break
                 remaining = deadline - time.monotonic()
@@ -497,7 +503,7 @@ class Subscriber:
 
     def _has_error(self) -> bool:
         with self._lock:
-            return any(state.error is not None for state in self._lanes.values())
+            return any(state.error is not None or state.truncated is not None for state in self._lanes.values())
 
     def _raise_stopped_lane(self) -> None:
         """Raise the error of a lane stopped at it, once the records read before it were delivered."""
@@ -528,22 +534,96 @@ class Subscriber:
                 state.passed()
                 self.refusals.passed_item(state.lane, sequence, error)
 
+    def _notice_connection_losses(self) -> int:
+        """(Reader lock held.) After the grid lost a connection (``Grid.connection_losses``), every lane's next read
+        first verifies the item it read last (``LaneState.connection_lost``): the client reconnects and retries on
+        its own, and a member that restarted may hold a lane truncated and refilled under the lane's position, which
+        reading on would silently skip. Reads outstanding across the loss are orphaned. Returns the count."""
+        losses = self._grid.connection_losses
+        for state in self._lanes.values():
+            if state.losses_seen != losses:
+                orphan = state.connection_lost(losses)
+                if orphan is not None:
+                    self._orphans.append(orphan)
+        return losses
+
+    def _settle_truncations(self) -> None:
+        """Lanes found truncated and refilled under their position after a lost connection (a member restart
+        that lost their tail), once the records read before are delivered: ``LaneTruncatedError`` on the lane, or
+        with ``skip_data_loss`` the lane (and grouped, the group's offset) goes back to its oldest record, counted
+        like a truncation found on resuming (``_check_resume``). Outside the reader lock: it asks the grid."""
+        with self._lock:
+            todo = [
+                (state, state.truncated) for state in self._lanes.values() if state.truncated and not state.buffered
+            ]
+        for state, mark in todo:
+            assert mark is not None
+            oldest = first_offset_of(min(oldest_in(state.ring), state.ring.tail() + 1))
+            with self._lock:
+                if self._lanes.get(state.lane) is not state or state.truncated is not mark:
+                    continue  # sought or lost meanwhile
+                position = state.position
+                if not self.skip_data_loss:
+                    state.truncated = None
+                    state.error = self._live_truncation_error(state.lane, position, oldest, mark)
+                    continue
+            if self._member is not None:
+                try:
+                    self._member.seek(state.lane, oldest)
+                except (FencedError, NotAssignedError) as exc:
+                    logger.debug("lane %d lost while reading it again: %s", state.lane, exc)
+                    continue  # the poll that notices drops it
+            with self._lock:
+                orphan = state.reset(oldest)
+                if orphan is not None:
+                    self._orphans.append(orphan)
+            self.truncated_lanes += 1
+            self.truncations.append((state.lane, position, oldest))
+            logger.warning(
+                "stream %r lane %d was truncated and refilled under this subscriber's position %d while it read (the "
+                "item at sequence %d changed across a lost connection: a member restarted and lost the lane's last "
+                "records); skip_data_loss is on: reading the lane again from its oldest record, offset %d (records "
+                "read before the truncation may be delivered again)",
+                self.stream,
+                state.lane,
+                position,
+                mark.sequence,
+                oldest,
+            )
+
+    def _live_truncation_error(self, lane: int, position: int, oldest: int, mark: ItemMark) -> LaneTruncatedError:
+        whose = "this subscriber's position" if self.group is None else f"the position of group {self.group!r}"
+        return LaneTruncatedError(
+            self.stream,
+            lane,
+            position,
+            oldest,
+            mark.sequence,
+            whose=f"{whose}, while it read across a lost connection",
+            fix=(
+                f"Decide where reading goes on: seek the lane (Subscriber.seek), e.g. to the oldest record {oldest}; "
+                f"or opt in to skip_data_loss=True, which re-reads the lane from its oldest record and counts it."
+            ),
+        )
+
     def _issue_reads(self) -> None:
         with self._lock:
             self._orphans = [f for f in self._orphans if not f.done()]
+            losses = self._notice_connection_losses()
             for state in self._lanes.values():
                 if state.pending is not None or state.buffered >= self.max_poll_records:
                     continue
-                if state.error is not None or state.bad is not None:
+                if state.error is not None or state.bad is not None or state.truncated is not None:
                     continue  # stopped at a bad position until seek (or until the policy settles the item)
                 if self.item_gate.held(state.lane):
                     continue  # waiting at an open transaction
                 count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
                 # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
                 count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
-                future = state.ring.read_many_async(state.fetch_seq, 1, count)
+                future = state.ring.read_many_async(state.read_start(), 1, count)
                 state.pending = future
                 state.pending_seq = state.fetch_seq
+                state.pending_losses = losses
                 future.add_done_callback(self._on_read_done)
 
     def _on_read_done(self, _future: Any) -> None:
@@ -552,6 +632,7 @@ class Subscriber:
     def _harvest(self) -> None:
         """Decode every finished read into buffered parts."""
         with self._lock:
+            self._notice_connection_losses()
             for state in list(self._lanes.values()):
                 future = state.pending
                 if future is None or not future.done():
@@ -559,6 +640,11 @@ class Subscriber:
                 state.pending = None
                 if state.pending_seq != state.fetch_seq:
                     continue  # issued before a seek
+                if state.pending_losses != self._grid.connection_losses:
+                    # Sent before a connection loss and perhaps answered after a restart (read only once it is done:
+                    # the count rises first); read again once the lane's last item is verified.
+                    state.connection_lost(self._grid.connection_losses)
+                    continue
                 where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
                 try:
                     batch = Ring.to_batch(result(future, where))
@@ -566,6 +652,9 @@ class Subscriber:
                     # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
                     # the lane now ends before the position, that is a position past the end, not a grid failure.
                     end = state.ring.tail() + 1
+                    if state.verify is not None and state.verify.sequence >= end:
+                        state.truncated, state.verify = state.verify, None  # an item this reader read is gone
+                        continue
                     if state.fetch_seq <= end:
                         raise
                     state.error = state.past_end(end)
