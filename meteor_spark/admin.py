@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class LaneState:
+class GroupLaneState:
     """What tools show for one lane of a group.
 
     Attributes:
@@ -136,7 +136,7 @@ class GroupSummary:
     confirmed_lanes: int
 
 
-def group_state(grid: Grid, info: StreamInfo, group: str) -> list[LaneState]:
+def group_state(grid: Grid, info: StreamInfo, group: str) -> list[GroupLaneState]:
     """Holder, epoch, lease expiry estimate and confirmed offset of every lane of ``group`` on ``info``'s stream."""
     stream = info.config.name
     keys = [lane_key(stream, group, lane) for lane in range(info.config.lanes)]
@@ -149,7 +149,7 @@ def group_state(grid: Grid, info: StreamInfo, group: str) -> list[LaneState]:
         holder = None if lease is None else lease.holder
         epoch = max(lease.epoch if lease else 0, stored.epoch if stored else 0)
         expires = None if lease is None or holder is None else lease.renewed_ms + lease.lease_ms
-        states.append(LaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
+        states.append(GroupLaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
     return states
 
 

@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from meteor_spark.admin import group_state, lag_report
 from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import Grid
-from meteor_spark.groups import group_state, lag_report
 from meteor_spark.offsets import make_offset
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record

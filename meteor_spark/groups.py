@@ -45,7 +45,7 @@ released lane changes hands within about 200 ms; a dead holder's lanes move one 
 seen renewed. Moving an offset costs one CAS (none when it does not move); ``is_current`` costs nothing.
 
 Stored values and keys: ``meteor_spark.group_store``; tools acting from outside a group (state, lag, seek,
-forget): ``meteor_spark.admin`` (their names stay importable from here).
+forget): ``meteor_spark.admin``.
 """
 
 from __future__ import annotations
@@ -59,19 +59,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from meteor_spark.admin import (
-    GroupSummary,
-    LaneLag,
-    LaneState,
-    MemberState,
-    forget_groups,
-    group_members,
-    group_state,
-    lag,
-    lag_report,
-    list_groups,
-    seek_group,
-)
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -83,7 +70,6 @@ from meteor_spark.errors import (
 )
 from meteor_spark.grid import Grid, GridMap
 from meteor_spark.group_store import (
-    GROUP_FORMAT,
     LEASES_MAP,
     MAX_CAS_ATTEMPTS,
     MEMBERS_MAP,
@@ -101,33 +87,7 @@ from meteor_spark.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import InitialOffsetScheme, resolve_initial
 from meteor_spark.streams import StreamInfo
 
-__all__ = [
-    "GROUP_FORMAT",
-    "LEASES_MAP",
-    "MEMBERS_MAP",
-    "OFFSETS_MAP",
-    "WANTS",
-    "Assignment",
-    "ConfirmedOffset",
-    "GroupMember",
-    "GroupSummary",
-    "LaneLag",
-    "LaneState",
-    "MemberEntry",
-    "MemberState",
-    "balance",
-    "default_member_id",
-    "forget_groups",
-    "group_members",
-    "group_state",
-    "lag",
-    "lag_report",
-    "lane_key",
-    "list_groups",
-    "member_key",
-    "resolve_initial",
-    "seek_group",
-]
+__all__ = ["WANTS", "GroupMember", "balance", "default_member_id"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Shared groups: queue semantics over a stream (Kafka 4's share groups, KIP-932; Redis Streams' XPENDING/XCLAIM).
 
-``Subscriber(grid, stream, group=..., shared=True)`` makes a ``SharedSubscriber``. Any number of members share
+``SharedSubscriber(grid, stream, group=...)`` makes a member (a type of its own, not a ``Subscriber``: see
+``Subscriber.__new__``). Any number of members share
 every lane of the stream (more members than lanes all get work): a ``poll`` *acquires* records for a bounded time
 (``acquisition_timeout_ms``, KIP-932's record lock duration, default 30 s) and hands them out; the member then
 settles each record:
@@ -59,7 +60,7 @@ out first; a refused record is released, so ``max_deliveries`` ends one that alw
 ``dead_letter`` (to the group's dead-letter stream) acquire the item or record like any other, pass it over and
 mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
 
-Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
+Not supported by a shared member (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
 confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``. A lost range (the ring
 overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
 (the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
@@ -192,7 +193,9 @@ class _Held:
 
 
 class SharedSubscriber:
-    """A member of a shared group (see the module docs). Made by ``Subscriber(..., shared=True)``.
+    """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
+    by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
+    deprecated spelling of this constructor.
 
     Args:
         grid: the grid connection.
@@ -253,12 +256,12 @@ class SharedSubscriber:
             raise TypeError(f"SharedSubscriber() got unexpected keyword argument(s) {', '.join(unknown)}")
         if given:
             raise ConfigError(
-                "not supported with shared=True: "
+                "not supported by a shared group member (SharedSubscriber): "
                 + "; ".join(f"{name} ({_UNSUPPORTED[name]})" for name in given)
-                + ". Drop them, or use an exclusive group (shared=False)"
+                + ". Drop them, or use an exclusive group (Subscriber)"
             )
         if not isinstance(group, str) or not group:
-            raise ConfigError(f"shared=True needs a group: a non-empty group name, got {group!r}")
+            raise ConfigError(f"SharedSubscriber needs a group: a non-empty group name, got {group!r}")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)

@@ -106,10 +106,9 @@ class Subscriber:
     Args:
         grid: the grid connection.
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
-        shared: with ``group``: join it as a *shared* group (queue semantics: records acquired for a time and
-            acknowledged one by one, any number of members per lane); the object made is a
-            ``meteor_spark.shared_groups.SharedSubscriber``, with its own arguments (acquisition_timeout_ms,
-            max_deliveries, dead_letter_stream).
+        shared: deprecated spelling of ``SharedSubscriber(grid, stream, group=...)`` (a member of a *shared*
+            group: queue semantics, records acquired for a time and acknowledged one by one); the object made is a
+            ``SharedSubscriber``, not a ``Subscriber`` (see ``__new__``).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
         skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; grouped, a lane truncated
@@ -164,15 +163,33 @@ class Subscriber:
     """
 
     def __new__(cls, grid: Grid, stream: StreamConfig | str, *, shared: bool = False, **options: Any) -> Any:
-        """``shared=True`` makes a member of a shared group instead (queue semantics:
-        ``meteor_spark.shared_groups.SharedSubscriber``)."""
+        """``shared=True`` is the older spelling of ``SharedSubscriber(grid, stream, ...)`` and still makes one,
+        with a ``DeprecationWarning``: the object is a ``SharedSubscriber``, not a ``Subscriber``.
+
+        The two are separate types on purpose, as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``: a
+        shared member has no position, so nothing of ``Subscriber``'s offset API (``position``, ``confirm``,
+        ``seek``, ``lag``, ``attach_receiver``) applies to it, and it settles records one by one (``ack``, ``nack``,
+        ``reject``, ``renew``), which a ``Subscriber`` does not. A common base claiming otherwise would let
+        ``isinstance`` say a shared member can ``confirm``. So ``isinstance(x, Subscriber)`` is False for it and
+        ``isinstance(x, SharedSubscriber)`` True, and static type checkers, which take ``Subscriber(...)`` to be a
+        ``Subscriber``, are right once the constructor is spelled ``SharedSubscriber(...)``."""
         if shared:
+            import warnings
+
             from meteor_spark.shared_groups import SharedSubscriber
 
+            warnings.warn(
+                "Subscriber(..., shared=True) makes a SharedSubscriber, which is not a Subscriber (no positions, "
+                "records settled one by one); construct it as SharedSubscriber(grid, stream, group=..., ...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return SharedSubscriber(grid, stream, **options)
         misplaced = sorted({"acquisition_timeout_ms", "max_deliveries"} & set(options))
         if misplaced:
-            raise ConfigError(f"{', '.join(misplaced)}: only for shared groups; add shared=True (with a group)")
+            raise ConfigError(
+                f"{', '.join(misplaced)}: only for shared groups; use SharedSubscriber(grid, stream, group=..., ...)"
+            )
         return super().__new__(cls)
 
     def __init__(

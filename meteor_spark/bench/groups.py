@@ -26,11 +26,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.admin import delete_stream
+from meteor_spark.admin import delete_stream, group_state
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import group_state
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record

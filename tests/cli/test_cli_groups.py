@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from meteor_spark.admin import seek_group
 from meteor_spark.grid import Grid
-from meteor_spark.groups import seek_group
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record, encode_batch

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from meteor_spark.admin import group_state
 from meteor_spark.grid import Grid
-from meteor_spark.groups import group_state
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record, encode_batch

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from meteor_spark.admin import group_state
 from meteor_spark.auto_confirm import AutoConfirm
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import group_state
 from meteor_spark.offsets import first_offset_of, make_offset
 from meteor_spark.publisher import Publisher
 from meteor_spark.receiver import Receiver

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from meteor_spark.admin import lag_report, seek_group
 from meteor_spark.corrupt import (
     HEADER_ERROR,
     HEADER_SOURCE_LANE,
@@ -21,7 +22,6 @@ from meteor_spark.errors import (
     UnsupportedFormatVersionError,
 )
 from meteor_spark.grid import Grid
-from meteor_spark.groups import lag_report, seek_group
 from meteor_spark.offsets import first_offset_of, make_offset
 from meteor_spark.reading import count_records, oldest_sequence, read_range
 from meteor_spark.records import Record, encode_batch

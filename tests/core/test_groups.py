@@ -12,6 +12,16 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from meteor_spark.admin import (
+    LaneLag,
+    forget_groups,
+    group_members,
+    group_state,
+    lag,
+    lag_report,
+    list_groups,
+    seek_group,
+)
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -21,25 +31,10 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
 )
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import (
-    LEASES_MAP,
-    OFFSETS_MAP,
-    Assignment,
-    GroupMember,
-    LaneLag,
-    balance,
-    forget_groups,
-    group_members,
-    group_state,
-    lag,
-    lag_report,
-    lane_key,
-    list_groups,
-    resolve_initial,
-    seek_group,
-)
+from meteor_spark.group_store import LEASES_MAP, OFFSETS_MAP, Assignment, lane_key
+from meteor_spark.groups import GroupMember, balance
 from meteor_spark.leases import ExpiryObserver, Lease
-from meteor_spark.offsets import InitialOffsetScheme, make_offset, sequence_of
+from meteor_spark.offsets import InitialOffsetScheme, make_offset, resolve_initial, sequence_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream

@@ -204,7 +204,7 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
 def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
     grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
 ) -> None:
-    from meteor_spark.groups import group_state
+    from meteor_spark.admin import group_state
 
     info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
     published = [f"r{i}" for i in range(16)]

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from meteor_spark.grid import Grid
-from meteor_spark.groups import LEASES_MAP
+from meteor_spark.group_store import LEASES_MAP
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig

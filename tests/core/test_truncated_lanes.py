@@ -17,8 +17,7 @@ import pytest
 
 from meteor_spark.errors import DataLossError, LaneTruncatedError
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.group_store import ConfirmedOffset, read_offset
-from meteor_spark.groups import OFFSETS_MAP
+from meteor_spark.group_store import OFFSETS_MAP, ConfirmedOffset, read_offset
 from meteor_spark.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher

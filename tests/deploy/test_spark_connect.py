@@ -23,8 +23,8 @@ from deploy_helpers import (
     wait_for_log,
 )
 
+from meteor_spark.admin import group_state
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import group_state
 from meteor_spark.offsets import make_offset
 from meteor_spark.streams import lane_bounds, open_stream
 

@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
+from meteor_spark.group_store import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.spark import driver as driver_module

@@ -18,7 +18,7 @@ from spark_helpers import make_stream, put_items, read_values, values_items
 
 from meteor_spark import transactions
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import OFFSETS_MAP, lane_key
+from meteor_spark.group_store import OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.streams import open_stream
 from meteor_spark.testing import committed_values, wait_until

@@ -15,7 +15,7 @@ from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.admin import delete_stream
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import OFFSETS_MAP, lane_key
+from meteor_spark.group_store import OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.testing import wait_until
 

@@ -12,7 +12,7 @@ import pytest
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import LEASES_MAP, OFFSETS_MAP, lane_key
+from meteor_spark.group_store import LEASES_MAP, OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of, make_offset
 from meteor_spark.records import Record
 from meteor_spark.subscriber import Subscriber

@@ -16,7 +16,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.grid import Grid, GridSettings
-from meteor_spark.groups import OFFSETS_MAP, lane_key
+from meteor_spark.group_store import OFFSETS_MAP, lane_key
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.spark.lag import lag_from_progress
 
