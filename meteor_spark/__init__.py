@@ -25,7 +25,7 @@ _EXPORTS = {
     "GroupMember": "meteor_spark.groups",
     "Requester": "meteor_spark.request_reply",
     "Responder": "meteor_spark.request_reply",
-    "SharedSubscriber": "meteor_spark.shared_groups",
+    "SharedSubscriber": "meteor_spark.shared_subscriber",
     "SharedRecord": "meteor_spark.shared_groups",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
@@ -93,7 +93,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.records import Record, RecordBatch  # noqa: F401
     from meteor_spark.request_reply import Requester, Responder  # noqa: F401
     from meteor_spark.server import EmbeddedGrid  # noqa: F401
-    from meteor_spark.shared_groups import SharedRecord, SharedSubscriber  # noqa: F401
+    from meteor_spark.shared_groups import SharedRecord  # noqa: F401
+    from meteor_spark.shared_subscriber import SharedSubscriber  # noqa: F401
     from meteor_spark.spark.datasource import MeteorDataSource, register  # noqa: F401
     from meteor_spark.streams import StreamConfig  # noqa: F401
     from meteor_spark.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401

@@ -36,7 +36,7 @@ from meteor_spark.item_gate import READ_COMMITTED, ItemGate, stable_end
 from meteor_spark.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.offsets import first_offset_of, index_of, sequence_of
 from meteor_spark.reading import oldest_in, oldest_sequence, tally_records
-from meteor_spark.share_state import SHARE_MAP
+from meteor_spark.share_state import SHARE_MAP, LaneShare
 from meteor_spark.streams import STREAMS_MAP, StreamInfo, lane_bounds, parse_metadata
 
 logger = logging.getLogger(__name__)
@@ -359,3 +359,61 @@ def delete_stream(grid: Grid, name: str) -> bool:
         raise
     logger.info("deleted stream %r", name)
     return True
+
+
+# ---------------------------------------------------------------------------------------------------- shared groups
+
+
+@dataclass(frozen=True)
+class SharedLaneState:
+    """One lane of a shared group, as stored.
+
+    Attributes:
+        lane: the lane.
+        start: the start offset (every record below it was acknowledged or archived); None before any member read.
+        next: the first offset never acquired.
+        acquired_ranges: offset ranges acquired now; available_ranges: released or timed out, not acquired again.
+        acquisitions: distinct acquisitions (member polls) holding records.
+    """
+
+    lane: int
+    start: int | None
+    next: int | None
+    acquired_ranges: int
+    available_ranges: int
+    acquisitions: int
+
+
+def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedLaneState]:
+    """Every lane's stored state of shared ``group`` on ``info``'s stream (one ``get_all``)."""
+    keys = [lane_key(info.name, group, lane) for lane in range(info.lanes)]
+    stored = grid.map(SHARE_MAP).get_all(keys)
+    out = []
+    for lane, key in enumerate(keys):
+        text = stored.get(key)
+        if text is None:
+            out.append(SharedLaneState(lane, None, None, 0, 0, 0))
+            continue
+        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        out.append(
+            SharedLaneState(
+                lane,
+                share.start,
+                share.next,
+                sum(1 for s in share.spans if s.state == "a"),
+                len(share.available()),
+                len(share.tokens()),
+            )
+        )
+    return out
+
+
+def list_shared_groups(grid: Grid, stream: str) -> list[str]:
+    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
+    names = set()
+    keys = grid.map(SHARE_MAP).keys()
+    for key in keys:
+        parsed = parse_key(key)
+        if parsed is not None and parsed[0] == stream:
+            names.add(parsed[1])
+    return sorted(names)

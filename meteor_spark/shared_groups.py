@@ -71,57 +71,36 @@ member. Deleting a stream
 from __future__ import annotations
 
 import logging
-import threading
-import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
+from meteor_spark.corrupt import dead_letter_for_delivery
 from meteor_spark.errors import (
     ConfigError,
-    DataLossError,
     FencedError,
     FormatError,
     GroupError,
-    MeteorError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
-from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key, parse_key
-from meteor_spark.groups import default_member_id
+from meteor_spark.grid import GridMap, Ring
+from meteor_spark.group_store import MAX_CAS_ATTEMPTS
 from meteor_spark.leases import ExpiryObserver
-from meteor_spark.metrics import attach as attach_metrics
-from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.offsets import (
     InitialOffsetScheme,
     first_offset_of,
-    index_of,
-    make_offset,
     resolve_initial,
     sequence_of,
 )
 from meteor_spark.reading import oldest_in
-from meteor_spark.records import BatchPart, Record, RecordBatch
-from meteor_spark.refusals import Refusals, dead_letter_publisher
-from meteor_spark.serializers import Deserializer, deserializer
+from meteor_spark.records import Record
 from meteor_spark.share_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
-from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.validate import check_int
-from meteor_spark.wire import ItemView, decode_item
+from meteor_spark.wire import ItemView
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "SHARE_MAP",
-    "SharedLaneState",
-    "SharedRecord",
-    "SharedSubscriber",
-    "list_shared_groups",
-    "shared_group_state",
-]
+__all__ = ["SHARE_MAP", "HeldSpan", "SharedBookkeeping", "SharedRecord", "UndecodableItem"]
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1
@@ -135,17 +114,6 @@ DEFAULT_MAX_DELIVERIES = 5
 #: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
 MAX_WINDOW_ITEMS = 1000
 
-#: Decoded ring items kept per lane (items never change, so the cache needs no invalidation).
-_CACHE_ITEMS = 2048
-
-#: Subscriber arguments that have no meaning for a shared group, and why.
-_UNSUPPORTED = {
-    "skip_data_loss": "a lost range stops the lane for every member",
-    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
-    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
-    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class SharedRecord(Record):
@@ -155,36 +123,15 @@ class SharedRecord(Record):
 
 
 @dataclass(frozen=True)
-class _Undecodable:
+class UndecodableItem:
     """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
 
     raw: bytes
     error: FormatError
 
 
-def _corrupt_mode(on_corrupt: str | None) -> str:
-    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
-    if on_corrupt is None:
-        return "error"
-    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
-        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
-    return on_corrupt.strip().lower()
-
-
-def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
-    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
-    if mode != "dead_letter":
-        return CorruptItemPolicy(mode)
-    if dead_letter_stream is None:
-        raise ConfigError(
-            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
-            "group created with one)"
-        )
-    return CorruptItemPolicy(mode, dead_letter_stream)
-
-
 @dataclass(frozen=True)
-class _Held:
+class HeldSpan:
     """A record this member holds: its acquisition and where its span ends (the next record's offset)."""
 
     token: str
@@ -192,136 +139,40 @@ class _Held:
     deliveries: int
 
 
-class SharedSubscriber:
-    """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
-    by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
-    deprecated spelling of this constructor.
+class SharedBookkeeping:
+    """A shared member's side of the group's state: the lane entries (read, compare-and-set, timeouts judged by
+    observation), the group settings, and settling records (``ack``, ``nack``, ``reject``, ``renew``, dead
+    letters). A base class of ``meteor_spark.shared_subscriber.SharedSubscriber``, which acquires and hands out;
+    it holds no state of its own: the attributes it declares are the ``SharedSubscriber``'s."""
 
-    Args:
-        grid: the grid connection.
-        stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
-        group: the shared group's name.
-        initial_offset_scheme: where a lane starts when the group has no entry for it yet (AUTO = EARLIEST).
-        max_poll_records: records acquired by one ``poll`` at most.
-        max_items_per_read: ring items asked for by one read.
-        member_id: this member's id (default ``<host>-<pid>-<random>``); shown in the entries' tokens.
-        acquisition_timeout_ms: how long a poll's records stay acquired (default 30 s).
-        max_deliveries: deliveries after which an unacknowledged record is dead-lettered (default 5 with a
-            ``dead_letter_stream``; without one, None: never given up on).
-        dead_letter_stream: where records past ``max_deliveries`` and rejected records go (opened by name,
-            created with the default configuration when missing).
-        acquisition_timeout_ms, max_deliveries, dead_letter_stream: group settings (see the module docs): None
-            takes the group's (or, for its first member, the defaults).
-        on_corrupt: what this member does with an undecodable ring item or a record its deserializers refuse
-            (``meteor_spark.corrupt``): ``"error"`` (default: ``FormatError`` / ``DeserializationError``; the lane
-            stops at it), ``"skip"`` (passed over, counted, marked done for the group) or ``"dead_letter"`` (to the
-            group's ``dead_letter_stream`` first).
-        value_deserializer, key_deserializer: as ``Subscriber``'s (``"json"``, ``"str"``, ``"bytes"`` or a
-            callable).
-        metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this member's
-            counters (delivered, acknowledged, released, rejected, dead-lettered, refused, renewed, passed over)
-            and the records it holds (``meteor_spark.metrics``; needs the ``metrics`` extra).
+    stream: str
+    group: str
+    member_id: str
+    scheme: InitialOffsetScheme
+    acquisition_timeout_ms: int
+    dead_letter_stream: str | None
+    acked_records: int
+    released_records: int
+    rejected_records: int
+    dead_lettered_records: int
+    refused_records: int
+    renewed_records: int
+    _map: GridMap
+    _rings: list[Ring]
+    _keys: list[str]
+    _lock: Any  # an RLock over the entries' texts and what this member holds
+    _texts: dict[int, str]  # lane -> entry text last read or written
+    _own_write: dict[int, bool]  # lane -> this member's last step on the entry was a write
+    _end_checked: set[int]  # lanes whose stored position was checked against the lane's end
+    _observers: dict[int, ExpiryObserver]
+    _items: dict[int, OrderedDict[int, ItemView | UndecodableItem]]
+    _held: dict[int, dict[int, HeldSpan]]
+    _incarnation: str
+    _acquisitions: int
+    _dead_letters: Any  # the dead-letter publisher, None without a dead-letter stream
 
-    Attributes:
-        delivered_records: records handed out (a redelivery counts again).
-        acked_records, released_records, rejected_records: records settled by this member.
-        dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
-        refused_records: records this member tried to settle after losing them (``FencedError``).
-        renewed_records: records whose lock this member renewed.
-        refusals: undecodable items and refused records passed over (``corrupt_items``, ``undecodable_records``).
-    """
-
-    def __init__(
-        self,
-        grid: Grid,
-        stream: StreamConfig | str,
-        *,
-        group: str | None = None,
-        initial_offset_scheme: InitialOffsetScheme | str = InitialOffsetScheme.AUTO,
-        max_poll_records: int = 10_000,
-        max_items_per_read: int = 100,
-        member_id: str | None = None,
-        acquisition_timeout_ms: int | None = None,
-        max_deliveries: int | None = None,
-        dead_letter_stream: str | None = None,
-        on_corrupt: str | None = None,
-        value_deserializer: str | Deserializer | None = None,
-        key_deserializer: str | Deserializer | None = None,
-        metrics: Any = None,
-        **others: Any,
-    ) -> None:
-        given = sorted(name for name, value in others.items() if value is not None and value is not False)
-        unknown = [name for name in given if name not in _UNSUPPORTED]
-        if unknown:
-            raise TypeError(f"SharedSubscriber() got unexpected keyword argument(s) {', '.join(unknown)}")
-        if given:
-            raise ConfigError(
-                "not supported by a shared group member (SharedSubscriber): "
-                + "; ".join(f"{name} ({_UNSUPPORTED[name]})" for name in given)
-                + ". Drop them, or use an exclusive group (Subscriber)"
-            )
-        if not isinstance(group, str) or not group:
-            raise ConfigError(f"SharedSubscriber needs a group: a non-empty group name, got {group!r}")
-        self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
-        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
-        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        corrupt_mode = _corrupt_mode(on_corrupt)
-        registry = metrics_registry(metrics)
-        if acquisition_timeout_ms is not None:
-            check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
-        if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
-            raise ConfigError(f"dead_letter_stream must be a non-empty stream name, got {dead_letter_stream!r}")
-        if max_deliveries is not None:
-            check_int("max_deliveries", max_deliveries, 1, 1 << 15)
-        self._grid = grid
-        self.info: StreamInfo = open_stream(grid, stream)
-        self.stream = self.info.name
-        self.group = group
-        self.member_id = member_id or default_member_id()
-        self.max_poll_records = max_poll_records
-        self._map: GridMap = grid.map(SHARE_MAP)
-        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream)
-        self.settings = settings
-        self.acquisition_timeout_ms = settings.acquisition_timeout_ms
-        self.max_deliveries = settings.max_deliveries
-        self.dead_letter_stream = settings.dead_letter_stream
-        dead_letter_stream = settings.dead_letter_stream
-        self.corrupt_policy = _corrupt_policy(corrupt_mode, dead_letter_stream)
-        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
-        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
-        # Hazelcast refuses a read of more items than the ring holds.
-        self._items_per_read = min(max_items_per_read, self.info.config.capacity)
-        self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
-        self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
-        self._incarnation = uuid.uuid4().hex[:4]
-        self._acquisitions = 0
-        self._observers = {lane: ExpiryObserver() for lane in range(self.info.lanes)}
-        self._lock = threading.RLock()
-        self._poll_lock = threading.Lock()
-        self._wakeup = threading.Event()
-        self._wakers: dict[int, Any] = {}
-        self._texts: dict[int, str] = {}  # lane -> entry text last read or written
-        self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
-        self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
-        self._items: dict[int, OrderedDict[int, ItemView | _Undecodable]] = {
-            lane: OrderedDict() for lane in range(self.info.lanes)
-        }
-        self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
-        # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
-        # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
-        self._home = uuid.uuid4().int % self.info.lanes
-        self._contended = False
-        self._closed = False
-        self.delivered_records = 0
-        self.acked_records = 0
-        self.released_records = 0
-        self.rejected_records = 0
-        self.dead_lettered_records = 0
-        self.refused_records = 0
-        self.renewed_records = 0
-        self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
-        self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
-        self._detach_metrics = attach_metrics(registry, self)
+    def _where(self, lane: int) -> str:
+        return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
 
     def _group_settings(
         self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
@@ -371,104 +222,6 @@ class SharedSubscriber:
                 f"{self.stream!r}, {self.group!r})) to start it again with new ones"
             )
         return stored
-
-    # ------------------------------------------------------------------------------------------------ polling
-
-    def poll(self, timeout_ms: float = 0) -> RecordBatch:
-        """Acquire records available now, or the first to become available within ``timeout_ms``, and hand them
-        out (``SharedRecord``s, each with its ``delivery_count``); empty when none came. Settle each with ``ack``,
-        ``nack`` or ``reject`` within ``acquisition_timeout_ms``.
-
-        Raises:
-            DataLossError: records of the window were overwritten in the ring before they were settled.
-            FormatError: a ring item cannot be decoded.
-            GridError: the grid failed (nothing was acquired by the failing step).
-        """
-        if self._closed:
-            raise MeteorError(f"the shared subscriber of stream {self.stream!r} is closed; create a new one")
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        with self._poll_lock:
-            while True:
-                self._wakeup.clear()
-                batch = self._acquire_round()
-                remaining = deadline - time.monotonic()
-                if batch or remaining <= 0:
-                    return batch
-                self._arm_wakers()
-                self._wakeup.wait(min(remaining, RECHECK_S))
-
-    def _acquire_round(self) -> RecordBatch:
-        """One pass over the lanes, from this member's home lane on, until ``max_poll_records`` are acquired."""
-        lanes = self.info.lanes
-        order = [(self._home + i) % lanes for i in range(lanes)]
-        budget = self.max_poll_records
-        parts: list[BatchPart] = []
-        records: list[Record] = []
-        for lane in order:
-            if budget <= 0:
-                break
-            self._contended = False
-            try:
-                got_parts, got_records = self._acquire(lane, budget)
-            except MeteorError:
-                if not records:
-                    raise
-                break  # hand out what other lanes gave first; the next poll meets the error again
-            if lane == self._home and not (got_records and self._contended):
-                self._home = (lane + 1) % lanes  # the next poll starts at the next lane: no lane starves
-            if got_records:
-                parts.extend(got_parts)
-                records.extend(got_records)
-                budget -= len(got_records)
-        self.delivered_records += len(records)
-        return RecordBatch(parts, records) if records else RecordBatch.empty()
-
-    def _acquire(self, lane: int, budget: int) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """One lane: acquire up to ``budget`` records (released or timed-out ones first, then fresh ones) with one
-        compare-and-set, dead-letter those past ``max_deliveries``, and return the rest to hand out."""
-        key = self._keys[lane]
-        own = True  # first try the text this member wrote last (usually still current): saves a round trip
-        for _ in range(MAX_CAS_ATTEMPTS):
-            text, share = self._read(lane, own_write=own)
-            expired = self._timed_out(lane, share)
-            share = share.expire(expired)
-            self._acquisitions += 1
-            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            picks, archive, fresh_end, slices, corrupt = self._pick(lane, share, budget)
-            if not picks and not archive and fresh_end is None:
-                if own and self._own_write.get(lane):
-                    own = False  # what this member wrote may be stale: look at the entry before giving up
-                    continue
-                if expired:  # nothing to take, but the timed-out acquisitions are released for everyone
-                    self._write(lane, key, text, share)
-                return [], []
-            ranges = [(first, end, deliveries) for first, end, deliveries in picks + archive]
-            acquired = share.acquire(ranges, token, fresh_end)
-            if not self._write(lane, key, text, acquired):
-                own = False
-                self._contended = True
-                continue
-            if expired:
-                logger.info(
-                    "stream %r lane %d group %r: acquisitions %s timed out; their records are available again",
-                    self.stream,
-                    lane,
-                    self.group,
-                    sorted(expired),
-                )
-            self._observers[lane].see(token, token)
-            if corrupt:
-                self._pass_over(lane, token, corrupt)
-            parts, out = self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
-            if out and (self._value_deserializer is not None or self._key_deserializer is not None):
-                return self._deserialize(lane, parts, out)
-            return parts, out
-        raise GroupError(
-            f"acquiring records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row "
-            f"to other members; poll again"
-        )
 
     def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
         """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
@@ -521,162 +274,6 @@ class SharedSubscriber:
         observer.forget_except(tokens)
         return {token for token in tokens if observer.expired(token, token, self.acquisition_timeout_ms)}
 
-    def _pick(
-        self, lane: int, share: LaneShare, budget: int
-    ) -> tuple[
-        list[tuple[int, int, int]],
-        list[tuple[int, int, int]],
-        int | None,
-        list[tuple[BatchPart, int]],
-        list[tuple[int, _Undecodable]],
-    ]:
-        """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
-        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
-        ``(part, deliveries)`` of both (archived ones included), and the undecodable items inside those ranges
-        (``on_corrupt`` skip or dead_letter: acquired with the rest, then passed over)."""
-        picks: list[tuple[int, int, int]] = []
-        archive: list[tuple[int, int, int]] = []
-        slices: list[tuple[BatchPart, int]] = []
-        corrupt: list[tuple[int, _Undecodable]] = []
-        for span in share.available():
-            if budget <= 0:
-                break
-            give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
-            deliveries = span.deliveries if give_up else span.deliveries + 1
-            got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
-            corrupt.extend(bad)
-            if not got and not bad:
-                continue
-            (archive if give_up else picks).append((span.first, end, deliveries))
-            slices.extend((part, deliveries) for part in got)
-            if not give_up:
-                budget -= sum(part.size for part in got)
-        fresh_end = None
-        if budget > 0 and sequence_of(share.next) - sequence_of(share.start) < MAX_WINDOW_ITEMS:
-            limit = first_offset_of(sequence_of(share.start) + MAX_WINDOW_ITEMS)
-            got, end, bad = self._records_in(lane, share.next, limit, budget, fresh=True)
-            corrupt.extend(bad)
-            if got or bad:
-                fresh_end = end
-                slices.extend((part, 1) for part in got)
-        return picks, archive, fresh_end, slices, corrupt
-
-    def _records_in(
-        self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
-    ) -> tuple[list[BatchPart], int, list[tuple[int, _Undecodable]]]:
-        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
-        they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
-        lane's end instead of waiting.
-
-        An undecodable item with ``on_corrupt="error"`` ends the range before it (the records before it are handed
-        out); met first, it raises its ``FormatError`` (the lane stops there for this member).
-        """
-        parts: list[BatchPart] = []
-        bad: list[tuple[int, _Undecodable]] = []
-        seq = sequence_of(first)
-        covered = first
-        while covered < end and (budget is None or budget > 0):
-            view = self._item(lane, seq, fresh)
-            if view is None:
-                break  # fresh records: the lane ends here for now
-            if isinstance(view, _Undecodable):
-                if self.corrupt_policy.is_error:
-                    if parts or bad:
-                        break
-                    raise view.error
-                bad.append((seq, view))
-                covered = first_offset_of(seq + 1)
-                seq += 1
-                continue
-            lo = index_of(covered) if seq == sequence_of(covered) else 0
-            hi = view.count if sequence_of(end) > seq else min(view.count, index_of(end))
-            if budget is not None:
-                hi = min(hi, lo + budget)
-            if hi > lo:
-                parts.append(BatchPart(self.stream, lane, seq, view, lo, hi))
-                if budget is not None:
-                    budget -= hi - lo
-            covered = first_offset_of(seq + 1) if hi >= view.count else make_offset(seq, hi)
-            seq += 1
-            if hi < view.count:
-                break
-        return parts, covered, bad
-
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | _Undecodable | None:
-        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``_Undecodable``); None past
-        the lane's end."""
-        cache = self._items[lane]
-        with self._lock:
-            view = cache.get(seq)
-        if view is not None:
-            return view
-        ring = self._rings[lane]
-        # Hazelcast (and the embedded grid) clamp a read into [head, tail + 1]; an empty answer says nothing about
-        # where the lane ends (its next sequence is 0), so a position past the end shows once items are written.
-        batch = ring.read_many(seq, 0, self._items_per_read)
-        if not batch.sequences:
-            if fresh:
-                return None
-            raise DataLossError(
-                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(oldest_in(ring))
-            )
-        if batch.sequences[0] > seq:
-            raise DataLossError(
-                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(batch.sequences[0])
-            )
-        if batch.sequences[0] < seq:  # clamped, and items were written below seq since
-            raise self._past_end(lane, seq, ring.tail() + 1)
-        views = [
-            self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
-        ]
-        with self._lock:
-            cache.update(zip(batch.sequences, views, strict=True))
-            while len(cache) > _CACHE_ITEMS:
-                cache.popitem(last=False)
-        return views[0]
-
-    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | _Undecodable:
-        try:
-            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
-        except FormatError as exc:
-            return _Undecodable(bytes(item), exc)
-
-    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, _Undecodable]]) -> None:
-        """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
-        so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
-        in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
-        for seq, bad in corrupt:
-            self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
-        self._change_lane(
-            lane,
-            [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
-            lambda share, runs, old: share.settle(runs, old, DONE),
-        )
-        for seq, bad in corrupt:
-            self.refusals.passed_item(lane, seq, bad.error)
-
-    def _deserialize(
-        self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
-    ) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """Deserialize the records handed out of one lane. Refused records go through ``on_corrupt``: with skip
-        or dead_letter they are marked done (dead letters published first); with error they and the records after
-        them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
-        nothing before them is handed out, the ``DeserializationError`` is raised."""
-        decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
-        deliveries = {r.offset: r.delivery_count for r in out}
-        records = [
-            SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries[r.offset])
-            for r in decoded.records
-        ]
-        if decoded.refused:
-            self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
-        if decoded.stopped is not None:
-            offset, error = decoded.stopped
-            self._settle([r for r in out if r.offset >= offset], AVAILABLE, "release a refused record")
-            if not records:
-                raise error
-        return decoded.parts, records
-
     def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
         oldest = min(oldest_in(self._rings[lane]), end)
         return OffsetOutOfRangeError(
@@ -699,42 +296,6 @@ class SharedSubscriber:
         with self._lock:
             for seq in [s for s in cache if s < below]:
                 del cache[seq]
-
-    def _hand_out(
-        self, lane: int, token: str, slices: list[tuple[BatchPart, int]], archive: set[tuple[int, int]]
-    ) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """Record the acquired records as held, dead-letter the archived ones, return the others."""
-        parts: list[BatchPart] = []
-        out: list[SharedRecord] = []
-        letters: list[SharedRecord] = []
-        held = self._held[lane]
-        for part, deliveries in slices:
-            records = part.records()
-            offsets = [r.offset for r in records]
-            ends = offsets[1:] + [
-                first_offset_of(part.sequence + 1)
-                if part.stop >= part.item.count
-                else make_offset(part.sequence, part.stop)
-            ]
-            shared = [
-                SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries)
-                for r in records
-            ]
-            with self._lock:
-                for record, end in zip(shared, ends, strict=True):
-                    held[record.offset] = _Held(token, end, deliveries)
-            if any(first <= part.first_offset < end for first, end in archive):
-                letters.extend(shared)
-            else:
-                parts.append(part)
-                out.extend(shared)
-        if letters:
-            self._archive(
-                letters,
-                f"delivered {letters[0].delivery_count} times (max_deliveries="
-                f"{self.max_deliveries}) without being acknowledged",
-            )
-        return parts, out
 
     def _archive(self, records: list[SharedRecord], reason: str) -> None:
         """Publish ``records`` to the dead-letter stream (acknowledged by the grid), then mark them done."""
@@ -832,7 +393,7 @@ class SharedSubscriber:
                     if any(f <= offset < e for f, e in lost):
                         held_lane.pop(offset, None)
                     else:
-                        held_lane[offset] = _Held(token, held.end, held.deliveries)
+                        held_lane[offset] = HeldSpan(token, held.end, held.deliveries)
             if lost:
                 refused[lane] = lost
         if refused:
@@ -951,144 +512,3 @@ class SharedSubscriber:
             f"settling records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row to "
             f"other members; try again"
         )
-
-    # ------------------------------------------------------------------------------------------------ waiting
-
-    def _arm_wakers(self) -> None:
-        """One parked read per lane at the first offset never acquired: wakes ``poll`` when new items arrive."""
-        for lane in range(self.info.lanes):
-            waker = self._wakers.get(lane)
-            if waker is not None and not waker.done():
-                continue
-            with self._lock:
-                text = self._texts.get(lane)
-            if text is None:
-                continue
-            share = LaneShare.decode(text, self._keys[lane])
-            nxt = sequence_of(share.next)
-            if nxt - sequence_of(share.start) >= MAX_WINDOW_ITEMS:
-                continue  # the window is full: only settling (seen at the next recheck) makes room
-            with self._lock:
-                if nxt in self._items[lane]:
-                    continue
-            future = self._rings[lane].read_many_async(nxt, 1, 1)
-            future.add_done_callback(lambda _f: self._wakeup.set())
-            self._wakers[lane] = future
-
-    # ------------------------------------------------------------------------------------------------ lifecycle
-
-    def _where(self, lane: int) -> str:
-        return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
-
-    def held(self) -> int:
-        """Records handed out to this member and not settled yet."""
-        with self._lock:
-            return sum(len(held) for held in self._held.values())
-
-    def metrics(self) -> dict[str, int]:
-        """Counters since creation."""
-        return {
-            "delivered_records": self.delivered_records,
-            "acked_records": self.acked_records,
-            "released_records": self.released_records,
-            "rejected_records": self.rejected_records,
-            "dead_lettered_records": self.dead_lettered_records,
-            "refused_records": self.refused_records,
-            "renewed_records": self.renewed_records,
-            "held_records": self.held(),
-            "corrupt_items": self.refusals.corrupt_items,
-            "undecodable_records": self.refusals.undecodable_records,
-        }
-
-    def close(self) -> None:
-        """Release every record still held (available to other members at once), close the dead-letter publisher.
-        Settle what was processed first: released records are delivered again."""
-        if self._closed:
-            return
-        self._closed = True
-        self._wakeup.set()
-        try:
-            with self._lock:
-                held = [
-                    Record(b"", offset=offset, lane=lane, stream=self.stream)
-                    for lane, records in self._held.items()
-                    for offset in records
-                ]
-            if held:
-                try:
-                    self._settle(held, AVAILABLE, "release on close")
-                except MeteorError as exc:  # they time out instead
-                    logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
-        finally:
-            if self._detach_metrics is not None:
-                self._detach_metrics()
-            self.refusals.close()
-            if self._dead_letters is not None:
-                self._dead_letters.close()
-
-    def __enter__(self) -> SharedSubscriber:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"SharedSubscriber(stream={self.stream!r}, group={self.group!r}, member={self.member_id!r})"
-
-
-# ---------------------------------------------------------------------------------------------------- admin
-
-
-@dataclass(frozen=True)
-class SharedLaneState:
-    """One lane of a shared group, as stored.
-
-    Attributes:
-        lane: the lane.
-        start: the start offset (every record below it was acknowledged or archived); None before any member read.
-        next: the first offset never acquired.
-        acquired_ranges: offset ranges acquired now; available_ranges: released or timed out, not acquired again.
-        acquisitions: distinct acquisitions (member polls) holding records.
-    """
-
-    lane: int
-    start: int | None
-    next: int | None
-    acquired_ranges: int
-    available_ranges: int
-    acquisitions: int
-
-
-def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedLaneState]:
-    """Every lane's stored state of shared ``group`` on ``info``'s stream (one ``get_all``)."""
-    keys = [lane_key(info.name, group, lane) for lane in range(info.lanes)]
-    stored = grid.map(SHARE_MAP).get_all(keys)
-    out = []
-    for lane, key in enumerate(keys):
-        text = stored.get(key)
-        if text is None:
-            out.append(SharedLaneState(lane, None, None, 0, 0, 0))
-            continue
-        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-        out.append(
-            SharedLaneState(
-                lane,
-                share.start,
-                share.next,
-                sum(1 for s in share.spans if s.state == "a"),
-                len(share.available()),
-                len(share.tokens()),
-            )
-        )
-    return out
-
-
-def list_shared_groups(grid: Grid, stream: str) -> list[str]:
-    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
-    names = set()
-    keys = grid.map(SHARE_MAP).keys()
-    for key in keys:
-        parsed = parse_key(key)
-        if parsed is not None and parsed[0] == stream:
-            names.add(parsed[1])
-    return sorted(names)

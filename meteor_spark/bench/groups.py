@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.admin import delete_stream, group_state
+from meteor_spark.admin import delete_stream, group_state, shared_group_state
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid import Grid, GridSettings
@@ -34,7 +34,6 @@ from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
 from meteor_spark.server import EmbeddedGrid
-from meteor_spark.shared_groups import shared_group_state
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.tables import render_table

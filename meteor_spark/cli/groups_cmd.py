@@ -74,8 +74,7 @@ def run_groups(args: argparse.Namespace) -> int:
 
 def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
     """The tables of the groups asked for, once."""
-    from meteor_spark.admin import group_state, lag_report, list_groups
-    from meteor_spark.shared_groups import list_shared_groups
+    from meteor_spark.admin import group_state, lag_report, list_groups, list_shared_groups
 
     exclusive = {g.group for g in list_groups(grid, info.config.name)}
     shared = set(list_shared_groups(grid, info.config.name)) - exclusive
@@ -163,8 +162,8 @@ def _lost(entry: Any) -> str:
 
 def _show_shared(grid: Grid, info: Any, group: str) -> None:
     """The table of a shared group: per lane its start offset, window and records in flight."""
+    from meteor_spark.admin import shared_group_state
     from meteor_spark.offsets import sequence_of
-    from meteor_spark.shared_groups import shared_group_state
     from meteor_spark.streams import lane_bounds
 
     ends = {lane: end for lane, (_, end) in lane_bounds(grid, info).items()}

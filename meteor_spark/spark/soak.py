@@ -29,7 +29,7 @@ from typing import Any
 from meteor_spark.config import grid_options
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
-from meteor_spark.shared_groups import SharedSubscriber
+from meteor_spark.shared_subscriber import SharedSubscriber
 from meteor_spark.spark.bench_session import bench_member_session
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from meteor_spark import admin
+from meteor_spark.admin import shared_group_state
 from meteor_spark.errors import FencedError, MeteorError
 from meteor_spark.grid import Grid
 from meteor_spark.offsets import make_offset
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
-from meteor_spark.shared_groups import shared_group_state
 from meteor_spark.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from meteor_spark.admin import shared_group_state
 from meteor_spark.corrupt import (
     HEADER_DELIVERY_COUNT,
     HEADER_ERROR,
@@ -21,7 +22,8 @@ from meteor_spark.errors import ConfigError, DeserializationError, FencedError, 
 from meteor_spark.grid import Grid
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
-from meteor_spark.shared_groups import SharedRecord, SharedSubscriber, shared_group_state
+from meteor_spark.shared_groups import SharedRecord
+from meteor_spark.shared_subscriber import SharedSubscriber
 from meteor_spark.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
