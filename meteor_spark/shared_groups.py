@@ -100,7 +100,7 @@ from meteor_spark.wire import ItemView
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SHARE_MAP", "HeldSpan", "SharedBookkeeping", "SharedRecord", "UndecodableItem"]
+__all__ = ["HeldSpan", "SharedBookkeeping", "SharedRecord", "UndecodableItem"]
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1

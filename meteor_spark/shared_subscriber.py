@@ -24,8 +24,8 @@ from meteor_spark.errors import (
     MeteorError,
 )
 from meteor_spark.grid import MAX_BATCH_ITEMS, Grid, GridMap, Ring
+from meteor_spark.group_balancing import default_member_id
 from meteor_spark.group_store import MAX_CAS_ATTEMPTS, lane_key
-from meteor_spark.groups import default_member_id
 from meteor_spark.leases import ExpiryObserver
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry

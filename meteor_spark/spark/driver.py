@@ -38,7 +38,8 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.grid import Ring, result
-from meteor_spark.groups import GroupMember, default_member_id
+from meteor_spark.group_balancing import default_member_id
+from meteor_spark.groups import GroupMember
 from meteor_spark.item_gate import ItemGate, stable_end
 from meteor_spark.item_marks import CHANGED, ItemMark, check_mark, mark_of
 from meteor_spark.offsets import InitialOffsetScheme

@@ -31,8 +31,9 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
 )
 from meteor_spark.grid import Grid, GridSettings
+from meteor_spark.group_balancing import balance
 from meteor_spark.group_store import LEASES_MAP, OFFSETS_MAP, Assignment, lane_key
-from meteor_spark.groups import GroupMember, balance
+from meteor_spark.groups import GroupMember
 from meteor_spark.leases import ExpiryObserver, Lease
 from meteor_spark.offsets import InitialOffsetScheme, make_offset, resolve_initial, sequence_of
 from meteor_spark.publisher import Publisher
