@@ -78,7 +78,6 @@ from meteor_spark.lane_state import LaneState, Skip
 from meteor_spark.offsets import (
     InitialOffsetScheme,
     first_offset_of,
-    make_offset,
 )
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart, Record, RecordBatch
@@ -430,33 +429,9 @@ class LaneReader:
 
     def _take(self) -> RecordBatch:
         """Up to ``max_poll_records`` buffered records, lanes in rotation; lanes lost meanwhile are dropped."""
-        with self._lock:
-            lanes = sorted(self._lanes)
-            if not lanes:
-                return RecordBatch.empty()
-            rotation = [lane for lane in lanes if lane >= self._next_lane]
-            rotation += [lane for lane in lanes if lane < self._next_lane]
-            budget = self.max_poll_records
-            taken: dict[int, list[BatchPart]] = {}
-            for lane in rotation:
-                state = self._lanes[lane]
-                parts: list[BatchPart] = []
-                for part in state.parts:
-                    if budget <= 0:
-                        break
-                    if part.size > budget:
-                        part = BatchPart(
-                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
-                        )
-                    parts.append(part)
-                    budget -= part.size
-                if parts:
-                    taken[lane] = parts
-                if budget <= 0:
-                    break
-            if not taken:
-                return RecordBatch.empty()
-            self._next_lane = (max(taken) + 1) % max(1, self.info.lanes)
+        taken = self._choose_parts()
+        if not taken:
+            return RecordBatch.empty()
         if self._member is not None:
             # Re-validate leases before delivering: a lane taken over meanwhile must not be delivered again.
             for lane in list(taken):
@@ -473,15 +448,7 @@ class LaneReader:
                 delivered = self._lanes.get(lane)
                 if delivered is None:
                     continue
-                for part in parts:
-                    head = delivered.parts[0]
-                    if part.stop >= head.stop:
-                        delivered.parts.popleft()
-                    else:
-                        delivered.parts[0] = BatchPart(
-                            head.stream, head.lane, head.sequence, head.item, part.stop, head.stop
-                        )
-                    delivered.buffered -= part.size
+                delivered.consume(parts)
                 if decoded is None:
                     out.extend(parts)
                 elif records is not None:
@@ -492,22 +459,39 @@ class LaneReader:
                         orphan = delivered.stop_at(*stopped)
                         if orphan is not None:
                             self._orphans.append(orphan)
-                if not parts:
-                    continue  # deserialization stopped the lane at its first record
-                last = parts[-1]
-                delivered.item_counts = {part.sequence: part.item.count for part in parts}
-                delivered.delivered([part.sequence for part in parts])
-                delivered.last_delivered = last.last_offset
-                delivered.position = (
-                    first_offset_of(last.sequence + 1)
-                    if last.stop >= last.item.count
-                    else make_offset(last.sequence, last.stop)
-                )
-                delivered.dirty = True
-                delivered.passed()  # items skipped by policy right after the last delivered one
+                if parts:  # empty: deserialization stopped the lane at its first record
+                    delivered.handed_out(parts)
         batch = RecordBatch(out, records)
         self.delivered_records += len(batch)
         return batch
+
+    def _choose_parts(self) -> dict[int, list[BatchPart]]:
+        """The buffered parts the next batch takes, lane -> parts (the last one cut to the budget): up to
+        ``max_poll_records`` records, lanes in rotation from ``_next_lane`` so no lane starves."""
+        with self._lock:
+            lanes = sorted(self._lanes)
+            rotation = [lane for lane in lanes if lane >= self._next_lane]
+            rotation += [lane for lane in lanes if lane < self._next_lane]
+            budget = self.max_poll_records
+            taken: dict[int, list[BatchPart]] = {}
+            for lane in rotation:
+                parts: list[BatchPart] = []
+                for part in self._lanes[lane].parts:
+                    if budget <= 0:
+                        break
+                    if part.size > budget:
+                        part = BatchPart(
+                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
+                        )
+                    parts.append(part)
+                    budget -= part.size
+                if parts:
+                    taken[lane] = parts
+                if budget <= 0:
+                    break
+            if taken:
+                self._next_lane = (max(taken) + 1) % max(1, self.info.lanes)
+            return taken
 
     @property
     def _deserializing(self) -> bool:

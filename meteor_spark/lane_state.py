@@ -17,7 +17,7 @@ from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetO
 from meteor_spark.grid import Ring
 from meteor_spark.item_gate import DELIVER, WAIT, ItemGate
 from meteor_spark.item_marks import ItemMark, mark_of
-from meteor_spark.offsets import first_offset_of, index_of, sequence_of
+from meteor_spark.offsets import first_offset_of, index_of, make_offset, sequence_of
 from meteor_spark.reading import oldest_in
 from meteor_spark.records import BatchPart
 from meteor_spark.wire import decode_item
@@ -197,6 +197,31 @@ class LaneState:
         if last in self.items:
             self.position_mark = mark_of(self.items[last], last)
         self.items = {seq: item for seq, item in self.items.items() if seq >= last}
+
+    def consume(self, parts: list[BatchPart]) -> None:
+        """Take ``parts`` (the head of the buffer, the last one perhaps cut short) out of the buffer."""
+        for part in parts:
+            head = self.parts[0]
+            if part.stop >= head.stop:
+                self.parts.popleft()
+            else:
+                self.parts[0] = BatchPart(head.stream, head.lane, head.sequence, head.item, part.stop, head.stop)
+            self.buffered -= part.size
+
+    def handed_out(self, parts: list[BatchPart]) -> None:
+        """The records of ``parts`` were delivered: move the position past the last one (to the next item's first
+        record when it ends an item), remember their items for ``confirm(record)``, mark the lane for ``confirm()``."""
+        last = parts[-1]
+        self.item_counts = {part.sequence: part.item.count for part in parts}
+        self.delivered([part.sequence for part in parts])
+        self.last_delivered = last.last_offset
+        self.position = (
+            first_offset_of(last.sequence + 1)
+            if last.stop >= last.item.count
+            else make_offset(last.sequence, last.stop)
+        )
+        self.dirty = True
+        self.passed()  # items skipped by policy right after the last delivered one
 
     def mark_of_delivered(self, sequence: int) -> ItemMark | None:
         """The mark of an item of the last delivery (``confirm(record)``), None when it is not one of them."""
