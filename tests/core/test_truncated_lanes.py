@@ -308,3 +308,49 @@ def test_a_reader_connected_across_a_member_restart_that_cuts_the_ring_log_tail(
         f"{reader} reader across a restart (skip_data_loss={skip}): ring log cut by {lost} of {RECORDS} read "
         f"records; {figures}; restart to outcome {took:.2f} s"
     )
+
+
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_reader_connected_across_a_real_member_restart_without_a_store(tmp_path: Path) -> None:
+    """The same on a real Hazelcast 5.7.0 member restarted without a store: the lane starts again at sequence 0 and
+    60 new records refill it past the reader's position (50). The reader's buffer is full (``max_poll_records``
+    10), so its next read is sent only once the new records are there, where it would silently pass over the 50
+    new records below its position: the records read before are delivered, then ``LaneTruncatedError``."""
+    import time
+
+    from tests.real_members import HazelcastMember, hazelcast_jar
+
+    try:
+        hazelcast_jar()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    member = HazelcastMember(tmp_path, heap="512m").start()
+    try:
+        settings = GridSettings(members=(member.address,), cluster_name=member.cluster_name, connect_timeout_s=120)
+        config = _config("orders")
+        with Grid(settings) as grid:
+            _publish(grid, config, "old")
+            sub = Subscriber(grid, config, initial_offset_scheme="earliest", max_poll_records=10)
+            try:
+                got: list[bytes] = []
+                wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= 10, 10, message="read")
+                assert sub._lanes[0].fetch_seq == RECORDS  # every old item read; nothing else is sent for the lane
+                member.kill()
+                started = time.monotonic()
+                member = HazelcastMember(tmp_path, port=member.port, heap="512m").start()
+                _publish(grid, config, "new", RECORDS + 10)  # waits for the client to reconnect
+                after: list[bytes] = []
+                with pytest.raises(LaneTruncatedError, match="while it read across a lost connection"):
+                    wait_until(lambda: after.extend(r.value for r in sub.poll(50)) or False, 30, message="error")
+                took = time.monotonic() - started
+                assert after == [f"old-{i}".encode() for i in range(len(got), RECORDS)]
+            finally:
+                sub.close()
+    finally:
+        member.kill()
+    print(
+        f"real member restarted without a store under a live reader: {len(after)} records read before delivered, "
+        f"0 of {RECORDS + 10} new records delivered past the truncation, LaneTruncatedError; restart to outcome "
+        f"{took:.2f} s"
+    )
