@@ -65,9 +65,10 @@ class Subscriber(SubscriberOffsets, LaneReader):
             ``SharedSubscriber``, not a ``Subscriber`` (see ``__new__``).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
-        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; grouped, a lane truncated
-            and refilled under the group's offset is read again from its oldest record (counted in
-            ``truncated_lanes``) instead of raising ``LaneTruncatedError``.
+        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; a lane truncated and
+            refilled under the group's offset (grouped, on taking it up) or under the reader's position (while it
+            reads across a member restart) is read again from its oldest record (counted in ``truncated_lanes``)
+            instead of raising ``LaneTruncatedError``.
         on_corrupt: what to do with a ring item that cannot be decoded: ``"error"`` (default: ``FormatError``,
             position left at the item), ``"skip"`` (counted in ``corrupt_items``, logged) or ``"dead_letter"``.
         dead_letter_stream: the stream undecodable items are published to (implies ``on_corrupt="dead_letter"``);
@@ -98,9 +99,9 @@ class Subscriber(SubscriberOffsets, LaneReader):
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
         skips: ``(lane, first lost offset, first offset read after)`` per skip.
-        truncated_lanes: grouped, ``skip_data_loss``: lanes found truncated and refilled under the group's offset
-            (``LaneTruncatedError`` otherwise) and read again from their oldest record.
-        truncations: ``(lane, confirmed offset, offset read again from)`` of each of them.
+        truncated_lanes: ``skip_data_loss``: lanes found truncated and refilled under the group's offset or the
+            reader's position (``LaneTruncatedError`` otherwise) and read again from their oldest record.
+        truncations: ``(lane, confirmed offset or position, offset read again from)`` of each of them.
         corrupt_items: undecodable ring items passed over (``on_corrupt`` skip or dead_letter).
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
@@ -228,7 +229,7 @@ class Subscriber(SubscriberOffsets, LaneReader):
         self.skipped_items = 0
         self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
         self.truncated_lanes = 0
-        self.truncations: list[tuple[int, int, int]] = []  # (lane, confirmed offset, offset read again from)
+        self.truncations: list[tuple[int, int, int]] = []  # (lane, offset or position, offset read again from)
         self.delivered_records = 0
         self._refusals: Refusals | None = None
         if group is None:
