@@ -28,7 +28,7 @@ _EXPORTS = {
     "Requester": "meteor_spark.consumer.request_reply",
     "Responder": "meteor_spark.consumer.request_reply",
     "SharedSubscriber": "meteor_spark.consumer.shared_subscriber",
-    "SharedRecord": "meteor_spark.consumer.shared_subscriber",
+    "SharedRecord": "meteor_spark.consumer.shared_groups",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
     # The whole error tree: a user catches what the library raises without knowing the module it lives in.
@@ -63,7 +63,8 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.consumer.request_reply import Requester, Responder  # noqa: F401
-    from meteor_spark.consumer.shared_subscriber import SharedRecord, SharedSubscriber  # noqa: F401
+    from meteor_spark.consumer.shared_groups import SharedRecord  # noqa: F401
+    from meteor_spark.consumer.shared_subscriber import SharedSubscriber  # noqa: F401
     from meteor_spark.consumer.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
     from meteor_spark.errors import (  # noqa: F401
         ArgumentTypeError,

@@ -17,8 +17,8 @@ import types
 import warnings
 from typing import Any
 
-#: old module path -> the module that holds its code now
-MOVED = {
+#: old module path -> the module (or modules, first match wins) that hold its names now
+MOVED: dict[str, str | tuple[str, ...]] = {
     "meteor_spark.offsets": "meteor_spark.format.offsets",
     "meteor_spark.wire": "meteor_spark.format.wire",
     "meteor_spark.records": "meteor_spark.format.records",
@@ -46,7 +46,11 @@ MOVED = {
     "meteor_spark.receiver": "meteor_spark.consumer.receiver",
     "meteor_spark.refusals": "meteor_spark.consumer.refusals",
     "meteor_spark.auto_confirm": "meteor_spark.consumer.auto_confirm",
-    "meteor_spark.shared_groups": "meteor_spark.consumer.shared_subscriber",
+    "meteor_spark.shared_groups": (
+        "meteor_spark.consumer.shared_subscriber",
+        "meteor_spark.consumer.shared_groups",
+        "meteor_spark.groups.admin",
+    ),
     "meteor_spark.request_reply": "meteor_spark.consumer.request_reply",
     "meteor_spark.demo": "meteor_spark.cli.demo",
     "meteor_spark.spark.bench_session": "meteor_spark.bench.jobs.session",
@@ -61,16 +65,22 @@ def _warn(old: str, new: str) -> None:
     warnings.warn(f"{old} moved to {new}: import it from there", DeprecationWarning, stacklevel=3)
 
 
-def forward(package: str, module: str, name: str) -> Any:
-    """``package.name`` for a name the package's former module had: that name from ``module``, with a warning."""
+def _homes(target: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (target,) if isinstance(target, str) else target
+
+
+def forward(package: str, target: str | tuple[str, ...], name: str) -> Any:
+    """``package.name`` for a name the package's former module had: that name from the first module of ``target``
+    that has it, with a warning."""
     if name.startswith("__"):
         raise AttributeError(name)
-    value = getattr(importlib.import_module(module), name, _MISSING)
-    if value is _MISSING:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-    _warn(f"{package}.{name}", f"{module}.{name}")
-    setattr(sys.modules[package], name, value)  # warned once: later lookups find it without __getattr__
-    return value
+    for module in _homes(target):
+        value = getattr(importlib.import_module(module), name, _MISSING)
+        if value is not _MISSING:
+            _warn(f"{package}.{name}", f"{module}.{name}")
+            setattr(sys.modules[package], name, value)  # warned once: later lookups find it without __getattr__
+            return value
+    raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
 
 _MISSING = object()
@@ -83,11 +93,11 @@ class _Forwarder(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        new = MOVED[module.__name__]
-        _warn(module.__name__, new)
-        target = importlib.import_module(new)
-        module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
-        module.__getattr__ = lambda name: getattr(target, name)  # type: ignore[method-assign]
+        homes = _homes(MOVED[module.__name__])
+        _warn(module.__name__, " and ".join(homes))
+        for home in reversed(homes):  # the first home's names win
+            target = importlib.import_module(home)
+            module.__dict__.update({k: v for k, v in vars(target).items() if not k.startswith("__")})
 
 
 class _OldPaths(importlib.abc.MetaPathFinder):

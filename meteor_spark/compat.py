@@ -495,6 +495,38 @@ def _check_connect_log() -> None:
     )
 
 
+_CONNECTION_CLOSED_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+def on_connection_closed(client: Any, callback: Callable[[], None]) -> None:
+    """Call ``callback`` whenever one of the client's member connections closes (a member died, restarted or was
+    cut off), before the client can retry an operation on a new connection to that member.
+
+    The public API tells only of losing the whole cluster (lifecycle ``DISCONNECTED``) and, later, of membership
+    changes; a member of a bigger cluster restarting shows first as its connection closing, which only the
+    connection manager's listeners (private ``_connection_manager.add_listener``) report. The callback runs on the
+    client's reactor thread: it must not block.
+    """
+    client._connection_manager.add_listener(on_connection_closed=lambda _connection: callback())
+
+
+def _check_connection_closed() -> None:
+    from hazelcast import connection
+
+    params = inspect.signature(connection.ConnectionManager.add_listener).parameters
+    assert "on_connection_closed" in params, "ConnectionManager.add_listener no longer takes on_connection_closed"
+    source = inspect.getsource(connection.ConnectionManager.on_connection_close)
+    assert "on_connection_closed(closed_connection)" in source, (
+        "ConnectionManager.on_connection_close no longer calls the connection listeners' on_connection_closed"
+    )
+    assert source.index("DISCONNECTED") < source.index("_trigger_cluster_reconnection"), (
+        "the DISCONNECTED lifecycle event no longer fires before the client reconnects"
+    )
+    assert "self._connection_manager = " in inspect.getsource(
+        __import__("hazelcast.client", fromlist=["HazelcastClient"]).HazelcastClient.__init__
+    ), "HazelcastClient no longer has `_connection_manager`"
+
+
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
@@ -516,6 +548,12 @@ COUPLINGS: tuple[Coupling, ...] = (
         _HAZELCAST,
         _CONNECT_LOG_WRITTEN_FOR,
         _check_connect_log,
+    ),
+    Coupling(
+        "connection-closed listener: reads cross a member restart only after a recheck (Grid.connection_losses)",
+        _HAZELCAST,
+        _CONNECTION_CLOSED_WRITTEN_FOR,
+        _check_connection_closed,
     ),
 )
 

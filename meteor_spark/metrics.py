@@ -16,7 +16,7 @@ Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when un
 - ``meteor_group_lease_acquisitions_total``, ``meteor_group_lease_losses_total`` (taken over after a missed
   renewal), ``meteor_group_fencing_refusals_total`` (confirms/seeks refused by a newer epoch); gauge
   ``meteor_group_lanes_held``.
-- Shared-group members (``Subscriber(shared=True, metrics=...)``): ``meteor_subscriber_records`` (handed out, a
+- Shared-group members (``SharedSubscriber(..., metrics=...)``): ``meteor_subscriber_records`` (handed out, a
   redelivery counts again) and ``meteor_subscriber_corrupt_items`` as above, ``meteor_shared_acked_records_total``,
   ``meteor_shared_released_records_total``, ``meteor_shared_rejected_records_total``,
   ``meteor_shared_dead_lettered_records_total``, ``meteor_shared_refused_records_total`` (settlements refused: the

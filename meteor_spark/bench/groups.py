@@ -27,15 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
-from meteor_spark.consumer.shared_subscriber import shared_group_state
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
-from meteor_spark.groups.admin import delete_stream
-from meteor_spark.groups.exclusive import group_state
+from meteor_spark.groups.admin import delete_stream, group_state, shared_group_state
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table

@@ -45,7 +45,7 @@ from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
-from meteor_spark.groups.exclusive import group_state, lag_report
+from meteor_spark.groups.admin import group_state, lag_report
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table

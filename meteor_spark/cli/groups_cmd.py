@@ -149,8 +149,7 @@ def _seek_target(grid: Grid, info: Any, lane: int, args: argparse.Namespace) -> 
 
 def _show(grid: Grid, info: Any, args: argparse.Namespace) -> None:
     """The tables of the groups asked for, once."""
-    from meteor_spark.consumer.shared_subscriber import list_shared_groups
-    from meteor_spark.groups.admin import group_state, lag_report, list_groups
+    from meteor_spark.groups.admin import group_state, lag_report, list_groups, list_shared_groups
 
     exclusive = {g.group for g in list_groups(grid, info.config.name)}
     shared = set(list_shared_groups(grid, info.config.name)) - exclusive
@@ -238,9 +237,9 @@ def _lost(entry: Any) -> str:
 
 def _show_shared(grid: Grid, info: Any, group: str) -> None:
     """The table of a shared group: per lane its start offset, window and records in flight."""
-    from meteor_spark.consumer.shared_subscriber import shared_group_state
     from meteor_spark.format.offsets import sequence_of
     from meteor_spark.grid.streams import lane_bounds
+    from meteor_spark.groups.admin import shared_group_state
 
     ends = {lane: end for lane, (_, end) in lane_bounds(grid, info).items()}
     out(f"shared group {group!r} on stream {info.config.name!r}")

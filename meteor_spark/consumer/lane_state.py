@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
-from meteor_spark.format.offsets import first_offset_of, index_of, sequence_of
+from meteor_spark.format.offsets import first_offset_of, index_of, make_offset, sequence_of
 from meteor_spark.format.records import BatchPart
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import Ring
@@ -60,17 +60,31 @@ class LaneState:
         "items",
         "lane",
         "last_delivered",
+        "last_read",
+        "losses_seen",
         "parts",
         "passed_mark",
         "pending",
+        "pending_losses",
         "pending_seq",
         "position",
         "position_mark",
         "ring",
         "stream",
+        "truncated",
+        "verify",
     )
 
-    def __init__(self, stream: str, lane: int, ring: Ring, capacity: int, position: int, epoch: int | None) -> None:
+    def __init__(
+        self,
+        stream: str,
+        lane: int,
+        ring: Ring,
+        capacity: int,
+        position: int,
+        epoch: int | None,
+        losses_seen: int = 0,
+    ) -> None:
         self.stream = stream
         self.lane = lane
         self.ring = ring
@@ -96,6 +110,15 @@ class LaneState:
         self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
         self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
         self.bad: tuple[int, bytes, FormatError] | None = None  # an undecodable item at fetch_seq, not settled yet
+        # Reading across a lost connection (``Grid.connection_losses``): the member may have restarted with a ring
+        # that lost its tail and was refilled under ``fetch_seq``. The count this lane last checked against and the
+        # one its outstanding read was sent under; the last item read (sequence, raw item); the mark the next read
+        # must find again before anything it returns is taken in (it starts one item early); the mark found changed.
+        self.losses_seen = losses_seen
+        self.pending_losses = losses_seen
+        self.last_read: tuple[int, Any] | None = None
+        self.verify: ItemMark | None = None
+        self.truncated: ItemMark | None = None
 
     def reset(self, position: int) -> Any:
         """Move to ``position``; returns the outstanding read, now orphaned."""
@@ -110,7 +133,49 @@ class LaneState:
         self.items.clear()
         self.delivered_items = {}
         self.position_mark = self.passed_mark = None
+        self.last_read = None
+        self.verify = self.truncated = None
         return orphan
+
+    def mark_before_fetch(self) -> ItemMark | None:
+        """The mark of the item just before ``fetch_seq`` (the last one read, delivered or passed over), which must
+        still be there after a lost connection; None when this lane knows none (nothing read since it started)."""
+        want = self.fetch_seq - 1
+        if self.last_read is not None and self.last_read[0] == want:
+            return mark_of(self.last_read[1], want)
+        for mark in (self.position_mark, self.passed_mark):
+            if mark is not None and mark.sequence == want:
+                return mark
+        item = self.items.get(want)
+        return None if item is None else mark_of(item, want)
+
+    def connection_lost(self, losses: int) -> Any:
+        """The grid lost a connection (count ``losses``): the next read starts one item early to find the mark of
+        the item before ``fetch_seq`` again. Returns the outstanding read, now orphaned (it may be answered from
+        after a member restart)."""
+        orphan = self.pending
+        self.pending = None
+        self.losses_seen = losses
+        if self.error is None and self.truncated is None:
+            self.verify = self.mark_before_fetch()
+        return orphan
+
+    def read_start(self) -> int:
+        """The sequence the next read starts at: one item early while a mark is to be verified."""
+        return self.verify.sequence if self.verify is not None else self.fetch_seq
+
+    def _verified(self, items: list[Any], sequences: list[int]) -> int:
+        """Settle ``verify`` against a read that started at its sequence: returns how many leading items to leave
+        out (the verified one), or -1 when the lane was truncated (``truncated`` is set): another item is there, or
+        the lane now ends before it (the grid answered from below it) though this reader read it. An item gone below
+        the oldest one served (overwritten) leaves nothing to compare: the usual data-loss handling applies."""
+        mark, self.verify = self.verify, None
+        if mark is None or sequences[0] > mark.sequence:
+            return 0
+        if sequences[0] < mark.sequence or mark_of(items[0], mark.sequence) != mark:
+            self.truncated = mark
+            return -1
+        return 1
 
     def passed(self) -> None:
         """Items up to ``fetch_seq`` were skipped by policy: with nothing buffered, the position moves past them
@@ -133,6 +198,31 @@ class LaneState:
             self.position_mark = mark_of(self.items[last], last)
         self.items = {seq: item for seq, item in self.items.items() if seq >= last}
 
+    def consume(self, parts: list[BatchPart]) -> None:
+        """Take ``parts`` (the head of the buffer, the last one perhaps cut short) out of the buffer."""
+        for part in parts:
+            head = self.parts[0]
+            if part.stop >= head.stop:
+                self.parts.popleft()
+            else:
+                self.parts[0] = BatchPart(head.stream, head.lane, head.sequence, head.item, part.stop, head.stop)
+            self.buffered -= part.size
+
+    def handed_out(self, parts: list[BatchPart]) -> None:
+        """The records of ``parts`` were delivered: move the position past the last one (to the next item's first
+        record when it ends an item), remember their items for ``confirm(record)``, mark the lane for ``confirm()``."""
+        last = parts[-1]
+        self.item_counts = {part.sequence: part.item.count for part in parts}
+        self.delivered([part.sequence for part in parts])
+        self.last_delivered = last.last_offset
+        self.position = (
+            first_offset_of(last.sequence + 1)
+            if last.stop >= last.item.count
+            else make_offset(last.sequence, last.stop)
+        )
+        self.dirty = True
+        self.passed()  # items skipped by policy right after the last delivered one
+
     def mark_of_delivered(self, sequence: int) -> ItemMark | None:
         """The mark of an item of the last delivery (``confirm(record)``), None when it is not one of them."""
         item = self.delivered_items.get(sequence)
@@ -146,7 +236,17 @@ class LaneState:
 
     def accept(self, items: list[Any], sequences: list[int], *, skip_data_loss: bool, gate: ItemGate) -> Skip | None:
         """Buffer the records of one read; stop at a gap, a bad position, an undecodable item or an open
-        transaction. Returns the gap skipped under ``skip_data_loss`` (for the caller to count), else None."""
+        transaction. Returns the gap skipped under ``skip_data_loss`` (for the caller to count), else None.
+
+        After a lost connection the read started one item early (``verify``): that item is compared with the mark
+        of the one read before, and left out; another item there stops the lane (``truncated``)."""
+        if self.verify is not None:
+            leading = self._verified(items, sequences)
+            if leading < 0:
+                return None
+            items, sequences = items[leading:], sequences[leading:]
+            if not items:
+                return None
         expected = self.fetch_seq
         first = sequences[0]
         lost_from = self.position if not self.parts else first_offset_of(expected)
@@ -175,6 +275,7 @@ class LaneState:
                 self.fetch_seq = seq  # the lane's last stable offset: read again once the transaction is decided
                 gate.hold(self.lane)
                 return skip
+            self.last_read = (seq, item)
             if verdict != DELIVER:
                 self.fetch_seq = seq + 1  # aborted or a re-sent copy: passed over
                 self.passed_mark = mark_of(item, seq)

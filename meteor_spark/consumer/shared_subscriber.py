@@ -1,70 +1,9 @@
-"""Shared groups: queue semantics over a stream (Kafka 4's share groups, KIP-932; Redis Streams' XPENDING/XCLAIM).
+"""A member of a shared group: ``SharedSubscriber`` acquires records and hands them out (the poll loop).
 
-``Subscriber(grid, stream, group=..., shared=True)`` makes a ``SharedSubscriber``. Any number of members share
-every lane of the stream (more members than lanes all get work): a ``poll`` *acquires* records for a bounded time
-(``acquisition_timeout_ms``, KIP-932's record lock duration, default 30 s) and hands them out; the member then
-settles each record:
-
-- ``ack(records)``: done (KIP-932 ACCEPT); never delivered again;
-- ``nack(records)``: released (RELEASE): available again at once, to any member, delivery count kept;
-- ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again;
-- ``renew(records)``: the lock of records still being processed starts again (RENEW, KIP-1222), so a slow record
-  stays with its holder.
-
-The lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter stream
-are the group's settings (KIP-932's ``share.record.lock.duration.ms`` and ``share.delivery.count.limit`` are group
-configs): the group's first member stores them with the group (``share_state.GroupSettings``), later members use
-them, and a member that asks for other values is refused with a ``ConfigError`` naming both. Every member thus
-judges timeouts with the same lock duration: records a dead member held come back after the group's lock time,
-whichever members are left.
-
-An acquisition that is neither acknowledged nor released in time (a crashed, stuck or slow member) times out and
-its records become available again: any member may acquire them. Each delivery counts: a record handed out
-carries ``delivery_count`` (1 on the first delivery; ``SharedRecord``). A record that was delivered
-``max_deliveries`` times (KIP-932's default: 5) without being acknowledged is archived: published to
-``dead_letter_stream`` (headers name stream, lane, offset, group, delivery count and the reason;
-``corrupt.dead_letter_for_delivery``) and never delivered again.
-
-Guarantees: **at-least-once per acquisition**. A record is processed again when its acquisition timed out or was
-released before it was acknowledged, and only then; an acknowledgement is accepted exactly once (an ``ack`` of a
-record whose acquisition timed out and was taken by another member is refused with ``FencedError``: nothing is
-written for it, and it cannot be acknowledged twice). An acquisition that timed out but was not taken by anyone yet
-can still be acknowledged. Records are handed out in offset order per acquisition, but with several members
-there is no order across them (as with any queue). A dead letter is published before the record is marked done,
-so a member dying between the two publishes it again (at-least-once in the dead-letter stream).
-
-State: one entry per lane in the grid map ``meteor.share.lanes`` (``meteor_spark.groups.shared_state``: the start
-offset, the first offset never acquired, and a few ranges in between), changed only by compare-and-set on the exact text
-read, so a real Hazelcast cluster and the embedded grid behave alike and no lock or lease is held. Steps of a poll,
-per lane: read the entry; judge other acquisitions' timeouts; read the ring items of the records to hand out
-(cached: ring items never change); write the new entry (records acquired under a fresh token) with one
-compare-and-set, retried from a fresh read when another member won; hand the records out. An ack, nack or reject
-is one compare-and-set per lane.
-
-Timeouts are judged like lease expiry (``meteor_spark.groups.leases.ExpiryObserver``): a member treats an acquisition as
-timed out once it has seen that acquisition unchanged in the entry for ``acquisition_timeout_ms`` of its own
-monotonic time, so wall clocks of different hosts are never compared and safety rests on compare-and-set alone.
-Idle members look at the entries every ``RECHECK_S`` (and when new items arrive), so a crashed member's records
-are redelivered about ``acquisition_timeout_ms`` after it acquired them (a member that only starts watching later
-waits a full timeout from its first look).
-
-In flight: a lane acquires no fresh records while its start offset is ``MAX_WINDOW_ITEMS`` ring items or more
-behind the first offset never acquired (KIP-932 bounds its in-flight records the same way): a record that is
-never acknowledged holds the window until it is dead-lettered (``max_deliveries``) or, without a dead-letter
-stream, until it is acknowledged.
-
-Undecodable items and refused records (deserializers) follow the member's ``on_corrupt`` as for an exclusive
-subscriber: ``error`` (default) raises ``FormatError`` / ``DeserializationError`` (the records before it are handed
-out first; a refused record is released, so ``max_deliveries`` ends one that always fails); ``skip`` and
-``dead_letter`` (to the group's dead-letter stream) acquire the item or record like any other, pass it over and
-mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
-
-Not supported with ``shared=True`` (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
-confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``. A lost range (the ring
-overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
-(the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
-member. Deleting a stream
-(``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
+The group's semantics (acquisitions, timeouts, delivery counts, dead letters, guarantees) are described in
+``meteor_spark.consumer.shared_groups``, which also holds the member's side of the group's state (``SharedBookkeeping``:
+lane entries, settings, settling). Here: the poll loop (acquire per lane with one compare-and-set, read and cache
+ring items, pass over undecodable ones, deserialize, hand out) and the member's lifecycle.
 """
 
 from __future__ import annotations
@@ -74,27 +13,30 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
+from meteor_spark.consumer.shared_groups import (
+    MAX_WINDOW_ITEMS,
+    RECHECK_S,
+    HeldSpan,
+    SharedBookkeeping,
+    SharedRecord,
+    UndecodableItem,
+)
 from meteor_spark.errors import (
     ConfigError,
     DataLossError,
-    FencedError,
     FormatError,
     GroupError,
     MeteorError,
-    OffsetOutOfRangeError,
 )
-from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
+from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     first_offset_of,
     index_of,
     make_offset,
-    resolve_initial,
     sequence_of,
 )
 from meteor_spark.format.records import BatchPart, Record, RecordBatch
@@ -103,36 +45,17 @@ from meteor_spark.format.wire import ItemView, decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, GridMap, Ring
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.groups.exclusive import default_member_id
+from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.leases import ExpiryObserver
-from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
-from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, lane_key, parse_key
+from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
+from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, lane_key
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "SHARE_MAP",
-    "SharedLaneState",
-    "SharedRecord",
-    "SharedSubscriber",
-    "list_shared_groups",
-    "shared_group_state",
-]
-
-#: How often an idle member looks at the lane entries for released or timed-out records (s).
-RECHECK_S = 0.1
-
-#: The record lock duration of a group whose first member gave none (KIP-932's default, 30 s).
-DEFAULT_ACQUISITION_TIMEOUT_MS = 30_000
-
-#: The delivery limit of a group with a dead-letter stream whose first member gave none (KIP-932's default).
-DEFAULT_MAX_DELIVERIES = 5
-
-#: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
-MAX_WINDOW_ITEMS = 1000
+__all__ = ["SharedSubscriber"]
 
 #: Decoded ring items kept per lane (items never change, so the cache needs no invalidation).
 _CACHE_ITEMS = 2048
@@ -144,21 +67,6 @@ _UNSUPPORTED = {
     "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
     "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class SharedRecord(Record):
-    """A record handed out by a shared group: a ``Record`` plus how often it was delivered (1 the first time)."""
-
-    delivery_count: int = 1
-
-
-@dataclass(frozen=True)
-class _Undecodable:
-    """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
-
-    raw: bytes
-    error: FormatError
 
 
 def _corrupt_mode(on_corrupt: str | None) -> str:
@@ -182,17 +90,10 @@ def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPol
     return CorruptItemPolicy(mode, dead_letter_stream)
 
 
-@dataclass(frozen=True)
-class _Held:
-    """A record this member holds: its acquisition and where its span ends (the next record's offset)."""
-
-    token: str
-    end: int
-    deliveries: int
-
-
-class SharedSubscriber:
-    """A member of a shared group (see the module docs). Made by ``Subscriber(..., shared=True)``.
+class SharedSubscriber(SharedBookkeeping):
+    """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
+    by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
+    deprecated spelling of this constructor.
 
     Args:
         grid: the grid connection.
@@ -247,18 +148,20 @@ class SharedSubscriber:
         metrics: Any = None,
         **others: Any,
     ) -> None:
+        # One long constructor on purpose: the options are checked (a ConfigError naming each) before the group's
+        # settings are read or stored in the grid, then the member's state is set in one place.
         given = sorted(name for name, value in others.items() if value is not None and value is not False)
         unknown = [name for name in given if name not in _UNSUPPORTED]
         if unknown:
             raise TypeError(f"SharedSubscriber() got unexpected keyword argument(s) {', '.join(unknown)}")
         if given:
             raise ConfigError(
-                "not supported with shared=True: "
+                "not supported by a shared group member (SharedSubscriber): "
                 + "; ".join(f"{name} ({_UNSUPPORTED[name]})" for name in given)
-                + ". Drop them, or use an exclusive group (shared=False)"
+                + ". Drop them, or use an exclusive group (Subscriber)"
             )
         if not isinstance(group, str) or not group:
-            raise ConfigError(f"shared=True needs a group: a non-empty group name, got {group!r}")
+            raise ConfigError(f"SharedSubscriber needs a group: a non-empty group name, got {group!r}")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
@@ -300,10 +203,10 @@ class SharedSubscriber:
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
         self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
-        self._items: dict[int, OrderedDict[int, ItemView | _Undecodable]] = {
+        self._items: dict[int, OrderedDict[int, ItemView | UndecodableItem]] = {
             lane: OrderedDict() for lane in range(self.info.lanes)
         }
-        self._held: dict[int, dict[int, _Held]] = {lane: {} for lane in range(self.info.lanes)}
+        self._held: dict[int, dict[int, HeldSpan]] = {lane: {} for lane in range(self.info.lanes)}
         # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
         # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
         self._home = uuid.uuid4().int % self.info.lanes
@@ -319,56 +222,6 @@ class SharedSubscriber:
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
         self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
         self._detach_metrics = attach_metrics(registry, self)
-
-    def _group_settings(
-        self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
-    ) -> GroupSettings:
-        """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
-        this member gives that differs from the stored one is refused: a lock duration per member would let
-        records of a dead member come back after whichever survivor's timeout."""
-        if max_deliveries is not None and dead_letter_stream is None:
-            raise ConfigError(
-                f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
-                f"often go to (without one, records are delivered until they are acknowledged)"
-            )
-        if dead_letter_stream == self.stream:
-            raise ConfigError(
-                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
-                f"again; name another stream"
-            )
-        key = settings_key(self.stream, self.group)
-        where = f"{key} in map {SHARE_MAP!r}"
-        wanted = GroupSettings(
-            DEFAULT_ACQUISITION_TIMEOUT_MS if acquisition_timeout_ms is None else acquisition_timeout_ms,
-            max_deliveries if max_deliveries is not None else (DEFAULT_MAX_DELIVERIES if dead_letter_stream else None),
-            dead_letter_stream,
-        )
-        text = self._map.get(key)
-        if text is None:
-            text = self._map.put_if_absent(key, wanted.encode())
-            if text is None:
-                logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
-                return wanted
-        stored = GroupSettings.decode(text, where)
-        given = {
-            "acquisition_timeout_ms": acquisition_timeout_ms,
-            "max_deliveries": max_deliveries,
-            "dead_letter_stream": dead_letter_stream,
-        }
-        clashes = [
-            f"{name}={value!r} (the group has {getattr(stored, name)!r})"
-            for name, value in given.items()
-            if value is not None and value != getattr(stored, name)
-        ]
-        if clashes:
-            raise ConfigError(
-                f"shared group {self.group!r} of stream {self.stream!r} has other settings than this member asks "
-                f"for: {'; '.join(clashes)}. They are group settings, stored by the group's first member: leave "
-                f"them out to use the group's, or forget the group's state "
-                f"(meteor_spark.groups.admin.forget_groups(grid, {self.stream!r}, {self.group!r})) to start it "
-                "again with new ones"
-            )
-        return stored
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -468,57 +321,6 @@ class SharedSubscriber:
             f"to other members; poll again"
         )
 
-    def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
-        """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
-        successful write (the compare-and-set then checks it is still current); else read from the grid."""
-        key = self._keys[lane]
-        with self._lock:
-            mine = self._texts.get(lane) if own_write and self._own_write.get(lane) else None
-        if mine is not None:
-            return mine, LaneShare.decode(mine, f"{key} in map {SHARE_MAP!r}")
-        text = self._map.get(key)
-        if text is None:
-            ring = self._rings[lane]
-            nxt = ring.tail() + 1
-            start = resolve_initial(
-                self.scheme, True, None, lambda: min(oldest_in(ring), nxt), nxt, where=self._where(lane)
-            )
-            fresh = LaneShare.initial(start).encode()
-            text = self._map.put_if_absent(key, fresh) or fresh
-        with self._lock:
-            self._texts[lane] = text
-            self._own_write[lane] = False
-        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-        if lane not in self._end_checked:
-            # Once per lane: a group position past the lane's end (the stream re-created under it) is an error,
-            # never a wait that passes over what is written below it. Later, a read below the position finds it.
-            end = self._rings[lane].tail() + 1
-            if sequence_of(share.next) > end:
-                raise self._past_end(lane, sequence_of(share.next), end)
-            self._end_checked.add(lane)
-        return text, share
-
-    def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
-        new = share.encode()
-        if new == text:
-            return True
-        if not self._map.replace_if_same(key, text, new):
-            with self._lock:
-                self._own_write[lane] = False
-            return False
-        with self._lock:
-            self._texts[lane] = new
-            self._own_write[lane] = True
-        self._evict(lane, share.start)
-        return True
-
-    def _timed_out(self, lane: int, share: LaneShare) -> set[str]:
-        """The acquisitions of ``lane`` this member has seen unchanged for ``acquisition_timeout_ms``."""
-        tokens = share.tokens()
-        observer = self._observers[lane]
-        observer.forget_except(tokens)
-        return {token for token in tokens if observer.expired(token, token, self.acquisition_timeout_ms)}
-
     def _pick(
         self, lane: int, share: LaneShare, budget: int
     ) -> tuple[
@@ -526,7 +328,7 @@ class SharedSubscriber:
         list[tuple[int, int, int]],
         int | None,
         list[tuple[BatchPart, int]],
-        list[tuple[int, _Undecodable]],
+        list[tuple[int, UndecodableItem]],
     ]:
         """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
         ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
@@ -535,7 +337,7 @@ class SharedSubscriber:
         picks: list[tuple[int, int, int]] = []
         archive: list[tuple[int, int, int]] = []
         slices: list[tuple[BatchPart, int]] = []
-        corrupt: list[tuple[int, _Undecodable]] = []
+        corrupt: list[tuple[int, UndecodableItem]] = []
         for span in share.available():
             if budget <= 0:
                 break
@@ -561,7 +363,7 @@ class SharedSubscriber:
 
     def _records_in(
         self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
-    ) -> tuple[list[BatchPart], int, list[tuple[int, _Undecodable]]]:
+    ) -> tuple[list[BatchPart], int, list[tuple[int, UndecodableItem]]]:
         """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
         they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
         lane's end instead of waiting.
@@ -570,14 +372,14 @@ class SharedSubscriber:
         out); met first, it raises its ``FormatError`` (the lane stops there for this member).
         """
         parts: list[BatchPart] = []
-        bad: list[tuple[int, _Undecodable]] = []
+        bad: list[tuple[int, UndecodableItem]] = []
         seq = sequence_of(first)
         covered = first
         while covered < end and (budget is None or budget > 0):
             view = self._item(lane, seq, fresh)
             if view is None:
                 break  # fresh records: the lane ends here for now
-            if isinstance(view, _Undecodable):
+            if isinstance(view, UndecodableItem):
                 if self.corrupt_policy.is_error:
                     if parts or bad:
                         break
@@ -600,8 +402,8 @@ class SharedSubscriber:
                 break
         return parts, covered, bad
 
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | _Undecodable | None:
-        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``_Undecodable``); None past
+    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | UndecodableItem | None:
+        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``UndecodableItem``); None past
         the lane's end."""
         cache = self._items[lane]
         with self._lock:
@@ -633,13 +435,13 @@ class SharedSubscriber:
                 cache.popitem(last=False)
         return views[0]
 
-    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | _Undecodable:
+    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | UndecodableItem:
         try:
             return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
         except FormatError as exc:
-            return _Undecodable(bytes(item), exc)
+            return UndecodableItem(bytes(item), exc)
 
-    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, _Undecodable]]) -> None:
+    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, UndecodableItem]]) -> None:
         """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
         so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
         in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
@@ -675,30 +477,6 @@ class SharedSubscriber:
                 raise error
         return decoded.parts, records
 
-    def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
-        oldest = min(oldest_in(self._rings[lane]), end)
-        return OffsetOutOfRangeError(
-            self.stream,
-            lane,
-            first_offset_of(seq),
-            first_offset_of(oldest),
-            first_offset_of(end),
-            hint=(
-                f"It is where shared group {self.group!r} stands: was the stream deleted and re-created, or the grid "
-                f"restarted without persistence? Forget the group's state "
-                f"(meteor_spark.groups.admin.forget_groups(grid, {self.stream!r}, {self.group!r})) to start it again "
-                "by its initial offset scheme."
-            ),
-        )
-
-    def _evict(self, lane: int, start: int) -> None:
-        """Forget cached items wholly below the lane's start offset (settled for good)."""
-        cache = self._items[lane]
-        below = sequence_of(start)
-        with self._lock:
-            for seq in [s for s in cache if s < below]:
-                del cache[seq]
-
     def _hand_out(
         self, lane: int, token: str, slices: list[tuple[BatchPart, int]], archive: set[tuple[int, int]]
     ) -> tuple[list[BatchPart], list[SharedRecord]]:
@@ -721,7 +499,7 @@ class SharedSubscriber:
             ]
             with self._lock:
                 for record, end in zip(shared, ends, strict=True):
-                    held[record.offset] = _Held(token, end, deliveries)
+                    held[record.offset] = HeldSpan(token, end, deliveries)
             if any(first <= part.first_offset < end for first, end in archive):
                 letters.extend(shared)
             else:
@@ -734,222 +512,6 @@ class SharedSubscriber:
                 f"{self.max_deliveries}) without being acknowledged",
             )
         return parts, out
-
-    def _archive(self, records: list[SharedRecord], reason: str) -> None:
-        """Publish ``records`` to the dead-letter stream (acknowledged by the grid), then mark them done."""
-        assert self._dead_letters is not None
-        self._dead_letters.publish_many(
-            [dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason) for r in records]
-        ).result()
-        self.dead_lettered_records += len(records)
-        logger.warning(
-            "stream %r group %r: %d record(s) dead-lettered to %r: %s (first: lane %d offset %d)",
-            self.stream,
-            self.group,
-            len(records),
-            self.dead_letter_stream,
-            reason,
-            records[0].lane,
-            records[0].offset,
-        )
-        self._settle(records, DONE, "archive")
-
-    # ------------------------------------------------------------------------------------------------ settling
-
-    def ack(self, records: Record | Iterable[Record]) -> None:
-        """Acknowledge records (a record, a batch or any iterable of records this member holds): done, never
-        delivered again.
-
-        Raises:
-            ConfigError: a record this member does not hold (never handed out to it, or settled already);
-                nothing was written.
-            FencedError: some records' acquisition timed out and they were released or taken by another member:
-                nothing was written for those (the others were acknowledged); they are processed again elsewhere.
-        """
-        self.acked_records += self._settle(records, DONE, "ack")
-
-    def nack(self, records: Record | Iterable[Record]) -> None:
-        """Release records for redelivery now (to any member), delivery count kept; errors as ``ack``."""
-        self.released_records += self._settle(records, AVAILABLE, "nack")
-
-    def reject(self, records: Record | Iterable[Record]) -> None:
-        """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
-
-        Raises:
-            ConfigError: no ``dead_letter_stream``, or a record this member does not hold.
-        """
-        chosen = self._records(records, "reject")
-        if self._dead_letters is None:
-            raise ConfigError(
-                f"reject needs a dead_letter_stream (the stream rejected records go to); create the shared "
-                f"subscriber of stream {self.stream!r} with dead_letter_stream=..., or nack/ack the records"
-            )
-        self._check_held(chosen, "reject")
-        with self._lock:
-            letters = [
-                r
-                if isinstance(r, SharedRecord)
-                else SharedRecord(
-                    r.value,
-                    r.key,
-                    r.headers,
-                    r.timestamp_ms,
-                    r.offset,
-                    r.lane,
-                    r.stream,
-                    self._held[r.lane][r.offset].deliveries,
-                )
-                for r in chosen
-            ]
-        self._archive(letters, "rejected by member " + self.member_id)
-        self.rejected_records += len(chosen)
-
-    def renew(self, records: Record | Iterable[Record]) -> None:
-        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
-        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
-        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
-        per lane.
-
-        Raises:
-            ConfigError: a record this member does not hold; nothing was written.
-            FencedError: some records' lock had already ended and they were released or taken by another member:
-                nothing was written for those (the others were renewed); they are processed again elsewhere.
-        """
-        chosen = self._records(records, "renew")
-        self._check_held(chosen, "renew")
-        by_lane = self._spans_by_lane(chosen)
-        refused: dict[int, list[tuple[int, int]]] = {}
-        for lane, spans in sorted(by_lane.items()):
-            self._acquisitions += 1
-            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            lost = self._change_lane(lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new))
-            self._observers[lane].see(token, token)
-            with self._lock:
-                held_lane = self._held[lane]
-                for offset, _, _ in spans:
-                    held = held_lane[offset]
-                    if any(f <= offset < e for f, e in lost):
-                        held_lane.pop(offset, None)
-                    else:
-                        held_lane[offset] = _Held(token, held.end, held.deliveries)
-            if lost:
-                refused[lane] = lost
-        if refused:
-            count = sum(
-                1
-                for lane, spans in by_lane.items()
-                for offset, _, _ in spans
-                if any(f <= offset < e for f, e in refused.get(lane, ()))
-            )
-            self.refused_records += count
-            raise FencedError(
-                f"renew refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
-                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their lock "
-                f"ended after {self.acquisition_timeout_ms} ms and they were released or taken by another member); "
-                f"they are delivered again"
-            )
-        self.renewed_records += len(chosen) - sum(
-            1
-            for lane, spans in by_lane.items()
-            for offset, _, _ in spans
-            if any(f <= offset < e for f, e in refused.get(lane, ()))
-        )
-
-    def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
-        if isinstance(records, Record):
-            return [records]
-        try:
-            chosen = list(records)
-        except TypeError:
-            raise ConfigError(f"{what} takes a record, a batch or an iterable of records, got {records!r}") from None
-        for record in chosen:
-            if not isinstance(record, Record):
-                raise ConfigError(f"{what} takes records handed out by poll, got {record!r}")
-        return chosen
-
-    def _spans_by_lane(self, records: list[Record]) -> dict[int, list[tuple[int, int, str]]]:
-        """The held spans of ``records`` per lane: (offset, end of its held range, the lock's token)."""
-        by_lane: dict[int, list[tuple[int, int, str]]] = {}
-        with self._lock:
-            for record in records:
-                held = self._held[record.lane][record.offset]
-                by_lane.setdefault(record.lane, []).append((record.offset, held.end, held.token))
-        return by_lane
-
-    def _check_held(self, records: list[Record], what: str) -> None:
-        with self._lock:
-            missing = [r for r in records if r.stream != self.stream or r.offset not in self._held.get(r.lane, {})]
-        if missing:
-            first = missing[0]
-            raise ConfigError(
-                f"{what}: {len(missing)} record(s) are not held by member {self.member_id!r} of shared group "
-                f"{self.group!r} (first: stream {first.stream!r} lane {first.lane} offset {first.offset}): never "
-                f"handed out to it, or settled already; nothing was written"
-            )
-
-    def _settle(self, records: Record | Iterable[Record], state: str, what: str) -> int:
-        """Move held records to ``state`` (one compare-and-set per lane); returns how many were settled."""
-        chosen = self._records(records, what)
-        self._check_held(chosen, what)
-        by_lane = self._spans_by_lane(chosen)
-        refused: dict[int, list[tuple[int, int]]] = {}
-        settled = 0
-        for lane, spans in sorted(by_lane.items()):
-            lost = self._settle_lane(lane, spans, state)
-            with self._lock:
-                for offset, _, _ in spans:
-                    self._held[lane].pop(offset, None)
-            settled += len(spans)
-            if lost:
-                refused[lane] = lost
-                settled -= sum(1 for offset, _, _ in spans if any(f <= offset < e for f, e in lost))
-        if refused:
-            count = len(chosen) - settled
-            self.refused_records += count
-            raise FencedError(
-                f"{what} refused for {count} record(s) of stream {self.stream!r} shared group {self.group!r} "
-                f"(lane -> offset ranges {refused}): member {self.member_id!r} no longer holds them (their "
-                f"acquisition timed out after {self.acquisition_timeout_ms} ms and they were released or taken by "
-                f"another member); nothing was written for them, and they are delivered again"
-            )
-        return settled
-
-    def _settle_lane(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
-        """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
-        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state))
-
-    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
-        """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,
-        token)``) of ``lane`` with one compare-and-set; returns the ranges refused (no longer held)."""
-        by_token: dict[str, list[tuple[int, int]]] = {}
-        for first, end, token in sorted(spans):
-            runs = by_token.setdefault(token, [])
-            if runs and runs[-1][1] == first:
-                runs[-1] = (runs[-1][0], end)
-            else:
-                runs.append((first, end))
-        key = self._keys[lane]
-        with self._lock:
-            text = self._texts.get(lane)
-        for _ in range(MAX_CAS_ATTEMPTS):
-            if text is None:
-                text, share = self._read(lane)
-            else:
-                share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-            refused: list[tuple[int, int]] = []
-            for token, runs in by_token.items():
-                share, lost = step(share, runs, token)
-                for first, end in lost:  # a run partly lost: settle record by record what is still held
-                    singles = [(f, e) for f, e, t in spans if t == token and first <= f < end]
-                    share, lost_singles = step(share, singles, token)
-                    refused.extend(lost_singles)
-            if self._write(lane, key, text, share):
-                return refused
-            text = None
-        raise GroupError(
-            f"settling records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row to "
-            f"other members; try again"
-        )
 
     # ------------------------------------------------------------------------------------------------ waiting
 
@@ -975,9 +537,6 @@ class SharedSubscriber:
             self._wakers[lane] = future
 
     # ------------------------------------------------------------------------------------------------ lifecycle
-
-    def _where(self, lane: int) -> str:
-        return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
 
     def held(self) -> int:
         """Records handed out to this member and not settled yet."""
@@ -1033,61 +592,3 @@ class SharedSubscriber:
 
     def __repr__(self) -> str:
         return f"SharedSubscriber(stream={self.stream!r}, group={self.group!r}, member={self.member_id!r})"
-
-
-# ---------------------------------------------------------------------------------------------------- admin
-
-
-@dataclass(frozen=True)
-class SharedLaneState:
-    """One lane of a shared group, as stored.
-
-    Attributes:
-        lane: the lane.
-        start: the start offset (every record below it was acknowledged or archived); None before any member read.
-        next: the first offset never acquired.
-        acquired_ranges: offset ranges acquired now; available_ranges: released or timed out, not acquired again.
-        acquisitions: distinct acquisitions (member polls) holding records.
-    """
-
-    lane: int
-    start: int | None
-    next: int | None
-    acquired_ranges: int
-    available_ranges: int
-    acquisitions: int
-
-
-def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedLaneState]:
-    """Every lane's stored state of shared ``group`` on ``info``'s stream (one ``get_all``)."""
-    keys = [lane_key(info.name, group, lane) for lane in range(info.lanes)]
-    stored = grid.map(SHARE_MAP).get_all(keys)
-    out = []
-    for lane, key in enumerate(keys):
-        text = stored.get(key)
-        if text is None:
-            out.append(SharedLaneState(lane, None, None, 0, 0, 0))
-            continue
-        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-        out.append(
-            SharedLaneState(
-                lane,
-                share.start,
-                share.next,
-                sum(1 for s in share.spans if s.state == "a"),
-                len(share.available()),
-                len(share.tokens()),
-            )
-        )
-    return out
-
-
-def list_shared_groups(grid: Grid, stream: str) -> list[str]:
-    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
-    names = set()
-    keys = grid.map(SHARE_MAP).keys()
-    for key in keys:
-        parsed = parse_key(key)
-        if parsed is not None and parsed[0] == stream:
-            names.add(parsed[1])
-    return sorted(names)

@@ -6,45 +6,6 @@ reads only the lanes the group assigned to it, starts each at the group's confir
 re-validates its lease before delivering a batch (so a lane it lost is never delivered again), and confirms
 offsets synchronously and fenced.
 
-Reading: at most one ``read_many`` per lane is outstanding. It parks on the member until records arrive and is
-kept across polls (a poll that times out leaves it in place for the next one) instead of leaving one parked
-operation behind per timed-out poll. Hazelcast cannot cancel a parked read; one left behind by ``seek``, a lost
-lane or ``close`` ends when the next item arrives in that lane.
-
-Falling behind: the grid silently restarts a read below the oldest item it can serve at that item; the subscriber
-compares sequences and raises ``DataLossError`` (position unchanged, so it keeps failing until the application
-seeks), or, with ``skip_data_loss=True``, moves straight to the oldest record still served, counts the skipped
-ring items once (``skipped_items``, ``skips``) and logs a warning. The number of *records* in lost items is
-unknowable (they are gone), so the skip is counted in ring items and reported as an offset range. On a grid that
-keeps history below the ring's head (a persistent embedded member, a Hazelcast RingbufferStore) such reads are
-served, so they are not data loss, and EARLIEST starts at the oldest record the grid can serve.
-
-Past the end: a position beyond a lane's end (``seek`` past it, or a group's confirmed offset after the stream was
-re-created or truncated) is an ``OffsetOutOfRangeError`` naming the valid range, never a wait that silently skips
-everything written up to that position.
-
-Truncated lanes: a grouped subscriber confirms each offset with a mark of the item it was taken after
-(``meteor_spark.grid.item_marks``), and when it takes a lane up it reads that one item again. Another item at that
-sequence means a member restart lost the lane's last records and new records took their sequences, below the
-group's offset: ``LaneTruncatedError`` (a ``DataLossError``) on that lane; with ``skip_data_loss`` the group's offset
-moves back to the lane's oldest record (re-delivering, never skipping, what the lane holds now) and it is counted
-(``truncated_lanes``).
-
-Corrupt items: a ring item that cannot be decoded (damaged, foreign, or of a newer format version) is handled by
-the ``on_corrupt`` policy (``meteor_spark.format.corrupt``): ``error`` (default) raises ``FormatError`` with the
-position left AT the item; ``skip`` passes over it and counts it (``corrupt_items``); ``dead_letter`` publishes the raw
-item to a dead-letter stream, waits for the grid's acknowledgement, and only then moves past it.
-
-Deserializers: with ``value_deserializer`` / ``key_deserializer`` the records returned carry the objects in
-``value`` / ``key``. A record they refuse (e.g. invalid JSON) goes through the same ``on_corrupt`` choice:
-``error`` raises ``DeserializationError`` naming stream, lane and offset, once the records before it were returned,
-with the position left AT the record; ``skip`` leaves it out (counted in ``undecodable_records``, logged);
-``dead_letter`` publishes it as stored (value, key, headers, plus source headers and the error) and leaves it out.
-A skipped or dead-lettered record counts as processed: the position moves past it, so ``confirm()`` confirms it.
-
-Errors and good records: a poll first returns the records read before a bad item (corrupt, lost, out of range);
-the error is raised by the next poll, which finds nothing left before it in that lane. Errors stay until the
-application seeks the lane (they are conditions of the position, not of the read).
 
 Offsets: ``position(lane)`` is the offset of the next record to deliver; ``last_offset(lane)`` that of the last
 one delivered. ``confirm()`` stores every delivered position in the group (the confirmed offset means "the next
@@ -59,37 +20,30 @@ import time
 from typing import Any
 
 from meteor_spark.consumer.auto_confirm import AutoConfirm
-from meteor_spark.consumer.lane_state import LaneState, Skip
+from meteor_spark.consumer.lane_reader import LaneReader
+from meteor_spark.consumer.lane_state import LaneState
 from meteor_spark.consumer.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.consumer.refusals import Refusals
+from meteor_spark.consumer.subscriber_offsets import SubscriberOffsets
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
     FencedError,
-    GridOperationError,
     GroupError,
-    LaneTruncatedError,
     MeteorError,
-    NotAssignedError,
-    OffsetOutOfRangeError,
 )
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
-    first_offset_of,
-    index_of,
-    make_offset,
     resolve_initial,
     sequence_of,
 )
-from meteor_spark.format.records import BatchPart, Record, RecordBatch
-from meteor_spark.format.serializers import DecodedLane, Deserializer, deserializer
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring, require_grid, result
+from meteor_spark.format.records import RecordBatch
+from meteor_spark.format.serializers import Deserializer, deserializer
+from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, require_grid
 from meteor_spark.grid.item_gate import ItemGate
-from meteor_spark.grid.item_marks import CHANGED, check_mark, mark_of
-from meteor_spark.grid.reading import check_lane, oldest_in
+from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.grid.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
@@ -100,21 +54,21 @@ logger = logging.getLogger(__name__)
 __all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
 
 
-class Subscriber:
+class Subscriber(SubscriberOffsets, LaneReader):
     """Reads records from a stream.
 
     Args:
         grid: the grid connection.
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
-        shared: with ``group``: join it as a *shared* group (queue semantics: records acquired for a time and
-            acknowledged one by one, any number of members per lane); the object made is a
-            ``meteor_spark.consumer.shared_subscriber.SharedSubscriber``, with its own arguments
-            (acquisition_timeout_ms, max_deliveries, dead_letter_stream).
+        shared: deprecated spelling of ``SharedSubscriber(grid, stream, group=...)`` (a member of a *shared*
+            group: queue semantics, records acquired for a time and acknowledged one by one); the object made is a
+            ``SharedSubscriber``, not a ``Subscriber`` (see ``__new__``).
         group: subscriber group name; None = ungrouped.
         initial_offset_scheme: where to start without a position (``InitialOffsetScheme`` or its name).
-        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; grouped, a lane truncated
-            and refilled under the group's offset is read again from its oldest record (counted in
-            ``truncated_lanes``) instead of raising ``LaneTruncatedError``.
+        skip_data_loss: skip (and count) lost records instead of raising ``DataLossError``; a lane truncated and
+            refilled under the group's offset (grouped, on taking it up) or under the reader's position (while it
+            reads across a member restart) is read again from its oldest record (counted in ``truncated_lanes``)
+            instead of raising ``LaneTruncatedError``.
         on_corrupt: what to do with a ring item that cannot be decoded: ``"error"`` (default: ``FormatError``,
             position left at the item), ``"skip"`` (counted in ``corrupt_items``, logged) or ``"dead_letter"``.
         dead_letter_stream: the stream undecodable items are published to (implies ``on_corrupt="dead_letter"``);
@@ -145,9 +99,9 @@ class Subscriber:
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
         skips: ``(lane, first lost offset, first offset read after)`` per skip.
-        truncated_lanes: grouped, ``skip_data_loss``: lanes found truncated and refilled under the group's offset
-            (``LaneTruncatedError`` otherwise) and read again from their oldest record.
-        truncations: ``(lane, confirmed offset, offset read again from)`` of each of them.
+        truncated_lanes: ``skip_data_loss``: lanes found truncated and refilled under the group's offset or the
+            reader's position (``LaneTruncatedError`` otherwise) and read again from their oldest record.
+        truncations: ``(lane, confirmed offset or position, offset read again from)`` of each of them.
         corrupt_items: undecodable ring items passed over (``on_corrupt`` skip or dead_letter).
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
@@ -164,15 +118,33 @@ class Subscriber:
     """
 
     def __new__(cls, grid: Grid, stream: StreamConfig | str, *, shared: bool = False, **options: Any) -> Any:
-        """``shared=True`` makes a member of a shared group instead (queue semantics:
-        ``meteor_spark.consumer.shared_subscriber.SharedSubscriber``)."""
+        """``shared=True`` is the older spelling of ``SharedSubscriber(grid, stream, ...)`` and still makes one,
+        with a ``DeprecationWarning``: the object is a ``SharedSubscriber``, not a ``Subscriber``.
+
+        The two are separate types on purpose, as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``: a
+        shared member has no position, so nothing of ``Subscriber``'s offset API (``position``, ``confirm``,
+        ``seek``, ``lag``, ``attach_receiver``) applies to it, and it settles records one by one (``ack``, ``nack``,
+        ``reject``, ``renew``), which a ``Subscriber`` does not. A common base claiming otherwise would let
+        ``isinstance`` say a shared member can ``confirm``. So ``isinstance(x, Subscriber)`` is False for it and
+        ``isinstance(x, SharedSubscriber)`` True, and static type checkers, which take ``Subscriber(...)`` to be a
+        ``Subscriber``, are right once the constructor is spelled ``SharedSubscriber(...)``."""
         if shared:
+            import warnings
+
             from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 
+            warnings.warn(
+                "Subscriber(..., shared=True) makes a SharedSubscriber, which is not a Subscriber (no positions, "
+                "records settled one by one); construct it as SharedSubscriber(grid, stream, group=..., ...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return SharedSubscriber(grid, stream, **options)
         misplaced = sorted({"acquisition_timeout_ms", "max_deliveries"} & set(options))
         if misplaced:
-            raise ConfigError(f"{', '.join(misplaced)}: only for shared groups; add shared=True (with a group)")
+            raise ConfigError(
+                f"{', '.join(misplaced)}: only for shared groups; use SharedSubscriber(grid, stream, group=..., ...)"
+            )
         return super().__new__(cls)
 
     def __init__(
@@ -197,6 +169,9 @@ class Subscriber:
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
     ) -> None:
+        # One long constructor on purpose: every option is checked (raising a ConfigError that names it) before
+        # anything is asked of the grid or a group is joined, then the state is set in one place; split up, an
+        # option's check would sit apart from the attribute it guards.
         require_grid(grid)
         registry = metrics_registry(metrics)
         self.item_gate = ItemGate(grid, isolation)
@@ -254,7 +229,7 @@ class Subscriber:
         self.skipped_items = 0
         self.skips: list[tuple[int, int, int]] = []  # (lane, first lost offset, first offset read after)
         self.truncated_lanes = 0
-        self.truncations: list[tuple[int, int, int]] = []  # (lane, confirmed offset, offset read again from)
+        self.truncations: list[tuple[int, int, int]] = []  # (lane, offset or position, offset read again from)
         self.delivered_records = 0
         self._refusals: Refusals | None = None
         if group is None:
@@ -269,7 +244,9 @@ class Subscriber:
                     nxt,
                     where=f"stream {self.stream!r} lane {lane}",
                 )
-                self._lanes[lane] = LaneState(self.stream, lane, ring, ring.capacity(), start, None)
+                self._lanes[lane] = LaneState(
+                    self.stream, lane, ring, ring.capacity(), start, None, grid.connection_losses
+                )
         else:
             member = self._join()
             if self.scheme is InitialOffsetScheme.NONE:
@@ -302,121 +279,6 @@ class Subscriber:
         member.start()
         self._member = member
         return member
-
-    def _sync_assignment(self) -> None:
-        """Grouped: follow the member's assignment (new lanes start at the confirmed offset or the scheme)."""
-        if self._member is None:
-            return
-        assignment = dict(self._member.assignment().items())
-        with self._lock:
-            for lane in [lane for lane in self._lanes if lane not in assignment]:
-                self._drop_lane(lane, "no longer assigned")
-            fresh = [
-                (lane, epoch)
-                for lane, epoch in assignment.items()
-                if lane not in self._lanes or self._lanes[lane].epoch != epoch
-            ]
-        for lane, epoch in fresh:
-            ring = self._grid.ring(self.info.ring_names[lane])
-            oldest = oldest_in(ring)
-            nxt = ring.tail() + 1
-            try:
-                position = self._member.initial_offset(lane, self.scheme, min(oldest, nxt), nxt)
-            except (FencedError, NotAssignedError) as exc:
-                logger.debug("lane %d lost while starting it: %s", lane, exc)
-                continue
-            state = LaneState(self.stream, lane, ring, ring.capacity(), position, epoch)
-            if position > first_offset_of(nxt):
-                # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
-                # without persistence): reading on would silently skip every record written up to it.
-                state.error = OffsetOutOfRangeError(
-                    self.stream,
-                    lane,
-                    position,
-                    first_offset_of(min(oldest, nxt)),
-                    first_offset_of(nxt),
-                    hint=(
-                        f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
-                        f"or the grid restarted without persistence? Seek the lane (Subscriber.seek, or "
-                        f"meteor_spark.groups.admin.seek_group with the group stopped) to a position inside the range."
-                    ),
-                )
-            else:
-                try:
-                    self._check_resume(state, min(oldest, nxt))
-                except (FencedError, NotAssignedError) as exc:
-                    logger.debug("lane %d lost while starting it: %s", lane, exc)
-                    continue
-                position = state.position
-            with self._lock:
-                if lane in self._lanes:
-                    self._drop_lane(lane, "assigned again with a new epoch")
-                self._lanes[lane] = state
-            logger.info(
-                "subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
-                self.stream,
-                self.group,
-                lane,
-                epoch,
-                position,
-            )
-
-    def _check_resume(self, state: LaneState, oldest: int) -> None:
-        """Grouped: compare the item mark stored with the lane's confirmed offset with the item now at its sequence
-        (one read of one item, when a lane is taken up). Another item there means the lane was truncated and
-        refilled under the offset (a member restart that lost the lane's last records): ``LaneTruncatedError`` on
-        the lane, or with ``skip_data_loss`` the group's offset is moved back to the lane's oldest record, so what
-        the lane holds now is delivered (some of it perhaps again) rather than passed over, and it is counted."""
-        mark = self._member.confirmed_mark(state.lane)
-        if mark is None:
-            return
-        verdict, _ = check_mark(state.ring, mark)
-        if verdict != CHANGED:
-            return  # the same history, or nothing left to compare with (overwritten: the data-loss path applies)
-        confirmed = state.position
-        restart = first_offset_of(oldest)
-        if not self.skip_data_loss:
-            state.error = LaneTruncatedError(
-                self.stream,
-                state.lane,
-                confirmed,
-                restart,
-                mark.sequence,
-                whose=f"group {self.group!r}'s offset",
-                fix=(
-                    f"Decide where the group goes on: seek the lane (Subscriber.seek, or with the group stopped "
-                    f"`meteor groups STREAM GROUP --seek` or meteor_spark.groups.admin.seek_group), e.g. to the "
-                    f"oldest record {restart}; or opt in to skip_data_loss=True, which re-reads the lane from its "
-                    f"oldest record and counts it."
-                ),
-            )
-            return
-        self._member.seek(state.lane, restart)
-        state.reset(restart)
-        self.truncated_lanes += 1
-        self.truncations.append((state.lane, confirmed, restart))
-        logger.warning(
-            "stream %r lane %d was truncated and refilled under group %r's offset %d (the item at sequence %d is "
-            "not the one the offset was taken after); skip_data_loss is on: the group reads the lane again from "
-            "its oldest record, offset %d (records read before the truncation may be delivered again)",
-            self.stream,
-            state.lane,
-            self.group,
-            confirmed,
-            mark.sequence,
-            restart,
-        )
-
-    def _drop_lane(self, lane: int, why: str) -> None:
-        state = self._lanes.pop(lane)
-        if state.pending is not None:
-            self._orphans.append(state.pending)
-        if state.dirty and why != "deactivated":
-            # Delivered, not confirmed, and the lane is gone: the next confirm() says so instead of passing over it.
-            self._unconfirmed_lost[lane] = state.epoch
-        logger.info(
-            "subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
-        )
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -451,11 +313,13 @@ class Subscriber:
                     self._sync_assignment()
                     self._harvest()
                     self._settle_bad_items()
+                    self._settle_truncations()
                     if self._has_buffered() or self._has_error():
                         break
                     self._issue_reads()
                     self._harvest()
                     self._settle_bad_items()
+                    self._settle_truncations()
                     if self._has_buffered() or self._has_error():
                         break
                 remaining = deadline - time.monotonic()
@@ -492,376 +356,7 @@ class Subscriber:
         except MeteorError as exc:
             logger.warning("auto-confirm of stream %r group %r on leaving failed: %s", self.stream, self.group, exc)
 
-    def _has_buffered(self) -> bool:
-        with self._lock:
-            return any(state.buffered for state in self._lanes.values())
-
-    def _has_error(self) -> bool:
-        with self._lock:
-            return any(state.error is not None for state in self._lanes.values())
-
-    def _raise_stopped_lane(self) -> None:
-        """Raise the error of a lane stopped at it, once the records read before it were delivered."""
-        with self._lock:
-            for lane in sorted(self._lanes):
-                state = self._lanes[lane]
-                if state.error is not None and not state.buffered:
-                    raise state.error
-
-    def _settle_bad_items(self) -> None:
-        """Apply the corrupt-item policy to lanes stopped at an undecodable item (outside the reader lock: a
-        dead letter waits for the grid)."""
-        with self._lock:
-            todo = [(state, state.bad) for state in self._lanes.values() if state.bad is not None]
-        for state, (sequence, raw, error) in todo:
-            if self.corrupt_policy.is_error:
-                with self._lock:
-                    state.bad = None
-                    state.error = error
-                continue
-            self.refusals.dead_letter_item(state.lane, sequence, raw, error)  # returns once the grid acknowledged it
-            with self._lock:
-                if state.bad is None or state.bad[0] != sequence or state.fetch_seq != sequence:
-                    continue  # sought meanwhile
-                state.bad = None
-                state.fetch_seq = sequence + 1
-                state.passed_mark = mark_of(raw, sequence)
-                state.passed()
-                self.refusals.passed_item(state.lane, sequence, error)
-
-    def _issue_reads(self) -> None:
-        with self._lock:
-            self._orphans = [f for f in self._orphans if not f.done()]
-            for state in self._lanes.values():
-                if state.pending is not None or state.buffered >= self.max_poll_records:
-                    continue
-                if state.error is not None or state.bad is not None:
-                    continue  # stopped at a bad position until seek (or until the policy settles the item)
-                if self.item_gate.held(state.lane):
-                    continue  # waiting at an open transaction
-                count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
-                # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
-                count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
-                future = state.ring.read_many_async(state.fetch_seq, 1, count)
-                state.pending = future
-                state.pending_seq = state.fetch_seq
-                future.add_done_callback(self._on_read_done)
-
-    def _on_read_done(self, _future: Any) -> None:
-        self._wakeup.set()
-
-    def _harvest(self) -> None:
-        """Decode every finished read into buffered parts."""
-        with self._lock:
-            for state in list(self._lanes.values()):
-                future = state.pending
-                if future is None or not future.done():
-                    continue
-                state.pending = None
-                if state.pending_seq != state.fetch_seq:
-                    continue  # issued before a seek
-                where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
-                try:
-                    batch = Ring.to_batch(result(future, where))
-                except GridOperationError:
-                    # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
-                    # the lane now ends before the position, that is a position past the end, not a grid failure.
-                    end = state.ring.tail() + 1
-                    if state.fetch_seq <= end:
-                        raise
-                    state.error = state.past_end(end)
-                    continue
-                if batch.items:
-                    state.item_bytes = max(1, sum(map(len, batch.items)) // len(batch.items))
-                    skip = state.accept(
-                        list(batch.items),
-                        list(batch.sequences),
-                        skip_data_loss=self.skip_data_loss,
-                        gate=self.item_gate,
-                    )
-                    if skip is not None:
-                        self._count_skip(state.lane, skip)
-
-    def _count_skip(self, lane: int, skip: Skip) -> None:
-        self.skipped_items += skip.items
-        self.skips.append((lane, skip.lost_from, skip.oldest))
-        logger.warning(
-            "stream %r lane %d: offsets %d..%d (ring items %d..%d) were gone (overwritten or quarantined) "
-            "before they were read; skipped them (skip_data_loss is on)",
-            self.stream,
-            lane,
-            skip.lost_from,
-            skip.oldest - 1,
-            skip.first_sequence,
-            skip.next_sequence - 1,
-        )
-
-    def _take(self) -> RecordBatch:
-        """Up to ``max_poll_records`` buffered records, lanes in rotation; lanes lost meanwhile are dropped."""
-        with self._lock:
-            lanes = sorted(self._lanes)
-            if not lanes:
-                return RecordBatch.empty()
-            rotation = [lane for lane in lanes if lane >= self._next_lane]
-            rotation += [lane for lane in lanes if lane < self._next_lane]
-            budget = self.max_poll_records
-            taken: dict[int, list[BatchPart]] = {}
-            for lane in rotation:
-                state = self._lanes[lane]
-                parts: list[BatchPart] = []
-                for part in state.parts:
-                    if budget <= 0:
-                        break
-                    if part.size > budget:
-                        part = BatchPart(
-                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
-                        )
-                    parts.append(part)
-                    budget -= part.size
-                if parts:
-                    taken[lane] = parts
-                if budget <= 0:
-                    break
-            if not taken:
-                return RecordBatch.empty()
-            self._next_lane = (max(taken) + 1) % max(1, self.info.lanes)
-        if self._member is not None:
-            # Re-validate leases before delivering: a lane taken over meanwhile must not be delivered again.
-            for lane in list(taken):
-                if not self._member.is_current(lane):
-                    del taken[lane]
-                    with self._lock:
-                        if lane in self._lanes:
-                            self._drop_lane(lane, "lease lost before delivery")
-        decoded = self._deserialize(taken) if self._deserializing else None
-        out: list[BatchPart] = []
-        records: list[Record] | None = None if decoded is None else []
-        with self._lock:
-            for lane, parts in taken.items():
-                delivered = self._lanes.get(lane)
-                if delivered is None:
-                    continue
-                for part in parts:
-                    head = delivered.parts[0]
-                    if part.stop >= head.stop:
-                        delivered.parts.popleft()
-                    else:
-                        delivered.parts[0] = BatchPart(
-                            head.stream, head.lane, head.sequence, head.item, part.stop, head.stop
-                        )
-                    delivered.buffered -= part.size
-                if decoded is None:
-                    out.extend(parts)
-                elif records is not None:
-                    out.extend(decoded[lane].parts)
-                    records.extend(decoded[lane].records)
-                    stopped = decoded[lane].stopped
-                    if stopped is not None:
-                        orphan = delivered.stop_at(*stopped)
-                        if orphan is not None:
-                            self._orphans.append(orphan)
-                if not parts:
-                    continue  # deserialization stopped the lane at its first record
-                last = parts[-1]
-                delivered.item_counts = {part.sequence: part.item.count for part in parts}
-                delivered.delivered([part.sequence for part in parts])
-                delivered.last_delivered = last.last_offset
-                delivered.position = (
-                    first_offset_of(last.sequence + 1)
-                    if last.stop >= last.item.count
-                    else make_offset(last.sequence, last.stop)
-                )
-                delivered.dirty = True
-                delivered.passed()  # items skipped by policy right after the last delivered one
-        batch = RecordBatch(out, records)
-        self.delivered_records += len(batch)
-        return batch
-
-    @property
-    def _deserializing(self) -> bool:
-        return self._value_deserializer is not None or self._key_deserializer is not None
-
-    def _deserialize(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
-        return self.refusals.deserialize(taken, self._value_deserializer, self._key_deserializer)
-
-    # ------------------------------------------------------------------------------------------------ offsets
-
-    def _lane_arg(self, lane: int | None, what: str) -> int:
-        if lane is None:
-            if self.info.lanes == 1:
-                return 0
-            raise ConfigError(
-                f"{what}: stream {self.stream!r} has {self.info.lanes} lanes; say which one (lane=...), or pass a "
-                f"Record"
-            )
-        try:
-            return check_lane(self.info, lane)
-        except ConfigError as exc:
-            raise ConfigError(f"{what}: {exc}") from None
-
-    def position(self, lane: int | None = None) -> int:
-        """Offset of the next record this subscriber will deliver on ``lane``."""
-        lane = self._lane_arg(lane, "position")
-        with self._lock:
-            state = self._lanes.get(lane)
-            if state is None:
-                raise NotAssignedError(f"lane {lane} of stream {self.stream!r} is not assigned to this subscriber")
-            return state.position
-
-    def positions(self) -> dict[int, int]:
-        """``position`` of every lane this subscriber reads."""
-        with self._lock:
-            return {lane: state.position for lane, state in sorted(self._lanes.items())}
-
-    def last_offset(self, lane: int | None = None) -> int:
-        """Offset of the last record delivered on ``lane`` (-1 before the first)."""
-        lane = self._lane_arg(lane, "last_offset")
-        with self._lock:
-            state = self._lanes.get(lane)
-            return -1 if state is None else state.last_delivered
-
-    def confirm(self, offset: int | Record | None = None, *, lane: int | None = None) -> None:
-        """Grouped: store in the group that records were processed (synchronous, fenced).
-
-        ``confirm()`` confirms everything delivered so far on every lane (a no-op before the first delivery);
-        ``confirm(offset, lane=...)`` or ``confirm(record)`` confirms up to and including that record.
-
-        Raises:
-            GroupError: ungrouped subscriber. FencedError: the lane was taken over (nothing written for it; with
-            ``confirm()``, the other lanes are confirmed first).
-            ConfigError: an offset that was not delivered yet.
-        """
-        self._need_group("confirm")
-        if offset is None:
-            with self._lock:
-                todo = [
-                    (lane_, s.position, s.epoch, s.position_mark) for lane_, s in sorted(self._lanes.items()) if s.dirty
-                ]
-            lost_now: dict[int, int | None] = {}
-            for lane_, position, epoch, mark in todo:
-                try:
-                    self._member.confirm(lane_, position, epoch=epoch, mark=mark)
-                except (FencedError, NotAssignedError):  # lost since; the poll that notices drops it
-                    lost_now[lane_] = epoch
-                    continue
-                with self._lock:
-                    state = self._lanes.get(lane_)
-                    if state is not None and state.position == position:
-                        state.dirty = False
-            with self._lock:
-                lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
-            lost.update(lost_now)
-            if lost:
-                raise FencedError(
-                    f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
-                    f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
-                    f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
-                    f"records again"
-                )
-            return
-        if isinstance(offset, Record):
-            lane, offset = offset.lane, offset.offset
-        lane = self._lane_arg(lane, "confirm")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
-        with self._lock:
-            state = self._lanes.get(lane)
-            last = -1 if state is None else state.last_delivered
-        if offset > last:
-            raise ConfigError(
-                f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
-                f"subscriber (last delivered: {last}); confirm only records you processed"
-            )
-        with self._lock:
-            count = state.item_counts.get(sequence_of(offset)) if state is not None else None
-            mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
-        # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
-        # the same way, but would count the finished item as lag).
-        after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
-        self._member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
-
-    def seek(self, offset: int, *, lane: int | None = None) -> None:
-        """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).
-
-        Also the way on from a lane stopped at an error (data loss, corrupt item, position past the end).
-        An offset below the oldest record the grid can serve is accepted: reading it is data loss (raised, or
-        skipped with ``skip_data_loss``).
-
-        Raises:
-            ConfigError: a negative offset, or a lane the stream does not have.
-            OffsetOutOfRangeError: an offset past the lane's end (the valid range is named).
-        """
-        if self._closed:
-            raise MeteorError(f"the subscriber of stream {self.stream!r} is closed")
-        lane = self._lane_arg(lane, "seek")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
-        ring = self._grid.ring(self.info.ring_names[lane])
-        end = ring.tail() + 1
-        if offset > first_offset_of(end):
-            oldest = min(oldest_in(ring), end)
-            raise OffsetOutOfRangeError(
-                self.stream,
-                lane,
-                offset,
-                first_offset_of(oldest),
-                first_offset_of(end),
-                hint="Seek to a position inside the range, or to the end to read only new records.",
-            )
-        if self._member is not None:
-            with self._lock:
-                if lane not in self._lanes:
-                    raise NotAssignedError(
-                        f"seek: lane {lane} of stream {self.stream!r} is not assigned to this member of group "
-                        f"{self.group!r}"
-                    )
-            self._member.seek(lane, offset)
-        with self._lock:
-            state = self._lanes[lane]
-            orphan = state.reset(offset)
-            if orphan is not None:
-                self._orphans.append(orphan)
-
-    def seek_to_timestamp(self, ts_ms: int, *, lane: int | None = None) -> dict[int, int | None]:
-        """Continue reading each lane (every lane this subscriber reads, or only ``lane``) at the first record whose
-        timestamp is >= ``ts_ms`` (ms since the epoch), found by ``timestamps.offset_for_timestamp`` (a binary
-        search over ring items; its docstring says what out-of-order timestamps do). Grouped, it moves the group's
-        offsets, like ``seek``.
-
-        A lane with no such record is moved to its end (only records published from now on are read); Kafka's
-        ``offsetsForTimes`` returns None there and leaves the choice to the caller, which the returned mapping
-        still shows.
-
-        Returns:
-            lane -> the offset found, or None for a lane moved to its end.
-
-        Raises:
-            ConfigError: a timestamp that is not an integer >= 0, or a lane the stream does not have.
-            NotAssignedError: grouped, ``lane`` is not assigned to this member.
-        """
-        check_int("seek_to_timestamp: ts_ms", ts_ms, 0, MAX_TIMESTAMP_MS, what="(ms since the epoch)")
-        if lane is None:
-            with self._lock:
-                lanes = sorted(self._lanes)
-        else:
-            lanes = [self._lane_arg(lane, "seek_to_timestamp")]
-        found: dict[int, int | None] = {}
-        for each in lanes:
-            offset = offset_for_timestamp(self._grid, self.info, each, ts_ms)
-            found[each] = offset
-            if offset is None:
-                offset = first_offset_of(self._grid.ring(self.info.ring_names[each]).tail() + 1)
-            self.seek(offset, lane=each)
-        return found
-
     # ------------------------------------------------------------------------------------------------ groups
-
-    def _need_group(self, what: str) -> None:
-        if self.group is None:
-            raise GroupError(
-                f"{what} needs a subscriber group: an ungrouped subscriber keeps its position locally; create it "
-                f"with group=... to store offsets in the grid"
-            )
 
     def is_assigned(self) -> bool:
         """Ungrouped: always True. Grouped: holds at least one lane."""
@@ -935,12 +430,6 @@ class Subscriber:
         return self._receiver
 
     # ------------------------------------------------------------------------------------------------ lifecycle
-
-    @property
-    def refusals(self) -> Refusals:
-        """Undecodable items and refused records: dead letters and counts (``meteor_spark.consumer.refusals``)."""
-        assert self._refusals is not None
-        return self._refusals
 
     @property
     def corrupt_items(self) -> int:

@@ -29,6 +29,7 @@ from meteor_spark.compat import (
     fix_partial_send_copies,
     fix_reactor_waker_race,
     invoke,
+    on_connection_closed,
 )
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -568,6 +569,30 @@ class Grid:
             if owned_server is not None:
                 owned_server.stop()
             raise
+        self._connection_losses = 0
+        self._losses_lock = threading.Lock()  # apart from _lock: taken on the reactor thread, never held over a call
+        self.client.lifecycle_service.add_listener(self._on_lifecycle)
+        on_connection_closed(self.client, self._lost_a_connection)
+
+    @property
+    def connection_losses(self) -> int:
+        """How often a connection to a member was lost since connecting (a member died, restarted or was cut off).
+
+        The client reconnects and retries reads on its own, so a reader would not notice that the member it reads
+        from restarted, perhaps with a ring that lost its tail (``meteor_spark.grid.item_marks``). A reader that sees
+        this count change checks its lanes against what it read before going on (``Subscriber``). It rises before the
+        client can retry anything on a new connection (the lifecycle's ``DISCONNECTED`` and the connection
+        listener fire first), so a read answered after a restart is always answered after the count changed.
+        """
+        return self._connection_losses
+
+    def _lost_a_connection(self) -> None:
+        with self._losses_lock:
+            self._connection_losses += 1
+
+    def _on_lifecycle(self, state: str) -> None:
+        if state == "DISCONNECTED":
+            self._lost_a_connection()
 
     @classmethod
     def connect(cls, members: str | Sequence[str] = DEFAULT_ADDRESS, **settings: Any) -> Grid:

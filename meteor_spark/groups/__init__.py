@@ -14,4 +14,6 @@ from meteor_spark._moved import forward
 
 
 def __getattr__(name: str) -> Any:
-    return forward(__name__, "meteor_spark.groups.exclusive", name)
+    return forward(
+        __name__, ("meteor_spark.groups.exclusive", "meteor_spark.groups.balancing", "meteor_spark.groups.admin"), name
+    )

@@ -26,7 +26,7 @@ from meteor_spark.grid.item_gate import READ_COMMITTED, ItemGate, stable_end
 from meteor_spark.grid.reading import oldest_in, oldest_sequence, tally_records
 from meteor_spark.grid.streams import STREAMS_MAP, StreamInfo, lane_bounds, parse_metadata
 from meteor_spark.groups.leases import Lease, LeaseMap, wall_ms
-from meteor_spark.groups.shared_state import SHARE_MAP
+from meteor_spark.groups.shared_state import SHARE_MAP, LaneShare
 from meteor_spark.groups.store import (
     LEASES_MAP,
     MAX_CAS_ATTEMPTS,
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class LaneState:
+class GroupLaneState:
     """What tools show for one lane of a group.
 
     Attributes:
@@ -136,7 +136,7 @@ class GroupSummary:
     confirmed_lanes: int
 
 
-def group_state(grid: Grid, info: StreamInfo, group: str) -> list[LaneState]:
+def group_state(grid: Grid, info: StreamInfo, group: str) -> list[GroupLaneState]:
     """Holder, epoch, lease expiry estimate and confirmed offset of every lane of ``group`` on ``info``'s stream."""
     stream = info.config.name
     keys = [lane_key(stream, group, lane) for lane in range(info.config.lanes)]
@@ -149,7 +149,7 @@ def group_state(grid: Grid, info: StreamInfo, group: str) -> list[LaneState]:
         holder = None if lease is None else lease.holder
         epoch = max(lease.epoch if lease else 0, stored.epoch if stored else 0)
         expires = None if lease is None or holder is None else lease.renewed_ms + lease.lease_ms
-        states.append(LaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
+        states.append(GroupLaneState(lane, holder, epoch, expires, None if stored is None else stored.offset))
     return states
 
 
@@ -359,3 +359,61 @@ def delete_stream(grid: Grid, name: str) -> bool:
         raise
     logger.info("deleted stream %r", name)
     return True
+
+
+# ---------------------------------------------------------------------------------------------------- shared groups
+
+
+@dataclass(frozen=True)
+class SharedLaneState:
+    """One lane of a shared group, as stored.
+
+    Attributes:
+        lane: the lane.
+        start: the start offset (every record below it was acknowledged or archived); None before any member read.
+        next: the first offset never acquired.
+        acquired_ranges: offset ranges acquired now; available_ranges: released or timed out, not acquired again.
+        acquisitions: distinct acquisitions (member polls) holding records.
+    """
+
+    lane: int
+    start: int | None
+    next: int | None
+    acquired_ranges: int
+    available_ranges: int
+    acquisitions: int
+
+
+def shared_group_state(grid: Grid, info: StreamInfo, group: str) -> list[SharedLaneState]:
+    """Every lane's stored state of shared ``group`` on ``info``'s stream (one ``get_all``)."""
+    keys = [lane_key(info.name, group, lane) for lane in range(info.lanes)]
+    stored = grid.map(SHARE_MAP).get_all(keys)
+    out = []
+    for lane, key in enumerate(keys):
+        text = stored.get(key)
+        if text is None:
+            out.append(SharedLaneState(lane, None, None, 0, 0, 0))
+            continue
+        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
+        out.append(
+            SharedLaneState(
+                lane,
+                share.start,
+                share.next,
+                sum(1 for s in share.spans if s.state == "a"),
+                len(share.available()),
+                len(share.tokens()),
+            )
+        )
+    return out
+
+
+def list_shared_groups(grid: Grid, stream: str) -> list[str]:
+    """The shared groups with state on ``stream`` (one scan of the map's keys)."""
+    names = set()
+    keys = grid.map(SHARE_MAP).keys()
+    for key in keys:
+        parsed = parse_key(key)
+        if parsed is not None and parsed[0] == stream:
+            names.add(parsed[1])
+    return sorted(names)

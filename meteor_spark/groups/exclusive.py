@@ -46,144 +46,48 @@ released lane changes hands within about 200 ms; a dead holder's lanes move one 
 seen renewed. Moving an offset costs one CAS (none when it does not move); ``is_current`` costs nothing.
 
 Stored values and keys: ``meteor_spark.groups.store``; tools acting from outside a group (state, lag, seek,
-forget): ``meteor_spark.groups.admin`` (their names stay importable from here).
+forget): ``meteor_spark.groups.admin``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
-    FormatError,
     GridError,
     GroupError,
     NotAssignedError,
-    unknown_option,
 )
 from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
 from meteor_spark.grid.client import Grid, GridMap
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamInfo
-from meteor_spark.groups.admin import (
-    GroupSummary,
-    LaneLag,
-    LaneState,
-    MemberState,
-    forget_groups,
-    group_members,
-    group_state,
-    lag,
-    lag_report,
-    list_groups,
-    seek_group,
-)
-from meteor_spark.groups.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
+from meteor_spark.groups.balancing import LaneBalancer, MemberSettings
+from meteor_spark.groups.leases import ExpiryObserver, Held, LeaseMap, wall_ms
 from meteor_spark.groups.store import (
-    GROUP_FORMAT,
     LEASES_MAP,
     MAX_CAS_ATTEMPTS,
     MEMBERS_MAP,
     OFFSETS_MAP,
     Assignment,
     ConfirmedOffset,
-    MemberEntry,
     lane_key,
     member_key,
-    parse_key,
     read_offset,
 )
 
-__all__ = [
-    "GROUP_FORMAT",
-    "LEASES_MAP",
-    "MEMBERS_MAP",
-    "OFFSETS_MAP",
-    "WANTS",
-    "Assignment",
-    "ConfirmedOffset",
-    "GroupMember",
-    "GroupSummary",
-    "LaneLag",
-    "LaneState",
-    "MemberEntry",
-    "MemberState",
-    "balance",
-    "default_member_id",
-    "forget_groups",
-    "group_members",
-    "group_state",
-    "lag",
-    "lag_report",
-    "lane_key",
-    "list_groups",
-    "member_key",
-    "resolve_initial",
-    "seek_group",
-]
+__all__ = ["GroupMember"]
 
 logger = logging.getLogger(__name__)
 
-WANTS = ("balanced", "all")
 
-#: How often a member that waits for lanes (standby, or a rebalance in progress) looks at just those leases.
-_PROBE_EVERY_S = 0.2
-
-
-def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
-    """The target assignment every member computes alike: lane ``i`` to the ``i mod n``-th sorted member id.
-
-    Examples:
-        >>> {m: sorted(l) for m, l in balance(["c", "a", "b"], 4).items()}
-        {'a': [0, 3], 'b': [1], 'c': [2]}
-    """
-    ordered = sorted(set(members))
-    return {member: frozenset(range(i, lanes, len(ordered))) for i, member in enumerate(ordered)}
-
-
-def default_member_id() -> str:
-    """``<host>-<pid>-<random>``: unique per member object, readable in tools."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-@dataclass(frozen=True)
-class _Settings:
-    group: str
-    member_id: str
-    lease_ms: int
-    renew_every_ms: int
-    want: str
-
-    @classmethod
-    def parse(
-        cls, group: str, member_id: str | None, lease_ms: int, renew_every_ms: int | None, want: str
-    ) -> _Settings:
-        if not isinstance(group, str) or not group:
-            raise ConfigError(f"group {group!r} is not a group name; give a non-empty string")
-        if member_id is not None and (not isinstance(member_id, str) or not member_id):
-            raise ConfigError(f"member_id {member_id!r} is not a member id; give a non-empty string or None")
-        if isinstance(lease_ms, bool) or not isinstance(lease_ms, int) or lease_ms < 10:
-            raise ConfigError(f"lease_ms={lease_ms!r} is invalid; give whole milliseconds >= 10 (default 5000)")
-        renew = max(1, lease_ms // 3) if renew_every_ms is None else renew_every_ms
-        if isinstance(renew, bool) or not isinstance(renew, int) or not 0 < renew < lease_ms:
-            raise ConfigError(
-                f"renew_every_ms={renew_every_ms!r} is invalid for lease_ms={lease_ms}: renew more often than the "
-                f"lease lasts, e.g. renew_every_ms={max(1, lease_ms // 3)} (the default, lease_ms / 3)"
-            )
-        if want not in WANTS:
-            raise unknown_option("want value", str(want), WANTS)
-        return cls(group, member_id or default_member_id(), lease_ms, renew, want)
-
-
-class GroupMember:
+class GroupMember(LaneBalancer):
     """One member of a subscriber group on one stream: holds lane leases and moves the group's offsets.
 
     Args:
@@ -221,7 +125,7 @@ class GroupMember:
         want: str = "balanced",
         on_change: Callable[[Assignment], None] | None = None,
     ) -> None:
-        self._settings = _Settings.parse(group, member_id, lease_ms, renew_every_ms, want)
+        self._settings = MemberSettings.parse(group, member_id, lease_ms, renew_every_ms, want)
         self.info = info
         self.stream: str = info.config.name
         self.lanes: int = info.config.lanes
@@ -246,29 +150,6 @@ class GroupMember:
         self.lease_acquisitions = 0
         self.lease_losses = 0
         self.fencing_refusals = 0
-
-    # -- identity -----------------------------------------------------------------------------------------------
-
-    @property
-    def group(self) -> str:
-        return self._settings.group
-
-    @property
-    def member_id(self) -> str:
-        return self._settings.member_id
-
-    @property
-    def lease_ms(self) -> int:
-        return self._settings.lease_ms
-
-    def __repr__(self) -> str:
-        return (
-            f"GroupMember(stream={self.stream!r}, group={self.group!r}, member_id={self.member_id!r}, "
-            f"want={self._settings.want!r}, assignment={self.assignment()!r})"
-        )
-
-    def _where(self, lane: int) -> str:
-        return f"stream {self.stream!r} lane {lane} of group {self.group!r}"
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -331,11 +212,6 @@ class GroupMember:
         self.close()
 
     # -- queries ------------------------------------------------------------------------------------------------
-
-    def assignment(self) -> Assignment:
-        """The lanes held now, ``{lane: epoch}`` (local view, kept by the background renewal)."""
-        with self._lock:
-            return Assignment.of({lane: held.lease.epoch for lane, held in self._held.items()})
 
     def metrics(self) -> dict[str, int]:
         """Counters since creation: leases taken and lost, confirms/seeks refused by fencing; lanes held now."""
@@ -533,228 +409,3 @@ class GroupMember:
             raise ConfigError(
                 f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
             )
-
-    # -- the background work ------------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        period = self._settings.renew_every_ms / 1000.0
-        probe_every = min(period, _PROBE_EVERY_S)
-        next_tick = time.monotonic() + period
-        failing = False
-        while True:
-            now = time.monotonic()
-            due_tick = now >= next_tick
-            wait_s = 0.0 if due_tick else min(next_tick - now, probe_every if self._waiting_for else period)
-            if self._stop.wait(wait_s):
-                return
-            try:
-                if time.monotonic() >= next_tick:
-                    next_tick = max(next_tick + period, time.monotonic())
-                    self._tick()
-                elif self._waiting_for:
-                    self._probe()
-                if failing:
-                    logger.info("member %r of group %r reaches the grid again", self.member_id, self.group)
-                failing = False
-            except GridError as exc:
-                if not failing:
-                    logger.warning(
-                        "member %r of group %r cannot renew (will retry every %d ms; its lanes expire after "
-                        "%d ms without renewal): %s",
-                        self.member_id,
-                        self.group,
-                        self._settings.renew_every_ms,
-                        self.lease_ms,
-                        exc,
-                    )
-                failing = True
-            except Exception:  # the renewal thread must survive anything, it IS the liveness
-                logger.exception("member %r of group %r: unexpected error while renewing", self.member_id, self.group)
-
-    def _tick(self) -> None:
-        """One renewal round: heartbeat, renew held leases, rebalance."""
-        self._heartbeat()
-        self._renew()
-        if self._stop.is_set():
-            return
-        target = self._target(self._live_members())
-        self._release_surplus(target)
-        self._acquire(target, range(self.lanes))
-
-    def _probe(self) -> None:
-        """Between renewals, look only at the lanes this member waits for, so a released lane is taken at once."""
-        self._acquire(self._target_lanes, sorted(self._waiting_for))
-
-    def _acquire(self, target: frozenset[int], lanes: Sequence[int] | range) -> None:
-        """Read the leases of ``lanes`` (one get_all) and take those of ``target`` that are free or expired."""
-        keys = {lane: lane_key(self.stream, self.group, lane) for lane in lanes}
-        texts = self._leases.map.get_all(list(keys.values()))
-        for key in keys.values():
-            self._lease_observer.see(key, texts.get(key))
-        for lane in sorted(target & frozenset(keys)):
-            if self._stop.is_set():
-                break
-            with self._lock:
-                if lane in self._held:
-                    continue
-            try:
-                self._try_acquire(lane, keys[lane], texts.get(keys[lane]))
-            except FormatError as exc:
-                logger.warning("member %r cannot take %s: %s", self.member_id, self._where(lane), exc)
-        with self._lock:
-            self._target_lanes = target
-            self._waiting_for = frozenset(target - set(self._held))
-        self._notify(self.assignment())
-
-    def _heartbeat(self) -> None:
-        self._beat += 1
-        entry = MemberEntry(
-            member=self.member_id,
-            want=self._settings.want,
-            beat=self._beat,
-            lease_ms=self.lease_ms,
-            renewed_ms=wall_ms(),
-            host=self._host,
-            pid=os.getpid(),
-        )
-        self._members.set(
-            member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
-        )
-
-    def _renew(self) -> None:
-        with self._lock:
-            held = dict(self._held)
-        for lane, lease in held.items():
-            renewed = self._leases.renew(lane_key(self.stream, self.group, lane), lease)
-            with self._lock:
-                if renewed is None:
-                    self._held.pop(lane, None)
-                    self.lease_losses += 1
-                    self._deposed[lane] = lease.lease.epoch
-                    self._offset_texts.pop(lane, None)
-                    logger.warning(
-                        "member %r lost %s (epoch %d): another member took it over after the lease was not seen "
-                        "renewed for %d ms",
-                        self.member_id,
-                        self._where(lane),
-                        lease.lease.epoch,
-                        self.lease_ms,
-                    )
-                else:
-                    self._held[lane] = renewed
-
-    def _live_members(self) -> dict[str, MemberEntry]:
-        """Members of this group whose heartbeat this process has seen change within their lease period."""
-        live: dict[str, MemberEntry] = {}
-        seen: set[str] = set()
-        for key, text in self._members.entries().items():
-            parsed = parse_key(key)
-            if parsed is None or parsed[0] != self.stream or parsed[1] != self.group:
-                continue
-            seen.add(key)
-            try:
-                entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
-            except FormatError as exc:
-                logger.warning("ignoring group member entry: %s", exc)
-                continue
-            self._member_observer.see(key, text)
-            if entry.member == self.member_id or not self._member_observer.expired(key, text, entry.lease_ms):
-                live[entry.member] = entry
-        self._member_observer.forget_except(seen)
-        live.setdefault(
-            self.member_id,
-            MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid()),
-        )
-        return live
-
-    def _target(self, live: Mapping[str, MemberEntry]) -> frozenset[int]:
-        if self._settings.want == "all":
-            return frozenset(range(self.lanes))
-        balanced = [member for member, entry in live.items() if entry.want == "balanced"]
-        return balance(balanced, self.lanes).get(self.member_id, frozenset())
-
-    def _release_surplus(self, target: frozenset[int]) -> None:
-        with self._lock:
-            surplus = {lane: held for lane, held in self._held.items() if lane not in target}
-            keep = {lane: held.lease.epoch for lane, held in self._held.items() if lane in target}
-        if not surplus:
-            return
-        self._notify(Assignment.of(keep))
-        for lane, held in surplus.items():
-            with self._lock:
-                current = self._held.pop(lane, held)
-                self._offset_texts.pop(lane, None)
-            released = self._leases.release(lane_key(self.stream, self.group, lane), current)
-            logger.info(
-                "member %r %s %s (epoch %d) to rebalance",
-                self.member_id,
-                "released" if released else "had already lost",
-                self._where(lane),
-                current.lease.epoch,
-            )
-
-    def _try_acquire(self, lane: int, key: str, text: str | None) -> None:
-        lease = None if text is None else Lease.decode(text, self._leases.where(key))
-        if lease is not None and not lease.vacant:
-            # A lease in our own name that we do not hold is a previous incarnation's (a restart with the same
-            # member_id): taken at once, but only when joining, so two live members sharing an id (a mistake)
-            # cannot keep snatching lanes from each other; afterwards it has to expire like any other.
-            previous_incarnation = lease.holder == self.member_id and self._thread is None
-            if not previous_incarnation and not self._lease_observer.expired(key, text or "", lease.lease_ms):
-                return  # a live holder gives the lane up itself; never steal it
-        floor = 0
-        if lease is None:
-            stored = read_offset(self._offsets, self.stream, self.group, lane)
-            floor = 0 if stored is None else stored.epoch
-        held = self._leases.acquire(key, self.member_id, self.lease_ms, text, lease, floor)
-        if held is None:
-            return
-        fenced = self._fence(lane, key, held.lease.epoch)
-        if fenced is None:
-            logger.info("member %r: %s was taken by a newer holder while fencing", self.member_id, self._where(lane))
-            return
-        with self._lock:
-            self._held[lane] = held
-            self._offset_texts[lane] = fenced
-            self._deposed.pop(lane, None)
-            self.lease_acquisitions += 1
-        previous = "nobody" if lease is None or lease.vacant else repr(lease.holder)
-        logger.info(
-            "member %r took %s with epoch %d (from %s)",
-            self.member_id,
-            self._where(lane),
-            held.lease.epoch,
-            previous,
-        )
-
-    def _fence(self, lane: int, key: str, epoch: int) -> str | None:
-        """Stamp our epoch on the lane's offsets entry, keeping the offset; returns the stored text, or None when
-        a newer epoch is there."""
-        where = f"{key} in map {OFFSETS_MAP!r}"
-        for _ in range(MAX_CAS_ATTEMPTS):
-            text = self._offsets.get(key)
-            if text is None:
-                fenced = ConfirmedOffset(epoch, None, self.member_id, wall_ms()).encode()
-                if self._offsets.put_if_absent(key, fenced) is None:
-                    return fenced
-                continue
-            stored = ConfirmedOffset.decode(text, where)
-            if stored.epoch > epoch:
-                return None
-            if stored.epoch == epoch:
-                return text
-            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms(), stored.mark).encode()
-            if self._offsets.replace_if_same(key, text, fenced):
-                return fenced
-        return None
-
-    def _notify(self, assignment: Assignment) -> None:
-        if assignment == self._notified:
-            return
-        self._notified = assignment
-        if self._on_change is None:
-            return
-        try:
-            self._on_change(assignment)
-        except Exception:  # an owner's bug must not stop renewals (that would lose every lane)
-            logger.exception("on_change callback of group member %r failed", self.member_id)

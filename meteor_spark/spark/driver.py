@@ -44,7 +44,8 @@ from meteor_spark.grid.reading import oldest_sequence
 from meteor_spark.grid.streams import StreamInfo, open_stream, streams_bounds
 from meteor_spark.grid.timestamps import offset_for_timestamp
 from meteor_spark.groups.admin import list_streams
-from meteor_spark.groups.exclusive import GroupMember, default_member_id
+from meteor_spark.groups.balancing import default_member_id
+from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import (

@@ -10,7 +10,7 @@ from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record, encode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, open_stream
-from meteor_spark.groups.exclusive import seek_group
+from meteor_spark.groups.admin import seek_group
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 

@@ -13,7 +13,7 @@ from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record, encode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
-from meteor_spark.groups.exclusive import group_state
+from meteor_spark.groups.admin import group_state
 from meteor_spark.producer.publisher import Publisher
 
 Meteor = Callable[..., Any]

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.consumer.shared_subscriber import shared_group_state
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import FencedError, MeteorError
 from meteor_spark.format.offsets import make_offset
@@ -30,6 +29,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.groups import admin
+from meteor_spark.groups.admin import shared_group_state
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.cluster.cluster_faults import Failover, kill_and_rejoin, member_count, owner_of

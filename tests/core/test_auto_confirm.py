@@ -18,7 +18,7 @@ from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.groups.exclusive import group_state
+from meteor_spark.groups.admin import group_state
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 from tests.core.processes import Child
@@ -144,6 +144,7 @@ import json, sys, threading
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.testing import wait_until
+
 address, cluster, stream = sys.argv[1:4]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 sub = Subscriber(grid, stream, group="g", member_id="child", lease_ms=600, initial_offset_scheme="earliest",

@@ -27,7 +27,7 @@ from meteor_spark.format.wire import FORMAT_VERSION, encode_batch_v0
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import count_records, oldest_sequence, read_range
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
-from meteor_spark.groups.exclusive import lag_report, seek_group
+from meteor_spark.groups.admin import lag_report, seek_group
 from meteor_spark.testing import wait_until
 
 FOREIGN = b"not a meteor batch"

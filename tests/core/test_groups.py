@@ -20,28 +20,24 @@ from meteor_spark.errors import (
     NotAssignedError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.format.offsets import InitialOffsetScheme, make_offset, sequence_of
+from meteor_spark.format.offsets import InitialOffsetScheme, make_offset, resolve_initial, sequence_of
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
-from meteor_spark.groups.exclusive import (
-    LEASES_MAP,
-    OFFSETS_MAP,
-    Assignment,
-    GroupMember,
+from meteor_spark.groups.admin import (
     LaneLag,
-    balance,
     forget_groups,
     group_members,
     group_state,
     lag,
     lag_report,
-    lane_key,
     list_groups,
-    resolve_initial,
     seek_group,
 )
+from meteor_spark.groups.balancing import balance
+from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.groups.leases import ExpiryObserver, Lease
+from meteor_spark.groups.store import LEASES_MAP, OFFSETS_MAP, Assignment, lane_key
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 

@@ -31,6 +31,7 @@ from meteor_spark.format.offsets import make_offset
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.format.records import Record
 from meteor_spark.grid.streams import open_stream
+
 address, cluster, stream, group = sys.argv[1:5]
 grid = Grid(GridSettings(members=(address,), cluster_name=cluster))
 member = GroupMember(grid, open_stream(grid, stream), group, member_id="child", lease_ms=600)
@@ -203,7 +204,7 @@ def test_sigkilled_subscriber_process_is_replaced_and_its_unconfirmed_records_ar
 def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
     grid: Grid, unique_name: str, child_args: tuple[str, str], children: list[Child]
 ) -> None:
-    from meteor_spark.groups.exclusive import group_state
+    from meteor_spark.groups.admin import group_state
 
     info = open_stream(grid, StreamConfig(unique_name, lanes=2, capacity=100))
     published = [f"r{i}" for i in range(16)]

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from meteor_spark.consumer.shared_subscriber import SharedRecord, SharedSubscriber, shared_group_state
+from meteor_spark.consumer.shared_groups import SharedRecord
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, DeserializationError, FencedError, FormatError
 from meteor_spark.format.corrupt import (
@@ -23,6 +24,7 @@ from meteor_spark.format.corrupt import (
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.admin import shared_group_state
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -43,8 +45,7 @@ def members(grid: Grid) -> Iterator[list[SharedSubscriber]]:
 
 
 def _member(grid: Grid, stream: str, members: list[SharedSubscriber], **options: object) -> SharedSubscriber:
-    member = Subscriber(grid, stream, group="q", shared=True, **options)  # type: ignore[arg-type]
-    assert isinstance(member, SharedSubscriber)
+    member = SharedSubscriber(grid, stream, group="q", **options)  # type: ignore[arg-type]
     members.append(member)
     return member
 
@@ -228,25 +229,45 @@ def test_close_releases_what_was_not_settled(grid: Grid, unique_name: str, membe
 
 def test_shared_options_are_checked(grid: Grid, unique_name: str, members: list[SharedSubscriber]) -> None:
     _stream(grid, unique_name, 1, lanes=1)
-    with pytest.raises(ConfigError, match="shared=True needs a group"):
-        Subscriber(grid, unique_name, shared=True)
+    with pytest.raises(ConfigError, match="SharedSubscriber needs a group"):
+        SharedSubscriber(grid, unique_name)
     with pytest.raises(ConfigError, match="max_deliveries=3 needs a dead_letter_stream"):
-        Subscriber(grid, unique_name, group="q", shared=True, max_deliveries=3)
-    with pytest.raises(ConfigError, match="not supported with shared=True: skip_data_loss"):
-        Subscriber(grid, unique_name, group="q", shared=True, skip_data_loss=True)
+        SharedSubscriber(grid, unique_name, group="q", max_deliveries=3)
+    with pytest.raises(
+        ConfigError, match=r"not supported by a shared group member \(SharedSubscriber\): skip_data_loss"
+    ):
+        SharedSubscriber(grid, unique_name, group="q", skip_data_loss=True)
     with pytest.raises(ConfigError, match="is the stream being read"):
-        Subscriber(grid, unique_name, group="q", shared=True, dead_letter_stream=unique_name)
+        SharedSubscriber(grid, unique_name, group="q", dead_letter_stream=unique_name)
     with pytest.raises(ConfigError, match="acquisition_timeout_ms must be an integer"):
-        Subscriber(grid, unique_name, group="q", shared=True, acquisition_timeout_ms=0)
+        SharedSubscriber(grid, unique_name, group="q", acquisition_timeout_ms=0)
     member = _member(grid, unique_name, members)
     with pytest.raises(ConfigError, match="reject needs a dead_letter_stream"):
         member.reject(_poll(member))
     with pytest.raises(ConfigError, match="not held"):
         member.ack(Record(b"x", offset=99 << 16, lane=0, stream=unique_name))
-    with pytest.raises(ConfigError, match="max_deliveries: only for shared groups; add shared=True"):
+    with pytest.raises(ConfigError, match="max_deliveries: only for shared groups; use SharedSubscriber"):
         Subscriber(grid, unique_name, group="q", max_deliveries=3)
     with Subscriber(grid, unique_name) as plain:
         assert not isinstance(plain, SharedSubscriber)  # the default is untouched
+
+
+def test_a_shared_member_is_a_shared_subscriber_and_isinstance_says_so(grid: Grid, unique_name: str) -> None:
+    """``SharedSubscriber`` is its own type (no positions, records settled one by one): ``isinstance`` tells the
+    truth for both spellings, and the older ``Subscriber(shared=True)`` still works with a ``DeprecationWarning``."""
+    _stream(grid, unique_name, 1, lanes=1)
+    with SharedSubscriber(grid, unique_name, group="q") as member:
+        assert isinstance(member, SharedSubscriber) and not isinstance(member, Subscriber)
+        assert not hasattr(member, "confirm") and not hasattr(member, "seek")
+    with pytest.warns(DeprecationWarning, match=r"construct it as SharedSubscriber\(grid, stream, group=\.\.\."):
+        older = Subscriber(grid, unique_name, group="q", shared=True)
+    try:
+        assert type(older) is SharedSubscriber and not isinstance(older, Subscriber)
+        assert [r.value for r in _poll(older)] == [b"r0"]
+    finally:
+        older.close()
+    with Subscriber(grid, unique_name, group="g") as exclusive:
+        assert isinstance(exclusive, Subscriber) and not isinstance(exclusive, SharedSubscriber)
 
 
 def test_records_overwritten_before_they_were_settled_are_data_loss_not_a_silent_skip(

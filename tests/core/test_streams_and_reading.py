@@ -73,7 +73,8 @@ def test_delete_removes_metadata_and_lanes(grid: Grid, unique_name: str) -> None
 
 
 def test_recreated_stream_does_not_inherit_group_offsets(grid: Grid, unique_name: str) -> None:
-    from meteor_spark.groups.exclusive import GroupMember, group_state
+    from meteor_spark.groups.admin import group_state
+    from meteor_spark.groups.exclusive import GroupMember
 
     info = open_stream(grid, StreamConfig(unique_name, lanes=1))
     with Publisher(grid, unique_name) as pub:

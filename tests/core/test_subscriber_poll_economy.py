@@ -10,7 +10,7 @@ from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
-from meteor_spark.groups.exclusive import LEASES_MAP
+from meteor_spark.groups.store import LEASES_MAP
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 

@@ -21,8 +21,7 @@ from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.grid.streams import StreamConfig, open_stream
-from meteor_spark.groups.exclusive import OFFSETS_MAP
-from meteor_spark.groups.store import ConfirmedOffset, read_offset
+from meteor_spark.groups.store import OFFSETS_MAP, ConfirmedOffset, read_offset
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -226,3 +225,132 @@ def _cut_records(log: Path, count: int) -> None:
         at += 8 + int.from_bytes(data[at : at + 4], "little")
     assert at == len(data) and len(starts) >= count
     log.write_bytes(data[: starts[-count]])
+
+
+@pytest.mark.embedded_only
+@pytest.mark.fault
+@pytest.mark.parametrize("skip", [False, True], ids=["error", "skip"])
+@pytest.mark.parametrize("reader", ["parked", "buffered"])
+def test_a_reader_connected_across_a_member_restart_that_cuts_the_ring_log_tail(
+    tmp_path: Path, reader: str, skip: bool
+) -> None:
+    """A subscriber that stays connected while its member is SIGKILLed, loses the ring log's last records and
+    restarts: the client reconnects and retries on its own, so nothing resumes and no stored mark is checked.
+
+    ``parked``: the reader has a read parked past the lost records (the client retries it after the restart).
+    ``buffered``: its buffer is full (``max_poll_records`` 10 of 50 read), so its next read is only sent once the
+    new records are there, at the old position, where it would silently pass over the 10 new records that took the
+    lost sequences. The connection loss makes the next read verify the last item read first: the records read
+    before are delivered, then ``LaneTruncatedError``, or with ``skip_data_loss`` the lane is read again from its
+    oldest record, counted."""
+    import time
+
+    from meteor_spark.server import EmbeddedGrid
+
+    lost = 10
+    first = RECORDS if reader == "parked" else 10
+    old = [f"old-{i}".encode() for i in range(RECORDS)]
+    new = [f"new-{i}".encode() for i in range(RECORDS)]
+    member = EmbeddedGrid(port=0, process=True, data_dir=tmp_path / "data", fsync="never").start()
+    try:
+        settings = GridSettings(members=(member.address,), cluster_name=member.cluster_name, connect_timeout_s=60)
+        config = _config("orders")
+        with Grid(settings) as grid:
+            _publish(grid, config, "old")
+            sub = Subscriber(
+                grid, config, initial_offset_scheme="earliest", skip_data_loss=skip, max_poll_records=first
+            )
+            try:
+                got: list[bytes] = []
+                wait_until(
+                    lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= first, 10, message="first read"
+                )
+                read_first = len(got)
+                assert got == old[:read_first]
+                # Every old item is read from the grid (buffered or delivered): nothing else is sent for the lane.
+                assert sub._lanes[0].fetch_seq == RECORDS
+                losses = grid.connection_losses
+                member.kill()
+                ring_log = next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log"))
+                _cut_records(ring_log, lost)
+                started = time.monotonic()
+                member.restart()
+                _publish(grid, config, "new")  # waits for the client to reconnect
+                assert grid.connection_losses > losses
+                ring = grid.ring(open_stream(grid, "orders").ring_names[0])
+                assert ring.tail() == 2 * RECORDS - lost - 1
+                after: list[bytes] = []
+                if not skip:
+                    with pytest.raises(LaneTruncatedError, match="while it read across a lost connection") as caught:
+                        wait_until(lambda: after.extend(r.value for r in sub.poll(50)) or False, 20, message="error")
+                    assert after == old[read_first:] and caught.value.requested == first_offset_of(RECORDS)
+                    figures = (
+                        f"{len(after)} records read before delivered, 0 of {RECORDS} new records delivered past the "
+                        f"truncation, LaneTruncatedError raised"
+                    )
+                else:
+                    want = RECORDS - read_first + RECORDS - lost + RECORDS
+                    wait_until(
+                        lambda: after.extend(r.value for r in sub.poll(50)) or len(after) >= want, 20, message="again"
+                    )
+                    assert after == old[read_first:] + old[: RECORDS - lost] + new
+                    assert (sub.truncated_lanes, sub.truncations) == (1, [(0, first_offset_of(RECORDS), 0)])
+                    figures = (
+                        f"{len(set(new) & set(after))} of {RECORDS} new records read, 0 skipped, {RECORDS - lost} "
+                        f"surviving old records delivered again, 1 truncation counted"
+                    )
+                took = time.monotonic() - started
+            finally:
+                sub.close()
+    finally:
+        member.stop()
+    print(
+        f"{reader} reader across a restart (skip_data_loss={skip}): ring log cut by {lost} of {RECORDS} read "
+        f"records; {figures}; restart to outcome {took:.2f} s"
+    )
+
+
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_reader_connected_across_a_real_member_restart_without_a_store(tmp_path: Path) -> None:
+    """The same on a real Hazelcast 5.7.0 member restarted without a store: the lane starts again at sequence 0 and
+    60 new records refill it past the reader's position (50). The reader's buffer is full (``max_poll_records``
+    10), so its next read is sent only once the new records are there, where it would silently pass over the 50
+    new records below its position: the records read before are delivered, then ``LaneTruncatedError``."""
+    import time
+
+    from tests.real_members import HazelcastMember, hazelcast_jar
+
+    try:
+        hazelcast_jar()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    member = HazelcastMember(tmp_path, heap="512m").start()
+    try:
+        settings = GridSettings(members=(member.address,), cluster_name=member.cluster_name, connect_timeout_s=120)
+        config = _config("orders")
+        with Grid(settings) as grid:
+            _publish(grid, config, "old")
+            sub = Subscriber(grid, config, initial_offset_scheme="earliest", max_poll_records=10)
+            try:
+                got: list[bytes] = []
+                wait_until(lambda: got.extend(r.value for r in sub.poll(50)) or len(got) >= 10, 10, message="read")
+                assert sub._lanes[0].fetch_seq == RECORDS  # every old item read; nothing else is sent for the lane
+                member.kill()
+                started = time.monotonic()
+                member = HazelcastMember(tmp_path, port=member.port, heap="512m").start()
+                _publish(grid, config, "new", RECORDS + 10)  # waits for the client to reconnect
+                after: list[bytes] = []
+                with pytest.raises(LaneTruncatedError, match="while it read across a lost connection"):
+                    wait_until(lambda: after.extend(r.value for r in sub.poll(50)) or False, 30, message="error")
+                took = time.monotonic() - started
+                assert after == [f"old-{i}".encode() for i in range(len(got), RECORDS)]
+            finally:
+                sub.close()
+    finally:
+        member.kill()
+    print(
+        f"real member restarted without a store under a live reader: {len(after)} records read before delivered, "
+        f"0 of {RECORDS + 10} new records delivered past the truncation, LaneTruncatedError; restart to outcome "
+        f"{took:.2f} s"
+    )

@@ -26,7 +26,7 @@ from deploy_helpers import (
 from meteor_spark.format.offsets import make_offset
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import lane_bounds, open_stream
-from meteor_spark.groups.exclusive import group_state
+from meteor_spark.groups.admin import group_state
 
 pytestmark = [pytest.mark.deploy, pytest.mark.slow, pytest.mark.timeout(1200)]
 

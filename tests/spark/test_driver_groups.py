@@ -20,8 +20,8 @@ from spark_helpers import grid_options, make_stream, put_items, values_items
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamInfo
-from meteor_spark.groups.exclusive import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.groups.leases import Lease, LeaseMap, wall_ms
+from meteor_spark.groups.store import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.spark import driver as driver_module
 from meteor_spark.spark import reader as reader_module
 from meteor_spark.spark.executor import LaneRanges

@@ -21,7 +21,7 @@ from meteor_spark.format.wire import item_producer
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import open_stream
-from meteor_spark.groups.exclusive import OFFSETS_MAP, lane_key
+from meteor_spark.groups.store import OFFSETS_MAP, lane_key
 from meteor_spark.testing import committed_values, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -15,7 +15,7 @@ from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
-from meteor_spark.groups.exclusive import LEASES_MAP, OFFSETS_MAP, lane_key
+from meteor_spark.groups.store import LEASES_MAP, OFFSETS_MAP, lane_key
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -17,7 +17,7 @@ from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.grid.client import Grid, GridSettings
-from meteor_spark.groups.exclusive import OFFSETS_MAP, lane_key
+from meteor_spark.groups.store import OFFSETS_MAP, lane_key
 from meteor_spark.spark.lag import lag_from_progress
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
