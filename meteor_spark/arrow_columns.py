@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from meteor_spark.errors import ArgumentTypeError, ConfigError, SizeLimitError
 from meteor_spark.offsets import index_of, sequence_of
-from meteor_spark.streams import lane_for_key
+from meteor_spark.partitioning import lane_for_key
 from meteor_spark.wire import ItemSlice, PreparedColumns, decode_item, header_bytes, prepare_columns
 
 _I32 = np.dtype("<i4")
