@@ -196,8 +196,7 @@ class Accumulator:
         (the lane was idle and nothing lingers) or None (the sender thread, or the completion of the lane's call
         in flight, sends it).
 
-        The steps of ``open_segment``, ``Segment.add_value`` and ``queued`` are inlined: this runs a million times
-        a second.
+        The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
         """
         with self.lock:
             if self.closing or self.outstanding >= self.settings.max_buffered_records:
@@ -209,18 +208,8 @@ class Accumulator:
             segment = segments[-1] if segments else None
             if segment is None or not segment.open:  # (an Arrow segment is never open)
                 segment = state.open_segment()
-            segment.singles = True
             future = RecordFuture(segment, segment.n)
-            if type(record) is bytes and segment.keys is None and segment.headers is None:
-                segment.values.append(record)
-                segment.stamps.append(stamp)
-                segment.n += 1
-                size = len(record)
-                segment.nbytes += size
-            elif type(record) is bytes:
-                size = segment.add_value(record, stamp)
-            else:
-                size = segment.add(record, stamp)  # type: ignore[arg-type]
+            size = segment.add_single(record, stamp)
             if callback is not None:
                 segment.call_back_on(future, callback)
             if state.in_flight and state.queued:
@@ -455,7 +444,7 @@ class Accumulator:
         full = False  # the call has no room for the next item
         while state.segments and item < self.items_per_call and not full:
             segment = state.segments[0]
-            segment.open = False
+            segment.close()
             cum = segment.cumulative_bytes()
             p = segment.pos
             while p < segment.n and item < self.items_per_call:
@@ -488,7 +477,7 @@ class Accumulator:
                 p = stop
                 if in_item >= max_records or item_bytes >= max_bytes:
                     item, in_item, item_bytes = item + 1, 0, 0
-            segment.pos = p
+            segment.advance(p)
             if p >= segment.n:
                 state.segments.popleft()
         n_items = item + (1 if in_item else 0)
@@ -505,11 +494,11 @@ class Accumulator:
         in_item = 0
         while state.segments:
             segment = state.segments.popleft()
-            segment.open = False
+            segment.close()
             if segment.pos < segment.n:
                 pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
                 in_item += segment.n - segment.pos
-                segment.pos = segment.n
+                segment.advance(segment.n)
         state.queued = 0
         state.queued_bytes = 0
         return pieces, (1 if in_item else 0), in_item

@@ -99,6 +99,21 @@ class Segment(Outcomes):
         self.nbytes += size
         return size
 
+    def add_single(self, record: bytes | Record, stamp: int) -> int:
+        """Append the record of one ``publish_async`` (a plain value or a checked ``Record``), whose future reads its
+        outcome here; returns its size. A plain value's steps are inlined: this runs a million times a second."""
+        self.singles = True
+        if type(record) is not bytes:
+            return self.add(record, stamp)  # type: ignore[arg-type]
+        if self.keys is not None or self.headers is not None:
+            return self.add_value(record, stamp)
+        self.values.append(record)
+        self.stamps.append(stamp)
+        self.n += 1
+        size = len(record)
+        self.nbytes += size
+        return size
+
     def add_value(self, value: bytes, stamp: int) -> int:
         """Append one plain value (no key, no headers, no sink): ``publish_async``'s hot path; returns its size."""
         self.values.append(value)
@@ -135,6 +150,14 @@ class Segment(Outcomes):
                 targets[-1] = (start, run + count, sink, last_pos)
                 return
         targets.append((self.n, count, sink, sink_pos))
+
+    def close(self) -> None:
+        """No more records go into this segment (its first records are being cut into a call)."""
+        self.open = False
+
+    def advance(self, pos: int) -> None:
+        """Records before ``pos`` were cut into calls."""
+        self.pos = pos
 
     def target_starts(self) -> list[int]:
         """First record of each target run (only called once the segment is closed)."""
@@ -239,6 +262,34 @@ class PendingCall:
 
     def __lt__(self, other: PendingCall) -> bool:
         return (self.due, self.order) < (other.due, other.order)
+
+    # The steps of a call's life, for the sender and the retrier (each under its own discipline: the sender before
+    # the call is handed over, the retrier while it holds it).
+
+    def begin(self, deadline: float, start: int | None) -> None:
+        """Before the first attempt: retried until ``deadline``, its items land from ``start`` on (None: unknown)."""
+        self.deadline = deadline
+        self.start = start
+
+    def starts_at(self, start: int) -> None:
+        """Its items land from ring sequence ``start`` on (a search for them resumes there)."""
+        self.start = start
+
+    def attempted(self) -> None:
+        """One more ``add_all`` attempt goes out."""
+        self.attempts += 1
+
+    def failed(self, error: BaseException, *, answer_lost: bool) -> None:
+        """A step failed with ``error``; ``answer_lost``: an attempt whose answer was lost (its items may be
+        stored)."""
+        if answer_lost:
+            self.sent = True
+        self.last_error = error
+
+    def due_at(self, due: float, order: int) -> None:
+        """The retrier takes the call up again at ``due`` (``time.monotonic()``), ``order`` breaking ties."""
+        self.due = due
+        self.order = order
 
     @property
     def lane(self) -> int:

@@ -145,15 +145,13 @@ class Retrier:
         with self._lock:
             given_up = self._given_up
             if given_up is None:
+                due = 0.0
                 if error is not None:
-                    call.sent = True
-                    call.last_error = error
+                    call.failed(error, answer_lost=True)
                     self.unknown_outcomes += 1
                     backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** max(0, call.attempts - 1))
-                    call.due = time.monotonic() + backoff
-                else:
-                    call.due = 0.0
-                call.order = next(self._order)
+                    due = time.monotonic() + backoff
+                call.due_at(due, next(self._order))
                 heapq.heappush(self._heap, call)
                 self._wake.notify()
                 if self._thread is None:
@@ -210,7 +208,7 @@ class Retrier:
             return
         try:
             if call.start is None:
-                call.start = ring.tail() + 1
+                call.starts_at(ring.tail() + 1)
             elif call.sent:
                 found, resume = find_call(ring, call.start, self.producer_id, call.first_seq)
                 if found is not None:
@@ -224,7 +222,7 @@ class Retrier:
                     )
                     self._settle(call, found + call.n_items - 1, None)
                     return
-                call.start = resume
+                call.starts_at(resume)
                 self.resent += 1
                 logger.info(
                     "stream %r lane %d: a publish whose answer was lost was not stored; sending it again (attempt %d)",
@@ -249,10 +247,9 @@ class Retrier:
             if not outcome_unknown(exc):
                 self._settle(call, None, exc)
                 return
-            call.last_error = exc  # the grid is still unreachable: try again later
+            call.failed(exc, answer_lost=False)  # the grid is still unreachable: try again later
             with self._lock:
-                call.due = time.monotonic() + MAX_BACKOFF_S / 2
-                call.order = next(self._order)
+                call.due_at(time.monotonic() + MAX_BACKOFF_S / 2, next(self._order))
                 heapq.heappush(self._heap, call)
             return
         self._send(call)

@@ -252,8 +252,7 @@ class Sender:
         the retrier takes it over)."""
         assert self.retrier is not None
         lane = pending.lane
-        pending.deadline = time.monotonic() + self._delivery_timeout_s
-        pending.start = self._next_start[lane]
+        pending.begin(time.monotonic() + self._delivery_timeout_s, self._next_start[lane])
         if pending.start is None:
             # The lane's first call lands after the tail read when the publisher started.
             tail = self._tails[lane]
@@ -261,7 +260,7 @@ class Sender:
                 self.retrier.submit(pending)  # it reads the tail once the grid answers, then sends
                 return
             try:
-                pending.start = result(tail, f"tail of stream {self.stream!r} lane {lane}") + 1
+                pending.starts_at(result(tail, f"tail of stream {self.stream!r} lane {lane}") + 1)
             except GridError as exc:
                 if not outcome_unknown(exc):
                     raise
@@ -271,7 +270,7 @@ class Sender:
 
     def _attempt(self, call: PendingCall) -> None:
         """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
-        call.attempts += 1
+        call.attempted()
         try:
             future = self.rings[call.lane].add_all_async(call.items)
         except BaseException as exc:
