@@ -151,19 +151,20 @@ class Publisher:
         self._max_record_bytes = grid.settings.max_record_bytes
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
-        acc = self._acc = Accumulator(
-            self.stream,
-            self.lanes,
-            self.settings,
-            min(self.settings.max_items_per_call, self.info.config.capacity),
-        )
+        self._acc, self._sender = self._pipeline(grid, transactional)
         # Bound once: publish_async runs a million times a second.
-        self._append = acc.append
-        self._sender = Sender(
-            acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id, transactional=transactional
-        )
+        self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
+
+    def _pipeline(self, grid: Grid, transactional: bool) -> tuple[Accumulator, Sender]:
+        """The accumulator the records queue in, and the sender (its threads started) that takes them to the
+        lanes' rings."""
+        acc = Accumulator(
+            self.stream, self.lanes, self.settings, min(self.settings.max_items_per_call, self.info.config.capacity)
+        )
+        rings = [grid.ring(name) for name in self.info.ring_names]
+        return acc, Sender(acc, rings, self.producer_id, transactional=transactional)
 
     # ------------------------------------------------------------------------------------------------ publishing
 
