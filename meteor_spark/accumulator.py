@@ -129,6 +129,7 @@ class Accumulator:
         #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
         self.ahead_records = max_items_per_call * settings.max_batch_records
         self.ahead_bytes = settings.max_call_bytes
+        self._max_buffered = settings.max_buffered_records  # bound once: ``append`` runs a million times a second
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.room = threading.Condition(self.lock)
@@ -199,7 +200,7 @@ class Accumulator:
         The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
         """
         with self.lock:
-            if self.closing or self.outstanding >= self.settings.max_buffered_records:
+            if self.closing or self.outstanding >= self._max_buffered:
                 self.admit(1)
             else:
                 self.outstanding += 1
