@@ -32,6 +32,7 @@ from meteor_spark.publish_futures import BulkFuture, PublishCallback, RecordFutu
 from meteor_spark.records import Record
 
 if TYPE_CHECKING:
+    from meteor_spark.arrow_columns import ArrowInput
     from meteor_spark.batching import PublisherSettings
 
 __all__ = ["Accumulator", "Call", "LaneQueue", "Piece", "Segment"]
@@ -254,9 +255,30 @@ class Accumulator:
                     calls.append(self.claim(state))
         return calls
 
-    def append_segments(self, n: int, segments: list[tuple[int, Segment]]) -> None:
-        """Accept the ``n`` rows of one ``publish_arrow``, as closed segments (``(lane, segment)``); the sender
-        thread encodes and sends them."""
+    def append_arrow(self, bulk: ArrowInput, sink: BulkFuture) -> None:
+        """Accept the rows of one ``publish_arrow`` (checked, at least one), as one closed segment per lane; the
+        sender thread encodes and sends them."""
+        n = bulk.rows
+        lanes = bulk.lanes(self.lane_count, self.stream, self.sticky)
+        pieces: list[tuple[int, np.ndarray | slice]] = []
+        if isinstance(lanes, np.ndarray):
+            order = np.argsort(lanes, kind="stable")
+            bounds = np.searchsorted(lanes[order], np.arange(self.lane_count + 1))
+            for lane in range(self.lane_count):
+                if bounds[lane + 1] > bounds[lane]:
+                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
+        else:
+            # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
+            # every lane a call of its own for a few records.
+            total = bulk.nbytes()
+            run = self.ahead_records if total <= 0 else min(self.ahead_records, -(-n * self.ahead_bytes // total))
+            for lane, start, stop in self.spread(n, run):
+                pieces.append((lane, slice(start, stop)))
+        self._append_segments(
+            n, [(lane, Segment.of_arrow(self.lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
+        )
+
+    def _append_segments(self, n: int, segments: list[tuple[int, Segment]]) -> None:
         with self.lock:
             self.admit(n)
             ready = False

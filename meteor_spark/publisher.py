@@ -30,10 +30,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from meteor_spark.accumulator import Accumulator, Segment
+from meteor_spark.accumulator import Accumulator
 from meteor_spark.arrow_columns import ArrowInput
 from meteor_spark.batching import PublisherSettings
 from meteor_spark.errors import (
@@ -284,23 +283,7 @@ class Publisher:
         row, size = bulk.largest_row()
         if size > self._max_record_bytes:
             self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
-        acc = self._acc
-        lanes = bulk.lanes(self.lanes, self.stream, acc.sticky)
-        pieces: list[tuple[int, np.ndarray | slice]] = []
-        if isinstance(lanes, np.ndarray):
-            order = np.argsort(lanes, kind="stable")
-            bounds = np.searchsorted(lanes[order], np.arange(self.lanes + 1))
-            for lane in range(self.lanes):
-                if bounds[lane + 1] > bounds[lane]:
-                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
-        else:
-            # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
-            # every lane a call of its own for a few records.
-            total = bulk.nbytes()
-            run = acc.ahead_records if total <= 0 else min(acc.ahead_records, -(-n * acc.ahead_bytes // total))
-            for lane, start, stop in acc.spread(n, run):
-                pieces.append((lane, slice(start, stop)))
-        acc.append_segments(n, [(lane, Segment.of_arrow(acc.lock, bulk.rows_of(rows), sink)) for lane, rows in pieces])
+        self._acc.append_arrow(bulk, sink)
         return sink
 
     def _refuse_size(self, size: int, what: str) -> None:
