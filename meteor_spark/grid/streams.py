@@ -13,9 +13,9 @@ InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The
 writes; they are stored as the defaults for parties that open the stream by name, and a party passing its own
 ``StreamConfig`` keeps its own.
 
-Keys choose lanes with ``lane_for_key``: CRC-32 (zlib / IEEE 802.3) of the key bytes modulo the lane count. It is
-the same in every process, platform and version (it is part of the format: changing it would split a key's
-records over two lanes).
+Keys choose lanes with ``lane_for_key`` (``meteor_spark.format.partitioning``, importable from here too): CRC-32 (zlib /
+IEEE 802.3) of the key bytes modulo the lane count. It is the same in every process, platform and version (it is
+part of the format: changing it would split a key's records over two lanes).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import json
 import logging
 import re
 import time
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -38,10 +37,11 @@ from meteor_spark.errors import (
     UnsupportedFormatVersionError,
     unknown_option,
 )
-from meteor_spark.format.wire import FORMAT_VERSION
+from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
+from meteor_spark.format.partitioning import lane_for_key as lane_for_key  # re-exported: its home is partitioning
+from meteor_spark.format.wire import COMPRESSIONS, FORMAT_VERSION
 from meteor_spark.grid.client import Grid, require_grid, result
-from meteor_spark.producer.batching import Batching, batching_of
-from meteor_spark.validate import check_int
+from meteor_spark.validate import check_int, check_number
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +69,48 @@ def ring_name(stream: str, lane: int) -> str:
     return f"{RING_PREFIX}{stream}.{lane}"
 
 
-def lane_for_key(key: bytes, lanes: int) -> int:
-    """The lane of a key: CRC-32 (zlib) of the key bytes modulo ``lanes`` (stable everywhere, forever)."""
-    return zlib.crc32(key) % lanes
+_MAX_I32 = (1 << 31) - 1
+MAX_LINGER_MS = 60_000
+
+
+@dataclass(frozen=True)
+class Batching:
+    """The batching fields a stream stores as its publishers' defaults: one frozen value, validated once (a
+    publisher's own settings, ``batching.PublisherSettings``, extend it with the bounds of its buffer).
+
+    Attributes:
+        compression: ``"lz4"`` or ``"none"``.
+        compression_threshold: compress an item only from this many body bytes on.
+        max_batch_records: records per ring item at most (1..65,536).
+        max_batch_bytes: value/key/header bytes per ring item at most, before compression.
+        linger_ms: how long a publisher waits for more records before sending a partly filled item (0: send at
+            once; records pile up into an item anyway while the previous one is in flight).
+    """
+
+    compression: str = "lz4"
+    compression_threshold: int = 1024
+    max_batch_records: int = 1000
+    max_batch_bytes: int = 1 << 20
+    linger_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(
+                f"compression {self.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
+            )
+        check_int("compression_threshold", self.compression_threshold, 0, _MAX_I32)
+        check_int("max_batch_records", self.max_batch_records, 1, MAX_RECORDS_PER_ITEM)
+        check_int("max_batch_bytes", self.max_batch_bytes, 1, _MAX_I32)
+        check_number("linger_ms", self.linger_ms, 0, MAX_LINGER_MS, what="(milliseconds)")
+
+
+#: The batching fields, by name (``StreamConfig`` carries them flat, as stored and as users give them).
+BATCHING_FIELDS = tuple(f.name for f in fields(Batching))
+
+
+def batching_of(settings: Any) -> dict[str, Any]:
+    """The batching fields of any object carrying them (a ``StreamConfig``, a ``Batching``), by name."""
+    return {name: getattr(settings, name) for name in BATCHING_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -112,7 +151,7 @@ class StreamConfig:
     def __post_init__(self) -> None:
         check_stream_name(self.name)
         check_int("lanes", self.lanes, 1, MAX_LANES)
-        check_int("capacity", self.capacity, 1, (1 << 31) - 1)
+        check_int("capacity", self.capacity, 1, _MAX_I32)
         check_int("backup_count", self.backup_count, 0, MAX_BACKUPS)
         check_int("async_backup_count", self.async_backup_count, 0, MAX_BACKUPS)
         if self.backup_count + self.async_backup_count > MAX_BACKUPS:
@@ -120,7 +159,7 @@ class StreamConfig:
                 f"backup_count ({self.backup_count}) + async_backup_count ({self.async_backup_count}) must be at "
                 f"most {MAX_BACKUPS} (Hazelcast's limit)"
             )
-        check_int("ttl_s", self.ttl_s, 0, (1 << 31) - 1)
+        check_int("ttl_s", self.ttl_s, 0, _MAX_I32)
         Batching(**batching_of(self))  # validates the batching fields, once, the same way everywhere
 
     @property

@@ -20,263 +20,22 @@ from __future__ import annotations
 
 import threading
 import time
-from bisect import bisect_left, bisect_right, insort
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
+from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
-from meteor_spark.format.wire import PreparedColumns, header_bytes, prepare_columns
-from meteor_spark.grid.streams import lane_for_key
-from meteor_spark.producer.futures import BulkFuture, RecordFuture
+from meteor_spark.producer.calls import Call, Piece, Segment
+from meteor_spark.producer.futures import BulkFuture, PublishCallback, RecordFuture
 
 if TYPE_CHECKING:
-    from meteor_spark.format.arrow_columns import ArrowColumns
+    from meteor_spark.format.arrow_columns import ArrowInput
     from meteor_spark.producer.batching import PublisherSettings
-_AFTER_ANY = float("inf")
 
-
-def _start_of(outcome: tuple[int, int, int, BaseException | None]) -> int:
-    return outcome[0]
-
-
-def _index_of(future: RecordFuture) -> int:
-    return future._index
-
-
-class Segment:
-    """Records queued for one lane, in order: Python lists (single publishes, ``publish_many``) or Arrow arrays.
-
-    ``targets`` maps runs of the segment's records to bulk futures: ``(first record, count, future, position in
-    it)``. Single records have ``RecordFuture`` s instead, which read ``outcomes``: one ``(start, stop, base,
-    error)`` per stored (or failed) piece, sorted by start; record ``i`` of a stored piece has offset ``base + i``.
-    ``watched`` are the record futures, sorted by index, that must be told of their outcome.
-    """
-
-    __slots__ = (
-        "_cum",
-        "_starts",
-        "arrow",
-        "headers",
-        "keys",
-        "lock",
-        "n",
-        "nbytes",
-        "open",
-        "outcomes",
-        "pos",
-        "singles",
-        "stamps",
-        "targets",
-        "values",
-        "watched",
-    )
-
-    def __init__(self, lock: Any) -> None:
-        self.lock = lock  # the accumulator's
-        self.values: list[bytes] = []
-        self.keys: list[bytes | None] | None = None
-        self.headers: list[tuple[tuple[str, bytes], ...]] | None = None
-        self.stamps: list[int] = []
-        self.arrow: ArrowColumns | None = None
-        self.n = 0
-        self.pos = 0
-        self.nbytes = 0
-        self.open = True
-        self.targets: list[tuple[int, int, BulkFuture, int]] = []
-        self.singles = False  # holds records of publish_async (with record futures)
-        # Only appended to, or replaced, so futures read it without the lock.
-        self.outcomes: list[tuple[int, int, int, BaseException | None]] = []
-        self.watched: list[RecordFuture] = []
-        self._cum: np.ndarray | None = None
-        self._starts: list[int] | None = None
-
-    @classmethod
-    def of_arrow(cls, lock: Any, columns: ArrowColumns, future: BulkFuture) -> Segment:
-        """A closed segment holding the rows of one Arrow bulk for one lane."""
-        segment = cls(lock)
-        segment.arrow = columns
-        segment.n = columns.count
-        segment.nbytes = int(segment.cumulative_bytes()[-1])
-        segment.open = False
-        segment.targets = [(0, segment.n, future, 0)]
-        return segment
-
-    # ----------------------------------------------------------------------------------------- record futures
-
-    def outcome(self, index: int) -> tuple[int | None, BaseException | None] | None:
-        """``(offset, None)`` or ``(None, error)`` once record ``index`` was stored or failed, else None."""
-        outcomes = self.outcomes
-        # Tuples compare by start first: no Python key function on this path.
-        k = bisect_right(outcomes, (index, _AFTER_ANY)) - 1
-        if k < 0:
-            return None
-        _, stop, base, error = outcomes[k]
-        if index >= stop:
-            return None
-        return (None, error) if error is not None else (base + index, None)
-
-    def watch(self, future: RecordFuture, done_callback: Callable[[Any], object] | None = None) -> bool:
-        """Give ``future`` its synchronisation objects and have it told of its outcome; False when already done."""
-        with self.lock:
-            state = future.__dict__
-            if "_condition" not in state:
-                state["_condition"] = threading.Condition()
-                state["_waiters"] = []
-                state["_done_callbacks"] = []
-            if self.outcome(future._index) is not None:
-                return False
-            if done_callback is not None:
-                state["_done_callbacks"].append(done_callback)
-            self.watch_locked(future)
-            return True
-
-    def watch_locked(self, future: RecordFuture) -> None:
-        watched = self.watched
-        if not watched or watched[-1]._index < future._index:
-            watched.append(future)
-        elif future not in watched:
-            insort(watched, future, key=_index_of)
-
-    def settle(self, start: int, stop: int, base: int, error: BaseException | None) -> list[RecordFuture]:
-        """Record the outcome of records ``[start, stop)`` (lock held); returns the watched futures among them."""
-        if not self.singles:
-            return []
-        outcome = (start, stop, base, error)
-        if not self.outcomes or self.outcomes[-1][0] < start:
-            self.outcomes.append(outcome)  # in order (the usual case): readers see a consistent prefix
-        else:
-            outcomes = list(self.outcomes)  # out of order (close failing queued records): copy, then swap
-            insort(outcomes, outcome, key=_start_of)
-            self.outcomes = outcomes
-        watched = self.watched
-        if not watched:
-            return []
-        lo = bisect_left(watched, start, key=_index_of)
-        hi = bisect_left(watched, stop, lo, key=_index_of)
-        told = watched[lo:hi]
-        del watched[lo:hi]
-        return told
-
-    # ----------------------------------------------------------------------------------------- appending
-
-    def add(self, record: Record, stamp: int, sink: BulkFuture | None = None, sink_pos: int = 0) -> int:
-        """Append one record; returns its size in bytes."""
-        if sink is not None:
-            self._target(sink, sink_pos, 1)
-        self.values.append(record.value)
-        size = len(record.value)
-        if record.key is not None:
-            if self.keys is None:
-                self.keys = [None] * self.n
-            self.keys.append(record.key)
-            size += len(record.key)
-        elif self.keys is not None:
-            self.keys.append(None)
-        if record.headers:
-            if self.headers is None:
-                self.headers = [()] * self.n
-            self.headers.append(record.headers)
-            size += sum(len(k) + len(v) for k, v in record.headers)
-        elif self.headers is not None:
-            self.headers.append(())
-        self.stamps.append(stamp)
-        self.n += 1
-        self.nbytes += size
-        return size
-
-    def add_value(self, value: bytes, stamp: int) -> int:
-        """Append one plain value (no key, no headers, no sink): ``publish_async``'s hot path; returns its size."""
-        self.values.append(value)
-        if self.keys is not None:
-            self.keys.append(None)
-        if self.headers is not None:
-            self.headers.append(())
-        self.stamps.append(stamp)
-        self.n += 1
-        size = len(value)
-        self.nbytes += size
-        return size
-
-    def add_values(self, values: list[bytes], stamp: int, sink: BulkFuture, sink_pos: int) -> int:
-        """Append plain values (no key, no headers); returns their size in bytes."""
-        self._target(sink, sink_pos, len(values))
-        self.values.extend(values)
-        if self.keys is not None:
-            self.keys.extend([None] * len(values))
-        if self.headers is not None:
-            self.headers.extend([()] * len(values))
-        self.stamps.extend([stamp] * len(values))
-        size = sum(map(len, values))
-        self.n += len(values)
-        self.nbytes += size
-        return size
-
-    def _target(self, sink: BulkFuture, sink_pos: int, count: int) -> None:
-        targets = self.targets
-        if targets:
-            start, run, last_sink, last_pos = targets[-1]
-            # Consecutive records of one bulk publish share one run (cheaper to complete).
-            if last_sink is sink and start + run == self.n and last_pos + run == sink_pos:
-                targets[-1] = (start, run + count, sink, last_pos)
-                return
-        targets.append((self.n, count, sink, sink_pos))
-
-    def target_starts(self) -> list[int]:
-        """First record of each target run (only called once the segment is closed)."""
-        if self._starts is None:
-            self._starts = [t[0] for t in self.targets]
-        return self._starts
-
-    def cumulative_bytes(self) -> np.ndarray:
-        """Prefix sums of per-record sizes (only called once the segment is closed)."""
-        if self._cum is None:
-            if self.arrow is not None:
-                self._cum = self.arrow.cumulative_bytes()
-                return self._cum
-            sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
-            if self.keys is not None:
-                sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
-            if self.headers is not None:
-                sizes += header_bytes(self.headers)
-            cum = np.zeros(self.n + 1, dtype=np.int64)
-            np.cumsum(sizes, out=cum[1:])
-            self._cum = cum
-        return self._cum
-
-    def release(self) -> None:
-        """Drop the records once the last piece is encoded: a future kept by the user keeps its segment alive, and
-        must not keep every record of it too (outcomes and counts stay)."""
-        self.values = []
-        self.keys = self.headers = None
-        self.stamps = []
-        self.arrow = None
-        self._cum = None
-
-    def prepare(self, start: int, stop: int) -> PreparedColumns:
-        if self.arrow is not None:
-            return self.arrow.prepare(start, stop)
-        return prepare_columns(
-            self.values[start:stop],
-            keys=None if self.keys is None else self.keys[start:stop],
-            headers=None if self.headers is None else self.headers[start:stop],
-            timestamps=self.stamps[start:stop],
-        )
-
-
-@dataclass
-class Piece:
-    """Records ``[start, stop)`` of a segment, going as records ``index...`` of ring item ``item`` of a call."""
-
-    segment: Segment
-    start: int
-    stop: int
-    item: int  # index of the ring item within its add_all call
-    index: int  # index of the piece's first record within that item
+__all__ = ["Accumulator", "Call", "LaneQueue", "Piece", "Segment"]
 
 
 class LaneQueue:
@@ -319,10 +78,41 @@ class LaneQueue:
         self.segments.append(segment)
         return segment
 
+    # Encode-ahead's transitions (lock held), the sender's only way to change the lane's flags.
 
-#: What ``claim`` (and ``cut``) hands the sender: the lane, its pieces, the number of ring items and of records, and
-#: the producer sequence of its first item (its items take the sequences from there on).
-Call = tuple[LaneQueue, list[Piece], int, int, int]
+    def begin_encoding(self) -> None:
+        """The sender took the lane's next call to encode it ahead, while the lane's call is in flight."""
+        self.encoding = True
+
+    def encoded(self, call: Any) -> bool:
+        """The sender finished encoding the lane's next call ahead (``call`` None: encoding it failed). True when
+        the call in flight settled meanwhile: the encoder then sends its call itself, or, when it has none, the lane
+        is free again (the caller wakes the sender); False: the call is parked on the lane (``ahead``)."""
+        self.encoding = False
+        send_now = self.previous_done
+        self.previous_done = False
+        if not send_now:
+            self.ahead = call
+        elif call is None:
+            self.in_flight = False
+        return send_now
+
+    def call_settled(self) -> Any:
+        """The lane's call in flight settled: returns the call encoded ahead, to send now (the lane stays claimed
+        for it), or None: the encoder still at it sends its call when done, or else the lane is free."""
+        following = self.ahead
+        if following is not None:
+            self.ahead = None
+        elif self.encoding:
+            self.previous_done = True
+        else:
+            self.in_flight = False
+        return following
+
+    def drop_ahead(self) -> Any:
+        """Take the call encoded ahead off the lane (None when there is none): a close fails it."""
+        call, self.ahead = self.ahead, None
+        return call
 
 
 class Accumulator:
@@ -340,6 +130,7 @@ class Accumulator:
         #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
         self.ahead_records = max_items_per_call * settings.max_batch_records
         self.ahead_bytes = settings.max_call_bytes
+        self._max_buffered = settings.max_buffered_records  # bound once: ``append`` runs a million times a second
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.room = threading.Condition(self.lock)
@@ -399,6 +190,107 @@ class Accumulator:
 
     # ------------------------------------------------------------------------------------------------ accepting
 
+    def append(
+        self, record: bytes | Record, lane: int, stamp: int, callback: PublishCallback | None
+    ) -> tuple[RecordFuture, Call | None]:
+        """Accept one record of ``publish_async`` (a plain value or a checked ``Record``) on ``lane`` (-1: the
+        sticky lane): waits for room like ``admit``. Returns its future, and the call the caller sends at once
+        (the lane was idle and nothing lingers) or None (the sender thread, or the completion of the lane's call
+        in flight, sends it).
+
+        The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
+        """
+        with self.lock:
+            if self.closing or self.outstanding >= self._max_buffered:
+                self.admit(1)
+            else:
+                self.outstanding += 1
+            state = self.lanes[self.sticky if lane < 0 else lane]
+            segments = state.segments
+            segment = segments[-1] if segments else None
+            if segment is None or not segment.open:  # (an Arrow segment is never open)
+                segment = state.open_segment()
+            future = RecordFuture(segment, segment.n)
+            size = segment.add_single(record, stamp)
+            if callback is not None:
+                segment.call_back_on(future, callback)
+            if state.in_flight and state.queued:
+                # ``queued``'s answer for a lane in flight that has records queued already.
+                state.queued += 1
+                state.queued_bytes += size
+                whole = state.queued_bytes >= self.ahead_bytes or state.queued >= self.ahead_records
+                if whole and state.ahead is None and not state.encoding:
+                    self.work.notify()  # a whole call waits behind the one in flight: the sender encodes it ahead
+                return future, None
+            return future, (self.claim(state) if self.queued(state, 1, size) else None)
+
+    def append_values(self, values: list[bytes], stamp: int, sink: BulkFuture) -> list[Call]:
+        """Accept the plain values of one ``publish_many`` (spread over the lanes in contiguous runs, ``spread``);
+        returns the calls the caller sends at once."""
+        calls: list[Call] = []
+        with self.lock:
+            self.admit(len(values))
+            for lane, start, stop in self.spread(len(values)):
+                state = self.lanes[lane]
+                size = state.open_segment().add_values(values[start:stop], stamp, sink, start)
+                if self.queued(state, stop - start, size):
+                    calls.append(self.claim(state))
+        return calls
+
+    def append_records(self, records: list[Record], stamp: int, sink: BulkFuture) -> list[Call]:
+        """Accept the checked records of one ``publish_many`` (``stamp`` for those without a timestamp), per lane
+        (``split_by_lane``); returns the calls the caller sends at once."""
+        calls: list[Call] = []
+        with self.lock:
+            by_lane = self.split_by_lane(records)
+            self.admit(len(records))
+            for lane, positions in by_lane.items():
+                state = self.lanes[lane]
+                segment = state.open_segment()
+                size = 0
+                for position in positions:
+                    rec = records[position]
+                    size += segment.add(rec, stamp if rec.timestamp_ms is None else rec.timestamp_ms, sink, position)
+                if self.queued(state, len(positions), size):
+                    calls.append(self.claim(state))
+        return calls
+
+    def append_arrow(self, bulk: ArrowInput, sink: BulkFuture) -> None:
+        """Accept the rows of one ``publish_arrow`` (checked, at least one), as one closed segment per lane; the
+        sender thread encodes and sends them."""
+        n = bulk.rows
+        lanes = bulk.lanes(self.lane_count, self.stream, self.sticky)
+        pieces: list[tuple[int, np.ndarray | slice]] = []
+        if isinstance(lanes, np.ndarray):
+            order = np.argsort(lanes, kind="stable")
+            bounds = np.searchsorted(lanes[order], np.arange(self.lane_count + 1))
+            for lane in range(self.lane_count):
+                if bounds[lane + 1] > bounds[lane]:
+                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
+        else:
+            # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
+            # every lane a call of its own for a few records.
+            total = bulk.nbytes()
+            run = self.ahead_records if total <= 0 else min(self.ahead_records, -(-n * self.ahead_bytes // total))
+            for lane, start, stop in self.spread(n, run):
+                pieces.append((lane, slice(start, stop)))
+        self._append_segments(
+            n, [(lane, Segment.of_arrow(self.lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
+        )
+
+    def _append_segments(self, n: int, segments: list[tuple[int, Segment]]) -> None:
+        with self.lock:
+            self.admit(n)
+            ready = False
+            for lane, segment in segments:
+                state = self.lanes[lane]
+                state.segments.append(segment)
+                ready = self.queued(state, segment.n, segment.nbytes) or ready
+            if ready:
+                # The sender thread encodes and sends: the caller goes back to producing the next batch (a Spark
+                # task to reading it from the JVM) while this one is encoded and on the wire.
+                self.work.notify()
+
     def admit(self, n: int) -> None:
         """Wait for room for ``n`` records (lock held). A bulk larger than the buffer waits for an empty buffer."""
         if self.closing:
@@ -450,6 +342,44 @@ class Accumulator:
             self.work.notify()
         return False
 
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    def flush(self, deadline: float | None) -> int:
+        """Send everything queued now (ignoring linger) and wait until every accepted record completed or
+        ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records still outstanding then (0:
+        all completed)."""
+        with self.lock:
+            self.flushing += 1
+            self.work.notify()
+            try:
+                while self.outstanding:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return self.outstanding
+                    self.room.wait(remaining)
+                return 0
+            finally:
+                self.flushing -= 1
+
+    def begin_close(self) -> bool:
+        """Refuse new records from now on; False when the accumulator was closed already."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.closing = True
+            return True
+
+    def mark_closed(self) -> None:
+        """Closed: the sender thread sends what is left and stops."""
+        with self.lock:
+            self.closed = True
+            self.work.notify_all()
+
+    def outstanding_records(self) -> int:
+        """Records accepted and not yet completed."""
+        with self.lock:
+            return self.outstanding
+
     # ------------------------------------------------------------------------------------------------ cutting
 
     def ready(self, state: LaneQueue, now: float) -> float | None:
@@ -490,7 +420,7 @@ class Accumulator:
             ahead = [s for s in self.lanes if self.wants_ahead(s)]
             if ready or ahead:
                 for state in ahead:
-                    state.encoding = True
+                    state.begin_encoding()
                 return [self.claim(state) for state in ready], [self.cut(s) for s in ahead]
             if self.closed and not any(s.queued or s.in_flight for s in self.lanes):
                 return None
@@ -517,7 +447,7 @@ class Accumulator:
         pieces, n_items, n_records = self.take(state)
         first_seq = self.producer_seq
         self.producer_seq += n_items
-        return state, pieces, n_items, n_records, first_seq
+        return Call(state, pieces, n_items, n_records, first_seq)
 
     def take(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
         """Cut up to ``max_items_per_call`` ring items and ``max_call_bytes`` bytes off the lane's queue (lock
@@ -537,7 +467,7 @@ class Accumulator:
         full = False  # the call has no room for the next item
         while state.segments and item < self.items_per_call and not full:
             segment = state.segments[0]
-            segment.open = False
+            segment.close()
             cum = segment.cumulative_bytes()
             p = segment.pos
             while p < segment.n and item < self.items_per_call:
@@ -570,7 +500,7 @@ class Accumulator:
                 p = stop
                 if in_item >= max_records or item_bytes >= max_bytes:
                     item, in_item, item_bytes = item + 1, 0, 0
-            segment.pos = p
+            segment.advance(p)
             if p >= segment.n:
                 state.segments.popleft()
         n_items = item + (1 if in_item else 0)
@@ -587,11 +517,11 @@ class Accumulator:
         in_item = 0
         while state.segments:
             segment = state.segments.popleft()
-            segment.open = False
+            segment.close()
             if segment.pos < segment.n:
                 pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
                 in_item += segment.n - segment.pos
-                segment.pos = segment.n
+                segment.advance(segment.n)
         state.queued = 0
         state.queued_bytes = 0
         return pieces, (1 if in_item else 0), in_item

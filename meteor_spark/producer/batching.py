@@ -1,64 +1,26 @@
-"""How records are cut into ring items: one frozen value, validated once, shared by the stream's stored settings
-(``StreamConfig``), a publisher's settings (``PublisherSettings``, which adds the buffer's bounds) and the
-publisher's accumulator."""
+"""A publisher's settings (``PublisherSettings``): the batching a stream stores as its publishers' defaults
+(``streams.Batching``, re-exported here) plus the publisher's own bounds, validated once and shared with its
+accumulator and sender.
+
+The dependency points from the publisher to the stream's metadata, never back: a stream's stored configuration
+does not know about publishers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from meteor_spark.errors import ArgumentTypeError, ConfigError
-from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
-from meteor_spark.format.wire import COMPRESSIONS
+from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.grid.client import MAX_BATCH_ITEMS
+from meteor_spark.grid.streams import BATCHING_FIELDS, MAX_LINGER_MS, Batching, StreamConfig, batching_of
 from meteor_spark.validate import check_int, check_number
 
-if TYPE_CHECKING:
-    from meteor_spark.grid.streams import StreamConfig
+__all__ = ["BATCHING_FIELDS", "DEFAULT_MAX_CALL_BYTES", "MAX_LINGER_MS", "Batching", "PublisherSettings", "batching_of"]
+
 _MAX_I32 = (1 << 31) - 1
-MAX_LINGER_MS = 60_000
 
 #: Bytes per ``add_all`` call by default (see ``PublisherSettings.max_call_bytes``).
 DEFAULT_MAX_CALL_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class Batching:
-    """Batching settings.
-
-    Attributes:
-        compression: ``"lz4"`` or ``"none"``.
-        compression_threshold: compress an item only from this many body bytes on.
-        max_batch_records: records per ring item at most (1..65,536).
-        max_batch_bytes: value/key/header bytes per ring item at most, before compression.
-        linger_ms: how long a publisher waits for more records before sending a partly filled item (0: send at
-            once; records pile up into an item anyway while the previous one is in flight).
-    """
-
-    compression: str = "lz4"
-    compression_threshold: int = 1024
-    max_batch_records: int = 1000
-    max_batch_bytes: int = 1 << 20
-    linger_ms: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(
-                f"compression {self.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}"
-            )
-        check_int("compression_threshold", self.compression_threshold, 0, _MAX_I32)
-        check_int("max_batch_records", self.max_batch_records, 1, MAX_RECORDS_PER_ITEM)
-        check_int("max_batch_bytes", self.max_batch_bytes, 1, _MAX_I32)
-        check_number("linger_ms", self.linger_ms, 0, MAX_LINGER_MS, what="(milliseconds)")
-
-
-#: The batching fields, by name (``StreamConfig`` carries them flat, as stored and as users give them).
-BATCHING_FIELDS = tuple(f.name for f in fields(Batching))
-
-
-def batching_of(settings: Any) -> dict[str, Any]:
-    """The batching fields of any object carrying them (a ``StreamConfig``, a ``Batching``), by name."""
-    return {name: getattr(settings, name) for name in BATCHING_FIELDS}
 
 
 @dataclass(frozen=True)

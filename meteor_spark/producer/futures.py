@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from meteor_spark.producer.accumulator import Segment
 logger = logging.getLogger("meteor_spark.producer.publisher")
 
 #: ``callback(offset, error)``: exactly one of them is None.
@@ -32,6 +31,8 @@ PublishCallback = Callable[[int | None, BaseException | None], None]
 # concurrent.futures); a test waits on record futures with both helpers, so a change there fails loudly.
 _RUNNING = "RUNNING"
 _FINISHED = "FINISHED"
+
+_AFTER_ANY = float("inf")
 
 
 @dataclass(frozen=True)
@@ -113,17 +114,103 @@ class ArrowPublishFuture(BulkFuture):
         return tuple(LaneWritten(lane, n, first, last) for lane, (n, first, last) in sorted(self.lanes.items()))
 
 
+class Outcomes:
+    """The outcomes of a batch's records, which its record futures read (an accumulator ``Segment`` is one).
+
+    ``outcomes``: one ``(start, stop, base, error)`` per stored (or failed) piece, sorted by start; record ``i`` of a
+    stored piece has offset ``base + i``. ``watched`` are the record futures, sorted by index, that must be told of
+    their outcome. ``singles``: the batch holds records of ``publish_async`` (with record futures); a batch without
+    any keeps no outcomes. ``lock`` is the publisher's (the accumulator's), under which outcomes are settled.
+    """
+
+    __slots__ = ("lock", "outcomes", "singles", "watched")
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.singles = False
+        # Only appended to, or replaced, so futures read it without the lock.
+        self.outcomes: list[tuple[int, int, int, BaseException | None]] = []
+        self.watched: list[RecordFuture] = []
+
+    def outcome(self, index: int) -> tuple[int | None, BaseException | None] | None:
+        """``(offset, None)`` or ``(None, error)`` once record ``index`` was stored or failed, else None."""
+        outcomes = self.outcomes
+        # Tuples compare by start first: no Python key function on this path.
+        k = bisect_right(outcomes, (index, _AFTER_ANY)) - 1
+        if k < 0:
+            return None
+        _, stop, base, error = outcomes[k]
+        if index >= stop:
+            return None
+        return (None, error) if error is not None else (base + index, None)
+
+    def watch(self, future: RecordFuture, done_callback: Callable[[Any], object] | None = None) -> bool:
+        """Give ``future`` its synchronisation objects and have it told of its outcome; False when already done."""
+        with self.lock:
+            state = future.__dict__
+            if "_condition" not in state:
+                state["_condition"] = threading.Condition()
+                state["_waiters"] = []
+                state["_done_callbacks"] = []
+            if self.outcome(future._index) is not None:
+                return False
+            if done_callback is not None:
+                state["_done_callbacks"].append(done_callback)
+            self.watch_locked(future)
+            return True
+
+    def call_back_on(self, future: RecordFuture, callback: PublishCallback) -> None:
+        """Have ``callback(offset, error)`` called once ``future`` completes (lock held; the future is new)."""
+        future.__dict__["callback"] = callback
+        self.watch_locked(future)
+
+    def watch_locked(self, future: RecordFuture) -> None:
+        watched = self.watched
+        if not watched or watched[-1]._index < future._index:
+            watched.append(future)
+        elif future not in watched:
+            insort(watched, future, key=_index_of)
+
+    def settle(self, start: int, stop: int, base: int, error: BaseException | None) -> list[RecordFuture]:
+        """Record the outcome of records ``[start, stop)`` (lock held); returns the watched futures among them."""
+        if not self.singles:
+            return []
+        outcome = (start, stop, base, error)
+        if not self.outcomes or self.outcomes[-1][0] < start:
+            self.outcomes.append(outcome)  # in order (the usual case): readers see a consistent prefix
+        else:
+            outcomes = list(self.outcomes)  # out of order (close failing queued records): copy, then swap
+            insort(outcomes, outcome, key=_start_of)
+            self.outcomes = outcomes
+        watched = self.watched
+        if not watched:
+            return []
+        lo = bisect_left(watched, start, key=_index_of)
+        hi = bisect_left(watched, stop, lo, key=_index_of)
+        told = watched[lo:hi]
+        del watched[lo:hi]
+        return told
+
+
+def _start_of(outcome: tuple[int, int, int, BaseException | None]) -> int:
+    return outcome[0]
+
+
+def _index_of(future: RecordFuture) -> int:
+    return future._index
+
+
 class RecordFuture:
     """The future of one ``publish_async``: record ``index`` of ``segment``, whose outcome the segment holds.
 
     It answers what a ``concurrent.futures.Future`` answers (``result``, ``exception``, ``done``,
     ``add_done_callback``...). ``concurrent.futures.wait`` and ``as_completed`` work too: they read ``_state`` and
     lock ``_condition`` and register in ``_waiters``, which this class provides. The condition, waiter list and
-    callback list are created on first use, under the publisher's lock (``Segment.watch``), which is also the lock
+    callback list are created on first use, under the publisher's lock (``Outcomes.watch``), which is also the lock
     the outcome is settled under, so no completion is ever missed.
     """
 
-    def __init__(self, segment: Segment, index: int) -> None:
+    def __init__(self, segment: Outcomes, index: int) -> None:
         self._segment = segment
         self._index = index
 

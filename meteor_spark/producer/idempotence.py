@@ -31,13 +31,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import FormatError, GridConnectionError, GridError, GridOperationError, PublishTimeoutError
 from meteor_spark.format.wire import item_producer
 from meteor_spark.grid.client import client_shut_down
-from meteor_spark.producer.accumulator import LaneQueue, Piece
+from meteor_spark.producer.calls import PendingCall
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
 
@@ -58,40 +57,6 @@ def outcome_unknown(error: BaseException) -> bool:
     if isinstance(error, GridConnectionError):
         return not client_shut_down(error)
     return isinstance(error, GridOperationError) and error.code == OPERATION_TIMEOUT
-
-
-@dataclass(eq=False)
-class PendingCall:
-    """One ``add_all`` of an idempotent publisher, from its first attempt until it settles.
-
-    Attributes:
-        state, pieces, n_items, n_records: the accumulator's call (its lane stays claimed meanwhile).
-        items: the encoded ring items, sent unchanged on every attempt.
-        first_seq: producer sequence of the first item (the one the lookup searches for).
-        deadline: ``time.monotonic()`` after which the call is not retried any more.
-        start: the first ring sequence the items can occupy (None: not known yet, the lane's tail is read first).
-        sent: an attempt was sent whose outcome is unknown (the items may be in the lane).
-        attempts: ``add_all`` attempts sent.
-        last_error: the error of the last failed step.
-        due, order: when the retrier takes the call up next (``time.monotonic()``), and the tiebreak.
-    """
-
-    state: LaneQueue
-    pieces: list[Piece]
-    n_items: int
-    n_records: int
-    items: list[bytes]
-    first_seq: int
-    deadline: float
-    start: int | None = None
-    sent: bool = False
-    attempts: int = 0
-    last_error: BaseException | None = None
-    due: float = 0.0
-    order: int = 0
-
-    def __lt__(self, other: PendingCall) -> bool:
-        return (self.due, self.order) < (other.due, other.order)
 
 
 class StoredCallLost(Exception):
@@ -180,15 +145,13 @@ class Retrier:
         with self._lock:
             given_up = self._given_up
             if given_up is None:
+                due = 0.0
                 if error is not None:
-                    call.sent = True
-                    call.last_error = error
+                    call.failed(error, answer_lost=True)
                     self.unknown_outcomes += 1
                     backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** max(0, call.attempts - 1))
-                    call.due = time.monotonic() + backoff
-                else:
-                    call.due = 0.0
-                call.order = next(self._order)
+                    due = time.monotonic() + backoff
+                call.due_at(due, next(self._order))
                 heapq.heappush(self._heap, call)
                 self._wake.notify()
                 if self._thread is None:
@@ -233,19 +196,19 @@ class Retrier:
             try:
                 self._step(call)
             except Exception as exc:  # never lose a call: whatever went wrong settles its records
-                logger.exception("stream %r lane %d: retrying a publish failed", self.stream, call.state.lane)
+                logger.exception("stream %r lane %d: retrying a publish failed", self.stream, call.lane)
                 self._settle(call, None, exc)
 
     def _step(self, call: PendingCall) -> None:
         """One step of a call: read the lane's tail, search the lane, or send again (blocking grid calls)."""
-        lane = call.state.lane
+        lane = call.lane
         ring = self.rings[lane]
         if time.monotonic() >= call.deadline:
             self._settle(call, None, _timeout_error(self.stream, call, call.last_error, reason=None))
             return
         try:
             if call.start is None:
-                call.start = ring.tail() + 1
+                call.starts_at(ring.tail() + 1)
             elif call.sent:
                 found, resume = find_call(ring, call.start, self.producer_id, call.first_seq)
                 if found is not None:
@@ -259,7 +222,7 @@ class Retrier:
                     )
                     self._settle(call, found + call.n_items - 1, None)
                     return
-                call.start = resume
+                call.starts_at(resume)
                 self.resent += 1
                 logger.info(
                     "stream %r lane %d: a publish whose answer was lost was not stored; sending it again (attempt %d)",
@@ -284,10 +247,9 @@ class Retrier:
             if not outcome_unknown(exc):
                 self._settle(call, None, exc)
                 return
-            call.last_error = exc  # the grid is still unreachable: try again later
+            call.failed(exc, answer_lost=False)  # the grid is still unreachable: try again later
             with self._lock:
-                call.due = time.monotonic() + MAX_BACKOFF_S / 2
-                call.order = next(self._order)
+                call.due_at(time.monotonic() + MAX_BACKOFF_S / 2, next(self._order))
                 heapq.heappush(self._heap, call)
             return
         self._send(call)
@@ -306,7 +268,7 @@ def _timeout_error(
         outcome = "not stored"
     why = reason or f"delivery_timeout_ms passed after {call.attempts} attempts"
     error = PublishTimeoutError(
-        f"stream {stream!r} lane {call.state.lane}: {call.n_records} records in {call.n_items} ring items: {outcome} "
+        f"stream {stream!r} lane {call.lane}: {call.n_records} records in {call.n_items} ring items: {outcome} "
         f"({why}; last error: {cause})"
     )
     error.__cause__ = cause

@@ -30,7 +30,6 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from meteor_spark.errors import (
@@ -48,7 +47,7 @@ from meteor_spark.grid.client import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERH
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
-from meteor_spark.producer.accumulator import Accumulator, Call, Segment
+from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.futures import (
     ArrowPublishFuture,
@@ -151,21 +150,20 @@ class Publisher:
         self._max_record_bytes = grid.settings.max_record_bytes
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
-        acc = self._acc = Accumulator(
-            self.stream,
-            self.lanes,
-            self.settings,
-            min(self.settings.max_items_per_call, self.info.config.capacity),
-        )
+        self._acc, self._sender = self._pipeline(grid, transactional)
         # Bound once: publish_async runs a million times a second.
-        self._lock = acc.lock
-        self._lanes = acc.lanes
-        self._max_buffered = self.settings.max_buffered_records
-        self._sender = Sender(
-            acc, [grid.ring(name) for name in self.info.ring_names], self.producer_id, transactional=transactional
-        )
+        self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
+
+    def _pipeline(self, grid: Grid, transactional: bool) -> tuple[Accumulator, Sender]:
+        """The accumulator the records queue in, and the sender (its threads started) that takes them to the
+        lanes' rings."""
+        acc = Accumulator(
+            self.stream, self.lanes, self.settings, min(self.settings.max_items_per_call, self.info.config.capacity)
+        )
+        rings = [grid.ring(name) for name in self.info.ring_names]
+        return acc, Sender(acc, rings, self.producer_id, transactional=transactional)
 
     # ------------------------------------------------------------------------------------------------ publishing
 
@@ -196,57 +194,20 @@ class Publisher:
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:
             record = self._serialized(record, None, 1)
-        acc = self._acc
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and one check.
             if len(record) > self._max_record_bytes:
                 self._refuse_size(len(record), "the record")
-            rec = None
-            lane = -1
-            stamp = time.time_ns() // 1_000_000
+            future, call = self._append(record, -1, time.time_ns() // 1_000_000, callback)
         else:
             rec = _checked_record(record)
             size = _record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
-            lane = acc.lane_of(rec)
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
-        with self._lock:
-            if acc.closing or acc.outstanding >= self._max_buffered:
-                acc.admit(1)
-            else:
-                acc.outstanding += 1
-            state = self._lanes[acc.sticky if lane < 0 else lane]
-            segments = state.segments
-            segment = segments[-1] if segments else None
-            if segment is None or not segment.open:  # (an Arrow segment is never open)
-                segment = state.open_segment()
-            segment.singles = True
-            future = RecordFuture(segment, segment.n)
-            if rec is None and segment.keys is None and segment.headers is None:
-                # Segment.add_value, inlined: this path runs a million times a second.
-                segment.values.append(record)  # type: ignore[arg-type]
-                segment.stamps.append(stamp)
-                segment.n += 1
-                size = len(record)  # type: ignore[arg-type]
-                segment.nbytes += size
-            else:
-                size = segment.add_value(record, stamp) if rec is None else segment.add(rec, stamp)  # type: ignore[arg-type]
-            if callback is not None:
-                future.callback = callback  # type: ignore[attr-defined]
-                segment.watch_locked(future)
-            if state.in_flight and state.queued:
-                # Accumulator.queued's answer for a lane in flight that has records queued already, inlined.
-                state.queued += 1
-                state.queued_bytes += size
-                call = None
-                whole = state.queued_bytes >= acc.ahead_bytes or state.queued >= acc.ahead_records
-                if whole and state.ahead is None and not state.encoding:
-                    acc.work.notify()  # a whole call waits behind the one in flight: the sender encodes it ahead
-            else:
-                call = acc.claim(state) if acc.queued(state, 1, size) else None
+            future, call = self._append(rec, self._acc.lane_of(rec), stamp, callback)
         if call is not None:
-            self._sender.send(*call)
+            self._sender.send(call)
         return future
 
     def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> BulkFuture:
@@ -276,9 +237,7 @@ class Publisher:
         if not items:
             sink.set_result([])
             return sink
-        acc = self._acc
         now = int(time.time() * 1000)
-        calls: list[Call] = []
         if all(type(r) is bytes for r in items):
             # Fast path for plain values: no Record objects, contiguous runs over the lanes.
             values: list[bytes] = items
@@ -286,33 +245,14 @@ class Publisher:
             if largest > self._max_record_bytes:
                 position = next(i for i, v in enumerate(values) if len(v) == largest)
                 self._refuse_size(largest, f"record {position} (0-based) of the {len(values)} given to publish_many")
-            with self._lock:
-                acc.admit(len(values))
-                for lane, start, stop in acc.spread(len(values)):
-                    state = self._lanes[lane]
-                    size = state.open_segment().add_values(values[start:stop], now, sink, start)
-                    if acc.queued(state, stop - start, size):
-                        calls.append(acc.claim(state))
-            self._sender.send_all(calls)
+            self._sender.send_all(self._acc.append_values(values, now, sink))
             return sink
         recs = [_checked_record(r) for r in items]
         for position, rec in enumerate(recs):
             size = _record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
-        with self._lock:
-            by_lane = acc.split_by_lane(recs)
-            acc.admit(len(recs))
-            for lane, positions in by_lane.items():
-                state = self._lanes[lane]
-                segment = state.open_segment()
-                size = 0
-                for position in positions:
-                    rec = recs[position]
-                    size += segment.add(rec, now if rec.timestamp_ms is None else rec.timestamp_ms, sink, position)
-                if acc.queued(state, len(positions), size):
-                    calls.append(acc.claim(state))
-        self._sender.send_all(calls)
+        self._sender.send_all(self._acc.append_records(recs, now, sink))
         return sink
 
     def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> ArrowPublishFuture:
@@ -343,34 +283,7 @@ class Publisher:
         row, size = bulk.largest_row()
         if size > self._max_record_bytes:
             self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
-        acc = self._acc
-        lanes = bulk.lanes(self.lanes, self.stream, acc.sticky)
-        pieces: list[tuple[int, np.ndarray | slice]] = []
-        if isinstance(lanes, np.ndarray):
-            order = np.argsort(lanes, kind="stable")
-            bounds = np.searchsorted(lanes[order], np.arange(self.lanes + 1))
-            for lane in range(self.lanes):
-                if bounds[lane + 1] > bounds[lane]:
-                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
-        else:
-            # Runs of a whole call each at least (by the rows' bytes): a bulk split thinner than that would cost
-            # every lane a call of its own for a few records.
-            total = bulk.nbytes()
-            run = acc.ahead_records if total <= 0 else min(acc.ahead_records, -(-n * acc.ahead_bytes // total))
-            for lane, start, stop in acc.spread(n, run):
-                pieces.append((lane, slice(start, stop)))
-        segments = [(lane, Segment.of_arrow(self._lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
-        with self._lock:
-            acc.admit(n)
-            ready = False
-            for lane, segment in segments:
-                state = self._lanes[lane]
-                state.segments.append(segment)
-                ready = acc.queued(state, segment.n, segment.nbytes) or ready
-            if ready:
-                # The sender thread encodes and sends: the caller goes back to producing the next batch (a Spark
-                # task to reading it from the JVM) while this one is encoded and on the wire.
-                acc.work.notify()
+        self._acc.append_arrow(bulk, sink)
         return sink
 
     def _refuse_size(self, size: int, what: str) -> None:
@@ -425,22 +338,13 @@ class Publisher:
             PublishTimeoutError: records were still outstanding after ``timeout_s``.
         """
         check_timeout("flush timeout_s", timeout_s, unit="s", none=True)
-        acc = self._acc
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._lock:
-            acc.flushing += 1
-            acc.work.notify()
-            try:
-                while acc.outstanding:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise PublishTimeoutError(
-                            f"flush of stream {self.stream!r}: {acc.outstanding} records still not stored after "
-                            f"{timeout_s} s; the grid is slow or unreachable"
-                        )
-                    acc.room.wait(remaining)
-            finally:
-                acc.flushing -= 1
+        outstanding = self._acc.flush(deadline)
+        if outstanding:
+            raise PublishTimeoutError(
+                f"flush of stream {self.stream!r}: {outstanding} records still not stored after {timeout_s} s; the "
+                f"grid is slow or unreachable"
+            )
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop accepting records, send and wait for everything accepted, then stop the threads.
@@ -451,20 +355,15 @@ class Publisher:
         first, within the grid's invocation timeout).
         """
         check_timeout("close timeout_s", timeout_s, unit="s", none=True)
-        acc = self._acc
-        with self._lock:
-            if acc.closed:
-                return
-            acc.closing = True
+        if not self._acc.begin_close():
+            return
         try:
             self.flush(timeout_s)
         except PublishTimeoutError as exc:
             self._sender.fail_queued(exc)
             raise
         finally:
-            with self._lock:
-                acc.closed = True
-                acc.work.notify_all()
+            self._acc.mark_closed()
             self._sender.stop()
             if self._detach_metrics is not None:
                 self._detach_metrics()
@@ -500,8 +399,7 @@ class Publisher:
         stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``)."""
         sender = self._sender
         retrier = sender.retrier
-        with self._lock:
-            outstanding = self._acc.outstanding
+        outstanding = self._acc.outstanding_records()
         return {
             "records_sent": sender.records_sent,
             "items_sent": sender.items_sent,

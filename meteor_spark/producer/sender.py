@@ -60,9 +60,10 @@ from meteor_spark.format.wire import (
     lane_max_after,
 )
 from meteor_spark.grid.client import Ring, result, translate_errors
-from meteor_spark.producer.accumulator import Accumulator, Call, LaneQueue, Piece
+from meteor_spark.producer.accumulator import Accumulator, LaneQueue
+from meteor_spark.producer.calls import Call, PendingCall, Piece
 from meteor_spark.producer.futures import RecordFuture
-from meteor_spark.producer.idempotence import PendingCall, Retrier, outcome_unknown
+from meteor_spark.producer.idempotence import Retrier, outcome_unknown
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
 
@@ -117,7 +118,7 @@ class Sender:
 
     def send_all(self, calls: list[Call]) -> None:
         for call in calls:
-            self.send(*call)
+            self.send(call)
 
     def _send_loop(self) -> None:
         while True:
@@ -128,59 +129,50 @@ class Sender:
             calls, ahead = work
             self.send_all(calls)
             for call in ahead:
-                self._encode_ahead(*call)
+                self._encode_ahead(call)
 
-    def send(self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int) -> None:
+    def send(self, call: Call) -> None:
         """Encode a claimed call and send it (the lane is claimed: nothing else sends on it meanwhile)."""
         try:
-            call = self._encode(state, pieces, n_items, n_records, first_seq)
+            pending = self._encode(call)
         except BaseException as exc:
-            self._settle(state, pieces, n_items, n_records, None, exc)
+            self._settle(call, None, exc)
             return
-        self._dispatch(call, may_block=True)
+        self._dispatch(pending, may_block=True)
 
-    def _encode_ahead(
-        self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int
-    ) -> None:
+    def _encode_ahead(self, call: Call) -> None:
         """Encode the next call of a lane whose call is in flight (the sender thread), so that it leaves the moment
         that call settles: encoding overlaps the grid's work instead of following it. The encoded call keeps its
         producer sequences, after the ones in flight; the lane stays claimed throughout, so order holds."""
         acc = self.acc
         try:
-            call: PendingCall | None = self._encode(state, pieces, n_items, n_records, first_seq)
+            pending: PendingCall | None = self._encode(call)
         except BaseException as exc:
-            self._settle(state, pieces, n_items, n_records, None, exc, ends_call=False)
-            call = None
+            self._settle(call, None, exc, ends_call=False)
+            pending = None
         with acc.lock:
-            state.encoding = False
-            send_now = state.previous_done
-            state.previous_done = False
-            if not send_now:
-                state.ahead = call
-            elif call is None:
-                state.in_flight = False  # the call in flight settled meanwhile, and this one failed: free the lane
-                acc.work.notify()
-        if send_now and call is not None:
-            self._dispatch(call, may_block=True)
+            send_now = call.state.encoded(pending)
+            if send_now and pending is None:
+                acc.work.notify()  # the call in flight settled meanwhile, and this one failed: the lane is free
+        if send_now and pending is not None:
+            self._dispatch(pending, may_block=True)
 
-    def _encode(
-        self, state: LaneQueue, pieces: list[Piece], n_items: int, n_records: int, first_seq: int
-    ) -> PendingCall:
+    def _encode(self, call: Call) -> PendingCall:
         """The ring items of a call, each with its producer id and sequence (the idempotence key): ``first_seq``
         on, as the accumulator reserved them when it cut the call."""
         settings = self.acc.settings
-        by_item: list[list[PreparedColumns]] = [[] for _ in range(n_items)]
-        for piece in pieces:
+        by_item: list[list[PreparedColumns]] = [[] for _ in range(call.n_items)]
+        for piece in call.pieces:
             by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
             if piece.stop == piece.segment.n:
                 piece.segment.release()
-        lane = state.lane
+        lane = call.state.lane
         lane_max = self._lane_max[lane]
         if lane_max is None:
             lane_max = self._lane_max_at_start(lane)
         framing = ItemFraming(
             self.producer_id,
-            first_seq,
+            call.first_seq,
             settings.compression,
             settings.compression_threshold,
             self.transactional,
@@ -188,7 +180,7 @@ class Sender:
         )
         items = encode_items(by_item, framing)
         self._lane_max[lane] = item_lane_max_timestamp(items[-1], stream=self.stream, lane=lane, sequence=-1)
-        return PendingCall(state, pieces, n_items, n_records, items, first_seq, 0.0)
+        return PendingCall(call, items)
 
     def _read_last(self, lane: int) -> Future[Any]:
         """The lane's last item once the tail read answers (None for an empty lane), read without blocking."""
@@ -242,40 +234,46 @@ class Sender:
             )
             return NO_TIMESTAMP
 
-    def _dispatch(self, call: PendingCall, *, may_block: bool) -> None:
+    def _dispatch(self, pending: PendingCall, *, may_block: bool) -> None:
         """Send an encoded call. ``may_block`` False on the grid client's thread (a call encoded ahead, sent when
         its predecessor settles): a lane start not known yet is then left to the retrier instead of waited for."""
-        state = call.state
+        call = pending.call
         try:
             if self.retrier is not None:
-                call.deadline = time.monotonic() + self._delivery_timeout_s
-                call.start = self._next_start[state.lane]
-                if call.start is None:
-                    # The lane's first call lands after the tail read when the publisher started.
-                    tail = self._tails[state.lane]
-                    if not may_block and not tail.done():
-                        self.retrier.submit(call)  # it reads the tail once the grid answers, then sends
-                        return
-                    try:
-                        call.start = result(tail, f"tail of stream {self.stream!r} lane {state.lane}") + 1
-                    except GridError as exc:
-                        if not outcome_unknown(exc):
-                            raise
-                        self.retrier.submit(call)
-                        return
-                self._attempt(call)
+                self._dispatch_idempotent(pending, may_block)
                 return
-            future = self.rings[state.lane].add_all_async(call.items)
+            future = self.rings[call.state.lane].add_all_async(pending.items)
         except BaseException as exc:
-            self._settle(state, call.pieces, call.n_items, call.n_records, None, exc)
+            self._settle(call, None, exc)
             return
-        future.add_done_callback(lambda f: self._stored(state, call.pieces, call.n_items, call.n_records, f, None))
+        future.add_done_callback(lambda f: self._stored(call, f))
+
+    def _dispatch_idempotent(self, pending: PendingCall, may_block: bool) -> None:
+        """Send the first attempt of an idempotent call once the first ring sequence it can occupy is known (else
+        the retrier takes it over)."""
+        assert self.retrier is not None
+        lane = pending.lane
+        pending.begin(time.monotonic() + self._delivery_timeout_s, self._next_start[lane])
+        if pending.start is None:
+            # The lane's first call lands after the tail read when the publisher started.
+            tail = self._tails[lane]
+            if not may_block and not tail.done():
+                self.retrier.submit(pending)  # it reads the tail once the grid answers, then sends
+                return
+            try:
+                pending.starts_at(result(tail, f"tail of stream {self.stream!r} lane {lane}") + 1)
+            except GridError as exc:
+                if not outcome_unknown(exc):
+                    raise
+                self.retrier.submit(pending)
+                return
+        self._attempt(pending)
 
     def _attempt(self, call: PendingCall) -> None:
         """Send one attempt of an idempotent call (from the publishing, sender or retry thread)."""
-        call.attempts += 1
+        call.attempted()
         try:
-            future = self.rings[call.state.lane].add_all_async(call.items)
+            future = self.rings[call.lane].add_all_async(call.items)
         except BaseException as exc:
             self._answered(call, None, exc)
             return
@@ -286,14 +284,14 @@ class Sender:
         is unknown."""
         if error is None:
             try:
-                last_seq = result(future, f"publish to stream {self.stream!r} lane {call.state.lane}")
+                last_seq = result(future, f"publish to stream {self.stream!r} lane {call.lane}")
             except MeteorError as exc:
                 error = exc
         if error is not None and outcome_unknown(error) and self.retrier is not None:
             logger.info(
                 "stream %r lane %d: the answer to publishing %d items was lost (%s); checking the lane before retrying",
                 self.stream,
-                call.state.lane,
+                call.lane,
                 call.n_items,
                 error,
             )
@@ -306,38 +304,20 @@ class Sender:
 
     def _settle_pending(self, call: PendingCall, last_seq: int | None, error: BaseException | None) -> None:
         if error is None and last_seq is not None and last_seq >= 0:
-            self._next_start[call.state.lane] = last_seq + 1
-        self._settle(call.state, call.pieces, call.n_items, call.n_records, last_seq, error)
+            self._next_start[call.lane] = last_seq + 1
+        self._settle(call.call, last_seq, error)
 
-    def _stored(
-        self,
-        state: LaneQueue,
-        pieces: list[Piece],
-        n_items: int,
-        n_records: int,
-        future: Any,
-        error: BaseException | None,
-    ) -> None:
+    def _stored(self, call: Call, future: Any) -> None:
         """Runs on the grid client's thread: the answer to a call of a publisher without idempotence."""
         last_seq = None
-        if error is None:
-            try:
-                last_seq = result(future, f"publish to stream {self.stream!r} lane {state.lane}")
-            except MeteorError as exc:
-                error = exc
-        self._settle(state, pieces, n_items, n_records, last_seq, error)
+        error: BaseException | None = None
+        try:
+            last_seq = result(future, f"publish to stream {self.stream!r} lane {call.state.lane}")
+        except MeteorError as exc:
+            error = exc
+        self._settle(call, last_seq, error)
 
-    def _settle(
-        self,
-        state: LaneQueue,
-        pieces: list[Piece],
-        n_items: int,
-        n_records: int,
-        last_seq: int | None,
-        error: BaseException | None,
-        *,
-        ends_call: bool = True,
-    ) -> None:
+    def _settle(self, call: Call, last_seq: int | None, error: BaseException | None, *, ends_call: bool = True) -> None:
         """Settle the records' outcomes and pass the lane on (the grid client's thread, or the retrier's): to the
         call encoded ahead, sent at once; to the encoder still at it; or free.
 
@@ -345,38 +325,33 @@ class Sender:
         to the completion thread (user code never runs on the grid client's thread). ``ends_call`` False: the
         records of a call that never went out (failed encoding ahead, dropped at close); the lane stays as it is.
         """
+        state = call.state
         if error is None and (last_seq is None or last_seq < 0):
             error = GridError(
                 f"stream {self.stream!r} lane {state.lane}: the grid refused the write (add_all returned {last_seq})"
             )
         if error is not None:
-            logger.warning("stream %r lane %d: publishing %d items failed: %s", self.stream, state.lane, n_items, error)
-        first_seq = None if error is not None else last_seq - n_items + 1  # type: ignore[operator]
+            logger.warning(
+                "stream %r lane %d: publishing %d items failed: %s", self.stream, state.lane, call.n_items, error
+            )
+        first_seq = None if error is not None else last_seq - call.n_items + 1  # type: ignore[operator]
         acc = self.acc
         following: PendingCall | None = None
         with acc.lock:
             if ends_call:
-                if state.ahead is not None:
-                    following, state.ahead = state.ahead, None  # the lane stays claimed for it
-                elif state.encoding:
-                    state.previous_done = True  # the encoder sends its call when done
-                else:
-                    state.in_flight = False
+                following = state.call_settled()  # the call encoded ahead, if any: the lane stays claimed for it
                 self.calls += 1
             if error is None:
-                self.records_sent += n_records
-                self.items_sent += n_items
+                self.records_sent += call.n_records
+                self.items_sent += call.n_items
             else:
-                self.failed_records += n_records
-            told: list[RecordFuture] = []
-            for piece in pieces:
-                base = 0 if first_seq is None else ((first_seq + piece.item) << INDEX_BITS) + piece.index - piece.start
-                told.extend(piece.segment.settle(piece.start, piece.stop, base, error))
+                self.failed_records += call.n_records
+            told = _settle_pieces(call.pieces, first_seq, error)
             # Callbacks can no longer be added to settled futures (they would run at once), so this is final.
             called = [future for future in told if future.has_callbacks()]
-            late = bool(called) or any(piece.segment.targets for piece in pieces)
+            late = bool(called) or any(piece.segment.targets for piece in call.pieces)
             if not late:
-                acc.completed(n_records)
+                acc.completed(call.n_records)
             if state.queued or acc.closed:
                 acc.work.notify()
         if following is not None:
@@ -384,7 +359,7 @@ class Sender:
         for future in told:
             future.wake(error)  # a blocked publish() resumes without waiting for the completion thread
         if late:
-            self._completions.put((state.lane, pieces, n_records, first_seq, called, error))
+            self._completions.put((call, first_seq, called, error))
 
     # ------------------------------------------------------------------------------------------------ completing
 
@@ -393,15 +368,15 @@ class Sender:
             work = self._completions.get()
             if work is None:
                 return
-            lane, pieces, n_records, first_seq, called, error = work
+            call, first_seq, called, error = work
             try:
-                _complete_bulk(lane, pieces, first_seq, error)
+                _complete_bulk(call.state.lane, call.pieces, first_seq, error)
                 for record_future in called:
                     record_future.call_back()
             except Exception:
-                logger.exception("stream %r lane %d: completing a publish failed", self.stream, lane)
+                logger.exception("stream %r lane %d: completing a publish failed", self.stream, call.state.lane)
             with self.acc.lock:
-                self.acc.completed(n_records)
+                self.acc.completed(call.n_records)
 
     def fail_queued(self, error: BaseException) -> None:
         """Fail every record still queued, and every call waiting for a retry (close with a deadline that passed)."""
@@ -410,11 +385,9 @@ class Sender:
         with self.acc.lock:
             dropped, told, n = self.acc.drop_queued(error)
             self.failed_records += n
-            ahead = [state.ahead for state in self.acc.lanes if state.ahead is not None]
-            for state in self.acc.lanes:
-                state.ahead = None
-        for call in ahead:
-            self._settle(call.state, call.pieces, call.n_items, call.n_records, None, error, ends_call=False)
+            ahead = [pending for pending in map(LaneQueue.drop_ahead, self.acc.lanes) if pending is not None]
+        for pending in ahead:
+            self._settle(pending.call, None, error, ends_call=False)
         for segment in dropped:
             for t_start, t_count, sink, _ in segment.targets:
                 if t_start + t_count > segment.pos:
@@ -422,6 +395,15 @@ class Sender:
         for record_future in told:
             record_future.wake(error)
             record_future.call_back()
+
+
+def _settle_pieces(pieces: list[Piece], first_seq: int | None, error: BaseException | None) -> list[RecordFuture]:
+    """Record the outcome of a call's pieces in their segments (lock held); returns the watched record futures."""
+    told: list[RecordFuture] = []
+    for piece in pieces:
+        base = 0 if first_seq is None else ((first_seq + piece.item) << INDEX_BITS) + piece.index - piece.start
+        told.extend(piece.segment.settle(piece.start, piece.stop, base, error))
+    return told
 
 
 def _complete_bulk(lane: int, pieces: list[Piece], first_seq: int | None, error: BaseException | None) -> None:

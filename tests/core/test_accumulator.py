@@ -33,11 +33,11 @@ def _queue(acc: Accumulator, lane: int, values: list[bytes]) -> None:
 def _items(acc: Accumulator, lane: int) -> list[list[bytes]]:
     """Claim the lane and encode its next call's items; the values per item."""
     with acc.lock:
-        _, pieces, n_items, n_records, _ = acc.claim(acc.lanes[lane])
-    by_item: list[list[bytes]] = [[] for _ in range(n_items)]
-    for piece in pieces:
+        call = acc.claim(acc.lanes[lane])
+    by_item: list[list[bytes]] = [[] for _ in range(call.n_items)]
+    for piece in call.pieces:
         by_item[piece.item].extend(piece.segment.values[piece.start : piece.stop])
-    assert sum(map(len, by_item)) == n_records
+    assert sum(map(len, by_item)) == call.n_records
     return by_item
 
 
@@ -265,7 +265,8 @@ def test_arrow_rows_are_cut_like_records_and_encode_to_the_same_item() -> None:
         acc.admit(3)
         acc.lanes[0].segments.append(segment)
         acc.queued(acc.lanes[0], segment.n, segment.nbytes)
-        _, pieces, n_items, _, _ = acc.claim(acc.lanes[0])
+        call = acc.claim(acc.lanes[0])
+    n_items, pieces = call.n_items, call.pieces
     assert n_items == 2 and [(p.start, p.stop) for p in pieces] == [(0, 2), (2, 3)]
     framing = ItemFraming(1, 0, "none", 1024)
     item = encode_prepared([segment.prepare(0, 2)], framing)
