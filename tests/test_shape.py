@@ -2,7 +2,7 @@
 
 A module over ``MAX_MODULE_LINES`` is either a declarative table (listed in ``TABLES`` with what it declares) or
 split; a function whose body (docstring left out) is over ``MAX_FUNCTION_LINES`` says why next to it, in a comment
-starting with ``# long:`` on the line above its ``def`` (or its decorators).
+starting with ``# long:`` on the line above its ``def`` (or its decorators) or first in its body.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def _says_why(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A ``# long:`` comment on the line above the ``def`` (or its decorators), or anywhere before the first
+    statement after the docstring."""
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    above = lines[first - 2].strip() if first >= 2 else ""
-    return above.startswith("# long:")
+    body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    stop = body[0].lineno if body else node.lineno
+    return any(line.strip().startswith("# long:") for line in lines[max(first - 2, 0) : stop - 1])
 
 
 def long_functions() -> list[str]:

@@ -148,7 +148,7 @@ class SharedSubscriber(SharedBookkeeping):
         metrics: Any = None,
         **others: Any,
     ) -> None:
-        # One long constructor on purpose: the options are checked (a ConfigError naming each) before the group's
+        # long: one constructor on purpose: the options are checked (a ConfigError naming each) before the group's
         # settings are read or stored in the grid, then the member's state is set in one place.
         given = sorted(name for name, value in others.items() if value is not None and value is not False)
         unknown = [name for name in given if name not in _UNSUPPORTED]

@@ -169,7 +169,7 @@ class Subscriber(SubscriberOffsets, LaneReader):
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
     ) -> None:
-        # One long constructor on purpose: every option is checked (raising a ConfigError that names it) before
+        # long: one constructor on purpose: every option is checked (raising a ConfigError that names it) before
         # anything is asked of the grid or a group is joined, then the state is set in one place; split up, an
         # option's check would sit apart from the attribute it guards.
         require_grid(grid)
