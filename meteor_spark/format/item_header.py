@@ -29,14 +29,17 @@ FLAG_TIMESTAMPS = 0x08
 FLAG_TRANSACTIONAL = 0x10
 KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS | FLAG_TRANSACTIONAL
 
+#: The current header (fields in ``meteor_spark.format.wire``'s table); the CRC covers all of it but itself.
 HEADER = struct.Struct("<4sBBHIqqqqIII")
 HEADER_SIZE = HEADER.size
 CRC_COVERED = HEADER_SIZE - 4
+#: Version 1: the current header without ``lane_max_ts``.
 HEADER_V1 = struct.Struct("<4sBBHIqqqIII")
 HEADER_SIZE_V1 = HEADER_V1.size
 
 #: ``lane_max_ts`` before a lane's first record: smaller than any timestamp.
 NO_TIMESTAMP = -(1 << 63)
+#: Version 0: magic, version, record count; then per record its u32 length and bytes.
 V0_HEADER = struct.Struct("<4sBI")
 U32 = struct.Struct("<I")
 
@@ -51,6 +54,7 @@ def pack_item(
     body_len: int,
     stored: bytes,
 ) -> bytes:
+    """A current-version item: its header (CRC over the header's first bytes and ``stored``) then ``stored``."""
     prefix = HEADER.pack(
         MAGIC, FORMAT_VERSION, flags, 0, count, base_ts, producer_id, producer_seq, lane_max, body_len, len(stored), 0
     )

@@ -1,8 +1,9 @@
 """Connection settings of a grid client: ``GridSettings`` (members, cluster name, credentials, TLS files, timeouts,
 the grid's frame limit) and the checks made on them before any connection is tried.
 
-Plain data and validation: nothing here imports ``hazelcast``, so settings can be parsed, checked and shown
-(Spark options, TOML, the CLI) by code that never connects. ``meteor_spark.grid.client`` turns them into a client.
+Plain data and validation, apart from the client (``meteor_spark.grid.client``, the one module that imports
+``hazelcast``, turns them into a connection): what every entry point (Spark options, TOML, environment, CLI flags)
+parses and checks the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.validate import check_int
 
-#: Where a client looks for the grid when told nothing else (``meteor grid start`` listens there).
+#: Where a client looks for the grid when told nothing else.
 DEFAULT_ADDRESS = "127.0.0.1:5701"
 
 #: The largest frame (6-byte frame header included) the embedded member accepts from a client; a larger one drops
