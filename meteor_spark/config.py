@@ -147,7 +147,30 @@ def load_config(
     for section in document:
         if section not in SECTIONS:
             raise _in_file(file_path, unknown_option("section", section, SECTIONS))
+    grid = _grid_settings(document, file_path, environ, overrides)
+    stream_defaults = _stream_defaults(document.get("stream", {}), file_path)
+    server = document.get("server", {})
+    if not isinstance(server, dict):
+        raise _in_file(file_path, ConfigError("[server] must be a table, e.g. [server] port = 5701"))
+    if file_path is not None:
+        logger.debug("read configuration from %s", file_path)
+    return MeteorSettings(
+        grid=grid,
+        stream_defaults=stream_defaults,
+        server=MappingProxyType({k.replace("-", "_"): v for k, v in server.items()}),
+        path=file_path,
+    )
 
+
+def _grid_settings(
+    document: dict[str, Any],
+    file_path: Path | None,
+    environ: Mapping[str, str],
+    overrides: Mapping[str, str] | None,
+) -> GridSettings:
+    """``GridSettings`` from the file's ``[hazelcast]`` table, then the environment, then ``overrides``, each
+    replacing what the one before set (the order ``load_config`` documents). Relative TLS file paths written in the
+    file are resolved against the file's folder. Errors name the file."""
     # lower-cased option -> (name as written, value): a later source replaces an earlier one whatever its case
     options: dict[str, tuple[str, str]] = {}
     hazelcast_table = document.get("hazelcast", {})
@@ -165,22 +188,9 @@ def load_config(
         if value is not None:
             options[option.lower()] = (option, value)
     try:
-        grid = GridSettings.from_options(dict(options.values()))
+        return GridSettings.from_options(dict(options.values()))
     except ConfigError as exc:
         raise _in_file(file_path, exc) from None
-
-    stream_defaults = _stream_defaults(document.get("stream", {}), file_path)
-    server = document.get("server", {})
-    if not isinstance(server, dict):
-        raise _in_file(file_path, ConfigError("[server] must be a table, e.g. [server] port = 5701"))
-    if file_path is not None:
-        logger.debug("read configuration from %s", file_path)
-    return MeteorSettings(
-        grid=grid,
-        stream_defaults=stream_defaults,
-        server=MappingProxyType({k.replace("-", "_"): v for k, v in server.items()}),
-        path=file_path,
-    )
 
 
 def grid_options(settings: GridSettings) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.cli.demo import WINDOW_MS, DemoOptions, OrderGenerator
+from meteor_spark.cli.demo_orders import WINDOW_MS, DemoOptions, OrderGenerator
 from meteor_spark.errors import ConfigError
 
 METEOR = Path(sys.executable).with_name("meteor")

@@ -470,14 +470,25 @@ def _helper_latency(
 
 def render(figures: dict[str, Any]) -> str:
     """The figures of ``run`` as the table ``meteor bench pubsub`` prints."""
+    rows = [*_throughput_rows(figures), *_latency_rows(figures["latency"])]
+    table = render_table(("scenario (100-byte records)", "result", "ratio", "target"), rows)
+    notes = [
+        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many "
+        "rate; (c) against the raw request/reply (the same three processes and rings, the grid client alone)",
+        "(b) 'random': incompressible values (LZ4 cannot help; every delivery moves 100 bytes); 'Meteor's constant "
+        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)",
+    ]
+    return "\n".join([table, *notes])
+
+
+def _throughput_rows(figures: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The ceilings and scenarios (a) and (b): records/s, each scenario as a ratio of its ceiling."""
     ceiling = figures["ceiling"]
     one = figures["one_publisher"]
     fan = figures["fanout"]
     constant = figures["fanout_constant"]
-    lat = figures["latency"]
-    raw_rr = lat["raw_request_reply"]
     raw_add = ceiling["raw_add_all_records_s"]
-    rows = [
+    return [
         ("ceiling: encode + LZ4 in memory", f"{ceiling['encode_lz4_records_s']:,.0f} rec/s", "", ""),
         ("ceiling: raw add_all (1000 rec/item)", f"{raw_add:,.0f} rec/s", "", ""),
         ("ceiling: raw read_many", f"{ceiling['raw_read_many_records_s']:,.0f} rec/s", "", ""),
@@ -518,6 +529,13 @@ def render(figures: dict[str, Any]) -> str:
             f"{constant['deliveries_s'] / ceiling['raw_read_many_records_s']:.2f}",
             ">= 4,300,000",
         ),
+    ]
+
+
+def _latency_rows(lat: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Scenario (c), request/reply p50 / p99, as a ratio of the raw request/reply, and the latency ceilings."""
+    raw_rr = lat["raw_request_reply"]
+    return [
         (
             "(c) request/reply p50 / p99",
             f"{lat['meteor']['p50_ms']:.2f} / {lat['meteor']['p99_ms']:.2f} ms",
@@ -538,11 +556,3 @@ def render(figures: dict[str, Any]) -> str:
             "",
         ),
     ]
-    table = render_table(("scenario (100-byte records)", "result", "ratio", "target"), rows)
-    notes = [
-        "ratios: (a) against raw add_all of pre-encoded items; (b) deliveries against one raw reader's read_many "
-        "rate; (c) against the raw request/reply (the same three processes and rings, the grid client alone)",
-        "(b) 'random': incompressible values (LZ4 cannot help; every delivery moves 100 bytes); 'Meteor's constant "
-        "payload': one all-zero 100-byte value, as the original benchmark used (LZ4 shrinks the items ~250x)",
-    ]
-    return "\n".join([table, *notes])

@@ -354,8 +354,22 @@ def _mbs(point: dict[str, Any], key: str) -> float:
 def render(figures: dict[str, Any]) -> str:
     """The figures of ``run`` as the tables ``meteor bench sizes`` prints."""
     settings = figures["settings"]
+    notes = [
+        f"publisher settings: max_batch_records={settings['max_batch_records']:,}, max_batch_bytes="
+        f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
+        f"{settings['max_items_per_call']}; best of {settings['repeats']} run(s) per figure",
+        "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
+        "flight per ring, measured in the same run",
+    ]
+    if "plot" in figures:
+        notes.append(f"plot written to {figures['plot']}")
+    return "\n".join([_sizes_table(figures["sizes"]), "", _lanes_table(figures["lanes"]), *notes])
+
+
+def _sizes_table(points: list[dict[str, Any]]) -> str:
+    """The record-size sweep: MB/s and records/s per path, ratios against raw add_all."""
     rows: list[tuple[str, ...]] = []
-    for p in figures["sizes"]:
+    for p in points:
         ceiling = p["ceiling_records_s"]
         rows.append(
             (
@@ -369,7 +383,7 @@ def render(figures: dict[str, Any]) -> str:
                 f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
             )
         )
-    sizes = render_table(
+    return render_table(
         (
             "record",
             "rec/item x items/call",
@@ -382,8 +396,12 @@ def render(figures: dict[str, Any]) -> str:
         ),
         rows,
     )
-    rows = []
-    for p in figures["lanes"]:
+
+
+def _lanes_table(points: list[dict[str, Any]]) -> str:
+    """The lane sweep: records/s and MB/s per path, publish_many against raw add_all."""
+    rows: list[tuple[str, ...]] = []
+    for p in points:
         ceiling = p["ceiling_records_s"]
         rows.append(
             (
@@ -394,8 +412,8 @@ def render(figures: dict[str, Any]) -> str:
                 f"{p['consume_records_s']:,.0f}/s ({_mbs(p, 'consume_records_s'):,.0f} MB/s)",
             )
         )
-    lane_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
-    lanes = render_table(
+    lane_bytes = points[0]["record_bytes"] if points else 0
+    return render_table(
         (
             f"lanes ({size_label(lane_bytes)} records)",
             "ceiling: raw add_all",
@@ -405,16 +423,6 @@ def render(figures: dict[str, Any]) -> str:
         ),
         rows,
     )
-    notes = [
-        f"publisher settings: max_batch_records={settings['max_batch_records']:,}, max_batch_bytes="
-        f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
-        f"{settings['max_items_per_call']}; best of {settings['repeats']} run(s) per figure",
-        "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
-        "flight per ring, measured in the same run",
-    ]
-    if "plot" in figures:
-        notes.append(f"plot written to {figures['plot']}")
-    return "\n".join([sizes, "", lanes, *notes])
 
 
 def _pyplot() -> Any:

@@ -9,7 +9,7 @@ from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_parent, out
 
 
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
-    from meteor_spark.cli.demo import DEFAULTS
+    from meteor_spark.cli.demo_orders import DEFAULTS
 
     demo = commands.add_parser(
         "demo",
@@ -53,7 +53,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from meteor_spark.cli.demo import DemoOptions, render_summary, run
+    from meteor_spark.cli.demo import DemoOptions, run
+    from meteor_spark.cli.demo_summary import render_summary
 
     options = DemoOptions(
         records=args.records,

@@ -219,7 +219,6 @@ class _Outcome:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from meteor_spark.grid.streams import open_stream
     from meteor_spark.producer.publisher import Publisher
 
     line_format = LineFormat(
@@ -233,60 +232,12 @@ def run_publish(args: argparse.Namespace) -> int:
     config = config_of(args)
     handle, total_bytes = _open_input(args.input)
     outcome = _Outcome()
-    skipped = 0
-    interrupted: KeyboardInterrupt | None = None
     try:
         with Grid(config.grid) as grid:
-            try:
-                info = open_stream(grid, args.stream, create=False)
-            except StreamNotFoundError:
-                if not args.create:
-                    raise StreamNotFoundError(
-                        f"stream {args.stream!r} does not exist; create it with `meteor streams create {args.stream}` "
-                        f"or add --create (settings from the TOML [stream] table)"
-                    ) from None
-                info = open_stream(grid, config.stream_defaults.config(args.stream), create=True)
-            if args.lane is not None and not 0 <= args.lane < info.config.lanes:
-                raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}")
+            info = _open_target(grid, args, config)
             progress = Progress(f"publishing to {args.stream}", total_bytes)
             with Publisher(grid, info.config.name) as publisher:
-                chunk: list[Record] = []
-                first = last = 0
-                try:
-                    for number, line, consumed in _lines(handle):
-                        if number <= args.skip:
-                            continue
-                        try:
-                            record = line_format.record(line)
-                        except LineError as exc:
-                            outcome.failed_lines += 1
-                            if outcome.failed_lines <= MAX_REPORTED_ERRORS:
-                                err(f"{_input_name(args.input)}:{number}: {exc}; line not published")
-                            continue
-                        if record is None:
-                            skipped += 1
-                            continue
-                        first = first or number
-                        last = number
-                        chunk.append(record)
-                        if len(chunk) >= CHUNK_RECORDS:
-                            with deferred_interrupts():
-                                outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
-                                chunk, first = [], 0
-                            progress.update(number - args.skip - outcome.failed_lines - skipped, consumed)
-                    if chunk:
-                        with deferred_interrupts():
-                            outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
-                            chunk = []
-                    publisher.flush()
-                except KeyboardInterrupt as exc:
-                    interrupted = exc
-                    try:
-                        publisher.flush(INTERRUPT_FLUSH_S)  # what was handed over: stored, or known as not
-                    except Exception as flush_error:  # reported through the chunks' futures below
-                        logger.debug("flush after the interruption: %s", flush_error)
-                    except KeyboardInterrupt:
-                        pass  # interrupted again: report what is settled by now
+                skipped, interrupted = _publish_lines(publisher, handle, args, line_format, outcome, progress)
             outcome.settle(args.skip, wait=interrupted is None)
             progress.finish()
     finally:
@@ -295,6 +246,78 @@ def run_publish(args: argparse.Namespace) -> int:
     if interrupted is not None:
         return _report_interrupted(args, outcome, interrupted)
     return _report(args, outcome, skipped)
+
+
+def _open_target(grid: Grid, args: argparse.Namespace, config: Any) -> Any:
+    """The stream to publish to (created with the TOML ``[stream]`` defaults under ``--create``), checked against
+    ``--lane`` before any line is read."""
+    from meteor_spark.grid.streams import open_stream
+
+    try:
+        info = open_stream(grid, args.stream, create=False)
+    except StreamNotFoundError:
+        if not args.create:
+            raise StreamNotFoundError(
+                f"stream {args.stream!r} does not exist; create it with `meteor streams create {args.stream}` "
+                f"or add --create (settings from the TOML [stream] table)"
+            ) from None
+        info = open_stream(grid, config.stream_defaults.config(args.stream), create=True)
+    if args.lane is not None and not 0 <= args.lane < info.config.lanes:
+        raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{info.config.lanes - 1}")
+    return info
+
+
+def _publish_lines(
+    publisher: Any,
+    handle: Any,
+    args: argparse.Namespace,
+    line_format: LineFormat,
+    outcome: _Outcome,
+    progress: Progress,
+) -> tuple[int, KeyboardInterrupt | None]:
+    """Publish the input's lines after ``--skip`` in chunks of ``CHUNK_RECORDS``, recording each chunk's future and
+    line range in ``outcome``; returns the lines passed over (``LineFormat.record`` gave None) and the Ctrl-C that
+    ended the input early, if any. After Ctrl-C, what was handed over gets ``INTERRUPT_FLUSH_S`` to be stored, so
+    the report can say where to resume."""
+    skipped = 0
+    chunk: list[Record] = []
+    first = last = 0
+    try:
+        for number, line, consumed in _lines(handle):
+            if number <= args.skip:
+                continue
+            try:
+                record = line_format.record(line)
+            except LineError as exc:
+                outcome.failed_lines += 1
+                if outcome.failed_lines <= MAX_REPORTED_ERRORS:
+                    err(f"{_input_name(args.input)}:{number}: {exc}; line not published")
+                continue
+            if record is None:
+                skipped += 1
+                continue
+            first = first or number
+            last = number
+            chunk.append(record)
+            if len(chunk) >= CHUNK_RECORDS:
+                with deferred_interrupts():
+                    outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
+                    chunk, first = [], 0
+                progress.update(number - args.skip - outcome.failed_lines - skipped, consumed)
+        if chunk:
+            with deferred_interrupts():
+                outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
+                chunk = []
+        publisher.flush()
+    except KeyboardInterrupt as exc:
+        try:
+            publisher.flush(INTERRUPT_FLUSH_S)  # what was handed over: stored, or known as not
+        except Exception as flush_error:  # reported through the chunks' futures below
+            logger.debug("flush after the interruption: %s", flush_error)
+        except KeyboardInterrupt:
+            pass  # interrupted again: report what is settled by now
+        return skipped, exc
+    return skipped, None
 
 
 def _report_interrupted(args: argparse.Namespace, outcome: _Outcome, exc: KeyboardInterrupt) -> int:

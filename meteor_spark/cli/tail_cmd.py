@@ -45,6 +45,13 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         ),
     )
     tail.add_argument("stream", help="stream name")
+    _add_start_arguments(tail)
+    _add_stop_and_output_arguments(tail)
+    tail.set_defaults(run=run_tail)
+
+
+def _add_start_arguments(tail: argparse.ArgumentParser) -> None:
+    """Where reading starts and which lanes are read: --from, --since, --lane, --group."""
     tail.add_argument(
         "--from",
         dest="start",
@@ -73,6 +80,11 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         "--group",
         help="read as a member of this subscriber group (confirms what it prints; Ctrl-C or SIGTERM release its lanes)",
     )
+
+
+def _add_stop_and_output_arguments(tail: argparse.ArgumentParser) -> None:
+    """When tail stops (--max, --timeout), how records are printed (--json) and what an undecodable ring item does
+    (--on-corrupt, --dead-letter-stream)."""
     tail.add_argument("-n", "--max", type=int, metavar="N", help="stop after N records")
     tail.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="stop after this many seconds without a new record"
@@ -95,7 +107,6 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         default=None,
         help="publish undecodable ring items to this stream (created when missing), then go on",
     )
-    tail.set_defaults(run=run_tail)
 
 
 @dataclass(frozen=True)

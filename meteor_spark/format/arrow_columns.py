@@ -86,56 +86,74 @@ def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.R
     counts = np.array([p.size for p in parts], dtype=np.int64)
     n = int(counts.sum())
     starts_in_batch = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    lane_values = np.repeat(np.array([p.lane for p in parts], dtype=_I32), counts)
+    columns = [
+        _keys_array(parts, n),
+        _values_array(parts, n),
+        _stream_array(parts, n, counts),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(lane_values)]),
+        _offsets_array(parts, n, counts, starts_in_batch),
+        _timestamps_array(parts, n, starts_in_batch),
+    ]
+    if include_headers:
+        columns.append(_headers_array(parts, n))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    # values
+
+def _values_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
+    """The ``value`` column: the parts' value bytes in one buffer, their lengths as Arrow offsets."""
     value_lengths = []
     value_chunks = []
     for p in parts:
         lengths, chunk = _part_column(p, "value")
         value_lengths.append(lengths)
         value_chunks.append(chunk)
-    values = _binary_array(pa.binary(), n, _concat(value_lengths), value_chunks, None)
+    return _binary_array(pa.binary(), n, _concat(value_lengths), value_chunks, None)
 
-    # keys (-1 = no key)
-    if any(p.item.key_lengths is not None for p in parts):
-        key_lengths_list = []
-        key_chunks = []
-        for p in parts:
-            it = p.item
-            if it.key_lengths is None or it.key_data is None:
-                key_lengths_list.append(np.full(p.size, -1, dtype=_I32))
-                continue
-            lengths, chunk = _part_column(p, "key")
-            key_lengths_list.append(lengths)
-            key_chunks.append(chunk)
-        key_lengths = _concat(key_lengths_list)
-        present = key_lengths >= 0
-        keys = _binary_array(pa.binary(), n, np.maximum(key_lengths, 0), key_chunks, present)
-    else:
-        keys = pa.nulls(n, pa.binary())
 
-    # stream and lane
+def _keys_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
+    """The ``key`` column: null where a record has no key (length -1, or an item without keys at all)."""
+    if not any(p.item.key_lengths is not None for p in parts):
+        return pa.nulls(n, pa.binary())
+    key_lengths_list = []
+    key_chunks = []
+    for p in parts:
+        it = p.item
+        if it.key_lengths is None or it.key_data is None:
+            key_lengths_list.append(np.full(p.size, -1, dtype=_I32))
+            continue
+        lengths, chunk = _part_column(p, "key")
+        key_lengths_list.append(lengths)
+        key_chunks.append(chunk)
+    key_lengths = _concat(key_lengths_list)
+    present = key_lengths >= 0
+    return _binary_array(pa.binary(), n, np.maximum(key_lengths, 0), key_chunks, present)
+
+
+def _stream_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray) -> pa.Array:
+    """The ``stream`` column. One stream (the usual case) is its name repeated, built from buffers without a
+    Python string per row, unless the repeated bytes would overflow Arrow's int32 offsets."""
     stream_names = {p.stream for p in parts}
-    if len(stream_names) == 1:
-        encoded = next(iter(stream_names)).encode("utf-8")
-        stream_offsets = np.arange(n + 1, dtype=np.int64) * len(encoded)
-        if stream_offsets[-1] > _MAX_I32:
-            stream_col = pa.array([encoded.decode("utf-8")] * n, pa.string())
-        else:
-            stream_col = pa.Array.from_buffers(
-                pa.string(), n, [None, pa.py_buffer(stream_offsets.astype(_I32)), pa.py_buffer(encoded * n)]
-            )
-    else:
-        stream_col = pa.array(np.repeat(np.array([p.stream for p in parts], dtype=object), counts), pa.string())
-    lane_values = np.repeat(np.array([p.lane for p in parts], dtype=_I32), counts)
-    lanes = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(lane_values)])
+    if len(stream_names) != 1:
+        return pa.array(np.repeat(np.array([p.stream for p in parts], dtype=object), counts), pa.string())
+    encoded = next(iter(stream_names)).encode("utf-8")
+    stream_offsets = np.arange(n + 1, dtype=np.int64) * len(encoded)
+    if stream_offsets[-1] > _MAX_I32:
+        return pa.array([encoded.decode("utf-8")] * n, pa.string())
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(stream_offsets.astype(_I32)), pa.py_buffer(encoded * n)]
+    )
 
-    # offsets: sequence << 16 | index, per part a run of consecutive numbers
+
+def _offsets_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray, starts_in_batch: np.ndarray) -> pa.Array:
+    """The ``offset`` column (sequence << 16 | index): per part a run of consecutive numbers."""
     bases = np.array([p.first_offset for p in parts], dtype=np.int64) - starts_in_batch
     offset_values = np.arange(n, dtype=np.int64) + np.repeat(bases, counts)
-    offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offset_values)])
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offset_values)])
 
-    # timestamps (ms -> us); legacy items without timestamps give nulls
+
+def _timestamps_array(parts: Sequence[ItemSlice], n: int, starts_in_batch: np.ndarray) -> pa.Array:
+    """The ``timestamp`` column, ms turned into Spark's µs; legacy items without timestamps give nulls."""
     ts = np.empty(n, dtype=np.int64)
     ts_valid: np.ndarray | None = None
     for p, pos in zip(parts, starts_in_batch.tolist(), strict=True):
@@ -148,14 +166,9 @@ def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.R
         else:
             ts[pos : pos + p.size] = stamps
     ts *= 1000
-    timestamps = pa.Array.from_buffers(
+    return pa.Array.from_buffers(
         TIMESTAMP_TYPE, n, [_validity(ts_valid), pa.py_buffer(ts)], null_count=_null_count(ts_valid)
     )
-
-    columns = [keys, values, stream_col, lanes, offsets, timestamps]
-    if include_headers:
-        columns.append(_headers_array(parts, n))
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _part_column(part: ItemSlice, column: str) -> tuple[np.ndarray, Any]:

@@ -1,4 +1,8 @@
-"""The versioned ring-item wire format: encoding records into ring items and decoding them (no pyarrow here).
+"""The versioned ring-item wire format, and decoding it (no pyarrow here).
+
+The format has three modules: ``item_header`` (the header's layout and the reads of a header alone),
+``item_encoding`` (writing items) and this one (the description below, and decoding items into ``ItemView``). Every
+name of the format is importable from here, wherever it is defined, so readers and writers import one module.
 
 A ring item holds a micro-batch of records. Format version 2 (little-endian throughout)::
 
@@ -52,378 +56,85 @@ does the same for version 1).
 
 from __future__ import annotations
 
-import struct
-import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
 
 import lz4.block
 import numpy as np
 
-from meteor_spark.errors import ConfigError, FormatError, SizeLimitError, UnsupportedFormatVersionError
-from meteor_spark.format.offsets import INDEX_BITS, MAX_RECORDS_PER_ITEM
+from meteor_spark.errors import FormatError
+from meteor_spark.format.item_encoding import (
+    COMPRESSIONS,
+    I32,
+    I64,
+    ItemFraming,
+    PreparedColumns,
+    encode_batch_v0,
+    encode_columns,
+    encode_item_v1,
+    encode_items,
+    encode_prepared,
+    header_bytes,
+    prepare_columns,
+)
+from meteor_spark.format.item_header import (
+    FLAG_HEADERS,
+    FLAG_KEYS,
+    FLAG_LZ4,
+    FLAG_TIMESTAMPS,
+    FLAG_TRANSACTIONAL,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    HEADER_SIZE_V1,
+    MAGIC,
+    NO_TIMESTAMP,
+    U32,
+    V0_HEADER,
+    ItemProducer,
+    item_base_timestamp,
+    item_count,
+    item_lane_max_timestamp,
+    item_producer,
+    open_item,
+    read_header,
+    v0_count,
+)
+from meteor_spark.format.offsets import INDEX_BITS
 
-MAGIC = b"MTRB"
-FORMAT_VERSION = 2
+#: The format's names, wherever they are defined: code reads and writes ring items through this module.
+__all__ = [
+    "COMPRESSIONS",
+    "FLAG_HEADERS",
+    "FLAG_KEYS",
+    "FLAG_LZ4",
+    "FLAG_TIMESTAMPS",
+    "FLAG_TRANSACTIONAL",
+    "FORMAT_VERSION",
+    "HEADER_SIZE",
+    "HEADER_SIZE_V1",
+    "MAGIC",
+    "NO_TIMESTAMP",
+    "ItemFraming",
+    "ItemProducer",
+    "ItemSlice",
+    "ItemView",
+    "PreparedColumns",
+    "decode_item",
+    "encode_batch_v0",
+    "encode_columns",
+    "encode_item_v1",
+    "encode_items",
+    "encode_prepared",
+    "header_bytes",
+    "item_base_timestamp",
+    "item_count",
+    "item_lane_max_timestamp",
+    "item_producer",
+    "lane_max_after",
+    "prepare_columns",
+]
 
-FLAG_LZ4 = 0x01
-FLAG_KEYS = 0x02
-FLAG_HEADERS = 0x04
-FLAG_TIMESTAMPS = 0x08
-FLAG_TRANSACTIONAL = 0x10
-_KNOWN_FLAGS = FLAG_LZ4 | FLAG_KEYS | FLAG_HEADERS | FLAG_TIMESTAMPS | FLAG_TRANSACTIONAL
-
-_HEADER = struct.Struct("<4sBBHIqqqqIII")
-HEADER_SIZE = _HEADER.size
-_CRC_COVERED = HEADER_SIZE - 4
-_HEADER_V1 = struct.Struct("<4sBBHIqqqIII")
-HEADER_SIZE_V1 = _HEADER_V1.size
-
-#: ``lane_max_ts`` before a lane's first record: smaller than any timestamp.
-NO_TIMESTAMP = -(1 << 63)
-_V0_HEADER = struct.Struct("<4sBI")
-_U32 = struct.Struct("<I")
-
-COMPRESSIONS = ("lz4", "none")
-_MAX_U32 = (1 << 32) - 1
 _MAX_I32 = (1 << 31) - 1
-
-_I32 = np.dtype("<i4")
-_I64 = np.dtype("<i8")
-
-# --------------------------------------------------------------------------------------------------- encoding
-
-
-def encode_columns(
-    values: Sequence[bytes],
-    *,
-    keys: Sequence[bytes | None] | None = None,
-    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
-    timestamps: Sequence[int] | np.ndarray | int,
-    producer_id: int,
-    producer_seq: int,
-    compression: str = "lz4",
-    compression_threshold: int = 1024,
-) -> bytes:
-    """Encode records given column-wise (no ``Record`` objects needed).
-
-    ``timestamps`` is one int (every record) or one per record (ms since the epoch). ``keys`` / ``headers``
-    may be None when no record has any.
-    """
-    columns = prepare_columns(values, keys=keys, headers=headers, timestamps=timestamps)
-    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
-
-
-@dataclass(frozen=True)
-class ItemFraming:
-    """Who writes a ring item and how its body is stored: the header fields beyond the records themselves.
-
-    Attributes:
-        producer_id: the writer (a FlakeId or random id).
-        producer_seq: the writer's item counter (gaps or repeats show lost or duplicated publishes).
-        compression: "lz4" or "none".
-        compression_threshold: bodies from this many bytes on are compressed (when that pays, see
-            ``encode_prepared``).
-        transactional: set flag 0x10: the producer belongs to a transaction (``meteor_spark.grid.transactions``).
-        lane_max_timestamp: the largest record timestamp of the lane before these items (``NO_TIMESTAMP``: none);
-            each item's ``lane_max_ts`` is it raised by that item's records and those of the items before it.
-    """
-
-    producer_id: int
-    producer_seq: int
-    compression: str = "lz4"
-    compression_threshold: int = 1024
-    transactional: bool = False
-    lane_max_timestamp: int = NO_TIMESTAMP
-
-
-@dataclass(frozen=True)
-class PreparedColumns:
-    """Records of one ring item (or of a piece of one) as length columns plus data, ready to be framed.
-
-    Lengths are little-endian int32 numpy arrays (``key_lengths`` -1 = no key); ``timestamps`` is one int for
-    every record or an int64 array; the header fields are all None when no record has headers.
-    """
-
-    count: int
-    value_lengths: np.ndarray
-    value_data: Any
-    timestamps: np.ndarray | int
-    key_lengths: np.ndarray | None = None
-    key_data: Any = b""
-    header_counts: np.ndarray | None = None
-    hkey_lengths: np.ndarray | None = None
-    hkey_data: Any = b""
-    hvalue_lengths: np.ndarray | None = None
-    hvalue_data: Any = b""
-
-
-def header_bytes(headers: Sequence[Sequence[tuple[str, bytes]]]) -> np.ndarray:
-    """Bytes of each record's headers (keys and values, as ``len`` counts them), int64: what the batching limits
-    count for them."""
-    return np.fromiter((sum(len(k) + len(v) for k, v in hs) for hs in headers), dtype=np.int64, count=len(headers))
-
-
-def prepare_columns(
-    values: Sequence[bytes],
-    *,
-    keys: Sequence[bytes | None] | None = None,
-    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
-    timestamps: Sequence[int] | np.ndarray | int,
-) -> PreparedColumns:
-    """Length columns and joined data of records given as Python lists (validated: bytes, str header keys)."""
-    count = len(values)
-    try:
-        value_lengths = np.fromiter(map(len, values), dtype=_I32, count=count)
-        value_data = b"".join(values)
-    except TypeError:
-        raise _bad_column("value", values, allow_none=False) from None
-    key_lengths = None
-    key_data = b""
-    if keys is not None and any(k is not None for k in keys):
-        if len(keys) != count:
-            raise ConfigError(f"keys: got {len(keys)} keys for {count} values; give one key (or None) per value")
-        try:
-            key_lengths = np.fromiter((-1 if k is None else len(k) for k in keys), dtype=_I32, count=count)
-            key_data = b"".join([k for k in keys if k is not None])
-        except TypeError:
-            raise _bad_column("key", keys, allow_none=True) from None
-    stamps: np.ndarray | int
-    if isinstance(timestamps, (int, np.integer)):
-        stamps = int(timestamps)
-    else:
-        stamps = np.asarray(timestamps, dtype=_I64)
-        if stamps.shape != (count,):
-            raise ConfigError(f"timestamps: got {stamps.size} timestamps for {count} values; give one per value")
-    header_counts = hkey_lengths = hvalue_lengths = None
-    hkey_data = hvalue_data = b""
-    if headers is not None and any(headers):
-        if len(headers) != count:
-            raise ConfigError(f"headers: got {len(headers)} header lists for {count} values; give one per value")
-        try:
-            header_counts = np.fromiter(map(len, headers), dtype=_I32, count=count)
-            hkeys = [k.encode("utf-8") for hs in headers for k, _ in hs]
-            hvalues = [v for hs in headers for _, v in hs]
-            hkey_data = b"".join(hkeys)
-            hvalue_data = b"".join(hvalues)
-        except (TypeError, AttributeError, ValueError):
-            raise ConfigError(
-                "headers must be (str key, bytes value) pairs, e.g. (('trace-id', b'abc'),); got "
-                f"{_first_bad_headers(headers)!r}"
-            ) from None
-        hkey_lengths = np.fromiter(map(len, hkeys), dtype=_I32, count=len(hkeys))
-        hvalue_lengths = np.fromiter(map(len, hvalues), dtype=_I32, count=len(hvalues))
-    # Positional, in field order (the locals are named after the fields).
-    return PreparedColumns(
-        count,
-        value_lengths,
-        value_data,
-        stamps,
-        key_lengths,
-        key_data,
-        header_counts,
-        hkey_lengths,
-        hkey_data,
-        hvalue_lengths,
-        hvalue_data,
-    )
-
-
-def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> bytes:
-    """Frame the records of one or more prepared pieces, in order, as one ring item (current format version).
-
-    The body is LZ4-compressed when it reaches ``framing.compression_threshold`` and compression saves at least
-    1/16 of it: every reader decompresses every item, so a body that barely shrinks (incompressible values) is
-    cheaper to store as it is.
-    """
-    return encode_items([pieces], framing)[0]
-
-
-def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFraming) -> list[bytes]:
-    """Frame the ring items of one ``add_all`` call, each from its prepared pieces (see ``encode_prepared``);
-    item ``i`` gets producer sequence ``framing.producer_seq + i``. The framing is checked once per call."""
-    if framing.compression not in COMPRESSIONS:
-        raise ConfigError(f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}")
-    lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
-    flags = FLAG_TRANSACTIONAL if framing.transactional else 0
-    producer_id, first_seq = framing.producer_id, framing.producer_seq
-    lane_max = framing.lane_max_timestamp
-    out: list[bytes] = []
-    for i, pieces in enumerate(items):
-        item, lane_max = _encode_item(
-            pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i, lane_max
-        )
-        out.append(item)
-    return out
-
-
-def _joined(pieces: Sequence[PreparedColumns]) -> PreparedColumns:
-    """The pieces of one item as one: columns concatenated, data kept as a list of blobs (joined with the body)."""
-    count = sum(p.count for p in pieces)
-    keys = None
-    if any(p.key_lengths is not None for p in pieces):
-        keys = _join_arrays(
-            [p.key_lengths if p.key_lengths is not None else np.full(p.count, -1, _I32) for p in pieces], _I32
-        )
-    stamps: np.ndarray | int
-    if all(isinstance(p.timestamps, int) for p in pieces) and len({p.timestamps for p in pieces}) == 1:
-        stamps = int(pieces[0].timestamps)
-    else:
-        stamps = np.concatenate(
-            [
-                np.full(p.count, p.timestamps, dtype=_I64) if isinstance(p.timestamps, int) else p.timestamps
-                for p in pieces
-            ]
-        ).astype(_I64, copy=False)
-    header_counts = hkey_lengths = hvalue_lengths = None
-    hkey_data: Any = []
-    hvalue_data: Any = []
-    if any(p.header_counts is not None for p in pieces):
-        with_headers = [p for p in pieces if p.header_counts is not None]
-        header_counts = _join_arrays(
-            [p.header_counts if p.header_counts is not None else np.zeros(p.count, _I32) for p in pieces], _I32
-        )
-        hkey_lengths = _join_arrays([p.hkey_lengths for p in with_headers], _I32)
-        hvalue_lengths = _join_arrays([p.hvalue_lengths for p in with_headers], _I32)
-        hkey_data = [p.hkey_data for p in with_headers]
-        hvalue_data = [p.hvalue_data for p in with_headers]
-    return PreparedColumns(
-        count,
-        _join_arrays([p.value_lengths for p in pieces], _I32),
-        [p.value_data for p in pieces],
-        stamps,
-        keys,
-        [p.key_data for p in pieces if p.key_lengths is not None],
-        header_counts,
-        hkey_lengths,
-        hkey_data,
-        hvalue_lengths,
-        hvalue_data,
-    )
-
-
-def _view(array: Any, dtype: np.dtype) -> Any:
-    """A column's bytes, in the wire's dtype (a view when it already is one)."""
-    contiguous: Any = np.ascontiguousarray(array, dtype=dtype)
-    return memoryview(contiguous)
-
-
-def _blobs(data: Any) -> list[Any]:
-    return data if isinstance(data, list) else [data]
-
-
-def _encode_item(
-    p: PreparedColumns, flags: int, lz4_from: int | None, producer_id: int, producer_seq: int, lane_max: int
-) -> tuple[bytes, int]:
-    """One framed item and the lane's largest timestamp once it is stored."""
-    count = p.count
-    if not 0 < count <= MAX_RECORDS_PER_ITEM:
-        raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
-    parts: list[Any] = [_view(p.value_lengths, _I32)]
-    blobs = _blobs(p.value_data)
-    if p.key_lengths is not None:
-        flags |= FLAG_KEYS
-        parts.append(_view(p.key_lengths, _I32))
-        blobs = blobs + _blobs(p.key_data)
-    stamps = p.timestamps
-    if isinstance(stamps, (int, np.integer)):
-        base_ts = max_ts = int(stamps)
-    else:
-        stamps = np.asarray(stamps, dtype=_I64)
-        base_ts = int(stamps.min())
-        max_ts = int(stamps.max())
-        if max_ts != base_ts:
-            flags |= FLAG_TIMESTAMPS
-            parts.append(_view(stamps - base_ts, _I64))
-    lane_max = max(lane_max, max_ts)
-    if p.header_counts is not None:
-        flags |= FLAG_HEADERS
-        parts += [
-            _view(p.header_counts, _I32),
-            _view(p.hkey_lengths, _I32),
-            _view(p.hvalue_lengths, _I32),
-        ]
-        blobs = blobs + _blobs(p.hkey_data) + _blobs(p.hvalue_data)
-    body = b"".join(parts + blobs)
-    if len(body) > _MAX_U32:
-        raise SizeLimitError(
-            f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
-        )
-    stored: bytes = body
-    if lz4_from is not None and len(body) >= lz4_from:
-        packed = lz4.block.compress(body, store_size=False)
-        if len(packed) <= len(body) - (len(body) >> 4):
-            stored = packed
-            flags |= FLAG_LZ4
-    return _frame(flags, count, base_ts, producer_id, producer_seq, lane_max, len(body), stored), lane_max
-
-
-def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
-    if len(arrays) == 1:
-        return np.ascontiguousarray(arrays[0], dtype=dtype)
-    return np.concatenate(arrays).astype(dtype, copy=False)
-
-
-def _frame(
-    flags: int,
-    count: int,
-    base_ts: int,
-    producer_id: int,
-    producer_seq: int,
-    lane_max: int,
-    body_len: int,
-    stored: bytes,
-) -> bytes:
-    prefix = _HEADER.pack(
-        MAGIC, FORMAT_VERSION, flags, 0, count, base_ts, producer_id, producer_seq, lane_max, body_len, len(stored), 0
-    )
-    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:_CRC_COVERED]))
-    return b"".join((prefix[:_CRC_COVERED], _U32.pack(crc), stored))
-
-
-def encode_item_v1(values: Sequence[bytes], *, timestamps: Sequence[int] | int, producer_id: int = 0) -> bytes:
-    """Write format version 1 (version 2 without ``lane_max_ts``). Kept so the upgrade-on-read path stays tested."""
-    item = encode_columns(values, timestamps=timestamps, producer_id=producer_id, producer_seq=0, compression="none")
-    _, _, flags, _, count, base_ts, pid, pseq, _, _, _, _ = _HEADER.unpack_from(item)
-    stored = item[HEADER_SIZE:]
-    prefix = _HEADER_V1.pack(MAGIC, 1, flags, 0, count, base_ts, pid, pseq, len(stored), len(stored), 0)
-    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[: HEADER_SIZE_V1 - 4]))
-    return b"".join((prefix[: HEADER_SIZE_V1 - 4], _U32.pack(crc), stored))
-
-
-def encode_batch_v0(values: Sequence[bytes]) -> bytes:
-    """Write the legacy format version 0 (values only, row-wise). Kept so the upgrade-on-read path stays tested."""
-    parts = [_V0_HEADER.pack(MAGIC, 0, len(values))]
-    for value in values:
-        parts += [_U32.pack(len(value)), value]
-    return b"".join(parts)
-
-
-def _bad_column(name: str, column: Sequence[Any], allow_none: bool) -> ConfigError:
-    for index, value in enumerate(column):
-        if value is None and allow_none:
-            continue
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            return ConfigError(
-                f"record {index}: {name} is a {type(value).__name__}, not bytes; encode it to bytes before publishing"
-            )
-    return ConfigError(f"{name}s must be bytes")
-
-
-def _first_bad_headers(headers: Sequence[Any]) -> Any:
-    for hs in headers:
-        for pair in hs:
-            if (
-                not isinstance(pair, tuple)
-                or len(pair) != 2
-                or not isinstance(pair[0], str)
-                or not isinstance(pair[1], (bytes, bytearray, memoryview))
-            ):
-                return pair
-    return headers
-
 
 # --------------------------------------------------------------------------------------------------- decoded items
 
@@ -530,52 +241,10 @@ def decode_item(item: bytes | bytearray | memoryview, *, stream: str, lane: int,
         UnsupportedFormatVersionError: written by a newer format version than this library knows.
         FormatError: not a record batch, or corrupt; the message names stream, lane and sequence.
     """
-    view, where, version = _open_item(item, stream, lane, sequence)
+    view, where, version = open_item(item, stream, lane, sequence)
     if version:
         return _decode_v1(view, where, version)
     return _decode_v0(view, where)
-
-
-def item_count(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int:
-    """The number of records in a ring item, from its header alone (the body is neither decompressed nor
-    checksummed, so a corrupt body goes unnoticed; ``decode_item`` notices).
-
-    Raises:
-        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
-    """
-    view, where, version = _open_item(item, stream, lane, sequence)
-    if version:
-        return _v1_header(view, where, version, check_crc=False).records
-    return _v0_count(view, where)
-
-
-def item_base_timestamp(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int | None:
-    """The base timestamp (ms) of a ring item from its header alone: the smallest timestamp of its records (the
-    encoder writes the minimum, and per-record timestamps as non-negative deltas from it). None for a version 0
-    item, whose records carry no timestamp.
-
-    Raises:
-        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
-    """
-    view, where, version = _open_item(item, stream, lane, sequence)
-    if version:
-        return _v1_header(view, where, version, check_crc=False).base_ts
-    return None
-
-
-def item_lane_max_timestamp(
-    item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int
-) -> int | None:
-    """The item's ``lane_max_ts`` from its header alone: the largest record timestamp of the lane up to and
-    including this item. None for items of versions 0 and 1, which do not carry it.
-
-    Raises:
-        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
-    """
-    view, where, version = _open_item(item, stream, lane, sequence)
-    if version:
-        return _v1_header(view, where, version, check_crc=False).lane_max_ts
-    return None
 
 
 def lane_max_after(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> int:
@@ -593,100 +262,8 @@ def lane_max_after(item: bytes | bytearray | memoryview, *, stream: str, lane: i
     return NO_TIMESTAMP if stamps is None else int(stamps.max())
 
 
-@dataclass(frozen=True)
-class ItemProducer:
-    """Who wrote a ring item, from its header alone: what a reader's item gate needs (``meteor_spark.grid.item_gate``).
-
-    Attributes:
-        producer_id: the writer; 0 for version 0 items (unknown writer).
-        producer_seq: the writer's item counter.
-        transactional: flag 0x10.
-        count: records in the item.
-    """
-
-    producer_id: int
-    producer_seq: int
-    transactional: bool
-    count: int
-
-
-def item_producer(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> ItemProducer:
-    """The producer fields of a ring item from its header alone (neither decompressed nor checksummed).
-
-    Raises:
-        UnsupportedFormatVersionError, FormatError: as ``decode_item``, for a header that fails its own checks.
-    """
-    view, where, version = _open_item(item, stream, lane, sequence)
-    if version:
-        h = _v1_header(view, where, version, check_crc=False)
-        return ItemProducer(h.producer_id, h.producer_seq, bool(h.flags & FLAG_TRANSACTIONAL), h.records)
-    return ItemProducer(0, 0, False, _v0_count(view, where))
-
-
-def _open_item(
-    item: bytes | bytearray | memoryview, stream: str, lane: int, sequence: int
-) -> tuple[memoryview, str, int]:
-    """The item as bytes, where it lies (for messages) and its format version, after checking magic and version."""
-    view = memoryview(item)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
-    where = f"stream {stream!r} lane {lane} sequence {sequence}"
-    if len(view) < 5 or view[:4] != MAGIC:
-        raise FormatError(
-            f"{where}: the ring item ({len(view)} bytes) is not a meteor record batch (bad magic); it was not "
-            f"written by a meteor-spark publisher, or it is corrupt"
-        )
-    version = view[4]
-    if version > FORMAT_VERSION:
-        raise UnsupportedFormatVersionError(
-            f"{where}: the ring item uses record format version {version}, but this meteor-spark only knows "
-            f"versions 0..{FORMAT_VERSION}; upgrade meteor-spark on this reader to read it"
-        )
-    return view, where, version
-
-
-class _Header(NamedTuple):
-    """The fields of a version 1 or 2 header (``lane_max_ts`` None for version 1)."""
-
-    flags: int
-    records: int
-    base_ts: int
-    producer_id: int
-    producer_seq: int
-    lane_max_ts: int | None
-    body_len: int
-    stored_len: int
-    crc: int
-    size: int
-
-
-def _v1_header(view: memoryview, where: str, version: int, *, check_crc: bool) -> _Header:
-    """The fields of a version 1 or 2 header, checked against the item's length (and its checksum when asked)."""
-    size = HEADER_SIZE if version == FORMAT_VERSION else HEADER_SIZE_V1
-    if len(view) < size:
-        raise FormatError(f"{where}: truncated ring item: {len(view)} bytes, shorter than the {size}-byte header")
-    if version == FORMAT_VERSION:
-        (_, _, flags, _, count, base_ts, pid, pseq, lane_max, body_len, stored_len, crc) = _HEADER.unpack_from(view)
-    else:
-        (_, _, flags, _, count, base_ts, pid, pseq, body_len, stored_len, crc) = _HEADER_V1.unpack_from(view)
-        lane_max = None
-    stored = view[size:]
-    if stored_len != len(stored):
-        raise FormatError(
-            f"{where}: truncated or padded ring item: the header announces {stored_len} body bytes, "
-            f"{len(stored)} follow"
-        )
-    if check_crc and zlib.crc32(stored, zlib.crc32(view[: size - 4])) != crc:
-        raise FormatError(f"{where}: checksum mismatch: the ring item is corrupt")
-    if flags & ~_KNOWN_FLAGS:
-        raise FormatError(f"{where}: unknown flags 0x{flags & ~_KNOWN_FLAGS:02x} in a version {version} item")
-    if not 0 < count <= MAX_RECORDS_PER_ITEM:
-        raise FormatError(f"{where}: record count {count} is outside 1..{MAX_RECORDS_PER_ITEM}")
-    return _Header(flags, count, base_ts, pid, pseq, lane_max, body_len, stored_len, crc, size)
-
-
 def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
-    h = _v1_header(view, where, version, check_crc=True)
+    h = read_header(view, where, version, check_crc=True)
     flags, count, body_len = h.flags, h.records, h.body_len
     stored = view[h.size :]
     if flags & FLAG_LZ4:
@@ -701,16 +278,16 @@ def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
             raise FormatError(f"{where}: uncompressed body of {h.stored_len} bytes, {body_len} announced")
         body = stored
     reader = _BodyReader(body, where)
-    value_lengths = reader.array(_I32, count, "value lengths")
-    key_lengths = reader.array(_I32, count, "key lengths") if flags & FLAG_KEYS else None
-    deltas = reader.array(_I64, count, "timestamp deltas") if flags & FLAG_TIMESTAMPS else None
+    value_lengths = reader.array(I32, count, "value lengths")
+    key_lengths = reader.array(I32, count, "key lengths") if flags & FLAG_KEYS else None
+    deltas = reader.array(I64, count, "timestamp deltas") if flags & FLAG_TIMESTAMPS else None
     header_counts = hkey_lengths = hvalue_lengths = None
     if flags & FLAG_HEADERS:
-        header_counts = reader.array(_I32, count, "header counts")
+        header_counts = reader.array(I32, count, "header counts")
         reader.non_negative(header_counts, "header count")
         n_headers = int(header_counts.sum())
-        hkey_lengths = reader.array(_I32, n_headers, "header key lengths")
-        hvalue_lengths = reader.array(_I32, n_headers, "header value lengths")
+        hkey_lengths = reader.array(I32, n_headers, "header key lengths")
+        hvalue_lengths = reader.array(I32, n_headers, "header value lengths")
     reader.non_negative(value_lengths, "value length")
     value_data = reader.blob(int(value_lengths.sum()), "values")
     key_data = None
@@ -778,25 +355,16 @@ class _BodyReader:
             raise FormatError(f"{self.where}: {len(self.body) - self.pos} unexpected bytes after the last column")
 
 
-def _v0_count(view: memoryview, where: str) -> int:
-    if len(view) < _V0_HEADER.size:
-        raise FormatError(f"{where}: truncated version 0 ring item ({len(view)} bytes)")
-    _, _, count = _V0_HEADER.unpack_from(view)
-    if not 0 < count <= MAX_RECORDS_PER_ITEM:
-        raise FormatError(f"{where}: record count {count} is outside 1..{MAX_RECORDS_PER_ITEM}")
-    return int(count)
-
-
 def _decode_v0(view: memoryview, where: str) -> ItemView:
     """Upgrade a legacy version 0 item (row-wise values) to the current in-memory shape."""
-    count = _v0_count(view, where)
-    lengths = np.empty(count, dtype=_I32)
+    count = v0_count(view, where)
+    lengths = np.empty(count, dtype=I32)
     chunks: list[memoryview] = []
-    pos = _V0_HEADER.size
+    pos = V0_HEADER.size
     for i in range(count):
         if pos + 4 > len(view):
             raise FormatError(f"{where}: truncated version 0 item at record {i}")
-        (size,) = _U32.unpack_from(view, pos)
+        (size,) = U32.unpack_from(view, pos)
         pos += 4
         if pos + size > len(view) or size > _MAX_I32:
             raise FormatError(f"{where}: truncated version 0 item at record {i}")

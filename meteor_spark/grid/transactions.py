@@ -448,32 +448,8 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     batches = batches_map.entries()
     open_keys = open_map.keys()
     raw = txns_map.entries()
-    states: dict[str, TxnState] = {}
-    for key, text in raw.items():
-        try:
-            states[key] = TxnState.parse(key, text)
-        except MeteorError as exc:
-            logger.warning("%s; left in place", exc)
-    open_removed = 0
-    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
-    for entry in absent & _absent_before.get(id(grid), set()):
-        # Its transaction was missing at the previous sweep too: not a begin() between its two writes, but an
-        # entry written for a transaction already decided and removed (a late task attempt).
-        if open_map.remove(entry) is not None:
-            open_removed += 1
-    _absent_before[id(grid)] = absent
-    for entry in open_keys:
-        key = entry.rpartition("\t")[0]
-        state = states.get(key)
-        if state is None:
-            continue
-        if not state.decided and state.deadline_ms < now:
-            state = abort_expired(grid, key, now) or state
-            states[key] = state
-            raw[key] = state.to_json()
-            open_removed += 1
-        elif state.decided and open_map.remove(entry) is not None:
-            open_removed += 1
+    states = _parse_states(raw)
+    open_removed = _sweep_open_entries(grid, open_keys, states, raw, now)
     oldest: dict[tuple[str, int], int | None] = {}
     removable = [key for key, state in states.items() if _removable(grid, state, now, oldest)]
     if removable and producers.get(SWEPT_KEY) is None:
@@ -501,6 +477,51 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     if removed or producers_removed or batches_removed or open_removed:
         logger.info("transaction maps swept: %s", report)
     return report
+
+
+def _parse_states(raw: dict[str, str]) -> dict[str, TxnState]:
+    """The transactions of a snapshot of map ``meteor.txns``; one that does not parse is logged and left in place:
+    the sweep removes only what it can judge."""
+    states: dict[str, TxnState] = {}
+    for key, text in raw.items():
+        try:
+            states[key] = TxnState.parse(key, text)
+        except MeteorError as exc:
+            logger.warning("%s; left in place", exc)
+    return states
+
+
+def _sweep_open_entries(
+    grid: Grid, open_keys: list[str], states: dict[str, TxnState], raw: dict[str, str], now: int
+) -> int:
+    """Sweep map ``meteor.txn.open`` (one entry per open transaction and task); returns the entries removed.
+
+    An entry whose transaction is missing twice in a row is a late task attempt's, written after its transaction was
+    decided and removed. An entry of an expired undecided transaction aborts it (``states`` and ``raw`` then hold
+    the aborted record, so this sweep can already count it); one of a decided transaction is no longer needed.
+    """
+    open_map = grid.map(OPEN_MAP)
+    open_removed = 0
+    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
+    for entry in absent & _absent_before.get(id(grid), set()):
+        # Its transaction was missing at the previous sweep too: not a begin() between its two writes, but an
+        # entry written for a transaction already decided and removed (a late task attempt).
+        if open_map.remove(entry) is not None:
+            open_removed += 1
+    _absent_before[id(grid)] = absent
+    for entry in open_keys:
+        key = entry.rpartition("\t")[0]
+        state = states.get(key)
+        if state is None:
+            continue
+        if not state.decided and state.deadline_ms < now:
+            state = abort_expired(grid, key, now) or state
+            states[key] = state
+            raw[key] = state.to_json()
+            open_removed += 1
+        elif state.decided and open_map.remove(entry) is not None:
+            open_removed += 1
+    return open_removed
 
 
 def _removable(grid: Grid, state: TxnState, now: int, oldest: dict[tuple[str, int], int | None]) -> bool:

@@ -84,43 +84,18 @@ def run(
         query = None
         samples: list[dict[str, Any]] = []
         started = time.monotonic()
+
+        def take_sample(done: int) -> dict[str, Any]:
+            return _sample(grid, rings, server.pid, done, time.monotonic() - started)
+
         try:
-            query = (
-                spark.readStream.format("meteor")
-                .options(**options)
-                .option("stream", source)
-                .option("startingOffsets", "earliest")
-                .load()
-                .select("key", "value")
-                .writeStream.format("meteor")
-                .options(**options)
-                .option("transactional", "true")
-                .option("sweepIntervalMs", str(sweep_interval_ms))
-                .option("checkpointLocation", checkpoint)
-                .trigger(processingTime=f"{trigger_ms} milliseconds")
-                .start(target)
-            )
-            next_sample = every
-            done = 0
-            while done < batches:
-                if not query.isActive:
-                    raise RuntimeError(f"the soak query stopped after {done} micro-batches: {query.exception()}")
-                for error in (feeder.error, committed.error, shared.error):
-                    if error is not None:
-                        raise RuntimeError(f"a soak thread failed after {done} micro-batches: {error}") from error
-                progress_doc = query.lastProgress
-                done = int(progress_doc["batchId"]) + 1 if progress_doc else 0
-                if done >= next_sample:
-                    sample = _sample(grid, rings, server.pid, done, time.monotonic() - started)
-                    samples.append(sample)
-                    progress(_progress_line(sample))
-                    next_sample = (done // every + 1) * every
-                time.sleep(0.05)
+            query = _start_query(spark, options, source, target, trigger_ms, sweep_interval_ms, checkpoint)
+            done = _run_batches(query, batches, every, (feeder, committed, shared), take_sample, samples, progress)
             feeder.stop()
             published = feeder.published
             _wait(lambda: committed.received >= published and shared.acked >= published, DRAIN_TIMEOUT_S)
             done = int(query.lastProgress["batchId"]) + 1
-            final = _sample(grid, rings, server.pid, done, time.monotonic() - started)
+            final = take_sample(done)
             if not samples or samples[-1]["batches"] != done:
                 samples.append(final)
                 progress(_progress_line(final))
@@ -132,28 +107,105 @@ def run(
             for thread in threads:
                 thread.join(timeout=30)
             shutil.rmtree(checkpoint, ignore_errors=True)
-        lost, duplicated = committed.lost_and_duplicated(feeder.published)
-        return {
-            "samples": samples,
-            "batches": done,
-            "records_in": feeder.published,
-            "records_out": committed.received,
-            "lost": lost,
-            "duplicated": duplicated,
-            "shared_acked": shared.acked,
-            "entry_bytes": entry_bytes,
-            "seconds": time.monotonic() - started,
-            "settings": {
-                "batches": batches,
-                "every": every,
-                "trigger_ms": trigger_ms,
-                "sweep_interval_ms": sweep_interval_ms,
-                "capacity": capacity,
-                "lanes": LANES,
-                "load_before": load_before,
-                "load_after": os.getloadavg(),
-            },
+        settings_used = {
+            "batches": batches,
+            "every": every,
+            "trigger_ms": trigger_ms,
+            "sweep_interval_ms": sweep_interval_ms,
+            "capacity": capacity,
+            "lanes": LANES,
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
         }
+        return _figures(
+            samples, done, feeder, committed, shared, entry_bytes, time.monotonic() - started, settings_used
+        )
+
+
+def _figures(
+    samples: list[dict[str, Any]],
+    done: int,
+    feeder: _Feeder,
+    committed: _CommittedReader,
+    shared: _SharedReader,
+    entry_bytes: dict[str, dict[str, float]],
+    seconds: float,
+    settings_used: dict[str, Any],
+) -> dict[str, Any]:
+    """The soak's figures: the samples, what went in and came out (lost and duplicated records counted by the
+    read_committed reader), the shared group's acks and the maps' entry sizes at the end."""
+    lost, duplicated = committed.lost_and_duplicated(feeder.published)
+    return {
+        "samples": samples,
+        "batches": done,
+        "records_in": feeder.published,
+        "records_out": committed.received,
+        "lost": lost,
+        "duplicated": duplicated,
+        "shared_acked": shared.acked,
+        "entry_bytes": entry_bytes,
+        "seconds": seconds,
+        "settings": settings_used,
+    }
+
+
+def _start_query(
+    spark: Any,
+    options: dict[str, str],
+    source: str,
+    target: str,
+    trigger_ms: int,
+    sweep_interval_ms: int,
+    checkpoint: str,
+) -> Any:
+    """The soak's query: ``source`` copied into ``target`` by the transactional sink, sweeping every
+    ``sweep_interval_ms`` (the maps whose sizes the soak watches)."""
+    return (
+        spark.readStream.format("meteor")
+        .options(**options)
+        .option("stream", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .select("key", "value")
+        .writeStream.format("meteor")
+        .options(**options)
+        .option("transactional", "true")
+        .option("sweepIntervalMs", str(sweep_interval_ms))
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_ms} milliseconds")
+        .start(target)
+    )
+
+
+def _run_batches(
+    query: Any,
+    batches: int,
+    every: int,
+    workers: tuple[Any, ...],
+    take_sample: Callable[[int], dict[str, Any]],
+    samples: list[dict[str, Any]],
+    progress: Callable[[str], None],
+) -> int:
+    """Watch the query until it has run ``batches`` micro-batches, appending a sample every ``every`` of them;
+    returns the micro-batches done. A stopped query or a failed feeder/reader thread ends the soak at once, with
+    how far it got."""
+    next_sample = every
+    done = 0
+    while done < batches:
+        if not query.isActive:
+            raise RuntimeError(f"the soak query stopped after {done} micro-batches: {query.exception()}")
+        for error in (worker.error for worker in workers):
+            if error is not None:
+                raise RuntimeError(f"a soak thread failed after {done} micro-batches: {error}") from error
+        progress_doc = query.lastProgress
+        done = int(progress_doc["batchId"]) + 1 if progress_doc else 0
+        if done >= next_sample:
+            sample = take_sample(done)
+            samples.append(sample)
+            progress(_progress_line(sample))
+            next_sample = (done // every + 1) * every
+        time.sleep(0.05)
+    return done
 
 
 def map_sizes(grid: Grid) -> dict[str, int]:

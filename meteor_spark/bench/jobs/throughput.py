@@ -126,70 +126,109 @@ def _measure(
 
     figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}}
     with Grid(settings) as grid:
-        # Warm-up: the first Python task and the first streaming query of a session pay for starting workers;
-        # the first meteor task of each worker pays for importing meteor and connecting its grid client.
-        rows.limit(1000).write.format("bench-noop-arrow").mode("append").save()
-        _stream_seconds(ceiling_read(1000))
-        warm = f"bench-spark-warm-{uuid.uuid4().hex[:6]}"
-        open_stream(grid, StreamConfig(warm, lanes=max(lane_counts)))
-        started = time.perf_counter()
-        spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format("meteor").options(
-            **options
-        ).mode("append").save(warm)
-        _stream_seconds(meteor_read(warm).selectExpr("value"))
-        figures["warm_up_s"] = time.perf_counter() - started
-        # Then at volume, untimed: the JVM compiles its Arrow/row conversion paths only after enough rows,
-        # and whichever run comes first would otherwise pay for it (it was often the slowest sample).
-        # Quick runs (tests) skip it: their figures are not meant to be precise.
-        if records >= VOLUME_WARM_UP_ROWS:
-            rows.limit(VOLUME_WARM_UP_ROWS).write.format("bench-noop-arrow").mode("append").save()
-            rows.limit(VOLUME_WARM_UP_ROWS).write.format("meteor").options(**options).mode("append").save(warm)
-            _stream_seconds(meteor_read(warm))
-            _stream_seconds(ceiling_read(VOLUME_WARM_UP_ROWS))
-        delete_stream(grid, warm)
-
+        figures["warm_up_s"] = _warm_up(
+            spark, grid, rows, options, records, max(lane_counts), meteor_read, ceiling_read
+        )
         for lanes in lane_counts:
-            samples: dict[str, list[float]] = {
-                "read_records_per_s": [],
-                "read_ceiling_records_per_s": [],
-                "write_records_per_s": [],
-                "write_ceiling_records_per_s": [],
-            }
-            for run_index in range(repeat):
-                name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
-                capacity = max(10_000, 4 * records // 1000)
-                open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
-                try:
-                    write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
-                    write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
-                    # Sides alternate which goes first, so neither always runs right after the other's job.
-                    if run_index % 2:
-                        write_s = _timed(write)
-                        write_ceiling_s = _timed(write_ceiling)
-                    else:
-                        write_ceiling_s = _timed(write_ceiling)
-                        write_s = _timed(write)
-                    read_s, read_rows = _stream_seconds(meteor_read(name))
-                    if read_rows != records:
-                        raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
-                    ceiling_s, ceiling_rows = _stream_seconds(ceiling_read(records))
-                finally:
-                    delete_stream(grid, name)
-                samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
-                samples["write_records_per_s"].append(records / write_s)
-                samples["read_records_per_s"].append(read_rows / read_s)
-                samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
+            samples = _lane_samples(grid, rows, options, records, lanes, repeat, meteor_read, ceiling_read)
             figures["samples"][f"{lanes}_lanes"] = samples
-            figures[f"{lanes}_lanes"] = {key: statistics.median(values) for key, values in samples.items()}
-            for side in ("read", "write"):
-                ratios = [
-                    ours / ceiling
-                    for ours, ceiling in zip(
-                        samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True
-                    )
-                ]
-                figures[f"{lanes}_lanes"][f"{side}_vs_ceiling"] = statistics.median(ratios)
-                figures[f"{lanes}_lanes"][f"{side}_vs_ceiling_range"] = (min(ratios), max(ratios))
+            figures[f"{lanes}_lanes"] = _medians(samples)
+    return figures
+
+
+def _warm_up(
+    spark: Any,
+    grid: Grid,
+    rows: Any,
+    options: dict[str, str],
+    records: int,
+    lanes: int,
+    meteor_read: Callable[[str], Any],
+    ceiling_read: Callable[[int], Any],
+) -> float:
+    """Run every path once before anything is timed; returns the seconds the meteor part took."""
+    # Warm-up: the first Python task and the first streaming query of a session pay for starting workers;
+    # the first meteor task of each worker pays for importing meteor and connecting its grid client.
+    rows.limit(1000).write.format("bench-noop-arrow").mode("append").save()
+    _stream_seconds(ceiling_read(1000))
+    warm = f"bench-spark-warm-{uuid.uuid4().hex[:6]}"
+    open_stream(grid, StreamConfig(warm, lanes=lanes))
+    started = time.perf_counter()
+    spark.range(2000, numPartitions=2).selectExpr("CAST(id AS STRING) AS value").write.format("meteor").options(
+        **options
+    ).mode("append").save(warm)
+    _stream_seconds(meteor_read(warm).selectExpr("value"))
+    warm_up_s = time.perf_counter() - started
+    # Then at volume, untimed: the JVM compiles its Arrow/row conversion paths only after enough rows,
+    # and whichever run comes first would otherwise pay for it (it was often the slowest sample).
+    # Quick runs (tests) skip it: their figures are not meant to be precise.
+    if records >= VOLUME_WARM_UP_ROWS:
+        rows.limit(VOLUME_WARM_UP_ROWS).write.format("bench-noop-arrow").mode("append").save()
+        rows.limit(VOLUME_WARM_UP_ROWS).write.format("meteor").options(**options).mode("append").save(warm)
+        _stream_seconds(meteor_read(warm))
+        _stream_seconds(ceiling_read(VOLUME_WARM_UP_ROWS))
+    delete_stream(grid, warm)
+    return warm_up_s
+
+
+def _lane_samples(
+    grid: Grid,
+    rows: Any,
+    options: dict[str, str],
+    records: int,
+    lanes: int,
+    repeat: int,
+    meteor_read: Callable[[str], Any],
+    ceiling_read: Callable[[int], Any],
+) -> dict[str, list[float]]:
+    """``repeat`` runs of the four paths (meteor and ceiling, write and read) on a fresh stream of ``lanes``
+    lanes each: records/s per path and run."""
+    samples: dict[str, list[float]] = {
+        "read_records_per_s": [],
+        "read_ceiling_records_per_s": [],
+        "write_records_per_s": [],
+        "write_ceiling_records_per_s": [],
+    }
+    for run_index in range(repeat):
+        name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
+        capacity = max(10_000, 4 * records // 1000)
+        open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
+        try:
+            write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
+            write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
+            # Sides alternate which goes first, so neither always runs right after the other's job.
+            if run_index % 2:
+                write_s = _timed(write)
+                write_ceiling_s = _timed(write_ceiling)
+            else:
+                write_ceiling_s = _timed(write_ceiling)
+                write_s = _timed(write)
+            read_s, read_rows = _stream_seconds(meteor_read(name))
+            if read_rows != records:
+                raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
+            ceiling_s, ceiling_rows = _stream_seconds(ceiling_read(records))
+        finally:
+            delete_stream(grid, name)
+        samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
+        samples["write_records_per_s"].append(records / write_s)
+        samples["read_records_per_s"].append(read_rows / read_s)
+        samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
+    return samples
+
+
+def _medians(samples: dict[str, list[float]]) -> dict[str, Any]:
+    """Per path the median of its runs, and per side (read, write) the median and range of meteor / ceiling, each
+    run against the ceiling of the same run (so a slow moment of the machine hits both)."""
+    figures: dict[str, Any] = {key: statistics.median(values) for key, values in samples.items()}
+    for side in ("read", "write"):
+        ratios = [
+            ours / ceiling
+            for ours, ceiling in zip(
+                samples[f"{side}_records_per_s"], samples[f"{side}_ceiling_records_per_s"], strict=True
+            )
+        ]
+        figures[f"{side}_vs_ceiling"] = statistics.median(ratios)
+        figures[f"{side}_vs_ceiling_range"] = (min(ratios), max(ratios))
     return figures
 
 

@@ -42,51 +42,16 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
             warm = _source(grid, 2000)
             items = sum(grid.ring(name).tail() + 1 for name in open_stream(grid, source).ring_names)
             per_batch = max(1, items // batches)
+            written: dict[bool, str] = {}
 
             def write(name: str, transactional: bool) -> float:
-                target = f"bench-txn-out-{uuid.uuid4().hex[:8]}"
-                open_stream(grid, StreamConfig(target, lanes=LANES))
-                checkpoint = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"meteor-bench-{uuid.uuid4().hex}")
-                started = time.perf_counter()
-                (
-                    spark.readStream.format("meteor")
-                    .options(**options)
-                    .option("stream", name)
-                    .option("startingOffsets", "earliest")
-                    .option("maxOffsetsPerTrigger", str(per_batch))
-                    .load()
-                    .select("key", "value")
-                    .writeStream.format("meteor")
-                    .options(**options)
-                    .option("transactional", str(transactional).lower())
-                    .option("checkpointLocation", checkpoint)
-                    .trigger(availableNow=True)
-                    .start(target)
-                    .awaitTermination()
-                )
-                seconds = time.perf_counter() - started
-                written[transactional] = target
+                seconds, written[transactional] = _write(spark, grid, options, name, transactional, per_batch)
                 return seconds
 
-            def read(name: str, isolation: str) -> float:
-                started = time.perf_counter()
-                (
-                    spark.read.format("meteor")
-                    .options(**options)
-                    .option("stream", name)
-                    .option("isolation", isolation)
-                    .load()
-                    .write.format("noop")
-                    .mode("overwrite")
-                    .save()
-                )
-                return time.perf_counter() - started
-
-            written: dict[bool, str] = {}
             write(warm, True)
             write(warm, False)
-            read(written[True], "read_committed")
-            read(written[True], "read_uncommitted")
+            _read(spark, options, written[True], "read_committed")
+            _read(spark, options, written[True], "read_uncommitted")
             samples: dict[str, list[float]] = {
                 "write_transactional": [],
                 "write_plain": [],
@@ -96,8 +61,8 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
             for _ in range(repeat):
                 samples["write_transactional"].append(records / write(source, True))
                 samples["write_plain"].append(records / write(source, False))
-                samples["read_committed"].append(records / read(written[True], "read_committed"))
-                samples["read_uncommitted"].append(records / read(written[True], "read_uncommitted"))
+                samples["read_committed"].append(records / _read(spark, options, written[True], "read_committed"))
+                samples["read_uncommitted"].append(records / _read(spark, options, written[True], "read_uncommitted"))
         figures: dict[str, Any] = {name: statistics.median(values) for name, values in samples.items()}
         figures["settings"] = {
             "records": records,
@@ -109,6 +74,51 @@ def run(records: int, batches: int, repeat: int) -> dict[str, Any]:
         }
         figures["samples"] = samples
         return figures
+
+
+def _write(
+    spark: Any, grid: Grid, options: dict[str, str], name: str, transactional: bool, per_batch: int
+) -> tuple[float, str]:
+    """Copy stream ``name`` into a new stream with a streaming query (``per_batch`` ring items a micro-batch, until
+    the source is read: availableNow), through the transactional sink or the plain one; returns the seconds the
+    query took and the stream written."""
+    target = f"bench-txn-out-{uuid.uuid4().hex[:8]}"
+    open_stream(grid, StreamConfig(target, lanes=LANES))
+    checkpoint = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"meteor-bench-{uuid.uuid4().hex}")
+    started = time.perf_counter()
+    (
+        spark.readStream.format("meteor")
+        .options(**options)
+        .option("stream", name)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(per_batch))
+        .load()
+        .select("key", "value")
+        .writeStream.format("meteor")
+        .options(**options)
+        .option("transactional", str(transactional).lower())
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(target)
+        .awaitTermination()
+    )
+    return time.perf_counter() - started, target
+
+
+def _read(spark: Any, options: dict[str, str], name: str, isolation: str) -> float:
+    """Seconds a batch read of stream ``name`` with ``isolation`` takes (into Spark's no-op sink)."""
+    started = time.perf_counter()
+    (
+        spark.read.format("meteor")
+        .options(**options)
+        .option("stream", name)
+        .option("isolation", isolation)
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+    return time.perf_counter() - started
 
 
 def _source(grid: Grid, records: int) -> str:

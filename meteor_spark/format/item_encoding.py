@@ -1,0 +1,355 @@
+"""Writing ring items: records given as Python lists (or prepared columns) framed as items of the current format.
+
+``meteor_spark.format.wire`` describes the format and decodes it. Writing is apart because it is the publishers' hot
+path (column preparation, joining pieces of one item, LZ4 only when it pays) while readers never need it.
+``encode_item_v1`` and ``encode_batch_v0`` write the older versions so the upgrade-on-read path stays tested.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import lz4.block
+import numpy as np
+
+from meteor_spark.errors import ConfigError, SizeLimitError
+from meteor_spark.format.item_header import (
+    FLAG_HEADERS,
+    FLAG_KEYS,
+    FLAG_LZ4,
+    FLAG_TIMESTAMPS,
+    FLAG_TRANSACTIONAL,
+    HEADER,
+    HEADER_SIZE,
+    HEADER_SIZE_V1,
+    HEADER_V1,
+    MAGIC,
+    NO_TIMESTAMP,
+    U32,
+    V0_HEADER,
+    pack_item,
+)
+from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
+
+#: Values of ``ItemFraming.compression``.
+COMPRESSIONS = ("lz4", "none")
+_MAX_U32 = (1 << 32) - 1
+
+#: The body's column types: lengths and counts are int32, timestamp deltas int64 (little-endian).
+I32 = np.dtype("<i4")
+I64 = np.dtype("<i8")
+
+
+def encode_columns(
+    values: Sequence[bytes],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
+    timestamps: Sequence[int] | np.ndarray | int,
+    producer_id: int,
+    producer_seq: int,
+    compression: str = "lz4",
+    compression_threshold: int = 1024,
+) -> bytes:
+    """Encode records given column-wise (no ``Record`` objects needed).
+
+    ``timestamps`` is one int (every record) or one per record (ms since the epoch). ``keys`` / ``headers``
+    may be None when no record has any.
+    """
+    columns = prepare_columns(values, keys=keys, headers=headers, timestamps=timestamps)
+    return encode_prepared([columns], ItemFraming(producer_id, producer_seq, compression, compression_threshold))
+
+
+@dataclass(frozen=True)
+class ItemFraming:
+    """Who writes a ring item and how its body is stored: the header fields beyond the records themselves.
+
+    Attributes:
+        producer_id: the writer (a FlakeId or random id).
+        producer_seq: the writer's item counter (gaps or repeats show lost or duplicated publishes).
+        compression: "lz4" or "none".
+        compression_threshold: bodies from this many bytes on are compressed (when that pays, see
+            ``encode_prepared``).
+        transactional: set flag 0x10: the producer belongs to a transaction (``meteor_spark.grid.transactions``).
+        lane_max_timestamp: the largest record timestamp of the lane before these items (``NO_TIMESTAMP``: none);
+            each item's ``lane_max_ts`` is it raised by that item's records and those of the items before it.
+    """
+
+    producer_id: int
+    producer_seq: int
+    compression: str = "lz4"
+    compression_threshold: int = 1024
+    transactional: bool = False
+    lane_max_timestamp: int = NO_TIMESTAMP
+
+
+@dataclass(frozen=True)
+class PreparedColumns:
+    """Records of one ring item (or of a piece of one) as length columns plus data, ready to be framed.
+
+    Lengths are little-endian int32 numpy arrays (``key_lengths`` -1 = no key); ``timestamps`` is one int for
+    every record or an int64 array; the header fields are all None when no record has headers.
+    """
+
+    count: int
+    value_lengths: np.ndarray
+    value_data: Any
+    timestamps: np.ndarray | int
+    key_lengths: np.ndarray | None = None
+    key_data: Any = b""
+    header_counts: np.ndarray | None = None
+    hkey_lengths: np.ndarray | None = None
+    hkey_data: Any = b""
+    hvalue_lengths: np.ndarray | None = None
+    hvalue_data: Any = b""
+
+
+def header_bytes(headers: Sequence[Sequence[tuple[str, bytes]]]) -> np.ndarray:
+    """Bytes of each record's headers (keys and values, as ``len`` counts them), int64: what the batching limits
+    count for them."""
+    return np.fromiter((sum(len(k) + len(v) for k, v in hs) for hs in headers), dtype=np.int64, count=len(headers))
+
+
+def prepare_columns(
+    values: Sequence[bytes],
+    *,
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes]]] | None = None,
+    timestamps: Sequence[int] | np.ndarray | int,
+) -> PreparedColumns:
+    """Length columns and joined data of records given as Python lists (validated: bytes, str header keys)."""
+    count = len(values)
+    try:
+        value_lengths = np.fromiter(map(len, values), dtype=I32, count=count)
+        value_data = b"".join(values)
+    except TypeError:
+        raise _bad_column("value", values, allow_none=False) from None
+    key_lengths = None
+    key_data = b""
+    if keys is not None and any(k is not None for k in keys):
+        if len(keys) != count:
+            raise ConfigError(f"keys: got {len(keys)} keys for {count} values; give one key (or None) per value")
+        try:
+            key_lengths = np.fromiter((-1 if k is None else len(k) for k in keys), dtype=I32, count=count)
+            key_data = b"".join([k for k in keys if k is not None])
+        except TypeError:
+            raise _bad_column("key", keys, allow_none=True) from None
+    stamps: np.ndarray | int
+    if isinstance(timestamps, (int, np.integer)):
+        stamps = int(timestamps)
+    else:
+        stamps = np.asarray(timestamps, dtype=I64)
+        if stamps.shape != (count,):
+            raise ConfigError(f"timestamps: got {stamps.size} timestamps for {count} values; give one per value")
+    header_counts = hkey_lengths = hvalue_lengths = None
+    hkey_data = hvalue_data = b""
+    if headers is not None and any(headers):
+        if len(headers) != count:
+            raise ConfigError(f"headers: got {len(headers)} header lists for {count} values; give one per value")
+        try:
+            header_counts = np.fromiter(map(len, headers), dtype=I32, count=count)
+            hkeys = [k.encode("utf-8") for hs in headers for k, _ in hs]
+            hvalues = [v for hs in headers for _, v in hs]
+            hkey_data = b"".join(hkeys)
+            hvalue_data = b"".join(hvalues)
+        except (TypeError, AttributeError, ValueError):
+            raise ConfigError(
+                "headers must be (str key, bytes value) pairs, e.g. (('trace-id', b'abc'),); got "
+                f"{_first_bad_headers(headers)!r}"
+            ) from None
+        hkey_lengths = np.fromiter(map(len, hkeys), dtype=I32, count=len(hkeys))
+        hvalue_lengths = np.fromiter(map(len, hvalues), dtype=I32, count=len(hvalues))
+    # Positional, in field order (the locals are named after the fields).
+    return PreparedColumns(
+        count,
+        value_lengths,
+        value_data,
+        stamps,
+        key_lengths,
+        key_data,
+        header_counts,
+        hkey_lengths,
+        hkey_data,
+        hvalue_lengths,
+        hvalue_data,
+    )
+
+
+def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> bytes:
+    """Frame the records of one or more prepared pieces, in order, as one ring item (current format version).
+
+    The body is LZ4-compressed when it reaches ``framing.compression_threshold`` and compression saves at least
+    1/16 of it: every reader decompresses every item, so a body that barely shrinks (incompressible values) is
+    cheaper to store as it is.
+    """
+    return encode_items([pieces], framing)[0]
+
+
+def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFraming) -> list[bytes]:
+    """Frame the ring items of one ``add_all`` call, each from its prepared pieces (see ``encode_prepared``);
+    item ``i`` gets producer sequence ``framing.producer_seq + i``. The framing is checked once per call."""
+    if framing.compression not in COMPRESSIONS:
+        raise ConfigError(f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}")
+    lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
+    flags = FLAG_TRANSACTIONAL if framing.transactional else 0
+    producer_id, first_seq = framing.producer_id, framing.producer_seq
+    lane_max = framing.lane_max_timestamp
+    out: list[bytes] = []
+    for i, pieces in enumerate(items):
+        item, lane_max = _encode_item(
+            pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i, lane_max
+        )
+        out.append(item)
+    return out
+
+
+def _joined(pieces: Sequence[PreparedColumns]) -> PreparedColumns:
+    """The pieces of one item as one: columns concatenated, data kept as a list of blobs (joined with the body)."""
+    count = sum(p.count for p in pieces)
+    keys = None
+    if any(p.key_lengths is not None for p in pieces):
+        keys = _join_arrays(
+            [p.key_lengths if p.key_lengths is not None else np.full(p.count, -1, I32) for p in pieces], I32
+        )
+    stamps: np.ndarray | int
+    if all(isinstance(p.timestamps, int) for p in pieces) and len({p.timestamps for p in pieces}) == 1:
+        stamps = int(pieces[0].timestamps)
+    else:
+        stamps = np.concatenate(
+            [
+                np.full(p.count, p.timestamps, dtype=I64) if isinstance(p.timestamps, int) else p.timestamps
+                for p in pieces
+            ]
+        ).astype(I64, copy=False)
+    header_counts = hkey_lengths = hvalue_lengths = None
+    hkey_data: Any = []
+    hvalue_data: Any = []
+    if any(p.header_counts is not None for p in pieces):
+        with_headers = [p for p in pieces if p.header_counts is not None]
+        header_counts = _join_arrays(
+            [p.header_counts if p.header_counts is not None else np.zeros(p.count, I32) for p in pieces], I32
+        )
+        hkey_lengths = _join_arrays([p.hkey_lengths for p in with_headers], I32)
+        hvalue_lengths = _join_arrays([p.hvalue_lengths for p in with_headers], I32)
+        hkey_data = [p.hkey_data for p in with_headers]
+        hvalue_data = [p.hvalue_data for p in with_headers]
+    return PreparedColumns(
+        count,
+        _join_arrays([p.value_lengths for p in pieces], I32),
+        [p.value_data for p in pieces],
+        stamps,
+        keys,
+        [p.key_data for p in pieces if p.key_lengths is not None],
+        header_counts,
+        hkey_lengths,
+        hkey_data,
+        hvalue_lengths,
+        hvalue_data,
+    )
+
+
+def _view(array: Any, dtype: np.dtype) -> Any:
+    """A column's bytes, in the wire's dtype (a view when it already is one)."""
+    contiguous: Any = np.ascontiguousarray(array, dtype=dtype)
+    return memoryview(contiguous)
+
+
+def _blobs(data: Any) -> list[Any]:
+    return data if isinstance(data, list) else [data]
+
+
+def _encode_item(
+    p: PreparedColumns, flags: int, lz4_from: int | None, producer_id: int, producer_seq: int, lane_max: int
+) -> tuple[bytes, int]:
+    """One framed item and the lane's largest timestamp once it is stored."""
+    count = p.count
+    if not 0 < count <= MAX_RECORDS_PER_ITEM:
+        raise ConfigError(f"a ring item holds 1..{MAX_RECORDS_PER_ITEM} records, got {count}")
+    parts: list[Any] = [_view(p.value_lengths, I32)]
+    blobs = _blobs(p.value_data)
+    if p.key_lengths is not None:
+        flags |= FLAG_KEYS
+        parts.append(_view(p.key_lengths, I32))
+        blobs = blobs + _blobs(p.key_data)
+    stamps = p.timestamps
+    if isinstance(stamps, (int, np.integer)):
+        base_ts = max_ts = int(stamps)
+    else:
+        stamps = np.asarray(stamps, dtype=I64)
+        base_ts = int(stamps.min())
+        max_ts = int(stamps.max())
+        if max_ts != base_ts:
+            flags |= FLAG_TIMESTAMPS
+            parts.append(_view(stamps - base_ts, I64))
+    lane_max = max(lane_max, max_ts)
+    if p.header_counts is not None:
+        flags |= FLAG_HEADERS
+        parts += [
+            _view(p.header_counts, I32),
+            _view(p.hkey_lengths, I32),
+            _view(p.hvalue_lengths, I32),
+        ]
+        blobs = blobs + _blobs(p.hkey_data) + _blobs(p.hvalue_data)
+    body = b"".join(parts + blobs)
+    if len(body) > _MAX_U32:
+        raise SizeLimitError(
+            f"a ring item of {len(body)} bytes exceeds the 4 GiB format limit; lower max_batch_bytes/max_batch_records"
+        )
+    stored: bytes = body
+    if lz4_from is not None and len(body) >= lz4_from:
+        packed = lz4.block.compress(body, store_size=False)
+        if len(packed) <= len(body) - (len(body) >> 4):
+            stored = packed
+            flags |= FLAG_LZ4
+    return pack_item(flags, count, base_ts, producer_id, producer_seq, lane_max, len(body), stored), lane_max
+
+
+def _join_arrays(arrays: Sequence[Any], dtype: np.dtype) -> np.ndarray:
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0], dtype=dtype)
+    return np.concatenate(arrays).astype(dtype, copy=False)
+
+
+def encode_item_v1(values: Sequence[bytes], *, timestamps: Sequence[int] | int, producer_id: int = 0) -> bytes:
+    """Write format version 1 (version 2 without ``lane_max_ts``). Kept so the upgrade-on-read path stays tested."""
+    item = encode_columns(values, timestamps=timestamps, producer_id=producer_id, producer_seq=0, compression="none")
+    _, _, flags, _, count, base_ts, pid, pseq, _, _, _, _ = HEADER.unpack_from(item)
+    stored = item[HEADER_SIZE:]
+    prefix = HEADER_V1.pack(MAGIC, 1, flags, 0, count, base_ts, pid, pseq, len(stored), len(stored), 0)
+    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[: HEADER_SIZE_V1 - 4]))
+    return b"".join((prefix[: HEADER_SIZE_V1 - 4], U32.pack(crc), stored))
+
+
+def encode_batch_v0(values: Sequence[bytes]) -> bytes:
+    """Write the legacy format version 0 (values only, row-wise). Kept so the upgrade-on-read path stays tested."""
+    parts = [V0_HEADER.pack(MAGIC, 0, len(values))]
+    for value in values:
+        parts += [U32.pack(len(value)), value]
+    return b"".join(parts)
+
+
+def _bad_column(name: str, column: Sequence[Any], allow_none: bool) -> ConfigError:
+    for index, value in enumerate(column):
+        if value is None and allow_none:
+            continue
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            return ConfigError(
+                f"record {index}: {name} is a {type(value).__name__}, not bytes; encode it to bytes before publishing"
+            )
+    return ConfigError(f"{name}s must be bytes")
+
+
+def _first_bad_headers(headers: Sequence[Any]) -> Any:
+    for hs in headers:
+        for pair in hs:
+            if (
+                not isinstance(pair, tuple)
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not isinstance(pair[1], (bytes, bytearray, memoryview))
+            ):
+                return pair
+    return headers
