@@ -150,7 +150,7 @@ _SEND_WRITTEN_FOR = ((5, 7), (5, 8))
 _UPSTREAM_REQUEUE = "write_queue.appendleft(bytes_[bytes_sent:])"
 
 
-# Long on purpose (about 80 lines): _handle_write below is hazelcast-python-client's AsyncoreConnection.handle_write
+# long: on purpose (about 80 lines): _handle_write below is hazelcast-python-client's AsyncoreConnection.handle_write
 # copied whole, with one line changed, so it can be read side by side with the version it replaces (and
 # check_partial_send_fix compares that version's source); its closures bind the client's private names once.
 # Cutting the copy into helpers would make that comparison, and the next upgrade's, harder.

@@ -37,12 +37,17 @@ def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 
 
 def _says_why(lines: list[str], node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """A ``# long:`` comment on the line above the ``def`` (or its decorators), or anywhere before the first
-    statement after the docstring."""
+    """A ``# long:`` comment in the comment block just above the ``def`` (or its decorators), or anywhere before the
+    first statement after the docstring."""
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    above = first - 2
+    while above >= 0 and lines[above].strip().startswith("#"):
+        if lines[above].strip().startswith("# long:"):
+            return True
+        above -= 1
     body = [n for n in node.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     stop = body[0].lineno if body else node.lineno
-    return any(line.strip().startswith("# long:") for line in lines[max(first - 2, 0) : stop - 1])
+    return any(line.strip().startswith("# long:") for line in lines[first - 1 : stop - 1])
 
 
 def long_functions() -> list[str]:
