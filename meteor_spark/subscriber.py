@@ -196,6 +196,9 @@ class Subscriber:
         metrics: Any = None,
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
+        # shared groups' own: __new__ hands them to a SharedSubscriber, and refuses them without shared=True
+        acquisition_timeout_ms: int | None = None,
+        max_deliveries: int | None = None,
     ) -> None:
         require_grid(grid)
         registry = metrics_registry(metrics)
