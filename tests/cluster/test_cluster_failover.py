@@ -264,7 +264,7 @@ def core_run(cluster: HazelcastCluster) -> Iterator[CoreRun]:
         with Publisher(grid, control.config) as plain:
             records = [Record(b"c%d" % i, lane=i % CONTROL_LANES) for i in range(100 * CONTROL_LANES)]
             plain.publish_many(records).result(60)
-        run.control_published.update(r.lane for r in records)  # type: ignore[misc]
+        run.control_published.update(r.lane for r in records)
         run.control_owners = {lane: owner_of(grid, ring) for lane, ring in enumerate(control.ring_names)}
         try:
             publishing.start("publisher", _publishing(run, publisher))

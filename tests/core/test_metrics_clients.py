@@ -13,6 +13,7 @@ from meteor_spark import metrics
 from meteor_spark.errors import ConfigError, FencedError
 from meteor_spark.groups import GroupMember
 from meteor_spark.publisher import Publisher
+from meteor_spark.shared_groups import SharedSubscriber
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
@@ -131,6 +132,7 @@ def test_shared_member_reports_what_it_settled(grid, unique_name, registry, scra
         dead_letter_stream=dead,
         metrics=registry,
     ) as member:
+        assert isinstance(member, SharedSubscriber)
         held: list = []
         wait_until(
             lambda: held.extend(member.poll(timeout_ms=200)) or len(held) >= 10,

@@ -22,6 +22,7 @@ from meteor_spark.groups import OFFSETS_MAP
 from meteor_spark.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
+from meteor_spark.records import Record
 from meteor_spark.streams import StreamConfig, open_stream
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
@@ -79,7 +80,7 @@ def test_confirm_stores_the_mark_of_the_last_delivered_item(grid: Grid, unique_n
 def test_confirm_of_one_record_stores_the_mark_of_its_item(grid: Grid, unique_name: str) -> None:
     config = _config(unique_name)
     _publish(grid, config, "old", 3)
-    records = []
+    records: list[Record] = []
     with Subscriber(grid, config, group="g", lease_ms=LEASE_MS, initial_offset_scheme="earliest") as sub:
         wait_until(lambda: records.extend(sub.poll(50)) or len(records) >= 3, 10, message="3 records")
         sub.confirm(records[1])
