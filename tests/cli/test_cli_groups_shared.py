@@ -9,6 +9,7 @@ from meteor_spark.grid import Grid
 from meteor_spark.offsets import first_offset_of
 from meteor_spark.publisher import Publisher
 from meteor_spark.records import Record
+from meteor_spark.shared_groups import SharedSubscriber
 from meteor_spark.streams import StreamConfig
 from meteor_spark.subscriber import Subscriber
 from meteor_spark.testing import wait_until
@@ -20,6 +21,7 @@ def test_a_shared_groups_lanes_show_start_window_and_in_flight(meteor: Meteor, g
     with Publisher(grid, StreamConfig(unique_name, lanes=2), max_batch_records=1) as publisher:
         publisher.publish_many([Record(f"r{n}".encode(), lane=n % 2) for n in range(6)]).result()
     with Subscriber(grid, unique_name, group="queue", shared=True, max_poll_records=2) as member:
+        assert isinstance(member, SharedSubscriber)
         batch = wait_until(lambda: member.poll(50), 10, message="two records")
         member.ack(batch[0])  # the other stays in flight
         run = meteor("groups", unique_name)
