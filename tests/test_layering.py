@@ -35,9 +35,10 @@ def module_name(path: Path) -> str:
 def imported_roots(path: Path, *, module_level_only: bool) -> set[str]:
     """Top-level package names imported by ``path`` (optionally only by statements at module level)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    nodes = tree.body if module_level_only else list(ast.walk(tree))
+    nodes: list[ast.AST] = list(tree.body) if module_level_only else list(ast.walk(tree))
     if module_level_only:  # include imports nested in module-level if/try blocks, not in functions or classes
-        pending, nodes = list(tree.body), []
+        pending: list[ast.AST] = list(tree.body)
+        nodes = []
         while pending:
             node = pending.pop()
             nodes.append(node)

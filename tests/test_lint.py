@@ -1,5 +1,5 @@
-"""The package and the tests are ruff-clean (lint and format) and the package mypy-clean under the settings in
-pyproject.toml, so the README's test command checks all three.
+"""The package and the tests are ruff-clean (lint and format) and mypy-clean under the settings in pyproject.toml,
+so the README's test command checks all three.
 
 Both tools run as subprocesses from the checkout root (they read ``[tool.ruff]`` / ``[tool.mypy]`` there); the
 findings are the assertion message, so a failure reads like the tool's own output.

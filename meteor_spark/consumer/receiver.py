@@ -22,8 +22,9 @@ __all__ = ["ErrorHandler", "Receiver", "RecordHandler"]
 
 logger = logging.getLogger(__name__)
 
-#: ``callback(record)`` for a Receiver (or ``callback(batch)`` with ``per_batch=True``).
-RecordHandler = Callable[[Any], None]
+#: ``callback(record)`` for a Receiver (or ``callback(batch)`` with ``per_batch=True``); what it returns is ignored,
+#: so a callback that answers with a value (``lambda r: publisher.publish_async(...)``) fits as well.
+RecordHandler = Callable[[Any], object]
 #: ``on_error(error, record_or_None)``: told about callback and poll failures of a Receiver.
 ErrorHandler = Callable[[BaseException, Record | None], None]
 

@@ -168,6 +168,9 @@ class Subscriber(SubscriberOffsets, LaneReader):
         metrics: Any = None,
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
+        # shared groups' own: __new__ hands them to a SharedSubscriber, and refuses them without shared=True
+        acquisition_timeout_ms: int | None = None,
+        max_deliveries: int | None = None,
     ) -> None:
         # long: one constructor on purpose: every option is checked (raising a ConfigError that names it) before
         # anything is asked of the grid or a group is joined, then the state is set in one place; split up, an

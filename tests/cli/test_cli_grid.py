@@ -73,7 +73,7 @@ def _start_member(*args: str, env: dict[str, str] | None = None) -> tuple[subpro
         text=True,
         env=env,
     )
-    assert process.stdout is not None
+    assert process.stdout is not None and process.stderr is not None
     first = process.stdout.readline()  # blocks until the member printed its address (or died)
     assert first.startswith("listening on "), (first, process.stderr.read() if process.poll() is not None else "")
     return process, first.split()[2]

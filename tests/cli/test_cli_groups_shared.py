@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record
@@ -20,6 +21,7 @@ def test_a_shared_groups_lanes_show_start_window_and_in_flight(meteor: Meteor, g
     with Publisher(grid, StreamConfig(unique_name, lanes=2), max_batch_records=1) as publisher:
         publisher.publish_many([Record(f"r{n}".encode(), lane=n % 2) for n in range(6)]).result()
     with Subscriber(grid, unique_name, group="queue", shared=True, max_poll_records=2) as member:
+        assert isinstance(member, SharedSubscriber)
         batch = wait_until(lambda: member.poll(50), 10, message="two records")
         member.ack(batch[0])  # the other stays in flight
         run = meteor("groups", unique_name)

@@ -154,7 +154,7 @@ def test_sigterm_on_tail_group_releases_the_lanes_and_exits_143(
 
 
 def _values(grid: Grid, info: StreamInfo) -> list[bytes]:
-    values = []
+    values: list[bytes] = []
     for lane, (head, end) in lane_bounds(grid, info).items():
         for items, sequences in read_range(grid, info, lane, head, end):
             for item, sequence in zip(items, sequences, strict=True):

@@ -120,10 +120,18 @@ def _publishing(run: CoreRun, publisher: Publisher) -> Callable[[], None]:
         numbers = list(range(first, first + BLOCK))
         if step[0] % 2 == 0:
             for n in numbers:
-                publisher.publish_async(b"%d" % n, callback=lambda _o, e, n=n: acked([n], e))
+
+                def one_acked(_offset: int | None, error: BaseException | None, n: int = n) -> None:
+                    acked([n], error)
+
+                publisher.publish_async(b"%d" % n, callback=one_acked)
         else:
             future = publisher.publish_many([b"%d" % n for n in numbers])
-            future.add_done_callback(lambda f, ns=numbers: acked(ns, f.exception()))
+
+            def all_acked(f: Any, ns: list[int] = numbers) -> None:
+                acked(ns, f.exception())
+
+            future.add_done_callback(all_acked)
         run.sent = first + BLOCK
         step[0] += 1
         time.sleep(PAUSE_S)
@@ -264,7 +272,7 @@ def core_run(cluster: HazelcastCluster) -> Iterator[CoreRun]:
         with Publisher(grid, control.config) as plain:
             records = [Record(b"c%d" % i, lane=i % CONTROL_LANES) for i in range(100 * CONTROL_LANES)]
             plain.publish_many(records).result(60)
-        run.control_published.update(r.lane for r in records)  # type: ignore[misc]
+        run.control_published.update(r.lane for r in records)
         run.control_owners = {lane: owner_of(grid, ring) for lane, ring in enumerate(control.ring_names)}
         try:
             publishing.start("publisher", _publishing(run, publisher))

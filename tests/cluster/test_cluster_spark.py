@@ -105,7 +105,12 @@ def test_a_query_through_a_member_kill_and_restart_loses_and_duplicates_nothing(
             while not stop.is_set():
                 values = [b"v%d" % i for i in range(n, n + 20)]
                 future = publisher.publish_many([Record(v, key=v) for v in values])
-                future.add_done_callback(lambda f, vs=values: f.exception() is None and acked.update(vs))
+
+                def settled(f: Any, vs: list[bytes] = values) -> None:
+                    if f.exception() is None:
+                        acked.update(vs)
+
+                future.add_done_callback(settled)
                 n += 20
                 stop.wait(0.1)  # about 200 records/s
 

@@ -280,9 +280,9 @@ def test_batching_is_validated_once_with_the_same_words_everywhere() -> None:
     for bad in ({"max_batch_records": 0}, {"max_batch_records": True}, {"linger_ms": -1}, {"compression": "zip"}):
         name = next(iter(bad))
         with pytest.raises(ConfigError, match=name):
-            Batching(**bad)  # type: ignore[arg-type]
+            Batching(**bad)
         with pytest.raises(ConfigError, match=name):
-            StreamConfig("s", **bad)  # type: ignore[arg-type]
+            StreamConfig("s", **bad)
         with pytest.raises(ConfigError, match=name):
             PublisherSettings.parse(StreamConfig("s"), bad)
     with pytest.raises(ConfigError, match=r"max_items_per_call must be an integer in \[1, 999\], got 1000"):

@@ -57,7 +57,7 @@ def test_the_auto_confirm_clock_is_due_at_most_once_per_interval() -> None:
     with pytest.raises(ConfigError, match=r"auto_confirm_interval_ms must be an integer in \[0, "):
         AutoConfirm(-1)
     with pytest.raises(ConfigError, match="auto_confirm_interval_ms"):
-        AutoConfirm(True)  # type: ignore[arg-type]
+        AutoConfirm(True)
 
 
 def test_auto_confirm_needs_a_group(grid: Grid, unique_name: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,8 @@ def test_a_missing_tls_file_is_named_before_connecting(
     grid_settings: GridSettings, tmp_path: Path, option: str, field: str
 ) -> None:
     missing = tmp_path / "missing.pem"
-    settings = replace(grid_settings, ssl_enabled=True, connect_timeout_s=10, **{field: str(missing)})
+    tls_file: dict[str, Any] = {field: str(missing)}
+    settings = replace(grid_settings, ssl_enabled=True, connect_timeout_s=10, **tls_file)
     started = time.monotonic()
     with pytest.raises(ConfigError) as refused:
         Grid(settings)

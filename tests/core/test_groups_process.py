@@ -251,8 +251,8 @@ def test_a_sigstopped_zombie_member_cannot_confirm_after_waking_up(
     backwards = sum(
         1
         for before, after in itertools.pairwise(samples)
-        for lane in before
-        if before[lane] is not None and (after[lane] is None or after[lane] < before[lane])
+        for lane, was in before.items()
+        if was is not None and ((now := after[lane]) is None or now < was)
     )
     lost = sorted(set(published) - set(report["confirmed"]) - set(received))
     _figures(

@@ -275,7 +275,7 @@ def _publish_while_cutting(
                     proxy.drop()
                 return future
 
-            ring.add_all_async = cutting  # type: ignore[method-assign]
+            ring.add_all_async = cutting
         futures = [
             pub.publish_many([f"{n}".encode() for n in range(i, min(records, i + 200))]) for i in range(0, records, 200)
         ]

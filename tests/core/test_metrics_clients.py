@@ -10,6 +10,7 @@ import prometheus_client
 import pytest
 
 from meteor_spark import metrics
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, FencedError
 from meteor_spark.grid.streams import StreamConfig, open_stream
@@ -131,6 +132,7 @@ def test_shared_member_reports_what_it_settled(grid, unique_name, registry, scra
         dead_letter_stream=dead,
         metrics=registry,
     ) as member:
+        assert isinstance(member, SharedSubscriber)
         held: list = []
         wait_until(
             lambda: held.extend(member.poll(timeout_ms=200)) or len(held) >= 10,

@@ -58,7 +58,7 @@ def test_initial_offset_scheme_parses_names_and_resolves_auto() -> None:
         ({"name": "s", "lanes": True}, "lanes"),
     ],
 )
-def test_stream_config_rejects_bad_values_naming_the_field(kwargs, field) -> None:  # type: ignore[no-untyped-def]
+def test_stream_config_rejects_bad_values_naming_the_field(kwargs, field) -> None:
     with pytest.raises(ConfigError, match=field):
         StreamConfig(**kwargs)
 

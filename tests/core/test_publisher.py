@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+from concurrent.futures import Future
+from typing import cast
 
 import pyarrow as pa
 import pytest
@@ -102,7 +104,7 @@ def test_explicit_lane_wins_and_bad_lanes_are_rejected(grid: Grid, unique_name: 
         with pytest.raises(ConfigError, match="value must be bytes"):
             pub.publish_async(Record("text"))  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="cannot publish a int"):
-            pub.publish_async(5)  # type: ignore[arg-type]
+            pub.publish_async(5)
     assert [r.value for r in _read_all(grid, open_stream(grid, unique_name))[1]] == [b"x"]
 
 
@@ -218,12 +220,15 @@ def test_publish_arrow_spreads_keyless_rows_over_the_lanes_in_runs_of_a_whole_ca
 def test_publish_futures_work_with_concurrent_futures_helpers(grid: Grid, unique_name: str) -> None:
     with Publisher(grid, StreamConfig(unique_name), linger_ms=20) as pub:
         futures = [pub.publish_async(b"x") for _ in range(50)]
-        done, not_done = concurrent.futures.wait(futures, timeout=10)
+        # RecordFuture duck-types concurrent.futures.Future (meteor_spark.producer.futures); typeshed wants the class
+        done, not_done = concurrent.futures.wait(cast("list[Future[int]]", futures), timeout=10)
         assert not not_done and len(done) == 50
         late = pub.publish_async(b"y")
         got: list[int] = []
         late.add_done_callback(lambda f: got.append(f.result()))
-        assert [f.result() for f in concurrent.futures.as_completed([late], timeout=10)] == [late.result()]
+        assert [f.result() for f in concurrent.futures.as_completed(cast("list[Future[int]]", [late]), timeout=10)] == [
+            late.result()
+        ]
         wait_until(lambda: got == [late.result()], message="done callback")
         assert not late.cancel()
 

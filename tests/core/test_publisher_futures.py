@@ -11,7 +11,8 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import threading
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, cast
 
 import pytest
 
@@ -20,6 +21,7 @@ from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.calls import Segment
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -34,7 +36,8 @@ def test_every_future_gets_its_own_offset_in_order(grid: Grid, unique_name: str)
     assert all(a < b for a, b in itertools.pairwise(offsets)), "one lane: offsets follow the publishing order"
     assert all(f.done() and not f.running() and not f.cancelled() and f.exception() is None for f in futures)
     # A kept future does not keep the records of its segment alive once they were sent.
-    assert all(f._segment.values == [] for f in futures)  # type: ignore[attr-defined]
+    segments = [f._segment for f in futures]
+    assert all(isinstance(segment, Segment) and segment.values == [] for segment in segments)
 
 
 def test_waiting_from_other_threads_and_done_callbacks(grid: Grid, unique_name: str) -> None:
@@ -61,7 +64,8 @@ def test_waiting_from_other_threads_and_done_callbacks(grid: Grid, unique_name: 
         late: list[int] = []
         futures[5].add_done_callback(lambda f: late.append(f.result()))  # already done: runs at once, here
         assert late == [futures[5].result()]
-        done, not_done = concurrent.futures.wait(futures, timeout=0)
+        # RecordFuture duck-types concurrent.futures.Future (meteor_spark.producer.futures); typeshed wants the class
+        done, not_done = concurrent.futures.wait(cast("list[Future[int]]", futures), timeout=0)
         assert len(done) == 20 and not not_done
         with pytest.raises(RuntimeError, match="completed by their publisher"):
             futures[0].set_result(1)
@@ -73,10 +77,12 @@ def test_waiting_from_other_threads_and_done_callbacks(grid: Grid, unique_name: 
 def test_concurrent_futures_helpers_on_records_still_queued(grid: Grid, unique_name: str) -> None:
     with Publisher(grid, StreamConfig(unique_name), linger_ms=200) as pub:
         futures = [pub.publish_async(b"y") for _ in range(10)]
-        ordered = [f.result() for f in concurrent.futures.as_completed(futures, timeout=10)]
+        ordered = [f.result() for f in concurrent.futures.as_completed(cast("list[Future[int]]", futures), timeout=10)]
         assert sorted(ordered) == sorted(f.result() for f in futures)
         done, not_done = concurrent.futures.wait(
-            [pub.publish_async(b"z")], timeout=10, return_when=concurrent.futures.FIRST_COMPLETED
+            cast("list[Future[int]]", [pub.publish_async(b"z")]),
+            timeout=10,
+            return_when=concurrent.futures.FIRST_COMPLETED,
         )
         assert len(done) == 1 and not not_done
 

@@ -6,6 +6,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -197,7 +198,7 @@ def test_legacy_version_0_items_are_upgraded_on_read() -> None:
         (lambda b: b"", "bad magic"),
     ],
 )
-def test_corrupt_items_raise_format_error_naming_stream_lane_and_sequence(damage, message) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_items_raise_format_error_naming_stream_lane_and_sequence(damage, message) -> None:
     item = encode_batch(_records(), producer_id=0, producer_seq=0)
     with pytest.raises(FormatError, match=message) as info:
         decode_item(damage(item), stream="pay", lane=2, sequence=1234)
@@ -301,7 +302,7 @@ def test_to_arrow_slices_keys_and_values_of_partial_parts() -> None:
 
 def test_item_count_reads_the_header_alone_and_rejects_a_header_that_fails_its_checks() -> None:
     item = encode_batch(_records(), producer_id=1, producer_seq=0, compression="lz4", compression_threshold=0)
-    where = {"stream": "orders", "lane": 0, "sequence": 4}
+    where: dict[str, Any] = {"stream": "orders", "lane": 0, "sequence": 4}
     assert item_count(item, **where) == 50
     body_corrupt = item[:-1] + bytes([item[-1] ^ 0xFF])
     assert item_count(body_corrupt, **where) == 50  # the body is not looked at...
@@ -332,7 +333,8 @@ def test_version_1_items_are_read_and_version_2_carries_the_lanes_running_maximu
     view = decode_item(old, stream="s", lane=0, sequence=0)
     assert (view.version, view.producer_id, view.lane_max_timestamp_ms) == (1, 7, None)
     assert bytes(view.value_data) == b"ab" and list(view.value_lengths) == [1, 1]
-    assert list(view.timestamps(0, None)) == [5, 3]
+    stamps = view.timestamps(0, None)
+    assert stamps is not None and list(stamps) == [5, 3]
     assert item_count(old, stream="s", lane=0, sequence=0) == 2
     assert lane_max_after(old, stream="s", lane=0, sequence=0) == 5
     pieces = [[prepare_columns([b"x"], timestamps=[s])] for s in (8, 2, 20, 1)]

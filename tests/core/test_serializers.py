@@ -73,7 +73,7 @@ def test_unknown_names_and_wrong_kinds_are_refused_with_the_built_ins(grid: Grid
     with pytest.raises(ConfigError, match=r"key_deserializer built-in 'yaml'.*bytes, json, str"):
         Subscriber(grid, config, key_deserializer="yaml")
     with pytest.raises(ArgumentTypeError, match="value_deserializer must be one of 'json', 'str', 'bytes' or a"):
-        Subscriber(grid, config, value_deserializer=42)  # type: ignore[arg-type]
+        Subscriber(grid, config, value_deserializer=42)
 
 
 def test_a_failing_serializer_names_the_record_and_queues_nothing(grid: Grid, unique_name: str) -> None:

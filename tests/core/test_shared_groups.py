@@ -191,7 +191,7 @@ def test_a_lock_that_expires_at_the_last_delivery_dead_letters_the_record_instea
         member_id="other",
     )
     assert [r.delivery_count for r in _poll(dead)] == [1, 1]  # and never settled: its process is gone
-    redelivered: list[SharedRecord] = []
+    redelivered: list[Record] = []
     wait_until(
         lambda: redelivered.extend(other.poll(50)) or other.dead_lettered_records == 2,
         10,
@@ -454,7 +454,8 @@ def test_deserializers_and_on_corrupt_for_shared_members(
         for value in (b'{"n": 1}', b"not json", b'{"n": 3}'):
             publisher.publish(value)
     strict = Subscriber(grid, unique_name, group="strict", shared=True, value_deserializer="json")
-    members.append(strict)  # type: ignore[arg-type]
+    assert isinstance(strict, SharedSubscriber)
+    members.append(strict)
     batch = _poll(strict)
     assert [r.value for r in batch] == [{"n": 1}] and batch[0].delivery_count == 1
     strict.ack(batch)
@@ -471,7 +472,8 @@ def test_deserializers_and_on_corrupt_for_shared_members(
         on_corrupt="dead_letter",
         dead_letter_stream=dead,
     )
-    members.append(lenient)  # type: ignore[arg-type]
+    assert isinstance(lenient, SharedSubscriber)
+    members.append(lenient)
     got: list[object] = []
     wait_until(lambda: got.extend(r.value for r in lenient.poll(20)) or len(got) >= 2, 10, message="2 records")
     assert got == [{"n": 1}, {"n": 3}]

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT
 from meteor_spark.format.records import Record
@@ -73,6 +74,7 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
     with Subscriber(
         grid, info.name, group="q", shared=True, acquisition_timeout_ms=ACQUISITION_TIMEOUT_MS, dead_letter_stream=dlq
     ) as creator:
+        assert isinstance(creator, SharedSubscriber)
         assert creator.acquisition_timeout_ms == ACQUISITION_TIMEOUT_MS
     for name in names:
         dlq_arg, timeout_arg = (dlq, str(ACQUISITION_TIMEOUT_MS)) if name == "slow" else ("-", "-")
@@ -87,7 +89,10 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
                 timeout_arg,
             )
         )
-    by_fd = {child.process.stdout.fileno(): (name, child) for name, child in zip(names, children, strict=True)}
+    by_fd: dict[int, tuple[str, Child]] = {}
+    for name, child in zip(names, children, strict=True):
+        assert child.process.stdout is not None
+        by_fd[child.process.stdout.fileno()] = (name, child)
     processed: Counter[str] = Counter()
     acked: Counter[str] = Counter()
     acked_by: Counter[str] = Counter()
@@ -109,7 +114,7 @@ def test_four_members_one_sigkilled_every_record_acked_once_and_its_records_rede
             assert child.process.stdout is not None
             line = child.process.stdout.readline()
             if not line:
-                raise AssertionError(f"member {name} ended: {child.process.stderr.read()}")  # type: ignore[union-attr]
+                raise AssertionError(f"member {name} ended: {child.process.stderr.read()}")
             kind, records = json.loads(line)
             values = [value for value, _ in records]
             now = time.monotonic()

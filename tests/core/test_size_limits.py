@@ -133,7 +133,7 @@ def test_the_setting_is_an_option_and_checked(grid: Grid, unique_name: str) -> N
         with pytest.raises(ConfigError, match="maxFrameBytes"):
             GridSettings.from_options({"hazelcast.maxFrameBytes": bad})
     with pytest.raises(ConfigError, match=r"max_frame_bytes|maxFrameBytes"):
-        GridSettings(max_frame_bytes=True)  # type: ignore[arg-type]
+        GridSettings(max_frame_bytes=True)
     # A publisher whose full items could not fit in one frame is refused when it is made.
     settings = replace(grid.settings, max_frame_bytes=MB)
     with pytest.raises(ConfigError, match="max_batch_bytes"):

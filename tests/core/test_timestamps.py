@@ -59,7 +59,7 @@ def read_counter(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
     real = Ring.read_many
 
-    def counting(self: Ring, start: int, min_count: int, max_count: int):  # type: ignore[no-untyped-def]
+    def counting(self: Ring, start: int, min_count: int, max_count: int):
         calls.append(max_count)
         return real(self, start, min_count, max_count)
 
@@ -156,7 +156,9 @@ def test_items_of_format_version_1_are_still_searched(grid: Grid, unique_name: s
     ring = grid.ring(info.ring_names[0])
     ring.add_all([encode_item_v1([b"0.0", b"0.1"], timestamps=[10, 20]), encode_item_v1([b"1.0"], timestamps=30)])
     view = decode_item(ring.read_many(0, 0, 1).items[0], stream=unique_name, lane=0, sequence=0)
-    assert (view.version, view.lane_max_timestamp_ms, list(view.timestamps(0, None))) == (1, None, [10, 20])
+    stamps = view.timestamps(0, None)
+    assert stamps is not None
+    assert (view.version, view.lane_max_timestamp_ms, list(stamps)) == (1, None, [10, 20])
     with Publisher(grid, unique_name, linger_ms=0) as pub:
         pub.publish(Record(b"2.0", timestamp_ms=25))
         pub.publish(Record(b"3.0", timestamp_ms=40))

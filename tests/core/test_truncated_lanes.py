@@ -18,6 +18,7 @@ import pytest
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import DataLossError, LaneTruncatedError
 from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.item_marks import CHANGED, GONE, PAST_END, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.grid.streams import StreamConfig, open_stream
@@ -78,7 +79,7 @@ def test_confirm_stores_the_mark_of_the_last_delivered_item(grid: Grid, unique_n
 def test_confirm_of_one_record_stores_the_mark_of_its_item(grid: Grid, unique_name: str) -> None:
     config = _config(unique_name)
     _publish(grid, config, "old", 3)
-    records = []
+    records: list[Record] = []
     with Subscriber(grid, config, group="g", lease_ms=LEASE_MS, initial_offset_scheme="earliest") as sub:
         wait_until(lambda: records.extend(sub.poll(50)) or len(records) >= 3, 10, message="3 records")
         sub.confirm(records[1])

@@ -145,7 +145,7 @@ CASES: dict[str, tuple[Call, str]] = {
     "publish_many lane=-2": (lambda c: c.pub.publish_many([Record(b"x", lane=-2)]), "lane"),
     "publish_many timestamp_ms=-5": (lambda c: c.pub.publish_many([Record(b"x", timestamp_ms=-5)]), "timestamp"),
     "publish_arrow without value": (lambda c: c.pub.publish_arrow(pa.table({"x": [1]})), "value"),
-    "publish_arrow('abc')": (lambda c: c.pub.publish_arrow("abc"), "publish_arrow"),  # type: ignore[arg-type]
+    "publish_arrow('abc')": (lambda c: c.pub.publish_arrow("abc"), "publish_arrow"),
     "publish_arrow int values": (lambda c: c.pub.publish_arrow(pa.table({"value": [1, 2]})), "value"),
     "publish_arrow lane 99": (lambda c: c.pub.publish_arrow(pa.table({"value": [b"a"], "lane": [99]})), "lane"),
     "flush(-1)": (lambda c: c.pub.flush(-1), "timeout_s"),

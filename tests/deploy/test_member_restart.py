@@ -45,7 +45,7 @@ def test_publisher_and_subscriber_ride_out_a_member_restart(member: EmbeddedGrid
         publisher = Publisher(grid, config)
         subscriber = Subscriber(grid, config, initial_offset_scheme=InitialOffsetScheme.EARLIEST)
 
-        def done(n: int):  # type: ignore[no-untyped-def]
+        def done(n: int):
             def callback(offset: int | None, error: BaseException | None) -> None:
                 if error is None:
                     acked.add(n)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import hazelcast
 import pytest
 from hazelcast.errors import IllegalStateError, UnsupportedOperationError
+from hazelcast.proxy.ringbuffer import BlockingRingbuffer, Ringbuffer
 
 from meteor_spark.errors import GridConnectionError
 from meteor_spark.grid.client import Grid, GridSettings
@@ -44,7 +45,7 @@ def test_client_connects_and_sees_one_member_with_271_partitions(grid_settings: 
                 lambda: partitions.get_partition_owner(0) is not None, timeout_s=30, message="the owner of partition 0"
             )
             assert partitions.get_partition_owner(0) == members[0].uuid
-        ring = c.get_ringbuffer("t-connect-probe").blocking()
+        ring: BlockingRingbuffer[bytes] = c.get_ringbuffer("t-connect-probe").blocking()
         assert ring.capacity() >= 1
     finally:
         c.shutdown()
@@ -122,7 +123,7 @@ def test_distributed_object_listener_sees_created_and_destroyed(
     ).result()
     other = connect(grid_settings)
     try:
-        ring = other.get_ringbuffer(unique_name)
+        ring: Ringbuffer[bytes] = other.get_ringbuffer(unique_name)
         ring.blocking().size()
         client.get_ringbuffer(unique_name).blocking().size()  # a second create_proxy: idempotent, no new event
         ring.destroy()
@@ -172,7 +173,7 @@ def test_compact_schema_is_stored_and_served(
     reader = connect(grid_settings, compact_serializers=[PointSerializer()])
     try:
         writer.get_ringbuffer(unique_name).blocking().add(Point(3, 4))
-        point = reader.get_ringbuffer(unique_name).blocking().read_one(0)
+        point: Point = reader.get_ringbuffer(unique_name).blocking().read_one(0)
         assert (point.x, point.y) == (3, 4)
     finally:
         writer.shutdown()

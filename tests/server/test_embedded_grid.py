@@ -10,6 +10,7 @@ import sys
 
 import hazelcast
 import pytest
+from hazelcast.proxy.map import BlockingMap
 
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.server import EmbeddedGrid, MapConfig, MemberOptions, RingConfig
@@ -59,7 +60,7 @@ def test_binds_loopback_by_default() -> None:
     with EmbeddedGrid() as member:
         port = member.port
         assert member.address.startswith("127.0.0.1:")
-        addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
         outside = [a for a in addresses if not a.startswith("127.")]
         for address in outside:
             with socket.socket() as probe:
@@ -232,7 +233,8 @@ def test_authentication_with_long_credentials_and_labels_fits_the_unauthenticate
             labels=[f"label-{i}-" + "l" * 200 for i in range(40)],
         )
         try:
-            assert client.get_map("m").blocking().put("k", "v") is None
+            blocking: BlockingMap[str, str] = client.get_map("m").blocking()
+            assert blocking.put("k", "v") is None
         finally:
             client.shutdown()
 
@@ -248,13 +250,13 @@ def test_map_configs_give_matching_maps_their_default_ttl() -> None:
     with EmbeddedGrid(map_configs=configs) as member:
         client = _client(member)
         try:
-            sessions = client.get_map("sessions.web").blocking()
+            sessions: BlockingMap[str, str] = client.get_map("sessions.web").blocking()
             sessions.put("k", "v")
             view = sessions.get_entry_view("k")
             assert (view.ttl, view.max_idle) == (600_000, 60_000)
             sessions.put("k", "v", ttl=5)  # a write's own TTL wins over the map default
             assert sessions.get_entry_view("k").ttl == 5_000
-            other = client.get_map("other").blocking()
+            other: BlockingMap[str, str] = client.get_map("other").blocking()
             other.put("k", "v")
             assert other.get_entry_view("k").ttl == 30_000  # the "default" config
         finally:
@@ -266,7 +268,7 @@ def test_process_member_honours_cp_mode_and_map_configs_from_its_flags() -> None
         client = _client(member)
         try:
             assert client.cp_subsystem.get_atomic_long("counter").blocking().increment_and_get() == 1
-            short = client.get_map("short.lived").blocking()
+            short: BlockingMap[str, str] = client.get_map("short.lived").blocking()
             short.put("k", "v")
             assert short.get_entry_view("k").ttl == 1_000
         finally:

@@ -252,6 +252,9 @@ class MemoryStore:
     def load(self, sequence: int) -> bytes | None:
         return self.items.get(sequence)
 
+    def next_stored(self, sequence: int, below: int) -> int | None:
+        return min((s for s in self.items if sequence <= s < below), default=None)
+
     def recover(self, capacity: int) -> tuple[int, list[bytes]]:
         return self.recovered
 

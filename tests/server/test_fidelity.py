@@ -15,6 +15,7 @@ that has disappeared. The last test prints ``fidelity: N identical of M compared
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import time
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from hazelcast.client import HazelcastClient
+from hazelcast.proxy.map import BlockingMap
 from hazelcast.serialization.api import IdentifiedDataSerializable
 
 from meteor_spark.compat import add_ringbuffer_config_request, invoke
@@ -67,7 +69,7 @@ def error_of(exc: BaseException) -> tuple[Any, ...]:
         text = text[len(prefix) :].split("\n \tat ")[0].split("\n ")[0].rstrip()
     # A Java object's default toString ends in its identity hash code, a number that changes every run.
     text = re.sub(r"@[0-9a-f]{1,8} -> ", "@<identity hash> -> ", text)
-    causes = []
+    causes: list[str] = []
     cause = getattr(exc, "cause", None)
     while cause is not None and len(causes) < 5:
         causes.append(type(cause).__name__)
@@ -614,13 +616,14 @@ def scenario_credentials_on_an_open_member(c: Any, n: str) -> Any:
             cluster_connect_timeout=2,
         )
         try:
-            return other.get_map(n).blocking().put("k", "v")
+            blocking: BlockingMap[str, str] = other.get_map(n).blocking()
+            return blocking.put("k", "v")
         finally:
             other.shutdown()
 
     cases = {"both": ("someone", "secret"), "username": ("someone", None), "password": (None, "secret")}
     cases["empty"] = ("", "")
-    return {case: attempt(lambda pair=pair: connect(*pair)) for case, pair in cases.items()}
+    return {case: attempt(functools.partial(connect, *pair)) for case, pair in cases.items()}
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures

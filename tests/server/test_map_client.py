@@ -136,14 +136,14 @@ def test_entry_view_with_per_entry_stats_enabled() -> None:
     with EmbeddedGrid(map_configs=(MapConfig("stats-*", per_entry_stats_enabled=True),)) as member:
         client = hazelcast.HazelcastClient(cluster_members=[member.address], cluster_name=member.cluster_name)
         try:
-            stats = client.get_map("stats-on").blocking()
+            stats: BlockingMap[str, str] = client.get_map("stats-on").blocking()
             stats.put("k", "v")
             stats.get("k")
             stats.get("k")
             view = stats.get_entry_view("k")
             assert view.hits == 2
             assert 0 < view.creation_time <= view.last_update_time <= view.last_access_time
-            plain = client.get_map("plain").blocking()
+            plain: BlockingMap[str, str] = client.get_map("plain").blocking()
             plain.put("k", "v")
             assert plain.get_entry_view("k").hits == -1
         finally:

@@ -37,6 +37,7 @@ def value(scraped: dict, name: str, **labels: str) -> float:
 def test_member_figures_over_http(tmp_path, process: bool) -> None:
     with EmbeddedGrid(port=0, metrics_port=0, process=process, data_dir=tmp_path, fsync="always") as member:
         assert member.metrics_address is not None
+        address = member.metrics_address
         empty = scrape(member.metrics_address)
         assert value(empty, "meteor_member_connections") == 0
         assert value(empty, "meteor_member_authenticated_clients") == 0
@@ -58,7 +59,7 @@ def test_member_figures_over_http(tmp_path, process: bool) -> None:
             assert value(scraped, "meteor_member_fsyncs_total") >= 2  # fsync=always: one per acknowledged write
             assert value(scraped, "meteor_member_quarantined_ranges") == 0
         wait_until(
-            lambda: value(scrape(member.metrics_address), "meteor_member_connections") == 0,
+            lambda: value(scrape(address), "meteor_member_connections") == 0,
             message="the closed client's connection leaves the figures",
         )
 
@@ -70,6 +71,7 @@ def test_no_metrics_port_no_endpoint() -> None:
 
 def test_metrics_port_in_use_is_a_clear_error(tmp_path) -> None:
     with EmbeddedGrid(port=0, metrics_port=0) as first:
+        assert first.metrics_address is not None
         taken = first.metrics_address.rsplit(":", 1)[1]
         result = subprocess.run(
             [sys.executable, "-m", "meteor_spark.server", "--port", "0", "--metrics-port", taken],
@@ -97,7 +99,7 @@ def test_meteor_grid_start_metrics_port_from_the_config_file(tmp_path) -> None:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        assert process.stdout is not None
+        assert process.stdout is not None and process.stderr is not None
         ready = READY_LINE.match(process.stdout.readline().strip())
         assert ready is not None and ready["metrics"], process.stderr.read() if process.poll() is not None else ""
         scraped = scrape(ready["metrics"])

@@ -41,7 +41,7 @@ class RecordingConnection:
 
 
 def _endpoint(connection: RecordingConnection) -> Endpoint:
-    endpoint = Endpoint(connection, "test")  # type: ignore[arg-type]
+    endpoint = Endpoint(connection, "test")
     endpoint.authenticated = True
     return endpoint
 

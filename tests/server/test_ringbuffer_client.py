@@ -13,6 +13,9 @@ from collections.abc import Iterator
 import hazelcast
 import pytest
 from hazelcast.errors import IllegalArgumentError, StaleSequenceError
+from hazelcast.future import Future
+from hazelcast.proxy.reliable_topic import BlockingReliableTopic
+from hazelcast.proxy.ringbuffer import BlockingRingbuffer, Ringbuffer
 
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.testing import wait_until
@@ -39,13 +42,13 @@ def items(*values: bytes) -> list[bytearray]:
 
 
 def test_new_ring_reports_hazelcast_defaults(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     assert ring.capacity() == 10_000
     assert (ring.size(), ring.tail_sequence(), ring.head_sequence(), ring.remaining_capacity()) == (0, -1, 0, 10_000)
 
 
 def test_add_add_all_read_one_read_many(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     assert ring.add(bytearray(b"a")) == 0
     assert ring.add_all(items(b"b", b"c", b"\x00\xff")) == 3
     assert ring.read_one(3) == bytearray(b"\x00\xff")
@@ -57,7 +60,7 @@ def test_add_add_all_read_one_read_many(client: hazelcast.HazelcastClient, uniqu
 
 
 def test_read_many_respects_max_count(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     ring.add_all(items(*[bytes([i]) for i in range(20)]))
     result = ring.read_many(5, 0, 7)
     assert [result.get_sequence(i) for i in range(len(result))] == list(range(5, 12))
@@ -65,7 +68,7 @@ def test_read_many_respects_max_count(client: hazelcast.HazelcastClient, unique_
 
 
 def test_read_many_with_nothing_to_read_and_min_zero(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     ring.add(bytearray(b"a"))
     result = ring.read_many(1, 0, 10)
     assert list(result) == []
@@ -73,7 +76,7 @@ def test_read_many_with_nothing_to_read_and_min_zero(client: hazelcast.Hazelcast
 
 
 def test_large_items_round_trip(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     payloads = [bytearray(bytes([i]) * (256 * 1024)) for i in range(8)]
     assert ring.add_all(payloads) == 7
     assert list(ring.read_many(0, 8, 8)) == payloads
@@ -83,7 +86,7 @@ def test_overwrite_moves_head_and_reads_clamp_or_fail(
     client: hazelcast.HazelcastClient, grid: Grid, unique_name: str
 ) -> None:
     grid.add_ring_config(unique_name, capacity=3)
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     assert ring.capacity() == 3
     for i in range(5):
         assert ring.add(bytearray([i])) == i
@@ -98,7 +101,7 @@ def test_overwrite_moves_head_and_reads_clamp_or_fail(
 
 def test_fail_policy_without_ttl_overwrites(client: hazelcast.HazelcastClient, grid: Grid, unique_name: str) -> None:
     grid.add_ring_config(unique_name, capacity=2)
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     assert [ring.add(bytearray(b"x"), FAIL) for _ in range(3)] == [0, 1, 2]
     assert ring.remaining_capacity() == 2
 
@@ -107,7 +110,7 @@ def test_fail_policy_with_ttl_refuses_a_full_ring(
     client: hazelcast.HazelcastClient, grid: Grid, unique_name: str
 ) -> None:
     grid.add_ring_config(unique_name, capacity=2, ttl_s=3600)
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     assert ring.add_all(items(b"a", b"b"), FAIL) == 1
     assert ring.remaining_capacity() == 0
     assert ring.add(bytearray(b"c"), FAIL) == -1
@@ -118,7 +121,7 @@ def test_fail_policy_with_ttl_refuses_a_full_ring(
 
 def test_ttl_expires_items(client: hazelcast.HazelcastClient, grid: Grid, unique_name: str) -> None:
     grid.add_ring_config(unique_name, capacity=10, ttl_s=1)
-    ring = client.get_ringbuffer(unique_name).blocking()
+    ring: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     ring.add_all(items(b"a", b"b"))
     wait_until(lambda: ring.size() == 0, timeout_s=10, message="items to expire after the 1 s TTL")
     assert (ring.head_sequence(), ring.tail_sequence()) == (2, 1)
@@ -129,10 +132,10 @@ def test_ttl_expires_items(client: hazelcast.HazelcastClient, grid: Grid, unique
 def test_blocking_read_many_is_woken_by_another_client(
     client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
 ) -> None:
-    reader = client.get_ringbuffer(unique_name)
+    reader: Ringbuffer[bytearray] = client.get_ringbuffer(unique_name)
     reader.blocking().add(bytearray(b"first"))
     pending = reader.read_many(1, 2, 10)
-    writer = other_client.get_ringbuffer(unique_name).blocking()
+    writer: BlockingRingbuffer[bytearray] = other_client.get_ringbuffer(unique_name).blocking()
     writer.add(bytearray(b"second"))
     assert not pending.done(), "min_count 2 is not reached by one item"
     writer.add(bytearray(b"third"))
@@ -144,7 +147,7 @@ def test_blocking_read_many_is_woken_by_another_client(
 def test_blocking_read_one_is_woken_by_an_add(
     client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
 ) -> None:
-    ring = client.get_ringbuffer(unique_name)
+    ring: Ringbuffer[bytearray] = client.get_ringbuffer(unique_name)
     ring.blocking().add(bytearray(b"a"))
     pending = ring.read_one(1)
     other_client.get_ringbuffer(unique_name).blocking().add(bytearray(b"b"))
@@ -155,7 +158,7 @@ def test_a_blocked_read_does_not_stall_its_connection_or_other_clients(
     client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
 ) -> None:
     blocked = client.get_ringbuffer(unique_name + "-idle").read_many(0, 1, 1)
-    busy = client.get_ringbuffer(unique_name).blocking()
+    busy: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
     for i in range(50):
         assert busy.add(bytearray([i])) == i
     assert other_client.get_ringbuffer(unique_name).blocking().size() == 50
@@ -171,7 +174,7 @@ def test_many_concurrent_clients(grid_settings: GridSettings, unique_name: str) 
 
         def work(index: int, c: hazelcast.HazelcastClient) -> None:
             try:
-                ring = c.get_ringbuffer(unique_name).blocking()
+                ring: BlockingRingbuffer[bytearray] = c.get_ringbuffer(unique_name).blocking()
                 for j in range(40):
                     ring.add(bytearray(f"{index}:{j}".encode()))
             except BaseException as exc:  # reported below
@@ -183,7 +186,7 @@ def test_many_concurrent_clients(grid_settings: GridSettings, unique_name: str) 
         for thread in threads:
             thread.join(60)
         assert not errors
-        ring = clients[0].get_ringbuffer(unique_name).blocking()
+        ring: BlockingRingbuffer[bytearray] = clients[0].get_ringbuffer(unique_name).blocking()
         assert ring.size() == 240
         seen = [bytes(x).decode() for start in range(0, 240, 100) for x in ring.read_many(start, 0, 100)]
         for index in range(6):
@@ -195,11 +198,11 @@ def test_many_concurrent_clients(grid_settings: GridSettings, unique_name: str) 
 
 
 def test_destroy_drops_the_data(client: hazelcast.HazelcastClient, unique_name: str) -> None:
-    ring = client.get_ringbuffer(unique_name)
+    ring: Ringbuffer[bytearray] = client.get_ringbuffer(unique_name)
     ring.blocking().add_all(items(b"a", b"b"))
     ring.destroy()
-    ring = client.get_ringbuffer(unique_name).blocking()
-    assert (ring.size(), ring.tail_sequence()) == (0, -1)
+    fresh: BlockingRingbuffer[bytearray] = client.get_ringbuffer(unique_name).blocking()
+    assert (fresh.size(), fresh.tail_sequence()) == (0, -1)
 
 
 def test_dynamic_config_conflict_is_refused(client: hazelcast.HazelcastClient, grid: Grid, unique_name: str) -> None:
@@ -217,7 +220,7 @@ def test_dynamic_config_conflict_is_refused(client: hazelcast.HazelcastClient, g
 def test_read_one_on_an_untouched_ring_parks_until_the_first_add(
     client: hazelcast.HazelcastClient, other_client: hazelcast.HazelcastClient, unique_name: str
 ) -> None:
-    pending = client.get_ringbuffer(unique_name).read_one(0)
+    pending: Future[bytearray] = client.get_ringbuffer(unique_name).read_one(0)
     # The same connection answers in order: once this size comes back, the read was served and is parked.
     assert client.get_ringbuffer(unique_name).blocking().size() == 0
     assert not pending.done()
@@ -228,7 +231,7 @@ def test_read_one_on_an_untouched_ring_parks_until_the_first_add(
 def test_read_many_beyond_the_tail_waits_from_tail_plus_one(
     client: hazelcast.HazelcastClient, unique_name: str
 ) -> None:
-    ring = client.get_ringbuffer(unique_name)
+    ring: Ringbuffer[bytearray] = client.get_ringbuffer(unique_name)
     ring.blocking().add_all(items(b"a", b"b"))
     pending = ring.read_many(10, 1, 5)  # clamped to tail + 1 = 2: waits for the next item, not for sequence 10
     assert ring.blocking().size() == 2
@@ -241,7 +244,7 @@ def test_read_many_beyond_the_tail_waits_from_tail_plus_one(
 
 def test_reliable_topic_runs_on_a_ring_buffer(client: hazelcast.HazelcastClient, unique_name: str) -> None:
     """ReliableTopic has no messages of its own: it is ring buffer ``_hz_rb_<name>`` plus add / read_many."""
-    topic = client.get_reliable_topic(unique_name).blocking()
+    topic: BlockingReliableTopic[str] = client.get_reliable_topic(unique_name).blocking()
     received: list[str] = []
     registration = topic.add_listener(lambda message: received.append(message.message))
     for i in range(30):

@@ -10,6 +10,7 @@ import hazelcast
 import pytest
 from hazelcast.config import Config
 from hazelcast.lifecycle import LifecycleState
+from hazelcast.proxy.map import BlockingMap
 from hazelcast.serialization.service import SerializationServiceV1
 from raw_client import RawClient, correlation_id_of, message_type_of
 
@@ -77,6 +78,7 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
                 ),
                 message="the member to hold back the requests of the client that does not read",
             )
+            assert held  # narrows the poll's `... and info` to the ConnectionInfo
             assert held.queued_bytes + held.transport_bytes <= bound, held
 
             # Other clients are served meanwhile, and the woken long poll does not add to what is held: its
@@ -110,6 +112,7 @@ def test_a_client_that_stops_reading_costs_bounded_memory_and_stalls_nobody(
                 ),
                 message="the member to resume the client",
             )
+            assert drained  # narrows the poll's `... and info` to the ConnectionInfo
             assert drained.backlog == 0
             # ... and it is served normally again.
             assert slow.call(m.RINGBUFFER_SIZE, name=unique_name)["response"] == 2 * ITEMS
@@ -141,7 +144,7 @@ def test_a_silent_client_is_disconnected_and_its_lock_released_while_a_pinging_i
             lifecycle_listeners=[events.append],
         )
         try:
-            locks = idle.get_map(unique_name).blocking()
+            locks: BlockingMap[str, str] = idle.get_map(unique_name).blocking()
             idle_connection = wait_until(lambda: member.connections(), message="the idle client's connection")
             assert len(idle_connection) == 1
 

@@ -32,7 +32,7 @@ def _incompressible_items(prefix: str, items: int) -> list[list[Record]]:
 
 def _item_bytes(grid: Grid, name: str) -> float:
     info = open_stream(grid, name, create=False)
-    sizes = []
+    sizes: list[int] = []
     for lane, (head, next_seq) in lane_bounds(grid, info).items():
         sizes.extend(len(item) for item in grid.ring(info.ring_names[lane]).read_many(head, 0, next_seq - head).items)
     return sum(sizes) / len(sizes)

@@ -83,12 +83,12 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
 
     killed_inside = 0  # kills that left a batch's records stored under a transaction not committed
     for kill in range(KILLS):
-        written = len(read_values(grid, target)[0])
+        written_count = len(read_values(grid, target)[0])
         driver = _driver(grid_settings, source, target, checkpoint, "forever")
         try:
             # Kill once this run has written a few batches (one ring item of 2 records each) ...
             wait_until(
-                lambda: len(read_values(grid, target)[0]) >= written + 6 or driver.poll() is not None,
+                lambda: len(read_values(grid, target)[0]) >= written_count + 6 or driver.poll() is not None,
                 timeout_s=180,
                 interval_s=0.2,
                 message=f"driver run {kill + 1} to write a few batches",
@@ -134,4 +134,6 @@ def test_driver_killed_mid_stream_several_times_and_restarted_loses_nothing(
     # published again when Spark replays it; its first copy is aborted (one ring item of 2 records per such kill).
     assert 2 * killed_inside <= aborted <= 2 * KILLS, (killed_inside, aborted)
     offsets = grid.map(OFFSETS_MAP)
-    assert json.loads(offsets.get(lane_key(source, "killed", 0)))["offset"] == first_offset_of(items)
+    stored = offsets.get(lane_key(source, "killed", 0))
+    assert stored is not None
+    assert json.loads(stored)["offset"] == first_offset_of(items)

@@ -133,7 +133,9 @@ def test_restart_from_checkpoint_neither_loses_nor_repeats_and_group_offsets_adv
     run()
     assert [len(b) for b in batches] == [2, 2, 2]
     # An AvailableNow run confirms its last batch before it stops (latestOffset finds nothing more).
-    assert json.loads(offsets.get(lane_key(unique_name, "g1", 0)))["offset"] == first_offset_of(3)
+    stored = offsets.get(lane_key(unique_name, "g1", 0))
+    assert stored is not None
+    assert json.loads(stored)["offset"] == first_offset_of(3)
     assert confirmed_after_batch[1:] == [first_offset_of(1), first_offset_of(2)]
 
     put_items(grid, info, 0, values_items("second", items=2, per_item=2))
@@ -141,7 +143,9 @@ def test_restart_from_checkpoint_neither_loses_nor_repeats_and_group_offsets_adv
     values = [row[0] for rows in batches for row in rows]
     assert len(values) == 10 and len(set(values)) == 10
     assert [v.decode().split("-")[0] for v in values[6:]] == ["second"] * 4
-    assert json.loads(offsets.get(lane_key(unique_name, "g1", 0)))["offset"] == first_offset_of(5)
+    stored = offsets.get(lane_key(unique_name, "g1", 0))
+    assert stored is not None
+    assert json.loads(stored)["offset"] == first_offset_of(5)
 
 
 def test_overwritten_data_fails_with_the_data_loss_error_or_is_skipped(

@@ -85,7 +85,7 @@ def test_times_parse_into_time_positions() -> None:
 )
 def test_bad_values_are_rejected_naming_the_option(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        _parse(**options)
+        _parse(True, **options)
 
 
 @pytest.mark.parametrize("name", ["endingTimestamp", "endingOffsetsByTimestamp"])

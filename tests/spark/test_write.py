@@ -90,10 +90,12 @@ def test_stream_write_from_a_meteor_stream_round_trip_and_no_duplicates_on_repla
     assert (checkpoint / "commits" / last.name).exists()  # the batch really ran again
     again = read_values(grid, f"{unique_name}-out")
     assert again == written  # ... and published nothing twice
-    commits = grid.map(SINK_COMMITS_MAP)
-    keys = [k for k in commits.keys() if k.startswith(str(checkpoint))]  # noqa: SIM118 (a grid map, not a dict)
+    sink_commits = grid.map(SINK_COMMITS_MAP)
+    keys = [k for k in sink_commits.keys() if k.startswith(str(checkpoint))]  # noqa: SIM118 (a grid map, not a dict)
     assert len(keys) == 1 and not keys[0].endswith("/unknown-query")  # keyed by Spark's real query id
-    assert json.loads(grid.map(SINK_COMMITS_MAP).get(keys[0]))["batch"] == int(last.name)
+    commit = grid.map(SINK_COMMITS_MAP).get(keys[0])
+    assert commit is not None
+    assert json.loads(commit)["batch"] == int(last.name)
 
 
 def test_a_committed_batch_id_is_never_published_again(
@@ -195,6 +197,7 @@ def _items(grid: Grid, info: Any, lane: int, head: int, next_seq: int) -> tuple[
 )
 def test_wrong_input_schemas_are_explained(ddl: str, message: str) -> None:
     schema = StructType.fromDDL(ddl)
+    assert isinstance(schema, StructType)  # pyspark types fromDDL as any DataType
     with pytest.raises(ConfigError, match=message):
         validate_input_schema(schema, SinkOptions.parse({"stream": "s"}))
 

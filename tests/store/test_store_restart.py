@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from hazelcast.proxy.map import BlockingMap
 from store_helpers import CAPACITY, settings_of
 
 from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
@@ -110,7 +111,7 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
             assert len(offsets_before) == LANES, offsets_before
 
             # the Python client's str and bytes both reach the MapStore (as String and byte[]) and come back as such
-            raw = grid.client.get_map(COMMITS_MAP).blocking()
+            raw: BlockingMap[str | bytearray, str | bytearray] = grid.client.get_map(COMMITS_MAP).blocking()
             for key, value in TYPED_ENTRIES:
                 raw.put(key, value)
 
@@ -133,8 +134,8 @@ def test_a_full_cluster_restart_loses_no_acknowledged_record_and_no_confirmed_of
 
         with Grid(settings_of(cluster)) as grid:
             offsets_after = grid.map(OFFSETS_MAP).get_all(keys)
-            raw = grid.client.get_map(COMMITS_MAP).blocking()
-            typed_after = [(key, raw.get(key)) for key, _ in TYPED_ENTRIES]
+            restored: BlockingMap[str | bytearray, str | bytearray] = grid.client.get_map(COMMITS_MAP).blocking()
+            typed_after = [(key, restored.get(key)) for key, _ in TYPED_ENTRIES]
             rings = [grid.ring(f"meteor.stream::{config.name}.{lane}") for lane in range(LANES)]
             bounds = [(ring.head(), ring.tail()) for ring in rings]
             with Subscriber(grid, config.name, initial_offset_scheme=InitialOffsetScheme.EARLIEST) as reader:

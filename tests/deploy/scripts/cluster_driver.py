@@ -7,6 +7,7 @@ Runs until STOP_FILE exists (the test creates it once the target holds everythin
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def main() -> None:
@@ -15,7 +16,7 @@ def main() -> None:
 
     from meteor_spark.config import spark_conf
 
-    settings = {**spark_conf(), "spark.master": master}
+    settings: dict[str, Any] = {**spark_conf(), "spark.master": master}  # config(map=) takes any option value type
     spark = (
         SparkSession.builder.appName("meteor-cluster-test")
         .config(map=settings)

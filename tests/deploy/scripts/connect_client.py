@@ -8,6 +8,7 @@ Prints one JSON line of findings.
 
 import json
 import sys
+from typing import Any
 
 
 def main() -> None:
@@ -20,7 +21,7 @@ def main() -> None:
 
         spark.dataSource.register(MeteorDataSource)
     grid = {"hazelcast.members": members, "hazelcast.clusterName": cluster}
-    findings = {"mode": mode, "connect": type(spark).__module__}
+    findings: dict[str, Any] = {"mode": mode, "connect": type(spark).__module__}
 
     batch = spark.read.format("meteor").options(**grid).option("stream", source).load()
     findings["batch_count"] = batch.count()

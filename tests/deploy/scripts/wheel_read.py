@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from importlib.metadata import requires
+from typing import Any
 
 
 def main() -> None:
@@ -16,7 +17,7 @@ def main() -> None:
     from meteor_spark import Grid, Publisher, StreamConfig  # noqa: F401  (the core: numpy, pyarrow, lz4, hazelcast)
     from meteor_spark.config import CONF_DIR, grid_options, spark_conf
 
-    findings = {
+    findings: dict[str, Any] = {
         "package": meteor_spark.__file__,
         "prefix": sys.prefix,
         "shim": __import__("pyspark_meteor").__file__,
@@ -26,7 +27,8 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     # The packaged defaults (local[2], quiet log4j2 file); no register(): format("meteor") comes from the shim.
-    spark = SparkSession.builder.appName("meteor-wheel-check").config(map=spark_conf()).getOrCreate()
+    conf: dict[str, Any] = spark_conf()  # pyspark's config(map=) takes a dict of any option value type
+    spark = SparkSession.builder.appName("meteor-wheel-check").config(map=conf).getOrCreate()
     grid = Grid.connect(members, cluster_name=cluster)
     frame = spark.read.format("meteor").option("stream", stream).options(**grid_options(grid.settings)).load()
     findings["count"] = frame.count()
