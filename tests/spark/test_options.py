@@ -29,13 +29,13 @@ from meteor_spark.spark.datasource import (
 )
 from meteor_spark.spark.executor import LaneRange, LaneRanges
 from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.option_values import parse_duration_ms
 from meteor_spark.spark.options import (
     OPTION_TABLE,
     OffsetSpec,
     SinkOptions,
     SourceOptions,
     describe_options,
-    parse_duration_ms,
 )
 from meteor_spark.spark.planning import (
     AUTO_SPLIT_MIN_ITEMS,
