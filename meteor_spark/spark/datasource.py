@@ -97,7 +97,7 @@ class MeteorDataSource(DataSource):
         return SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from meteor_spark.spark.reader import MeteorBatchReader
+        from meteor_spark.spark.batch_reader import MeteorBatchReader
 
         return MeteorBatchReader(self._source_options(batch=True), schema)
 
