@@ -58,6 +58,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "meteor_spark.spark.latency_benchmark": "meteor_spark.bench.jobs.latency",
     "meteor_spark.spark.txn_benchmark": "meteor_spark.bench.jobs.transactions",
     "meteor_spark.spark.soak": "meteor_spark.bench.jobs.soak",
+    "meteor_spark.spark.offsets": "meteor_spark.spark.source_offset",
 }
 
 

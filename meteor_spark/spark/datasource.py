@@ -65,9 +65,12 @@ SOURCE_SCHEMA_WITH_HEADERS_MAP = StructType([*SOURCE_SCHEMA.fields, StructField(
 class MeteorDataSource(DataSource):
     """Read and write Meteor streams: ``spark.readStream.format("meteor").option("stream", "orders").load()``.
 
-    Options are documented in ``meteor_spark.spark.options.OPTION_TABLE`` (and docs/spark.md). They are parsed once,
-    here, into frozen objects; an unknown or invalid option fails at ``load()`` / ``start()`` with a message
-    naming it.
+    Options are documented in ``meteor_spark.spark.option_table.OPTION_TABLE`` (and docs/spark.md). They are parsed
+    once, here, into frozen objects; an unknown or invalid option fails with a message naming it: at ``load()`` for a
+    read (``schema()``), at ``save()`` for a batch write (``writer()``), and for a streaming write when its first
+    micro-batch is planned, as a ``StreamingQueryException`` of the query: PySpark calls nothing of a Python data
+    source at ``writeStream.start()`` (measured: ``__init__`` and ``streamWriter()`` run first in a planner worker
+    at the first batch, ``schema()`` never runs for a write).
     """
 
     @classmethod
@@ -96,7 +99,7 @@ class MeteorDataSource(DataSource):
         return SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from meteor_spark.spark.reader import MeteorBatchReader
+        from meteor_spark.spark.batch_reader import MeteorBatchReader
 
         return MeteorBatchReader(self._source_options(batch=True), schema)
 

@@ -21,42 +21,30 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from meteor_spark import compat
 from meteor_spark.errors import (
-    ConfigError,
     FencedError,
-    GroupError,
     LaneTruncatedError,
     NotAssignedError,
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
-from meteor_spark.format import offsets as record_offsets
-from meteor_spark.format.offsets import InitialOffsetScheme
+from meteor_spark.format.offsets import first_offset_of, sequence_of
 from meteor_spark.grid.client import Ring, result
 from meteor_spark.grid.item_gate import ItemGate, stable_end
 from meteor_spark.grid.item_marks import CHANGED, ItemMark, check_mark, mark_of
 from meteor_spark.grid.reading import oldest_sequence
 from meteor_spark.grid.streams import StreamInfo, open_stream, streams_bounds
-from meteor_spark.grid.timestamps import offset_for_timestamp
-from meteor_spark.groups.admin import list_streams
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
-from meteor_spark.spark.offsets import SparkOffset
-from meteor_spark.spark.options import (
-    EARLIEST_SENTINEL,
-    LATEST_SENTINEL,
-    OffsetSpec,
-    Position,
-    SourceOptions,
-    TimePosition,
-    TimestampStrategy,
-)
+from meteor_spark.spark.options import SourceOptions
+from meteor_spark.spark.planning import by_stream
+from meteor_spark.spark.positions import check_dead_letter_stream, stream_names
+from meteor_spark.spark.source_offset import SparkOffset
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid.client import Grid
@@ -79,7 +67,7 @@ class LaneView:
     def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
         """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
         offset = self.confirmed.get((stream, lane))
-        return None if offset is None else (record_offsets.sequence_of(offset), offset)
+        return None if offset is None else (sequence_of(offset), offset)
 
 
 class DriverState:
@@ -103,18 +91,16 @@ class DriverState:
             )
         #: Running (total bytes, items sampled) per lane, for byte-based admission.
         self.item_samples: dict[tuple[str, int], tuple[int, int]] = {}
+        #: Trigger.AvailableNow: the lanes' ends when the run started; it reads up to them (``prepare_available_now``).
         self.available_now_target: SparkOffset | None = None
+        #: The lanes' ends as last read (``plan_view``): progress reports, and what a deleted stream left unread.
         self.latest: SparkOffset | None = None
-        self.last_batch_mono = time.monotonic()
-        self.standby_logged: set[tuple[str, int]] = set()
+        #: Where this query started, when this source runner resolved it (``initialOffset``).
         self.initial: SparkOffset | None = None
         #: (stream, lane) -> record offset a start by time resolved to, inside the item the lane starts at:
         #: the batch reading that item drops its records before it.
         self.start_offsets: dict[tuple[str, int], int] = {}
-        self.planned_skipped = 0
-        self.late_skipped = 0
         self.closed = False
-        self._planned: LaneView | None = None
         self.gate = ItemGate(self.grid, options.isolation)
         #: read_committed: (stream, lane) -> ring sequence below which every transactional item is decided.
         self.stable: dict[tuple[str, int], int] = {}
@@ -123,6 +109,92 @@ class DriverState:
         #: failOnDataLoss=false: (stream, lane) -> (stale position, oldest sequence) of lanes found truncated and
         #: refilled under it, read again from that oldest sequence.
         self.truncated: dict[tuple[str, int], tuple[int, int]] = {}
+        self._planned: LaneView | None = None
+        #: Items skipped as lost: the query's count carried in the offsets as of the last batch planned, and the
+        #: items this source runner found lost after planning (``skipped_items`` adds them).
+        self._planned_skipped = 0
+        self._late_skipped = 0
+        self._last_batch_mono = time.monotonic()
+        #: Lanes another group member holds, logged once when this query started following them.
+        self._standby: set[tuple[str, int]] = set()
+
+    # -- the query run, step by step (the reader calls these; it writes no field itself) -----------------------
+
+    def prepare_available_now(self) -> SparkOffset:
+        """Trigger.AvailableNow: the run reads up to the lanes' ends as of now, and stops there."""
+        self.available_now_target = SparkOffset.of(by_stream({k: nxt for k, (_, nxt) in self.bounds().items()}))
+        return self.available_now_target
+
+    def began_at(self, offset: SparkOffset, inside: dict[tuple[str, int], int]) -> None:
+        """A new query starts at ``offset``; ``inside`` holds the record offsets its start by time resolved to
+        inside the first item of a lane (the batch reading that item drops the records before them)."""
+        self.initial = offset
+        self.start_offsets.update(inside)
+
+    def is_first_batch(self, begin: SparkOffset) -> bool:
+        """Whether a batch starting at ``begin`` is this query's first (its progress report has no start offset)."""
+        return self.initial is not None and begin.positions == self.initial.positions and not begin.skipped
+
+    def seen_ends(self) -> dict[tuple[str, int], int]:
+        """Each lane's end as last read by this source runner (empty before the first batch is planned)."""
+        return self.latest.as_dict() if self.latest is not None else {}
+
+    def plan_view(self) -> LaneView:
+        """The view a batch is planned on: the streams read now (``streamPattern`` listed before and after the
+        bounds are read, so a stream deleted meanwhile, whose destroyed ring reads as empty, is left out), their
+        lanes' bounds and the group's confirmed offsets. ``latest`` follows the bounds; ``partitions`` of the same
+        batch reuses the view (``planned``)."""
+        self.refresh_streams()
+        view = LaneView(self.bounds(), self.confirmed_offsets())
+        if self.refresh_streams():
+            view = LaneView({k: v for k, v in view.bounds.items() if k[0] in self.infos}, view.confirmed)
+        self.latest = SparkOffset.of(by_stream({key: nxt for key, (_, nxt) in view.bounds.items()}))
+        self._planned = view
+        return view
+
+    def resume_skip_count(self, begin: SparkOffset) -> None:
+        """The query's count of items skipped as lost, as carried in the offset the next batch starts from."""
+        self._planned_skipped = begin.skipped_items
+
+    def batch_planned(self, end: SparkOffset) -> None:
+        """A batch ending at ``end`` was planned: its skip count is the query's, and ``minOffsetsPerTrigger``'s
+        wait starts again."""
+        self._planned_skipped = end.skipped_items
+        self._last_batch_mono = time.monotonic()
+
+    def ms_since_last_batch(self) -> float:
+        """Milliseconds since this source runner last planned a batch (``maxTriggerDelay``)."""
+        return (time.monotonic() - self._last_batch_mono) * 1000
+
+    def count_late_skip(self, items: int) -> None:
+        """Items found lost after their batch was planned: counted by this source runner only (the batch's end
+        offset is logged already)."""
+        self._late_skipped += items
+
+    @property
+    def skipped_items(self) -> int:
+        """Items skipped as lost: the query's count as of the last batch planned, plus those found lost later."""
+        return self._planned_skipped + self._late_skipped
+
+    def standing_by(self, stream: str, lane: int) -> None:
+        """Another member holds the lane: logged once, when this query starts following the group's offset."""
+        if (stream, lane) in self._standby:
+            return
+        self._standby.add((stream, lane))
+        logger.info(
+            "standby: group %r lane %d of stream %r is held by another member; this query follows the group's "
+            "confirmed offset and reads nothing until the lane is free",
+            self.options.group,
+            lane,
+            stream,
+        )
+
+    def holding(self, stream: str, lane: int) -> None:
+        """This query holds the lane: logged when it took the lane over from standing by."""
+        if (stream, lane) not in self._standby:
+            return
+        self._standby.discard((stream, lane))
+        logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane, stream)
 
     def _open(self, name: str) -> None:
         info = open_stream(self.grid, name, create=False)
@@ -203,14 +275,12 @@ class DriverState:
         return streams_bounds(self.grid, self.infos.values())
 
     def view(self) -> LaneView:
-        """Lane bounds and the group's confirmed offsets, read once for the batch being planned; ``partitions``
-        of the same batch reuses them (``planned``)."""
-        self._planned = LaneView(self.bounds(), self.confirmed_offsets())
-        return self._planned
+        """Lane bounds and the group's confirmed offsets, read once (the start of a new query)."""
+        return LaneView(self.bounds(), self.confirmed_offsets())
 
     def planned(self) -> LaneView:
-        """The view ``latestOffset`` read for the batch it planned, else (a batch replayed after a restart, a
-        second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
+        """The view ``latestOffset`` read for the batch it planned (``plan_view``), else (a batch replayed after a
+        restart, a second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
         planned, self._planned = self._planned, None
         return planned if planned is not None else LaneView(self.bounds(), self.confirmed_offsets())
 
@@ -233,9 +303,9 @@ class DriverState:
 
         ``known_end`` is the lane's end as read before; past it, the end is read again (another member may have
         read and confirmed items published since), and only a confirm past that is stale."""
-        if confirmed is None or record_offsets.sequence_of(confirmed) <= known_end:
+        if confirmed is None or sequence_of(confirmed) <= known_end:
             return
-        sequence = record_offsets.sequence_of(confirmed)
+        sequence = sequence_of(confirmed)
         end = self.grid.ring(self.infos[stream].ring_names[lane]).tail() + 1
         if sequence > end:
             raise OffsetOutOfRangeError(
@@ -290,9 +360,7 @@ class DriverState:
         self.verified.add((stream, lane))
         if check_mark(self.grid.ring(self.infos[stream].ring_names[lane]), mark)[0] != CHANGED:
             return None
-        return self._truncated(
-            stream, lane, record_offsets.sequence_of(confirmed), mark, f"group {self.options.group!r}'s offset"
-        )
+        return self._truncated(stream, lane, sequence_of(confirmed), mark, f"group {self.options.group!r}'s offset")
 
     def _truncated(self, stream: str, lane: int, position: int, mark: ItemMark, whose: str) -> int:
         oldest = self.oldest(stream, lane)
@@ -317,7 +385,7 @@ class DriverState:
         member = self.members.get(stream)
         if member is not None and lane in member.assignment():
             try:
-                member.seek(lane, record_offsets.first_offset_of(oldest))
+                member.seek(lane, first_offset_of(oldest))
             except (FencedError, NotAssignedError) as exc:
                 logger.warning(
                     "could not move group %r back on stream %r lane %d: %s", self.options.group, stream, lane, exc
@@ -376,7 +444,7 @@ class DriverState:
             try:
                 member.confirm(
                     lane,
-                    record_offsets.first_offset_of(sequence),
+                    first_offset_of(sequence),
                     mark=mark if mark is not None and mark.sequence == sequence - 1 else None,
                 )
             except (FencedError, NotAssignedError) as exc:
@@ -418,155 +486,3 @@ def _run_stop_hooks() -> None:
     _stopping.set()
     while _STOP_HOOKS:
         _STOP_HOOKS.pop().stop()
-
-
-class Once:
-    """A value computed on first use only (the oldest servable sequence costs a grid read)."""
-
-    def __init__(self, compute: Any) -> None:
-        self._compute = compute
-        self._value: int | None = None
-
-    def __call__(self) -> int:
-        if self._value is None:
-            self._value = int(self._compute())
-        return self._value
-
-
-def stream_names(grid: Grid, options: SourceOptions) -> list[str]:
-    """The streams a query reads now: option ``stream`` as given, or every stream matching ``streamPattern``
-    (sorted; possibly none)."""
-    if options.stream_pattern is None:
-        return list(options.streams)
-    return [info.name for info in list_streams(grid) if options.matches(info.name)]
-
-
-def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:
-    """The dead-letter stream must exist when the query starts, not when the first corrupt item turns up."""
-    name = options.corrupt.dead_letter_stream
-    if name is None:
-        return
-    try:
-        open_stream(grid, name, create=False)
-    except StreamNotFoundError as exc:
-        raise StreamNotFoundError(f"option 'deadLetterStream': {exc}") from None
-
-
-def check_lanes(position: Position, option: str, infos: dict[str, StreamInfo]) -> None:
-    """Per-lane positions may name only lanes the stream has."""
-    for stream, lanes in position.lanes.items():
-        if stream not in infos:
-            raise StreamNotFoundError(
-                f"{option} names stream {stream!r}, which does not exist (streamPattern matches no stream of that "
-                f"name); create it first or remove it from {option}"
-            )
-        count = infos[stream].config.lanes
-        unknown = sorted(lane for lane in lanes if lane >= count)
-        if unknown:
-            raise ConfigError(
-                f"{option} names lane(s) {', '.join(map(str, unknown))} of stream {stream!r}, which has lanes "
-                f"0..{count - 1}; give positions for those lanes only"
-            )
-
-
-def resolve_position(
-    position: Position,
-    option: str,
-    stream: str,
-    lane: int,
-    head: int,
-    next_seq: int,
-    *,
-    group: str | None,
-    oldest: Callable[[], int],
-) -> int:
-    """The ring sequence a symbolic or per-lane position means for one lane. ``oldest()`` gives the oldest sequence
-    the grid can serve (called only when needed: it costs a grid read).
-
-    Raises:
-        OffsetOutOfRangeError: a per-lane position past the lane's end.
-    """
-    if position.spec is OffsetSpec.EARLIEST:
-        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
-    if position.spec is OffsetSpec.LATEST:
-        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
-    if position.spec is OffsetSpec.GROUP:
-        raise GroupError(
-            f"startingOffsets=group: group {group!r} has no confirmed offset for stream {stream!r} lane {lane}; "
-            f"start it with startingOffsets=earliest or latest (lanes the group has confirmed still start there)"
-        )
-    lanes = position.lanes.get(stream)
-    if lanes is None or lane not in lanes:
-        given = ", ".join(str(k) for k in sorted(lanes or {}))
-        raise ConfigError(
-            f"{option} has no position for stream {stream!r} lane {lane} (given lanes: {given or 'none'}); give "
-            f'every lane, e.g. {{"{stream}": {{"{lane}": {EARLIEST_SENTINEL}}}}} for its oldest item'
-        )
-    sequence = lanes[lane]
-    if sequence == EARLIEST_SENTINEL:
-        return _initial(InitialOffsetScheme.EARLIEST, stream, lane, oldest, next_seq)
-    if sequence == LATEST_SENTINEL:
-        return _initial(InitialOffsetScheme.LATEST, stream, lane, oldest, next_seq)
-    if sequence > next_seq:
-        raise OffsetOutOfRangeError(
-            stream,
-            lane,
-            sequence,
-            oldest(),
-            next_seq,
-            unit="sequence",
-            hint=f"{option} asks for a ring sequence nothing was written at yet; give one inside the range, or -2 "
-            f"(earliest) / -1 (latest).",
-        )
-    return sequence
-
-
-def _initial(scheme: InitialOffsetScheme, stream: str, lane: int, oldest: Callable[[], int], next_seq: int) -> int:
-    """The ring sequence ``earliest`` / ``latest`` means for one lane, by the one resolver the core uses too."""
-    where = f"stream {stream!r} lane {lane}"
-    offset = record_offsets.resolve_initial(scheme, False, None, oldest, next_seq, where=where)
-    return record_offsets.sequence_of(offset)
-
-
-def check_time_lanes(position: TimePosition | None, infos: dict[str, StreamInfo]) -> None:
-    """Per-lane times may name only lanes the stream has."""
-    if position is not None:
-        check_lanes(Position(None, position.lanes), position.option, infos)
-
-
-def start_by_time(
-    grid: Grid, info: StreamInfo, lane: int, position: TimePosition, strategy: TimestampStrategy, next_seq: int
-) -> tuple[int, int | None]:
-    """Where a start by time puts one lane: (ring sequence, record offset inside that item to start at, or None to
-    read the whole item). The record is the first at or after the time (``timestamps.offset_for_timestamp``).
-
-    Raises:
-        ConfigError: the lane has no record at or after the time and the strategy is ``error`` (Kafka's default).
-    """
-    ms = position.ms_for(info.name, lane)
-    offset = offset_for_timestamp(grid, info, lane, ms)
-    if offset is None:
-        if strategy is TimestampStrategy.ERROR:
-            raise ConfigError(
-                f"{position.option}: stream {info.name!r} lane {lane} has no record with a timestamp at or after "
-                f"{ms} (ms since the epoch); give an earlier time, or set startingOffsetsByTimestampStrategy=latest "
-                f"to start such lanes at their end"
-            )
-        return next_seq, None
-    sequence = record_offsets.sequence_of(offset)
-    return sequence, offset if record_offsets.index_of(offset) else None
-
-
-def end_by_time(
-    grid: Grid, info: StreamInfo, lane: int, position: TimePosition, next_seq: int
-) -> tuple[int, int | None]:
-    """Where an end by time stops one lane (exclusive): (ring sequence to stop before, and the record offset to
-    stop before inside the last item read, or None to read that item whole). The end is the first record at or
-    after the time; with none, the lane's end, as Kafka's ``endingTimestamp`` does."""
-    offset = offset_for_timestamp(grid, info, lane, position.ms_for(info.name, lane))
-    if offset is None:
-        return next_seq, None
-    sequence = record_offsets.sequence_of(offset)
-    if record_offsets.index_of(offset):
-        return sequence + 1, offset
-    return sequence, None

@@ -32,9 +32,9 @@ from pyspark.sql.datasource import InputPartition
 
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.errors import FormatError
-from meteor_spark.format import offsets as record_offsets
 from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.format.corrupt import CorruptItemPolicy
+from meteor_spark.format.offsets import sequence_of
 from meteor_spark.format.wire import decode_item, item_producer
 from meteor_spark.grid.client import GridSettings
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
@@ -139,14 +139,71 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
     corrupt-item policy says otherwise; items are validated one by one only when a conversion failed, so good
     data pays nothing for the policy.
     """
-    gates: dict[tuple[GridSettings, str], ItemGate] = {}
+    task = _TaskRows(ranges)
+    try:
+        yield from task.batches()
+    finally:
+        task.close()
 
-    def chunks() -> Iterator[tuple[int, list[bytes], list[int]]]:
-        for index, part in enumerate(ranges):
-            gate = gates.get((part.grid, part.isolation))
+
+class _TaskRows:
+    """The rows of one task: its ranges' items, passed through the isolation gate, converted in batches sized
+    from the rows per item seen so far."""
+
+    def __init__(self, ranges: Sequence[LaneRange]) -> None:
+        self.ranges = ranges
+        self.gates: dict[tuple[GridSettings, str], ItemGate] = {}
+        self.items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
+        self.part: LaneRange | None = ranges[0] if ranges else None
+        self.first_offset: int | None = None
+        self.pending_items: list[bytes] = []
+        self.pending_sequences: list[int] = []
+        self.refused = _RefusedItems()
+
+    def batches(self) -> Iterator[pyarrow.RecordBatch]:
+        current = -1
+        for index, items, sequences in _prefetched(self._chunks()):
+            if index != current:
+                if self.pending_items:
+                    yield from self._nonempty(self._convert(len(self.pending_items)))  # the previous range's rest
+                current, self.part = index, self.ranges[index]
+                self.first_offset = self.part.first_offset
+                # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
+                if self.first_offset is not None and sequences[0] != sequence_of(self.first_offset):
+                    self.first_offset = None
+            self.pending_items.extend(items)
+            self.pending_sequences.extend(sequences)
+            while len(self.pending_items) >= self.items_per_batch:
+                count = self.items_per_batch
+                batch = self._convert(count)
+                if batch is None:
+                    continue
+                self.items_per_batch = _items_for_target(batch.num_rows, count)
+                yield from self._nonempty(batch)
+        if self.pending_items:
+            yield from self._nonempty(self._convert(len(self.pending_items)))
+
+    def close(self) -> None:
+        self.refused.close()
+        for gate in self.gates.values():
+            if gate.aborted_items or gate.duplicate_items:
+                logger.info(
+                    "left out %d records of aborted transactions and %d records re-sent (%d and %d ring items)",
+                    gate.aborted_records,
+                    gate.duplicate_records,
+                    gate.aborted_items,
+                    gate.duplicate_items,
+                )
+
+    def _chunks(self) -> Iterator[tuple[int, list[bytes], list[int]]]:
+        """(range index, items, sequences) of every grid read, the items the isolation gate passes only."""
+        for index, part in enumerate(self.ranges):
+            gate = self.gates.get((part.grid, part.isolation))
             if gate is None:
                 known = _KNOWN.setdefault(part.grid, KnownTransactions())
-                gate = gates[(part.grid, part.isolation)] = ItemGate(grid_for(part.grid), part.isolation, known=known)
+                gate = self.gates[(part.grid, part.isolation)] = ItemGate(
+                    grid_for(part.grid), part.isolation, known=known
+                )
             for items, sequences in read_range(
                 grid_for(part.grid),
                 part.info,
@@ -160,17 +217,16 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
                 if items:
                     yield index, items, sequences
 
-    items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
-    current = -1
-    part = ranges[0] if ranges else None
-    first_offset: int | None = None
-    pending_items: list[bytes] = []
-    pending_sequences: list[int] = []
-    refused = _RefusedItems()
+    @staticmethod
+    def _nonempty(batch: pyarrow.RecordBatch | None) -> Iterator[pyarrow.RecordBatch]:
+        if batch is not None and batch.num_rows:
+            yield batch
 
-    def convert(count: int) -> pyarrow.RecordBatch | None:
+    def _convert(self, count: int) -> pyarrow.RecordBatch | None:
+        """The next ``count`` pending items as rows, cut at the range's stop offset, headers shaped as asked."""
+        part = self.part
         assert part is not None
-        batch = decode(count)
+        batch = self._decode(count)
         if batch is None:
             return None
         if part.stop_offset is not None:
@@ -181,12 +237,14 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
             batch = headers_to_map(batch)
         return batch
 
-    def decode(count: int) -> pyarrow.RecordBatch | None:
-        nonlocal first_offset
+    def _decode(self, count: int) -> pyarrow.RecordBatch | None:
+        """Decode the next ``count`` pending items; on a ``FormatError`` the range's corrupt-item policy settles
+        the refused items (skipped or dead-lettered, and stored, before the rows after them are handed on)."""
+        part = self.part
         assert part is not None
-        items, sequences = pending_items[:count], pending_sequences[:count]
-        del pending_items[:count], pending_sequences[:count]
-        first, first_offset = first_offset, None
+        items, sequences = self.pending_items[:count], self.pending_sequences[:count]
+        del self.pending_items[:count], self.pending_sequences[:count]
+        first, self.first_offset = self.first_offset, None
         try:
             return items_to_arrow(
                 items,
@@ -199,8 +257,7 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
         except FormatError:
             if part.corrupt.is_error:
                 raise
-        # Refused items are skipped or dead-lettered (and stored) here, before the rows after them are handed on.
-        good_items, good_sequences = refused.keep_decodable(part, items, sequences)
+        good_items, good_sequences = self.refused.keep_decodable(part, items, sequences)
         if not good_items:
             return None
         if first is not None and good_sequences[0] != sequences[0]:
@@ -213,44 +270,6 @@ def read_lane_ranges(ranges: Sequence[LaneRange]) -> Iterator[pyarrow.RecordBatc
             include_headers=part.include_headers,
             first_offset=first,
         )
-
-    try:
-        for index, items, sequences in _prefetched(chunks()):
-            if index != current:
-                if pending_items:
-                    batch = convert(len(pending_items))  # the rest of the previous range
-                    if batch is not None and batch.num_rows:
-                        yield batch
-                current, part = index, ranges[index]
-                first_offset = part.first_offset
-                # The item holding first_offset may have been skipped as overwritten (failOnDataLoss=false).
-                if first_offset is not None and sequences[0] != record_offsets.sequence_of(first_offset):
-                    first_offset = None
-            pending_items.extend(items)
-            pending_sequences.extend(sequences)
-            while len(pending_items) >= items_per_batch:
-                count = items_per_batch
-                batch = convert(count)
-                if batch is None:
-                    continue
-                items_per_batch = _items_for_target(batch.num_rows, count)
-                if batch.num_rows:
-                    yield batch
-        if pending_items:
-            batch = convert(len(pending_items))
-            if batch is not None and batch.num_rows:
-                yield batch
-    finally:
-        refused.close()
-        for gate in gates.values():
-            if gate.aborted_items or gate.duplicate_items:
-                logger.info(
-                    "left out %d records of aborted transactions and %d records re-sent (%d and %d ring items)",
-                    gate.aborted_records,
-                    gate.duplicate_records,
-                    gate.aborted_items,
-                    gate.duplicate_items,
-                )
 
 
 def _passed(gate: ItemGate, part: LaneRange, items: list[bytes], sequences: list[int]) -> tuple[list[bytes], list[int]]:

@@ -42,7 +42,7 @@ from meteor_spark.grid.reading import count_records
 from meteor_spark.grid.streams import open_stream
 from meteor_spark.groups.admin import LaneLag
 from meteor_spark.metrics import require_prometheus
-from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.source_offset import SparkOffset
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid.client import Grid

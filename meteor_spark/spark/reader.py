@@ -1,4 +1,5 @@
-"""Readers of ``format("meteor")``: streaming (admission control, AvailableNow, groups) and batch.
+"""The streaming reader of ``format("meteor")``: admission control, AvailableNow, groups (the batch reader is
+``batch_reader``).
 
 What runs where (PySpark 4.3, see the module docstring of ``datasource``):
 
@@ -9,7 +10,7 @@ What runs where (PySpark 4.3, see the module docstring of ``datasource``):
 * ``MeteorStreamReader`` #2 is pickled into the read UDF once per query run; its ``read(partition)`` runs in
   executor workers and depends only on the partition (replays read exactly the same ring items).
 
-Offsets (``meteor_spark.spark.offsets``): per lane, the next ring sequence; a batch reads ``[start, end)``.
+Offsets (``meteor_spark.spark.source_offset``): per lane, the next ring sequence; a batch reads ``[start, end)``.
 
 The modules behind them: ``planning`` (which tasks a batch becomes, admission control), ``driver`` (the source
 runner's lane bounds, group member and position checks), ``executor`` (the tasks and reading them into Arrow).
@@ -98,7 +99,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
@@ -110,27 +111,13 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
-from meteor_spark.format import offsets as record_offsets
-from meteor_spark.grid.item_gate import ItemGate, stable_end
-from meteor_spark.grid.reading import oldest_sequence
-from meteor_spark.grid.streams import lane_bounds, open_stream
-from meteor_spark.spark.clients import grid_for
-from meteor_spark.spark.driver import (
-    DriverState,
-    Once,
-    check_dead_letter_stream,
-    check_lanes,
-    check_time_lanes,
-    end_by_time,
-    install_stop_hooks,
-    resolve_position,
-    start_by_time,
-    stream_names,
-)
+from meteor_spark.format.offsets import index_of, sequence_of
+from meteor_spark.spark.driver import DriverState, LaneView, install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
-from meteor_spark.spark.offsets import SparkOffset
 from meteor_spark.spark.options import SourceOptions
-from meteor_spark.spark.planning import by_stream, byte_limit, plan_for, rate_limit
+from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
+from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
+from meteor_spark.spark.source_offset import SparkOffset
 
 logger = logging.getLogger(__name__)
 
@@ -161,12 +148,11 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         """Ring items skipped because they were overwritten before they were read (``failOnDataLoss=false``): the
         query's count as of the last batch this source runner planned (carried across restarts in the offsets), plus
         items lost between planning a batch and reading it."""
-        return 0 if self._state is None else self._state.planned_skipped + self._state.late_skipped
+        return 0 if self._state is None else self._state.skipped_items
 
     def prepareForTriggerAvailableNow(self) -> None:
-        state = self._driver()
-        state.available_now_target = SparkOffset.of(by_stream({k: nxt for k, (_, nxt) in state.bounds().items()}))
-        logger.info("Trigger.AvailableNow: reading up to %s", state.available_now_target.dumps())
+        target = self._driver().prepare_available_now()
+        logger.info("Trigger.AvailableNow: reading up to %s", target.dumps())
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -184,15 +170,15 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         check_time_lanes(self.options.starting_time, state.infos)
         view = state.view()
         start: dict[tuple[str, int], int] = {}
+        inside: dict[tuple[str, int], int] = {}
         for (stream, lane), (head, next_seq) in sorted(view.bounds.items()):
             confirmed = view.confirmed_sequence(stream, lane)
             if confirmed is not None:
                 state.check_confirmed(stream, lane, confirmed[1], self.options.group, next_seq)
                 moved = state.verify_group(stream, lane, confirmed[1])
                 start[(stream, lane)] = confirmed[0] if moved is None else moved
-                continue
-            if self.options.starting_time is not None:
-                sequence, inside = start_by_time(
+            elif self.options.starting_time is not None:
+                start[(stream, lane)], record = start_by_time(
                     state.grid,
                     state.infos[stream],
                     lane,
@@ -200,22 +186,21 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                     self.options.timestamp_strategy,
                     next_seq,
                 )
-                start[(stream, lane)] = sequence
-                if inside is not None:
-                    state.start_offsets[(stream, lane)] = inside
-                continue
-            start[(stream, lane)] = resolve_position(
-                self.options.starting,
-                "startingOffsets",
-                stream,
-                lane,
-                head,
-                next_seq,
-                group=self.options.group,
-                oldest=functools.partial(state.oldest, stream, lane),
-            )
+                if record is not None:
+                    inside[(stream, lane)] = record
+            else:
+                start[(stream, lane)] = resolve_position(
+                    self.options.starting,
+                    "startingOffsets",
+                    stream,
+                    lane,
+                    head,
+                    next_seq,
+                    group=self.options.group,
+                    oldest=functools.partial(state.oldest, stream, lane),
+                )
         offset = SparkOffset.of(by_stream(start), marks=state.marks_for(start, SparkOffset(())))
-        state.initial = offset
+        state.began_at(offset, inside)
         # A start resolved from startingOffsets is the group's position from now on: a member taking a lane over
         # before this query's first commit resumes there instead of resolving the option again.
         state.confirm(offset)
@@ -223,99 +208,97 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         return offset.to_json()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict[str, dict[str, int]]:
+        """The end of the next micro-batch, in steps: settle where the last batch ended, read the lanes once, check
+        the positions against them, follow the group, admit what the read limit allows, mark the new end."""
         state = self._driver()
-        begin = _restarted(state, SparkOffset.from_json(start))
+        begin = self._settle(state, SparkOffset.from_json(start))
+        known_ends = state.seen_ends()
+        view = state.plan_view()
+        current, gone = self._positions(state, begin, view, known_ends)
+        skipped = begin.skipped_dict()
+        state.resume_skip_count(begin)
+        ends, candidates = self._lane_starts(state, view, current, skipped)
+        ends.update(self._admit(state, candidates, self._readable_ends(state, view, candidates), limit))
+        end = SparkOffset.of(
+            by_stream(ends),
+            skipped,
+            sum(ends[key] - position for key, position in candidates.items()) if state.is_first_batch(begin) else None,
+            state.marks_for(ends, begin),
+        )
+        if not gone and end.positions == SparkOffset.of(by_stream(current)).positions:
+            return begin.to_json()  # nothing new: the same offset, so Spark runs no batch
+        state.batch_planned(end)
+        return end.to_json()
+
+    def _settle(self, state: DriverState, begin: SparkOffset) -> SparkOffset:
+        """Where the next batch starts. Its item marks are checked once per source runner (``_restarted``). Spark
+        asks for the next end only once the batch that ended at ``begin`` is in its commit log, so ``begin`` is
+        confirmed for the group here (Spark's own ``commit`` lags a batch, and never comes for an AvailableNow
+        run's last one)."""
+        begin = _restarted(state, begin)
         if state.available_now_target is not None and state.members:
             # An AvailableNow run stops at the first batch that finds nothing to read; give a holder that just died
             # (its lease not yet expired) the time to lose its lanes instead of ending without reading.
             self._await_lanes(state, 2 * self.options.group_lease_ms / 1000 + 1)
-        # Spark asks for the next end only once the batch that ended at `start` is in its commit log.
         state.confirm(begin)
-        known_ends = state.latest.as_dict() if state.latest is not None else {}
-        state.refresh_streams()
-        view = state.view()
-        bounds = view.bounds
-        if state.refresh_streams():
-            # Deleted while its bounds were read (a destroyed ring reads as empty): not part of this batch.
-            for key in [key for key in bounds if key[0] not in state.infos]:
-                del bounds[key]
-        latest = {key: nxt for key, (_, nxt) in bounds.items()}
-        state.latest = SparkOffset.of(by_stream(latest))
-        if state.available_now_target is not None:
-            target = state.available_now_target.as_dict()
-            # A stream created after the run started (streamPattern) is not part of it: the run must end.
-            latest = {key: min(nxt, target.get(key, bounds[key][0])) for key, nxt in latest.items()}
+        return begin
+
+    def _positions(
+        self, state: DriverState, begin: SparkOffset, view: LaneView, known_ends: dict[tuple[str, int], int]
+    ) -> tuple[dict[tuple[str, int], int], list[str]]:
+        """Each lane's position as the batch starts, and the ``streamPattern`` streams deleted since: those drop
+        out (``_drop_deleted``), lanes new to the checkpoint start at their oldest item (Kafka reads new partitions
+        from earliest), and a checkpoint the lanes contradict is refused (``_check_checkpoint``) rather than
+        skipping records."""
         current = begin.as_dict()
         gone = self._drop_deleted(state, current, known_ends) if self.options.stream_pattern is not None else []
-        for key, (head, _) in bounds.items():
-            current.setdefault(key, head)  # a lane the checkpoint does not know yet starts at its oldest item
-        for stream, lane in current:
-            if stream in state.infos and (stream, lane) not in bounds:
-                raise ConfigError(
-                    f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "
-                    f"0..{state.infos[stream].config.lanes - 1}: the checkpoint is stale (the stream was deleted and "
-                    f"re-created with fewer lanes). Start the query with a fresh checkpointLocation"
-                )
-        for (stream, lane), position in current.items():
-            if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
-                raise OffsetOutOfRangeError(
-                    stream,
-                    lane,
-                    position,
-                    state.oldest(stream, lane),
-                    bounds[(stream, lane)][1],
-                    unit="sequence",
-                    hint="The query's checkpoint is stale: it was written before the stream was deleted and "
-                    "re-created (or the grid restarted without persistence), and reading on from it would "
-                    "skip every record up to that position. Start the query with a fresh checkpointLocation.",
-                )
-        skipped = begin.skipped_dict()
-        state.planned_skipped = begin.skipped_items
+        for key, (head, _) in view.bounds.items():
+            current.setdefault(key, head)
+        _check_checkpoint(state, current, view.bounds)
+        return current, gone
 
+    def _lane_starts(
+        self,
+        state: DriverState,
+        view: LaneView,
+        current: dict[tuple[str, int], int],
+        skipped: dict[tuple[str, int], int],
+    ) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], int]]:
+        """Split the lanes into those whose end is already known (``ends``: a standby follows the group's
+        confirmed offset and reads nothing; a lane taken over skips what the group already processed) and those
+        the batch may read from (``candidates``: their start, moved past items known lost with
+        ``failOnDataLoss=false``, so no batch is spent on a range that is gone)."""
         ends: dict[tuple[str, int], int] = {}
         candidates: dict[tuple[str, int], int] = {}
         for key, position in current.items():
             stream, lane = key
             confirmed = view.confirmed_sequence(stream, lane)
             state.check_confirmed(
-                stream, lane, confirmed[1] if confirmed else None, self.options.group, bounds.get(key, (0, 0))[1]
+                stream, lane, confirmed[1] if confirmed else None, self.options.group, view.bounds.get(key, (0, 0))[1]
             )
             if not state.held(stream, lane):
-                if key not in state.standby_logged:
-                    state.standby_logged.add(key)
-                    logger.info(
-                        "standby: group %r lane %d of stream %r is held by another member; this query follows the "
-                        "group's confirmed offset and reads nothing until the lane is free",
-                        self.options.group,
-                        lane,
-                        stream,
-                    )
+                state.standing_by(stream, lane)
                 ends[key] = max(position, confirmed[0]) if confirmed is not None else position
             elif confirmed is not None and confirmed[0] > position:
-                ends[key] = confirmed[0]  # taken over: skip what the group already processed
+                ends[key] = confirmed[0]
             else:
-                if key in state.standby_logged:
-                    state.standby_logged.discard(key)
-                    logger.info("group %r: this query now holds lane %d of stream %r", self.options.group, lane, stream)
-                if key in bounds and position < bounds[key][0] and not self.options.fail_on_data_loss:
+                state.holding(stream, lane)
+                if key in view.bounds and position < view.bounds[key][0] and not self.options.fail_on_data_loss:
                     position = self._skip_lost(state, stream, lane, position, skipped)
                 candidates[key] = position
-        # read_committed: a lane's batch ends at its last stable offset (the first item of an open transaction).
-        latest = {key: state.stable_end(key, candidates.get(key, nxt), nxt) for key, nxt in latest.items()}
-        ends.update(self._admit(state, candidates, latest, limit))
-        # A query's first batch records how many items it reads: its progress report has no start offset.
-        first_batch = state.initial is not None and begin.positions == state.initial.positions and not begin.skipped
-        end = SparkOffset.of(
-            by_stream(ends),
-            skipped,
-            sum(ends[key] - position for key, position in candidates.items()) if first_batch else None,
-            state.marks_for(ends, begin),
-        )
-        if not gone and end.positions == SparkOffset.of(by_stream(current)).positions:
-            return begin.to_json()
-        state.planned_skipped = end.skipped_items
-        state.last_batch_mono = time.monotonic()
-        return end.to_json()
+        return ends, candidates
+
+    def _readable_ends(
+        self, state: DriverState, view: LaneView, candidates: dict[tuple[str, int], int]
+    ) -> dict[tuple[str, int], int]:
+        """How far each lane may be read: its end; for an AvailableNow run, no further than the end it had when the
+        run started (a stream created since is not part of the run, which must end); with ``read_committed``, no
+        further than its last stable offset (the first item of a transaction still open)."""
+        latest = {key: nxt for key, (_, nxt) in view.bounds.items()}
+        if state.available_now_target is not None:
+            target = state.available_now_target.as_dict()
+            latest = {key: min(nxt, target.get(key, view.bounds[key][0])) for key, nxt in latest.items()}
+        return {key: state.stable_end(key, candidates.get(key, nxt), nxt) for key, nxt in latest.items()}
 
     def _drop_deleted(
         self, state: DriverState, current: dict[tuple[str, int], int], known_ends: dict[tuple[str, int], int]
@@ -376,15 +359,19 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         latest: dict[tuple[str, int], int],
         limit: ReadLimit,
     ) -> dict[tuple[str, int], int]:
+        """Admission control: the ends the read limit and the options admit from ``start`` towards ``latest``."""
         available = {key: max(start[key], latest.get(key, start[key])) for key in start}
         if isinstance(limit, ReadAllAvailable) or not start:
             return available  # Trigger.Once (or a limit-less query) reads everything
         backlog = sum(available[key] - start[key] for key in start)
         minimum = self.options.min_offsets_per_trigger
-        if minimum is not None and state.available_now_target is None and backlog < minimum:
-            waited_ms = (time.monotonic() - state.last_batch_mono) * 1000
-            if waited_ms < self.options.max_trigger_delay_ms:
-                return dict(start)
+        if (
+            minimum is not None
+            and state.available_now_target is None
+            and backlog < minimum
+            and state.ms_since_last_batch() < self.options.max_trigger_delay_ms
+        ):
+            return dict(start)
         maximum = self.options.max_offsets_per_trigger
         if isinstance(limit, ReadMaxRows):
             maximum = limit.max_rows if maximum is None else min(maximum, limit.max_rows)
@@ -408,50 +395,75 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         state = self._driver()
         begin, finish = _restarted(state, SparkOffset.from_json(start)), SparkOffset.from_json(end)
         view = state.planned()
-        bounds = view.bounds
-        ranges: list[tuple[str, int, int, int]] = []
+        ranges: list[Piece] = []
         # (stream, lane) -> (first sequence, record offset inside that item to start at)
         first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
         begin_at = begin.as_dict()
         skipped_before, skipped_after = begin.skipped_dict(), finish.skipped_dict()
         for stream, lane, end_seq in finish.positions:
-            lo = begin_at.get((stream, lane), bounds.get((stream, lane), (0, 0))[0])
+            key = (stream, lane)
+            lo = begin_at.get(key, view.bounds.get(key, (0, 0))[0])
             if stream not in state.infos:  # a streamPattern stream deleted before this (replayed) batch was read
-                if end_seq > lo and self.options.fail_on_data_loss:
-                    raise StreamDeletedError(stream, lane, lo, end_seq)
-                if end_seq > lo:
-                    logger.warning(
-                        "stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
-                        stream,
-                        lane,
-                        lo,
-                        end_seq - 1,
-                    )
+                self._deleted_range(stream, lane, lo, end_seq)
                 continue
             # Items the driver skipped as lost when it planned this batch: counted there, never read or counted here.
-            lo += skipped_after.get((stream, lane), 0) - skipped_before.get((stream, lane), 0)
+            lo += skipped_after.get(key, 0) - skipped_before.get(key, 0)
             if end_seq <= lo:
                 continue
-            confirmed = view.confirmed_sequence(stream, lane)
-            if confirmed is not None:
-                confirmed_seq, confirmed_offset = confirmed
-                if end_seq <= confirmed_seq:
-                    continue  # the group already processed this range (catch-up batch of a standby or takeover)
-                if confirmed_seq >= lo:
-                    lo = confirmed_seq
-                    if record_offsets.index_of(confirmed_offset):
-                        first_offsets[(stream, lane)] = (lo, confirmed_offset)
-            by_time = state.start_offsets.get((stream, lane))
-            if by_time is not None and record_offsets.sequence_of(by_time) == lo:
-                # The first batch reading the item a start by time resolved to: its records before that time
-                # are not read (a later confirmed offset inside the same item is further on and wins).
-                first = first_offsets.get((stream, lane))
-                first_offsets[(stream, lane)] = (lo, max(by_time, first[1] if first is not None else by_time))
-            if not state.held(stream, lane):
-                self._await_lane(state, stream, lane)
-            lo = self._check_loss(state, stream, lane, lo, bounds.get((stream, lane)))
+            lo = self._range_start(state, view, stream, lane, lo, end_seq, first_offsets)
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
+        return self._tasks(state, ranges, first_offsets)
+
+    def _deleted_range(self, stream: str, lane: int, lo: int, end_seq: int) -> None:
+        """A planned range of a stream deleted since: data loss (``StreamDeletedError``), or logged and skipped."""
+        if end_seq > lo and self.options.fail_on_data_loss:
+            raise StreamDeletedError(stream, lane, lo, end_seq)
+        if end_seq > lo:
+            logger.warning(
+                "stream %r was deleted; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
+                stream,
+                lane,
+                lo,
+                end_seq - 1,
+            )
+
+    def _range_start(
+        self,
+        state: DriverState,
+        view: LaneView,
+        stream: str,
+        lane: int,
+        lo: int,
+        end_seq: int,
+        first_offsets: dict[tuple[str, int], tuple[int, int]],
+    ) -> int:
+        """Where a lane's range of this batch really starts: past what the group already processed (a standby's or
+        a takeover's catch-up batch reads nothing twice), inside the first item where a confirmed offset or a start
+        by time lies (``first_offsets``), and past items overwritten since planning (``_check_loss``)."""
+        confirmed = view.confirmed_sequence(stream, lane)
+        if confirmed is not None:
+            confirmed_seq, confirmed_offset = confirmed
+            if end_seq <= confirmed_seq:
+                return end_seq
+            if confirmed_seq >= lo:
+                lo = confirmed_seq
+                if index_of(confirmed_offset):
+                    first_offsets[(stream, lane)] = (lo, confirmed_offset)
+        by_time = state.start_offsets.get((stream, lane))
+        if by_time is not None and sequence_of(by_time) == lo:
+            # The first batch reading the item a start by time resolved to: its records before that time
+            # are not read (a later confirmed offset inside the same item is further on and wins).
+            first = first_offsets.get((stream, lane))
+            first_offsets[(stream, lane)] = (lo, max(by_time, first[1] if first is not None else by_time))
+        if not state.held(stream, lane):
+            self._await_lane(state, stream, lane)
+        return self._check_loss(state, stream, lane, lo, view.bounds.get((stream, lane)))
+
+    def _tasks(
+        self, state: DriverState, ranges: list[Piece], first_offsets: dict[tuple[str, int], tuple[int, int]]
+    ) -> list[LaneRanges]:
+        """The Spark tasks reading the ranges (``planning.plan_for``)."""
         tasks = []
         for task in plan_for(self.options, ranges):
             lane_ranges = []
@@ -515,7 +527,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         # Lost after the batch was planned (or replayed after more was overwritten): the batch's end offset is
         # logged already, and the next batch's start is past these items, so they are logged and counted by this
         # source runner only (``skipped_items``), not in the query's count carried in the offsets.
-        state.late_skipped += oldest - start
+        state.count_late_skip(oldest - start)
         logger.warning(
             "data loss on stream %r lane %d: ring items %d..%d were overwritten after this batch was planned; "
             "skipping %d items (failOnDataLoss=false)",
@@ -535,96 +547,6 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             self._state.close()
 
 
-class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
-    """``spark.read.format("meteor")``: the ring items between ``startingOffsets`` and ``endingOffsets``."""
-
-    def __init__(self, options: SourceOptions, schema: StructType) -> None:
-        self.options = options
-        self.schema = schema
-
-    def partitions(self) -> Sequence[InputPartition]:
-        grid = grid_for(self.options.grid)
-        gate = ItemGate(grid, self.options.isolation)
-        ranges: list[tuple[str, int, int, int]] = []
-        infos = {name: open_stream(grid, name, create=False) for name in stream_names(grid, self.options)}
-        check_dead_letter_stream(grid, self.options)
-        check_lanes(self.options.starting, "startingOffsets", infos)
-        check_lanes(self.options.ending, "endingOffsets", infos)
-        starting_time, ending_time = self.options.starting_time, self.options.ending_time
-        check_time_lanes(starting_time, infos)
-        check_time_lanes(ending_time, infos)
-        # (stream, lane) -> record offset inside the first / last item read where the range starts / stops.
-        first_offsets: dict[tuple[str, int], int] = {}
-        stop_offsets: dict[tuple[str, int], int] = {}
-        for name, info in infos.items():
-            for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
-                oldest = Once(lambda i=info, n=lane: oldest_sequence(grid, i, n))
-                if starting_time is not None:
-                    lo, first = start_by_time(
-                        grid, info, lane, starting_time, self.options.timestamp_strategy, next_seq
-                    )
-                    if first is not None:
-                        first_offsets[(name, lane)] = first
-                else:
-                    lo = resolve_position(
-                        self.options.starting, "startingOffsets", name, lane, head, next_seq, group=None, oldest=oldest
-                    )
-                if ending_time is not None:
-                    hi, stop = end_by_time(grid, info, lane, ending_time, next_seq)
-                    if stop is not None:
-                        stop_offsets[(name, lane)] = stop
-                else:
-                    hi = resolve_position(
-                        self.options.ending, "endingOffsets", name, lane, head, next_seq, group=None, oldest=oldest
-                    )
-                if hi < lo:
-                    start_name = starting_time.option if starting_time is not None else "startingOffsets"
-                    end_name = ending_time.option if ending_time is not None else "endingOffsets"
-                    raise ConfigError(
-                        f"stream {name!r} lane {lane}: {end_name} (ring sequence {hi}) is before {start_name} "
-                        f"(ring sequence {lo}); a batch read takes ring sequences [start, end)"
-                    )
-                if lo < head and lo < oldest():
-                    if self.options.fail_on_data_loss:
-                        raise DataLossError(name, lane, requested=lo, oldest_available=oldest(), unit="sequence")
-                    logger.warning(
-                        "data loss on stream %r lane %d: ring items %d..%d were overwritten; skipping %d items "
-                        "(failOnDataLoss=false)",
-                        name,
-                        lane,
-                        lo,
-                        oldest() - 1,
-                        oldest() - lo,
-                    )
-                    lo = min(oldest(), hi)
-                # read_committed: not past the first item of a transaction still open (the last stable offset).
-                hi = stable_end(gate, grid, info, lane, lo, hi)
-                ranges.append((name, lane, lo, hi))
-        return [
-            LaneRanges(
-                tuple(
-                    LaneRange(
-                        stream,
-                        lane,
-                        lo,
-                        hi,
-                        self.options.grid,
-                        infos[stream],
-                        self.options.include_headers,
-                        self.options.fail_on_data_loss,
-                        corrupt=self.options.corrupt,
-                        headers_as_map=self.options.headers_as_map,
-                        first_offset=_inside(first_offsets.get((stream, lane)), lo),
-                        stop_offset=_inside(stop_offsets.get((stream, lane)), hi - 1),
-                        isolation=self.options.isolation,
-                    )
-                    for stream, lane, lo, hi in task
-                )
-            )
-            for task in plan_for(self.options, ranges)
-        ]
-
-
 def _restarted(state: DriverState, begin: SparkOffset) -> SparkOffset:
     """``begin`` with its item marks checked (``DriverState.verify``, once per lane and source runner): lanes found
     truncated and refilled under it start again at their oldest item (``failOnDataLoss=false``; else the check
@@ -638,6 +560,28 @@ def _restarted(state: DriverState, begin: SparkOffset) -> SparkOffset:
     return SparkOffset.of(by_stream(positions), begin.skipped_dict(), begin.batch_items, marks)
 
 
-def _inside(offset: int | None, sequence: int) -> int | None:
-    """``offset`` when it lies inside the ring item at ``sequence`` (the piece of a split range holding it)."""
-    return offset if offset is not None and record_offsets.sequence_of(offset) == sequence else None
+def _check_checkpoint(
+    state: DriverState, current: dict[tuple[str, int], int], bounds: dict[tuple[str, int], tuple[int, int]]
+) -> None:
+    """A checkpoint the lanes contradict is stale (the stream was deleted and re-created, or the grid restarted
+    without persistence): refused, since reading on from it would skip records."""
+    for stream, lane in current:
+        if stream in state.infos and (stream, lane) not in bounds:
+            raise ConfigError(
+                f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "
+                f"0..{state.infos[stream].config.lanes - 1}: the checkpoint is stale (the stream was deleted and "
+                f"re-created with fewer lanes). Start the query with a fresh checkpointLocation"
+            )
+    for (stream, lane), position in current.items():
+        if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
+            raise OffsetOutOfRangeError(
+                stream,
+                lane,
+                position,
+                state.oldest(stream, lane),
+                bounds[(stream, lane)][1],
+                unit="sequence",
+                hint="The query's checkpoint is stale: it was written before the stream was deleted and "
+                "re-created (or the grid restarted without persistence), and reading on from it would "
+                "skip every record up to that position. Start the query with a fresh checkpointLocation.",
+            )

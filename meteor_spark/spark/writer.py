@@ -225,6 +225,26 @@ class _PublishesRows:
     options: SinkOptions
     schema: StructType
 
+    def _open_publisher(self, grid: Any, stream: str, transaction: str | None) -> Any:
+        """A publisher to ``stream`` (created with the default configuration when missing and ``createStream``); in
+        a transaction, registered with it before its first record is stored, so readers find its transaction."""
+        target: StreamConfig | str = stream
+        if self.options.create_stream:
+            try:
+                open_stream(grid, stream)
+            except LookupError:
+                target = StreamConfig(stream)
+        publisher = Publisher(grid, target, transactional=transaction is not None)
+        if transaction is not None:
+            try:
+                transactions.begin(
+                    grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms, stream=stream
+                )
+            except BaseException:
+                publisher.close()
+                raise
+        return publisher
+
     def _publish(
         self,
         batches: Iterator[pyarrow.RecordBatch],
@@ -232,31 +252,15 @@ class _PublishesRows:
         query_id: str | None,
         transaction: str | None = None,
     ) -> MeteorCommitMessage:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
         grid = grid_for(self.options.grid)
         publishers: dict[str, Any] = {}
         rows = 0
         stored: dict[str, list[ArrowPublishFuture]] = {}  # stream -> futures of publish_arrow
 
         def publisher_for(stream: str) -> Any:
-            publisher = publishers.get(stream)
-            if publisher is None:
-                target: StreamConfig | str = stream
-                if self.options.create_stream:
-                    try:
-                        open_stream(grid, stream)
-                    except LookupError:
-                        target = StreamConfig(stream)
-                publisher = Publisher(grid, target, transactional=transaction is not None)
-                publishers[stream] = publisher
-                if transaction is not None:
-                    # Registered before its first record is stored, so readers find its transaction.
-                    transactions.begin(
-                        grid, transaction, publisher.producer_id, self.options.transaction_timeout_ms, stream=stream
-                    )
-            return publisher
+            if stream not in publishers:
+                publishers[stream] = self._open_publisher(grid, stream, transaction)
+            return publishers[stream]
 
         try:
             for batch in batches:
@@ -264,20 +268,7 @@ class _PublishesRows:
                     continue
                 rows += batch.num_rows
                 batch = _prepare(batch)
-                groups: list[tuple[str, Any]]
-                if self.options.stream is not None:
-                    groups = [(self.options.stream, batch)]
-                else:
-                    streams = batch.column("stream")
-                    if streams.null_count:
-                        raise ConfigError(
-                            "a row to write has a null 'stream' and option 'stream' is not set; fill the column "
-                            "or set the option"
-                        )
-                    groups = [
-                        (name, batch.filter(pc.equal(streams, pa.scalar(name))))
-                        for name in pc.unique(streams).to_pylist()
-                    ]
+                groups = _by_stream(batch, self.options.stream)
                 for stream, part in groups:
                     if "stream" in part.schema.names:
                         part = part.drop_columns(["stream"])
@@ -298,6 +289,22 @@ class _PublishesRows:
         return MeteorCommitMessage(
             batch_id, query_id, rows, False, writes, transaction if producers else None, producers
         )
+
+
+def _by_stream(batch: pyarrow.RecordBatch, default_stream: str | None) -> list[tuple[str, Any]]:
+    """The rows of ``batch`` per target stream: all to option ``stream`` when set, else by the ``stream`` column
+    (a null there is a ``ConfigError``: the row has nowhere to go)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if default_stream is not None:
+        return [(default_stream, batch)]
+    streams = batch.column("stream")
+    if streams.null_count:
+        raise ConfigError(
+            "a row to write has a null 'stream' and option 'stream' is not set; fill the column or set the option"
+        )
+    return [(name, batch.filter(pc.equal(streams, pa.scalar(name)))) for name in pc.unique(streams).to_pylist()]
 
 
 def _merge_lanes(futures: Sequence[ArrowPublishFuture]) -> tuple[LaneWritten, ...]:

@@ -7,6 +7,8 @@ in the same order on a ``MeteorStreamReader`` whose grid client counts what the 
 
 from __future__ import annotations
 
+import os
+import statistics
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.groups.leases import Lease, LeaseMap, wall_ms
@@ -224,3 +227,55 @@ def test_the_driver_stands_by_takes_over_and_is_fenced_without_spark(
     standby.commit(b_next)
     assert _stored_offsets(grid, unique_name, 2) == {0: first_offset_of(1), 1: first_offset_of(2)}
     assert Lease.decode(grid.map(LEASES_MAP).get(key) or "", "test").holder == "usurper"
+
+
+def test_planning_with_large_items_reads_one_item_per_moved_lane_for_its_mark(
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    counting: CountingGrid,
+    readers: list[MeteorStreamReader],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planning cost of the item marks with 1 MiB items (``DriverState.marks_for``: one single-item read per
+    lane whose end moved, the item before the new end). Spark logs a batch's end offset before its tasks run, so
+    the mark of the item before the end can only come from a read on the driver (figures printed)."""
+    lanes, batches = 8, 5
+    info = make_stream(grid, unique_name, lanes=lanes, capacity=64)
+    payload = os.urandom(1 << 20)  # incompressible: the stored item is about 1 MiB
+    reader = MeteorStreamReader(
+        SourceOptions.parse({**grid_options(grid_settings), "stream": unique_name, "startingOffsets": "earliest"}),
+        None,  # type: ignore[arg-type]  # the schema is not used on the driver
+    )
+    readers.append(reader)
+    marks_ms: list[float] = []
+    marks_for = driver_module.DriverState.marks_for
+
+    def timed_marks_for(self: Any, *args: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return marks_for(self, *args)
+        finally:
+            marks_ms.append((time.perf_counter() - began) * 1000)
+
+    monkeypatch.setattr(driver_module.DriverState, "marks_for", timed_marks_for)
+    start = reader.initialOffset()
+    planning_ms, ring_reads = [], []
+    for _ in range(batches):
+        for lane in range(lanes):
+            put_items(grid, info, lane, [[Record(payload)]])
+        counting.calls.clear()
+        began = time.perf_counter()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        reader.partitions(start, end)
+        planning_ms.append((time.perf_counter() - began) * 1000)
+        ring_reads.append(counting.calls["ring.read_many_async"] + counting.calls["ring.read_many"])
+        start = end
+    per_batch_marks = marks_ms[1:]  # the first call is initialOffset's
+    print(
+        f"planning with 1 MiB items, {lanes} lanes, one new item per lane per batch: "
+        f"median {statistics.median(planning_ms):.1f} ms per batch (latestOffset + partitions), of which the "
+        f"item-mark reads median {statistics.median(per_batch_marks):.1f} ms; ring item reads per batch "
+        f"{ring_reads}"
+    )
+    assert ring_reads == [lanes] * batches

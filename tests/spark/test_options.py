@@ -28,14 +28,13 @@ from meteor_spark.spark.datasource import (
     MeteorDataSource,
 )
 from meteor_spark.spark.executor import LaneRange, LaneRanges
-from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.option_values import parse_duration_ms
 from meteor_spark.spark.options import (
     OPTION_TABLE,
     OffsetSpec,
     SinkOptions,
     SourceOptions,
     describe_options,
-    parse_duration_ms,
 )
 from meteor_spark.spark.planning import (
     AUTO_SPLIT_MIN_ITEMS,
@@ -46,6 +45,7 @@ from meteor_spark.spark.planning import (
     rate_limit,
 )
 from meteor_spark.spark.reader import MeteorStreamReader
+from meteor_spark.spark.source_offset import SparkOffset
 
 
 def test_defaults_follow_kafka() -> None:

@@ -24,7 +24,7 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import lane_bounds, open_stream
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.groups.exclusive import GroupMember
-from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.source_offset import SparkOffset
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ from spark_helpers import make_stream, put_items, run_available_now, stream_read
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.grid.client import Grid, GridSettings
-from meteor_spark.spark.offsets import SparkOffset
+from meteor_spark.spark.source_offset import SparkOffset
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

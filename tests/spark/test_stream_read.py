@@ -238,10 +238,10 @@ def test_missing_stream_fails_the_query_naming_it(
 def test_one_task_reads_several_lane_ranges_exactly(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     """The executor path without Spark: a grouped task reads each of its ranges exactly, a resume offset inside
     the first item of a later range included, one lane per Arrow batch."""
+    from meteor_spark.spark.batch_reader import MeteorBatchReader
     from meteor_spark.spark.datasource import SOURCE_SCHEMA
     from meteor_spark.spark.executor import LaneRange, LaneRanges
     from meteor_spark.spark.options import SourceOptions
-    from meteor_spark.spark.reader import MeteorBatchReader
 
     info = make_stream(grid, unique_name, lanes=3)
     published = {lane: put_items(grid, info, lane, values_items(f"l{lane}", items=4, per_item=3)) for lane in range(3)}

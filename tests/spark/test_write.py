@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql.types import StructType
 from spark_helpers import grid_options, make_stream, put_items, read_values, values_items
 
@@ -211,3 +211,34 @@ def test_wrong_schema_fails_the_write_at_start_listing_columns(spark: Any, grid_
             **grid_options(grid_settings)
         ).mode("append").save()
     shutil.rmtree("spark-warehouse", ignore_errors=True)
+
+
+def test_a_bad_sink_option_fails_the_streaming_query_at_its_first_batch_not_at_start(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    """PySpark runs nothing of a Python data source at ``writeStream.start()``: the DataSource is built and
+    ``streamWriter()`` called only when the first micro-batch is planned (``schema()`` is never called for a write),
+    so a bad sink option can be refused no earlier. ``start()`` returns; the query then fails naming the option
+    (a batch ``save()`` builds its writer at once and raises there)."""
+    source = make_stream(grid, f"{unique_name}-in")
+    put_items(grid, source, 0, values_items("v", 1, 1))
+    query = (
+        spark.readStream.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("stream", f"{unique_name}-in")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("meteor")
+        .options(**grid_options(grid_settings))
+        .option("transactionTimeoutMs", "0")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start(f"{unique_name}-out")
+    )
+    with pytest.raises(StreamingQueryException, match=r"option 'transactionTimeoutMs': expected a whole number > 0"):
+        query.awaitTermination()
+    assert query.lastProgress is None  # no batch completed
+    with pytest.raises(AnalysisException, match=r"option 'transactional': expected true or false, got 'maybe'"):
+        spark.createDataFrame([(b"v",)], "value binary").write.format("meteor").options(
+            **grid_options(grid_settings)
+        ).option("transactional", "maybe").mode("append").save(f"{unique_name}-out")
