@@ -63,7 +63,7 @@ import logging
 import threading
 from typing import Any
 
-from meteor_spark.consumer.lane_state import LaneState, Skip
+from meteor_spark.consumer.lane_state import LaneState, Skip, SubscriberFields
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.errors import (
     FencedError,
@@ -79,27 +79,17 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import BatchPart, Record, RecordBatch
 from meteor_spark.format.serializers import DecodedLane, Deserializer
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring, result
+from meteor_spark.grid.client import MAX_BATCH_ITEMS, Ring, result
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.grid.reading import oldest_in
-from meteor_spark.grid.streams import StreamInfo
 
 logger = logging.getLogger(__name__)
 
 
-class LaneReader:
+class LaneReader(SubscriberFields):
     """The reading steps of a ``Subscriber`` (see the module docs); every attribute is the ``Subscriber``'s."""
 
-    stream: str
-    group: str | None
-    info: StreamInfo
-    _grid: Grid
-    _lock: Any  # the reader lock (an RLock): lanes and their state
-    _lanes: dict[int, LaneState]
-    _orphans: list[Any]  # reads left parked on the grid (a lane sought, lost or closed), until they end
-    _member: Any  # grouped: the GroupMember (None when ungrouped or deactivated)
-    _unconfirmed_lost: dict[int, int | None]  # lane -> epoch of records delivered, lost unconfirmed
     scheme: InitialOffsetScheme
     skip_data_loss: bool
     max_poll_records: int

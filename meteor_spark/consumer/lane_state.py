@@ -17,10 +17,11 @@ from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetO
 from meteor_spark.format.offsets import first_offset_of, index_of, make_offset, sequence_of
 from meteor_spark.format.records import BatchPart
 from meteor_spark.format.wire import decode_item
-from meteor_spark.grid.client import Ring
+from meteor_spark.grid.client import Grid, Ring
 from meteor_spark.grid.item_gate import DELIVER, WAIT, ItemGate
 from meteor_spark.grid.item_marks import ItemMark, mark_of
 from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.streams import StreamInfo
 
 
 @dataclass(frozen=True)
@@ -304,3 +305,18 @@ class LaneState:
         self.bad = None
         self.error = error
         return orphan
+
+
+class SubscriberFields:
+    """The ``Subscriber`` fields that its parts (``LaneReader``, ``SubscriberOffsets``) read, declared once so mypy
+    checks them; it holds no state: the ``Subscriber`` sets them."""
+
+    stream: str
+    group: str | None
+    info: StreamInfo
+    _grid: Grid
+    _lock: Any  # the reader lock (an RLock): lanes and their state
+    _lanes: dict[int, LaneState]
+    _orphans: list[Any]  # reads left parked on the grid (a lane sought, lost or closed), until they end
+    _member: Any  # grouped: the GroupMember (None when ungrouped or deactivated)
+    _unconfirmed_lost: dict[int, int | None]  # lane -> epoch of records delivered, lost unconfirmed

@@ -11,9 +11,7 @@ offset API in one module.
 
 from __future__ import annotations
 
-from typing import Any
-
-from meteor_spark.consumer.lane_state import LaneState
+from meteor_spark.consumer.lane_state import SubscriberFields
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -28,25 +26,14 @@ from meteor_spark.format.offsets import (
     sequence_of,
 )
 from meteor_spark.format.records import Record
-from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import check_lane, oldest_in
-from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.grid.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.validate import check_int
 
 
-class SubscriberOffsets:
+class SubscriberOffsets(SubscriberFields):
     """The offset API of a ``Subscriber`` (see the module docs); every attribute is the ``Subscriber``'s."""
 
-    stream: str
-    group: str | None
-    info: StreamInfo
-    _grid: Grid
-    _lock: Any  # the reader lock (an RLock): lanes and their state
-    _lanes: dict[int, LaneState]
-    _orphans: list[Any]  # reads left parked on the grid (a lane sought, lost or closed), until they end
-    _member: Any  # grouped: the GroupMember (None when ungrouped or deactivated)
-    _unconfirmed_lost: dict[int, int | None]  # lane -> epoch of records delivered, lost unconfirmed
     _closed: bool
 
     def _need_group(self, what: str) -> None:
