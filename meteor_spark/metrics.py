@@ -21,7 +21,8 @@ Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when un
   ``meteor_shared_released_records_total``, ``meteor_shared_rejected_records_total``,
   ``meteor_shared_dead_lettered_records_total``, ``meteor_shared_refused_records_total`` (settlements refused: the
   member had lost the records), ``meteor_shared_renewed_records_total``,
-  ``meteor_shared_undecodable_records_total``; gauge ``meteor_shared_held_records``.
+  ``meteor_shared_undecodable_records_total``, ``meteor_shared_truncated_lanes_total`` (lanes reset to their oldest
+  record after a truncation, ``skip_data_loss``); gauge ``meteor_shared_held_records``.
 
 Counters never go down: when a client closes, its last values are kept in the collector, so a closed publisher's
 records stay counted under its stream. Importing this module does not import prometheus_client; using it without
@@ -61,6 +62,7 @@ COUNTERS: dict[str, str] = {
     "meteor_shared_refused_records": "Settlements refused because the member had lost the records (lock expired).",
     "meteor_shared_renewed_records": "Record locks renewed by shared-group members.",
     "meteor_shared_undecodable_records": "Records the deserializers refused and on_corrupt passed over.",
+    "meteor_shared_truncated_lanes": "Lanes reset to their oldest record after a truncation (skip_data_loss).",
 }
 #: Gauge families → help text.
 GAUGES: dict[str, str] = {
@@ -221,6 +223,7 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_shared_refused_records", labels, figures["refused_records"]
         yield "meteor_shared_renewed_records", labels, figures["renewed_records"]
         yield "meteor_shared_undecodable_records", labels, figures["undecodable_records"]
+        yield "meteor_shared_truncated_lanes", labels, figures["truncated_lanes"]
         yield "meteor_shared_held_records", labels, figures["held_records"]
         return
     yield "meteor_subscriber_records", labels, figures["delivered_records"]

@@ -61,10 +61,13 @@ out first; a refused record is released, so ``max_deliveries`` ends one that alw
 mark it done for the whole group, counted in ``refusals``: one bad item never blocks a lane for ever.
 
 Not supported by a shared member (a ``ConfigError`` names them): ``confirm``/``seek`` (there is no position to
-confirm: records are settled one by one), ``skip_data_loss``, ``auto_confirm``. A lost range (the ring
-overwrote records before they were settled) raises ``DataLossError``, and a group position past the lane's end
-(the stream was re-created under the group's state) ``OffsetOutOfRangeError``; each stops the lane for every
-member. Deleting a stream
+confirm: records are settled one by one), ``auto_confirm``. A lost range (the ring overwrote records before they
+were settled) raises ``DataLossError``, and a group position past the lane's end (the stream was re-created under
+the group's state) ``OffsetOutOfRangeError``; each stops the lane for every member. A lane truncated and refilled
+under the group's position (a member restart that lost the lane's tail) is found when a member takes the lane up
+(``meteor_spark.consumer.shared_takeup``): ``LaneTruncatedError``, or with ``skip_data_loss=True`` the lane's entry
+is reset to its oldest record (delivered again, never skipped) and counted in ``truncated_lanes``.
+Deleting a stream
 (``admin.delete_stream`` / ``forget_groups``) removes its shared groups' entries too.
 """
 
@@ -76,17 +79,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from meteor_spark.consumer.shared_takeup import SharedTakeUp
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
     FormatError,
     GroupError,
-    OffsetOutOfRangeError,
 )
-from meteor_spark.format.corrupt import dead_letter_for_delivery
+from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy, dead_letter_for_delivery
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
-    first_offset_of,
     resolve_initial,
     sequence_of,
 )
@@ -100,7 +102,7 @@ from meteor_spark.groups.store import MAX_CAS_ATTEMPTS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HeldSpan", "SharedBookkeeping", "SharedRecord", "UndecodableItem"]
+__all__ = ["HeldSpan", "SharedBookkeeping", "SharedRecord", "UndecodableItem", "corrupt_mode", "corrupt_policy"]
 
 #: How often an idle member looks at the lane entries for released or timed-out records (s).
 RECHECK_S = 0.1
@@ -113,6 +115,27 @@ DEFAULT_MAX_DELIVERIES = 5
 
 #: Fresh records are acquired only while the window [start, next) spans fewer ring items than this.
 MAX_WINDOW_ITEMS = 1000
+
+
+def corrupt_mode(on_corrupt: str | None) -> str:
+    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
+    if on_corrupt is None:
+        return "error"
+    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
+        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
+    return on_corrupt.strip().lower()
+
+
+def corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
+    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
+    if mode != "dead_letter":
+        return CorruptItemPolicy(mode)
+    if dead_letter_stream is None:
+        raise ConfigError(
+            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
+            "group created with one)"
+        )
+    return CorruptItemPolicy(mode, dead_letter_stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +162,7 @@ class HeldSpan:
     deliveries: int
 
 
-class SharedBookkeeping:
+class SharedBookkeeping(SharedTakeUp):
     """A shared member's side of the group's state: the lane entries (read, compare-and-set, timeouts judged by
     observation), the group settings, and settling records (``ack``, ``nack``, ``reject``, ``renew``, dead
     letters). A base class of ``meteor_spark.consumer.shared_subscriber.SharedSubscriber``, which acquires and hands
@@ -163,7 +186,6 @@ class SharedBookkeeping:
     _lock: Any  # an RLock over the entries' texts and what this member holds
     _texts: dict[int, str]  # lane -> entry text last read or written
     _own_write: dict[int, bool]  # lane -> this member's last step on the entry was a write
-    _end_checked: set[int]  # lanes whose stored position was checked against the lane's end
     _observers: dict[int, ExpiryObserver]
     _items: dict[int, OrderedDict[int, ItemView | UndecodableItem]]
     _held: dict[int, dict[int, HeldSpan]]
@@ -226,12 +248,21 @@ class SharedBookkeeping:
 
     def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
         """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
-        successful write (the compare-and-set then checks it is still current); else read from the grid."""
+        successful write (the compare-and-set then checks it is still current); else read from the grid. A lane not
+        taken up since the grid last lost a connection is read from the grid and checked against the ring first
+        (``SharedTakeUp._take_up``: truncated and refilled, or past the lane's end)."""
         key = self._keys[lane]
+        taken_up = self._taken_up(lane)
         with self._lock:
-            mine = self._texts.get(lane) if own_write and self._own_write.get(lane) else None
+            mine = self._texts.get(lane) if own_write and taken_up and self._own_write.get(lane) else None
         if mine is not None:
             return mine, LaneShare.decode(mine, f"{key} in map {SHARE_MAP!r}")
+        text, share = self._fetch(lane)
+        return (text, share) if taken_up else self._take_up(lane, text, share)
+
+    def _fetch(self, lane: int) -> tuple[str, LaneShare]:
+        """The lane's entry read from the grid (created at the initial offset scheme's offset when missing)."""
+        key = self._keys[lane]
         text = self._map.get(key)
         if text is None:
             ring = self._rings[lane]
@@ -244,15 +275,7 @@ class SharedBookkeeping:
         with self._lock:
             self._texts[lane] = text
             self._own_write[lane] = False
-        share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
-        if lane not in self._end_checked:
-            # Once per lane: a group position past the lane's end (the stream re-created under it) is an error,
-            # never a wait that passes over what is written below it. Later, a read below the position finds it.
-            end = self._rings[lane].tail() + 1
-            if sequence_of(share.next) > end:
-                raise self._past_end(lane, sequence_of(share.next), end)
-            self._end_checked.add(lane)
-        return text, share
+        return text, LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
 
     def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
         new = share.encode()
@@ -274,22 +297,6 @@ class SharedBookkeeping:
         observer = self._observers[lane]
         observer.forget_except(tokens)
         return {token for token in tokens if observer.expired(token, token, self.acquisition_timeout_ms)}
-
-    def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
-        oldest = min(oldest_in(self._rings[lane]), end)
-        return OffsetOutOfRangeError(
-            self.stream,
-            lane,
-            first_offset_of(seq),
-            first_offset_of(oldest),
-            first_offset_of(end),
-            hint=(
-                f"It is where shared group {self.group!r} stands: was the stream deleted and re-created, or the grid "
-                f"restarted without persistence? Forget the group's state "
-                f"(meteor_spark.groups.admin.forget_groups(grid, {self.stream!r}, {self.group!r})) to start it "
-                "again by its initial offset scheme."
-            ),
-        )
 
     def _evict(self, lane: int, start: int) -> None:
         """Forget cached items wholly below the lane's start offset (settled for good)."""

@@ -23,15 +23,17 @@ from meteor_spark.consumer.shared_groups import (
     SharedBookkeeping,
     SharedRecord,
     UndecodableItem,
+    corrupt_mode,
+    corrupt_policy,
 )
 from meteor_spark.errors import (
+    ArgumentTypeError,
     ConfigError,
     DataLossError,
     FormatError,
     GroupError,
     MeteorError,
 )
-from meteor_spark.format.corrupt import CORRUPT_MODES, CorruptItemPolicy
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -43,6 +45,7 @@ from meteor_spark.format.records import BatchPart, Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer, deserializer
 from meteor_spark.format.wire import ItemView, decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, GridMap, Ring
+from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.groups.balancing import default_member_id
@@ -62,32 +65,10 @@ _CACHE_ITEMS = 2048
 
 #: Subscriber arguments that have no meaning for a shared group, and why.
 _UNSUPPORTED = {
-    "skip_data_loss": "a lost range stops the lane for every member",
     "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
     "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
     "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
 }
-
-
-def _corrupt_mode(on_corrupt: str | None) -> str:
-    """A shared member's ``on_corrupt`` mode, checked before anything is written to the grid."""
-    if on_corrupt is None:
-        return "error"
-    if not isinstance(on_corrupt, str) or on_corrupt.strip().lower() not in CORRUPT_MODES:
-        raise ConfigError(f"on_corrupt must be one of {', '.join(CORRUPT_MODES)}, got {on_corrupt!r}")
-    return on_corrupt.strip().lower()
-
-
-def _corrupt_policy(mode: str, dead_letter_stream: str | None) -> CorruptItemPolicy:
-    """The policy of ``mode``; ``dead_letter`` sends to the group's dead-letter stream."""
-    if mode != "dead_letter":
-        return CorruptItemPolicy(mode)
-    if dead_letter_stream is None:
-        raise ConfigError(
-            "on_corrupt='dead_letter' needs the group's dead_letter_stream: give dead_letter_stream=... (or join a "
-            "group created with one)"
-        )
-    return CorruptItemPolicy(mode, dead_letter_stream)
 
 
 class SharedSubscriber(SharedBookkeeping):
@@ -119,6 +100,9 @@ class SharedSubscriber(SharedBookkeeping):
         metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this member's
             counters (delivered, acknowledged, released, rejected, dead-lettered, refused, renewed, passed over)
             and the records it holds (``meteor_spark.metrics``; needs the ``metrics`` extra).
+        skip_data_loss: a lane truncated and refilled under the group's position (a member restart lost its tail)
+            is reset to its oldest record, delivered again and counted, instead of ``LaneTruncatedError``
+            (``meteor_spark.consumer.shared_takeup``). Overwritten records still raise ``DataLossError``.
 
     Attributes:
         delivered_records: records handed out (a redelivery counts again).
@@ -126,6 +110,7 @@ class SharedSubscriber(SharedBookkeeping):
         dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
         refused_records: records this member tried to settle after losing them (``FencedError``).
         renewed_records: records whose lock this member renewed.
+        truncated_lanes, truncations: lanes this member reset after a truncation (``(lane, position, oldest)``).
         refusals: undecodable items and refused records passed over (``corrupt_items``, ``undecodable_records``).
     """
 
@@ -146,6 +131,7 @@ class SharedSubscriber(SharedBookkeeping):
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
+        skip_data_loss: bool = False,
         **others: Any,
     ) -> None:
         # long: one constructor on purpose: the options are checked (a ConfigError naming each) before the group's
@@ -162,10 +148,12 @@ class SharedSubscriber(SharedBookkeeping):
             )
         if not isinstance(group, str) or not group:
             raise ConfigError(f"SharedSubscriber needs a group: a non-empty group name, got {group!r}")
+        if not isinstance(skip_data_loss, bool):
+            raise ArgumentTypeError(f"skip_data_loss must be True or False, got {skip_data_loss!r}")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         check_int("max_poll_records", max_poll_records, 1, 1 << 31)
         check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        corrupt_mode = _corrupt_mode(on_corrupt)
+        mode = corrupt_mode(on_corrupt)
         registry = metrics_registry(metrics)
         if acquisition_timeout_ms is not None:
             check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
@@ -186,7 +174,7 @@ class SharedSubscriber(SharedBookkeeping):
         self.max_deliveries = settings.max_deliveries
         self.dead_letter_stream = settings.dead_letter_stream
         dead_letter_stream = settings.dead_letter_stream
-        self.corrupt_policy = _corrupt_policy(corrupt_mode, dead_letter_stream)
+        self.corrupt_policy = corrupt_policy(mode, dead_letter_stream)
         self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         # Hazelcast refuses a read of more items than the ring holds.
@@ -202,7 +190,11 @@ class SharedSubscriber(SharedBookkeeping):
         self._wakers: dict[int, Any] = {}
         self._texts: dict[int, str] = {}  # lane -> entry text last read or written
         self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
-        self._end_checked: set[int] = set()  # lanes whose stored position was checked against the lane's end
+        self.skip_data_loss = skip_data_loss
+        self.truncated_lanes = 0
+        self.truncations: list[tuple[int, int, int]] = []
+        self._checked: dict[int, int] = {}  # lane -> Grid.connection_losses when the lane was last taken up
+        self._marks: dict[int, OrderedDict[int, ItemMark]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
         self._items: dict[int, OrderedDict[int, ItemView | UndecodableItem]] = {
             lane: OrderedDict() for lane in range(self.info.lanes)
         }
@@ -297,6 +289,8 @@ class SharedSubscriber(SharedBookkeeping):
                 return [], []
             ranges = [(first, end, deliveries) for first, end, deliveries in picks + archive]
             acquired = share.acquire(ranges, token, fresh_end)
+            if fresh_end is not None:
+                acquired = acquired.marked(self._mark_before(lane, fresh_end))
             if not self._write(lane, key, text, acquired):
                 own = False
                 self._contended = True
@@ -426,6 +420,7 @@ class SharedSubscriber(SharedBookkeeping):
             )
         if batch.sequences[0] < seq:  # clamped, and items were written below seq since
             raise self._past_end(lane, seq, ring.tail() + 1)
+        self._remember_marks(lane, batch.items, batch.sequences)
         views = [
             self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
         ]
@@ -553,6 +548,7 @@ class SharedSubscriber(SharedBookkeeping):
             "dead_lettered_records": self.dead_lettered_records,
             "refused_records": self.refused_records,
             "renewed_records": self.renewed_records,
+            "truncated_lanes": self.truncated_lanes,
             "held_records": self.held(),
             "corrupt_items": self.refusals.corrupt_items,
             "undecodable_records": self.refusals.undecodable_records,

@@ -23,6 +23,11 @@ compares bytes)::
   last one (the next record of the item, or the first of the next item), so spans never leave record-less holes.
   Adjacent spans in the same state merge, and done spans at the front fold into ``start``: the entry holds a
   handful of ranges, whatever the number of records in flight.
+- ``mark`` (optional): ``[sequence, crc]``, the item mark (``meteor_spark.grid.item_marks``) of the ring item of
+  the last record below ``next``, taken when a member moves ``next`` on. A member taking the lane up (its first
+  look, or its first after the grid lost a connection) compares it with the item now at that sequence: another item
+  means the lane lost its tail in a member restart and new records took the sequences below ``next``. Entries
+  without one (written before marks) are read as before and simply not checked; steps keep the mark as it is.
 
 Every function here is pure (no grid, no clock); ``shared_groups`` reads an entry, applies one step and writes the
 result back with one compare-and-set on the exact text it read.
@@ -37,9 +42,10 @@ records a dead member held come back after the group's lock time whoever is left
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.groups.leases import canonical, decode_entry
 
 __all__ = ["ACQUIRED", "AVAILABLE", "DONE", "SHARE_MAP", "GroupSettings", "LaneShare", "Span", "settings_key"]
@@ -143,11 +149,13 @@ class Span:
 
 @dataclass(frozen=True)
 class LaneShare:
-    """One lane's stored state: ``start``, ``next`` and the spans between them (see the module docs)."""
+    """One lane's stored state: ``start``, ``next``, the spans between them and the mark of the item before
+    ``next`` (see the module docs)."""
 
     start: int
     next: int
     spans: tuple[Span, ...] = ()
+    mark: ItemMark | None = None
 
     @classmethod
     def initial(cls, offset: int) -> LaneShare:
@@ -155,9 +163,19 @@ class LaneShare:
         return cls(offset, offset)
 
     def encode(self) -> str:
-        return canonical(
-            {"v": SHARE_FORMAT, "start": self.start, "next": self.next, "spans": [s.encode() for s in self.spans]}
-        )
+        raw: dict[str, Any] = {
+            "v": SHARE_FORMAT,
+            "start": self.start,
+            "next": self.next,
+            "spans": [s.encode() for s in self.spans],
+        }
+        if self.mark is not None:
+            raw["mark"] = self.mark.encode()
+        return canonical(raw)
+
+    def marked(self, mark: ItemMark | None) -> LaneShare:
+        """This state with ``mark`` as the mark of the item before ``next`` (None keeps the one it has)."""
+        return self if mark is None else replace(self, mark=mark)
 
     @classmethod
     def decode(cls, text: str, where: str) -> LaneShare:
@@ -168,7 +186,12 @@ class LaneShare:
 
     @classmethod
     def _build(cls, raw: dict[str, Any]) -> LaneShare:
-        share = cls(int(raw["start"]), int(raw["next"]), tuple(Span.decode(s) for s in raw["spans"]))
+        share = cls(
+            int(raw["start"]),
+            int(raw["next"]),
+            tuple(Span.decode(s) for s in raw["spans"]),
+            ItemMark.decode(raw.get("mark")),
+        )
         at = share.start
         for span in share.spans:
             if span.first != at:
@@ -202,7 +225,7 @@ class LaneShare:
             Span(s.first, s.end, AVAILABLE, s.deliveries) if s.state == ACQUIRED and s.token in gone else s
             for s in self.spans
         ]
-        return LaneShare(self.start, self.next, tuple(spans)).normalized()
+        return LaneShare(self.start, self.next, tuple(spans), self.mark).normalized()
 
     def acquire(self, ranges: Sequence[tuple[int, int, int]], token: str, new_next: int | None = None) -> LaneShare:
         """Acquire ``ranges`` (``(first, end, deliveries)``, each inside one available span) and, with
@@ -223,7 +246,7 @@ class LaneShare:
         if new_next is not None and new_next > nxt:
             spans.append(Span(nxt, new_next, ACQUIRED, 1, token))
             nxt = new_next
-        return LaneShare(self.start, nxt, tuple(spans)).normalized()
+        return LaneShare(self.start, nxt, tuple(spans), self.mark).normalized()
 
     def settle(
         self, ranges: Sequence[tuple[int, int]], token: str, state: str
@@ -250,7 +273,7 @@ class LaneShare:
                 refused.append((first, end))
             else:
                 spans = painted
-        return LaneShare(self.start, self.next, tuple(spans)).normalized(), refused
+        return LaneShare(self.start, self.next, tuple(spans), self.mark).normalized(), refused
 
     def renew(
         self, ranges: Sequence[tuple[int, int]], token: str, new_token: str
@@ -273,7 +296,7 @@ class LaneShare:
                 refused.append((first, end))
             else:
                 spans = painted
-        return LaneShare(self.start, self.next, tuple(spans)).normalized(), refused
+        return LaneShare(self.start, self.next, tuple(spans), self.mark).normalized(), refused
 
     def normalized(self) -> LaneShare:
         """Adjacent spans of the same kind merged, done spans at the front folded into ``start``."""
@@ -286,7 +309,7 @@ class LaneShare:
         start = self.start
         while merged and merged[0].state == DONE:
             start = merged.pop(0).end
-        return LaneShare(start, self.next, tuple(merged))
+        return LaneShare(start, self.next, tuple(merged), self.mark)
 
 
 def _paint(

@@ -233,10 +233,8 @@ def test_shared_options_are_checked(grid: Grid, unique_name: str, members: list[
         SharedSubscriber(grid, unique_name)
     with pytest.raises(ConfigError, match="max_deliveries=3 needs a dead_letter_stream"):
         SharedSubscriber(grid, unique_name, group="q", max_deliveries=3)
-    with pytest.raises(
-        ConfigError, match=r"not supported by a shared group member \(SharedSubscriber\): skip_data_loss"
-    ):
-        SharedSubscriber(grid, unique_name, group="q", skip_data_loss=True)
+    with pytest.raises(ConfigError, match=r"not supported by a shared group member \(SharedSubscriber\): lease_ms"):
+        SharedSubscriber(grid, unique_name, group="q", lease_ms=1000)
     with pytest.raises(ConfigError, match="is the stream being read"):
         SharedSubscriber(grid, unique_name, group="q", dead_letter_stream=unique_name)
     with pytest.raises(ConfigError, match="acquisition_timeout_ms must be an integer"):
