@@ -12,7 +12,9 @@ Truncated lanes: every end offset carries the item mark of the item before each 
 first offset a source runner starts from (a checkpoint, the group's offsets) has its marks checked once per lane.
 Another item at a mark's sequence means the lane lost its tail and was refilled under the position:
 ``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read again from its oldest item (re-delivering
-rather than skipping; the group, when held, is moved back there too), logged as a WARNING.
+rather than skipping; the group, when held, is moved back there too), logged as a WARNING. While a query runs, the
+tasks check the item before each batch's start against the same marks (``executor``), and a lane this runner saw
+reach a position and now sees ending below it is the same truncation (``ended_below``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,13 @@ the task's ranges; no look-back before a range's start) are left out before conv
 ``read_committed`` ranges only up to each lane's last stable offset, so every transactional item a task meets is
 decided and replays stay deterministic; a task that meets an open one all the same waits for its decision, bounded
 by the transaction's timeout.
+
+Truncated lanes under a running query (``LaneRange.expect``, ``_checked_start``): a member restart can lose a lane's
+tail while the query runs, and new records then take the lost sequences below the query's position. A range
+starting where its batch starts reads the item before it (one single-item read, sent with the range's first read)
+and compares it with the mark the driver recorded for the previous batch's end: another item fails the task with
+``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read from its oldest item (re-delivered, never
+skipped). A replayed task checks again and decides the same while the lane holds the same items.
 """
 
 from __future__ import annotations
