@@ -212,25 +212,16 @@ class _TaskRows:
 
     def _chunks(self) -> Iterator[tuple[int, list[bytes], list[int]]]:
         """(range index, items, sequences) of every grid read, the items the isolation gate passes only. The item
-        before each range with an expected mark is read first, all at once (``_mark_reads``)."""
+        before each range with an expected mark is read at the start, all at once (``_mark_reads``)."""
         checks = _mark_reads(self.ranges)
         for index, part in enumerate(self.ranges):
-            start, end = _checked_start(part, checks.get(index))
             gate = self.gates.get((part.grid, part.isolation))
             if gate is None:
                 known = _KNOWN.setdefault(part.grid, KnownTransactions())
                 gate = self.gates[(part.grid, part.isolation)] = ItemGate(
                     grid_for(part.grid), part.isolation, known=known
                 )
-            for items, sequences in read_range(
-                grid_for(part.grid),
-                part.info,
-                part.lane,
-                start,
-                end,
-                max_items_per_call=ITEMS_PER_READ,
-                skip_data_loss=not part.fail_on_data_loss,
-            ):
+            for items, sequences in _range_reads(part, checks.get(index)):
                 items, sequences = _passed(gate, part, items, sequences)
                 if items:
                     yield index, items, sequences
@@ -299,6 +290,42 @@ def _mark_reads(ranges: Sequence[LaneRange]) -> dict[int, Any]:
             ring = grid_for(part.grid).ring(part.info.ring_names[part.lane])
             reads[index] = ring.read_many_async(part.expect.sequence, 0, 1)
     return reads
+
+
+def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[bytes], list[int]]]:
+    return read_range(
+        grid_for(part.grid),
+        part.info,
+        part.lane,
+        start,
+        end,
+        max_items_per_call=ITEMS_PER_READ,
+        skip_data_loss=not part.fail_on_data_loss,
+    )
+
+
+def _range_reads(part: LaneRange, check: Any) -> Iterator[tuple[list[bytes], list[int]]]:
+    """The grid reads of one range. With a mark check under way, the range's first read is sent before the check's
+    answer is looked at (the two travel together); nothing is handed on, and no error of that first read raised,
+    before the check passed, since a truncated lane explains them (a range now past the lane's end)."""
+    reader = _reader(part, part.start, part.end)
+    if check is None:
+        yield from reader
+        return
+    failure: Exception | None = None
+    try:
+        first = next(reader, None)
+    except Exception as exc:  # the check decides first; re-raised when the lane was not truncated
+        first, failure = None, exc
+    start, end = _checked_start(part, check)
+    if (start, end) != (part.start, part.end):
+        yield from _reader(part, start, end)
+        return
+    if failure is not None:
+        raise failure
+    if first is not None:
+        yield first
+    yield from reader
 
 
 def _checked_start(part: LaneRange, read: Any) -> tuple[int, int]:
