@@ -24,6 +24,7 @@ are simply not checked.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,9 +86,15 @@ def check_mark(ring: Ring, mark: ItemMark) -> tuple[str, int]:
     before the mark; ``sequence`` is the lane's next sequence).
     """
     batch = ring.read_many(mark.sequence, 0, 1)
-    if not batch.sequences or batch.sequences[0] < mark.sequence:
-        return PAST_END, ring.tail() + 1
-    found = batch.sequences[0]
-    if found > mark.sequence:
-        return GONE, found
-    return (SAME if mark_of(batch.items[0], found) == mark else CHANGED), found
+    verdict = verdict_of(mark, batch.items, batch.sequences)
+    return verdict, (ring.tail() + 1 if verdict == PAST_END else batch.sequences[0])
+
+
+def verdict_of(mark: ItemMark, items: Sequence[Any], sequences: Sequence[int]) -> str:
+    """``check_mark``'s verdict on the answer of a one-item read at the mark's sequence (issued by the caller, so
+    a Spark task can send it alongside its range's first read)."""
+    if not sequences or sequences[0] < mark.sequence:
+        return PAST_END
+    if sequences[0] > mark.sequence:
+        return GONE
+    return SAME if mark_of(items[0], sequences[0]) == mark else CHANGED

@@ -12,7 +12,9 @@ Truncated lanes: every end offset carries the item mark of the item before each 
 first offset a source runner starts from (a checkpoint, the group's offsets) has its marks checked once per lane.
 Another item at a mark's sequence means the lane lost its tail and was refilled under the position:
 ``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read again from its oldest item (re-delivering
-rather than skipping; the group, when held, is moved back there too), logged as a WARNING.
+rather than skipping; the group, when held, is moved back there too), logged as a WARNING. While a query runs, the
+tasks check the item before each batch's start against the same marks (``executor``), and a lane this runner saw
+reach a position and now sees ending below it is the same truncation (``ended_below``).
 """
 
 from __future__ import annotations
@@ -106,9 +108,10 @@ class DriverState:
         self.stable: dict[tuple[str, int], int] = {}
         #: Lanes whose starting position's item mark this source runner checked (once per lane and process).
         self.verified: set[tuple[str, int]] = set()
-        #: failOnDataLoss=false: (stream, lane) -> (stale position, oldest sequence) of lanes found truncated and
-        #: refilled under it, read again from that oldest sequence.
-        self.truncated: dict[tuple[str, int], tuple[int, int]] = {}
+        #: failOnDataLoss=false: (stream, lane) -> (stale position, oldest sequence, stale mark) of lanes found
+        #: truncated and refilled under it, read again from that oldest sequence (an offset at the same position
+        #: with another mark was taken after the truncation: not moved).
+        self.truncated: dict[tuple[str, int], tuple[int, int, ItemMark]] = {}
         self._planned: LaneView | None = None
         #: Items skipped as lost: the query's count carried in the offsets as of the last batch planned, and the
         #: items this source runner found lost after planning (``skipped_items`` adds them).
@@ -338,7 +341,7 @@ class DriverState:
             if stream not in self.infos or position is None:
                 continue
             known = self.truncated.get(key)
-            if known is not None and known[0] == position:
+            if known is not None and known[0] == position and known[2] == mark:
                 moved[key] = known[1]
                 continue
             if key in self.verified:
@@ -348,6 +351,40 @@ class DriverState:
             if verdict != CHANGED:
                 continue
             moved[key] = self._truncated(stream, lane, position, mark, whose)
+        return moved
+
+    def ended_below(
+        self,
+        begin: SparkOffset,
+        bounds: dict[tuple[str, int], tuple[int, int]],
+        seen_ends: dict[tuple[str, int], int],
+    ) -> dict[tuple[str, int], int]:
+        """Lanes of a running query that now end below ``begin`` although this source runner saw them reach it and
+        marked the item before it: the lane lost its tail while the query ran (a member restart), the same
+        truncation the item mark catches once new records refill it (``_truncated``). Returns the new start of
+        each such lane (its oldest sequence, ``failOnDataLoss=false``).
+
+        Raises:
+            LaneTruncatedError: such a lane, with ``failOnDataLoss=true``.
+        """
+        positions = begin.as_dict()
+        moved: dict[tuple[str, int], int] = {}
+        for key, mark in begin.marks_dict().items():
+            position = positions.get(key)
+            if (
+                position is None
+                or key not in bounds
+                or key[0] not in self.infos
+                or mark.sequence != position - 1
+                or position <= bounds[key][1]
+                or seen_ends.get(key, -1) < position
+            ):
+                continue
+            known = self.truncated.get(key)
+            if known is not None and known[0] == position and known[2] == mark:
+                moved[key] = known[1]
+                continue
+            moved[key] = self._truncated(key[0], key[1], position, mark, "the running query's position")
         return moved
 
     def verify_group(self, stream: str, lane: int, confirmed: int) -> int | None:
@@ -381,7 +418,7 @@ class DriverState:
             raise LaneTruncatedError(
                 stream, lane, position, oldest, mark.sequence, unit="sequence", whose=whose, fix=fix
             )
-        self.truncated[(stream, lane)] = (position, oldest)
+        self.truncated[(stream, lane)] = (position, oldest, mark)
         member = self.members.get(stream)
         if member is not None and lane in member.assignment():
             try:

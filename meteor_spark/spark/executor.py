@@ -16,6 +16,13 @@ the task's ranges; no look-back before a range's start) are left out before conv
 ``read_committed`` ranges only up to each lane's last stable offset, so every transactional item a task meets is
 decided and replays stay deterministic; a task that meets an open one all the same waits for its decision, bounded
 by the transaction's timeout.
+
+Truncated lanes under a running query (``LaneRange.expect``, ``_checked_start``): a member restart can lose a lane's
+tail while the query runs, and new records then take the lost sequences below the query's position. A range
+starting where its batch starts reads the item before it (one single-item read, sent with the range's first read)
+and compares it with the mark the driver recorded for the previous batch's end: another item fails the task with
+``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane is read from its oldest item (re-delivered, never
+skipped). A replayed task checks again and decides the same while the lane holds the same items.
 """
 
 from __future__ import annotations
@@ -31,14 +38,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import InputPartition
 
 from meteor_spark.consumer.refusals import Refusals
-from meteor_spark.errors import FormatError
+from meteor_spark.errors import FormatError, LaneTruncatedError
 from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.offsets import sequence_of
 from meteor_spark.format.wire import decode_item, item_producer
-from meteor_spark.grid.client import GridSettings
+from meteor_spark.grid.client import GridSettings, Ring, result
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
-from meteor_spark.grid.reading import read_range
+from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of
+from meteor_spark.grid.reading import oldest_in, read_range
 from meteor_spark.spark.clients import grid_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +61,10 @@ ITEMS_PER_READ = 32
 
 #: Transactions known to this Python worker, per grid: shared by its tasks (decisions never change).
 _KNOWN: dict[GridSettings, KnownTransactions] = {}
+
+#: Lane ranges this Python worker found truncated and refilled under the query's position and read again from
+#: their oldest item (``failOnDataLoss=false``; ``_checked_start``).
+TRUNCATED_RANGES = 0
 
 #: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
 TARGET_ROWS_PER_BATCH = 65_536
@@ -78,6 +90,8 @@ class LaneRange(InputPartition):
         stop_offset: drop the records of the last item from this record offset on (a batch read ending by time
             inside an item); None = read whole items.
         isolation: ``read_uncommitted`` or ``read_committed`` (``meteor_spark.grid.item_gate``).
+        expect: the item mark the driver recorded for item ``start - 1`` (the end of the query's previous batch),
+            compared with the item there before the range is read (``_checked_start``); None = not checked.
     """
 
     stream: str
@@ -93,6 +107,7 @@ class LaneRange(InputPartition):
     headers_as_map: bool = False
     stop_offset: int | None = None
     isolation: str = READ_UNCOMMITTED
+    expect: ItemMark | None = None
 
     @property
     def items(self) -> int:
@@ -196,7 +211,9 @@ class _TaskRows:
                 )
 
     def _chunks(self) -> Iterator[tuple[int, list[bytes], list[int]]]:
-        """(range index, items, sequences) of every grid read, the items the isolation gate passes only."""
+        """(range index, items, sequences) of every grid read, the items the isolation gate passes only. The item
+        before each range with an expected mark is read at the start, all at once (``_mark_reads``)."""
+        checks = _mark_reads(self.ranges)
         for index, part in enumerate(self.ranges):
             gate = self.gates.get((part.grid, part.isolation))
             if gate is None:
@@ -204,15 +221,7 @@ class _TaskRows:
                 gate = self.gates[(part.grid, part.isolation)] = ItemGate(
                     grid_for(part.grid), part.isolation, known=known
                 )
-            for items, sequences in read_range(
-                grid_for(part.grid),
-                part.info,
-                part.lane,
-                part.start,
-                part.end,
-                max_items_per_call=ITEMS_PER_READ,
-                skip_data_loss=not part.fail_on_data_loss,
-            ):
+            for items, sequences in _range_reads(part, checks.get(index)):
                 items, sequences = _passed(gate, part, items, sequences)
                 if items:
                     yield index, items, sequences
@@ -270,6 +279,104 @@ class _TaskRows:
             include_headers=part.include_headers,
             first_offset=first,
         )
+
+
+def _mark_reads(ranges: Sequence[LaneRange]) -> dict[int, Any]:
+    """One single-item read of the item before each range the driver gave an expected mark, all issued at once
+    (they travel with the first range's reads), keyed by range index."""
+    reads: dict[int, Any] = {}
+    for index, part in enumerate(ranges):
+        if part.expect is not None and part.expect.sequence == part.start - 1:
+            ring = grid_for(part.grid).ring(part.info.ring_names[part.lane])
+            reads[index] = ring.read_many_async(part.expect.sequence, 0, 1)
+    return reads
+
+
+def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[bytes], list[int]]]:
+    return read_range(
+        grid_for(part.grid),
+        part.info,
+        part.lane,
+        start,
+        end,
+        max_items_per_call=ITEMS_PER_READ,
+        skip_data_loss=not part.fail_on_data_loss,
+    )
+
+
+def _range_reads(part: LaneRange, check: Any) -> Iterator[tuple[list[bytes], list[int]]]:
+    """The grid reads of one range. With a mark check under way, the range's first read is sent before the check's
+    answer is looked at (the two travel together); nothing is handed on, and no error of that first read raised,
+    before the check passed, since a truncated lane explains them (a range now past the lane's end)."""
+    reader = _reader(part, part.start, part.end)
+    if check is None:
+        yield from reader
+        return
+    failure: Exception | None = None
+    try:
+        first = next(reader, None)
+    except Exception as exc:  # the check decides first; re-raised when the lane was not truncated
+        first, failure = None, exc
+    start, end = _checked_start(part, check)
+    if (start, end) != (part.start, part.end):
+        yield from _reader(part, start, end)
+        return
+    if failure is not None:
+        raise failure
+    if first is not None:
+        yield first
+    yield from reader
+
+
+def _checked_start(part: LaneRange, read: Any) -> tuple[int, int]:
+    """Where the range is read: ``[start, end)``, unless the item before it is no longer the one the driver marked
+    at the end of the previous batch (a member restart lost the lane's tail and new records took the lost sequences
+    while the query ran, so the records below ``start`` are new ones this query has not read).
+
+    Then ``LaneTruncatedError`` (``failOnDataLoss=true``), or the lane is read again from its oldest item up to the
+    range's end (no further than the lane's end), logged as a WARNING and counted in ``TRUNCATED_RANGES``: records
+    read before the truncation may be read again, none is skipped. An item before the range that is gone
+    (overwritten) is no truncation: the range's own read reports any loss."""
+    if read is None or part.expect is None:
+        return part.start, part.end
+    mark = part.expect
+    batch = Ring.to_batch(result(read, f"read the item before stream {part.stream!r} lane {part.lane}'s range"))
+    verdict = verdict_of(mark, batch.items, batch.sequences)
+    if verdict in (SAME, GONE):
+        return part.start, part.end
+    ring = grid_for(part.grid).ring(part.info.ring_names[part.lane])
+    oldest = oldest_in(ring)
+    whose = "the running query's position"
+    if part.fail_on_data_loss:
+        raise LaneTruncatedError(
+            part.stream,
+            part.lane,
+            part.start,
+            oldest,
+            mark.sequence,
+            unit="sequence",
+            whose=whose,
+            fix=f"Restart the query with a fresh checkpointLocation (the lane's oldest sequence is {oldest}), or "
+            "set failOnDataLoss=false to read the lane again from its oldest item.",
+        )
+    global TRUNCATED_RANGES
+    TRUNCATED_RANGES += 1
+    end = min(part.end, ring.tail() + 1)
+    logger.warning(
+        "stream %r lane %d was truncated and refilled under %s (sequence %d: the item at sequence %d is %s); "
+        "failOnDataLoss=false: this task reads the lane again from its oldest item, sequences %d..%d (items read "
+        "before the truncation may be read again); %d such range(s) in this worker",
+        part.stream,
+        part.lane,
+        whose,
+        part.start,
+        mark.sequence,
+        "another one" if verdict == CHANGED else "past the lane's end",
+        oldest,
+        end - 1,
+        TRUNCATED_RANGES,
+    )
+    return oldest, max(oldest, end)
 
 
 def _passed(gate: ItemGate, part: LaneRange, items: list[bytes], sequences: list[int]) -> tuple[list[bytes], list[int]]:

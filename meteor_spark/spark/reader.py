@@ -112,6 +112,7 @@ from pyspark.sql.types import StructType
 
 from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
 from meteor_spark.format.offsets import index_of, sequence_of
+from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.spark.driver import DriverState, LaneView, install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
 from meteor_spark.spark.options import SourceOptions
@@ -254,6 +255,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         gone = self._drop_deleted(state, current, known_ends) if self.options.stream_pattern is not None else []
         for key, (head, _) in view.bounds.items():
             current.setdefault(key, head)
+        current.update(state.ended_below(begin, view.bounds, known_ends))
         _check_checkpoint(state, current, view.bounds)
         return current, gone
 
@@ -413,7 +415,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             lo = self._range_start(state, view, stream, lane, lo, end_seq, first_offsets)
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
-        return self._tasks(state, ranges, first_offsets)
+        return self._tasks(state, ranges, first_offsets, begin.marks_dict())
 
     def _deleted_range(self, stream: str, lane: int, lo: int, end_seq: int) -> None:
         """A planned range of a stream deleted since: data loss (``StreamDeletedError``), or logged and skipped."""
@@ -461,14 +463,19 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         return self._check_loss(state, stream, lane, lo, view.bounds.get((stream, lane)))
 
     def _tasks(
-        self, state: DriverState, ranges: list[Piece], first_offsets: dict[tuple[str, int], tuple[int, int]]
+        self,
+        state: DriverState,
+        ranges: list[Piece],
+        first_offsets: dict[tuple[str, int], tuple[int, int]],
+        marks: dict[tuple[str, int], ItemMark],
     ) -> list[LaneRanges]:
-        """The Spark tasks reading the ranges (``planning.plan_for``)."""
+        """The Spark tasks reading the ranges (``planning.plan_for``). A range starting where the batch starts
+        carries the item mark of the item before it, checked by the task (``LaneRange.expect``)."""
         tasks = []
         for task in plan_for(self.options, ranges):
             lane_ranges = []
             for stream, lane, lo, hi in task:
-                first = first_offsets.get((stream, lane))
+                first, mark = first_offsets.get((stream, lane)), marks.get((stream, lane))
                 lane_ranges.append(
                     LaneRange(
                         stream,
@@ -483,6 +490,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                         self.options.corrupt,
                         self.options.headers_as_map,
                         isolation=self.options.isolation,
+                        expect=mark if mark is not None and mark.sequence == lo - 1 else None,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))

@@ -22,8 +22,9 @@ present only when there is something to carry, so the offsets of most queries ar
 
 * ``"marks": {"<stream>": {"<lane>": [sequence, crc]}}``: the ``meteor_spark.grid.item_marks.ItemMark`` of the item just
   before each lane's position (the last item the batch ending here read). A query restarting from this offset
-  reads that item again: another item there means the lane was truncated and refilled under the checkpoint
-  (``LaneTruncatedError``). Checkpoints written before this key existed are not checked.
+  reads that item again, and so does the task reading the next batch from it in a running query: another item
+  there means the lane was truncated and refilled under the position (``LaneTruncatedError``). Checkpoints written
+  before this key existed are not checked.
 
 ``SparkOffset.from_json`` reads every form; ``positions`` never contains the bookkeeping.
 """
