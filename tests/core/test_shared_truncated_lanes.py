@@ -28,7 +28,7 @@ from meteor_spark.groups.shared_state import SHARE_MAP, LaneShare, Span
 from meteor_spark.groups.store import lane_key
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
-from tests.core.test_truncated_lanes import _cut_records
+from tests.ring_logs import cut_records
 
 RECORDS = 50
 
@@ -158,7 +158,7 @@ def test_shared_members_connected_across_a_member_restart_that_cuts_the_ring_log
         assert sorted(first) == sorted(f"old-{i}".encode() for i in range(RECORDS))
         losses = [g.connection_losses for g in grids]
         member.kill()
-        _cut_records(next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log")), lost)
+        cut_records(next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log")), lost)
         started = time.monotonic()
         member.restart()
         _publish(grids[0], config, "new")  # waits for the client to reconnect

@@ -25,6 +25,7 @@ from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.groups.store import OFFSETS_MAP, ConfirmedOffset, read_offset
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
+from tests.ring_logs import cut_records
 
 LEASE_MS = 1500
 RECORDS = 50
@@ -186,7 +187,7 @@ def test_member_restart_that_cuts_the_ring_log_tail(tmp_path: Path, fsync: str, 
             assert len(_read_all_and_confirm(grid, config)) == RECORDS
         member.kill()
         ring_log = next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log"))
-        _cut_records(ring_log, lost)
+        cut_records(ring_log, lost)
         member.restart()
         with Grid(settings) as grid:
             ring = grid.ring(open_stream(grid, "orders").ring_names[0])
@@ -215,17 +216,6 @@ def test_member_restart_that_cuts_the_ring_log_tail(tmp_path: Path, fsync: str, 
     finally:
         member.stop()
     print(f"fsync={fsync}: ring log cut by {lost} of {RECORDS} acknowledged, read and confirmed records; {figures}")
-
-
-def _cut_records(log: Path, count: int) -> None:
-    """Cut the last ``count`` whole records off a ring log (each: length u32, crc u32, then ``length`` bytes)."""
-    data = log.read_bytes()
-    starts, at = [], 0
-    while at < len(data):
-        starts.append(at)
-        at += 8 + int.from_bytes(data[at : at + 4], "little")
-    assert at == len(data) and len(starts) >= count
-    log.write_bytes(data[: starts[-count]])
 
 
 @pytest.mark.embedded_only
@@ -273,7 +263,7 @@ def test_a_reader_connected_across_a_member_restart_that_cuts_the_ring_log_tail(
                 losses = grid.connection_losses
                 member.kill()
                 ring_log = next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log"))
-                _cut_records(ring_log, lost)
+                cut_records(ring_log, lost)
                 started = time.monotonic()
                 member.restart()
                 _publish(grid, config, "new")  # waits for the client to reconnect

@@ -28,6 +28,7 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import open_stream
 from meteor_spark.spark.source_offset import SparkOffset
 from meteor_spark.testing import wait_until
+from tests.ring_logs import cut_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -146,7 +147,7 @@ def test_a_running_query_across_a_member_restart_that_refills_a_lane(
                     # 1-8 s after one, so restart and refill end before the next and the driver plans nothing between.
                     wait_until(lambda: 1 <= time.time() % TRIGGER_S <= 8, TRIGGER_S, message="room before a trigger")
                 member.kill()
-                _cut_records(next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log")), LIVE_LOST)
+                cut_records(next((tmp_path / "data" / "rings").glob("meteor.stream*orders*.log")), LIVE_LOST)
                 started = time.monotonic()
                 member.restart()
                 new: list[bytes] = []
@@ -190,18 +191,6 @@ def _live_outcome(query: Any, rows: list[bytes], new: list[bytes], fail: bool, *
     assert query.exception() is None
     assert lost == 0, f"{lost} of {len(new)} new records silently skipped"
     return f"{len(set(new) & set(rows))} of {len(new)} new records read, lost {lost}, duplicated {duplicated}"
-
-
-def _cut_records(log: Path, count: int) -> None:
-    """Cut the last ``count`` whole records off a ring log (each: length u32, crc u32, then ``length`` bytes), as
-    ``tests/core/test_truncated_lanes.py`` does."""
-    data = log.read_bytes()
-    starts, at = [], 0
-    while at < len(data):
-        starts.append(at)
-        at += 8 + int.from_bytes(data[at : at + 4], "little")
-    assert at == len(data) and len(starts) >= count
-    log.write_bytes(data[: starts[-count]])
 
 
 def test_a_task_compares_the_item_before_its_range_with_the_expected_mark(
