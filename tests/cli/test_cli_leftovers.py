@@ -86,6 +86,13 @@ def test_help_and_options_table_are_true_for_a_wheel_install(meteor: Meteor) -> 
     assert "SIGTERM with 143" in CLI_PAGE
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """A command started in the background of a shell without job control (``nohup ... &``, as some CI runners
+    start the suite) inherits an ignored SIGINT, and rightly keeps ignoring Ctrl-C; these tests stand for a user at a
+    terminal, so their command gets the default SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _spawn(args: list[str], settings: GridSettings, **kwargs: object) -> subprocess.Popen[str]:
     connection = ["--members", ",".join(settings.members), "--cluster-name", settings.cluster_name]
     return subprocess.Popen(
@@ -94,6 +101,7 @@ def _spawn(args: list[str], settings: GridSettings, **kwargs: object) -> subproc
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_ctrl_c_as_at_a_terminal,
         **kwargs,  # type: ignore[call-overload]
     )
 
