@@ -25,7 +25,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "meteor_spark.arrow_columns": "meteor_spark.format.arrow_columns",
     "meteor_spark.serializers": "meteor_spark.format.serializers",
     "meteor_spark.corrupt": "meteor_spark.format.corrupt",
-    "meteor_spark.streams": "meteor_spark.grid.streams",
+    "meteor_spark.streams": ("meteor_spark.grid.streams", "meteor_spark.format.partitioning"),
     "meteor_spark.reading": "meteor_spark.grid.reading",
     "meteor_spark.timestamps": "meteor_spark.grid.timestamps",
     "meteor_spark.transactions": "meteor_spark.grid.transactions",

@@ -16,8 +16,8 @@ Append mode emits a window once the watermark has passed it, so after the last o
 last windows.
 
 This module runs the demo and watches it; the workload is in ``demo_orders``, the Spark session and query in
-``demo_spark``, the checks and the closing table in ``demo_summary`` (``render_summary`` is importable from here
-too). Pyspark is imported inside functions only: importing these modules stays cheap and Spark-free.
+``demo_spark``, the checks and the closing table in ``demo_summary``. Pyspark is imported inside functions
+only: importing these modules stays cheap and Spark-free.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from meteor_spark.cli.demo_orders import (
 )
 from meteor_spark.cli.demo_spark import essence, local_spark_session, start_windowed_query
 from meteor_spark.cli.demo_summary import DemoSummary, summarise
-from meteor_spark.cli.demo_summary import render_summary as render_summary
 from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
 from meteor_spark.errors import MeteorError
 from meteor_spark.grid.client import Grid

@@ -13,12 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from meteor_spark._moved import forward
-from meteor_spark.grid import settings as _settings
 from meteor_spark.grid.client import Grid, GridSettings
 
 __all__ = ["Grid", "GridSettings"]
 
 
 def __getattr__(name: str) -> Any:
-    home = "meteor_spark.grid.settings" if hasattr(_settings, name) else "meteor_spark.grid.client"
-    return forward(__name__, home, name)
+    return forward(__name__, ("meteor_spark.grid.settings", "meteor_spark.grid.client"), name)

@@ -42,10 +42,6 @@ from meteor_spark.errors import (
     GridOperationError,
 )
 from meteor_spark.grid.settings import DEFAULT_ADDRESS, GridSettings, check_tls_files, split_members
-from meteor_spark.grid.settings import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
-from meteor_spark.grid.settings import EMBEDDED_MAX_FRAME_BYTES as EMBEDDED_MAX_FRAME_BYTES
-from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES as HAZELCAST_MAX_FRAME_BYTES
-from meteor_spark.grid.settings import ITEM_FRAME_OVERHEAD as ITEM_FRAME_OVERHEAD
 
 logger = logging.getLogger(__name__)
 

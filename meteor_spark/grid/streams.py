@@ -13,7 +13,7 @@ InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The
 writes; they are stored as the defaults for parties that open the stream by name, and a party passing its own
 ``StreamConfig`` keeps its own.
 
-Keys choose lanes with ``lane_for_key`` (``meteor_spark.format.partitioning``, importable from here too): CRC-32 (zlib /
+Keys choose lanes with ``lane_for_key`` (``meteor_spark.format.partitioning``): CRC-32 (zlib /
 IEEE 802.3) of the key bytes modulo the lane count. It is the same in every process, platform and version (it is
 part of the format: changing it would split a key's records over two lanes).
 """
@@ -38,7 +38,6 @@ from meteor_spark.errors import (
     unknown_option,
 )
 from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
-from meteor_spark.format.partitioning import lane_for_key as lane_for_key  # re-exported: its home is partitioning
 from meteor_spark.format.wire import COMPRESSIONS, FORMAT_VERSION
 from meteor_spark.grid.client import Grid, require_grid, result
 from meteor_spark.validate import check_int, check_number

@@ -43,7 +43,8 @@ from meteor_spark.errors import (
 from meteor_spark.format.arrow_columns import ArrowInput
 from meteor_spark.format.records import Record, as_record
 from meteor_spark.format.serializers import Serializer, serializer
-from meteor_spark.grid.client import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD, Grid, GridSettings, require_grid
+from meteor_spark.grid.client import Grid, GridSettings, require_grid
+from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry

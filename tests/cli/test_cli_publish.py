@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import read_range
-from meteor_spark.grid.streams import StreamConfig, lane_bounds, lane_for_key, open_stream
+from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
 
 Meteor = Callable[..., Any]
 

@@ -13,7 +13,8 @@ from meteor_spark.format.offsets import (
     make_offset,
     sequence_of,
 )
-from meteor_spark.grid.streams import StreamConfig, lane_for_key, ring_name
+from meteor_spark.format.partitioning import lane_for_key
+from meteor_spark.grid.streams import StreamConfig, ring_name
 from meteor_spark.producer.publisher import PublisherSettings
 
 

@@ -13,10 +13,11 @@ import pytest
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
 from meteor_spark.format.arrow_columns import items_to_arrow
 from meteor_spark.format.offsets import index_of, make_offset, sequence_of
+from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import read_range
-from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, lane_for_key, open_stream
+from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 

@@ -17,13 +17,8 @@ import pytest
 from meteor_spark import SizeLimitError
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.records import Record, encode_batch
-from meteor_spark.grid.client import (
-    DEFAULT_MAX_FRAME_BYTES,
-    EMBEDDED_MAX_FRAME_BYTES,
-    ITEM_FRAME_OVERHEAD,
-    Grid,
-    GridSettings,
-)
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.settings import DEFAULT_MAX_FRAME_BYTES, EMBEDDED_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
 from meteor_spark.grid.streams import StreamConfig, lane_bounds
 from meteor_spark.producer.publisher import Publisher
 

@@ -12,9 +12,10 @@ import pytest
 from store_helpers import CAPACITY, settings_of
 
 from meteor_spark.consumer.subscriber import InitialOffsetScheme, Subscriber
+from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
-from meteor_spark.grid.streams import StreamConfig, lane_for_key
+from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.producer.publisher import Publisher
 from tests.real_members import HazelcastCluster
 
