@@ -36,7 +36,7 @@ MOVED: dict[str, str | tuple[str, ...]] = {
     "meteor_spark.sender": "meteor_spark.producer.sender",
     "meteor_spark.idempotence": "meteor_spark.producer.idempotence",
     "meteor_spark.publish_futures": "meteor_spark.producer.futures",
-    "meteor_spark.batching": "meteor_spark.producer.batching",
+    "meteor_spark.batching": ("meteor_spark.producer.batching", "meteor_spark.grid.streams"),
     "meteor_spark.group_store": "meteor_spark.groups.store",
     "meteor_spark.leases": "meteor_spark.groups.leases",
     "meteor_spark.share_state": "meteor_spark.groups.shared_state",

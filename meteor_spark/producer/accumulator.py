@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowInput
     from meteor_spark.producer.batching import PublisherSettings
 
-__all__ = ["Accumulator", "Call", "LaneQueue", "Piece", "Segment"]
+__all__ = ["Accumulator", "LaneQueue"]
 
 
 class LaneQueue:

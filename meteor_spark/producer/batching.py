@@ -1,5 +1,5 @@
 """A publisher's settings (``PublisherSettings``): the batching a stream stores as its publishers' defaults
-(``streams.Batching``, re-exported here) plus the publisher's own bounds, validated once and shared with its
+(``meteor_spark.grid.streams.Batching``) plus the publisher's own bounds, validated once and shared with its
 accumulator and sender.
 
 The dependency points from the publisher to the stream's metadata, never back: a stream's stored configuration
@@ -12,10 +12,10 @@ from typing import Any
 
 from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.grid.client import MAX_BATCH_ITEMS
-from meteor_spark.grid.streams import BATCHING_FIELDS, MAX_LINGER_MS, Batching, StreamConfig, batching_of
+from meteor_spark.grid.streams import Batching, StreamConfig, batching_of
 from meteor_spark.validate import check_int, check_number
 
-__all__ = ["BATCHING_FIELDS", "DEFAULT_MAX_CALL_BYTES", "MAX_LINGER_MS", "Batching", "PublisherSettings", "batching_of"]
+__all__ = ["DEFAULT_MAX_CALL_BYTES", "PublisherSettings"]
 
 _MAX_I32 = (1 << 31) - 1
 

@@ -12,9 +12,10 @@ from meteor_spark.format.arrow_columns import ArrowInput
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.format.wire import ItemFraming, decode_item, encode_prepared, item_count
-from meteor_spark.grid.streams import StreamConfig
-from meteor_spark.producer.accumulator import Accumulator, Segment
-from meteor_spark.producer.batching import Batching, PublisherSettings
+from meteor_spark.grid.streams import Batching, StreamConfig
+from meteor_spark.producer.accumulator import Accumulator
+from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.calls import Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
 from meteor_spark.validate import check_int
 
