@@ -20,7 +20,11 @@ from typing import Any
 #: old module path -> the module (or modules, first match wins) that hold its names now
 MOVED: dict[str, str | tuple[str, ...]] = {
     "meteor_spark.offsets": "meteor_spark.format.offsets",
-    "meteor_spark.wire": "meteor_spark.format.wire",
+    "meteor_spark.wire": (
+        "meteor_spark.format.wire",
+        "meteor_spark.format.item_header",
+        "meteor_spark.format.item_encoding",
+    ),
     "meteor_spark.records": "meteor_spark.format.records",
     "meteor_spark.arrow_columns": "meteor_spark.format.arrow_columns",
     "meteor_spark.serializers": "meteor_spark.format.serializers",

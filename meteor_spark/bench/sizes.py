@@ -29,7 +29,7 @@ from typing import Any
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
-from meteor_spark.format.wire import encode_columns
+from meteor_spark.format.item_encoding import encode_columns
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream

@@ -258,8 +258,8 @@ def run_tail(args: argparse.Namespace) -> int:
 def check_record_offset(grid: Grid, info: Any, lane: int, offset: int) -> None:
     """``--from OFFSET`` names a record: refuse an index past the records of its ring item, which the reader would
     otherwise silently turn into the next item's first record (``--from 5`` read as offset 65536)."""
+    from meteor_spark.format.item_header import item_count
     from meteor_spark.format.offsets import first_offset_of, index_of, sequence_of
-    from meteor_spark.format.wire import item_count
 
     sequence, index = sequence_of(offset), index_of(offset)
     if index == 0:

@@ -13,9 +13,10 @@ import numpy as np
 import pyarrow as pa
 
 from meteor_spark.errors import ArgumentTypeError, ConfigError, SizeLimitError
+from meteor_spark.format.item_encoding import PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.offsets import index_of, sequence_of
 from meteor_spark.format.partitioning import lane_for_key
-from meteor_spark.format.wire import ItemSlice, PreparedColumns, decode_item, header_bytes, prepare_columns
+from meteor_spark.format.wire import ItemSlice, decode_item
 
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")

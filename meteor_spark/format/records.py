@@ -17,8 +17,9 @@ from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any, overload
 
 from meteor_spark.errors import ArgumentTypeError
+from meteor_spark.format.item_encoding import ItemFraming, encode_prepared, prepare_columns
 from meteor_spark.format.offsets import INDEX_BITS
-from meteor_spark.format.wire import ItemFraming, ItemSlice, decode_item, encode_prepared, prepare_columns
+from meteor_spark.format.wire import ItemSlice, decode_item
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,8 +1,8 @@
 """The versioned ring-item wire format, and decoding it (no pyarrow here).
 
 The format has three modules: ``item_header`` (the header's layout and the reads of a header alone),
-``item_encoding`` (writing items) and this one (the description below, and decoding items into ``ItemView``). Every
-name of the format is importable from here, wherever it is defined, so readers and writers import one module.
+``item_encoding`` (writing items) and this one (the description below, and decoding items into ``ItemView``). Each
+name is imported from the module that defines it.
 
 A ring item holds a micro-batch of records. Format version 2 (little-endian throughout)::
 
@@ -64,18 +64,8 @@ import numpy as np
 
 from meteor_spark.errors import FormatError
 from meteor_spark.format.item_encoding import (
-    COMPRESSIONS,
     I32,
     I64,
-    ItemFraming,
-    PreparedColumns,
-    encode_batch_v0,
-    encode_columns,
-    encode_item_v1,
-    encode_items,
-    encode_prepared,
-    header_bytes,
-    prepare_columns,
 )
 from meteor_spark.format.item_header import (
     FLAG_HEADERS,
@@ -83,18 +73,10 @@ from meteor_spark.format.item_header import (
     FLAG_LZ4,
     FLAG_TIMESTAMPS,
     FLAG_TRANSACTIONAL,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    HEADER_SIZE_V1,
-    MAGIC,
     NO_TIMESTAMP,
     U32,
     V0_HEADER,
-    ItemProducer,
-    item_base_timestamp,
-    item_count,
     item_lane_max_timestamp,
-    item_producer,
     open_item,
     read_header,
     v0_count,
@@ -102,37 +84,7 @@ from meteor_spark.format.item_header import (
 from meteor_spark.format.offsets import INDEX_BITS
 
 #: The format's names, wherever they are defined: code reads and writes ring items through this module.
-__all__ = [
-    "COMPRESSIONS",
-    "FLAG_HEADERS",
-    "FLAG_KEYS",
-    "FLAG_LZ4",
-    "FLAG_TIMESTAMPS",
-    "FLAG_TRANSACTIONAL",
-    "FORMAT_VERSION",
-    "HEADER_SIZE",
-    "HEADER_SIZE_V1",
-    "MAGIC",
-    "NO_TIMESTAMP",
-    "ItemFraming",
-    "ItemProducer",
-    "ItemSlice",
-    "ItemView",
-    "PreparedColumns",
-    "decode_item",
-    "encode_batch_v0",
-    "encode_columns",
-    "encode_item_v1",
-    "encode_items",
-    "encode_prepared",
-    "header_bytes",
-    "item_base_timestamp",
-    "item_count",
-    "item_lane_max_timestamp",
-    "item_producer",
-    "lane_max_after",
-    "prepare_columns",
-]
+__all__ = ["ItemSlice", "ItemView", "decode_item", "lane_max_after"]
 
 _MAX_I32 = (1 << 31) - 1
 

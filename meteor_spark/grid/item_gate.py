@@ -38,7 +38,7 @@ from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from meteor_spark.errors import ConfigError, FormatError, MeteorError
-from meteor_spark.format.wire import item_producer
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import read_range

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meteor_spark.format.wire import HEADER_SIZE
+from meteor_spark.format.item_header import HEADER_SIZE
 
 if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.grid.client import Ring

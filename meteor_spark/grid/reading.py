@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from meteor_spark.errors import ConfigError, DataLossError, FormatError, OffsetOutOfRangeError
-from meteor_spark.format.wire import decode_item, item_count
+from meteor_spark.format.item_header import item_count
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.grid.streams import StreamInfo
 

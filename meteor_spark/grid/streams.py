@@ -37,8 +37,9 @@ from meteor_spark.errors import (
     UnsupportedFormatVersionError,
     unknown_option,
 )
+from meteor_spark.format.item_encoding import COMPRESSIONS
+from meteor_spark.format.item_header import FORMAT_VERSION
 from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
-from meteor_spark.format.wire import COMPRESSIONS, FORMAT_VERSION
 from meteor_spark.grid.client import Grid, require_grid, result
 from meteor_spark.validate import check_int, check_number
 

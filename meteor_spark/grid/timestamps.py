@@ -42,8 +42,9 @@ import logging
 from typing import Any
 
 from meteor_spark.errors import FormatError
+from meteor_spark.format.item_header import item_base_timestamp, item_lane_max_timestamp
 from meteor_spark.format.offsets import make_offset
-from meteor_spark.format.wire import decode_item, item_base_timestamp, item_lane_max_timestamp
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import Grid, Ring
 from meteor_spark.grid.reading import check_lane, oldest_in
 from meteor_spark.grid.streams import StreamInfo

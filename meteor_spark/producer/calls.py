@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from meteor_spark.format.item_encoding import PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.records import Record
-from meteor_spark.format.wire import PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.producer.futures import BulkFuture, Outcomes
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from meteor_spark.errors import FormatError, GridConnectionError, GridError, GridOperationError, PublishTimeoutError
-from meteor_spark.format.wire import item_producer
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.grid.client import client_shut_down
 from meteor_spark.producer.calls import PendingCall
 

@@ -50,15 +50,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from meteor_spark.errors import GridError, MeteorError
+from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items
+from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
 from meteor_spark.format.offsets import INDEX_BITS
-from meteor_spark.format.wire import (
-    NO_TIMESTAMP,
-    ItemFraming,
-    PreparedColumns,
-    encode_items,
-    item_lane_max_timestamp,
-    lane_max_after,
-)
+from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.client import Ring, result, translate_errors
 from meteor_spark.producer.accumulator import Accumulator, LaneQueue
 from meteor_spark.producer.calls import Call, PendingCall, Piece

@@ -41,8 +41,9 @@ from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.errors import FormatError, LaneTruncatedError
 from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.format.corrupt import CorruptItemPolicy
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.format.offsets import sequence_of
-from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import GridSettings, Ring, result
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
 from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of

@@ -9,9 +9,11 @@ import pytest
 
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
 from meteor_spark.format.arrow_columns import ArrowInput
+from meteor_spark.format.item_encoding import ItemFraming, encode_prepared
+from meteor_spark.format.item_header import item_count
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
-from meteor_spark.format.wire import ItemFraming, decode_item, encode_prepared, item_count
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.streams import Batching, StreamConfig
 from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings

@@ -21,9 +21,10 @@ from meteor_spark.format.corrupt import (
     HEADER_SOURCE_SEQUENCE,
     HEADER_SOURCE_STREAM,
 )
+from meteor_spark.format.item_encoding import encode_batch_v0
+from meteor_spark.format.item_header import FORMAT_VERSION
 from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import Record, encode_batch
-from meteor_spark.format.wire import FORMAT_VERSION, encode_batch_v0
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import count_records, oldest_sequence, read_range
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream

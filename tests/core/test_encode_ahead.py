@@ -9,8 +9,9 @@ from typing import Any
 from hazelcast.future import Future
 
 from meteor_spark.errors import GridConnectionError
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.format.offsets import first_offset_of
-from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.producer.publisher import Publisher

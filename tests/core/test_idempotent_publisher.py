@@ -19,8 +19,9 @@ from hazelcast.future import Future
 
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import GridConnectionError, PublishTimeoutError
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.format.offsets import INDEX_BITS
-from meteor_spark.format.wire import decode_item, item_producer
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.producer import sender

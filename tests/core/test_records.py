@@ -14,27 +14,28 @@ import pytest
 
 from meteor_spark.errors import ConfigError, FormatError, UnsupportedFormatVersionError
 from meteor_spark.format.arrow_columns import ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, items_to_arrow
-from meteor_spark.format.offsets import make_offset
-from meteor_spark.format.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
-from meteor_spark.format.wire import (
-    FLAG_LZ4,
-    FORMAT_VERSION,
-    HEADER_SIZE,
-    HEADER_SIZE_V1,
-    MAGIC,
+from meteor_spark.format.item_encoding import (
     ItemFraming,
-    decode_item,
     encode_batch_v0,
     encode_columns,
     encode_item_v1,
     encode_items,
     encode_prepared,
+    prepare_columns,
+)
+from meteor_spark.format.item_header import (
+    FLAG_LZ4,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    HEADER_SIZE_V1,
+    MAGIC,
     item_count,
     item_lane_max_timestamp,
     item_producer,
-    lane_max_after,
-    prepare_columns,
 )
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.records import BatchPart, Record, RecordBatch, decode_batch, encode_batch
+from meteor_spark.format.wire import decode_item, lane_max_after
 
 
 def _records() -> list[Record]:

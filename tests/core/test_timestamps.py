@@ -10,17 +10,11 @@ import pytest
 
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
+from meteor_spark.format.item_encoding import ItemFraming, encode_item_v1, encode_items, prepare_columns
+from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.records import Record
-from meteor_spark.format.wire import (
-    NO_TIMESTAMP,
-    ItemFraming,
-    decode_item,
-    encode_item_v1,
-    encode_items,
-    lane_max_after,
-    prepare_columns,
-)
+from meteor_spark.format.wire import decode_item, lane_max_after
 from meteor_spark.grid.client import Grid, Ring
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.grid.timestamps import offset_for_timestamp

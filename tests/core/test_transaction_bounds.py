@@ -8,7 +8,8 @@ import time
 import pytest
 
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.format.wire import ItemProducer, encode_columns
+from meteor_spark.format.item_encoding import encode_columns
+from meteor_spark.format.item_header import ItemProducer
 from meteor_spark.grid import item_gate, transactions
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import DELIVER, ItemGate

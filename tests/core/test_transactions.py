@@ -10,19 +10,11 @@ import pytest
 
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, TransactionAbortedError
+from meteor_spark.format.item_encoding import ItemFraming, encode_batch_v0, encode_prepared, prepare_columns
+from meteor_spark.format.item_header import FLAG_TRANSACTIONAL, HEADER_SIZE, ItemProducer, item_producer
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import encode_batch
-from meteor_spark.format.wire import (
-    FLAG_TRANSACTIONAL,
-    HEADER_SIZE,
-    ItemFraming,
-    ItemProducer,
-    decode_item,
-    encode_batch_v0,
-    encode_prepared,
-    item_producer,
-    prepare_columns,
-)
+from meteor_spark.format.wire import decode_item
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, stable_end

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from spark_helpers import make_stream, put_items, read_values, values_items
 
+from meteor_spark.format.item_header import item_producer
 from meteor_spark.format.offsets import first_offset_of
-from meteor_spark.format.wire import item_producer
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import open_stream
