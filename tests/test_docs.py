@@ -71,7 +71,7 @@ def test_regenerating_reports_stale_pages_and_the_command(tmp_path: Path, monkey
 
 
 def test_options_table_lists_every_connector_option() -> None:
-    from meteor_spark.spark.options import OPTION_TABLE
+    from meteor_spark.spark.option_table import OPTION_TABLE
 
     table = docs.sections(docs.page("options").read_text())["options"]
     for option in OPTION_TABLE:
