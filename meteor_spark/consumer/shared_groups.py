@@ -145,6 +145,14 @@ class SharedRecord(Record):
     delivery_count: int = 1
 
 
+def shared_record(record: Record, delivery_count: int) -> SharedRecord:
+    """``record`` as handed out by a shared group, delivered ``delivery_count`` times."""
+    r = record
+    return SharedRecord(
+        r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, r.topic, r.message_id, delivery_count
+    )
+
+
 @dataclass(frozen=True)
 class UndecodableItem:
     """A ring item that does not decode: its bytes and why (cached like a decoded item)."""
@@ -358,18 +366,7 @@ class SharedBookkeeping(SharedTakeUp):
         self._check_held(chosen, "reject")
         with self._lock:
             letters = [
-                r
-                if isinstance(r, SharedRecord)
-                else SharedRecord(
-                    r.value,
-                    r.key,
-                    r.headers,
-                    r.timestamp_ms,
-                    r.offset,
-                    r.lane,
-                    r.stream,
-                    self._held[r.lane][r.offset].deliveries,
-                )
+                r if isinstance(r, SharedRecord) else shared_record(r, self._held[r.lane][r.offset].deliveries)
                 for r in chosen
             ]
         self._archive(letters, "rejected by member " + self.member_id)

@@ -25,6 +25,7 @@ from meteor_spark.consumer.shared_groups import (
     UndecodableItem,
     corrupt_mode,
     corrupt_policy,
+    shared_record,
 )
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -459,10 +460,7 @@ class SharedSubscriber(SharedBookkeeping):
         nothing before them is handed out, the ``DeserializationError`` is raised."""
         decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
         deliveries = {r.offset: r.delivery_count for r in out}
-        records = [
-            SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries[r.offset])
-            for r in decoded.records
-        ]
+        records = [shared_record(r, deliveries[r.offset]) for r in decoded.records]
         if decoded.refused:
             self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
         if decoded.stopped is not None:
@@ -488,10 +486,7 @@ class SharedSubscriber(SharedBookkeeping):
                 if part.stop >= part.item.count
                 else make_offset(part.sequence, part.stop)
             ]
-            shared = [
-                SharedRecord(r.value, r.key, r.headers, r.timestamp_ms, r.offset, r.lane, r.stream, deliveries)
-                for r in records
-            ]
+            shared = [shared_record(r, deliveries) for r in records]
             with self._lock:
                 for record, end in zip(shared, ends, strict=True):
                     held[record.offset] = HeldSpan(token, end, deliveries)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any, overload
 
 from meteor_spark.errors import ArgumentTypeError
 from meteor_spark.format.item_encoding import ItemFraming, encode_prepared, prepare_columns
 from meteor_spark.format.offsets import INDEX_BITS
+from meteor_spark.format.routing import routing_headers, routing_of
 from meteor_spark.format.wire import ItemSlice, decode_item
 
 if TYPE_CHECKING:
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One record: a value with an optional key, headers and timestamp.
+    """One record: a value with an optional key, headers, timestamp, topic and message id.
 
     ``timestamp_ms`` left None is set to the publish time by the publisher. ``offset``, ``lane`` and ``stream``
     are assigned when the record is read; when publishing, ``lane`` may name the lane explicitly (-1 = by key,
-    or the publisher's choice for records without a key).
+    or the publisher's choice for records without a key). ``topic`` routes the record to the subscribers whose
+    ``topics`` match it (``""``: no topic); ``message_id`` is what a stream's deduplication window compares. Both
+    travel as reserved headers (``meteor_spark.format.routing``) and are filled from them when a record is read.
     """
 
     value: bytes
@@ -41,6 +44,8 @@ class Record:
     offset: int = -1
     lane: int = -1
     stream: str = ""
+    topic: str = ""
+    message_id: str | None = None
 
 
 def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
@@ -54,6 +59,11 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
     raise ArgumentTypeError(
         f"cannot publish a {type(item).__name__}: give a Record, bytes or str (encode other objects to bytes first)"
     )
+
+
+def with_routing(record: Record) -> Record:
+    """``record`` with its topic and message id in its headers, as they are written to a ring item."""
+    return replace(record, headers=routing_headers(record.headers, record.topic, record.message_id))
 
 
 # --------------------------------------------------------------------------------------------------- batches
@@ -113,9 +123,17 @@ class BatchPart(ItemSlice):
 
 
 _new_object = object.__new__
-_SET_VALUE, _SET_KEY, _SET_HEADERS, _SET_TIMESTAMP, _SET_OFFSET, _SET_LANE, _SET_STREAM = (
-    Record.__dict__[f.name].__set__ for f in fields(Record)
-)
+(
+    _SET_VALUE,
+    _SET_KEY,
+    _SET_HEADERS,
+    _SET_TIMESTAMP,
+    _SET_OFFSET,
+    _SET_LANE,
+    _SET_STREAM,
+    _SET_TOPIC,
+    _SET_MESSAGE_ID,
+) = (Record.__dict__[f.name].__set__ for f in fields(Record))
 
 
 def _make_records(
@@ -128,13 +146,20 @@ def _make_records(
     stream: str,
 ) -> list[Record]:
     """``Record(values[i], keys[i], headers[i], stamps[i], first + i, lane, stream)`` for each value (None / ``()``
-    where a column is None), the same frozen objects the constructor makes, made 2-3x faster: a frozen dataclass's
-    ``__init__`` sets each field through ``object.__setattr__``; this sets the slots directly."""
+    where a column is None; topic and message id from the headers), the same frozen objects the constructor makes,
+    made 2-3x faster: a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this sets
+    the slots directly."""
     out: list[Record] = []
     append = out.append
     new = _new_object
     set_value, set_key, set_headers, set_timestamp = _SET_VALUE, _SET_KEY, _SET_HEADERS, _SET_TIMESTAMP
-    set_offset, set_lane, set_stream = _SET_OFFSET, _SET_LANE, _SET_STREAM
+    set_offset, set_lane, set_stream, set_topic, set_message_id = (
+        _SET_OFFSET,
+        _SET_LANE,
+        _SET_STREAM,
+        _SET_TOPIC,
+        _SET_MESSAGE_ID,
+    )
     offset = first
     for value, key, record_headers, stamp in zip(
         values,
@@ -151,6 +176,13 @@ def _make_records(
         set_offset(record, offset)
         set_lane(record, lane)
         set_stream(record, stream)
+        if record_headers:
+            topic, message_id = routing_of(record_headers)
+            set_topic(record, topic)
+            set_message_id(record, message_id)
+        else:
+            set_topic(record, "")
+            set_message_id(record, None)
         append(record)
         offset += 1
     return out
@@ -286,6 +318,7 @@ def encode_batch(
 ) -> bytes:
     """Encode records into one ring item (the current format version). Timestamps left None become now."""
     recs = [as_record(r) for r in records]
+    recs = [r if not r.topic and r.message_id is None else with_routing(r) for r in recs]
     now = int(time.time() * 1000)
     columns = prepare_columns(
         [r.value for r in recs],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meteor_spark.errors import ArgumentTypeError, DeserializationError, unknown_option
@@ -138,7 +138,7 @@ def deserialize_lane(
                 obj = rec.value if value is None else value(rec.value)
                 failed = "key_deserializer"
                 k = rec.key if key is None or rec.key is None else key(rec.key)
-                records.append(Record(obj, k, rec.headers, rec.timestamp_ms, rec.offset, rec.lane, rec.stream))
+                records.append(replace(rec, value=obj, key=k))
                 continue
             except Exception as exc:
                 error = DeserializationError(

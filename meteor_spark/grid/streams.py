@@ -58,7 +58,13 @@ MAX_BACKUPS = 6
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 #: Fields every party must agree on (they describe the shared rings).
-LAYOUT_FIELDS = ("lanes", "capacity", "backup_count", "async_backup_count", "ttl_s")
+LAYOUT_FIELDS = ("lanes", "capacity", "backup_count", "async_backup_count", "ttl_s", "ephemeral")
+
+#: Fields added after the first metadata version, with their defaults: stored only when set.
+OPTIONAL_FIELDS: dict[str, Any] = {"ephemeral": False, "dedup_window_ms": 0, "region": ""}
+
+#: Longest deduplication window: a week (ids are kept in the grid for that long).
+MAX_DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000
 
 #: Field names of older stored metadata -> today's names (read, never written).
 _RENAMED_FIELDS = {"backups": "backup_count"}
@@ -133,6 +139,11 @@ class StreamConfig:
         max_batch_bytes: value/key/header bytes per ring item at most, before compression (publisher default).
         linger_ms: how long a publisher waits for more records before sending a partly filled item (default 0:
             send at once; records pile up into an item anyway while the previous one is in flight).
+        ephemeral: an at-most-once stream: records carry a topic, subscribers match topics, nothing is confirmed
+            or redelivered, and a record no subscriber matches is dropped and counted.
+        dedup_window_ms: how long a message id stays taken on this stream (0: no deduplication); a record whose
+            ``message_id`` was published within the window is refused with ``DuplicateMessageError``.
+        region: where the stream lives, as the deployment names it (``""``: the cluster the client talks to).
     """
 
     name: str
@@ -147,6 +158,9 @@ class StreamConfig:
     max_batch_records: int = Batching.max_batch_records
     max_batch_bytes: int = Batching.max_batch_bytes
     linger_ms: float = Batching.linger_ms
+    ephemeral: bool = False
+    dedup_window_ms: int = 0
+    region: str = ""
 
     def __post_init__(self) -> None:
         check_stream_name(self.name)
@@ -161,6 +175,19 @@ class StreamConfig:
             )
         check_int("ttl_s", self.ttl_s, 0, _MAX_I32)
         Batching(**batching_of(self))  # validates the batching fields, once, the same way everywhere
+        if not isinstance(self.ephemeral, bool):
+            raise ConfigError(f"ephemeral must be True or False, got {self.ephemeral!r}")
+        check_int("dedup_window_ms", self.dedup_window_ms, 0, MAX_DEDUP_WINDOW_MS, what="(milliseconds; 0 = off)")
+        if self.ephemeral and self.dedup_window_ms:
+            raise ConfigError(
+                f"dedup_window_ms={self.dedup_window_ms} on an ephemeral stream: an at-most-once stream keeps no "
+                f"message ids; drop dedup_window_ms or make the stream persistent (ephemeral=False)"
+            )
+        if not isinstance(self.region, str) or (self.region and not _NAME_PATTERN.match(self.region)):
+            raise ConfigError(
+                f"region {self.region!r} must be a name of letters, digits and '_ . -' (or '' for the cluster the "
+                f"client talks to)"
+            )
 
     @property
     def batching(self) -> Batching:
@@ -179,7 +206,13 @@ class StreamConfig:
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as stored; the later fields (``OPTIONAL_FIELDS``) only when set, so the metadata of a stream
+        that does not use them stays readable by libraries that predate them."""
+        data = asdict(self)
+        for name, default in OPTIONAL_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        return data
 
     def layout_differences(self, other: StreamConfig) -> list[str]:
         """Human-readable differences in the layout fields (empty when compatible)."""

@@ -28,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -41,7 +42,8 @@ from meteor_spark.errors import (
     SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
-from meteor_spark.format.records import Record, as_record
+from meteor_spark.format.records import Record, as_record, with_routing
+from meteor_spark.format.routing import check_message_id, check_topic
 from meteor_spark.format.serializers import Serializer, serializer
 from meteor_spark.grid.client import Grid, GridSettings, require_grid
 from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
@@ -168,15 +170,24 @@ class Publisher:
 
     # ------------------------------------------------------------------------------------------------ publishing
 
-    def publish(self, record: Record | bytes | str | Any, timeout_s: float | None = None) -> int:
+    def publish(
+        self,
+        record: Record | bytes | str | Any,
+        timeout_s: float | None = None,
+        *,
+        topic: str | None = None,
+        message_id: str | None = None,
+    ) -> int:
         """Publish one record and wait until it is stored; returns its offset.
+
+        ``topic`` and ``message_id``, when given, set the record's (see ``Record``).
 
         Raises:
             GridError: the grid refused or lost the write. PublishTimeoutError: no room, or not stored in
             ``timeout_s``. PublisherClosedError: after ``close()``.
         """
         check_timeout("publish timeout_s", timeout_s, unit="s", none=True)
-        future = self.publish_async(record)
+        future = self.publish_async(record, topic=topic, message_id=message_id)
         try:
             return future.result(timeout_s)
         except TimeoutError:
@@ -185,16 +196,24 @@ class Publisher:
             ) from None
 
     def publish_async(
-        self, record: Record | bytes | str | Any, callback: PublishCallback | None = None
+        self,
+        record: Record | bytes | str | Any,
+        callback: PublishCallback | None = None,
+        *,
+        topic: str | None = None,
+        message_id: str | None = None,
     ) -> RecordFuture:
         """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored.
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
+        ``topic`` and ``message_id``, when given, set the record's (see ``Record``).
         """
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:
             record = self._serialized(record, None, 1)
+        if topic is not None or message_id is not None:
+            record = _routed(record, topic, message_id)
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and one check.
             if len(record) > self._max_record_bytes:
@@ -311,7 +330,7 @@ class Publisher:
         key = rec.key
         if key is not None and self._key_serializer is not None:
             key = self._apply(self._key_serializer, "key_serializer", key, position, count)
-        return Record(value, key, rec.headers, rec.timestamp_ms, rec.offset, rec.lane, rec.stream)
+        return replace(rec, value=value, key=key)
 
     def _apply(self, function: Serializer, name: str, obj: Any, position: int | None, count: int) -> bytes:
         try:
@@ -430,6 +449,11 @@ def _checked_record(item: Record | bytes | str) -> Record:
                 raise ArgumentTypeError(
                     f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
                 )
+    if item.topic or item.message_id is not None:
+        check_topic(item.topic, "Record.topic")
+        if item.message_id is not None:
+            check_message_id(item.message_id, "Record.message_id")
+        item = with_routing(item)
     stamp = item.timestamp_ms
     if stamp is not None:
         if isinstance(stamp, bool) or not isinstance(stamp, int):
@@ -441,6 +465,16 @@ def _checked_record(item: Record | bytes | str) -> Record:
     if lane != -1:
         check_int("Record.lane", lane, 0, _MAX_I32, what="(-1 = by key; the stream's lanes are checked next)")
     return item
+
+
+def _routed(item: Record | bytes | str, topic: str | None, message_id: str | None) -> Record:
+    """``item`` with the ``topic`` / ``message_id`` given to ``publish`` (None: the record's own)."""
+    record = as_record(item)
+    if topic is not None:
+        record = replace(record, topic=check_topic(topic))
+    if message_id is not None:
+        record = replace(record, message_id=check_message_id(message_id))
+    return record
 
 
 _MAX_I64 = (1 << 63) - 1
