@@ -45,16 +45,31 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "grid under test: the embedded member"
 
 
+def _deployed_elsewhere(item: pytest.Item) -> bool:
+    """A deployment test that takes the grid, when CI's passes run those in another pass (``.ci/dev`` sets
+    ``METEOR_TEST_DEPLOY_PASS`` to that pass's grid): the topology is what it adds, and both grids are under the
+    rest of the suite."""
+    deploy_pass = os.environ.get("METEOR_TEST_DEPLOY_PASS")
+    return (
+        deploy_pass is not None
+        and deploy_pass != GRID_UNDER_TEST
+        and "deploy" in item.keywords
+        and "grid_settings" in getattr(item, "fixturenames", ())
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not REAL_HAZELCAST:
+    if not REAL_HAZELCAST and not os.environ.get("METEOR_TEST_DEPLOY_PASS"):
         return
     skip = pytest.mark.skip(reason="exercises the embedded grid's own process; the grid under test is a real member")
     selected, deselected = [], []
     for item in items:
-        if "embedded_only" in item.keywords:
+        if REAL_HAZELCAST and "embedded_only" in item.keywords:
             item.add_marker(skip)
         # the real-member pass repeats what talks to the grid; what never touches it ran in the embedded pass
         if REAL_MEMBER and "grid_settings" not in getattr(item, "fixturenames", ()):
+            deselected.append(item)
+        elif _deployed_elsewhere(item):
             deselected.append(item)
         else:
             selected.append(item)

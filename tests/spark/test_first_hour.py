@@ -83,6 +83,7 @@ spark.stop()
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.deploy
 @pytest.mark.parametrize("how", ["spark_conf", "register"])
 def test_a_job_run_with_the_venvs_python_but_no_activation_reads(
     grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path, how: str

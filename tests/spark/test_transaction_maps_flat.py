@@ -1,7 +1,7 @@
 """The transaction maps stop growing under a long transactional Spark query (the fault tier's bound test through
 Spark; ``tests/core/test_transaction_bounds.py`` covers ``transactions.sweep`` itself).
 
-A meteor -> meteor query runs a few hundred micro-batches into a target whose lanes hold 20 ring items, with the
+A meteor -> meteor query runs a couple of hundred micro-batches into a target whose lanes hold 20 ring items, with the
 sink sweeping every 500 ms (``sweepIntervalMs``), while a ``read_committed`` subscriber and a shared group read the
 target. Past warm-up (the first 100 batches: rings filling, the last ``KEEP_BATCHES`` batch ids accumulating) every
 map must stay under its documented bound: committed transactions at most about the items the target's rings hold,
@@ -21,8 +21,8 @@ from meteor_spark.grid.transactions import KEEP_BATCHES
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.fault, pytest.mark.embedded_only]
 
-BATCHES = 300
-EVERY = 50
+BATCHES = 220
+EVERY = 30
 CAPACITY = 20
 WARM_UP = 100
 #: Batches that can commit between two sweeps, and between a sample and the sweep before it.
