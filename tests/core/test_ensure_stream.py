@@ -12,7 +12,7 @@ import pytest
 
 from meteor_spark import EnsureResult, Publisher, StreamConfig, StreamConfigConflictError, ensure_stream
 from meteor_spark.errors import ArgumentTypeError, ConfigError, GridOperationError
-from meteor_spark.grid.client import Grid
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.ensure import CHANGEABLE_FIELDS, FIXED_REASONS, StreamDifference
 from meteor_spark.grid.streams import LAYOUT_FIELDS, STREAMS_MAP, open_stream, parse_metadata, ring_name
 
@@ -147,23 +147,27 @@ def test_the_ring_reason_is_what_the_member_answers(grid: Grid, unique_name: str
     assert set(FIXED_REASONS) == set(LAYOUT_FIELDS)
 
 
-def test_concurrent_applies_never_lose_one(grid: Grid, unique_name: str) -> None:
+def test_concurrent_applies_never_lose_one(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     """Each ensure changes linger_ms from what it read to its own value by compare-and-set: the changes form one
-    chain from the first value to the last, no two ensures report changing the same stored value."""
+    chain from the first value to the last, no two ensures report changing the same stored value. Three clients
+    (three connections), so the races are the member's, not one client's."""
     ensure_stream(grid, StreamConfig(unique_name))
     values = [float(v) for v in range(1, 9)]
     start = threading.Barrier(len(values))
     results: dict[float, EnsureResult] = {}
+    with Grid(grid_settings) as second, Grid(grid_settings) as third:
+        clients = (grid, second, third)
 
-    def run(linger: float) -> None:
-        start.wait(timeout=30)
-        results[linger] = ensure_stream(grid, StreamConfig(unique_name, linger_ms=linger), on_difference="apply")
+        def run(index: int, linger: float) -> None:
+            start.wait(timeout=30)
+            config = StreamConfig(unique_name, linger_ms=linger)
+            results[linger] = ensure_stream(clients[index % len(clients)], config, on_difference="apply")
 
-    threads = [threading.Thread(target=run, args=(v,)) for v in values]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+        threads = [threading.Thread(target=run, args=(i, v)) for i, v in enumerate(values)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
     assert sorted(results) == values and all(r.outcome == "applied" for r in results.values())
     changed_from = {r.differences[0].stored: linger for linger, r in results.items()}
     assert len(changed_from) == len(values), changed_from  # each stored value was replaced at most once
