@@ -18,6 +18,8 @@ _EXPORTS = {
     "GridSettings": "meteor_spark.grid.client",
     "EmbeddedGrid": "meteor_spark.server",
     "StreamConfig": "meteor_spark.grid.streams",
+    "ensure_stream": "meteor_spark.grid.ensure",
+    "EnsureResult": "meteor_spark.grid.ensure",
     "Record": "meteor_spark.format.records",
     "RecordBatch": "meteor_spark.format.records",
     "Publisher": "meteor_spark.producer.publisher",
@@ -95,6 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from meteor_spark.format.records import Record, RecordBatch  # noqa: F401
     from meteor_spark.grid.client import Grid, GridSettings  # noqa: F401
+    from meteor_spark.grid.ensure import EnsureResult, ensure_stream  # noqa: F401
     from meteor_spark.grid.streams import StreamConfig  # noqa: F401
     from meteor_spark.groups.exclusive import GroupMember  # noqa: F401
     from meteor_spark.producer.publisher import Publisher  # noqa: F401

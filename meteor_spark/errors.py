@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from difflib import get_close_matches
+from typing import Any
 
 
 class MeteorError(Exception):
@@ -55,7 +56,14 @@ class ArgumentTypeError(ConfigError, TypeError):
 
 
 class StreamConfigConflictError(ConfigError):
-    """The configuration asked for does not match the stream's configuration stored in the grid."""
+    """The configuration asked for does not match the stream's configuration stored in the grid.
+
+    Attributes:
+        differences: when ``ensure_stream`` refused, every setting that differed with its fate
+            (``meteor_spark.grid.ensure.StreamDifference`` values); empty otherwise.
+    """
+
+    differences: tuple[Any, ...] = ()
 
 
 class GridError(MeteorError):

@@ -44,6 +44,7 @@ EXPECTED = ERRORS | {
     "ConfigError",
     "DataLossError",
     "EmbeddedGrid",
+    "EnsureResult",
     "Grid",
     "GridConnectionError",
     "GridError",
@@ -63,6 +64,7 @@ EXPECTED = ERRORS | {
     "StreamConfig",
     "Subscriber",
     "__version__",
+    "ensure_stream",
     "register",
 }
 

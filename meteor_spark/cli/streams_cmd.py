@@ -1,4 +1,4 @@
-"""``meteor streams list|describe|create|delete``."""
+"""``meteor streams list|describe|create|delete`` (``ensure``: ``streams_ensure``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_of, err, fmt_int, fmt_time_ms, out, render_table
+from meteor_spark.cli.streams_ensure import register_ensure
 from meteor_spark.errors import StreamNotFoundError
 from meteor_spark.grid.client import Grid
 
@@ -15,8 +16,10 @@ from meteor_spark.grid.client import Grid
 def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     streams = commands.add_parser(
         "streams",
-        help="list, describe, create and delete streams",
-        description="List, describe, create and delete meteor streams (each lane is one ring buffer in the grid).",
+        help="list, describe, create, ensure and delete streams",
+        description=(
+            "List, describe, create, ensure and delete meteor streams (each lane is one ring buffer in the grid)."
+        ),
     )
     actions = streams.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
@@ -57,6 +60,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     )
     create.add_argument("--compression", help="compression of record batches (lz4 or none)")
     create.set_defaults(run=run_create)
+
+    register_ensure(actions, parent)
 
     delete = actions.add_parser(
         "delete", parents=[parent], help="delete a stream: its lanes' ring buffers, metadata and group offsets"

@@ -11,7 +11,10 @@ the cluster holds one ring configuration per ring name and refuses a different o
 InvalidConfiguration): a mismatch would fail anyway, later and less clearly. The batching fields (``compression``,
 ``compression_threshold``, ``max_batch_records``, ``max_batch_bytes``, ``linger_ms``) only tune how one publisher
 writes; they are stored as the defaults for parties that open the stream by name, and a party passing its own
-``StreamConfig`` keeps its own.
+``StreamConfig`` keeps its own. The deduplication window and the region (``AGREED_SETTINGS``) are stored settings
+too, but every party must agree on them (a publisher with another window would misjudge message ids); unlike the
+layout they can be changed on an existing stream, by ``ensure_stream(..., on_difference="apply")``
+(``meteor_spark.grid.ensure``).
 
 Keys choose lanes with ``lane_for_key`` (``meteor_spark.format.partitioning``): CRC-32 (zlib /
 IEEE 802.3) of the key bytes modulo the lane count. It is the same in every process, platform and version (it is
@@ -59,6 +62,12 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}$")
 
 #: Fields every party must agree on (they describe the shared rings).
 LAYOUT_FIELDS = ("lanes", "capacity", "backup_count", "async_backup_count", "ttl_s", "ephemeral")
+
+#: Stored settings a party opening the stream with its own ``StreamConfig`` must also agree on, though
+#: ``ensure_stream(..., on_difference="apply")`` may change them: a publisher with another deduplication window
+#: would check message ids against the wrong window (or not at all), and a party naming another region expects the
+#: stream somewhere else.
+AGREED_SETTINGS = ("dedup_window_ms", "region")
 
 #: Fields added after the first metadata version, with their defaults: stored only when set.
 OPTIONAL_FIELDS: dict[str, Any] = {"ephemeral": False, "dedup_window_ms": 0, "region": ""}
@@ -222,6 +231,14 @@ class StreamConfig:
             if getattr(self, name) != getattr(other, name)
         ]
 
+    def settings_differences(self, other: StreamConfig) -> list[str]:
+        """Human-readable differences in ``AGREED_SETTINGS`` (empty when they agree)."""
+        return [
+            f"{name}: {getattr(self, name)!r} asked, {getattr(other, name)!r} stored"
+            for name in AGREED_SETTINGS
+            if getattr(self, name) != getattr(other, name)
+        ]
+
 
 @dataclass(frozen=True)
 class StreamInfo:
@@ -249,7 +266,8 @@ class StreamInfo:
         return self.config.lanes
 
 
-def _metadata_json(config: StreamConfig, created_at_ms: int) -> str:
+def metadata_json(config: StreamConfig, created_at_ms: int) -> str:
+    """The JSON document stored in ``meteor.streams`` for a stream created now with ``config``."""
     document = {
         "metadata_version": METADATA_VERSION,
         "format_version": FORMAT_VERSION,
@@ -304,7 +322,8 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
 
     Raises:
         StreamNotFoundError: opened by name (or with ``create=False``) and no metadata is stored.
-        StreamConfigConflictError: the stored layout differs from the given configuration.
+        StreamConfigConflictError: the stored layout, deduplication window or region differs from the given
+            configuration (the batching fields may differ: a party passing its own keeps its own).
     """
     require_grid(grid)
     if isinstance(config, str):
@@ -328,7 +347,7 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
         if stored is None:
             if not create:
                 raise StreamNotFoundError(f"stream {config.name!r} does not exist and create=False")
-            candidate = _metadata_json(config, int(time.time() * 1000))
+            candidate = metadata_json(config, int(time.time() * 1000))
             # put_if_absent settles a race between two creators: the loser compares against the winner.
             stored = metadata.put_if_absent(config.name, candidate)
             if stored is None:
@@ -341,6 +360,13 @@ def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) 
                 f"stream {config.name!r} already exists with another layout ({'; '.join(differences)}); open it "
                 f"by name to use the stored configuration, or delete it first (`meteor streams delete "
                 f"{config.name}`) to change it"
+            )
+        differences = config.settings_differences(info.config)
+        if differences:
+            raise StreamConfigConflictError(
+                f"stream {config.name!r} is stored with other settings ({'; '.join(differences)}); open it by name "
+                f"to use the stored ones, or change them for everyone with ensure_stream(grid, config, "
+                f"on_difference='apply') (`meteor streams ensure {config.name} ... --on-difference apply`)"
             )
         info = StreamInfo(config, info.created_at_ms, info.format_version, info.ring_names)
     _configure_rings(grid, info)

@@ -93,13 +93,13 @@ def test_publisher_settings_validate_overrides() -> None:
 
 
 def test_backup_counts_are_layout_fields_and_old_metadata_names_still_read() -> None:
-    from meteor_spark.grid.streams import _metadata_json, parse_metadata
+    from meteor_spark.grid.streams import metadata_json, parse_metadata
 
     config = StreamConfig("orders", backup_count=2, async_backup_count=1)
     assert config.layout_differences(StreamConfig("orders", backup_count=2)) == [
         "async_backup_count: 1 asked, 0 stored"
     ]
-    assert parse_metadata("orders", _metadata_json(config, 1)).config == config
+    assert parse_metadata("orders", metadata_json(config, 1)).config == config
     # metadata stored by an older meteor-spark spells the synchronous count "backups"
     old = '{"config":{"name":"orders","backups":3},"created_at_ms":1,"format_version":1,"metadata_version":1}'
     assert parse_metadata("orders", old).config.backup_count == 3
