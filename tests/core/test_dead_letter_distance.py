@@ -25,6 +25,13 @@ from meteor_spark.testing import wait_until
 DISTANCE = 5
 
 
+def _entry(grid: Grid, name: str, key: str) -> str:
+    """The text of an entry the test expects in map ``name``."""
+    text = grid.map(name).get(key)
+    assert text is not None, f"no entry {key} in map {name}"
+    return text
+
+
 def _stream(grid: Grid, name: str, count: int) -> str:
     """A one-lane stream of ``count`` records ``r<i>``, each with a header ``h: <i>``, two records per ring item."""
     info = open_stream(grid, StreamConfig(name, lanes=1, capacity=1000))
@@ -85,7 +92,7 @@ def test_shared_poison_retried_again_and_again_is_dead_lettered_by_distance(grid
 
         wait_until(step, timeout_s=60, message="every other record acknowledged")
         figures = member.metrics()
-    print(f"shared: poison r1 delivered {deliveries_of_poison} times before it fell more than {DISTANCE} records behind")
+    print(f"shared: poison r1 delivered {deliveries_of_poison} times, then more than {DISTANCE} records behind")
     assert sorted(acked, key=lambda v: int(v[1:])) == [f"r{i}" for i in range(20) if i != 1]
     # each poll hands r1 out with one fresh record: at its 7th delivery r1 is 5 records behind (r2..r6), at the
     # next acquisition 6, more than dead_letter_after
@@ -95,7 +102,7 @@ def test_shared_poison_retried_again_and_again_is_dead_lettered_by_distance(grid
     headers = dict(letter.headers)
     assert letter.value == b"r1" and headers["h"] == b"1" and headers[HEADER_SOURCE_GROUP] == b"a"
     assert b"dead_letter_after=5" in headers[HEADER_ERROR]
-    share = LaneShare.decode(grid.map(SHARE_MAP).get(lane_key(stream, "a", 0)), "entry")
+    share = LaneShare.decode(_entry(grid, SHARE_MAP, lane_key(stream, "a", 0)), "entry")
     assert share.spans == () and share.start == share.next  # the lane moved on: nothing held back
 
 
@@ -178,7 +185,7 @@ def test_shared_settings_store_the_distance(grid: Grid, unique_name: str) -> Non
     dlq = unique_name + "-dlq"
     with SharedSubscriber(grid, stream, group="a", dead_letter_stream=dlq, dead_letter_after=DISTANCE):
         pass
-    assert b"dead_letter_after" in grid.map(SHARE_MAP).get(settings_key(stream, "a")).encode()
+    assert b"dead_letter_after" in _entry(grid, SHARE_MAP, settings_key(stream, "a")).encode()
     with SharedSubscriber(grid, stream, group="a") as later:
         assert later.dead_letter_after == DISTANCE
     with pytest.raises(ConfigError, match="dead_letter_after"):

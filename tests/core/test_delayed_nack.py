@@ -29,6 +29,13 @@ from tests.core.processes import Child
 DELAY_MS = 1500
 
 
+def _entry(grid: Grid, name: str, key: str) -> str:
+    """The text of an entry the test expects in map ``name``."""
+    text = grid.map(name).get(key)
+    assert text is not None, f"no entry {key} in map {name}"
+    return text
+
+
 def _stream(grid: Grid, name: str, count: int, first: int = 0) -> str:
     info = open_stream(grid, StreamConfig(name, lanes=1, capacity=1000))
     with Publisher(grid, info.name) as publisher:
@@ -75,7 +82,7 @@ def test_shared_nack_with_delay_comes_back_no_earlier_and_holds_only_that_record
         member.nack(batch[0], delay_ms=DELAY_MS)
         member.ack(batch[1:])
         # the lane entry holds the instant: the other records of the lane flow to the group meanwhile
-        share = LaneShare.decode(grid.map(SHARE_MAP).get(lane_key(stream, "a", 0)), "entry")
+        share = LaneShare.decode(_entry(grid, SHARE_MAP, lane_key(stream, "a", 0)), "entry")
         assert [s.not_before > 0 for s in share.available()] == [True]
         _publish(grid, stream, 10, 5)
         flowing = _read_all(member, 5)
@@ -248,7 +255,7 @@ def test_an_exclusive_pause_survives_the_nacking_member_being_sigkilled(
     nacked_at_ms = int(child.read_line(60))
     child.kill()
     killed_at_ms = time.time_ns() // 1_000_000
-    stored = ConfirmedOffset.decode(grid.map(OFFSETS_MAP).get(lane_key(stream, "g", 0)), "entry")
+    stored = ConfirmedOffset.decode(_entry(grid, OFFSETS_MAP, lane_key(stream, "g", 0)), "entry")
     assert stored.not_before_ms >= nacked_at_ms + KILL_DELAY_MS
     with Subscriber(grid, stream, group="g", lease_ms=1000) as survivor:
         back: list[str] = []
@@ -273,5 +280,5 @@ def test_the_pause_is_kept_when_another_member_fences_the_lane(grid: Grid, uniqu
     with GroupMember(grid, info, "g") as member:
         wait_until(lambda: 0 in member.assignment(), timeout_s=30)
         assert member.hold_of(0) == (4_000_000_000_000, 70000)
-        stored = ConfirmedOffset.decode(offsets.get(key), "entry")
+        stored = ConfirmedOffset.decode(_entry(grid, OFFSETS_MAP, key), "entry")
         assert stored.epoch >= 1 and stored.not_before_ms == 4_000_000_000_000
