@@ -58,6 +58,7 @@ class ExclusiveNack(SubscriberFields):
     dead_lettered_records: int
     _distance_letters: Any  # the dead-letter publisher of dead_letter_after, None without it
     _wakeup: Any
+    _poll_lock: Any  # one poll at a time: a nack waits for a poll in progress (its auto-confirm, its delivery)
 
     def _need_group(self, what: str) -> None:  # pragma: no cover - SubscriberOffsets'
         raise NotImplementedError
@@ -112,9 +113,10 @@ class ExclusiveNack(SubscriberFields):
         """
         self._need_group("nack")
         delay = check_delay(delay_ms)
-        by_lane = self._nacked_by_lane(records)
-        for lane, nacked in sorted(by_lane.items()):
-            self._nack_lane(lane, nacked, delay)
+        with self._poll_lock:  # not between a poll's delivery and its auto-confirm
+            by_lane = self._nacked_by_lane(records)
+            for lane, nacked in sorted(by_lane.items()):
+                self._nack_lane(lane, nacked, delay)
         self._wakeup.set()
 
     def _nacked_by_lane(self, records: Record | Iterable[Record]) -> dict[int, list[Record]]:

@@ -20,7 +20,7 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.groups.redelivery import MAX_NACK_DELAY_MS
-from meteor_spark.groups.shared_state import SHARE_MAP, LaneShare
+from meteor_spark.groups.shared_state import AVAILABLE, SHARE_MAP, LaneShare, Span
 from meteor_spark.groups.store import OFFSETS_MAP, ConfirmedOffset, lane_key, read_offset
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
@@ -282,3 +282,18 @@ def test_the_pause_is_kept_when_another_member_fences_the_lane(grid: Grid, uniqu
         assert member.hold_of(0) == (4_000_000_000_000, 70000)
         stored = ConfirmedOffset.decode(_entry(grid, OFFSETS_MAP, key), "entry")
         assert stored.epoch >= 1 and stored.not_before_ms == 4_000_000_000_000
+
+
+def test_a_delayed_span_is_stored_merged_and_read_back() -> None:
+    acquired = LaneShare.initial(0).acquire([], "t1", 4)
+    released, refused = acquired.settle([(0, 2)], "t1", AVAILABLE, 1_000)
+    assert refused == []
+    assert [s.encode() for s in released.spans] == [[0, 2, "r", 1, 1_000], [2, 4, "a", 1, "t1"]]
+    assert LaneShare.decode(released.encode(), "entry") == released
+    # another instant does not merge with it; a plain release keeps the entry's older layout
+    both, _ = released.settle([(2, 4)], "t1", AVAILABLE, 2_000)
+    assert [s.not_before for s in both.spans] == [1_000, 2_000]
+    assert [s.ready(1_500) for s in both.spans] == [True, False]
+    plain, _ = acquired.settle([(0, 4)], "t1", AVAILABLE)
+    assert plain.encode() == LaneShare(0, 4, (Span(0, 4, AVAILABLE, 1),)).encode()
+    assert '"r",1]' in plain.encode()
