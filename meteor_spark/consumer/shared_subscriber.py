@@ -341,7 +341,6 @@ class SharedSubscriber(SharedArchive):
         of both (archived ones included), and the undecodable items inside those ranges (``on_corrupt`` skip or
         dead_letter: acquired with the rest, then passed over). Records nacked with a delay that has not passed
         are left where they are."""
-        # long: one pass over the available spans, each cut by the distance limit, its delay and the budget
         picks: list[tuple[int, int, int]] = []
         archive: list[tuple[int, int, int, str]] = []
         slices: list[tuple[BatchPart, int]] = []

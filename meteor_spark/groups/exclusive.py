@@ -345,7 +345,6 @@ class GroupMember(LaneBalancer):
         not_before_ms: int = 0,
         high: int | None = None,
     ) -> None:
-        # long: the fenced compare-and-set loop of confirm, seek and hold, with its checks and refusals in one place
         what = "seek" if backwards else "confirm"
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(
