@@ -14,7 +14,9 @@ Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when un
   overwriting, ``skip_data_loss``), ``meteor_subscriber_corrupt_items_total``; gauge ``meteor_subscriber_lag_items``
   per lane read (ring items between the next record to deliver and the lane's end, read from the grid at scrape).
 - ``meteor_group_lease_acquisitions_total``, ``meteor_group_lease_losses_total`` (taken over after a missed
-  renewal), ``meteor_group_fencing_refusals_total`` (confirms/seeks refused by a newer epoch); gauge
+  renewal), ``meteor_group_fencing_refusals_total`` (confirms/seeks refused by a newer epoch),
+  ``meteor_group_nacked_records_total`` (records an exclusive-group member nacked: its lane rewound to them),
+  ``meteor_group_dead_lettered_records_total`` (nacked too far behind, ``dead_letter_after``); gauge
   ``meteor_group_lanes_held``.
 - Shared-group members (``SharedSubscriber(..., metrics=...)``): ``meteor_subscriber_records`` (handed out, a
   redelivery counts again) and ``meteor_subscriber_corrupt_items`` as above, ``meteor_shared_acked_records_total``,
@@ -22,7 +24,9 @@ Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when un
   ``meteor_shared_dead_lettered_records_total``, ``meteor_shared_refused_records_total`` (settlements refused: the
   member had lost the records), ``meteor_shared_renewed_records_total``,
   ``meteor_shared_undecodable_records_total``, ``meteor_shared_truncated_lanes_total`` (lanes reset to their oldest
-  record after a truncation, ``skip_data_loss``); gauge ``meteor_shared_held_records``.
+  record after a truncation, ``skip_data_loss``), ``meteor_shared_delayed_records_total`` (nacked with a delay),
+  ``meteor_shared_distance_dead_letters_total`` (dead-lettered by ``dead_letter_after``); gauge
+  ``meteor_shared_held_records``.
 
 Counters never go down: when a client closes, its last values are kept in the collector, so a closed publisher's
 records stay counted under its stream. Importing this module does not import prometheus_client; using it without
@@ -55,6 +59,8 @@ COUNTERS: dict[str, str] = {
     "meteor_group_lease_acquisitions": "Lane leases taken by group members.",
     "meteor_group_lease_losses": "Lane leases lost to another member after a missed renewal.",
     "meteor_group_fencing_refusals": "Confirms or seeks refused because a newer holder fenced the lane.",
+    "meteor_group_nacked_records": "Records exclusive-group members nacked (their lane rewound to them).",
+    "meteor_group_dead_lettered_records": "Records exclusive-group members nacked too far behind and dead-lettered.",
     "meteor_shared_acked_records": "Records acknowledged by shared-group members.",
     "meteor_shared_released_records": "Records shared-group members released for redelivery (nack, close).",
     "meteor_shared_rejected_records": "Records shared-group members rejected.",
@@ -63,6 +69,8 @@ COUNTERS: dict[str, str] = {
     "meteor_shared_renewed_records": "Record locks renewed by shared-group members.",
     "meteor_shared_undecodable_records": "Records the deserializers refused and on_corrupt passed over.",
     "meteor_shared_truncated_lanes": "Lanes reset to their oldest record after a truncation (skip_data_loss).",
+    "meteor_shared_delayed_records": "Records shared-group members nacked with a delay.",
+    "meteor_shared_distance_dead_letters": "Records dead-lettered by dead_letter_after (distance behind the lane).",
 }
 #: Gauge families → help text.
 GAUGES: dict[str, str] = {
@@ -224,6 +232,8 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_shared_renewed_records", labels, figures["renewed_records"]
         yield "meteor_shared_undecodable_records", labels, figures["undecodable_records"]
         yield "meteor_shared_truncated_lanes", labels, figures["truncated_lanes"]
+        yield "meteor_shared_delayed_records", labels, figures["delayed_records"]
+        yield "meteor_shared_distance_dead_letters", labels, figures["distance_dead_letters"]
         yield "meteor_shared_held_records", labels, figures["held_records"]
         return
     yield "meteor_subscriber_records", labels, figures["delivered_records"]
@@ -233,6 +243,8 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_group_lease_acquisitions", labels, figures.get("lease_acquisitions", 0)
         yield "meteor_group_lease_losses", labels, figures.get("lease_losses", 0)
         yield "meteor_group_fencing_refusals", labels, figures.get("fencing_refusals", 0)
+        yield "meteor_group_nacked_records", labels, figures.get("nacked_records", 0)
+        yield "meteor_group_dead_lettered_records", labels, figures.get("dead_lettered_records", 0)
         yield "meteor_group_lanes_held", labels, figures.get("lanes_held", 0)
     if with_lag:
         try:

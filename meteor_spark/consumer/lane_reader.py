@@ -83,6 +83,7 @@ from meteor_spark.grid.client import MAX_BATCH_ITEMS, Ring, result
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark, mark_of
 from meteor_spark.grid.reading import oldest_in
+from meteor_spark.groups.redelivery import now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class LaneReader(SubscriberFields):
                 logger.debug("lane %d lost while starting it: %s", lane, exc)
                 continue
             state = LaneState(self.stream, lane, ring, ring.capacity(), position, epoch, self._grid.connection_losses)
+            state.not_before, _ = self._member.hold_of(lane)  # a delayed nack's pause holds for every member
             if position > first_offset_of(nxt):
                 # The group's offset lies past the lane's end (stream re-created, lane truncated, grid restarted
                 # without persistence): reading on would silently skip every record written up to it.
@@ -344,6 +346,7 @@ class LaneReader(SubscriberFields):
         with self._lock:
             self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
+            now = now_ms()
             for state in self._lanes.values():
                 if state.pending is not None or state.buffered >= self.max_poll_records:
                     continue
@@ -351,6 +354,8 @@ class LaneReader(SubscriberFields):
                     continue  # stopped at a bad position until seek (or until the policy settles the item)
                 if self.item_gate.held(state.lane):
                     continue  # waiting at an open transaction
+                if state.not_before > now:
+                    continue  # paused by a delayed nack until then
                 count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
                 # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
                 count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))

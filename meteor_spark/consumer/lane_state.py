@@ -63,6 +63,7 @@ class LaneState:
         "last_delivered",
         "last_read",
         "losses_seen",
+        "not_before",
         "parts",
         "passed_mark",
         "pending",
@@ -93,6 +94,7 @@ class LaneState:
         self.epoch = epoch
         self.position = position  # offset of the next record to deliver
         self.last_delivered = -1  # offset of the last record delivered
+        self.not_before = 0  # grouped: not read before this wall-clock ms (a delayed nack; consumer.exclusive_nack)
         self.fetch_seq = sequence_of(position)  # next ring sequence to request
         self.pending: Any = None
         self.pending_seq = -1

@@ -8,6 +8,9 @@ settles each record:
 
 - ``ack(records)``: done (KIP-932 ACCEPT); never delivered again;
 - ``nack(records)``: released (RELEASE): available again at once, to any member, delivery count kept;
+  ``nack(records, delay_ms=...)``: available again no earlier than ``delay_ms`` from now (the instant is stored in
+  the lane's entry, so it holds when this member dies; the other records of the lane keep flowing meanwhile;
+  ``meteor_spark.groups.redelivery``);
 - ``reject(records)``: given up on (REJECT): published to the dead-letter stream at once and never delivered again;
 - ``renew(records)``: the lock of records still being processed starts again (RENEW, KIP-1222), so a slow record
   stays with its holder.
@@ -24,7 +27,10 @@ its records become available again: any member may acquire them. Each delivery c
 carries ``delivery_count`` (1 on the first delivery; ``SharedRecord``). A record that was delivered
 ``max_deliveries`` times (KIP-932's default: 5) without being acknowledged is archived: published to
 ``dead_letter_stream`` (headers name stream, lane, offset, group, delivery count and the reason;
-``corrupt.dead_letter_for_delivery``) and never delivered again.
+``corrupt.dead_letter_for_delivery``) and never delivered again. With the group setting ``dead_letter_after=N``, an
+available record (released, timed out or delayed) that has fallen more than ``N`` records behind the most recently
+acquired one of its lane is archived the same way when a member next acquires on the lane
+(``meteor_spark.consumer.shared_archive``), so a poison record cannot hold the lane's window for ever.
 
 Guarantees: **at-least-once per acquisition**. A record is processed again when its acquisition timed out or was
 released before it was acknowledged, and only then; an acknowledgement is accepted exactly once (an ``ack`` of a
@@ -97,6 +103,7 @@ from meteor_spark.format.wire import ItemView
 from meteor_spark.grid.client import GridMap, Ring
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.groups.leases import ExpiryObserver
+from meteor_spark.groups.redelivery import check_dead_letter_after, check_delay, not_before
 from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
 from meteor_spark.groups.store import MAX_CAS_ATTEMPTS
 
@@ -188,6 +195,7 @@ class SharedBookkeeping(SharedTakeUp):
     dead_lettered_records: int
     refused_records: int
     renewed_records: int
+    delayed_records: int
     _map: GridMap
     _rings: list[Ring]
     _keys: list[str]
@@ -205,7 +213,11 @@ class SharedBookkeeping(SharedTakeUp):
         return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
 
     def _group_settings(
-        self, acquisition_timeout_ms: int | None, max_deliveries: int | None, dead_letter_stream: str | None
+        self,
+        acquisition_timeout_ms: int | None,
+        max_deliveries: int | None,
+        dead_letter_stream: str | None,
+        dead_letter_after: int | None = None,
     ) -> GroupSettings:
         """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
         this member gives that differs from the stored one is refused: a lock duration per member would let
@@ -215,6 +227,7 @@ class SharedBookkeeping(SharedTakeUp):
                 f"max_deliveries={max_deliveries!r} needs a dead_letter_stream: the stream records delivered that "
                 f"often go to (without one, records are delivered until they are acknowledged)"
             )
+        check_dead_letter_after(dead_letter_after, dead_letter_stream)
         if dead_letter_stream == self.stream:
             raise ConfigError(
                 f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be delivered "
@@ -226,6 +239,7 @@ class SharedBookkeeping(SharedTakeUp):
             DEFAULT_ACQUISITION_TIMEOUT_MS if acquisition_timeout_ms is None else acquisition_timeout_ms,
             max_deliveries if max_deliveries is not None else (DEFAULT_MAX_DELIVERIES if dead_letter_stream else None),
             dead_letter_stream,
+            dead_letter_after,
         )
         text = self._map.get(key)
         if text is None:
@@ -238,6 +252,7 @@ class SharedBookkeeping(SharedTakeUp):
             "acquisition_timeout_ms": acquisition_timeout_ms,
             "max_deliveries": max_deliveries,
             "dead_letter_stream": dead_letter_stream,
+            "dead_letter_after": dead_letter_after,
         }
         clashes = [
             f"{name}={value!r} (the group has {getattr(stored, name)!r})"
@@ -347,9 +362,20 @@ class SharedBookkeeping(SharedTakeUp):
         """
         self.acked_records += self._settle(records, DONE, "ack")
 
-    def nack(self, records: Record | Iterable[Record]) -> None:
-        """Release records for redelivery now (to any member), delivery count kept; errors as ``ack``."""
-        self.released_records += self._settle(records, AVAILABLE, "nack")
+    def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
+        """Release records for redelivery (to any member), delivery count kept: at once, or with ``delay_ms`` no
+        earlier than that from now (wall clock, stored in the lane's entry: it holds when this member dies; the
+        lane's other records are handed out meanwhile). Errors as ``ack``.
+
+        Raises:
+            ConfigError: ``delay_ms`` negative, not an integer, or above ``redelivery.MAX_NACK_DELAY_MS``; nothing
+                was written.
+        """
+        delay = check_delay(delay_ms)
+        settled = self._settle(records, AVAILABLE, "nack", not_before(delay))
+        self.released_records += settled
+        if delay:
+            self.delayed_records += settled
 
     def reject(self, records: Record | Iterable[Record]) -> None:
         """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
@@ -455,15 +481,16 @@ class SharedBookkeeping(SharedTakeUp):
                 f"handed out to it, or settled already; nothing was written"
             )
 
-    def _settle(self, records: Record | Iterable[Record], state: str, what: str) -> int:
-        """Move held records to ``state`` (one compare-and-set per lane); returns how many were settled."""
+    def _settle(self, records: Record | Iterable[Record], state: str, what: str, later: int = 0) -> int:
+        """Move held records to ``state`` (one compare-and-set per lane; released ones not available before the
+        wall-clock instant ``later`` when it is set); returns how many were settled."""
         chosen = self._records(records, what)
         self._check_held(chosen, what)
         by_lane = self._spans_by_lane(chosen)
         refused: dict[int, list[tuple[int, int]]] = {}
         settled = 0
         for lane, spans in sorted(by_lane.items()):
-            lost = self._settle_lane(lane, spans, state)
+            lost = self._settle_lane(lane, spans, state, later)
             with self._lock:
                 for offset, _, _ in spans:
                     self._held[lane].pop(offset, None)
@@ -482,9 +509,11 @@ class SharedBookkeeping(SharedTakeUp):
             )
         return settled
 
-    def _settle_lane(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
+    def _settle_lane(
+        self, lane: int, spans: list[tuple[int, int, str]], state: str, later: int = 0
+    ) -> list[tuple[int, int]]:
         """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
-        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state))
+        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state, later))
 
     def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
         """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,

@@ -16,11 +16,11 @@ from collections import OrderedDict
 from typing import Any
 
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
+from meteor_spark.consumer.shared_archive import SharedArchive
 from meteor_spark.consumer.shared_groups import (
     MAX_WINDOW_ITEMS,
     RECHECK_S,
     HeldSpan,
-    SharedBookkeeping,
     SharedRecord,
     UndecodableItem,
     corrupt_mode,
@@ -51,6 +51,7 @@ from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.leases import ExpiryObserver
+from meteor_spark.groups.redelivery import now_ms
 from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
 from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, lane_key
 from meteor_spark.metrics import attach as attach_metrics
@@ -72,7 +73,7 @@ _UNSUPPORTED = {
 }
 
 
-class SharedSubscriber(SharedBookkeeping):
+class SharedSubscriber(SharedArchive):
     """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
     by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
     deprecated spelling of this constructor.
@@ -90,8 +91,11 @@ class SharedSubscriber(SharedBookkeeping):
             ``dead_letter_stream``; without one, None: never given up on).
         dead_letter_stream: where records past ``max_deliveries`` and rejected records go (opened by name,
             created with the default configuration when missing).
-        acquisition_timeout_ms, max_deliveries, dead_letter_stream: group settings (see the module docs): None
-            takes the group's (or, for its first member, the defaults).
+        dead_letter_after: records an available record (released, timed out, or nacked with a delay) may fall
+            behind the most recently acquired one of its lane before it is archived to ``dead_letter_stream``
+            (None: never; needs ``dead_letter_stream``; ``meteor_spark.groups.redelivery``).
+        acquisition_timeout_ms, max_deliveries, dead_letter_stream, dead_letter_after: group settings (see the
+            module docs): None takes the group's (or, for its first member, the defaults).
         on_corrupt: what this member does with an undecodable ring item or a record its deserializers refuse
             (``meteor_spark.format.corrupt``): ``"error"`` (default: ``FormatError`` / ``DeserializationError``; the
             lane stops at it), ``"skip"`` (passed over, counted, marked done for the group) or ``"dead_letter"`` (to the
@@ -108,7 +112,9 @@ class SharedSubscriber(SharedBookkeeping):
     Attributes:
         delivered_records: records handed out (a redelivery counts again).
         acked_records, released_records, rejected_records: records settled by this member.
-        dead_lettered_records: records this member published to the dead-letter stream (max_deliveries or reject).
+        dead_lettered_records: records this member published to the dead-letter stream (max_deliveries,
+            dead_letter_after or reject); distance_dead_letters: those of them archived by ``dead_letter_after``.
+        delayed_records: records this member nacked with a delay.
         refused_records: records this member tried to settle after losing them (``FencedError``).
         renewed_records: records whose lock this member renewed.
         truncated_lanes, truncations: lanes this member reset after a truncation (``(lane, position, oldest)``).
@@ -128,6 +134,7 @@ class SharedSubscriber(SharedBookkeeping):
         acquisition_timeout_ms: int | None = None,
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
+        dead_letter_after: int | None = None,
         on_corrupt: str | None = None,
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
@@ -169,10 +176,11 @@ class SharedSubscriber(SharedBookkeeping):
         self.member_id = member_id or default_member_id()
         self.max_poll_records = max_poll_records
         self._map: GridMap = grid.map(SHARE_MAP)
-        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream)
+        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream, dead_letter_after)
         self.settings = settings
         self.acquisition_timeout_ms = settings.acquisition_timeout_ms
         self.max_deliveries = settings.max_deliveries
+        self.dead_letter_after = settings.dead_letter_after
         self.dead_letter_stream = settings.dead_letter_stream
         dead_letter_stream = settings.dead_letter_stream
         self.corrupt_policy = corrupt_policy(mode, dead_letter_stream)
@@ -212,6 +220,8 @@ class SharedSubscriber(SharedBookkeeping):
         self.dead_lettered_records = 0
         self.refused_records = 0
         self.renewed_records = 0
+        self.delayed_records = 0
+        self.distance_dead_letters = 0
         self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
         self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
         self._detach_metrics = attach_metrics(registry, self)
@@ -288,7 +298,7 @@ class SharedSubscriber(SharedBookkeeping):
                 if expired:  # nothing to take, but the timed-out acquisitions are released for everyone
                     self._write(lane, key, text, share)
                 return [], []
-            ranges = [(first, end, deliveries) for first, end, deliveries in picks + archive]
+            ranges = picks + [(first, end, deliveries) for first, end, deliveries, _ in archive]
             acquired = share.acquire(ranges, token, fresh_end)
             if fresh_end is not None:
                 acquired = acquired.marked(self._mark_before(lane, fresh_end))
@@ -307,7 +317,7 @@ class SharedSubscriber(SharedBookkeeping):
             self._observers[lane].see(token, token)
             if corrupt:
                 self._pass_over(lane, token, corrupt)
-            parts, out = self._hand_out(lane, token, slices, {(f, e) for f, e, _ in archive})
+            parts, out = self._hand_out(lane, token, slices, {(f, e): why for f, e, _, why in archive})
             if out and (self._value_deserializer is not None or self._key_deserializer is not None):
                 return self._deserialize(lane, parts, out)
             return parts, out
@@ -320,29 +330,46 @@ class SharedSubscriber(SharedBookkeeping):
         self, lane: int, share: LaneShare, budget: int
     ) -> tuple[
         list[tuple[int, int, int]],
-        list[tuple[int, int, int]],
+        list[tuple[int, int, int, str]],
         int | None,
         list[tuple[BatchPart, int]],
         list[tuple[int, UndecodableItem]],
     ]:
-        """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive (delivered
-        ``max_deliveries`` times already), the new ``next`` for fresh records (or None), the record slices
-        ``(part, deliveries)`` of both (archived ones included), and the undecodable items inside those ranges
-        (``on_corrupt`` skip or dead_letter: acquired with the rest, then passed over)."""
+        """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive with the reason
+        (delivered ``max_deliveries`` times already, or fallen more than ``dead_letter_after`` behind:
+        ``shared_archive``), the new ``next`` for fresh records (or None), the record slices ``(part, deliveries)``
+        of both (archived ones included), and the undecodable items inside those ranges (``on_corrupt`` skip or
+        dead_letter: acquired with the rest, then passed over). Records nacked with a delay that has not passed
+        are left where they are."""
         picks: list[tuple[int, int, int]] = []
-        archive: list[tuple[int, int, int]] = []
+        archive: list[tuple[int, int, int, str]] = []
         slices: list[tuple[BatchPart, int]] = []
         corrupt: list[tuple[int, UndecodableItem]] = []
+        now, floor = now_ms(), self._distance_floor(lane, share)
         for span in share.available():
             if budget <= 0:
                 break
+            if span.first < floor:  # fallen too far behind: archived, delayed or not
+                got, end, bad = self._records_in(lane, span.first, min(span.end, floor), None)
+                corrupt.extend(bad)
+                if got or bad:
+                    archive.append((span.first, end, span.deliveries, self._distance_reason()))
+                    slices.extend((part, span.deliveries) for part in got)
+                if end >= span.end or end == span.first:
+                    continue
+                span = span.cut(end, span.end)
+            if not span.ready(now):
+                continue  # nacked with a delay that has not passed yet
             give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
             deliveries = span.deliveries if give_up else span.deliveries + 1
             got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
             corrupt.extend(bad)
             if not got and not bad:
                 continue
-            (archive if give_up else picks).append((span.first, end, deliveries))
+            if give_up:
+                archive.append((span.first, end, deliveries, self._deliveries_reason(deliveries)))
+            else:
+                picks.append((span.first, end, deliveries))
             slices.extend((part, deliveries) for part in got)
             if not give_up:
                 budget -= sum(part.size for part in got)
@@ -470,39 +497,6 @@ class SharedSubscriber(SharedBookkeeping):
                 raise error
         return decoded.parts, records
 
-    def _hand_out(
-        self, lane: int, token: str, slices: list[tuple[BatchPart, int]], archive: set[tuple[int, int]]
-    ) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """Record the acquired records as held, dead-letter the archived ones, return the others."""
-        parts: list[BatchPart] = []
-        out: list[SharedRecord] = []
-        letters: list[SharedRecord] = []
-        held = self._held[lane]
-        for part, deliveries in slices:
-            records = part.records()
-            offsets = [r.offset for r in records]
-            ends = offsets[1:] + [
-                first_offset_of(part.sequence + 1)
-                if part.stop >= part.item.count
-                else make_offset(part.sequence, part.stop)
-            ]
-            shared = [shared_record(r, deliveries) for r in records]
-            with self._lock:
-                for record, end in zip(shared, ends, strict=True):
-                    held[record.offset] = HeldSpan(token, end, deliveries)
-            if any(first <= part.first_offset < end for first, end in archive):
-                letters.extend(shared)
-            else:
-                parts.append(part)
-                out.extend(shared)
-        if letters:
-            self._archive(
-                letters,
-                f"delivered {letters[0].delivery_count} times (max_deliveries="
-                f"{self.max_deliveries}) without being acknowledged",
-            )
-        return parts, out
-
     # ------------------------------------------------------------------------------------------------ waiting
 
     def _arm_wakers(self) -> None:
@@ -543,6 +537,8 @@ class SharedSubscriber(SharedBookkeeping):
             "dead_lettered_records": self.dead_lettered_records,
             "refused_records": self.refused_records,
             "renewed_records": self.renewed_records,
+            "delayed_records": self.delayed_records,
+            "distance_dead_letters": self.distance_dead_letters,
             "truncated_lanes": self.truncated_lanes,
             "held_records": self.held(),
             "corrupt_items": self.refusals.corrupt_items,

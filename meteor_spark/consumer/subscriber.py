@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from meteor_spark.consumer.auto_confirm import AutoConfirm
+from meteor_spark.consumer.exclusive_nack import ExclusiveNack
 from meteor_spark.consumer.lane_reader import LaneReader
 from meteor_spark.consumer.lane_state import LaneState
 from meteor_spark.consumer.receiver import ErrorHandler, Receiver, RecordHandler
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["InitialOffsetScheme", "Receiver", "RecordHandler", "Subscriber"]
 
 
-class Subscriber(SubscriberOffsets, LaneReader):
+class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
     """Reads records from a stream.
 
     Args:
@@ -71,6 +72,9 @@ class Subscriber(SubscriberOffsets, LaneReader):
             instead of raising ``LaneTruncatedError``.
         on_corrupt: what to do with a ring item that cannot be decoded: ``"error"`` (default: ``FormatError``,
             position left at the item), ``"skip"`` (counted in ``corrupt_items``, logged) or ``"dead_letter"``.
+        dead_letter_after: grouped: a group setting (stored with the group by the first member that gives it):
+            a record ``nack``-ed more than this many records behind the furthest one the group delivered on its lane
+            goes to ``dead_letter_stream`` instead of being redelivered (``meteor_spark.consumer.exclusive_nack``).
         dead_letter_stream: the stream undecodable items are published to (implies ``on_corrupt="dead_letter"``);
             opened by name, created with the default configuration when missing. Each refused item becomes one
             record (its raw bytes, with headers naming source stream, lane, sequence, offset and the error;
@@ -163,6 +167,7 @@ class Subscriber(SubscriberOffsets, LaneReader):
         member_id: str | None = None,
         on_corrupt: str | None = None,
         dead_letter_stream: str | None = None,
+        dead_letter_after: int | None = None,
         value_deserializer: str | Deserializer | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
@@ -234,6 +239,8 @@ class Subscriber(SubscriberOffsets, LaneReader):
         self.truncated_lanes = 0
         self.truncations: list[tuple[int, int, int]] = []  # (lane, offset or position, offset read again from)
         self.delivered_records = 0
+        self.nacked_records = self.delayed_records = self.dead_lettered_records = 0
+        self._load_group_settings(dead_letter_after, dead_letter_stream)
         self._refusals: Refusals | None = None
         if group is None:
             for lane in range(self.info.lanes):
@@ -328,7 +335,7 @@ class Subscriber(SubscriberOffsets, LaneReader):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._wakeup.wait(min(remaining, self.item_gate.hold_left()))
+                self._wakeup.wait(min(remaining, self.item_gate.hold_left(), self._pause_left()))
             self._raise_stopped_lane()
             batch = self._take()
             if self._active:
@@ -453,6 +460,9 @@ class Subscriber(SubscriberOffsets, LaneReader):
             "skipped_items": self.skipped_items,
             "corrupt_items": self.corrupt_items,
             "undecodable_records": self.undecodable_records,
+            "nacked_records": self.nacked_records,
+            "delayed_records": self.delayed_records,
+            "dead_lettered_records": self.dead_lettered_records,
             **self.item_gate.counters(),
         }
         member = self._member
@@ -489,6 +499,7 @@ class Subscriber(SubscriberOffsets, LaneReader):
                 member.close()
         finally:
             self.refusals.close()
+            self._close_nack()
 
     def __enter__(self) -> Subscriber:
         return self

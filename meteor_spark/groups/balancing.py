@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from meteor_spark.errors import (
@@ -357,7 +357,8 @@ class LaneBalancer:
                 return None
             if stored.epoch == epoch:
                 return text
-            fenced = ConfirmedOffset(epoch, stored.offset, self.member_id, wall_ms(), stored.mark).encode()
+            # the offset, its mark and a nack's pause and high-water mark stay: only the epoch and writer change
+            fenced = replace(stored, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
             if self._offsets.replace_if_same(key, text, fenced):
                 return fenced
         return None

@@ -317,8 +317,33 @@ class GroupMember(LaneBalancer):
         ``confirm``."""
         self._write_offset(lane, offset, backwards=True)
 
+    def hold(self, lane: int, offset: int, *, not_before_ms: int, high: int | None, epoch: int | None) -> None:
+        """Rewind a held lane to ``offset`` (a ``nack``): the group reads it again from there, not before the
+        wall-clock instant ``not_before_ms`` (0: at once), and ``high`` (one past the furthest record delivered)
+        is kept for ``dead_letter_after``. Stored in the lane's offsets entry, so the pause holds for whichever
+        member reads the lane next. Fenced like ``confirm`` (``epoch``: the one the records were read under)."""
+        self._write_offset(lane, offset, backwards=True, read_epoch=epoch, not_before_ms=not_before_ms, high=high)
+
+    def hold_of(self, lane: int) -> tuple[int, int | None]:
+        """``(not_before_ms, high)`` stored with a held lane's offset (from memory: the text this member fenced or
+        last wrote); ``(0, None)`` when the lane is not held or none is stored."""
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        if text is None:
+            return 0, None
+        stored = ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}")
+        return stored.not_before_ms, stored.high
+
     def _write_offset(
-        self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None, mark: ItemMark | None = None
+        self,
+        lane: int,
+        offset: int,
+        *,
+        backwards: bool,
+        read_epoch: int | None = None,
+        mark: ItemMark | None = None,
+        not_before_ms: int = 0,
+        high: int | None = None,
     ) -> None:
         what = "seek" if backwards else "confirm"
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
@@ -350,12 +375,14 @@ class GroupMember(LaneBalancer):
         for _ in range(MAX_CAS_ATTEMPTS):
             if text is None:
                 text = self._offsets.get(key)
-            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms(), mark).encode()
             if text is None:
                 # The holder fenced the entry when it took the lane, so it only goes missing when the group was
                 # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
                 raise self._fenced(what, lane, offset, epoch, None, None)
             stored = ConfirmedOffset.decode(text, where)
+            kept_high = high if high is not None or backwards else stored.high  # a seek forgets it
+            kept_high = kept_high if kept_high is not None and kept_high > offset else None
+            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms(), mark, not_before_ms, kept_high).encode()
             if stored.epoch > epoch:
                 raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
             if not backwards and stored.offset is not None and offset <= stored.offset:

@@ -16,7 +16,9 @@ compares bytes)::
   - ``[first, end, "a", deliveries, token]``: acquired by the acquisition ``token`` (one poll of one member);
     ``deliveries`` counts this delivery;
   - ``[first, end, "r", deliveries]``: available again (released by ``nack``, or its acquisition timed out),
-    delivered ``deliveries`` times so far;
+    delivered ``deliveries`` times so far; ``[first, end, "r", deliveries, not_before]`` when a ``nack`` with a delay
+    released it: not available before the wall-clock instant ``not_before`` (ms since the epoch; it lives here, not
+    in the member, so the delay holds when that member dies: ``meteor_spark.groups.redelivery``);
   - ``[first, end, "d"]``: done (acknowledged, rejected or archived after ``max_deliveries``).
 
   Offsets are record offsets (``sequence << 16 | index``) and a span ends at the offset of the record after its
@@ -33,8 +35,9 @@ Every function here is pure (no grid, no clock); ``shared_groups`` reads an entr
 result back with one compare-and-set on the exact text it read.
 
 The group's settings live in the same map, key ``["<stream>","<group>","@settings"]`` (``GroupSettings``): the
-record lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``) and the dead-letter
-stream. They belong to the group, not to a member (Kafka share groups: ``share.record.lock.duration.ms`` and
+record lock duration (``acquisition_timeout_ms``), the delivery limit (``max_deliveries``), the dead-letter
+stream and the distance after which an available record is dead-lettered (``dead_letter_after``, stored only when
+set). They belong to the group, not to a member (Kafka share groups: ``share.record.lock.duration.ms`` and
 ``share.delivery.count.limit`` are group configs): every member judges timeouts with the same lock duration, so
 records a dead member held come back after the group's lock time whoever is left.
 """
@@ -78,21 +81,25 @@ class GroupSettings:
         acquisition_timeout_ms: the record lock duration.
         max_deliveries: deliveries after which an unacknowledged record is dead-lettered (None: never).
         dead_letter_stream: where such records, rejected records and undecodable items go (None: none).
+        dead_letter_after: records an available record may fall behind the most recently acquired one before it is
+            dead-lettered (None: never; ``meteor_spark.groups.redelivery``).
     """
 
     acquisition_timeout_ms: int
     max_deliveries: int | None = None
     dead_letter_stream: str | None = None
+    dead_letter_after: int | None = None
 
     def encode(self) -> str:
-        return canonical(
-            {
-                "v": SHARE_FORMAT,
-                "acquisition_timeout_ms": self.acquisition_timeout_ms,
-                "max_deliveries": self.max_deliveries,
-                "dead_letter_stream": self.dead_letter_stream,
-            }
-        )
+        raw: dict[str, Any] = {
+            "v": SHARE_FORMAT,
+            "acquisition_timeout_ms": self.acquisition_timeout_ms,
+            "max_deliveries": self.max_deliveries,
+            "dead_letter_stream": self.dead_letter_stream,
+        }
+        if self.dead_letter_after is not None:  # only when set: settings stored before it read the same
+            raw["dead_letter_after"] = self.dead_letter_after
+        return canonical(raw)
 
     @classmethod
     def decode(cls, text: str, where: str) -> GroupSettings:
@@ -105,10 +112,12 @@ class GroupSettings:
     def _build(cls, raw: dict[str, Any]) -> GroupSettings:
         deliveries = raw["max_deliveries"]
         stream = raw["dead_letter_stream"]
+        after = raw.get("dead_letter_after")
         return cls(
             int(raw["acquisition_timeout_ms"]),
             None if deliveries is None else int(deliveries),
             None if stream is None else str(stream),
+            None if after is None else int(after),
         )
 
 
@@ -121,10 +130,13 @@ class Span:
     state: str
     deliveries: int = 0
     token: str | None = None
+    not_before: int = 0  # available spans: not before this wall-clock ms (0: at once)
 
     def encode(self) -> list[Any]:
         if self.state == ACQUIRED:
             return [self.first, self.end, ACQUIRED, self.deliveries, self.token]
+        if self.state == AVAILABLE and self.not_before:
+            return [self.first, self.end, AVAILABLE, self.deliveries, self.not_before]
         if self.state == AVAILABLE:
             return [self.first, self.end, AVAILABLE, self.deliveries]
         return [self.first, self.end, DONE]
@@ -137,14 +149,19 @@ class Span:
         if state == ACQUIRED:
             return cls(first, end, state, int(raw[3]), str(raw[4]))
         if state == AVAILABLE:
-            return cls(first, end, state, int(raw[3]))
+            return cls(first, end, state, int(raw[3]), None, int(raw[4]) if len(raw) > 4 else 0)
         return cls(first, end, state)
 
     def same_kind(self, other: Span) -> bool:
-        return (self.state, self.deliveries, self.token) == (other.state, other.deliveries, other.token)
+        mine = (self.state, self.deliveries, self.token, self.not_before)
+        return mine == (other.state, other.deliveries, other.token, other.not_before)
 
     def cut(self, first: int, end: int) -> Span:
-        return Span(first, end, self.state, self.deliveries, self.token)
+        return Span(first, end, self.state, self.deliveries, self.token, self.not_before)
+
+    def ready(self, now_ms: int) -> bool:
+        """An available span whose delay (if any) has passed at the wall-clock instant ``now_ms``."""
+        return self.state == AVAILABLE and self.not_before <= now_ms
 
 
 @dataclass(frozen=True)
@@ -249,10 +266,11 @@ class LaneShare:
         return LaneShare(self.start, nxt, tuple(spans), self.mark).normalized()
 
     def settle(
-        self, ranges: Sequence[tuple[int, int]], token: str, state: str
+        self, ranges: Sequence[tuple[int, int]], token: str, state: str, not_before: int = 0
     ) -> tuple[LaneShare, list[tuple[int, int]]]:
         """Move the records ``ranges`` held by ``token`` to ``state``: ``DONE`` (acknowledged, rejected, archived)
-        or ``AVAILABLE`` (released; delivery count kept).
+        or ``AVAILABLE`` (released; delivery count kept; with ``not_before``, not available before that wall-clock
+        instant).
 
         Returns:
             the new state and the ranges refused because ``token`` no longer holds all of them (its acquisition
@@ -266,7 +284,7 @@ class LaneShare:
                 first,
                 end,
                 lambda s: s.state == ACQUIRED and s.token == token,
-                Span(first, end, state),
+                Span(first, end, state, not_before=not_before if state == AVAILABLE else 0),
                 keep_deliveries=True,
             )
             if painted is None:
@@ -330,7 +348,7 @@ def _paint(
             out.append(span.cut(span.first, first))
         lo, hi = max(span.first, first), min(span.end, end)
         deliveries = span.deliveries if keep_deliveries and new.state != DONE else new.deliveries
-        out.append(Span(lo, hi, new.state, deliveries, new.token))
+        out.append(Span(lo, hi, new.state, deliveries, new.token, new.not_before))
         covered = hi
         if span.end > end:
             out.append(span.cut(end, span.end))

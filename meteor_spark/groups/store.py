@@ -19,7 +19,13 @@ sorted keys, because the grid's compare-and-set compares bytes):
     the lane was assigned but never confirmed. ``mark`` (optional: entries without it, written by earlier versions,
     ``seek`` or tools, are not checked) is the ``meteor_spark.grid.item_marks.ItemMark`` of the item the offset was
     taken after: a member resuming the lane compares it with the item now at that sequence, so a lane truncated
-    and refilled under the offset is an error, not a silent skip.
+    and refilled under the offset is an error, not a silent skip. ``not_before_ms`` and ``high`` (optional, written
+    by ``nack``: ``meteor_spark.groups.redelivery``): the lane is not read by the group before that wall-clock instant
+    (a delayed redelivery), and ``high`` is one past the furthest record the group delivered on the lane (the
+    distance ``dead_letter_after`` measures against; kept by later confirms while they are below it).
+
+    Key ``["<stream>","<group>","@settings"]``: an exclusive group's stored settings
+    (``meteor_spark.groups.exclusive_settings``), written only for a group given ``dead_letter_after``.
 ``meteor.group.members``
     key ``["<stream>","<group>","<member id>"]`` -> a heartbeat, rewritten every renewal period with a TTL of two
     lease periods (so dead members disappear by themselves)::
@@ -124,6 +130,8 @@ class ConfirmedOffset:
         by: member id of the last writer.
         updated_ms: the writer's wall clock at the last write (display only).
         mark: the item the offset was taken after (``meteor_spark.grid.item_marks``), None when not known.
+        not_before_ms: the group does not read the lane before this wall-clock instant (0: no pause).
+        high: one past the furthest record the group delivered on the lane, when above ``offset`` (None: unknown).
     """
 
     epoch: int
@@ -131,6 +139,8 @@ class ConfirmedOffset:
     by: str | None = None
     updated_ms: int = 0
     mark: ItemMark | None = None
+    not_before_ms: int = 0
+    high: int | None = None
 
     def encode(self) -> str:
         value: dict[str, Any] = {
@@ -142,6 +152,10 @@ class ConfirmedOffset:
         }
         if self.mark is not None:
             value["mark"] = self.mark.encode()
+        if self.not_before_ms:
+            value["not_before_ms"] = self.not_before_ms
+        if self.high is not None:
+            value["high"] = self.high
         return canonical(value)
 
     @classmethod
@@ -157,6 +171,8 @@ class ConfirmedOffset:
             by=raw.get("by"),
             updated_ms=int(raw.get("updated_ms", 0)),
             mark=None if offset is None else ItemMark.decode(raw.get("mark")),
+            not_before_ms=int(raw.get("not_before_ms", 0)),
+            high=None if raw.get("high") is None else int(raw["high"]),
         )
 
 
