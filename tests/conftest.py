@@ -67,9 +67,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if REAL_HAZELCAST and "embedded_only" in item.keywords:
             item.add_marker(skip)
         # the real-member pass repeats what talks to the grid; what never touches it ran in the embedded pass
-        if REAL_MEMBER and "grid_settings" not in getattr(item, "fixturenames", ()):
-            deselected.append(item)
-        elif _deployed_elsewhere(item):
+        grid_less = REAL_MEMBER and "grid_settings" not in getattr(item, "fixturenames", ())
+        if grid_less or _deployed_elsewhere(item):
             deselected.append(item)
         else:
             selected.append(item)
