@@ -36,12 +36,14 @@ import pyarrow as pa
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
+    DuplicateMessageError,
     GridError,
     PublishTimeoutError,
     SerializationError,
     SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
+from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, as_record, with_routing
 from meteor_spark.format.routing import check_message_id, check_topic
 from meteor_spark.format.serializers import Serializer, serializer
@@ -52,6 +54,7 @@ from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.dedup import Claim, DedupWindow, claim_lease_ms
 from meteor_spark.producer.futures import (
     ArrowPublishFuture,
     BulkFuture,
@@ -154,6 +157,7 @@ class Publisher:
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
+        self._dedup = self._dedup_window(grid)
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -167,6 +171,23 @@ class Publisher:
         )
         rings = [grid.ring(name) for name in self.info.ring_names]
         return acc, Sender(acc, rings, self.producer_id, transactional=transactional)
+
+    def _dedup_window(self, grid: Grid) -> DedupWindow | None:
+        """The stream's deduplication window (``meteor_spark.producer.dedup``), None when it has none."""
+        window = self.info.config.dedup_window_ms
+        if not window:
+            return None
+        settings = self.settings
+        return DedupWindow(
+            grid,
+            self.stream,
+            window,
+            producer_id=self.producer_id,
+            lease_ms=claim_lease_ms(settings.delivery_timeout_ms, settings.max_block_ms, settings.linger_ms),
+            wait_ms=settings.max_block_ms,
+            lane_floor=self._sender.lane_floor,
+            rings=self._sender.rings,
+        )
 
     # ------------------------------------------------------------------------------------------------ publishing
 
@@ -184,7 +205,8 @@ class Publisher:
 
         Raises:
             GridError: the grid refused or lost the write. PublishTimeoutError: no room, or not stored in
-            ``timeout_s``. PublisherClosedError: after ``close()``.
+            ``timeout_s``. PublisherClosedError: after ``close()``. DuplicateMessageError: the stream has a
+            deduplication window and ``message_id`` was used on it within the window.
         """
         check_timeout("publish timeout_s", timeout_s, unit="s", none=True)
         future = self.publish_async(record, topic=topic, message_id=message_id)
@@ -206,7 +228,9 @@ class Publisher:
         """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored.
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
-        ``topic`` and ``message_id``, when given, set the record's (see ``Record``).
+        ``topic`` and ``message_id``, when given, set the record's (see ``Record``). On a stream with a
+        deduplication window, a record with a message id is claimed in the grid first (one round trip), and a
+        duplicate raises ``DuplicateMessageError`` here, before anything is queued (``meteor_spark.producer.dedup``).
         """
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
@@ -225,10 +249,73 @@ class Publisher:
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
+            if rec.message_id is not None and self._dedup is not None:
+                return self._publish_claimed(rec, stamp, callback)
             future, call = self._append(rec, self._acc.lane_of(rec), stamp, callback)
         if call is not None:
             self._sender.send(call)
         return future
+
+    def _claim_lane(self, rec: Record) -> int:
+        """The lane of a record with a message id on a deduplicated stream: explicit, by key, else by its id (so a
+        retry lands where the first copy did, and a lapsed claim names the lane to search)."""
+        lane = self._acc.lane_of(rec)
+        if lane < 0:
+            lane = lane_for_key(str(rec.message_id).encode("utf-8"), self.lanes)
+        return lane
+
+    def _publish_claimed(self, rec: Record, stamp: int, callback: PublishCallback | None) -> RecordFuture:
+        """``publish_async`` of a record whose message id a deduplication window checks: claim, then queue; the
+        claim is marked written (or released) when the write settles."""
+        dedup = self._dedup
+        assert dedup is not None and rec.message_id is not None
+        lane = self._claim_lane(rec)
+        claim = dedup.claim(rec.message_id, lane)
+        try:
+            future, call = self._append(rec, lane, stamp, callback)
+        except BaseException:
+            dedup.release_all([claim])
+            raise
+        future.add_done_callback(lambda f: _settle_claim(dedup, claim, f))
+        if call is not None:
+            self._sender.send(call)
+        return future
+
+    def _publish_many_claimed(self, recs: list[Record], now: int, sink: BulkFuture) -> BulkFuture:
+        """``publish_many`` on a deduplicated stream: the records' ids are claimed all at once (a repeat within the
+        call refused first), then the records queued; all or nothing."""
+        dedup = self._dedup
+        assert dedup is not None
+        first: dict[str, int] = {}
+        wanted: list[tuple[str, int]] = []
+        positions: list[int] = []
+        for position, rec in enumerate(recs):
+            mid = rec.message_id
+            if mid is None:
+                continue
+            if mid in first:
+                raise DuplicateMessageError(
+                    mid,
+                    self.stream,
+                    None,
+                    text=f"message id {mid!r} appears twice in one publish_many call on stream {self.stream!r} "
+                    f"(records {first[mid]} and {position}, 0-based); nothing of this call was queued",
+                )
+            first[mid] = position
+            lane = self._claim_lane(rec)
+            recs[position] = replace(rec, lane=lane)
+            wanted.append((mid, lane))
+            positions.append(position)
+        claims = dedup.claim_many(wanted)
+        by_id = {claim.message_id: claim for claim in claims}
+        try:
+            self._sender.send_all(self._acc.append_records(recs, now, sink))
+        except BaseException:
+            dedup.release_all(claims)
+            raise
+        pairs = [(by_id[recs[position].message_id], position) for position in positions]  # type: ignore[index]
+        sink.add_done_callback(lambda f: _settle_claims(dedup, pairs, f))
+        return sink
 
     def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> BulkFuture:
         """Queue many records at once (cheaper per record); the future completes with their offsets, in order.
@@ -272,6 +359,8 @@ class Publisher:
             size = _record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
+        if self._dedup is not None and any(rec.message_id is not None for rec in recs):
+            return self._publish_many_claimed(recs, now, sink)
         self._sender.send_all(self._acc.append_records(recs, now, sink))
         return sink
 
@@ -416,10 +505,13 @@ class Publisher:
     def metrics(self) -> dict[str, int]:
         """Counters since creation: records/items sent, add_all calls, failed records, records outstanding; and
         of idempotence: add_all attempts whose answer was lost (``unknown_outcomes``), of those the calls found
-        stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``)."""
+        stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``); of
+        a deduplication window: copies refused (``duplicates_refused``), lapsed claims of other publishers taken
+        over (``dedup_takeovers``) and own claims that lapsed before their write settled (``dedup_lease_lost``)."""
         sender = self._sender
         retrier = sender.retrier
         outstanding = self._acc.outstanding_records()
+        dedup = self._dedup
         return {
             "records_sent": sender.records_sent,
             "items_sent": sender.items_sent,
@@ -429,7 +521,22 @@ class Publisher:
             "unknown_outcomes": 0 if retrier is None else retrier.unknown_outcomes,
             "recovered_calls": 0 if retrier is None else retrier.recovered,
             "resent_calls": 0 if retrier is None else retrier.resent,
+            "duplicates_refused": 0 if dedup is None else dedup.refused,
+            "dedup_takeovers": 0 if dedup is None else dedup.taken_over,
+            "dedup_lease_lost": 0 if dedup is None else dedup.lease_lost,
         }
+
+
+def _settle_claim(dedup: DedupWindow, claim: Claim, future: RecordFuture) -> None:
+    error = future.exception(0)
+    dedup.settled(claim, None if error is not None else future.result(0), error)
+
+
+def _settle_claims(dedup: DedupWindow, pairs: list[tuple[Claim, int]], future: BulkFuture) -> None:
+    error = future.exception(0)
+    offsets = None if error is not None else future.result(0)
+    for claim, position in pairs:
+        dedup.settled(claim, None if offsets is None else offsets[position], error)
 
 
 def _checked_record(item: Record | bytes | str) -> Record:
