@@ -162,7 +162,10 @@ class DedupWindow:
         """
         now = _now_ms()
         texts = [self._pending(lane, now) for _, lane in wanted]
-        futures = [self._map.put_if_absent_async(mid, text, self.window_s) for (mid, _), text in zip(wanted, texts)]
+        futures = [
+            self._map.put_if_absent_async(mid, text, self.window_s)
+            for (mid, _), text in zip(wanted, texts, strict=True)
+        ]
         claims: list[Claim] = []
         conflicts: list[tuple[int, str]] = []
         error: BaseException | None = None
