@@ -52,6 +52,7 @@ from typing import Any
 
 from meteor_spark.errors import DuplicateMessageError, FormatError, GridError, PublishTimeoutError
 from meteor_spark.format.records import decode_batch
+from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap, Ring, result
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
@@ -64,6 +65,9 @@ SCAN_CHUNK = 100
 
 PENDING = "pending"
 WRITTEN = "written"
+TAKE = "take"
+WAIT = "wait"
+CHECK = "check"
 
 
 def dedup_map_name(stream: str) -> str:
@@ -104,6 +108,12 @@ class DedupWindow:
         lane_floor: ``lane_floor(lane)``: a ring sequence at or below where the publisher's next write in ``lane``
             lands (the publisher's narrow view of its sender).
         rings: the stream's lanes, searched when a lapsed claim is found.
+        transactional: the publisher's records count only once its transaction commits: its claims name that
+            transaction (read from ``meteor.txn.producers`` at the first claim), and a claim of a transaction
+            that aborted (or left its producer out) is taken over.
+        owner: who the claims are made for beyond this publisher (the Spark sink: ``<transaction>#<partition>``):
+            a claim of an earlier publisher with the same owner is an earlier attempt of the same work (a retried
+            Spark task) and is taken over.
     """
 
     def __init__(
@@ -117,7 +127,13 @@ class DedupWindow:
         wait_ms: float,
         lane_floor: Callable[[int], int],
         rings: Sequence[Ring],
+        transactional: bool = False,
+        owner: str | None = None,
     ) -> None:
+        self._grid = grid
+        self._transactional = transactional
+        self._txn: str | None = None
+        self.owner = owner
         self.stream = stream
         self.window_ms = window_ms
         self.window_s = window_ms / 1000.0
@@ -134,16 +150,21 @@ class DedupWindow:
     # ------------------------------------------------------------------------------------------------ claiming
 
     def _pending(self, lane: int, at_ms: int) -> str:
-        return _text(
-            {
-                "at": at_ms,
-                "by": self.producer_id,
-                "from": self._lane_floor(lane),
-                "lane": lane,
-                "lease": self.lease_ms,
-                "state": PENDING,
-            }
-        )
+        entry: dict[str, Any] = {
+            "at": at_ms,
+            "by": self.producer_id,
+            "from": self._lane_floor(lane),
+            "lane": lane,
+            "lease": self.lease_ms,
+            "state": PENDING,
+        }
+        if self._transactional:
+            if self._txn is None:
+                self._txn = transactions.transaction_of_producer(self._grid, self.producer_id) or ""
+            entry["txn"] = self._txn
+        if self.owner is not None:
+            entry["owner"] = self.owner
+        return _text(entry)
 
     def claim(self, message_id: str, lane: int) -> Claim:
         """Claim one id for a record going to ``lane``.
@@ -152,13 +173,16 @@ class DedupWindow:
             DuplicateMessageError: the id was used within the window. PublishTimeoutError: another publisher's
             claim stayed pending (lease running) for longer than this publisher waits. GridError.
         """
-        return self.claim_many([(message_id, lane)])[0]
+        claim = self.claim_many([(message_id, lane)])[0]
+        assert claim is not None
+        return claim
 
-    def claim_many(self, wanted: Sequence[tuple[str, int]]) -> list[Claim]:
-        """Claim every ``(message id, lane)`` (ids distinct), all ``putIfAbsent`` calls in flight at once.
+    def claim_many(self, wanted: Sequence[tuple[str, int]], *, skip_duplicates: bool = False) -> list[Claim | None]:
+        """Claim every ``(message id, lane)`` (ids distinct), all ``putIfAbsent`` calls in flight at once; the
+        claims in the order of ``wanted``.
 
         All or nothing: on the first duplicate (or any error) the claims taken by this call are released and the
-        error raised.
+        error raised. ``skip_duplicates``: a duplicate is None in the list instead (counted in ``refused``).
         """
         now = _now_ms()
         texts = [self._pending(lane, now) for _, lane in wanted]
@@ -166,7 +190,7 @@ class DedupWindow:
             self._map.put_if_absent_async(mid, text, self.window_s)
             for (mid, _), text in zip(wanted, texts, strict=True)
         ]
-        claims: list[Claim] = []
+        claims: list[Claim | None] = [None] * len(wanted)
         conflicts: list[tuple[int, str]] = []
         error: BaseException | None = None
         for position, future in enumerate(futures):
@@ -177,7 +201,7 @@ class DedupWindow:
                 error = error or exc
                 continue
             if found is None:
-                claims.append(Claim(mid, lane, texts[position], now))
+                claims[position] = Claim(mid, lane, texts[position], now)
             else:
                 conflicts.append((position, found))
         try:
@@ -185,9 +209,13 @@ class DedupWindow:
                 raise error
             for position, found in conflicts:
                 mid, lane = wanted[position]
-                claims.append(self._resolve(mid, lane, found))
+                try:
+                    claims[position] = self._resolve(mid, lane, found)
+                except DuplicateMessageError:
+                    if not skip_duplicates:
+                        raise
         except BaseException:
-            self.release_all(claims)
+            self.release_all([claim for claim in claims if claim is not None])
             raise
         return claims
 
@@ -207,6 +235,22 @@ class DedupWindow:
             if _now_ms() - entry["at"] >= self.window_ms:
                 # outlived its window (its TTL was lost: module docstring): gone
                 self._map.remove_if_same(message_id, found)
+                found = self._map.get(message_id)
+                continue
+            verdict = self._verdict(entry)
+            if verdict == TAKE:
+                claim = self._take_over(message_id, lane, found, entry, "its writer's attempt failed")
+                if claim is not None:
+                    return claim
+                found = self._map.get(message_id)
+                continue
+            if verdict == WAIT:
+                if time.monotonic() >= deadline:
+                    raise PublishTimeoutError(
+                        f"message id {message_id!r} on stream {self.stream!r} is claimed by transaction "
+                        f"{entry.get('txn')!r}, still open after {self.wait_s:g} s; nothing was queued: retry later"
+                    )
+                time.sleep(POLL_S)
                 found = self._map.get(message_id)
                 continue
             if entry.get("state") == WRITTEN:
@@ -232,14 +276,19 @@ class DedupWindow:
         claim taken over, or None when the entry changed meanwhile (look again)."""
         offset = find_message(self._rings[entry["lane"]], entry["from"], message_id, self.stream, entry["lane"])
         if offset is not None:
-            if self._map.replace_if_same(
-                message_id, found, _text({"at": entry["at"], "offset": offset, "state": WRITTEN})
-            ):
+            if self._map.replace_if_same(message_id, found, _text({**entry, "offset": offset, "state": WRITTEN})):
                 self._map.set_ttl(message_id, self._left_s(entry["at"]))
             self.refused += 1
             raise DuplicateMessageError(
                 message_id, self.stream, offset, detail=" (found in its lane after the first publisher's claim lapsed)"
             )
+        return self._take_over(
+            message_id, lane, found, entry, f"never written: its lease of {entry['lease']} ms is over"
+        )
+
+    def _take_over(self, message_id: str, lane: int, found: str, entry: dict[str, Any], why: str) -> Claim | None:
+        """Replace another publisher's claim ``found`` by one of this publisher's (compare-and-set); None when the
+        entry changed meanwhile."""
         now = _now_ms()
         text = self._pending(lane, now)
         if not self._map.replace_if_same(message_id, found, text):
@@ -247,15 +296,32 @@ class DedupWindow:
         self._map.set_ttl(message_id, self.window_s)
         self.taken_over += 1
         logger.warning(
-            "stream %r: message id %r was claimed by producer %x at %d ms and never written (lease %d ms over); "
-            "this publisher takes the claim over",
+            "stream %r: message id %r was claimed by producer %x at %d ms and %s; this publisher takes the claim over",
             self.stream,
             message_id,
             entry["by"],
             entry["at"],
-            entry["lease"],
+            why,
         )
         return Claim(message_id, lane, text, now)
+
+    def _verdict(self, entry: dict[str, Any]) -> str:
+        """What a claim of another publisher means here: ``TAKE`` (an earlier attempt of this publisher's own work,
+        or a transaction whose records never count), ``WAIT`` (its transaction is still open) or ``CHECK`` (by
+        its state: written, pending)."""
+        if entry["by"] == self.producer_id:
+            return CHECK
+        if self.owner is not None and entry.get("owner") == self.owner:
+            return TAKE
+        txn = entry.get("txn")
+        if txn is None or txn == self._txn:
+            return CHECK
+        state = transactions.state_of(self._grid, txn) if txn else None
+        if state is not None and not state.decided:
+            state = transactions.abort_expired(self._grid, txn)
+        if state is None or (state.decided and not state.delivers(entry["by"])):
+            return TAKE
+        return CHECK if state.decided else WAIT
 
     def _left_s(self, at_ms: int) -> float:
         """What is left of the window of a claim made at ``at_ms`` (at least a millisecond), in seconds."""
@@ -270,7 +336,7 @@ class DedupWindow:
             if not isinstance(error, PublishTimeoutError):  # a timeout may have stored it: the lease decides
                 self._map.remove_if_same_async(claim.message_id, claim.text)
             return
-        done = _text({"at": claim.at_ms, "offset": offset, "state": WRITTEN})
+        done = _text({**json.loads(claim.text), "offset": offset, "state": WRITTEN})
         future = self._map.replace_if_same_async(claim.message_id, claim.text, done)
         future.add_done_callback(lambda f: self._confirmed(claim, f))
 

@@ -28,9 +28,11 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from meteor_spark.errors import (
@@ -99,6 +101,10 @@ class Publisher:
         transactional: flag every ring item transactional (wire flag 0x10). Register ``producer_id`` under a
             transaction (``meteor_spark.grid.transactions.begin``) before publishing: ``read_committed`` readers deliver
             the records only once that transaction commits this producer.
+        dedup_owner: on a stream with a deduplication window, who this publisher's message-id claims are made for
+            beyond itself: a claim left by an earlier publisher with the same owner is an earlier attempt of the
+            same work and is taken over (the Spark sink passes ``<transaction>#<partition>``, so a retried task
+            is not refused its own rows; ``meteor_spark.producer.dedup``).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -126,6 +132,7 @@ class Publisher:
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
         transactional: bool = False,
+        dedup_owner: str | None = None,
     ) -> None:
         require_grid(grid)
         if not isinstance(transactional, bool):
@@ -157,7 +164,7 @@ class Publisher:
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
-        self._dedup = self._dedup_window(grid)
+        self._dedup = self._dedup_window(grid, transactional, dedup_owner)
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -172,7 +179,7 @@ class Publisher:
         rings = [grid.ring(name) for name in self.info.ring_names]
         return acc, Sender(acc, rings, self.producer_id, transactional=transactional)
 
-    def _dedup_window(self, grid: Grid) -> DedupWindow | None:
+    def _dedup_window(self, grid: Grid, transactional: bool, owner: str | None) -> DedupWindow | None:
         """The stream's deduplication window (``meteor_spark.producer.dedup``), None when it has none."""
         window = self.info.config.dedup_window_ms
         if not window:
@@ -187,6 +194,8 @@ class Publisher:
             wait_ms=settings.max_block_ms,
             lane_floor=self._sender.lane_floor,
             rings=self._sender.rings,
+            transactional=transactional,
+            owner=owner,
         )
 
     # ------------------------------------------------------------------------------------------------ publishing
@@ -306,14 +315,13 @@ class Publisher:
             recs[position] = replace(rec, lane=lane)
             wanted.append((mid, lane))
             positions.append(position)
-        claims = dedup.claim_many(wanted)
-        by_id = {claim.message_id: claim for claim in claims}
+        claims = [claim for claim in dedup.claim_many(wanted) if claim is not None]
         try:
             self._sender.send_all(self._acc.append_records(recs, now, sink))
         except BaseException:
             dedup.release_all(claims)
             raise
-        pairs = [(by_id[recs[position].message_id], position) for position in positions]  # type: ignore[index]
+        pairs = list(zip(claims, positions, strict=True))
         sink.add_done_callback(lambda f: _settle_claims(dedup, pairs, f))
         return sink
 
@@ -364,14 +372,21 @@ class Publisher:
         self._sender.send_all(self._acc.append_records(recs, now, sink))
         return sink
 
-    def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> ArrowPublishFuture:
+    def publish_arrow(self, batch: pa.RecordBatch | pa.Table, *, duplicates: str = "refuse") -> ArrowPublishFuture:
         """Queue the rows of an Arrow batch or table; the future completes with the number of records stored.
 
         ``lanes_written()`` of the future then gives, per lane, the records stored and their first/last offsets.
 
         Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed),
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
-        nulls = now) and ``lane`` (integer; nulls = by key). Other columns are ignored. The serializers do not
+        nulls = now), ``lane`` (integer; nulls = by key), ``topic`` and ``message_id`` (strings; nulls = none).
+        Other columns are ignored.
+
+        On a stream with a deduplication window, the rows' message ids are claimed first (all at once): a
+        duplicate raises ``DuplicateMessageError`` with ``duplicates="refuse"`` (nothing queued), or with
+        ``duplicates="skip"`` its row is left out and counted in the future's ``duplicates_skipped``. Their
+        claims record no offset (``first_offset`` None for a later duplicate): the rows' offsets are not known
+        one by one. The serializers do not
         apply: the columns are stored as they are (serialize into the column first, e.g. JSON text).
 
         Rows without a lane of their own (no key, no ``lane``) go to the lanes in contiguous runs of at least a
@@ -383,17 +398,77 @@ class Publisher:
                 f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
                 f"use publish_many for Python records"
             )
+        if duplicates not in ("refuse", "skip"):
+            raise ConfigError(f"publish_arrow duplicates must be 'refuse' or 'skip', got {duplicates!r}")
         bulk = ArrowInput(batch)
+        claims: list[Claim] = []
+        skipped = 0
+        if self._dedup is not None and bulk.rows and bulk.message_ids is not None:
+            bulk, claims, skipped = self._claim_rows(bulk, duplicates == "skip")
         n = bulk.rows
         sink = ArrowPublishFuture(n)
+        sink.duplicates_skipped = skipped
         if n == 0:
             sink.set_result(0)
             return sink
-        row, size = bulk.largest_row()
-        if size > self._max_record_bytes:
-            self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
-        self._acc.append_arrow(bulk, sink)
+        try:
+            row, size = bulk.largest_row()
+            if size > self._max_record_bytes:
+                self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
+            self._acc.append_arrow(bulk, sink)
+        except BaseException:
+            if claims:
+                assert self._dedup is not None
+                self._dedup.release_all(claims)
+            raise
+        if claims:
+            dedup = self._dedup
+            assert dedup is not None
+            sink.add_done_callback(lambda f: _settle_claims(dedup, [(claim, -1) for claim in claims], f))
         return sink
+
+    def _claim_rows(self, bulk: ArrowInput, skip: bool) -> tuple[ArrowInput, list[Claim], int]:
+        """Claim the message ids of ``publish_arrow``'s rows (all at once; a repeat within the rows is a duplicate
+        too); returns the rows to publish (each row with an id on its claim's lane), the claims and the rows
+        skipped as duplicates."""
+        dedup = self._dedup
+        assert dedup is not None and bulk.message_ids is not None
+        lanes = bulk.lanes(self.lanes, self.stream, -1)
+        lane_of = np.full(bulk.rows, -1, dtype=np.int64) if lanes is None else lanes
+        keep = np.ones(bulk.rows, dtype=bool)
+        first: dict[str, int] = {}
+        wanted: list[tuple[str, int]] = []
+        rows: list[int] = []
+        for row, mid in enumerate(bulk.message_ids):
+            if mid is None:
+                continue
+            if mid in first:
+                if not skip:
+                    raise DuplicateMessageError(
+                        mid,
+                        self.stream,
+                        None,
+                        text=f"message id {mid!r} appears twice in one publish_arrow call on stream "
+                        f"{self.stream!r} (rows {first[mid]} and {row}, 0-based); nothing of this call was queued",
+                    )
+                keep[row] = False
+                continue
+            first[mid] = row
+            if lane_of[row] < 0:
+                lane_of[row] = lane_for_key(mid.encode("utf-8"), self.lanes)
+            wanted.append((mid, int(lane_of[row])))
+            rows.append(row)
+        claimed = dedup.claim_many(wanted, skip_duplicates=skip)
+        for row, claim in zip(rows, claimed, strict=True):
+            if claim is None:
+                keep[row] = False
+        table = bulk.table
+        if "lane" in table.column_names:
+            table = table.drop_columns(["lane"])
+        table = table.append_column("lane", pa.array(lane_of, pa.int64()))
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+        return ArrowInput(table), [claim for claim in claimed if claim is not None], int((~keep).sum())
 
     def _refuse_size(self, size: int, what: str) -> None:
         """Refuse a record no ring item of the grid can carry, before anything of the call is queued or sent: the
@@ -532,11 +607,12 @@ def _settle_claim(dedup: DedupWindow, claim: Claim, future: RecordFuture) -> Non
     dedup.settled(claim, None if error is not None else future.result(0), error)
 
 
-def _settle_claims(dedup: DedupWindow, pairs: list[tuple[Claim, int]], future: BulkFuture) -> None:
+def _settle_claims(dedup: DedupWindow, pairs: list[tuple[Claim, int]], future: Future[Any]) -> None:
+    """Settle the claims of a bulk call: ``position`` in the future's list of offsets (-1: not known)."""
     error = future.exception(0)
     offsets = None if error is not None else future.result(0)
     for claim, position in pairs:
-        dedup.settled(claim, None if offsets is None else offsets[position], error)
+        dedup.settled(claim, None if offsets is None or position < 0 else offsets[position], error)
 
 
 def _checked_record(item: Record | bytes | str) -> Record:
