@@ -141,7 +141,7 @@ class DedupWindow:
         self.lease_ms = lease_ms
         self.wait_s = wait_ms / 1000.0
         self._lane_floor = lane_floor
-        self._rings = rings
+        self.rings = rings
         self._map: GridMap = grid.map(dedup_map_name(stream))
         self.refused = 0  # copies refused as duplicates
         self.taken_over = 0  # lapsed claims of other publishers taken over after a scan found nothing
@@ -274,7 +274,7 @@ class DedupWindow:
     def _after_lapse(self, message_id: str, lane: int, found: str, entry: dict[str, Any]) -> Claim | None:
         """A pending claim whose lease is over: the record it announced is searched for in its lane. Returns the
         claim taken over, or None when the entry changed meanwhile (look again)."""
-        offset = find_message(self._rings[entry["lane"]], entry["from"], message_id, self.stream, entry["lane"])
+        offset = find_message(self.rings[entry["lane"]], entry["from"], message_id, self.stream, entry["lane"])
         if offset is not None:
             if self._map.replace_if_same(message_id, found, _text({**entry, "offset": offset, "state": WRITTEN})):
                 self._map.set_ttl(message_id, self._left_s(entry["at"]))

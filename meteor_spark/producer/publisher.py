@@ -28,24 +28,20 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
-    DuplicateMessageError,
     GridError,
     PublishTimeoutError,
     SerializationError,
     SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
-from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, as_record, with_routing
 from meteor_spark.format.routing import check_message_id, check_topic
 from meteor_spark.format.serializers import Serializer, serializer
@@ -56,6 +52,14 @@ from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.claimed import (
+    claim_one,
+    claim_records,
+    claim_rows,
+    queue_claimed,
+    released_on_error,
+    settle_when_done,
+)
 from meteor_spark.producer.dedup import Claim, DedupWindow, claim_lease_ms
 from meteor_spark.producer.futures import (
     ArrowPublishFuture,
@@ -258,72 +262,17 @@ class Publisher:
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
+            lane = self._acc.lane_of(rec)
             if rec.message_id is not None and self._dedup is not None:
-                return self._publish_claimed(rec, stamp, callback)
-            future, call = self._append(rec, self._acc.lane_of(rec), stamp, callback)
+                lane, claim = claim_one(self._dedup, rec, lane)
+                with released_on_error(self._dedup, [claim]):
+                    future, call = self._append(rec, lane, stamp, callback)
+                settle_when_done(self._dedup, [claim], [-1], future)
+            else:
+                future, call = self._append(rec, lane, stamp, callback)
         if call is not None:
             self._sender.send(call)
         return future
-
-    def _claim_lane(self, rec: Record) -> int:
-        """The lane of a record with a message id on a deduplicated stream: explicit, by key, else by its id (so a
-        retry lands where the first copy did, and a lapsed claim names the lane to search)."""
-        lane = self._acc.lane_of(rec)
-        if lane < 0:
-            lane = lane_for_key(str(rec.message_id).encode("utf-8"), self.lanes)
-        return lane
-
-    def _publish_claimed(self, rec: Record, stamp: int, callback: PublishCallback | None) -> RecordFuture:
-        """``publish_async`` of a record whose message id a deduplication window checks: claim, then queue; the
-        claim is marked written (or released) when the write settles."""
-        dedup = self._dedup
-        assert dedup is not None and rec.message_id is not None
-        lane = self._claim_lane(rec)
-        claim = dedup.claim(rec.message_id, lane)
-        try:
-            future, call = self._append(rec, lane, stamp, callback)
-        except BaseException:
-            dedup.release_all([claim])
-            raise
-        future.add_done_callback(lambda f: _settle_claim(dedup, claim, f))
-        if call is not None:
-            self._sender.send(call)
-        return future
-
-    def _publish_many_claimed(self, recs: list[Record], now: int, sink: BulkFuture) -> BulkFuture:
-        """``publish_many`` on a deduplicated stream: the records' ids are claimed all at once (a repeat within the
-        call refused first), then the records queued; all or nothing."""
-        dedup = self._dedup
-        assert dedup is not None
-        first: dict[str, int] = {}
-        wanted: list[tuple[str, int]] = []
-        positions: list[int] = []
-        for position, rec in enumerate(recs):
-            mid = rec.message_id
-            if mid is None:
-                continue
-            if mid in first:
-                raise DuplicateMessageError(
-                    mid,
-                    self.stream,
-                    None,
-                    text=f"message id {mid!r} appears twice in one publish_many call on stream {self.stream!r} "
-                    f"(records {first[mid]} and {position}, 0-based); nothing of this call was queued",
-                )
-            first[mid] = position
-            lane = self._claim_lane(rec)
-            recs[position] = replace(rec, lane=lane)
-            wanted.append((mid, lane))
-            positions.append(position)
-        claims = [claim for claim in dedup.claim_many(wanted) if claim is not None]
-        try:
-            self._sender.send_all(self._acc.append_records(recs, now, sink))
-        except BaseException:
-            dedup.release_all(claims)
-            raise
-        pairs = list(zip(claims, positions, strict=True))
-        sink.add_done_callback(lambda f: _settle_claims(dedup, pairs, f))
-        return sink
 
     def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> BulkFuture:
         """Queue many records at once (cheaper per record); the future completes with their offsets, in order.
@@ -368,7 +317,11 @@ class Publisher:
             if size > self._max_record_bytes:
                 self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
         if self._dedup is not None and any(rec.message_id is not None for rec in recs):
-            return self._publish_many_claimed(recs, now, sink)
+            claims, positions = claim_records(self._dedup, recs, self._acc.lane_of)
+            return queue_claimed(self._dedup, claims, positions, lambda: self._queue_records(recs, now, sink))
+        return self._queue_records(recs, now, sink)
+
+    def _queue_records(self, recs: list[Record], now: int, sink: BulkFuture) -> BulkFuture:
         self._sender.send_all(self._acc.append_records(recs, now, sink))
         return sink
 
@@ -380,14 +333,14 @@ class Publisher:
         Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed),
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
         nulls = now), ``lane`` (integer; nulls = by key), ``topic`` and ``message_id`` (strings; nulls = none).
-        Other columns are ignored.
+        Other columns are ignored. The serializers do not apply: the columns are stored as they are (serialize
+        into the column first, e.g. JSON text).
 
         On a stream with a deduplication window, the rows' message ids are claimed first (all at once): a
         duplicate raises ``DuplicateMessageError`` with ``duplicates="refuse"`` (nothing queued), or with
         ``duplicates="skip"`` its row is left out and counted in the future's ``duplicates_skipped``. Their
         claims record no offset (``first_offset`` None for a later duplicate): the rows' offsets are not known
-        one by one. The serializers do not
-        apply: the columns are stored as they are (serialize into the column first, e.g. JSON text).
+        one by one.
 
         Rows without a lane of their own (no key, no ``lane``) go to the lanes in contiguous runs of at least a
         whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
@@ -404,71 +357,23 @@ class Publisher:
         claims: list[Claim] = []
         skipped = 0
         if self._dedup is not None and bulk.rows and bulk.message_ids is not None:
-            bulk, claims, skipped = self._claim_rows(bulk, duplicates == "skip")
+            bulk, claims, skipped = claim_rows(self._dedup, bulk, duplicates == "skip")
         n = bulk.rows
         sink = ArrowPublishFuture(n)
         sink.duplicates_skipped = skipped
         if n == 0:
             sink.set_result(0)
             return sink
-        try:
-            row, size = bulk.largest_row()
-            if size > self._max_record_bytes:
-                self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
-            self._acc.append_arrow(bulk, sink)
-        except BaseException:
-            if claims:
-                assert self._dedup is not None
-                self._dedup.release_all(claims)
-            raise
-        if claims:
-            dedup = self._dedup
-            assert dedup is not None
-            sink.add_done_callback(lambda f: _settle_claims(dedup, [(claim, -1) for claim in claims], f))
-        return sink
+        if self._dedup is None or not claims:
+            return self._queue_arrow(bulk, sink)
+        return queue_claimed(self._dedup, claims, [-1] * len(claims), lambda: self._queue_arrow(bulk, sink))
 
-    def _claim_rows(self, bulk: ArrowInput, skip: bool) -> tuple[ArrowInput, list[Claim], int]:
-        """Claim the message ids of ``publish_arrow``'s rows (all at once; a repeat within the rows is a duplicate
-        too); returns the rows to publish (each row with an id on its claim's lane), the claims and the rows
-        skipped as duplicates."""
-        dedup = self._dedup
-        assert dedup is not None and bulk.message_ids is not None
-        lanes = bulk.lanes(self.lanes, self.stream, -1)
-        lane_of = np.full(bulk.rows, -1, dtype=np.int64) if lanes is None else lanes
-        keep = np.ones(bulk.rows, dtype=bool)
-        first: dict[str, int] = {}
-        wanted: list[tuple[str, int]] = []
-        rows: list[int] = []
-        for row, mid in enumerate(bulk.message_ids):
-            if mid is None:
-                continue
-            if mid in first:
-                if not skip:
-                    raise DuplicateMessageError(
-                        mid,
-                        self.stream,
-                        None,
-                        text=f"message id {mid!r} appears twice in one publish_arrow call on stream "
-                        f"{self.stream!r} (rows {first[mid]} and {row}, 0-based); nothing of this call was queued",
-                    )
-                keep[row] = False
-                continue
-            first[mid] = row
-            if lane_of[row] < 0:
-                lane_of[row] = lane_for_key(mid.encode("utf-8"), self.lanes)
-            wanted.append((mid, int(lane_of[row])))
-            rows.append(row)
-        claimed = dedup.claim_many(wanted, skip_duplicates=skip)
-        for row, claim in zip(rows, claimed, strict=True):
-            if claim is None:
-                keep[row] = False
-        table = bulk.table
-        if "lane" in table.column_names:
-            table = table.drop_columns(["lane"])
-        table = table.append_column("lane", pa.array(lane_of, pa.int64()))
-        if not keep.all():
-            table = table.filter(pa.array(keep))
-        return ArrowInput(table), [claim for claim in claimed if claim is not None], int((~keep).sum())
+    def _queue_arrow(self, bulk: ArrowInput, sink: ArrowPublishFuture) -> ArrowPublishFuture:
+        row, size = bulk.largest_row()
+        if size > self._max_record_bytes:
+            self._refuse_size(size, f"row {row} (0-based) of the {bulk.rows} given to publish_arrow")
+        self._acc.append_arrow(bulk, sink)
+        return sink
 
     def _refuse_size(self, size: int, what: str) -> None:
         """Refuse a record no ring item of the grid can carry, before anything of the call is queued or sent: the
@@ -600,19 +505,6 @@ class Publisher:
             "dedup_takeovers": 0 if dedup is None else dedup.taken_over,
             "dedup_lease_lost": 0 if dedup is None else dedup.lease_lost,
         }
-
-
-def _settle_claim(dedup: DedupWindow, claim: Claim, future: RecordFuture) -> None:
-    error = future.exception(0)
-    dedup.settled(claim, None if error is not None else future.result(0), error)
-
-
-def _settle_claims(dedup: DedupWindow, pairs: list[tuple[Claim, int]], future: Future[Any]) -> None:
-    """Settle the claims of a bulk call: ``position`` in the future's list of offsets (-1: not known)."""
-    error = future.exception(0)
-    offsets = None if error is not None else future.result(0)
-    for claim, position in pairs:
-        dedup.settled(claim, None if offsets is None or position < 0 else offsets[position], error)
 
 
 def _checked_record(item: Record | bytes | str) -> Record:
