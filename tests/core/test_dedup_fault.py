@@ -44,6 +44,8 @@ sys.stdin.readline()
 
 WINDOW_MS = 60_000
 
+pytestmark = pytest.mark.fault
+
 
 def copies(grid: Grid, stream: str, message_id: str) -> list[Record]:
     out: list[Record] = []
