@@ -23,8 +23,13 @@ def test_topic_and_message_id_columns_and_duplicates_skipped(
 ) -> None:
     with Publisher(grid, StreamConfig(unique_name, lanes=2, dedup_window_ms=60_000)) as pub:
         pub.publish(b"from-core", message_id="a")
-    rows = [("v-a", "orders.eu", "a"), ("v-b", "orders.us", "b"), ("v-c", None, "c"), ("v-b2", None, "b")]
-    rows += [("v-none", "orders.eu", None)]
+    rows: list[tuple[str, str | None, str | None]] = [
+        ("v-a", "orders.eu", "a"),
+        ("v-b", "orders.us", "b"),
+        ("v-c", None, "c"),
+        ("v-b2", None, "b"),
+        ("v-none", "orders.eu", None),
+    ]
     df = spark.createDataFrame(rows, "value string, topic string, message_id string")
     df.repartition(2).write.format("meteor").options(**grid_options(grid_settings)).mode("append").save(unique_name)
 
@@ -68,4 +73,4 @@ def test_a_streaming_sink_skips_ids_seen_in_the_window_across_batches(
     with Subscriber(grid, f"{unique_name}-out", initial_offset_scheme="earliest") as sub:
         wait_until(lambda: got.extend(sub.poll(timeout_ms=100)) or len(got) >= 3, timeout_s=30)
         got.extend(sub.poll(timeout_ms=300))
-    assert sorted(r.message_id for r in got) == ["order-1", "order-2", "order-3"]
+    assert sorted(str(r.message_id) for r in got) == ["order-1", "order-2", "order-3"]
