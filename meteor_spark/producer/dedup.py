@@ -54,6 +54,7 @@ from meteor_spark.errors import DuplicateMessageError, FormatError, GridError, P
 from meteor_spark.format.records import decode_batch
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap, Ring, result
+from meteor_spark.producer.idempotence import outcome_unknown
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
 
@@ -333,7 +334,8 @@ class DedupWindow:
         """The write of a claimed record settled (the completion thread): mark the claim written, or release it
         when the write certainly stored nothing. Never blocks on the grid."""
         if error is not None:
-            if not isinstance(error, PublishTimeoutError):  # a timeout may have stored it: the lease decides
+            # A timeout or a lost answer may have stored it: the lease and the lane search decide then.
+            if not isinstance(error, PublishTimeoutError) and not outcome_unknown(error):
                 self._map.remove_if_same_async(claim.message_id, claim.text)
             return
         done = _text({**json.loads(claim.text), "offset": offset, "state": WRITTEN})

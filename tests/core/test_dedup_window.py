@@ -9,6 +9,7 @@ import pytest
 from meteor_spark import Publisher, StreamConfig, Subscriber
 from meteor_spark.errors import DuplicateMessageError
 from meteor_spark.format.records import Record
+from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.producer.dedup import dedup_map_name
 from meteor_spark.testing import wait_until
@@ -105,3 +106,23 @@ def test_a_second_process_is_refused_naming_the_first_process_offset(
         pub.publish(b"from-parent", message_id="cross-process")
     assert refused.value.first_offset == offset
     assert [r.value for r in read_all(grid, unique_name, 1)] == [b"from-child"]
+
+
+def test_claims_of_an_aborted_transaction_or_an_earlier_attempt_are_taken_over(grid: Grid, unique_name: str) -> None:
+    config = StreamConfig(unique_name, lanes=2, dedup_window_ms=WINDOW_MS)
+    with Publisher(grid, config, transactional=True) as aborted:
+        transactions.begin(grid, f"{unique_name}/t1", aborted.producer_id, 60_000, stream=unique_name)
+        aborted.publish(b"aborted", message_id="x")
+    transactions.abort(grid, f"{unique_name}/t1", "the test aborts it")
+    with Publisher(grid, unique_name) as plain:
+        plain.publish(b"after-abort", message_id="x")  # the aborted copy never counts: taken over
+        assert plain.metrics()["dedup_takeovers"] == 1
+        with pytest.raises(DuplicateMessageError):
+            plain.publish(b"again", message_id="x")
+    # a retried attempt of the same work (same owner, a new producer) takes its earlier attempt's claim over
+    with Publisher(grid, unique_name, dedup_owner="job/1#0") as first_attempt:
+        first_attempt.publish(b"attempt-1", message_id="y")
+    with Publisher(grid, unique_name, dedup_owner="job/1#0") as second_attempt:
+        second_attempt.publish(b"attempt-2", message_id="y")
+    with Publisher(grid, unique_name, dedup_owner="job/1#1") as sibling, pytest.raises(DuplicateMessageError):
+        sibling.publish(b"sibling", message_id="y")
