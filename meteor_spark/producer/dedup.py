@@ -11,7 +11,7 @@ Claim, write, confirm, so a publisher that dies between claiming and writing los
    sequence at or below where it will land there (``from``: the publisher's lower bound for its next write in that
    lane), the producer id, the claim time and the claim's lease (``lease``, ms).
 2. The publisher writes the record.
-3. Once it is stored, ``replace(id, pending, written)`` with ``written = {offset, at}``, then ``setTtl`` to what
+3. Once it is stored, ``replace(id, pending, written)`` (the same entry, state written, with the offset), then ``setTtl`` to what
    is left of the window: Hazelcast (and the embedded member alike) drops an entry's TTL when ``replace`` updates
    it. Should the publisher die between the two, the entry would stay; so every reader treats an entry whose claim
    time ``at`` lies a window back as gone (removes it by compare-and-set and claims afresh): the window holds, and
@@ -35,6 +35,12 @@ an error and counts it (``Publisher.metrics()["dedup_lease_lost"]``). A write th
 releases its claim (``remove(id, pending)``); a write whose outcome is unknown leaves it to the lease and the scan.
 Claim times are wall-clock milliseconds: publishers on hosts whose clocks differ by more than a lease see leases
 end early or late.
+
+Claims of transactional publishers (the Spark sink) name their transaction, and may name an owner
+(``<transaction>#<partition>``). Another publisher takes such a claim over at once when the transaction aborted,
+is no longer recorded, or committed without the claimer's producer (its records never count for
+``read_committed`` readers), and waits while the transaction is open (aborting it once past its deadline, as
+readers do). A claim with this publisher's own owner is an earlier attempt of the same task: taken over.
 
 A keyless record with a message id and no explicit lane goes to the lane its id hashes to (``lane_for_key``), so a
 retry lands where the first copy did. Several ids (``publish_many``, ``publish_arrow``) are claimed with one
