@@ -11,11 +11,11 @@ Claim, write, confirm, so a publisher that dies between claiming and writing los
    sequence at or below where it will land there (``from``: the publisher's lower bound for its next write in that
    lane), the producer id, the claim time and the claim's lease (``lease``, ms).
 2. The publisher writes the record.
-3. Once it is stored, ``replace(id, pending, written)`` (the same entry, state written, with the offset), then ``setTtl`` to what
-   is left of the window: Hazelcast (and the embedded member alike) drops an entry's TTL when ``replace`` updates
-   it. Should the publisher die between the two, the entry would stay; so every reader treats an entry whose claim
-   time ``at`` lies a window back as gone (removes it by compare-and-set and claims afresh): the window holds, and
-   such an entry lives only until its id is used again.
+3. Once it is stored, ``replace(id, pending, written)`` (the same entry, state written, with the offset), then
+   ``setTtl`` to what is left of the window: Hazelcast (and the embedded member alike) drops an entry's TTL when
+   ``replace`` updates it. Should the publisher die between the two, the entry would stay; so every reader treats
+   an entry whose claim time ``at`` lies a window back as gone (removes it by compare-and-set and claims afresh):
+   the window holds, and such an entry lives only until its id is used again.
 
 Another publish of the same id finds the entry:
 
