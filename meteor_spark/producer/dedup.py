@@ -56,11 +56,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.errors import DuplicateMessageError, FormatError, GridError, PublishTimeoutError
+from meteor_spark.errors import (
+    DuplicateMessageError,
+    FormatError,
+    GridError,
+    GridOperationError,
+    MeteorError,
+    PublishTimeoutError,
+)
 from meteor_spark.format.records import decode_batch
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap, Ring, result
-from meteor_spark.producer.idempotence import outcome_unknown
+from meteor_spark.producer.idempotence import STALE_SEQUENCE, outcome_unknown
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
 
@@ -238,7 +245,7 @@ class DedupWindow:
                 if found is None:
                     return Claim(message_id, lane, text, now)
                 continue
-            entry = json.loads(found)
+            entry = self._parsed(message_id, found)
             if _now_ms() - entry["at"] >= self.window_ms:
                 # outlived its window (its TTL was lost: module docstring): gone
                 self._map.remove_if_same(message_id, found)
@@ -330,6 +337,19 @@ class DedupWindow:
             return TAKE
         return CHECK if state.decided else WAIT
 
+    def _parsed(self, message_id: str, found: str) -> dict[str, Any]:
+        """A claim entry as stored, or a ``MeteorError`` naming map and key when another program wrote it."""
+        try:
+            entry = json.loads(found)
+            if isinstance(entry, dict) and all(k in entry for k in ("at", "by", "state")):
+                return entry
+        except ValueError:
+            pass
+        raise MeteorError(
+            f"message id {message_id!r} has an unreadable claim in map {self._map.name!r}: {found[:200]!r}; was it "
+            f"written by another program? Remove the entry (or the map) to free the id"
+        )
+
     def _left_s(self, at_ms: int) -> float:
         """What is left of the window of a claim made at ``at_ms`` (at least a millisecond), in seconds."""
         return max(1, self.window_ms - (_now_ms() - at_ms)) / 1000.0
@@ -383,7 +403,13 @@ def find_message(ring: Ring, start: int, message_id: str, stream: str, lane: int
     tail = ring.tail()
     seq = max(start, ring.head())
     while seq <= tail:
-        batch = ring.read_many(seq, 0, min(SCAN_CHUNK, tail - seq + 1))
+        try:
+            batch = ring.read_many(seq, 0, min(SCAN_CHUNK, tail - seq + 1))
+        except GridOperationError as exc:
+            if exc.code != STALE_SEQUENCE:
+                raise
+            seq = max(seq + 1, ring.head())  # overwritten while searched: on from the new head
+            continue
         if not batch.items:
             break
         for item, sequence in zip(batch.items, batch.sequences, strict=True):

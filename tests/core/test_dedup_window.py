@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from meteor_spark import Publisher, StreamConfig, Subscriber
-from meteor_spark.errors import DuplicateMessageError
+from meteor_spark.errors import DuplicateMessageError, MeteorError
 from meteor_spark.format.records import Record
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridSettings
@@ -126,3 +126,11 @@ def test_claims_of_an_aborted_transaction_or_an_earlier_attempt_are_taken_over(g
         second_attempt.publish(b"attempt-2", message_id="y")
     with Publisher(grid, unique_name, dedup_owner="job/1#1") as sibling, pytest.raises(DuplicateMessageError):
         sibling.publish(b"sibling", message_id="y")
+
+
+def test_an_unreadable_claim_names_the_map_and_the_way_out(grid: Grid, unique_name: str) -> None:
+    grid.map(dedup_map_name(unique_name)).put("odd", "not json")
+    with Publisher(grid, StreamConfig(unique_name, dedup_window_ms=WINDOW_MS)) as pub:
+        with pytest.raises(MeteorError, match=r"unreadable claim in map 'meteor\.dedup::.*Remove the entry"):
+            pub.publish(b"x", message_id="odd")
+        assert pub.records_sent == 0
