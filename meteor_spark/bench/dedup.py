@@ -47,13 +47,17 @@ class DedupBenchOptions:
     def from_args(cls, args: argparse.Namespace) -> DedupBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
-            plain_records=args.plain_records or (20_000 if quick else 200_000),
-            id_records=args.id_records or (1_000 if quick else 10_000),
-            bulk_records=args.bulk_records or (10_000 if quick else 100_000),
-            rounds=args.rounds or (1 if quick else 3),
+            plain_records=_given(args.plain_records, 20_000 if quick else 200_000),
+            id_records=_given(args.id_records, 1_000 if quick else 10_000),
+            bulk_records=_given(args.bulk_records, 10_000 if quick else 100_000),
+            rounds=_given(args.rounds, 1 if quick else 3),
         )
         check_at_least_one(settings, ("plain_records", "id_records", "bulk_records", "rounds"))
         return settings
+
+
+def _given(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
