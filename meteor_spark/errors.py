@@ -24,6 +24,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     ├── PublisherClosedError                 publish after close()
     ├── PublishTimeoutError                  a publish did not complete in time: back-pressure, a flush/close
     │                                        deadline, or (idempotent publisher) delivery_timeout_ms
+    ├── DuplicateMessageError (also ValueError) a record's message id was already published on the stream
+    │                                        within its deduplication window (names id, stream, first offset)
     ├── RequestError                         a request got an error reply (the responder's handler raised)
     │   └── RequestTimeoutError (also TimeoutError) no reply within the request's timeout
     └── SizeLimitError (also ValueError)     data beyond a hard size limit (a record over the grid's frame limit,
@@ -258,6 +260,38 @@ class PublishTimeoutError(MeteorError):
     """A publish did not complete in time: the bounded buffer stayed full past the back-pressure deadline, a flush
     or close deadline passed, or an idempotent publisher's retries reached ``delivery_timeout_ms`` (the message
     then says whether the records may have been stored)."""
+
+
+class DuplicateMessageError(MeteorError, ValueError):
+    """A record's ``message_id`` was already used on a stream with a deduplication window (``StreamConfig``
+    ``dedup_window_ms``) within that window: the record is refused, nothing of it was queued.
+
+    Attributes:
+        message_id: the id refused.
+        stream: the stream's name.
+        first_offset: the offset of the record published first with that id; None when it is not known (the
+            first copy was refused within one ``publish_many`` call, or was written by ``publish_arrow``, which
+            does not report per-record offsets).
+    """
+
+    def __init__(
+        self, message_id: str, stream: str, first_offset: int | None, detail: str = "", text: str | None = None
+    ) -> None:
+        self.message_id = message_id
+        self.stream = stream
+        self.first_offset = first_offset
+        self._detail = detail
+        where = "at an offset not recorded" if first_offset is None else f"at offset {first_offset}"
+        if text is None:
+            text = (
+                f"message id {message_id!r} was already published on stream {stream!r} {where}, within the "
+                f"stream's deduplication window{detail}; this copy was refused (nothing of it was stored)"
+            )
+        self._text = text
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, int | None, str, str]]:
+        return (type(self), (self.message_id, self.stream, self.first_offset, self._detail, self._text))
 
 
 class RequestError(MeteorError):

@@ -17,6 +17,7 @@ ERRORS = {
     "ConfigError",
     "DataLossError",
     "DeserializationError",
+    "DuplicateMessageError",
     "FencedError",
     "FormatError",
     "GridConnectionError",

@@ -21,6 +21,7 @@ AREAS: dict[str, str] = {
     "add_all/read_many, small map get/put (MB/s, ops/s, p50/p99)",
     "pubsub": "the core: one publisher, 4 publishers x 16 subscribers, request/reply latency (records/s, p50/p99)",
     "idempotence": "idempotent publishing's cost: publish_async, publish_many, short-lived publishers, on vs off",
+    "dedup": "message-id deduplication windows' cost: publish_async and publish_many with ids vs without (records/s)",
     "sizes": "how cost grows: record sizes 100 B..64 KiB and lanes 1..8, next to raw add_all (MB/s, records/s)",
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
     "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), records/s",

@@ -3,6 +3,11 @@
 A line that cannot be turned into a record is reported on stderr with its line number and is not published; every
 other line is. The exit code is 1 when any line failed, so scripts notice.
 
+On a stream with a deduplication window, a record whose message id (``--id``, ``--id-field``) was already published
+within the window is refused: one line on stderr names the id and the first copy's offset, and the exit code is 3
+(``EXIT_DUPLICATE``) when refused duplicates were the only trouble, so a script retrying a publish can tell "it is
+there already" from a failure.
+
 Interrupted (Ctrl-C, SIGTERM), it stops reading, waits for the records already handed to the publisher, and says how
 many were stored and the exact command that resumes after the last input line stored (``--skip N``), so a rerun
 publishes nothing twice. Records are handed over in chunks whose hand-over a signal never splits (it is deferred
@@ -34,11 +39,15 @@ from meteor_spark.cli.common import (
     interrupted_code,
     out,
 )
-from meteor_spark.errors import StreamNotFoundError
+from meteor_spark.errors import DuplicateMessageError, StreamNotFoundError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 
 logger = logging.getLogger(__name__)
+
+#: Exit code when the only records not published were refused as duplicates of a message id within the stream's
+#: deduplication window.
+EXIT_DUPLICATE = 3
 
 #: Line errors printed one by one before only counting the rest (a broken file should not flood the terminal).
 MAX_REPORTED_ERRORS = 20
@@ -70,6 +79,17 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         help="JSON field holding the event time: epoch milliseconds or an ISO-8601 string (default: now)",
     )
     publish.add_argument("--lane", type=int, help="publish every record to this lane (default: by key)")
+    publish.add_argument("--topic", help="the records' topic, dot-separated words (e.g. orders.eu.created)")
+    publish.add_argument(
+        "--id",
+        dest="message_id",
+        metavar="ID",
+        help="the message id of the one record published (the input must hold exactly one record); a stream with a "
+        "deduplication window refuses it when the id was used within the window (exit code 3)",
+    )
+    publish.add_argument(
+        "--id-field", metavar="FIELD", help="JSON field whose value is each record's message id (a.b for nested fields)"
+    )
     publish.add_argument(
         "--create", action="store_true", help="create the stream (defaults from the TOML [stream] table) if missing"
     )
@@ -96,21 +116,36 @@ class LineFormat:
         key_field: dotted path of the key inside a JSON object.
         timestamp_field: dotted path of the event time inside a JSON object.
         lane: explicit lane for every record (-1 = by key).
+        topic: every record's topic.
+        message_id: the one record's message id (``--id``).
+        id_field: dotted path of the message id inside a JSON object.
     """
 
     json: bool = True
     key_field: str | None = None
     timestamp_field: str | None = None
     lane: int = -1
+    topic: str = ""
+    message_id: str | None = None
+    id_field: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.json and (self.key_field or self.timestamp_field):
-            raise CommandError("--key-field and --timestamp-field need --format json (raw lines have no fields)")
+        if not self.json and (self.key_field or self.timestamp_field or self.id_field):
+            raise CommandError(
+                "--key-field, --timestamp-field and --id-field need --format json (raw lines have no fields)"
+            )
+        if self.message_id is not None and self.id_field:
+            raise CommandError("--id names one record's message id and --id-field each line's: give one of them")
+        from meteor_spark.format.routing import check_message_id, check_topic
+
+        check_topic(self.topic, "--topic")
+        if self.message_id is not None:
+            check_message_id(self.message_id, "--id")
 
     def record(self, line: bytes) -> Record | None:
         """The record for one line (without its line ending), or None for a line to skip (blank JSON line)."""
         if not self.json:
-            return Record(value=line, lane=self.lane)
+            return Record(value=line, lane=self.lane, topic=self.topic, message_id=self.message_id)
         if not line.strip():
             return None
         try:
@@ -127,7 +162,15 @@ class LineFormat:
         if self.timestamp_field:
             found = _field(document, self.timestamp_field, "--timestamp-field")
             timestamp_ms = None if found is None else _epoch_ms(found, self.timestamp_field)
-        return Record(value=line, key=key, timestamp_ms=timestamp_ms, lane=self.lane)
+        message_id = self.message_id
+        if self.id_field:
+            found = _field(document, self.id_field, "--id-field")
+            message_id = None if found is None else _scalar_text(found, self.id_field)
+            if message_id == "":
+                raise LineError(f"field {self.id_field!r} (--id-field) is empty; a message id has 1 to 255 bytes")
+        return Record(
+            value=line, key=key, timestamp_ms=timestamp_ms, lane=self.lane, topic=self.topic, message_id=message_id
+        )
 
 
 def _field(document: Any, path: str, flag: str) -> Any:
@@ -190,6 +233,7 @@ class _Outcome:
     chunks: list[tuple[Any, int, int, int]] = field(default_factory=list)
     published: int = 0
     publish_failures: int = 0
+    duplicates: int = 0
     first_publish_error: BaseException | None = None
     stored_through: int = 0
     """The input line up to which every record is stored (the ``--skip`` that resumes)."""
@@ -226,6 +270,9 @@ def run_publish(args: argparse.Namespace) -> int:
         key_field=args.key_field,
         timestamp_field=args.timestamp_field,
         lane=-1 if args.lane is None else args.lane,
+        topic=args.topic or "",
+        message_id=args.message_id,
+        id_field=args.id_field,
     )
     if args.skip < 0:
         raise CommandError(f"--skip must be >= 0 (input lines to pass over), got {args.skip}")
@@ -281,7 +328,7 @@ def _publish_lines(
     the report can say where to resume."""
     skipped = 0
     chunk: list[Record] = []
-    first = last = 0
+    numbers: list[int] = []
     try:
         for number, line, consumed in _lines(handle):
             if number <= args.skip:
@@ -296,17 +343,21 @@ def _publish_lines(
             if record is None:
                 skipped += 1
                 continue
-            first = first or number
-            last = number
+            if args.message_id is not None and (numbers or outcome.chunks):
+                raise CommandError(
+                    f"--id {args.message_id!r} names the message id of one record, but input line {number} is a "
+                    f"second record; nothing was published (use --id-field FIELD to take each line's id from it)"
+                )
+            numbers.append(number)
             chunk.append(record)
             if len(chunk) >= CHUNK_RECORDS:
                 with deferred_interrupts():
-                    outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
-                    chunk, first = [], 0
+                    _hand_over(publisher, chunk, numbers, outcome, args)
+                    chunk, numbers = [], []
                 progress.update(number - args.skip - outcome.failed_lines - skipped, consumed)
         if chunk:
             with deferred_interrupts():
-                outcome.chunks.append((publisher.publish_many(chunk), len(chunk), first, last))
+                _hand_over(publisher, chunk, numbers, outcome, args)
                 chunk = []
         publisher.flush()
     except KeyboardInterrupt as exc:
@@ -318,6 +369,29 @@ def _publish_lines(
             pass  # interrupted again: report what is settled by now
         return skipped, exc
     return skipped, None
+
+
+def _hand_over(
+    publisher: Any, chunk: list[Record], numbers: list[int], outcome: _Outcome, args: argparse.Namespace
+) -> None:
+    """Queue a chunk of records (one ``publish_many``). A chunk with a message id the stream's deduplication window
+    refuses is queued again one record at a time, so a duplicate refuses its own line only (reported: id and the
+    first copy's offset)."""
+    try:
+        outcome.chunks.append((publisher.publish_many(chunk), len(chunk), numbers[0], numbers[-1]))
+        return
+    except DuplicateMessageError:
+        pass
+    for record, number in zip(chunk, numbers, strict=True):
+        try:
+            future = publisher.publish_async(record)
+        except DuplicateMessageError as exc:
+            outcome.duplicates += 1
+            if outcome.duplicates <= MAX_REPORTED_ERRORS:
+                where = "" if args.message_id is not None else f"{_input_name(args.input)}:{number}: "
+                err(f"meteor publish: {where}duplicate: {exc}")
+            continue
+        outcome.chunks.append((future, 1, number, number))
 
 
 def _report_interrupted(args: argparse.Namespace, outcome: _Outcome, exc: KeyboardInterrupt) -> int:
@@ -362,6 +436,8 @@ def _report(args: argparse.Namespace, outcome: _Outcome, skipped: int) -> int:
     summary = f"published {outcome.published:,} record(s) to {args.stream!r}"
     if skipped:
         summary += f"; skipped {skipped:,} blank line(s)"
+    if outcome.duplicates:
+        summary += f"; refused {outcome.duplicates:,} duplicate message id(s)"
     out(summary)
     if outcome.publish_failures:
         err(
@@ -370,7 +446,9 @@ def _report(args: argparse.Namespace, outcome: _Outcome, skipped: int) -> int:
         )
     if outcome.failed_lines:
         err(f"meteor publish: error: {outcome.failed_lines:,} line(s) could not be published (see above)")
-    return EXIT_FAILURE if outcome.failed_lines or outcome.publish_failures else EXIT_OK
+    if outcome.failed_lines or outcome.publish_failures:
+        return EXIT_FAILURE
+    return EXIT_DUPLICATE if outcome.duplicates else EXIT_OK
 
 
 def _open_input(path: str) -> tuple[IO[bytes], int | None]:

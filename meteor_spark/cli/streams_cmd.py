@@ -59,6 +59,12 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         "--ttl", dest="ttl_s", type=int, metavar="SECONDS", help="seconds a ring item lives (0 = until overwritten)"
     )
     create.add_argument("--compression", help="compression of record batches (lz4 or none)")
+    create.add_argument(
+        "--dedup-window-ms",
+        type=int,
+        metavar="MS",
+        help="refuse a record whose message id was published on the stream within the last MS ms (0 = off)",
+    )
     create.set_defaults(run=run_create)
 
     register_ensure(actions, parent)
@@ -133,6 +139,7 @@ def run_create(args: argparse.Namespace) -> int:
         async_backup_count=args.async_backup_count,
         ttl_s=args.ttl_s,
         compression=args.compression,
+        dedup_window_ms=args.dedup_window_ms,
     )
     with Grid(config.grid) as grid:
         try:
@@ -146,6 +153,7 @@ def run_create(args: argparse.Namespace) -> int:
         f"stream {info.config.name!r} {verb}: {info.config.lanes} lane(s), capacity {info.config.capacity:,} items "
         f"per lane, {info.config.backup_count} backup(s) + {info.config.async_backup_count} async, "
         f"compression {info.config.compression}"
+        + (f", message ids deduplicated for {info.config.dedup_window_ms:,} ms" if info.config.dedup_window_ms else "")
     )
     return EXIT_OK
 

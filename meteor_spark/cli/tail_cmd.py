@@ -284,7 +284,10 @@ def pretty_line(record: Record) -> str:
     value = _text_or_hex(record.value)
     if len(value) > PRETTY_VALUE_CHARS:
         value = value[:PRETTY_VALUE_CHARS] + f"... ({len(record.value):,} bytes)"
-    return f"{record.lane}:{record.offset}  {fmt_time_ms(record.timestamp_ms)}{key}  {value}"
+    routing = (f" topic={record.topic}" if record.topic else "") + (
+        "" if record.message_id is None else f" id={record.message_id}"
+    )
+    return f"{record.lane}:{record.offset}  {fmt_time_ms(record.timestamp_ms)}{key}{routing}  {value}"
 
 
 def json_line(record: Record) -> str:
@@ -294,6 +297,10 @@ def json_line(record: Record) -> str:
         "offset": record.offset,
         "timestamp": fmt_time_ms(record.timestamp_ms) if record.timestamp_ms is not None else None,
     }
+    if record.topic:
+        document["topic"] = record.topic
+    if record.message_id is not None:
+        document["message_id"] = record.message_id
     _put_bytes(document, "key", record.key)
     _put_bytes(document, "value", record.value)
     if record.headers:

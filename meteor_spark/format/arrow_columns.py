@@ -16,6 +16,7 @@ from meteor_spark.errors import ArgumentTypeError, ConfigError, SizeLimitError
 from meteor_spark.format.item_encoding import PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.offsets import index_of, sequence_of
 from meteor_spark.format.partitioning import lane_for_key
+from meteor_spark.format.routing import check_message_id, check_topic, routing_headers
 from meteor_spark.format.wire import ItemSlice, decode_item
 
 _I32 = np.dtype("<i4")
@@ -359,8 +360,10 @@ class ArrowInput:
     """The record columns of an Arrow table to publish, checked once.
 
     Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed), ``headers``
-    (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms; nulls = now) and
-    ``lane`` (integer; nulls = by key). Other columns are ignored.
+    (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms; nulls = now),
+    ``lane`` (integer; nulls = by key), ``topic`` and ``message_id`` (strings; nulls = none: they become the
+    reserved headers of ``meteor_spark.format.routing``, ``message_ids`` keeps the ids per row). Other columns are
+    ignored.
     """
 
     def __init__(self, batch: pa.RecordBatch | pa.Table) -> None:
@@ -377,6 +380,26 @@ class ArrowInput:
         self.keys = None if keys is not None and keys.null_count == len(keys) else keys
         self.stamps = _timestamps_column(self.table) if "timestamp" in columns else int(time.time() * 1000)
         self.headers = _headers_column(self.table) if "headers" in columns else None
+        self.message_ids: list[str | None] | None = None
+        if "topic" in columns or "message_id" in columns:
+            self._route(columns)
+
+    def _route(self, columns: set[str]) -> None:
+        """Fold the ``topic`` / ``message_id`` columns into each row's headers (checked like ``Record``'s)."""
+        nothing: list[str | None] = [None] * self.rows
+        topics = _text_column(self.table, "topic", self.rows) if "topic" in columns else nothing
+        ids = _text_column(self.table, "message_id", self.rows) if "message_id" in columns else nothing
+        if all(t is None for t in topics) and all(i is None for i in ids):
+            return
+        base = self.headers or [()] * self.rows
+        headers = []
+        for row, (pairs, topic, mid) in enumerate(zip(base, topics, ids, strict=True)):
+            topic = check_topic(topic or "", f"column 'topic' (row {row})")
+            if mid is not None:
+                check_message_id(mid, f"column 'message_id' (row {row}; null = none)")
+            headers.append(routing_headers(pairs, topic, mid) if topic or mid is not None else pairs)
+        self.headers = headers
+        self.message_ids = None if all(i is None for i in ids) else ids
 
     def nbytes(self) -> int:
         """Bytes of the values and keys (headers not counted): what the rows weigh against the batching limits."""
@@ -493,6 +516,13 @@ def _timestamps_column(table: pa.Table) -> np.ndarray | int:
     else:
         raise ArgumentTypeError(f"column 'timestamp' must be a timestamp or int64 milliseconds, got {column.type}")
     return np.asarray(millis.fill_null(now), dtype=np.int64)
+
+
+def _text_column(table: pa.Table, name: str, rows: int) -> list[str | None]:
+    column = _column(table, name)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise ArgumentTypeError(f"column {name!r} must be a string column, got {column.type}")
+    return column.to_pylist() if column.null_count < rows else [None] * rows
 
 
 def _headers_column(table: pa.Table) -> list[tuple[tuple[str, bytes], ...]] | None:

@@ -256,6 +256,22 @@ class GridMap:
         """Compare-and-set: replace only when the current value equals ``old`` byte for byte."""
         return self._call("replace_if_same", self._proxy.replace_if_same(key, old, new))
 
+    def put_if_absent_async(self, key: str, value: str, ttl_s: float | None = None) -> Future[str | None]:
+        """Start a ``put_if_absent``; the future's value is what it returns (errors untranslated: ``result``)."""
+        return self._proxy.put_if_absent(key, value, ttl_s)
+
+    def replace_if_same_async(self, key: str, old: str, new: str) -> Future[bool]:
+        """Start a ``replace_if_same`` (errors untranslated: ``result``)."""
+        return self._proxy.replace_if_same(key, old, new)
+
+    def remove_if_same_async(self, key: str, value: str) -> Future[bool]:
+        """Start a ``remove_if_same`` (errors untranslated: ``result``)."""
+        return self._proxy.remove_if_same(key, value)
+
+    def set_ttl_async(self, key: str, ttl_s: float) -> Future[None]:
+        """Start a ``set_ttl`` (errors untranslated: ``result``)."""
+        return self._proxy.set_ttl(key, ttl_s)
+
     def remove(self, key: str) -> str | None:
         return self._call("remove", self._proxy.remove(key))
 

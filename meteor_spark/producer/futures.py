@@ -103,6 +103,8 @@ class ArrowPublishFuture(BulkFuture):
 
     def __init__(self, size: int) -> None:
         super().__init__("count", size)
+        #: Rows left out because their message id was a duplicate (``publish_arrow(duplicates="skip")``).
+        self.duplicates_skipped = 0
 
     def lanes_written(self) -> tuple[LaneWritten, ...]:
         """Per lane (sorted), what this publish stored; waits for the publish like ``result()``.

@@ -52,6 +52,15 @@ from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.claimed import (
+    claim_one,
+    claim_records,
+    claim_rows,
+    queue_claimed,
+    released_on_error,
+    settle_when_done,
+)
+from meteor_spark.producer.dedup import Claim, DedupWindow, claim_lease_ms
 from meteor_spark.producer.futures import (
     ArrowPublishFuture,
     BulkFuture,
@@ -96,6 +105,10 @@ class Publisher:
         transactional: flag every ring item transactional (wire flag 0x10). Register ``producer_id`` under a
             transaction (``meteor_spark.grid.transactions.begin``) before publishing: ``read_committed`` readers deliver
             the records only once that transaction commits this producer.
+        dedup_owner: on a stream with a deduplication window, who this publisher's message-id claims are made for
+            beyond itself: a claim left by an earlier publisher with the same owner is an earlier attempt of the
+            same work and is taken over (the Spark sink passes ``<transaction>#<partition>``, so a retried task
+            is not refused its own rows; ``meteor_spark.producer.dedup``).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -123,6 +136,7 @@ class Publisher:
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
         transactional: bool = False,
+        dedup_owner: str | None = None,
     ) -> None:
         require_grid(grid)
         if not isinstance(transactional, bool):
@@ -154,6 +168,7 @@ class Publisher:
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
+        self._dedup = self._dedup_window(grid, transactional, dedup_owner)
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -167,6 +182,25 @@ class Publisher:
         )
         rings = [grid.ring(name) for name in self.info.ring_names]
         return acc, Sender(acc, rings, self.producer_id, transactional=transactional)
+
+    def _dedup_window(self, grid: Grid, transactional: bool, owner: str | None) -> DedupWindow | None:
+        """The stream's deduplication window (``meteor_spark.producer.dedup``), None when it has none."""
+        window = self.info.config.dedup_window_ms
+        if not window:
+            return None
+        settings = self.settings
+        return DedupWindow(
+            grid,
+            self.stream,
+            window,
+            producer_id=self.producer_id,
+            lease_ms=claim_lease_ms(settings.delivery_timeout_ms, settings.max_block_ms, settings.linger_ms),
+            wait_ms=settings.max_block_ms,
+            lane_floor=self._sender.lane_floor,
+            rings=self._sender.rings,
+            transactional=transactional,
+            owner=owner,
+        )
 
     # ------------------------------------------------------------------------------------------------ publishing
 
@@ -184,7 +218,8 @@ class Publisher:
 
         Raises:
             GridError: the grid refused or lost the write. PublishTimeoutError: no room, or not stored in
-            ``timeout_s``. PublisherClosedError: after ``close()``.
+            ``timeout_s``. PublisherClosedError: after ``close()``. DuplicateMessageError: the stream has a
+            deduplication window and ``message_id`` was used on it within the window.
         """
         check_timeout("publish timeout_s", timeout_s, unit="s", none=True)
         future = self.publish_async(record, topic=topic, message_id=message_id)
@@ -206,7 +241,9 @@ class Publisher:
         """Queue one record; the future (and ``callback(offset, error)``) completes once it is stored.
 
         The callback runs on the publisher's completion thread, never on the caller's or the grid client's.
-        ``topic`` and ``message_id``, when given, set the record's (see ``Record``).
+        ``topic`` and ``message_id``, when given, set the record's (see ``Record``). On a stream with a
+        deduplication window, a record with a message id is claimed in the grid first (one round trip), and a
+        duplicate raises ``DuplicateMessageError`` here, before anything is queued (``meteor_spark.producer.dedup``).
         """
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
@@ -225,7 +262,14 @@ class Publisher:
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
-            future, call = self._append(rec, self._acc.lane_of(rec), stamp, callback)
+            lane = self._acc.lane_of(rec)
+            if rec.message_id is not None and self._dedup is not None:
+                lane, claim = claim_one(self._dedup, rec, lane)
+                with released_on_error(self._dedup, [claim]):
+                    future, call = self._append(rec, lane, stamp, callback)
+                settle_when_done(self._dedup, [claim], [-1], future)
+            else:
+                future, call = self._append(rec, lane, stamp, callback)
         if call is not None:
             self._sender.send(call)
         return future
@@ -272,18 +316,31 @@ class Publisher:
             size = _record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
+        if self._dedup is not None and any(rec.message_id is not None for rec in recs):
+            claims, positions = claim_records(self._dedup, recs, self._acc.lane_of)
+            return queue_claimed(self._dedup, claims, positions, lambda: self._queue_records(recs, now, sink))
+        return self._queue_records(recs, now, sink)
+
+    def _queue_records(self, recs: list[Record], now: int, sink: BulkFuture) -> BulkFuture:
         self._sender.send_all(self._acc.append_records(recs, now, sink))
         return sink
 
-    def publish_arrow(self, batch: pa.RecordBatch | pa.Table) -> ArrowPublishFuture:
+    def publish_arrow(self, batch: pa.RecordBatch | pa.Table, *, duplicates: str = "refuse") -> ArrowPublishFuture:
         """Queue the rows of an Arrow batch or table; the future completes with the number of records stored.
 
         ``lanes_written()`` of the future then gives, per lane, the records stored and their first/last offsets.
 
         Columns: ``value`` (required; binary or string), optional ``key`` (binary/string, nulls allowed),
         ``headers`` (list<struct<key: string, value: binary>>), ``timestamp`` (a timestamp type, or int64 ms;
-        nulls = now) and ``lane`` (integer; nulls = by key). Other columns are ignored. The serializers do not
-        apply: the columns are stored as they are (serialize into the column first, e.g. JSON text).
+        nulls = now), ``lane`` (integer; nulls = by key), ``topic`` and ``message_id`` (strings; nulls = none).
+        Other columns are ignored. The serializers do not apply: the columns are stored as they are (serialize
+        into the column first, e.g. JSON text).
+
+        On a stream with a deduplication window, the rows' message ids are claimed first (all at once): a
+        duplicate raises ``DuplicateMessageError`` with ``duplicates="refuse"`` (nothing queued), or with
+        ``duplicates="skip"`` its row is left out and counted in the future's ``duplicates_skipped``. Their
+        claims record no offset (``first_offset`` None for a later duplicate): the rows' offsets are not known
+        one by one.
 
         Rows without a lane of their own (no key, no ``lane``) go to the lanes in contiguous runs of at least a
         whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
@@ -294,15 +351,27 @@ class Publisher:
                 f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
                 f"use publish_many for Python records"
             )
+        if duplicates not in ("refuse", "skip"):
+            raise ConfigError(f"publish_arrow duplicates must be 'refuse' or 'skip', got {duplicates!r}")
         bulk = ArrowInput(batch)
+        claims: list[Claim] = []
+        skipped = 0
+        if self._dedup is not None and bulk.rows and bulk.message_ids is not None:
+            bulk, claims, skipped = claim_rows(self._dedup, bulk, duplicates == "skip")
         n = bulk.rows
         sink = ArrowPublishFuture(n)
+        sink.duplicates_skipped = skipped
         if n == 0:
             sink.set_result(0)
             return sink
+        if self._dedup is None or not claims:
+            return self._queue_arrow(bulk, sink)
+        return queue_claimed(self._dedup, claims, [-1] * len(claims), lambda: self._queue_arrow(bulk, sink))
+
+    def _queue_arrow(self, bulk: ArrowInput, sink: ArrowPublishFuture) -> ArrowPublishFuture:
         row, size = bulk.largest_row()
         if size > self._max_record_bytes:
-            self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
+            self._refuse_size(size, f"row {row} (0-based) of the {bulk.rows} given to publish_arrow")
         self._acc.append_arrow(bulk, sink)
         return sink
 
@@ -416,10 +485,13 @@ class Publisher:
     def metrics(self) -> dict[str, int]:
         """Counters since creation: records/items sent, add_all calls, failed records, records outstanding; and
         of idempotence: add_all attempts whose answer was lost (``unknown_outcomes``), of those the calls found
-        stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``)."""
+        stored in the lane (``recovered_calls``, not sent again) and the attempts sent again (``resent_calls``); of
+        a deduplication window: copies refused (``duplicates_refused``), lapsed claims of other publishers taken
+        over (``dedup_takeovers``) and own claims that lapsed before their write settled (``dedup_lease_lost``)."""
         sender = self._sender
         retrier = sender.retrier
         outstanding = self._acc.outstanding_records()
+        dedup = self._dedup
         return {
             "records_sent": sender.records_sent,
             "items_sent": sender.items_sent,
@@ -429,6 +501,9 @@ class Publisher:
             "unknown_outcomes": 0 if retrier is None else retrier.unknown_outcomes,
             "recovered_calls": 0 if retrier is None else retrier.recovered,
             "resent_calls": 0 if retrier is None else retrier.resent,
+            "duplicates_refused": 0 if dedup is None else dedup.refused,
+            "dedup_takeovers": 0 if dedup is None else dedup.taken_over,
+            "dedup_lease_lost": 0 if dedup is None else dedup.lease_lost,
         }
 
 

@@ -109,6 +109,14 @@ class Sender:
         self._completions.put(None)
         self._completer.join()
 
+    def lane_floor(self, lane: int) -> int:
+        """A ring sequence at or below where this publisher's next write in ``lane`` lands: one past its last item
+        stored there (idempotent publishers track it), else one past the tail read when the publisher started."""
+        start = self._next_start[lane]
+        if start is not None:
+            return start
+        return result(self._tails[lane], f"tail of stream {self.stream!r} lane {lane}") + 1
+
     # ------------------------------------------------------------------------------------------------ sending
 
     def send_all(self, calls: list[Call]) -> None:

@@ -12,6 +12,8 @@ headers     array<struct<key: string, value: binary or string>>   record headers
 timestamp   timestamp                                             record timestamp (default: publish time)
 lane        int                                                   explicit lane (else by key, else any)
 stream      string                                                target stream (the ``stream`` option wins)
+topic       string                                                the record's topic (null: none)
+message_id  string                                                the record's message id (null: none)
 offset      bigint                                                ignored (a meteor source's column)
 ==========  ====================================================  ==========================================
 
@@ -42,6 +44,15 @@ attempts (their commit messages): rows of failed or superseded attempts are abor
 aborts it. ``read_committed`` readers deliver each row exactly once; ``read_uncommitted`` readers see the rows of
 failed attempts too. If the transaction timed out first (``transactionTimeoutMs``), the commit raises and the
 query fails; a restart replays the batch under a new transaction.
+
+Message ids on a stream with a deduplication window (``meteor_spark.producer.dedup``): a row whose ``message_id``
+was already published on the stream within the window (by anyone, or by another row of the same batch) is
+**skipped and counted** (``StreamWrite.duplicates``, logged with the commit), not a failure. A replayed batch comes
+back with the same rows, so a failing duplicate would fail the query again at every restart; and an id that is
+there already is what the sink was asked to make true. Batch replays themselves are handled before any claim
+(committed batch ids, transactions). The claims of a transactional task name its transaction and partition: a
+retried attempt of the same task takes its earlier attempt's claims over (that attempt's rows are aborted), a
+claim of an aborted transaction is taken over, and one of a transaction still open is waited for.
 """
 
 from __future__ import annotations
@@ -101,6 +112,8 @@ _COLUMNS: dict[str, str] = {
     "timestamp": "timestamp",
     "lane": "int",
     "stream": "string",
+    "topic": "string",
+    "message_id": "string",
     "offset": "bigint (ignored)",
 }
 
@@ -127,7 +140,7 @@ def _type_ok(name: str, data_type: DataType) -> bool:
         return isinstance(data_type, (TimestampType, TimestampNTZType))
     if name == "lane":
         return isinstance(data_type, _INTEGER_TYPES)
-    if name == "stream":
+    if name in ("stream", "topic", "message_id"):
         return isinstance(data_type, StringType)
     if name == "offset":
         return isinstance(data_type, _INTEGER_TYPES)
@@ -181,12 +194,15 @@ class StreamWrite:
         items: ring items they took.
         lanes: per lane (sorted), records stored and their first/last offsets (records of other writers of the
             lane may lie in between).
+        duplicates: rows skipped because their message id was already published within the stream's
+            deduplication window.
     """
 
     stream: str
     records: int
     items: int
     lanes: tuple[LaneWritten, ...] = ()
+    duplicates: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,7 +250,13 @@ class _PublishesRows:
                 open_stream(grid, stream)
             except LookupError:
                 target = StreamConfig(stream)
-        publisher = Publisher(grid, target, transactional=transaction is not None)
+        owner = None
+        if transaction is not None:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            owner = f"{transaction}#{context.partitionId() if context is not None else 0}"
+        publisher = Publisher(grid, target, transactional=transaction is not None, dedup_owner=owner)
         if transaction is not None:
             try:
                 transactions.begin(
@@ -272,13 +294,17 @@ class _PublishesRows:
                 for stream, part in groups:
                     if "stream" in part.schema.names:
                         part = part.drop_columns(["stream"])
-                    stored.setdefault(stream, []).append(publisher_for(stream).publish_arrow(part))
+                    stored.setdefault(stream, []).append(publisher_for(stream).publish_arrow(part, duplicates="skip"))
             for publisher in publishers.values():
                 publisher.flush()
             # A failed write raises here, so the task fails and Spark does not commit the batch.
             writes = tuple(
                 StreamWrite(
-                    stream, sum(f.result() for f in futures), publishers[stream].items_sent, _merge_lanes(futures)
+                    stream,
+                    sum(f.result() for f in futures),
+                    publishers[stream].items_sent,
+                    _merge_lanes(futures),
+                    sum(f.duplicates_skipped for f in futures),
                 )
                 for stream, futures in sorted(stored.items())
             )
@@ -535,9 +561,10 @@ def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
     per_stream: dict[str, list[int]] = {}
     for message in messages:
         for write in message.streams:
-            entry = per_stream.setdefault(write.stream, [0, 0])
+            entry = per_stream.setdefault(write.stream, [0, 0, 0])
             entry[0] += write.records
             entry[1] += write.items
+            entry[2] += write.duplicates
     lanes: dict[str, list[str]] = {}
     for (stream, lane), w in lanes_written(messages).items():
         lanes.setdefault(stream, []).append(
@@ -545,8 +572,10 @@ def _summary(messages: Sequence[MeteorCommitMessage]) -> str:
         )
     return (
         "; ".join(
-            f"{s}: {n} records in {i} items" + (f" ({', '.join(lanes[s])})" if s in lanes else "")
-            for s, (n, i) in sorted(per_stream.items())
+            f"{s}: {n} records in {i} items"
+            + (f" ({', '.join(lanes[s])})" if s in lanes else "")
+            + (f", {d} duplicate message ids skipped" if d else "")
+            for s, (n, i, d) in sorted(per_stream.items())
         )
         or "nothing published"
     )
