@@ -60,6 +60,7 @@ from meteor_spark.producer.futures import (
     RecordFuture,
 )
 from meteor_spark.producer.sender import Sender
+from meteor_spark.producer.topic_gate import TopicGate, merged_bulk
 from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
@@ -96,6 +97,10 @@ class Publisher:
         transactional: flag every ring item transactional (wire flag 0x10). Register ``producer_id`` under a
             transaction (``meteor_spark.grid.transactions.begin``) before publishing: ``read_committed`` readers deliver
             the records only once that transaction commits this producer.
+        subscription_refresh_ms: on an ephemeral stream, how old the publisher's copy of the stream's consuming
+            entities may get (default 1,000 ms; ``meteor_spark.grid.subscriptions``). A record whose topic no live
+            entity matches is dropped, not stored: its future completes with ``NOT_STORED`` (-1) and it is counted
+            in ``metrics()["dropped_records"]`` (``meteor_spark.producer.topic_gate``).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -123,8 +128,11 @@ class Publisher:
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
         transactional: bool = False,
+        subscription_refresh_ms: int | None = None,
     ) -> None:
         require_grid(grid)
+        if subscription_refresh_ms is not None:
+            check_int("subscription_refresh_ms", subscription_refresh_ms, 1, 3_600_000)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
@@ -154,6 +162,7 @@ class Publisher:
         _check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
+        self._gate = TopicGate(grid, self.stream, subscription_refresh_ms) if self.info.config.ephemeral else None
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -214,6 +223,8 @@ class Publisher:
             record = self._serialized(record, None, 1)
         if topic is not None or message_id is not None:
             record = _routed(record, topic, message_id)
+        if self._gate is not None and not self._gate.wants(_checked_record(record)):
+            return self._gate.drop(callback, self._sender.complete_later)
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and one check.
             if len(record) > self._max_record_bytes:
@@ -253,6 +264,10 @@ class Publisher:
         if self._serializing:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
+        if self._gate is not None:
+            kept = self._gate.split(items)
+            if len(kept) < len(items):
+                return merged_bulk(len(items), kept, self.publish_many([items[k] for k in kept]))
         sink = BulkFuture("list", len(items))
         if not items:
             sink.set_result([])
@@ -294,6 +309,8 @@ class Publisher:
                 f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
                 f"use publish_many for Python records"
             )
+        if self._gate is not None:
+            batch = self._gate.rows_wanted(batch)
         bulk = ArrowInput(batch)
         n = bulk.rows
         sink = ArrowPublishFuture(n)
@@ -429,6 +446,7 @@ class Publisher:
             "unknown_outcomes": 0 if retrier is None else retrier.unknown_outcomes,
             "recovered_calls": 0 if retrier is None else retrier.recovered,
             "resent_calls": 0 if retrier is None else retrier.resent,
+            "dropped_records": 0 if self._gate is None else self._gate.dropped,
         }
 
 
