@@ -34,6 +34,7 @@ from meteor_spark.format.routing import TOPIC_HEADER, TopicMatcher
 from meteor_spark.format.serializers import Deserializer
 from meteor_spark.grid.subscriptions import (
     DEFAULT_SUBSCRIPTION_TTL_MS,
+    MIN_SUBSCRIPTION_TTL_MS,
     Subscription,
     SubscriptionLease,
     live_subscriptions,
@@ -107,7 +108,7 @@ class TopicReading(SubscriberFields):
         self._subscription = None
         self._matcher = None if topics is None else TopicMatcher(topics, "topics")
         if ttl_ms is not None:
-            check_int("subscription_ttl_ms", ttl_ms, 1000, 3_600_000)
+            check_int("subscription_ttl_ms", ttl_ms, MIN_SUBSCRIPTION_TTL_MS, 3_600_000)
         if not self.ephemeral:
             if ttl_ms is not None:
                 raise ConfigError(

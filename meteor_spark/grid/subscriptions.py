@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 SUBSCRIPTIONS_MAP_PREFIX = "meteor.subscriptions::"
 #: How long a member stays registered without renewing (it renews three times per TTL while it polls).
 DEFAULT_SUBSCRIPTION_TTL_MS = 10_000
+#: The shortest TTL: a Hazelcast member keeps an entry's times in whole seconds, so an entry may expire up to a
+#: second early; three seconds leave a renewal every second its place.
+MIN_SUBSCRIPTION_TTL_MS = 3_000
 #: How old a publisher's copy of the registry may get before it reads the map again.
 DEFAULT_REFRESH_MS = 1_000
 #: The publish future's result (and callback offset) for a record no entity wanted: it was not stored.

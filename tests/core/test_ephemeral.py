@@ -4,6 +4,7 @@ and topics as a plain filter on a persistent stream."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -198,9 +199,11 @@ def _publish_then_seek_back(grid: Grid, sub: Subscriber) -> None:
 
 
 def test_an_entity_that_stops_polling_drops_out_after_its_ttl(grid: Grid, ephemeral: str) -> None:
-    with Subscriber(grid, _config(ephemeral), subscription_ttl_ms=1000) as idle:
+    with Subscriber(grid, _config(ephemeral), subscription_ttl_ms=3000) as idle:
+        idle_since = time.monotonic()
         assert [s.member for s in live_subscriptions(grid, ephemeral)] == [idle._member_id]
         wait_until(lambda: not live_subscriptions(grid, ephemeral), 15, message="the idle entry expired")
+        print(f"[ephemeral] idle entry gone {time.monotonic() - idle_since:.2f} s after its last renewal (TTL 3 s)")
         with Publisher(grid, ephemeral) as pub:
             assert pub.publish(b"to nobody") == NOT_STORED
         idle.poll(0)  # polling registers it again
@@ -220,3 +223,16 @@ def test_topics_filter_a_persistent_stream(grid: Grid, unique_name: str) -> None
     ) as sub:
         assert [r.value for r in _drain(sub, 2)] == ["2", "4"]
     assert live_subscriptions(grid, unique_name) == []  # a persistent stream keeps no registry
+
+
+def test_a_group_that_was_gone_starts_again_at_the_end(grid: Grid, ephemeral: str) -> None:
+    config = _config(ephemeral)
+    with Subscriber(grid, config) as other, Publisher(grid, ephemeral) as pub:
+        with Subscriber(grid, ephemeral, group="g", lease_ms=1000) as member:
+            pub.publish(b"while g lived")
+            assert [r.value for r in _drain(member, 1)] == [b"while g lived"]
+        pub.publish_many([b"while g was gone"] * 3).result(10)  # stored for `other` only
+        with Subscriber(grid, ephemeral, group="g", lease_ms=1000) as revived:
+            pub.publish(b"after g came back")
+            assert [r.value for r in _drain(revived, 1)] == [b"after g came back"]
+        assert len(_drain(other, 5)) == 5
