@@ -163,28 +163,7 @@ def _entities(
     name = f"bench-eph-{entities}-{os.getpid()}-{time.time_ns()}"
     total = settings.records + settings.probes
     Publisher(grid, StreamConfig(name, lanes=2, capacity=max(1000, total // 100 + 100), ephemeral=True)).close()
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    processes = min(entities, settings.subscriber_processes)
-    children = []
-    for i in range(processes):
-        count = entities // processes + (1 if i < entities % processes else 0)
-        ready = context.Event()
-        child = context.Process(
-            target=_entity_process,
-            args=(
-                grid_settings.members[0],
-                grid_settings.cluster_name,
-                name,
-                count,
-                (settings.records, total),
-                ready,
-                results,
-            ),
-            daemon=True,
-        )
-        child.start()
-        children.append((child, ready))
+    results, children = _start_entities(grid_settings, settings, name, entities)
     try:
         for _, ready in children:
             if not ready.wait(120):
@@ -225,6 +204,35 @@ def _entities(
             if child.is_alive():
                 child.kill()
         delete_stream(grid, name)
+
+
+def _start_entities(
+    grid_settings: GridSettings, settings: EphemeralBenchOptions, name: str, entities: int
+) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The entity processes (spawned), with the queue they report on and each one's ready event."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    processes = min(entities, settings.subscriber_processes)
+    children = []
+    for i in range(processes):
+        count = entities // processes + (1 if i < entities % processes else 0)
+        ready = context.Event()
+        child = context.Process(
+            target=_entity_process,
+            args=(
+                grid_settings.members[0],
+                grid_settings.cluster_name,
+                name,
+                count,
+                (settings.records, settings.records + settings.probes),
+                ready,
+                results,
+            ),
+            daemon=True,
+        )
+        child.start()
+        children.append((child, ready))
+    return results, children
 
 
 def render(figures: dict[str, Any]) -> str:

@@ -139,8 +139,8 @@ class TailPlan:
     since_ms: int | None = None
 
 
-def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
-    """Validate the flags against the stream's lane count."""
+def plan(args: argparse.Namespace, lanes: int, *, ephemeral: bool = False) -> TailPlan:
+    """Validate the flags against the stream's lane count (and, ephemeral, that tail starts at the end)."""
     if args.group is not None and not args.group.strip():
         raise CommandError("--group is empty: give a group name, or leave --group out to read without a group")
     if args.max is not None and args.max < 1:
@@ -152,7 +152,7 @@ def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
             raise CommandError("--lane and --group exclude each other: a group decides which lanes a member reads")
         if not 0 <= args.lane < lanes:
             raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{lanes - 1}")
-    if getattr(args, "ephemeral", False):
+    if ephemeral:
         where = "--since" if getattr(args, "since", None) is not None else "--from"
         if where == "--since" or (args.start is not None and args.start.strip().lower() != "latest"):
             raise CommandError(
@@ -221,8 +221,7 @@ def run_tail(args: argparse.Namespace) -> int:
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
-        args.ephemeral = bool(info.config.ephemeral)
-        tail_plan = plan(args, info.config.lanes)
+        tail_plan = plan(args, info.config.lanes, ephemeral=bool(info.config.ephemeral))
         # Checked here to name the flags in errors; the subscriber parses the same two settings again.
         CorruptItemPolicy.parse(
             args.on_corrupt, args.dead_letter_stream, mode_name="--on-corrupt", stream_name="--dead-letter-stream"
@@ -262,7 +261,7 @@ def run_tail(args: argparse.Namespace) -> int:
                     printed += 1
                     if args.max is not None and printed >= args.max:
                         break
-                if args.group and not args.ephemeral:  # ephemeral: the position was saved on delivery
+                if args.group and not info.config.ephemeral:  # ephemeral: the position was saved on delivery
                     # Confirm exactly what was printed: with --max, the rest of this batch stays for the group.
                     for record in last_printed.values():
                         subscriber.confirm(record)

@@ -221,7 +221,7 @@ def test_topics_filter_a_persistent_stream(grid: Grid, unique_name: str) -> None
     with Subscriber(
         grid, unique_name, initial_offset_scheme="earliest", topics=["b", ""], value_deserializer="str"
     ) as sub:
-        assert [r.value for r in _drain(sub, 2)] == ["2", "4"]
+        assert [str(r.value) for r in _drain(sub, 2)] == ["2", "4"]
     assert live_subscriptions(grid, unique_name) == []  # a persistent stream keeps no registry
 
 
