@@ -265,9 +265,16 @@ class Publisher:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
         if self._gate is not None:
+            for item in items:
+                if type(item) is not bytes:
+                    _checked_record(item)  # bad input is refused, dropped or not
             kept = self._gate.split(items)
             if len(kept) < len(items):
-                return merged_bulk(len(items), kept, self.publish_many([items[k] for k in kept]))
+                return merged_bulk(len(items), kept, self._queue_many([items[k] for k in kept]))
+        return self._queue_many(items)
+
+    def _queue_many(self, items: list[Any]) -> BulkFuture:
+        """``publish_many`` of records already serialized (and, ephemeral, wanted)."""
         sink = BulkFuture("list", len(items))
         if not items:
             sink.set_result([])

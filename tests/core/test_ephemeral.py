@@ -12,7 +12,7 @@ import pytest
 
 from meteor_spark import Publisher, StreamConfig, Subscriber
 from meteor_spark.consumer.shared_subscriber import SharedSubscriber
-from meteor_spark.errors import ConfigError
+from meteor_spark.errors import ArgumentTypeError, ConfigError
 from meteor_spark.format.records import Record
 from meteor_spark.format.routing import TopicMatcher
 from meteor_spark.grid.client import Grid
@@ -236,3 +236,24 @@ def test_a_group_that_was_gone_starts_again_at_the_end(grid: Grid, ephemeral: st
             pub.publish(b"after g came back")
             assert [r.value for r in _drain(revived, 1)] == [b"after g came back"]
         assert len(_drain(other, 5)) == 5
+
+
+def test_bulk_publishes_drop_row_by_row_and_serialize_once(grid: Grid, ephemeral: str) -> None:
+    import pyarrow as pa
+
+    with (
+        Subscriber(grid, _config(ephemeral), topics="keep", value_deserializer="json") as sub,
+        Publisher(grid, ephemeral, value_serializer="json") as pub,
+    ):
+        offsets = pub.publish_many([Record({"n": 1}, topic="keep"), Record({"n": 2}, topic="drop")]).result(10)  # type: ignore[arg-type]
+        assert offsets[0] >= 0 and offsets[1] == NOT_STORED
+        with Publisher(grid, ephemeral) as raw, pytest.raises(ArgumentTypeError, match=r"Record\.value"):
+            raw.publish_many([Record(7, topic="drop")])  # type: ignore[arg-type]
+        headers = pa.array(
+            [[{"key": "meteor.topic", "value": b"keep"}], [{"key": "meteor.topic", "value": b"drop"}], None],
+            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+        )
+        table = pa.table({"value": pa.array([b'{"n": 3}', b'{"n": 4}', b'{"n": 5}']), "headers": headers})
+        assert pub.publish_arrow(table).result(10) == 1
+        assert pub.metrics()["dropped_records"] == 3
+        assert [r.value for r in _drain(sub, 2)] == [{"n": 1}, {"n": 3}]
