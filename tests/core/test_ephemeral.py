@@ -256,4 +256,5 @@ def test_bulk_publishes_drop_row_by_row_and_serialize_once(grid: Grid, ephemeral
         table = pa.table({"value": pa.array([b'{"n": 3}', b'{"n": 4}', b'{"n": 5}']), "headers": headers})
         assert pub.publish_arrow(table).result(10) == 1
         assert pub.metrics()["dropped_records"] == 3
-        assert [r.value for r in _drain(sub, 2)] == [{"n": 1}, {"n": 3}]
+        values: list[object] = [r.value for r in _drain(sub, 2)]
+        assert values == [{"n": 1}, {"n": 3}]
