@@ -26,7 +26,7 @@ def check_topic(topic: object, what: str = "topic") -> str:
         raise ArgumentTypeError(f"{what} must be a str of dot-separated words, e.g. 'orders.eu.created'; got {topic!r}")
     if len(topic.encode("utf-8", "surrogatepass")) > MAX_TOPIC_BYTES:
         raise ConfigError(f"{what} {topic[:40]!r}... is longer than {MAX_TOPIC_BYTES} bytes (AMQP's routing key limit)")
-    if topic and any(word in ("*", "#") for word in topic.split(".")):
+    if ("*" in topic or "#" in topic) and any(word in ("*", "#") for word in topic.split(".")):
         raise ConfigError(
             f"{what} {topic!r} has a wildcard word: '*' and '#' match topics when subscribing; a published "
             f"topic names one route (e.g. 'orders.eu.created')"

@@ -223,7 +223,9 @@ class Publisher:
             record = self._serialized(record, None, 1)
         if topic is not None or message_id is not None:
             record = _routed(record, topic, message_id)
-        if self._gate is not None and not self._gate.wants(_checked_record(record)):
+        if self._gate is not None and not self._gate.wants(record):
+            if type(record) is not bytes:
+                _checked_record(record, route=False)  # bad input is refused, dropped or not
             return self._gate.drop(callback, self._sender.complete_later)
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and one check.
@@ -265,12 +267,15 @@ class Publisher:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
         if self._gate is not None:
-            for item in items:
-                if type(item) is not bytes:
-                    _checked_record(item)  # bad input is refused, dropped or not
             kept = self._gate.split(items)
             if len(kept) < len(items):
-                return merged_bulk(len(items), kept, self._queue_many([items[k] for k in kept]))
+                wanted = set(kept)
+                for position, item in enumerate(items):
+                    if position not in wanted and type(item) is not bytes:
+                        _checked_record(item, route=False)  # bad input is refused, dropped or not
+                inner = self._queue_many([items[k] for k in kept])
+                self._gate.count(len(items) - len(kept))
+                return merged_bulk(len(items), kept, inner)
         return self._queue_many(items)
 
     def _queue_many(self, items: list[Any]) -> BulkFuture:
@@ -316,17 +321,21 @@ class Publisher:
                 f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
                 f"use publish_many for Python records"
             )
+        dropped = 0
         if self._gate is not None:
-            batch = self._gate.rows_wanted(batch)
+            batch, dropped = self._gate.rows_wanted(batch)
         bulk = ArrowInput(batch)
         n = bulk.rows
         sink = ArrowPublishFuture(n)
+        if n:
+            row, size = bulk.largest_row()
+            if size > self._max_record_bytes:
+                self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
+        if dropped:
+            self._gate.count(dropped)  # type: ignore[union-attr]  # rows are dropped only by a gate
         if n == 0:
             sink.set_result(0)
             return sink
-        row, size = bulk.largest_row()
-        if size > self._max_record_bytes:
-            self._refuse_size(size, f"row {row} (0-based) of the {n} given to publish_arrow")
         self._acc.append_arrow(bulk, sink)
         return sink
 
@@ -457,7 +466,9 @@ class Publisher:
         }
 
 
-def _checked_record(item: Record | bytes | str) -> Record:
+def _checked_record(item: Record | bytes | str, *, route: bool = True) -> Record:
+    """``item`` as a valid ``Record``, its topic and message id in its headers (unless ``route`` is False: a record
+    only checked, e.g. before it is dropped)."""
     item = as_record(item)
     if not isinstance(item.value, (bytes, bytearray)):
         raise ArgumentTypeError(f"Record.value must be bytes, got {type(item.value).__name__}; encode it first")
@@ -478,7 +489,8 @@ def _checked_record(item: Record | bytes | str) -> Record:
         check_topic(item.topic, "Record.topic")
         if item.message_id is not None:
             check_message_id(item.message_id, "Record.message_id")
-        item = with_routing(item)
+        if route:
+            item = with_routing(item)
     stamp = item.timestamp_ms
     if stamp is not None:
         if isinstance(stamp, bool) or not isinstance(stamp, int):

@@ -34,7 +34,7 @@ def dropped_future() -> RecordFuture:
     return RecordFuture(_DROPPED, 0)
 
 
-def topic_of(record: Record | bytes) -> str:
+def topic_of(record: Any) -> str:
     """The topic of a record as the publisher holds it (a plain value has none)."""
     return record.topic if isinstance(record, Record) else ""
 
@@ -46,24 +46,28 @@ class TopicGate:
         self.view = SubscriptionView(grid, stream, DEFAULT_REFRESH_MS if refresh_ms is None else refresh_ms)
         self.dropped = 0
 
-    def wants(self, record: Record | bytes) -> bool:
-        if self.view.wants(topic_of(record)):
-            return True
-        self.dropped += 1
-        return False
+    def wants(self, record: Any) -> bool:
+        """Whether some live entity wants ``record`` (nothing is counted: the caller checks the record first)."""
+        return self.view.wants(topic_of(record))
 
     def drop(self, callback: PublishCallback | None, later: Callable[[Callable[[], None]], None]) -> RecordFuture:
-        """The future of a dropped record; ``callback`` runs through ``later`` (the completion thread)."""
+        """Count a dropped record; its future. ``callback`` runs through ``later`` (the completion thread)."""
+        self.dropped += 1
         if callback is not None:
             later(lambda: call_back(callback, NOT_STORED, None))
         return dropped_future()
 
     def split(self, records: list[Any]) -> list[int]:
-        """The positions of the records some entity wants (the others are counted as dropped)."""
+        """The positions of the records some entity wants (nothing counted: see ``count``)."""
         return [position for position, record in enumerate(records) if self.wants(record)]
 
-    def rows_wanted(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch | pa.Table:
-        """The rows of an Arrow bulk some entity wants, by the ``meteor.topic`` entry of their ``headers``."""
+    def count(self, dropped: int) -> None:
+        """Count records of a bulk publish dropped, once the publish was accepted."""
+        self.dropped += dropped
+
+    def rows_wanted(self, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch | pa.Table, int]:
+        """The rows of an Arrow bulk some entity wants, by the ``meteor.topic`` entry of their ``headers``, and
+        how many were left out (not counted yet: see ``count``)."""
         n = batch.num_rows
         if "headers" in batch.schema.names:
             topics = [_topic_in(headers) for headers in batch.column("headers").to_pylist()]
@@ -71,8 +75,7 @@ class TopicGate:
             topics = [""] * n
         mask = [self.view.wants(topic) for topic in topics]
         kept = sum(mask)
-        self.dropped += n - kept
-        return batch if kept == n else batch.filter(pa.array(mask, pa.bool_()))
+        return (batch if kept == n else batch.filter(pa.array(mask, pa.bool_()))), n - kept
 
 
 def _topic_in(headers: list[dict[str, Any]] | None) -> str:
