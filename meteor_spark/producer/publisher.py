@@ -140,6 +140,11 @@ class Publisher:
         self._key_serializer = serializer(key_serializer, "key_serializer")
         self._serializing = self._value_serializer is not None or self._key_serializer is not None
         self.info: StreamInfo = open_stream(grid, stream)
+        if subscription_refresh_ms is not None and not self.info.config.ephemeral:
+            raise ConfigError(
+                f"subscription_refresh_ms: stream {self.info.name!r} is not ephemeral, so its publishers keep every "
+                f"record and read no registry; leave it unset"
+            )
         self.settings = PublisherSettings.parse(
             self.info.config,
             {

@@ -189,6 +189,8 @@ def test_acknowledgement_and_going_back_are_refused(grid: Grid, ephemeral: str) 
         Subscriber(grid, ephemeral, initial_offset_scheme="earliest")
     with pytest.raises(ConfigError, match="subscription_ttl_ms"):
         Subscriber(grid, StreamConfig(ephemeral + "-persistent"), subscription_ttl_ms=5000)
+    with pytest.raises(ConfigError, match="subscription_refresh_ms"):
+        Publisher(grid, ephemeral + "-persistent", subscription_refresh_ms=100)
 
 
 def _publish_then_seek_back(grid: Grid, sub: Subscriber) -> None:
