@@ -9,10 +9,13 @@ scrapes, so the record path makes no prometheus_client call at all.
 Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when ungrouped; lag also ``lane``):
 
 - ``meteor_publisher_records_total``, ``meteor_publisher_items_total`` (ring items), ``meteor_publisher_requests_total``
-  (``add_all`` calls), ``meteor_publisher_failed_records_total``; gauge ``meteor_publisher_buffered_records``.
+  (``add_all`` calls), ``meteor_publisher_failed_records_total``, ``meteor_publisher_dropped_records_total``
+  (ephemeral streams: records no live entity wanted, not stored); gauge ``meteor_publisher_buffered_records``.
 - ``meteor_subscriber_records_total`` (delivered by ``poll``), ``meteor_subscriber_skipped_items_total`` (lost to
-  overwriting, ``skip_data_loss``), ``meteor_subscriber_corrupt_items_total``; gauge ``meteor_subscriber_lag_items``
-  per lane read (ring items between the next record to deliver and the lane's end, read from the grid at scrape).
+  overwriting, ``skip_data_loss``), ``meteor_subscriber_corrupt_items_total``,
+  ``meteor_subscriber_filtered_records_total`` (read, passed over: no pattern of ``topics`` matched); gauge
+  ``meteor_subscriber_lag_items`` per lane read (ring items between the next record to deliver and the lane's end,
+  read from the grid at scrape).
 - ``meteor_group_lease_acquisitions_total``, ``meteor_group_lease_losses_total`` (taken over after a missed
   renewal), ``meteor_group_fencing_refusals_total`` (confirms/seeks refused by a newer epoch),
   ``meteor_group_nacked_records_total`` (records an exclusive-group member nacked: its lane rewound to them),
@@ -53,9 +56,11 @@ COUNTERS: dict[str, str] = {
     "meteor_publisher_items": "Ring items (batches of records) stored by publishers.",
     "meteor_publisher_requests": "add_all calls made by publishers.",
     "meteor_publisher_failed_records": "Records whose publish failed.",
+    "meteor_publisher_dropped_records": "Records dropped unstored: no live entity of the ephemeral stream wanted them.",
     "meteor_subscriber_records": "Records delivered by Subscriber.poll.",
     "meteor_subscriber_skipped_items": "Ring items lost to overwriting and skipped (skip_data_loss).",
     "meteor_subscriber_corrupt_items": "Undecodable ring items passed over (on_corrupt skip or dead_letter).",
+    "meteor_subscriber_filtered_records": "Records read and passed over: their topic matched no pattern of topics.",
     "meteor_group_lease_acquisitions": "Lane leases taken by group members.",
     "meteor_group_lease_losses": "Lane leases lost to another member after a missed renewal.",
     "meteor_group_fencing_refusals": "Confirms or seeks refused because a newer holder fenced the lane.",
@@ -218,6 +223,7 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_publisher_items", labels, figures["items_sent"]
         yield "meteor_publisher_requests", labels, figures["calls"]
         yield "meteor_publisher_failed_records", labels, figures["failed_records"]
+        yield "meteor_publisher_dropped_records", labels, figures.get("dropped_records", 0)
         yield "meteor_publisher_buffered_records", labels, figures["outstanding"]
         return
     labels = (stream, client.group or "")
@@ -239,6 +245,7 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
     yield "meteor_subscriber_records", labels, figures["delivered_records"]
     yield "meteor_subscriber_skipped_items", labels, figures["skipped_items"]
     yield "meteor_subscriber_corrupt_items", labels, figures["corrupt_items"]
+    yield "meteor_subscriber_filtered_records", labels, figures.get("filtered_records", 0)
     if client.group is not None:
         yield "meteor_group_lease_acquisitions", labels, figures.get("lease_acquisitions", 0)
         yield "meteor_group_lease_losses", labels, figures.get("lease_losses", 0)

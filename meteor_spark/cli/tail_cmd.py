@@ -1,5 +1,6 @@
 """``meteor tail``: print a stream's records as they arrive, from the earliest, the latest or a given offset, or as
-a member of a subscriber group (then confirming what was printed)."""
+a member of a subscriber group (then confirming what was printed); ``--topics`` prints only the records whose topic
+matches (on an ephemeral stream, tail is then a consuming entity with those patterns)."""
 
 from __future__ import annotations
 
@@ -80,6 +81,18 @@ def _add_start_arguments(tail: argparse.ArgumentParser) -> None:
         "--group",
         help="read as a member of this subscriber group (confirms what it prints; Ctrl-C or SIGTERM release its lanes)",
     )
+    tail.add_argument(
+        "--topics",
+        action="append",
+        metavar="PATTERN",
+        default=None,
+        help=(
+            "print only records whose topic matches this AMQP pattern ('*' one word, '#' zero or more: "
+            "orders.*.created, orders.#); repeat for several. On an ephemeral stream tail is a consuming entity "
+            "(with --group, its group is): it starts at the end, and publishers keep only records some entity's "
+            "patterns match (default '#', every topic)"
+        ),
+    )
 
 
 def _add_stop_and_output_arguments(tail: argparse.ArgumentParser) -> None:
@@ -126,8 +139,8 @@ class TailPlan:
     since_ms: int | None = None
 
 
-def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
-    """Validate the flags against the stream's lane count."""
+def plan(args: argparse.Namespace, lanes: int, *, ephemeral: bool = False) -> TailPlan:
+    """Validate the flags against the stream's lane count (and, ephemeral, that tail starts at the end)."""
     if args.group is not None and not args.group.strip():
         raise CommandError("--group is empty: give a group name, or leave --group out to read without a group")
     if args.max is not None and args.max < 1:
@@ -139,6 +152,14 @@ def plan(args: argparse.Namespace, lanes: int) -> TailPlan:
             raise CommandError("--lane and --group exclude each other: a group decides which lanes a member reads")
         if not 0 <= args.lane < lanes:
             raise CommandError(f"--lane {args.lane}: stream {args.stream!r} has lanes 0..{lanes - 1}")
+    if ephemeral:
+        where = "--since" if getattr(args, "since", None) is not None else "--from"
+        if where == "--since" or (args.start is not None and args.start.strip().lower() != "latest"):
+            raise CommandError(
+                f"{where}: stream {args.stream!r} is ephemeral; a reader starts at its end (nothing published before "
+                f"it subscribed is kept for it), so leave {where} out"
+            )
+        return TailPlan(scheme="latest", offset=None, lane=args.lane)
     since = getattr(args, "since", None)
     if since is not None:
         if args.start is not None or args.group:
@@ -200,7 +221,7 @@ def run_tail(args: argparse.Namespace) -> int:
 
     with Grid(config_of(args).grid) as grid:
         info = open_stream(grid, args.stream, create=False)
-        tail_plan = plan(args, info.config.lanes)
+        tail_plan = plan(args, info.config.lanes, ephemeral=bool(info.config.ephemeral))
         # Checked here to name the flags in errors; the subscriber parses the same two settings again.
         CorruptItemPolicy.parse(
             args.on_corrupt, args.dead_letter_stream, mode_name="--on-corrupt", stream_name="--dead-letter-stream"
@@ -218,6 +239,7 @@ def run_tail(args: argparse.Namespace) -> int:
                     initial_offset_scheme=InitialOffsetScheme.parse(tail_plan.scheme),
                     on_corrupt=args.on_corrupt,
                     dead_letter_stream=args.dead_letter_stream,
+                    topics=getattr(args, "topics", None),
                 )
             if tail_plan.offset is not None:
                 check_record_offset(grid, info, tail_plan.lane, tail_plan.offset)  # type: ignore[arg-type]
@@ -239,7 +261,7 @@ def run_tail(args: argparse.Namespace) -> int:
                     printed += 1
                     if args.max is not None and printed >= args.max:
                         break
-                if args.group:
+                if args.group and not info.config.ephemeral:  # ephemeral: the position was saved on delivery
                     # Confirm exactly what was printed: with --max, the rest of this batch stays for the group.
                     for record in last_printed.values():
                         subscriber.confirm(record)

@@ -63,8 +63,9 @@ import logging
 import threading
 from typing import Any
 
-from meteor_spark.consumer.lane_state import LaneState, Skip, SubscriberFields
+from meteor_spark.consumer.lane_state import LaneState, Skip
 from meteor_spark.consumer.refusals import Refusals
+from meteor_spark.consumer.topics import TopicReading
 from meteor_spark.errors import (
     FencedError,
     GridOperationError,
@@ -88,7 +89,7 @@ from meteor_spark.groups.redelivery import now_ms
 logger = logging.getLogger(__name__)
 
 
-class LaneReader(SubscriberFields):
+class LaneReader(TopicReading):
     """The reading steps of a ``Subscriber`` (see the module docs); every attribute is the ``Subscriber``'s."""
 
     scheme: InitialOffsetScheme
@@ -134,6 +135,7 @@ class LaneReader(SubscriberFields):
             nxt = ring.tail() + 1
             try:
                 position = self._member.initial_offset(lane, self.scheme, min(oldest, nxt), nxt)
+                position = self._lane_start(lane, position, nxt)
             except (FencedError, NotAssignedError) as exc:
                 logger.debug("lane %d lost while starting it: %s", lane, exc)
                 continue

@@ -27,6 +27,7 @@ from meteor_spark.consumer.shared_groups import (
     corrupt_policy,
     shared_record,
 )
+from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -171,6 +172,7 @@ class SharedSubscriber(SharedArchive):
             check_int("max_deliveries", max_deliveries, 1, 1 << 15)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
+        refuse_on_ephemeral(self.info, "a shared group (acknowledged records)")
         self.stream = self.info.name
         self.group = group
         self.member_id = member_id or default_member_id()

@@ -26,6 +26,7 @@ from meteor_spark.consumer.lane_state import LaneState
 from meteor_spark.consumer.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_offsets import SubscriberOffsets
+from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -45,6 +46,7 @@ from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, require_grid
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
@@ -99,6 +101,12 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
             (the transactional Spark sink) only once committed, never aborted ones; a lane waits at the first item
             of a transaction still open (``meteor_spark.grid.item_gate``). Re-sent copies of an item (same producer id
             and sequence) are dropped in both.
+        topics: an AMQP topic pattern or a list of them (``*`` one word, ``#`` zero or more): hand out only records
+            whose topic matches; the others are passed over and counted (``filtered_records``). On an ephemeral
+            stream the subscriber is a consuming entity (grouped: its group is) and delivery is at most once
+            (``meteor_spark.consumer.topics``); default there: every topic (``#``).
+        subscription_ttl_ms: ephemeral streams: how long this reader stays registered without polling (default
+            10,000; ``meteor_spark.grid.subscriptions``).
 
     Attributes:
         skipped_items: ring items lost and skipped (``skip_data_loss``), each counted once.
@@ -110,6 +118,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         corrupt: ``(lane, sequence)`` of each of them.
         undecodable_records: records the deserializers refused and ``on_corrupt`` passed over (skip or dead_letter).
         delivered_records: records returned by ``poll``.
+        filtered_records: records read and passed over because their topic matched no pattern of ``topics``.
         item_gate: the ``meteor_spark.grid.item_gate.ItemGate`` (isolation, re-sent copies); its counters
             (``aborted_items``, ``aborted_records``, ``duplicate_items``, ``duplicate_records``) are in ``metrics()``.
 
@@ -176,6 +185,8 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         # shared groups' own: __new__ hands them to a SharedSubscriber, and refuses them without shared=True
         acquisition_timeout_ms: int | None = None,
         max_deliveries: int | None = None,
+        topics: str | list[str] | None = None,
+        subscription_ttl_ms: int | None = None,
     ) -> None:
         # long: one constructor on purpose: every option is checked (raising a ConfigError that names it) before
         # anything is asked of the grid or a group is joined, then the state is set in one place; split up, an
@@ -211,6 +222,8 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
+        if auto_confirm_interval_ms is not None:
+            refuse_on_ephemeral(self.info, "auto_confirm_interval_ms")
         if self.corrupt_policy.dead_letter_stream == self.stream:
             raise ConfigError(
                 f"dead_letter_stream={self.stream!r} is the stream being read: refused items would be read again; "
@@ -222,7 +235,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._items_per_read = max_items_per_read
         self._bytes_per_read = max_bytes_per_read
         self._lease_ms = lease_ms
-        self._member_id = member_id
+        self._member_id = member_id if member_id is not None else default_member_id()
         self._lock = threading.RLock()  # reader state
         self._poll_lock = threading.Lock()  # one poll at a time
         self._wakeup = threading.Event()
@@ -242,6 +255,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self.nacked_records = self.delayed_records = self.dead_lettered_records = 0
         self._load_group_settings(dead_letter_after, dead_letter_stream)
         self._refusals: Refusals | None = None
+        self._open_topics(topics, subscription_ttl_ms, self._member_id)
         if group is None:
             for lane in range(self.info.lanes):
                 ring = grid.ring(self.info.ring_names[lane])
@@ -259,6 +273,8 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
                 )
         else:
             member = self._join()
+            if self.ephemeral:
+                self._sync_assignment()  # positions now: records published from here on are this entity's
             if self.scheme is InitialOffsetScheme.NONE:
                 missing = [lane for lane in range(self.info.lanes) if member.confirmed(lane) is None]
                 if missing:
@@ -272,6 +288,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         except BaseException:
             if self._member is not None:
                 self._member.close()
+            self._close_subscription()
             raise
         self._detach_metrics = attach_metrics(registry, self)
 
@@ -318,29 +335,37 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
             if self._auto_confirm is not None and self._auto_confirm.due():
                 self._confirm_automatically()
             while True:
-                self._wakeup.clear()
-                if self._active:
-                    self._sync_assignment()
-                    self._harvest()
-                    self._settle_bad_items()
-                    self._settle_truncations()
-                    if self._has_buffered() or self._has_error():
-                        break
-                    self._issue_reads()
-                    self._harvest()
-                    self._settle_bad_items()
-                    self._settle_truncations()
-                    if self._has_buffered() or self._has_error():
-                        break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._wakeup.wait(min(remaining, self.item_gate.hold_left(), self._pause_left()))
-            self._raise_stopped_lane()
-            batch = self._take()
+                batch = self._hand_out(self._poll_until(deadline))
+                if batch or time.monotonic() >= deadline:
+                    return batch
+
+    def _poll_until(self, deadline: float) -> RecordBatch:
+        """The steps of ``poll`` until records, an error or the deadline (poll lock held)."""
+        while True:
+            self._wakeup.clear()
+            renewal = self._renew_subscription()
             if self._active:
-                self._issue_reads()  # prefetch while the caller works on this batch
-            return batch
+                self._sync_assignment()
+                self._harvest()
+                self._settle_bad_items()
+                self._settle_truncations()
+                if self._has_buffered() or self._has_error():
+                    break
+                self._issue_reads()
+                self._harvest()
+                self._settle_bad_items()
+                self._settle_truncations()
+                if self._has_buffered() or self._has_error():
+                    break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._wakeup.wait(min(remaining, self.item_gate.hold_left(), renewal, self._pause_left()))
+        self._raise_stopped_lane()
+        batch = self._take()
+        if self._active:
+            self._issue_reads()  # prefetch while the caller works on this batch
+        return batch
 
     def _confirm_automatically(self) -> None:
         """Auto-confirm what earlier polls handed out. A lane lost meanwhile is logged, not raised: its new holder
@@ -425,6 +450,8 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
     ) -> Receiver:
         """Deliver records to ``callback`` on a background thread (at most one receiver per subscriber);
         ``auto_confirm_interval_ms``: confirm what the callback finished (``Receiver``)."""
+        if auto_confirm_interval_ms is not None:
+            refuse_on_ephemeral(self.info, "attach_receiver auto_confirm_interval_ms")
         if self._receiver is not None and self._receiver.is_alive():
             raise ConfigError(
                 f"the subscriber of stream {self.stream!r} already has a receiver; close it before attaching another"
@@ -463,6 +490,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
             "nacked_records": self.nacked_records,
             "delayed_records": self.delayed_records,
             "dead_lettered_records": self.dead_lettered_records,
+            "filtered_records": self.filtered_records,
             **self.item_gate.counters(),
         }
         member = self._member
@@ -498,6 +526,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
             if member is not None:
                 member.close()
         finally:
+            self._close_subscription()
             self.refusals.close()
             self._close_nack()
 

@@ -12,6 +12,7 @@ offset API in one module.
 from __future__ import annotations
 
 from meteor_spark.consumer.lane_state import SubscriberFields
+from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -89,6 +90,7 @@ class SubscriberOffsets(SubscriberFields):
             ConfigError: an offset that was not delivered yet.
         """
         self._need_group("confirm")
+        refuse_on_ephemeral(self.info, "confirm")
         if offset is None:
             with self._lock:
                 todo = [
@@ -153,6 +155,11 @@ class SubscriberOffsets(SubscriberFields):
         lane = self._lane_arg(lane, "seek")
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
+        if self.info.config.ephemeral:
+            with self._lock:
+                current = self._lanes[lane].position if lane in self._lanes else None
+            if current is not None and offset < current:
+                refuse_on_ephemeral(self.info, f"seek back to offset {offset} on lane {lane}")
         ring = self._grid.ring(self.info.ring_names[lane])
         end = ring.tail() + 1
         if offset > first_offset_of(end):

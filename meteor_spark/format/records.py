@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any, overload
 
@@ -63,7 +63,10 @@ def as_record(item: Record | bytes | bytearray | memoryview | str) -> Record:
 
 def with_routing(record: Record) -> Record:
     """``record`` with its topic and message id in its headers, as they are written to a ring item."""
-    return replace(record, headers=routing_headers(record.headers, record.topic, record.message_id))
+    r = record
+    headers = routing_headers(r.headers, r.topic, r.message_id)
+    # the constructor, not dataclasses.replace: this runs per record on the publishing path, and is 3x cheaper
+    return Record(r.value, r.key, headers, r.timestamp_ms, r.offset, r.lane, r.stream, r.topic, r.message_id)
 
 
 # --------------------------------------------------------------------------------------------------- batches

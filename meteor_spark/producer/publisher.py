@@ -42,8 +42,7 @@ from meteor_spark.errors import (
     SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
-from meteor_spark.format.records import Record, as_record, with_routing
-from meteor_spark.format.routing import check_message_id, check_topic
+from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import Serializer, serializer
 from meteor_spark.grid.client import Grid, GridSettings, require_grid
 from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
@@ -68,7 +67,9 @@ from meteor_spark.producer.futures import (
     PublishCallback,
     RecordFuture,
 )
+from meteor_spark.producer.record_checks import RECORD_COLUMN_BYTES, checked_record, record_bytes, routed, shown
 from meteor_spark.producer.sender import Sender
+from meteor_spark.producer.topic_gate import TopicGate, merged_bulk
 from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
@@ -109,6 +110,10 @@ class Publisher:
             beyond itself: a claim left by an earlier publisher with the same owner is an earlier attempt of the
             same work and is taken over (the Spark sink passes ``<transaction>#<partition>``, so a retried task
             is not refused its own rows; ``meteor_spark.producer.dedup``).
+        subscription_refresh_ms: on an ephemeral stream, how old the publisher's copy of the stream's consuming
+            entities may get (default 1,000 ms; ``meteor_spark.grid.subscriptions``). A record whose topic no live
+            entity matches is dropped, not stored: its future completes with ``NOT_STORED`` (-1) and it is counted
+            in ``metrics()["dropped_records"]`` (``meteor_spark.producer.topic_gate``).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -137,8 +142,11 @@ class Publisher:
         metrics: Any = None,
         transactional: bool = False,
         dedup_owner: str | None = None,
+        subscription_refresh_ms: int | None = None,
     ) -> None:
         require_grid(grid)
+        if subscription_refresh_ms is not None:
+            check_int("subscription_refresh_ms", subscription_refresh_ms, 1, 3_600_000)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
@@ -146,6 +154,11 @@ class Publisher:
         self._key_serializer = serializer(key_serializer, "key_serializer")
         self._serializing = self._value_serializer is not None or self._key_serializer is not None
         self.info: StreamInfo = open_stream(grid, stream)
+        if subscription_refresh_ms is not None and not self.info.config.ephemeral:
+            raise ConfigError(
+                f"subscription_refresh_ms: stream {self.info.name!r} is not ephemeral, so its publishers keep every "
+                f"record and read no registry; leave it unset"
+            )
         self.settings = PublisherSettings.parse(
             self.info.config,
             {
@@ -169,6 +182,7 @@ class Publisher:
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
         self._dedup = self._dedup_window(grid, transactional, dedup_owner)
+        self._gate = TopicGate(grid, self.stream, subscription_refresh_ms) if self.info.config.ephemeral else None
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -250,15 +264,19 @@ class Publisher:
         if self._serializing:
             record = self._serialized(record, None, 1)
         if topic is not None or message_id is not None:
-            record = _routed(record, topic, message_id)
+            record = routed(record, topic, message_id)
+        if self._gate is not None and not self._gate.wants(record):
+            if type(record) is not bytes:
+                checked_record(record, route=False)  # bad input is refused, dropped or not
+            return self._gate.drop(callback, self._sender.complete_later)
         if type(record) is bytes:
             # The hot path: a plain value needs no Record and one check.
             if len(record) > self._max_record_bytes:
                 self._refuse_size(len(record), "the record")
             future, call = self._append(record, -1, time.time_ns() // 1_000_000, callback)
         else:
-            rec = _checked_record(record)
-            size = _record_bytes(rec)
+            rec = checked_record(record)
+            size = record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
             stamp = rec.timestamp_ms if rec.timestamp_ms is not None else int(time.time() * 1000)
@@ -282,7 +300,7 @@ class Publisher:
         if isinstance(records, (str, bytes, bytearray, memoryview, Record)):
             raise ArgumentTypeError(
                 f"publish_many takes an iterable of records (e.g. a list), got one {type(records).__name__}: "
-                f"{_shown(records)}; use publish or publish_async for one record, or wrap it in a list"
+                f"{shown(records)}; use publish or publish_async for one record, or wrap it in a list"
             )
         if isinstance(records, list):
             items = records
@@ -292,11 +310,25 @@ class Publisher:
             except TypeError:
                 raise ArgumentTypeError(
                     f"publish_many takes an iterable of records (e.g. a list), got {type(records).__name__}: "
-                    f"{_shown(records)}"
+                    f"{shown(records)}"
                 ) from None
         if self._serializing:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
+        if self._gate is not None:
+            kept = self._gate.split(items)
+            if len(kept) < len(items):
+                wanted = set(kept)
+                for position, item in enumerate(items):
+                    if position not in wanted and type(item) is not bytes:
+                        checked_record(item, route=False)  # bad input is refused, dropped or not
+                inner = self._queue_many([items[k] for k in kept])
+                self._gate.count(len(items) - len(kept))
+                return merged_bulk(len(items), kept, inner)
+        return self._queue_many(items)
+
+    def _queue_many(self, items: list[Any]) -> BulkFuture:
+        """``publish_many`` of records already serialized (and, ephemeral, wanted)."""
         sink = BulkFuture("list", len(items))
         if not items:
             sink.set_result([])
@@ -311,9 +343,9 @@ class Publisher:
                 self._refuse_size(largest, f"record {position} (0-based) of the {len(values)} given to publish_many")
             self._sender.send_all(self._acc.append_values(values, now, sink))
             return sink
-        recs = [_checked_record(r) for r in items]
+        recs = [checked_record(r) for r in items]
         for position, rec in enumerate(recs):
-            size = _record_bytes(rec)
+            size = record_bytes(rec)
             if size > self._max_record_bytes:
                 self._refuse_size(size, f"record {position} (0-based) of the {len(recs)} given to publish_many")
         if self._dedup is not None and any(rec.message_id is not None for rec in recs):
@@ -348,11 +380,14 @@ class Publisher:
         """
         if not isinstance(batch, (pa.RecordBatch, pa.Table)):
             raise ArgumentTypeError(
-                f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {_shown(batch)}; "
+                f"publish_arrow takes a pyarrow RecordBatch or Table, got {type(batch).__name__}: {shown(batch)}; "
                 f"use publish_many for Python records"
             )
         if duplicates not in ("refuse", "skip"):
             raise ConfigError(f"publish_arrow duplicates must be 'refuse' or 'skip', got {duplicates!r}")
+        dropped = 0
+        if self._gate is not None:
+            batch, dropped = self._gate.rows_wanted(batch)
         bulk = ArrowInput(batch)
         claims: list[Claim] = []
         skipped = 0
@@ -361,6 +396,8 @@ class Publisher:
         n = bulk.rows
         sink = ArrowPublishFuture(n)
         sink.duplicates_skipped = skipped
+        if dropped:
+            self._gate.count(dropped)  # type: ignore[union-attr]  # rows are dropped only by a gate
         if n == 0:
             sink.set_result(0)
             return sink
@@ -504,83 +541,14 @@ class Publisher:
             "duplicates_refused": 0 if dedup is None else dedup.refused,
             "dedup_takeovers": 0 if dedup is None else dedup.taken_over,
             "dedup_lease_lost": 0 if dedup is None else dedup.lease_lost,
+            "dropped_records": 0 if self._gate is None else self._gate.dropped,
         }
-
-
-def _checked_record(item: Record | bytes | str) -> Record:
-    item = as_record(item)
-    if not isinstance(item.value, (bytes, bytearray)):
-        raise ArgumentTypeError(f"Record.value must be bytes, got {type(item.value).__name__}; encode it first")
-    if item.key is not None and not isinstance(item.key, (bytes, bytearray)):
-        raise ArgumentTypeError(f"Record.key must be bytes or None, got {type(item.key).__name__}; encode it first")
-    if item.headers:
-        for pair in item.headers:
-            if (
-                not isinstance(pair, tuple)
-                or len(pair) != 2
-                or not isinstance(pair[0], str)
-                or not isinstance(pair[1], (bytes, bytearray))
-            ):
-                raise ArgumentTypeError(
-                    f"Record.headers must be (str, bytes) pairs, e.g. (('trace-id', b'abc'),); got {pair!r}"
-                )
-    if item.topic or item.message_id is not None:
-        check_topic(item.topic, "Record.topic")
-        if item.message_id is not None:
-            check_message_id(item.message_id, "Record.message_id")
-        item = with_routing(item)
-    stamp = item.timestamp_ms
-    if stamp is not None:
-        if isinstance(stamp, bool) or not isinstance(stamp, int):
-            raise ArgumentTypeError(
-                f"Record.timestamp_ms must be an int (ms since the epoch) or None, got {item.timestamp_ms!r}"
-            )
-        check_int("Record.timestamp_ms", stamp, 0, _MAX_I64, what="(ms since the epoch; None = now)")
-    lane = item.lane
-    if lane != -1:
-        check_int("Record.lane", lane, 0, _MAX_I32, what="(-1 = by key; the stream's lanes are checked next)")
-    return item
-
-
-def _routed(item: Record | bytes | str, topic: str | None, message_id: str | None) -> Record:
-    """``item`` with the ``topic`` / ``message_id`` given to ``publish`` (None: the record's own)."""
-    record = as_record(item)
-    if topic is not None:
-        record = replace(record, topic=check_topic(topic))
-    if message_id is not None:
-        record = replace(record, message_id=check_message_id(message_id))
-    return record
-
-
-_MAX_I64 = (1 << 63) - 1
-_MAX_I32 = (1 << 31) - 1
-
-
-def _shown(value: object) -> str:
-    """A short ``repr`` for an error message (a refused argument may be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-#: Column bytes one record adds to a ring item besides its data (value and key lengths, timestamp, header count),
-#: rounded up: what many small records add to an item filled to ``max_batch_bytes``.
-_RECORD_COLUMN_BYTES = 32
-
-
-def _record_bytes(record: Record) -> int:
-    """Value, key and header bytes of a record: what it weighs against the grid's frame limit."""
-    size = len(record.value)
-    if record.key is not None:
-        size += len(record.key)
-    for name, value in record.headers or ():
-        size += len(name.encode("utf-8", "surrogatepass")) + len(value)
-    return size
 
 
 def _check_item_fits(settings: PublisherSettings, grid: GridSettings) -> None:
     """A full ring item of many records must fit in one frame of the grid too (a single larger record travels
     alone and is checked when published)."""
-    worst = settings.max_item_bytes + settings.max_batch_records * _RECORD_COLUMN_BYTES
+    worst = settings.max_item_bytes + settings.max_batch_records * RECORD_COLUMN_BYTES
     if worst > grid.max_record_bytes:
         raise ConfigError(
             f"max_batch_bytes / max_call_bytes ({settings.max_item_bytes:,}) with max_batch_records "

@@ -366,11 +366,21 @@ class Sender:
 
     # ------------------------------------------------------------------------------------------------ completing
 
+    def complete_later(self, work: Any) -> None:
+        """Run ``work()`` on the completion thread, after what is queued there (user callbacks run only there)."""
+        self._completions.put(work)
+
     def _complete_loop(self) -> None:
         while True:
             work = self._completions.get()
             if work is None:
                 return
+            if callable(work):
+                try:
+                    work()
+                except Exception:
+                    logger.exception("stream %r: completing a publish failed", self.stream)
+                continue
             call, first_seq, called, error = work
             try:
                 _complete_bulk(call.state.lane, call.pieces, first_seq, error)

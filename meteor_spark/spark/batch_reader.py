@@ -145,6 +145,7 @@ class _LaneRanges:
                         first_offset=_inside(self.first_offsets.get((stream, lane)), lo),
                         stop_offset=_inside(self.stop_offsets.get((stream, lane)), hi - 1),
                         isolation=options.isolation,
+                        topics=options.topics,
                     )
                     for stream, lane, lo, hi in task
                 )

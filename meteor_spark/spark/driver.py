@@ -43,6 +43,7 @@ from meteor_spark.grid.streams import StreamInfo, open_stream, streams_bounds
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.entity import QueryEntity
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import by_stream
 from meteor_spark.spark.positions import check_dead_letter_stream, stream_names
@@ -81,6 +82,8 @@ class DriverState:
         self.infos: dict[str, StreamInfo] = {}
         self.members: dict[str, GroupMember] = {}
         self.member_id = options.group_member_id or f"spark-{default_member_id()}"
+        #: The query as a consuming entity of the ephemeral streams it reads (``meteor_spark.spark.entity``).
+        self.entity = QueryEntity(self.grid, options, self.member_id)
         for name in stream_names(self.grid, options):
             self._open(name)
         check_dead_letter_stream(self.grid, options)
@@ -201,6 +204,7 @@ class DriverState:
 
     def _open(self, name: str) -> None:
         info = open_stream(self.grid, name, create=False)
+        self.entity.open(info)
         self.infos[name] = info
         if self.options.group is not None:
             member = GroupMember(
@@ -223,6 +227,7 @@ class DriverState:
         gone = sorted(set(self.infos) - names)
         for name in gone:
             del self.infos[name]
+            self.entity.forget(name)
             member = self.members.pop(name, None)
             if member is not None:
                 try:
@@ -492,6 +497,7 @@ class DriverState:
         if self.closed:
             return
         self.closed = True
+        self.entity.close()
         for name, member in self.members.items():
             try:
                 member.close()

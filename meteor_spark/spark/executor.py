@@ -43,6 +43,7 @@ from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.item_header import item_producer
 from meteor_spark.format.offsets import sequence_of
+from meteor_spark.format.routing import TOPIC_HEADER, TopicMatcher
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import GridSettings, Ring, result
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
@@ -93,6 +94,7 @@ class LaneRange(InputPartition):
         isolation: ``read_uncommitted`` or ``read_committed`` (``meteor_spark.grid.item_gate``).
         expect: the item mark the driver recorded for item ``start - 1`` (the end of the query's previous batch),
             compared with the item there before the range is read (``_checked_start``); None = not checked.
+        topics: AMQP topic patterns the rows must match (``topics``); None = every row.
     """
 
     stream: str
@@ -109,6 +111,7 @@ class LaneRange(InputPartition):
     stop_offset: int | None = None
     isolation: str = READ_UNCOMMITTED
     expect: ItemMark | None = None
+    topics: tuple[str, ...] | None = None
 
     @property
     def items(self) -> int:
@@ -243,6 +246,8 @@ class _TaskRows:
             import pyarrow.compute as pc
 
             batch = batch.filter(pc.less(batch.column("offset"), part.stop_offset))
+        if part.topics is not None:
+            batch = matching_rows(batch, TopicMatcher(part.topics), keep_headers=part.include_headers)
         if part.include_headers and part.headers_as_map:
             batch = headers_to_map(batch)
         return batch
@@ -261,7 +266,7 @@ class _TaskRows:
                 sequences,
                 stream=part.stream,
                 lane=part.lane,
-                include_headers=part.include_headers,
+                include_headers=part.include_headers or part.topics is not None,
                 first_offset=first,
             )
         except FormatError:
@@ -277,9 +282,31 @@ class _TaskRows:
             good_sequences,
             stream=part.stream,
             lane=part.lane,
-            include_headers=part.include_headers,
+            include_headers=part.include_headers or part.topics is not None,
             first_offset=first,
         )
+
+
+def matching_rows(batch: pyarrow.RecordBatch, matcher: TopicMatcher, *, keep_headers: bool) -> pyarrow.RecordBatch:
+    """The rows of ``batch`` whose topic (the ``meteor.topic`` entry of their ``headers``) ``matcher`` matches;
+    the ``headers`` column dropped unless ``keep_headers`` (it was decoded only to find the topics)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    headers = batch.column("headers")
+    entries = headers.flatten()
+    is_topic = pc.equal(entries.field("key"), TOPIC_HEADER)
+    rows = pc.filter(pc.list_parent_indices(headers), is_topic).to_pylist()
+    values = pc.filter(entries.field("value"), is_topic).to_pylist()
+    topics = [""] * batch.num_rows
+    for row, value in zip(rows, values, strict=True):
+        topics[row] = value.decode("utf-8", "replace")
+    mask = [matcher.matches(topic) for topic in topics]
+    if not all(mask):
+        batch = batch.filter(pa.array(mask, pa.bool_()))
+    if not keep_headers:
+        batch = batch.drop_columns(["headers"])
+    return batch
 
 
 def _mark_reads(ranges: Sequence[LaneRange]) -> dict[int, Any]:

@@ -270,6 +270,16 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value.",
     ),
     OptionDoc(
+        "topics",
+        "read, readStream",
+        "string",
+        "(none)",
+        "Only rows whose topic matches one of these AMQP patterns, comma-separated (`*` one word, `#` zero or "
+        "more: `orders.*.created,audit.#`); the others are passed over. On an ephemeral stream a streaming query "
+        "is a consuming entity while its source runner runs (it registers these patterns, default `#`): "
+        "publishers keep the records it matches; it starts at the lanes' ends and takes no `group`.",
+    ),
+    OptionDoc(
         "group",
         "readStream",
         "string",

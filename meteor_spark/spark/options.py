@@ -26,6 +26,7 @@ from typing import Any
 from meteor_spark.config import load_config
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.corrupt import CorruptItemPolicy
+from meteor_spark.format.routing import TopicMatcher
 from meteor_spark.grid.client import GridSettings
 from meteor_spark.grid.item_gate import parse_isolation
 from meteor_spark.grid.streams import StreamConfig
@@ -145,6 +146,7 @@ class SourceOptions:
         ending_time: a batch read's end by time (``endingTimestamp`` / ``endingOffsetsByTimestamp``); None =
             ``ending`` applies.
         timestamp_strategy: a lane with no record at or after its start time: error or start at its end.
+        topics: AMQP topic patterns rows must match (``topics``, comma-separated), or None for every row.
     """
 
     streams: tuple[str, ...]
@@ -171,6 +173,7 @@ class SourceOptions:
     ending_time: TimePosition | None = None
     timestamp_strategy: TimestampStrategy = TimestampStrategy.ERROR
     isolation: str = "read_uncommitted"
+    topics: tuple[str, ...] | None = None
 
     def matches(self, name: str) -> bool:
         """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
@@ -226,6 +229,7 @@ class SourceOptions:
             ending_time=_time_position(raw, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets"),
             timestamp_strategy=_timestamp_strategy(raw),
             isolation=parse_isolation(raw.text("isolation"), "option 'isolation'"),
+            topics=_topics(raw.text("topics")),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -515,3 +519,10 @@ def _timestamp_strategy(raw: RawOptions) -> TimestampStrategy:
         if value.strip().lower() == strategy.value:
             return strategy
     raise ConfigError(f"option 'startingOffsetsByTimestampStrategy': expected error or latest, got {value!r}")
+
+
+def _topics(text: str | None) -> tuple[str, ...] | None:
+    """The ``topics`` option: comma-separated AMQP patterns, each checked (the error names the pattern)."""
+    if text is None:
+        return None
+    return TopicMatcher([p.strip() for p in text.split(",")], "option 'topics'").patterns

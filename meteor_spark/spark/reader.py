@@ -491,6 +491,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                         self.options.headers_as_map,
                         isolation=self.options.isolation,
                         expect=mark if mark is not None and mark.sequence == lo - 1 else None,
+                        topics=self.options.topics,
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
