@@ -8,7 +8,7 @@ from dataclasses import fields
 from typing import Any
 
 from meteor_spark.cli.common import EXIT_FAILURE, EXIT_OK, config_of, err, fmt_int, fmt_time_ms, out, render_table
-from meteor_spark.cli.streams_ensure import register_ensure
+from meteor_spark.cli.streams_ensure import add_config_flags, declared_config, describe_config, register_ensure
 from meteor_spark.errors import StreamNotFoundError
 from meteor_spark.grid.client import Grid
 
@@ -44,27 +44,7 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
         ),
     )
     create.add_argument("stream", help="stream name")
-    create.add_argument("--lanes", type=int, help="number of lanes (ring buffers); records with one key share a lane")
-    create.add_argument("--capacity", type=int, help="ring items kept per lane before the oldest are overwritten")
-    create.add_argument(
-        "--backup-count",
-        type=int,
-        metavar="N",
-        help="synchronous backup copies of each lane on other members (a one-member grid stores it, has no use for it)",
-    )
-    create.add_argument(
-        "--async-backup-count", type=int, metavar="N", help="asynchronous backup copies of each lane (default 0)"
-    )
-    create.add_argument(
-        "--ttl", dest="ttl_s", type=int, metavar="SECONDS", help="seconds a ring item lives (0 = until overwritten)"
-    )
-    create.add_argument("--compression", help="compression of record batches (lz4 or none)")
-    create.add_argument(
-        "--dedup-window-ms",
-        type=int,
-        metavar="MS",
-        help="refuse a record whose message id was published on the stream within the last MS ms (0 = off)",
-    )
+    add_config_flags(create)
     create.set_defaults(run=run_create)
 
     register_ensure(actions, parent)
@@ -131,16 +111,7 @@ def run_create(args: argparse.Namespace) -> int:
     from meteor_spark.grid.streams import open_stream
 
     config = config_of(args)
-    stream_config = config.stream_defaults.config(
-        args.stream,
-        lanes=args.lanes,
-        capacity=args.capacity,
-        backup_count=args.backup_count,
-        async_backup_count=args.async_backup_count,
-        ttl_s=args.ttl_s,
-        compression=args.compression,
-        dedup_window_ms=args.dedup_window_ms,
-    )
+    stream_config = declared_config(args)
     with Grid(config.grid) as grid:
         try:
             open_stream(grid, args.stream, create=False)
@@ -149,12 +120,7 @@ def run_create(args: argparse.Namespace) -> int:
             existed = False
         info = open_stream(grid, stream_config, create=True)
     verb = "exists already with these settings" if existed else "created"
-    out(
-        f"stream {info.config.name!r} {verb}: {info.config.lanes} lane(s), capacity {info.config.capacity:,} items "
-        f"per lane, {info.config.backup_count} backup(s) + {info.config.async_backup_count} async, "
-        f"compression {info.config.compression}"
-        + (f", message ids deduplicated for {info.config.dedup_window_ms:,} ms" if info.config.dedup_window_ms else "")
-    )
+    out(f"stream {info.config.name!r} {verb}: {describe_config(info.config)}")
     return EXIT_OK
 
 

@@ -10,9 +10,12 @@ or ``apply`` meeting a setting that cannot change: nothing is then written).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteor_spark.cli.common import EXIT_OK, config_of, out, render_table
+
+if TYPE_CHECKING:
+    from meteor_spark.grid.streams import StreamConfig
 
 #: The ``StreamConfig`` fields ``ensure`` takes as flags: (flag, field, type, metavar, help).
 CONFIG_FLAGS: tuple[tuple[str, str, type, str, str], ...] = (
@@ -47,14 +50,7 @@ def register_ensure(actions: Any, parent: argparse.ArgumentParser) -> None:
         ),
     )
     ensure.add_argument("stream", help="stream name")
-    for flag, field, kind, metavar, text in CONFIG_FLAGS:
-        ensure.add_argument(flag, dest=field, type=kind, metavar=metavar, help=text)
-    ensure.add_argument(
-        "--ephemeral",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="an at-most-once stream (topics, no acknowledgements) or, with --no-ephemeral, a persistent one",
-    )
+    add_config_flags(ensure)
     ensure.add_argument(
         "--on-difference",
         choices=("error", "warn", "apply"),
@@ -64,14 +60,42 @@ def register_ensure(actions: Any, parent: argparse.ArgumentParser) -> None:
     ensure.set_defaults(run=run_ensure)
 
 
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The ``StreamConfig`` flags of ``streams create`` and ``streams ensure``."""
+    for flag, field, kind, metavar, text in CONFIG_FLAGS:
+        parser.add_argument(flag, dest=field, type=kind, metavar=metavar, help=text)
+    parser.add_argument(
+        "--ephemeral",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="an at-most-once stream (topics, no acknowledgements) or, with --no-ephemeral, a persistent one",
+    )
+
+
+def declared_config(args: argparse.Namespace) -> StreamConfig:
+    """The stream configuration the flags declare: the flags given, then the ``[stream]`` table, then defaults."""
+    declared = {field: getattr(args, field) for _, field, *_ in CONFIG_FLAGS}
+    return config_of(args).stream_defaults.config(args.stream, ephemeral=args.ephemeral, **declared)
+
+
+def describe_config(config: StreamConfig) -> str:
+    """One line of a stream's layout and its optional settings, as ``create`` and ``ensure`` print it."""
+    return (
+        f"{config.lanes} lane(s), capacity {config.capacity:,} items per lane, {config.backup_count} backup(s) + "
+        f"{config.async_backup_count} async, compression {config.compression}"
+        + (", ephemeral" if config.ephemeral else "")
+        + (f", dedup window {config.dedup_window_ms:,} ms" if config.dedup_window_ms else "")
+        + (f", region {config.region}" if config.region else "")
+    )
+
+
 def run_ensure(args: argparse.Namespace) -> int:
     from meteor_spark.errors import StreamConfigConflictError
     from meteor_spark.grid.client import Grid
     from meteor_spark.grid.ensure import ensure_stream
 
     config = config_of(args)
-    declared = {field: getattr(args, field) for _, field, *_ in CONFIG_FLAGS}
-    stream_config = config.stream_defaults.config(args.stream, ephemeral=args.ephemeral, **declared)
+    stream_config = declared_config(args)
     with Grid(config.grid) as grid:
         try:
             result = ensure_stream(grid, stream_config, on_difference=args.on_difference)
@@ -81,14 +105,7 @@ def run_ensure(args: argparse.Namespace) -> int:
             raise
     name = repr(stream_config.name)
     if result.outcome == "created":
-        shown = stream_config
-        out(
-            f"stream {name} created: {shown.lanes} lane(s), capacity {shown.capacity:,} items per lane, "
-            f"{shown.backup_count} backup(s) + {shown.async_backup_count} async, compression {shown.compression}"
-            + (", ephemeral" if shown.ephemeral else "")
-            + (f", dedup window {shown.dedup_window_ms:,} ms" if shown.dedup_window_ms else "")
-            + (f", region {shown.region}" if shown.region else "")
-        )
+        out(f"stream {name} created: {describe_config(stream_config)}")
     elif result.outcome == "unchanged":
         out(f"stream {name} unchanged: its stored configuration is the one declared")
     else:
