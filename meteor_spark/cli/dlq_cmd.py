@@ -36,7 +36,12 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     )
     actions = dlq.add_subparsers(dest="action", metavar="ACTION", title="actions")
     actions.required = True
+    _register_list(actions, parent)
+    _register_show(actions, parent)
+    _register_redrive(actions, parent)
 
+
+def _register_list(actions: Any, parent: argparse.ArgumentParser) -> None:
     listing = actions.add_parser(
         "list",
         parents=[parent],
@@ -48,6 +53,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="one JSON document")
     listing.set_defaults(run=run_list)
 
+
+def _register_show(actions: Any, parent: argparse.ArgumentParser) -> None:
     show = actions.add_parser(
         "show",
         parents=[parent],
@@ -65,6 +72,8 @@ def register(commands: Any, parent: argparse.ArgumentParser) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object per dead letter")
     show.set_defaults(run=run_show)
 
+
+def _register_redrive(actions: Any, parent: argparse.ArgumentParser) -> None:
     redrive = actions.add_parser(
         "redrive",
         parents=[parent],
@@ -141,27 +150,36 @@ def run_list(args: argparse.Namespace) -> int:
             by_error.setdefault(letter.error, LetterGroup()).add(letter, done)
             total.add(letter, done)
     if args.json:
-        document = {
-            "stream": info.name,
-            "dead_letters": total.count,
-            "redriven": total.redriven,
-            "by_source": [
-                {"source": s, "lane": None if lane == "?" else int(lane), "group": None if g == "-" else g}
-                | _group_json(group)
-                for (s, lane, g), group in sorted(by_source.items())
-            ],
-            "by_error": [{"error": e} | _group_json(group) for e, group in sorted(by_error.items())],
-            "scanned": _scan_json(report),
-        }
-        out(json.dumps(document, ensure_ascii=False))
-        return EXIT_OK
+        _list_json(info.name, total, by_source, by_error, report)
+    else:
+        _list_text(info.name, total, by_source, by_error, report)
+    return EXIT_OK
+
+
+def _list_json(name: str, total: Any, by_source: dict[Any, Any], by_error: dict[str, Any], report: Any) -> None:
+    document = {
+        "stream": name,
+        "dead_letters": total.count,
+        "redriven": total.redriven,
+        "by_source": [
+            {"source": s, "lane": None if lane == "?" else int(lane), "group": None if g == "-" else g}
+            | _group_json(group)
+            for (s, lane, g), group in sorted(by_source.items())
+        ],
+        "by_error": [{"error": e} | _group_json(group) for e, group in sorted(by_error.items())],
+        "scanned": _scan_json(report),
+    }
+    out(json.dumps(document, ensure_ascii=False))
+
+
+def _list_text(name: str, total: Any, by_source: dict[Any, Any], by_error: dict[str, Any], report: Any) -> None:
     out(
-        f"dead-letter stream {info.name!r}: {total.count:,} dead letter(s), {total.redriven:,} redriven"
+        f"dead-letter stream {name!r}: {total.count:,} dead letter(s), {total.redriven:,} redriven"
         + ("" if not total.count else f" (offsets {fmt_int(total.first_offset)} to {fmt_int(total.last_offset)})")
     )
     _passed_over(report)
     if not total.count:
-        return EXIT_OK
+        return
     rows = [
         [
             s,
@@ -182,7 +200,6 @@ def run_list(args: argparse.Namespace) -> int:
     ]
     out()
     out(render_table(["count", "redriven", "dlq offsets", "error"], rows))
-    return EXIT_OK
 
 
 def _group_json(group: Any) -> dict[str, Any]:

@@ -95,25 +95,34 @@ def run_trace(args: argparse.Namespace) -> int:
             found = None
             traces = [tracer.trace(lane, args.offset)]
     if args.json:
-        document: dict[str, Any] = {"stream": info.name}
-        if found is not None:
-            document |= {"key": args.key, "lane": found.lane, "looked_at_sequences": list(found.looked)}
-        document["records"] = [_trace_json(t) for t in traces]
-        document["dead_letter_streams"] = [
-            {
-                "stream": look.dlq,
-                "missing": look.missing,
-                "items": look.items,
-                "lanes": {str(lane): list(b) for lane, b in sorted(look.lanes.items())},
-            }
-            for look in tracer.looks
-        ]
-        out(json.dumps(document, ensure_ascii=False))
-        return EXIT_OK
+        _print_json(info.name, args.key, found, traces, tracer.looks)
+    else:
+        _print_text(info.name, args.key, found, traces, tracer.looks)
+    return EXIT_OK
+
+
+def _print_json(stream: str, key: str | None, found: Any, traces: list[Any], looks: list[Any]) -> None:
+    document: dict[str, Any] = {"stream": stream}
+    if found is not None:
+        document |= {"key": key, "lane": found.lane, "looked_at_sequences": list(found.looked)}
+    document["records"] = [_trace_json(t) for t in traces]
+    document["dead_letter_streams"] = [
+        {
+            "stream": look.dlq,
+            "missing": look.missing,
+            "items": look.items,
+            "lanes": {str(lane): list(b) for lane, b in sorted(look.lanes.items())},
+        }
+        for look in looks
+    ]
+    out(json.dumps(document, ensure_ascii=False))
+
+
+def _print_text(stream: str, key: str | None, found: Any, traces: list[Any], looks: list[Any]) -> None:
     if found is not None:
         first, end = found.looked
         out(
-            f"key {args.key!r} of stream {info.name!r}: lane {found.lane}; {len(traces)} most recent record(s) among "
+            f"key {key!r} of stream {stream!r}: lane {found.lane}; {len(traces)} most recent record(s) among "
             f"ring items {fmt_int(first)} to {fmt_int(end - 1 if end > first else end)}"
         )
     for number, trace in enumerate(traces):
@@ -121,8 +130,7 @@ def run_trace(args: argparse.Namespace) -> int:
             out()
         _show(trace)
     out()
-    _show_looks(tracer.looks)
-    return EXIT_OK
+    _show_looks(looks)
 
 
 def _trace_json(trace: Any) -> dict[str, Any]:
@@ -188,6 +196,6 @@ def _show_looks(looks: list[Any]) -> None:
             out(f"dead-letter stream {look.dlq!r}: does not exist")
             continue
         spans = ", ".join(
-            f"lane {lane} offsets {fmt_int(a)}..{fmt_int(b)}" for lane, (a, b) in sorted(look.lanes.items())
+            f"lane {lane} offsets [{fmt_int(a)}, {fmt_int(b)})" for lane, (a, b) in sorted(look.lanes.items())
         )
         out(f"dead-letter stream {look.dlq!r}: looked through {look.items:,} ring item(s) ({spans})")
