@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from meteor_spark.consumer.dead_letters import HEADER_REDRIVEN_FROM
 from meteor_spark.consumer.redrive_state import REDRIVE_MAP
 from meteor_spark.consumer.subscriber import Subscriber
@@ -75,7 +77,9 @@ def redriven_records(grid: Grid, source: str, ends: dict[int, tuple[int, int]]) 
     return out
 
 
-def test_a_poison_batch_redriven_twice_arrives_once(meteor: Meteor, grid: Grid, unique_name: str) -> None:
+def test_a_poison_batch_redriven_twice_arrives_once(
+    meteor: Meteor, grid: Grid, unique_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, dlq = unique_name, f"{unique_name}-dlq"
     poison_batch(grid, source, dlq)
     listing = meteor("dlq", "list", dlq, "--json")
@@ -96,11 +100,12 @@ def test_a_poison_batch_redriven_twice_arrives_once(meteor: Meteor, grid: Grid, 
     one, two = json.loads(first.out), json.loads(second.out)
     arrived = redriven_records(grid, source, before)
     copies = Counter(dict(r.headers)[HEADER_REDRIVEN_FROM] for r in arrived)
-    print(
-        f"\nredrive of {POISON} dead letters: first run sent {one['redriven']}, second run sent {two['redriven']} "
-        f"({two['already_redriven']} skipped as done); arrived {len(arrived)}, distinct {len(copies)}, "
-        f"duplicated {sum(n - 1 for n in copies.values())}"
-    )
+    with capsys.disabled():
+        print(
+            f"\nredrive of {POISON} dead letters: first run sent {one['redriven']}, second run sent {two['redriven']} "
+            f"({two['already_redriven']} skipped as done); arrived {len(arrived)}, distinct {len(copies)}, "
+            f"duplicated {sum(n - 1 for n in copies.values())}"
+        )
     assert one["redriven"] == POISON and two["redriven"] == 0 and two["already_redriven"] == POISON
     assert len(arrived) == POISON == len(copies)
     originals = {f"p{n}".encode(): (f"poison {n}".encode(), f"t{n}".encode()) for n in range(POISON)}
@@ -228,3 +233,35 @@ def test_a_redrive_killed_midway_then_rerun_delivers_each_once(
     )
     assert len(arrived) == POISON == len(copies)
     assert report["redriven"] + report["already_redriven"] == POISON
+
+
+def test_a_source_with_a_dedup_window_refuses_a_second_copy_even_without_progress(
+    meteor: Meteor, grid: Grid, unique_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The redriven record's message id is the dead letter's position: with the progress entry gone (removed by
+    hand), the source stream's deduplication window still refuses every second copy."""
+    source, dlq = unique_name, f"{unique_name}-dlq"
+    with Publisher(grid, StreamConfig(source, lanes=2, dedup_window_ms=600_000)) as publisher:
+        publisher.publish_many([Record(f"poison {n}".encode(), key=f"p{n}".encode()) for n in range(10)]).result()
+    with Subscriber(
+        grid,
+        source,
+        group="billing",
+        value_deserializer="json",
+        dead_letter_stream=dlq,
+        initial_offset_scheme="earliest",
+    ) as reader:
+        reader.poll(100)
+    info = open_stream(grid, dlq, create=False)
+    wait_until(lambda: _count(grid, info) >= 10, 10, message="the dead letters")
+    before = lane_bounds(grid, open_stream(grid, source, create=False))
+    first = json.loads(meteor("dlq", "redrive", dlq, "--json").out)
+    grid.map(REDRIVE_MAP).remove(dlq)
+    second = json.loads(meteor("dlq", "redrive", dlq, "--json").out)
+    arrived = redriven_records(grid, source, before)
+    with capsys.disabled():
+        refused = second["refused_duplicates"]
+        print(f"\ndedup source: first sent {first['redriven']}, second (progress removed) refused {refused}")
+    assert first["redriven"] == 10 and second["redriven"] == 0 and second["refused_duplicates"] == 10
+    assert len(arrived) == 10
+    assert json.loads(meteor("dlq", "list", dlq, "--json").out)["redriven"] == 10

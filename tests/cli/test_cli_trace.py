@@ -51,7 +51,6 @@ def test_a_record_is_traced_through_groups_and_its_dead_letter(meteor: Meteor, g
         human = meteor("trace", unique_name, "--offset", str(make_offset(0, 0)))
         assert "ring item 0, record 0; in ring" in human.out and f"dead-lettered to {dlq!r}" in human.out
         assert "by group 'work' after 1 deliveries" in human.out and "looked through" in human.out
-        print(f"\n{human.out}")
 
 
 def test_a_key_is_traced_to_its_lane_and_most_recent_records(meteor: Meteor, grid: Grid, unique_name: str) -> None:
