@@ -171,13 +171,16 @@ def redrive(
     check_int("step", step, 1, MAX_STEP)
     check_number("lease_s", lease_s, 0, 3600)
     report = RedriveReport(dry_run)
-    letters = list(scan_dead_letters(grid, info, report.scan))
-    held: dict[int, list[int]] = {lane: [] for lane in range(info.lanes)}
-    for letter in letters:
-        held[letter.lane].append(letter.offset)
+    # The entry is read before the dead-letter stream is scanned, and only written back by CAS on that read: every
+    # letter it marks done was written before it, so the scan sees it, and rebuilding the ranges over the scanned
+    # letters (``RedriveProgress.marked``) never drops a letter done by another redrive.
     entry = _Entry(grid, info.name)
     if entry.progress.run is not None and not dry_run:
-        _settle(grid, entry, info.name, held, report, lease_s, on_wait)
+        run = _abandoned(entry, info.name, lease_s, on_wait)
+        if run is not None:
+            _settle(grid, entry, info, run, report)
+    letters = list(scan_dead_letters(grid, info, report.scan))
+    held = _held(info, letters)
     progress = entry.progress
     todo: dict[str, list[DeadLetter]] = {}
     for letter in letters:
@@ -262,19 +265,18 @@ def _step(
     entry.write(entry.progress.marked(letters, held).with_run(None), sent=True)
 
 
-def _settle(
-    grid: Grid,
-    entry: _Entry,
-    dlq: str,
-    held: dict[int, list[int]],
-    report: RedriveReport,
-    lease_s: float,
-    on_wait: Callable[[str], None] | None,
-) -> None:
-    """Settle the step another redrive left: wait until it is abandoned, then mark done what reached its source."""
-    run = _abandoned(grid, entry, dlq, lease_s, on_wait)
-    if run is None:
-        return
+def _held(info: StreamInfo, letters: list[DeadLetter]) -> dict[int, list[int]]:
+    """Per lane of the dead-letter stream, the offsets of the letters scanned, in order."""
+    held: dict[int, list[int]] = {lane: [] for lane in range(info.lanes)}
+    for letter in letters:
+        held[letter.lane].append(letter.offset)
+    return held
+
+
+def _settle(grid: Grid, entry: _Entry, dlq_info: StreamInfo, run: RedriveRun, report: RedriveReport) -> None:
+    """Settle an abandoned step: mark done what reached its source lanes, clear the step; the rest is sent again."""
+    dlq = dlq_info.name
+    held = _held(dlq_info, list(scan_dead_letters(grid, dlq_info, ScanReport())))
     expected = {message_id_of(f"{dlq}:{lane}:{offset}"): (lane, offset) for lane, offset in run.letters}
     found: set[tuple[int, int]] = set()
     for name, tails in run.tails.items():
@@ -328,9 +330,7 @@ def _found_in(
     return found
 
 
-def _abandoned(
-    grid: Grid, entry: _Entry, dlq: str, lease_s: float, on_wait: Callable[[str], None] | None
-) -> RedriveRun | None:
+def _abandoned(entry: _Entry, dlq: str, lease_s: float, on_wait: Callable[[str], None] | None) -> RedriveRun | None:
     """The step in the entry once it is abandoned: its owner was a process of this host that is gone, or the entry
     stayed the same for ``lease_s`` (None: the step ended meanwhile)."""
     seen_since = time.monotonic()

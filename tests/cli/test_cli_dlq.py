@@ -184,11 +184,38 @@ def test_an_empty_dead_letter_stream_is_an_empty_listing(meteor: Meteor, grid: G
     assert meteor("dlq", "show", unique_name).out.strip().endswith("no dead letter matches")
 
 
+KILLS = 3
+
+
+def _kill_mid_step(command: list[str], progress: Any, dlq: str, done_before: Any) -> tuple[bool, int]:
+    """Run the redrive and SIGKILL it once a step is noted in progress after more letters were done than
+    ``done_before``; returns whether it was killed (not finished first) and the letters of the step in flight."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def a_new_step_open() -> bool:
+            text = progress.get(dlq)
+            if process.poll() is not None:
+                return True
+            if text is None:
+                return False
+            entry = json.loads(text)
+            return "run" in entry and bool(entry["done"]) and entry["done"] != done_before
+
+        wait_until(a_new_step_open, 60, interval_s=0.001, message="a redrive step in progress")
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(30)
+    entry = json.loads(progress.get(dlq) or "{}")
+    return process.returncode == -signal.SIGKILL, len(entry.get("run", {}).get("letters", []))
+
+
 def test_a_redrive_killed_midway_then_rerun_delivers_each_once(
     grid: Grid, grid_settings: GridSettings, unique_name: str
 ) -> None:
-    """SIGKILL the redrive as soon as a step is noted in progress (its records may or may not have been sent),
-    then run it again: the rerun settles the step (what arrived is not sent again) and sends the rest."""
+    """SIGKILL the redrive three times, each as soon as a new step is noted in progress (its record may or may not
+    have been sent), then run it to the end: each rerun settles the step left (what arrived is not sent again)."""
     source, dlq = unique_name, f"{unique_name}-dlq"
     poison_batch(grid, source, dlq)
     before = lane_bounds(grid, open_stream(grid, source, create=False))
@@ -197,42 +224,29 @@ def test_a_redrive_killed_midway_then_rerun_delivers_each_once(
         "--members", ",".join(grid_settings.members), "--cluster-name", grid_settings.cluster_name,
     ]  # fmt: skip
     progress = grid.map(REDRIVE_MAP)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-
-        def some_done_and_a_step_open() -> bool:
-            text = progress.get(dlq)
-            if text is None:
-                return process.poll() is not None
-            entry = json.loads(text)
-            return process.poll() is not None or ("run" in entry and bool(entry["done"]))
-
-        wait_until(some_done_and_a_step_open, 60, interval_s=0.001, message="a redrive step in progress")
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(30)
-        assert process.stdout is not None and process.stderr is not None
-        process.stdout.close()
-        process.stderr.close()
-    killed = process.returncode == -signal.SIGKILL
-    entry = json.loads(progress.get(dlq) or "{}")
-    in_flight = len(entry.get("run", {}).get("letters", []))
-    sent_before = len(redriven_records(grid, source, before))
+    kills = []
+    for _ in range(KILLS):
+        done_before = json.loads(progress.get(dlq) or '{"done": null}')["done"]
+        killed, in_flight = _kill_mid_step(command, progress, dlq, done_before)
+        kills.append((killed, in_flight, len(redriven_records(grid, source, before))))
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert rerun.returncode == 0, rerun.stderr
     report = json.loads(rerun.stdout)
     arrived = redriven_records(grid, source, before)
     copies = Counter(dict(r.headers)[HEADER_REDRIVEN_FROM] for r in arrived)
+    shown = "; ".join(
+        f"kill {n + 1}: {'SIGKILLed' if killed else 'finished first'}, step in flight {flight}, in the source {sent}"
+        for n, (killed, flight, sent) in enumerate(kills)
+    )
     print(
-        f"\nredrive SIGKILLed: {'yes' if killed else 'no (it finished first)'}; records in the source at the kill "
-        f"{sent_before}, step in flight {in_flight} letter(s); rerun: settled {report['recovered']} as arrived, "
+        f"\nredrive killed midway: {shown}; last run: settled {report['recovered']} as arrived, "
         f"{report['resent']} not arrived, sent {report['redriven']}, skipped {report['already_redriven']}; "
         f"total arrived {len(arrived)} of {POISON}, duplicated {sum(n - 1 for n in copies.values())}, "
         f"lost {POISON - len(copies)}"
     )
     assert len(arrived) == POISON == len(copies)
     assert report["redriven"] + report["already_redriven"] == POISON
+    assert sum(killed for killed, _, _ in kills) >= 1
 
 
 def test_a_source_with_a_dedup_window_refuses_a_second_copy_even_without_progress(
