@@ -279,3 +279,48 @@ def test_a_source_with_a_dedup_window_refuses_a_second_copy_even_without_progres
     assert first["redriven"] == 10 and second["redriven"] == 0 and second["refused_duplicates"] == 10
     assert len(arrived) == 10
     assert json.loads(meteor("dlq", "list", dlq, "--json").out)["redriven"] == 10
+
+
+def test_a_shared_groups_rejects_redrive_by_error_text_without_group_headers(
+    meteor: Meteor, grid: Grid, unique_name: str
+) -> None:
+    source, dlq = unique_name, f"{unique_name}-dlq"
+    with Publisher(grid, StreamConfig(source, lanes=1)) as publisher:
+        publisher.publish_many(
+            [Record(f"job {n}".encode(), key=f"j{n}".encode(), topic="jobs.small") for n in range(6)]
+        ).result()
+    poison_batch(grid, f"{source}-json", dlq, poison=4, good=1)  # other dead letters in the same stream
+    with Subscriber(grid, source, group="workers", shared=True, dead_letter_stream=dlq) as worker:
+        got: list[Record] = []
+
+        def all_six() -> bool:
+            got.extend(worker.poll(50))
+            return len(got) >= 6
+
+        wait_until(all_six, 10, message="six jobs")
+        worker.reject(got)  # type: ignore[attr-defined]
+    listing = json.loads(meteor("dlq", "list", dlq, "--json").out)
+    assert {(r["source"], r["group"], r["count"]) for r in listing["by_source"]} >= {(source, "workers", 6)}
+    before = lane_bounds(grid, open_stream(grid, source, create=False))
+    report = json.loads(meteor("dlq", "redrive", dlq, "--error", "rejected", "--json").out)
+    assert report["matched"] == 6 and report["redriven"] == 6 and report["per_source"] == {source: 6}
+    arrived = redriven_records(grid, source, before)
+    assert sorted(r.value for r in arrived) == sorted(f"job {n}".encode() for n in range(6))
+    assert all(r.topic == "jobs.small" and not DEAD_LETTER_HEADERS & set(dict(r.headers)) for r in arrived)
+    rest = json.loads(meteor("dlq", "list", dlq, "--json").out)
+    assert rest["redriven"] == 6 and rest["dead_letters"] == 10
+
+
+def test_an_undecodable_item_is_listed_and_shown_but_never_redriven(
+    meteor: Meteor, grid: Grid, unique_name: str
+) -> None:
+    source, dlq = unique_name, f"{unique_name}-dlq"
+    info = open_stream(grid, StreamConfig(source))
+    grid.ring(info.ring_names[0]).add(b"not a ring item")
+    with Subscriber(grid, source, dead_letter_stream=dlq, initial_offset_scheme="earliest") as reader:
+        wait_until(lambda: reader.poll(10) is not None and reader.corrupt_items == 1, 10, message="the item passed")
+    (letter,) = [json.loads(line) for line in meteor("dlq", "show", dlq, "--json").out.splitlines()]
+    assert letter["undecodable_item"] and letter["source"]["stream"] == source and letter["value"] == "not a ring item"
+    report = json.loads(meteor("dlq", "redrive", dlq, "--json").out)
+    assert report["matched"] == 1 and report["not_redrivable"] == 1 and report["redriven"] == 0
+    assert "1 undecodable ring item(s) left" in meteor("dlq", "redrive", dlq).out
