@@ -21,6 +21,8 @@ Every error the library raises on purpose is a ``MeteorError``::
     ├── GroupError                           subscriber-group protocol violations
     │   ├── NotAssignedError                 the operation needs a lane this member does not hold
     │   └── FencedError                      a deposed holder tried to move an offset (its epoch is stale)
+    ├── RedriveError                         a dead-letter redrive cannot go on safely (another one is running,
+    │                                        or a step a dead one left cannot be settled)
     ├── PublisherClosedError                 publish after close()
     ├── PublishTimeoutError                  a publish did not complete in time: back-pressure, a flush/close
     │                                        deadline, or (idempotent publisher) delivery_timeout_ms
@@ -237,6 +239,11 @@ class DeserializationError(MeteorError, ValueError):
 
 class GroupError(MeteorError):
     """Subscriber-group protocol violation."""
+
+
+class RedriveError(MeteorError):
+    """A redrive of a dead-letter stream cannot go on safely (another redrive changed its progress, or a step a
+    dead redrive left cannot be settled); the message says what was sent and what to do."""
 
 
 class NotAssignedError(GroupError):

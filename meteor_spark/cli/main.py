@@ -10,7 +10,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from meteor_spark import __version__
-from meteor_spark.cli import bench_cmd, demo_cmd, grid_cmd, groups_cmd, publish_cmd, streams_cmd, tail_cmd
+from meteor_spark.cli import (
+    bench_cmd,
+    demo_cmd,
+    dlq_cmd,
+    grid_cmd,
+    groups_cmd,
+    publish_cmd,
+    streams_cmd,
+    tail_cmd,
+    trace_cmd,
+)
 from meteor_spark.cli.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -40,6 +50,8 @@ examples:
   meteor publish orders events.jsonl --key-field user_id
   meteor tail orders --from earliest --max 10
   meteor groups orders
+  meteor dlq list orders-dlq                    dead letters by source and error; `dlq redrive` sends them back
+  meteor trace orders --key user-7              where a key's records are and what became of them
   meteor bench all --quick
 
 `meteor COMMAND --help` shows each command's flags.
@@ -59,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"meteor-spark {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     commands.required = True
-    for module in (grid_cmd, streams_cmd, publish_cmd, tail_cmd, groups_cmd, bench_cmd, demo_cmd):
+    for module in (grid_cmd, streams_cmd, publish_cmd, tail_cmd, groups_cmd, dlq_cmd, trace_cmd, bench_cmd, demo_cmd):
         module.register(commands, parent)
     return parser
 

@@ -37,6 +37,25 @@ HEADER_ERROR = "meteor.error"
 #: Headers a shared group adds to a record it dead-letters (``meteor_spark.consumer.shared_subscriber``).
 HEADER_SOURCE_GROUP = "meteor.source.group"
 HEADER_DELIVERY_COUNT = "meteor.delivery.count"
+#: The record's topic in the source stream (a dead letter has none of its own: it must reach every reader).
+HEADER_SOURCE_TOPIC = "meteor.source.topic"
+#: ``item`` on the dead letter of a whole undecodable ring item (its value is the raw item, not a record).
+HEADER_SOURCE_KIND = "meteor.source.kind"
+KIND_ITEM = "item"
+#: Every header a dead letter adds (what a redrive strips again).
+DEAD_LETTER_HEADERS = frozenset(
+    (
+        HEADER_SOURCE_STREAM,
+        HEADER_SOURCE_LANE,
+        HEADER_SOURCE_SEQUENCE,
+        HEADER_SOURCE_OFFSET,
+        HEADER_ERROR,
+        HEADER_SOURCE_GROUP,
+        HEADER_DELIVERY_COUNT,
+        HEADER_SOURCE_TOPIC,
+        HEADER_SOURCE_KIND,
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +114,7 @@ def dead_letter_record(raw: bytes, *, stream: str, lane: int, sequence: int, err
             (HEADER_SOURCE_SEQUENCE, str(sequence).encode()),
             (HEADER_SOURCE_OFFSET, str(first_offset_of(sequence)).encode()),
             (HEADER_ERROR, str(error).encode()),
+            (HEADER_SOURCE_KIND, KIND_ITEM.encode()),
         ),
     )
 
@@ -113,6 +133,7 @@ def dead_letter_for_record(raw: Record, error: DeserializationError | str) -> Re
             (HEADER_SOURCE_SEQUENCE, str(sequence_of(raw.offset)).encode()),
             (HEADER_SOURCE_OFFSET, str(raw.offset).encode()),
             (HEADER_ERROR, str(error).encode()),
+            *(((HEADER_SOURCE_TOPIC, raw.topic.encode()),) if raw.topic else ()),
         ),
         timestamp_ms=raw.timestamp_ms,
     )
