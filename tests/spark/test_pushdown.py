@@ -62,7 +62,7 @@ def pushdown_conf(spark: Any) -> Iterator[None]:
 def _rows(spark: Any, settings: GridSettings, stream: str, where: str, *, pushdown: bool) -> list[Any]:
     spark.conf.set(PUSHDOWN, str(pushdown).lower())
     df = spark.read.format("meteor").options(**grid_options(settings)).option("stream", stream).load()
-    return df.where(where).collect()  # type: ignore[no-any-return]
+    return df.where(where).collect()
 
 
 def _planned(settings: GridSettings, stream: str, filters: list[Filter] | None) -> int:
@@ -80,7 +80,7 @@ def _where_cases() -> list[tuple[str, list[Filter]]]:
     since = _ts(T + 360)
     return [
         (f"timestamp >= '{since.isoformat()}'", [GreaterThanOrEqual(("timestamp",), since)]),
-        ("lane IN (1, 2)", [In(("lane",), [1, 2])]),
+        ("lane IN (1, 2)", [In(("lane",), (1, 2))]),
         ("key = CAST('k3' AS BINARY)", [EqualTo(("key",), b"k3")]),
         (
             f"offset >= {make_offset(3, 0)} AND offset < {make_offset(6, 0)}",
@@ -144,7 +144,7 @@ def test_reads_work_with_the_conf_off_and_pushdown_is_offered_only_to_the_pushdo
 def test_what_each_filter_selects() -> None:
     since = _ts(T)
     filters: list[Filter] = [
-        In(("lane",), [0, 1, 2]),
+        In(("lane",), (0, 1, 2)),
         EqualTo(("lane",), 1),
         EqualTo(("key",), b"a"),
         GreaterThanOrEqual(("timestamp",), since),
@@ -154,7 +154,7 @@ def test_what_each_filter_selects() -> None:
         EqualTo(("value",), b"x"),
     ]
     selection, remaining = select(filters)
-    assert selection.lanes == {1} and selection.keys == {b"a"} and selection.since_ms == T
+    assert selection.lanes == frozenset({1}) and selection.keys == frozenset({b"a"}) and selection.since_ms == T
     # lane and key are exact (pushed); the rest narrows ranges or is unused, and Spark re-checks it.
     assert remaining == filters[3:]
     assert selection.offset_range(0, 100) == (2, 9)
