@@ -19,6 +19,7 @@ from pyspark.sql.datasource import EqualTo, Filter, GreaterThan, GreaterThanOrEq
 from pyspark.testing import assertDataFrameEqual
 from spark_helpers import grid_options, make_stream, put_items
 
+from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
@@ -177,3 +178,9 @@ def test_pushed_lane_filter_leaves_sparks_own_filter(
     lane_equals = re.compile(r"lane#\d+ = 1\b")
     assert not lane_equals.search(plans[True]) and "timestamp#" in plans[True]
     assert lane_equals.search(plans[False])
+
+
+def test_key_lanes_is_a_batch_option() -> None:
+    assert not SourceOptions.parse({"stream": "s", "keyLanes": "false"}, batch=True).key_lanes
+    with pytest.raises(ConfigError, match="'keyLanes' applies to batch reads only"):
+        SourceOptions.parse({"stream": "s", "keyLanes": "false"}, batch=False)
