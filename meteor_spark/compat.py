@@ -416,35 +416,23 @@ _PUSHDOWN_WORKER = os.path.join("sql", "worker", "data_source_pushdown_filters.p
 
 
 def planning_filter_pushdown() -> bool:
-    """Whether the calling ``DataSource.reader()`` runs in Spark's filter-pushdown planner worker.
-
-    pyspark 4.1-4.3 ask a batch reader for ``pushFilters`` only in the planner worker
-    ``pyspark/sql/worker/data_source_pushdown_filters.py``, run when ``spark.sql.python.filterPushdown.enabled``
-    is on. Every other path (``plan_data_source_read.py``) fails the query with ``DATA_SOURCE_PUSHDOWN_DISABLED``
-    when the reader's class overrides ``pushFilters`` while the conf is off, and the reader cannot read the conf.
-    Offering ``pushFilters`` only under that worker's frame keeps reads working with the conf off (Spark then
-    filters everything itself) and pushes filters when it is on.
-    """
+    """Whether the calling ``DataSource.reader()`` runs in Spark's filter-pushdown planner worker, the only place
+    pyspark 4.1-4.3 call ``pushFilters`` (with ``spark.sql.python.filterPushdown.enabled`` on). Elsewhere a reader
+    class overriding ``pushFilters`` fails the query (``DATA_SOURCE_PUSHDOWN_DISABLED``) when the conf is off, and
+    a reader cannot read the conf: offering it only under that worker's frame keeps reads working either way."""
     frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
-            return True
+    while frame is not None and not frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
         frame = frame.f_back
-    return False
+    return frame is not None
 
 
 def _check_pushdown() -> None:
     from pyspark.sql.worker import data_source_pushdown_filters as pushdown
     from pyspark.sql.worker import plan_data_source_read as plan
 
-    assert pushdown.__file__ is not None and pushdown.__file__.endswith(_PUSHDOWN_WORKER), (
-        f"the filter-pushdown planner worker moved: {pushdown.__file__}"
-    )
-    source = inspect.getsource(pushdown._main)
-    assert "data_source.reader(" in source and "reader.pushFilters(" in source, (
-        "the filter-pushdown worker no longer creates the reader and calls pushFilters in _main"
-    )
-    planned = inspect.getsource(plan._main)
+    assert str(pushdown.__file__).endswith(_PUSHDOWN_WORKER), f"the pushdown worker moved: {pushdown.__file__}"
+    source, planned = inspect.getsource(pushdown._main), inspect.getsource(plan._main)
+    assert "data_source.reader(" in source and "reader.pushFilters(" in source, "pushdown worker: no pushFilters"
     assert "DATA_SOURCE_PUSHDOWN_DISABLED" in planned and "reader.pushFilters(" not in planned, (
         "the read planner worker calls pushFilters itself now: a reader may offer it there too"
     )
@@ -588,12 +576,7 @@ COUPLINGS: tuple[Coupling, ...] = (
         _RUNNER_WRITTEN_FOR,
         _check_runner,
     ),
-    Coupling(
-        "pushFilters offered only in Spark's filter-pushdown planner worker (spark/datasource.py)",
-        _PYSPARK,
-        _PUSHDOWN_WRITTEN_FOR,
-        _check_pushdown,
-    ),
+    Coupling("pushFilters only in Spark's pushdown worker", _PYSPARK, _PUSHDOWN_WRITTEN_FOR, _check_pushdown),
     Coupling(
         "why a connection failed, from the client's connection log (Grid)",
         _HAZELCAST,
