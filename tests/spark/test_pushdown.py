@@ -184,3 +184,23 @@ def test_key_lanes_is_a_batch_option() -> None:
     assert not SourceOptions.parse({"stream": "s", "keyLanes": "false"}, batch=True).key_lanes
     with pytest.raises(ConfigError, match="'keyLanes' applies to batch reads only"):
         SourceOptions.parse({"stream": "s", "keyLanes": "false"}, batch=False)
+
+
+def test_key_lanes_false_finds_keyed_records_published_to_other_lanes(
+    spark: Any, grid: Grid, grid_settings: GridSettings, unique_name: str, pushdown_conf: None
+) -> None:
+    info = make_stream(grid, unique_name, lanes=4)
+    home = lane_for_key(b"k", 4)
+    put_items(grid, info, home, [[Record(b"routed", key=b"k")]])
+    put_items(grid, info, (home + 1) % 4, [[Record(b"elsewhere", key=b"k")]])
+    spark.conf.set(PUSHDOWN, "true")
+    for key_lanes, expected in (("true", ["routed"]), ("false", ["elsewhere", "routed"])):
+        df = (
+            spark.read.format("meteor")
+            .options(**grid_options(grid_settings))
+            .option("stream", unique_name)
+            .option("keyLanes", key_lanes)
+            .load()
+            .where("key = CAST('k' AS BINARY)")
+        )
+        assert sorted(row.value.decode() for row in df.collect()) == expected
