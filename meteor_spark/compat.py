@@ -409,6 +409,35 @@ def _check_runner() -> None:
     )
 
 
+# ------------------------------------------------- pyspark: which planner worker asks a batch reader for pushdown
+
+_PUSHDOWN_WRITTEN_FOR = ((4, 1), (4, 4))
+_PUSHDOWN_WORKER = os.path.join("sql", "worker", "data_source_pushdown_filters.py")
+
+
+def planning_filter_pushdown() -> bool:
+    """Whether the calling ``DataSource.reader()`` runs in Spark's filter-pushdown planner worker, the only place
+    pyspark 4.1-4.3 call ``pushFilters`` (with ``spark.sql.python.filterPushdown.enabled`` on). Elsewhere a reader
+    class overriding ``pushFilters`` fails the query (``DATA_SOURCE_PUSHDOWN_DISABLED``) when the conf is off, and
+    a reader cannot read the conf: offering it only under that worker's frame keeps reads working either way."""
+    frame = inspect.currentframe()
+    while frame is not None and not frame.f_code.co_filename.endswith(_PUSHDOWN_WORKER):
+        frame = frame.f_back
+    return frame is not None
+
+
+def _check_pushdown() -> None:
+    from pyspark.sql.worker import data_source_pushdown_filters as pushdown
+    from pyspark.sql.worker import plan_data_source_read as plan
+
+    assert str(pushdown.__file__).endswith(_PUSHDOWN_WORKER), f"the pushdown worker moved: {pushdown.__file__}"
+    source, planned = inspect.getsource(pushdown._main), inspect.getsource(plan._main)
+    assert "data_source.reader(" in source and "reader.pushFilters(" in source, "pushdown worker: no pushFilters"
+    assert "DATA_SOURCE_PUSHDOWN_DISABLED" in planned and "reader.pushFilters(" not in planned, (
+        "the read planner worker calls pushFilters itself now: a reader may offer it there too"
+    )
+
+
 # ------------------------------------------- hazelcast-python-client: a client whose connections go through a proxy
 
 _ROUTING_WRITTEN_FOR = ((5, 7), (5, 8))
@@ -547,6 +576,7 @@ COUPLINGS: tuple[Coupling, ...] = (
         _RUNNER_WRITTEN_FOR,
         _check_runner,
     ),
+    Coupling("pushFilters only in Spark's pushdown worker", _PYSPARK, _PUSHDOWN_WRITTEN_FOR, _check_pushdown),
     Coupling(
         "why a connection failed, from the client's connection log (Grid)",
         _HAZELCAST,

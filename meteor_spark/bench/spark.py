@@ -8,6 +8,10 @@ medians of ``--repeat`` runs. The Spark code lives in
 
 ``--latency`` measures publish -> row latency with the default trigger instead, next to the same query over a
 source that costs nothing (``meteor_spark.bench.jobs.latency``).
+
+``--pushdown`` measures a batch read's ``where timestamp >= t`` selecting the newest 1 % with filter pushdown on and
+off: ring items read and wall time side by side (``meteor_spark.bench.jobs.pushdown``; default 10,000,000 records,
+``--records`` to change it, 3 runs).
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure publish -> row latency (default trigger, 200 records/s for 20 s, 5 with "
         "--quick) next to a source that costs nothing, instead of throughput",
     )
+    parser.add_argument(
+        "--pushdown",
+        action="store_true",
+        help="measure a batch read's `where timestamp >= t` selecting the newest 1%% with filter pushdown on and "
+        "off (ring items read, wall time; default 10,000,000 records), instead of throughput",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -42,6 +52,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from meteor_spark.bench.jobs import latency as latency_benchmark
 
         return {"latency": latency_benchmark.run(seconds=5 if args.quick else 20, warm_up_s=2 if args.quick else 5)}
+    if args.pushdown:
+        from meteor_spark.bench.jobs import pushdown as pushdown_benchmark
+
+        records = args.records or (100_000 if args.quick else 10_000_000)
+        return {"pushdown": pushdown_benchmark.run(records, args.repeat or (1 if args.quick else 3))}
     from meteor_spark.bench.jobs.throughput import run as run_spark
 
     records = args.records or (100_000 if args.quick else 2_000_000)
@@ -56,6 +71,10 @@ def render(figures: dict[str, Any]) -> str:
         from meteor_spark.bench.jobs import latency as latency_benchmark
 
         return latency_benchmark.render(figures["latency"])
+    if "pushdown" in figures:
+        from meteor_spark.bench.jobs import pushdown as pushdown_benchmark
+
+        return pushdown_benchmark.render(figures["pushdown"])
     from meteor_spark.bench.jobs.throughput import render as render_spark
 
     return render_spark(figures)

@@ -99,9 +99,13 @@ class MeteorDataSource(DataSource):
         return SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from meteor_spark.spark.batch_reader import MeteorBatchReader
+        # pushFilters only where Spark asks for it: a reader class with it fails every read while
+        # spark.sql.python.filterPushdown.enabled is off (compat.planning_filter_pushdown says why).
+        from meteor_spark.compat import planning_filter_pushdown
+        from meteor_spark.spark.batch_reader import MeteorBatchReader, MeteorPushdownReader
 
-        return MeteorBatchReader(self._source_options(batch=True), schema)
+        kind = MeteorPushdownReader if planning_filter_pushdown() else MeteorBatchReader
+        return kind(self._source_options(batch=True), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from meteor_spark.spark.reader import MeteorStreamReader

@@ -50,6 +50,7 @@ from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WA
 from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of
 from meteor_spark.grid.reading import oldest_in, read_range
 from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.pushdown import keep_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -95,6 +96,7 @@ class LaneRange(InputPartition):
         expect: the item mark the driver recorded for item ``start - 1`` (the end of the query's previous batch),
             compared with the item there before the range is read (``_checked_start``); None = not checked.
         topics: AMQP topic patterns the rows must match (``topics``); None = every row.
+        keys: the keys a pushed ``key`` predicate keeps (``pushdown``); None = every row.
     """
 
     stream: str
@@ -112,6 +114,7 @@ class LaneRange(InputPartition):
     isolation: str = READ_UNCOMMITTED
     expect: ItemMark | None = None
     topics: tuple[str, ...] | None = None
+    keys: tuple[bytes, ...] | None = None
 
     @property
     def items(self) -> int:
@@ -246,6 +249,8 @@ class _TaskRows:
             import pyarrow.compute as pc
 
             batch = batch.filter(pc.less(batch.column("offset"), part.stop_offset))
+        if part.keys is not None:
+            batch = keep_keys(batch, frozenset(part.keys))
         if part.topics is not None:
             batch = matching_rows(batch, TopicMatcher(part.topics), keep_headers=part.include_headers)
         if part.include_headers and part.headers_as_map:

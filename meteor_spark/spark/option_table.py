@@ -270,6 +270,15 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value.",
     ),
     OptionDoc(
+        "keyLanes",
+        "read (batch)",
+        "bool",
+        "true",
+        "With filter pushdown (`spark.sql.python.filterPushdown.enabled`): a `key = k` / `key IN (...)` predicate "
+        "plans only the keys' lanes (CRC-32 of the key, the publishers' routing). Set false for a stream whose "
+        "publishers put keyed records in other lanes explicitly: every lane is read, rows still checked per key.",
+    ),
+    OptionDoc(
         "topics",
         "read, readStream",
         "string",

@@ -147,6 +147,7 @@ class SourceOptions:
             ``ending`` applies.
         timestamp_strategy: a lane with no record at or after its start time: error or start at its end.
         topics: AMQP topic patterns rows must match (``topics``, comma-separated), or None for every row.
+        key_lanes: a pushed ``key`` predicate plans only its key's lane (``keyLanes``; ``spark.pushdown``).
     """
 
     streams: tuple[str, ...]
@@ -174,6 +175,7 @@ class SourceOptions:
     timestamp_strategy: TimestampStrategy = TimestampStrategy.ERROR
     isolation: str = "read_uncommitted"
     topics: tuple[str, ...] | None = None
+    key_lanes: bool = True
 
     def matches(self, name: str) -> bool:
         """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
@@ -230,6 +232,7 @@ class SourceOptions:
             timestamp_strategy=_timestamp_strategy(raw),
             isolation=parse_isolation(raw.text("isolation"), "option 'isolation'"),
             topics=_topics(raw.text("topics")),
+            key_lanes=raw.boolean("keyLanes", True),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -270,6 +273,11 @@ class SourceOptions:
                         f"option {name!r} applies to batch reads only (spark.read); a streaming query has no end. "
                         f"Use trigger(availableNow=True) to read what is there and stop"
                     )
+            if raw.given("keyLanes"):
+                raise ConfigError(
+                    "option 'keyLanes' applies to batch reads only (spark.read): Spark pushes no filters to a "
+                    "streaming source; remove it from this streaming read"
+                )
 
     def _check_needed_options(self, raw: RawOptions) -> None:
         """Options that only make sense with another one, or within bounds another one sets."""

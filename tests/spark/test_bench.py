@@ -45,3 +45,15 @@ def test_bench_spark_runs_and_reports_every_figure(spark: Any) -> None:
     printed = bench_spark.render(figures)
     assert "read, 2 lane(s)" in printed and "RUNS" in printed
     assert spark.range(3).count() == 3  # the shared session is still usable
+
+
+def test_bench_spark_pushdown_runs_and_reports_both_sides(spark: Any) -> None:
+    parser = argparse.ArgumentParser()
+    bench_spark.add_arguments(parser)
+    figures = bench_spark.run(parser.parse_args(["--pushdown", "--records", "20000", "--repeat", "1"]))["pushdown"]
+    pushed, not_pushed = figures["sides"]["pushed"], figures["sides"]["not pushed"]
+    assert pushed["rows"] == not_pushed["rows"] == 200  # the newest 1 %
+    assert 0 < pushed["items_read"] < not_pushed["items_read"]
+    assert pushed["wall_s"] > 0 and not_pushed["wall_s"] > 0
+    printed = bench_spark.render({"pushdown": figures})
+    assert "RING ITEMS READ" in printed and "not pushed" in printed

@@ -217,6 +217,7 @@ def test_option_table_covers_every_accepted_option() -> None:
             "startingOffsetsByTimestampStrategy": "latest",
             "isolation": "read_committed",
             "transactional": "true",
+            "keyLanes": "false",
         }.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
