@@ -20,13 +20,15 @@ Claim, write, confirm, so a publisher that dies between claiming and writing los
 Another publish of the same id finds the entry:
 
 - ``written``: ``DuplicateMessageError`` naming the first copy's offset;
-- ``pending`` and the lease still running: the claimer may be writing; it polls (every ``POLL_S``) until the entry
-  turns ``written``, disappears or its lease passes, up to the publisher's ``max_block_ms``
-  (``PublishTimeoutError`` then, nothing queued);
-- ``pending`` and the lease over: the claimer died or stalled. The lane is searched from ``from`` to its tail for a
-  record carrying the id (a bounded scan: the claim names where to start). Found: the claim is completed with that
-  offset and the copy refused. Not found: the claim is taken over by compare-and-set (``replace(id, old, new)``) and
-  the record written, so a retry after a crash succeeds exactly once.
+- ``pending``: the claimer may have stored the record and died or exited before marking it. The lane is searched
+  from ``from`` to its tail for a record carrying the id (a bounded scan: the claim names where to start). Found:
+  the claim is completed with that offset and the copy refused, at once. Not found and the lease still running:
+  the claimer may be writing; it polls (every ``POLL_S``, searching again) until the entry turns ``written``,
+  disappears or its lease passes, up to the publisher's ``max_block_ms`` (``PublishTimeoutError`` then, nothing
+  queued). Not found and the lease over: the claimer died or stalled before writing: the claim is taken over by
+  compare-and-set (``replace(id, old, new)``) and the record written, so a retry after a crash succeeds exactly
+  once. ``Publisher.close`` waits for its claims to be marked written, so a process that exits cleanly leaves
+  none pending.
 
 The lease is the claimer's ``delivery_timeout_ms`` + ``max_block_ms`` + ``linger_ms`` (``claim_lease_ms``): the
 longest a live publisher takes from claim to a stored or failed write, short of a grid stalled beyond its own
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -160,6 +163,8 @@ class DedupWindow:
         self.refused = 0  # copies refused as duplicates
         self.taken_over = 0  # lapsed claims of other publishers taken over after a scan found nothing
         self.lease_lost = 0  # own claims taken over before the write settled (a duplicate may exist)
+        self._settling = 0  # claims being marked written (replace, then setTtl) right now
+        self._settled = threading.Condition()
 
     # ------------------------------------------------------------------------------------------------ claiming
 
@@ -270,6 +275,7 @@ class DedupWindow:
             if entry.get("state") == WRITTEN:
                 self.refused += 1
                 raise DuplicateMessageError(message_id, self.stream, entry.get("offset"))
+            self._refuse_if_stored(message_id, found, entry)
             age_ms = _now_ms() - entry["at"]
             if age_ms >= entry["lease"]:
                 claim = self._after_lapse(message_id, lane, found, entry)
@@ -285,17 +291,23 @@ class DedupWindow:
                 time.sleep(POLL_S)
             found = self._map.get(message_id)
 
-    def _after_lapse(self, message_id: str, lane: int, found: str, entry: dict[str, Any]) -> Claim | None:
-        """A pending claim whose lease is over: the record it announced is searched for in its lane. Returns the
-        claim taken over, or None when the entry changed meanwhile (look again)."""
+    def _refuse_if_stored(self, message_id: str, found: str, entry: dict[str, Any]) -> None:
+        """A pending claim's record may be stored already (its publisher died or exited before marking it
+        written): its lane is searched from the claim's ``from``, and a record found there completes the claim and
+        refuses this copy at once, whatever the claim's lease."""
         offset = find_message(self.rings[entry["lane"]], entry["from"], message_id, self.stream, entry["lane"])
-        if offset is not None:
-            if self._map.replace_if_same(message_id, found, _text({**entry, "offset": offset, "state": WRITTEN})):
-                self._map.set_ttl(message_id, self._left_s(entry["at"]))
-            self.refused += 1
-            raise DuplicateMessageError(
-                message_id, self.stream, offset, detail=" (found in its lane after the first publisher's claim lapsed)"
-            )
+        if offset is None:
+            return
+        if self._map.replace_if_same(message_id, found, _text({**entry, "offset": offset, "state": WRITTEN})):
+            self._map.set_ttl(message_id, self._left_s(entry["at"]))
+        self.refused += 1
+        raise DuplicateMessageError(
+            message_id, self.stream, offset, detail=" (found in its lane; the first publisher had not marked it)"
+        )
+
+    def _after_lapse(self, message_id: str, lane: int, found: str, entry: dict[str, Any]) -> Claim | None:
+        """A pending claim whose lease is over and whose record is not in its lane (``_refuse_if_stored`` looked):
+        taken over. Returns the claim, or None when the entry changed meanwhile (look again)."""
         return self._take_over(
             message_id, lane, found, entry, f"never written: its lease of {entry['lease']} ms is over"
         )
@@ -365,6 +377,8 @@ class DedupWindow:
                 self._map.remove_if_same_async(claim.message_id, claim.text)
             return
         done = _text({**json.loads(claim.text), "offset": offset, "state": WRITTEN})
+        with self._settled:
+            self._settling += 1
         future = self._map.replace_if_same_async(claim.message_id, claim.text, done)
         future.add_done_callback(lambda f: self._confirmed(claim, f))
 
@@ -372,8 +386,12 @@ class DedupWindow:
         try:
             replaced = future.result()
             if replaced:
-                self._map.set_ttl_async(claim.message_id, self._left_s(claim.at_ms))
+                ttl = self._map.set_ttl_async(claim.message_id, self._left_s(claim.at_ms))
+                ttl.add_done_callback(lambda _: self._settle_one())
+            else:
+                self._settle_one()
         except Exception as exc:
+            self._settle_one()
             logger.warning("stream %r: marking message id %r written failed: %s", self.stream, claim.message_id, exc)
             return
         if not replaced:
@@ -385,6 +403,18 @@ class DedupWindow:
                 claim.message_id,
                 self.lease_ms,
             )
+
+    def _settle_one(self) -> None:
+        with self._settled:
+            self._settling -= 1
+            self._settled.notify_all()
+
+    def drain(self, timeout_s: float | None) -> bool:
+        """Wait until the claims of the records stored so far are marked written (``Publisher.close``: a process
+        that exits right after its last publish leaves no claim pending for others to wait on); False when
+        ``timeout_s`` passed first."""
+        with self._settled:
+            return self._settled.wait_for(lambda: self._settling == 0, timeout_s)
 
     def release_all(self, claims: Sequence[Claim]) -> None:
         """Give claims back (their records were not queued)."""

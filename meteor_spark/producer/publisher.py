@@ -485,6 +485,8 @@ class Publisher:
             return
         try:
             self.flush(timeout_s)
+            if self._dedup is not None and not self._dedup.drain(timeout_s):
+                logger.warning("publisher %x: claims still being marked written at close", self.producer_id)
         except PublishTimeoutError as exc:
             self._sender.fail_queued(exc)
             raise
