@@ -45,15 +45,15 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "grid under test: the embedded member"
 
 
-def _deployed_elsewhere(item: pytest.Item) -> bool:
-    """A deployment test that takes the grid, when CI's passes run those in another pass (``.ci/dev`` sets
-    ``METEOR_TEST_DEPLOY_PASS`` to that pass's grid): the topology is what it adds, and both grids are under the
-    rest of the suite."""
+def _runs_in_another_pass(item: pytest.Item) -> bool:
+    """A deployment test (``deploy``) or a heavy end-to-end fault run (``once``) that takes the grid, when CI's
+    passes run those in another pass (``.ci/dev`` sets ``METEOR_TEST_DEPLOY_PASS`` to that pass's grid): what they
+    add is the topology or the fault, and the grid calls they make are under the rest of the suite on both grids."""
     deploy_pass = os.environ.get("METEOR_TEST_DEPLOY_PASS")
     return (
         deploy_pass is not None
         and deploy_pass != GRID_UNDER_TEST
-        and "deploy" in item.keywords
+        and ("deploy" in item.keywords or "once" in item.keywords)
         and "grid_settings" in getattr(item, "fixturenames", ())
     )
 
@@ -68,7 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         # the real-member pass repeats what talks to the grid; what never touches it ran in the embedded pass
         grid_less = REAL_MEMBER and "grid_settings" not in getattr(item, "fixturenames", ())
-        if grid_less or _deployed_elsewhere(item):
+        if grid_less or _runs_in_another_pass(item):
             deselected.append(item)
         else:
             selected.append(item)

@@ -24,7 +24,7 @@ from meteor_spark.grid.streams import open_stream
 from meteor_spark.groups.store import OFFSETS_MAP, lane_key
 from meteor_spark.testing import committed_values, wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.once]
 
 SCRIPT = Path(__file__).with_name("driver_script.py")
 
