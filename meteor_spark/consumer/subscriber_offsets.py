@@ -177,6 +177,11 @@ class SubscriberOffsets(SubscriberFields):
             return {}
         with self._lock:
             lanes = sorted(self._lanes)
+        for lane in lanes:
+            try:
+                member.settle_staged(lane)  # a committed transaction's offset not applied yet counts
+            except (FencedError, NotAssignedError):
+                continue  # lost: the poll that notices drops the lane
         confirmed = member.known_offsets(lanes)
         moved: dict[int, int] = {}
         with self._lock:

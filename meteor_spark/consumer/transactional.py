@@ -139,11 +139,14 @@ class TransactionalPublisher:
                 return {}
             key = self.begin()
             member = subscriber.member
+            staged = self._staged.setdefault(id(subscriber), (subscriber, {}))[1]
             for lane, position, epoch, mark in todo:
                 member.stage(lane, position, key, epoch=epoch, mark=mark)
-                self._staged.setdefault(id(subscriber), (subscriber, {}))[1][lane] = position
+                staged[lane] = position
         except (FencedError, NotAssignedError) as exc:
             self._doomed = str(exc)
+            if self._key is not None:
+                self._staged.setdefault(id(subscriber), (subscriber, {}))  # rewound by abort()
             raise
         return {lane: position for lane, position, _, _ in todo}
 
@@ -186,24 +189,36 @@ class TransactionalPublisher:
         self._end()
 
     def abort(self, reason: str = "aborted by the application") -> None:
-        """Abort the open transaction (its records are never delivered to ``read_committed`` readers, its staged
-        offsets never applied) and rewind the subscribers it staged offsets for, and ``rewind`` any other. A no-op
-        between transactions."""
+        """Abort the open transaction: its records are never delivered to ``read_committed`` readers, its staged
+        offsets never applied, and the subscribers given to ``send_offsets`` in it are rewound to the group's
+        offsets (their records are delivered again). Records of a subscriber whose offsets were not sent yet:
+        call its ``rewind()``. A transaction found committed already (a ``commit`` whose answer was lost) is
+        completed instead. A no-op between transactions.
+
+        Raises:
+            GridError: the abort could not be written; the transaction stays this publisher's: call ``abort()``
+                again (it times out meanwhile if the process dies).
+        """
         if self._key is None:
             return
         key = self._key
-        try:
-            transactions.abort(self._grid, key, reason)
-        finally:
-            for subscriber, lanes in self._staged.values():
-                for lane in lanes:
-                    try:
-                        subscriber.member.unstage(lane, key)
-                    except (FencedError, NotAssignedError, GridError) as exc:
-                        logger.debug("offset staged by aborted transaction %r left to be settled: %s", key, exc)
-                subscriber.rewind()
-            self.aborted += 1
+        # A grid error here propagates with the transaction kept: calling abort() again finds out how it ended.
+        state = transactions.abort(self._grid, key, reason)
+        if state is not None and state.state == transactions.COMMITTED:
+            logger.info("transaction %r was committed already: its offsets are applied, not rewound", key)
+            self._apply(key)
+            self.committed += 1
             self._end()
+            return
+        for subscriber, lanes in self._staged.values():
+            for lane in lanes:
+                try:
+                    subscriber.member.settle_staged(lane, key)
+                except (FencedError, NotAssignedError, GridError) as exc:
+                    logger.debug("offset staged by aborted transaction %r left to be settled: %s", key, exc)
+            subscriber.rewind()
+        self.aborted += 1
+        self._end()
 
     def _apply(self, key: str) -> None:
         """Move the group's offsets to those the committed transaction staged. A failure loses nothing: whoever

@@ -372,11 +372,16 @@ class GroupMember(LaneBalancer):
             lane, "apply", None, lambda stored: rolled_forward(stored) if _staged_by(stored, txn) else None
         )
 
-    def unstage(self, lane: int, txn: str) -> None:
-        """After ``txn`` aborted: drop the offset it staged on the lane (nothing when it staged none)."""
-        self._update_entry(
-            lane, "unstage", None, lambda stored: replace(stored, txn=None) if _staged_by(stored, txn) else None
-        )
+    def settle_staged(self, lane: int, txn: str | None = None) -> None:
+        """Settle the offset staged on a held lane (by ``txn``, or by any transaction when None) once its
+        transaction is decided: rolled forward if it committed, dropped if it aborted; left while it is open."""
+
+        def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
+            if stored.txn is None or (txn is not None and stored.txn.key != txn):
+                return None
+            return settle(self._grid, stored, self._where(lane), abort_open=False)
+
+        self._update_entry(lane, "settle", None, change)
 
     def _update_entry(
         self,

@@ -147,3 +147,35 @@ def test_the_sweep_keeps_a_committed_transaction_until_its_offsets_are_applied(g
         assert member.confirmed(0) == make_offset(1, 0)
         transactions.sweep(grid, now_ms=later)
         assert transactions.state_of(grid, key) is None, "removed once applied (it wrote no records)"
+
+
+def test_abort_after_a_commit_whose_answer_was_lost_completes_it(grid: Grid, unique_name: str) -> None:
+    """The commit landed but its caller never heard (the grid answered too late): ``abort()`` finds it committed,
+    applies its offsets and rewinds nothing; a later rewind starts after them."""
+    source, target = _streams(grid, unique_name, 5)
+    with (
+        Subscriber(grid, source.name, group="g", initial_offset_scheme="earliest", max_poll_records=5) as sub,
+        TransactionalPublisher(grid, target.name) as txn,
+    ):
+        for value in _poll(sub, 5):
+            txn.publish(value.encode())
+        staged = txn.send_offsets(sub)
+        key = txn.transaction
+        assert key is not None
+        txn._publisher.flush()  # type: ignore[union-attr]
+        transactions.commit(grid, key, [txn._publisher.producer_id])  # type: ignore[union-attr]
+        txn.abort()
+        assert (txn.committed, txn.aborted) == (1, 0)
+        assert sub.member.confirmed(0) == staged[0]
+        assert sub.rewind() == {0: staged[0]}
+        assert list(sub.poll(200)) == []
+    assert _committed_values(grid, target.name) == [str(n) for n in range(5)]
+
+
+def test_a_rewind_counts_a_committed_transactions_offset_not_applied_yet(grid: Grid, unique_name: str) -> None:
+    source, _ = _streams(grid, unique_name, 4)
+    with Subscriber(grid, source.name, group="g", initial_offset_scheme="earliest", max_poll_records=4) as sub:
+        assert len(_poll(sub, 4)) == 4
+        _staged_commit(grid, sub.member, f"{unique_name}/t1", make_offset(2, 0), commit=True)
+        assert sub.rewind() == {0: make_offset(2, 0)}
+        assert _poll(sub, 2) == ["2", "3"]
