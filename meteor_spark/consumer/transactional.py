@@ -67,6 +67,10 @@ class TransactionalPublisher:
         timeout_ms: a transaction open longer than this is aborted by readers (Kafka's ``transaction.timeout.ms``);
             keep it above the time one transaction takes.
         publisher_options: passed to each transaction's ``Publisher`` (serializers, batching, ...).
+
+    Attributes:
+        committed: transactions committed since creation.
+        aborted: transactions aborted since creation.
     """
 
     def __init__(

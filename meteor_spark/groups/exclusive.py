@@ -21,6 +21,9 @@ The protocol:
   offset is **ignored** (logged at debug level, without a grid call): late, out-of-order confirms from several
   threads are normal in at-least-once processing and must not move the group back. ``seek`` is the explicit way
   back.
+- **Stage / apply** (consume-transform-produce): ``stage`` puts an offset in the entry's ``txn`` field under a
+  transaction, fenced like a confirm; it becomes the offset when the transaction commits (``apply_staged``, or
+  settled by a new holder while it fences the lane, or by ``settle_staged``): ``meteor_spark.groups.txn_offsets``.
 - **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
   ``renew_every_ms`` (default ``lease_ms / 3``).
 - **Expiry and clocks**: see ``meteor_spark.groups.leases``. In short, safety (no two holders moving an offset) rests
