@@ -31,6 +31,7 @@ _EXPORTS = {
     "Responder": "meteor_spark.consumer.request_reply",
     "SharedSubscriber": "meteor_spark.consumer.shared_subscriber",
     "SharedRecord": "meteor_spark.consumer.shared_groups",
+    "TransactionalPublisher": "meteor_spark.consumer.transactional",
     "MeteorDataSource": "meteor_spark.spark.datasource",
     "register": "meteor_spark.spark.datasource",
     # The whole error tree: a user catches what the library raises without knowing the module it lives in.
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from meteor_spark.consumer.shared_groups import SharedRecord  # noqa: F401
     from meteor_spark.consumer.shared_subscriber import SharedSubscriber  # noqa: F401
     from meteor_spark.consumer.subscriber import InitialOffsetScheme, Receiver, Subscriber  # noqa: F401
+    from meteor_spark.consumer.transactional import TransactionalPublisher  # noqa: F401
     from meteor_spark.errors import (  # noqa: F401
         ArgumentTypeError,
         ConfigError,

@@ -64,6 +64,7 @@ EXPECTED = ERRORS | {
     "SharedSubscriber",
     "StreamConfig",
     "Subscriber",
+    "TransactionalPublisher",
     "__version__",
     "ensure_stream",
     "register",

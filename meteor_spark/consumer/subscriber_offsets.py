@@ -27,6 +27,7 @@ from meteor_spark.format.offsets import (
     sequence_of,
 )
 from meteor_spark.format.records import Record
+from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import check_lane, oldest_in
 from meteor_spark.grid.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
 from meteor_spark.validate import check_int
@@ -138,6 +139,64 @@ class SubscriberOffsets(SubscriberFields):
         # the same way, but would count the finished item as lag).
         after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
         self._member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
+
+    def delivered_unconfirmed(self) -> list[tuple[int, int, int | None, ItemMark | None]]:
+        """``(lane, position, epoch, mark)`` of every lane with records delivered since its last confirm: what a
+        transaction stages (``meteor_spark.consumer.transactional``).
+
+        Raises:
+            GroupError: ungrouped. FencedError: lanes lost (and dropped) after delivering records not confirmed
+            yet: their new holders read those records again, so a transaction holding them must abort.
+        """
+        self._need_group("send_offsets")
+        with self._lock:
+            todo = [(lane, s.position, s.epoch, s.position_mark) for lane, s in sorted(self._lanes.items()) if s.dirty]
+            lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+        if lost:
+            raise FencedError(
+                f"stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r} were lost after delivering "
+                f"records not confirmed yet; their new holders read them again: abort the transaction"
+            )
+        return todo
+
+    def mark_confirmed(self, positions: dict[int, int]) -> None:
+        """Note that ``positions`` (lane -> position) are the group's offsets now (a committed transaction)."""
+        with self._lock:
+            for lane, position in positions.items():
+                state = self._lanes.get(lane)
+                if state is not None and state.position == position:
+                    state.dirty = False
+
+    def rewind(self) -> dict[int, int]:
+        """Move every held lane back to the group's confirmed offset, locally (the group's offsets are not
+        written): what an aborted transaction's records came from is delivered again, as after Kafka's
+        ``abortTransaction`` and a seek to the committed offsets. Returns lane -> position now."""
+        self._need_group("rewind")
+        member = self._member
+        if member is None:
+            return {}
+        with self._lock:
+            lanes = sorted(self._lanes)
+        for lane in lanes:
+            try:
+                member.settle_staged(lane)  # a committed transaction's offset not applied yet counts
+            except (FencedError, NotAssignedError):
+                continue  # lost: the poll that notices drops the lane
+        confirmed = member.known_offsets(lanes)
+        moved: dict[int, int] = {}
+        with self._lock:
+            for lane in lanes:
+                state = self._lanes.get(lane)
+                offset = confirmed.get(lane)
+                if state is None or offset is None:
+                    continue
+                if state.position != offset or state.dirty:
+                    orphan = state.reset(offset)
+                    if orphan is not None:
+                        self._orphans.append(orphan)
+                    state.dirty = False
+                moved[lane] = offset
+        return moved
 
     def seek(self, offset: int, *, lane: int | None = None) -> None:
         """Continue reading ``lane`` at ``offset`` (ungrouped: locally; grouped: moves the group's offset, fenced).

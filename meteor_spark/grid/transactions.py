@@ -48,6 +48,10 @@ can still need it:
 * ``meteor.txn.batches`` keeps the last ``KEEP_BATCHES`` batch ids of each sink and query (Spark replays only
   the batch it was running), and any batch whose transaction is still open.
 
+* a committed transaction that staged group offsets (``commit(..., offsets=...)``: consume-transform-produce,
+  ``meteor_spark.groups.txn_offsets``) is also kept while any of those ``meteor.group.offsets`` entries still names
+  it as staged (not yet applied), so whoever settles the entry later still finds it committed.
+
 A ``read_committed`` reader's memory (``item_gate``) is bounded separately.
 """
 
@@ -61,8 +65,8 @@ from dataclasses import dataclass
 
 from meteor_spark.errors import MeteorError, TransactionAbortedError
 from meteor_spark.grid.client import Grid, result
-from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
+from meteor_spark.grid.txn_retention import lane_oldest, old_batches, still_staged
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +110,7 @@ class TxnState:
         decided_ms: wall-clock ms of the decision (0: open, or decided by an older version).
         lanes: committed: ``(stream, lane, after, last)`` for every lane the transaction may have items in: ring
             sequences ``(after, last]`` (see the module docs); None when not recorded (older versions).
+        offsets: committed: the ``meteor.group.offsets`` keys of the group offsets staged in the transaction.
     """
 
     key: str
@@ -115,6 +120,7 @@ class TxnState:
     reason: str = ""
     decided_ms: int = 0
     lanes: tuple[tuple[str, int, int, int], ...] | None = None
+    offsets: tuple[str, ...] = ()
 
     @property
     def decided(self) -> bool:
@@ -135,6 +141,8 @@ class TxnState:
             document["decided_ms"] = self.decided_ms
         if self.lanes is not None:
             document["lanes"] = [list(lane) for lane in self.lanes]
+        if self.offsets:
+            document["offsets"] = list(self.offsets)
         return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -150,6 +158,7 @@ class TxnState:
                 str(data.get("reason", "")),
                 int(data.get("decided_ms", 0)),
                 None if lanes is None else tuple((str(s), int(n), int(a), int(b)) for s, n, a, b in lanes),
+                tuple(str(k) for k in data.get("offsets", ())),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise MeteorError(
@@ -244,10 +253,19 @@ def take_batch(grid: Grid, batch_key: str, key: str) -> None:
     raise MeteorError(f"could not take batch {batch_key!r} over: too many concurrent runs of that query")
 
 
-def commit(grid: Grid, key: str, producers: Iterable[int], *, sweep_interval_s: float = SWEEP_INTERVAL_S) -> TxnState:
+def commit(
+    grid: Grid,
+    key: str,
+    producers: Iterable[int],
+    *,
+    offsets: Iterable[str] = (),
+    sweep_interval_s: float = SWEEP_INTERVAL_S,
+) -> TxnState:
     """Decide ``key`` committed with the records of ``producers`` (one CAS: open -> committed); producers
     registered under the transaction but not listed are aborted by the same write. Committing again with the
-    same producers is a no-op (a retried commit). ``sweep_interval_s``: see ``sweep_if_due``.
+    same producers is a no-op (a retried commit). ``offsets``: the ``meteor.group.offsets`` keys where the
+    transaction staged group offsets (kept by the sweep until they are applied). ``sweep_interval_s``: see
+    ``sweep_if_due``.
 
     Raises:
         TransactionAbortedError: the transaction was aborted first (timeout, fencing), or committed with other
@@ -270,7 +288,8 @@ def commit(grid: Grid, key: str, producers: Iterable[int], *, sweep_interval_s: 
                 f"transaction (raise transactionTimeoutMs if batches take longer than it)"
             )
         opened = _open_entries(grid, key)
-        decided = TxnState(key, COMMITTED, state.deadline_ms, wanted, decided_ms=_now_ms(), lanes=_lanes(grid, opened))
+        staged = tuple(sorted(set(offsets)))
+        decided = TxnState(key, COMMITTED, state.deadline_ms, wanted, "", _now_ms(), _lanes(grid, opened), staged)
         if txns.replace_if_same(key, current, decided.to_json()):
             _forget_open(grid, key, opened)
             sweep_if_due(grid, sweep_interval_s)
@@ -460,7 +479,7 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
         if producer != SWEPT_KEY and (key not in raw or key in removed):
             producers_removed += producers_map.remove_if_same(producer, key)
     batches_removed = 0
-    for batch_key in _old_batches(batches):
+    for batch_key in old_batches(batches, KEEP_BATCHES):
         key = batches[batch_key]
         state = states.get(key)
         if (state is None or state.decided or key in removed) and batches_map.remove_if_same(batch_key, key):
@@ -531,39 +550,16 @@ def _removable(grid: Grid, state: TxnState, now: int, oldest: dict[tuple[str, in
         return False
     if state.lanes is None:
         return now - state.deadline_ms >= LEGACY_RETENTION_MS
+    if state.offsets and still_staged(grid, state.key, state.offsets):
+        return False
     for stream, lane, _, last in state.lanes:
         where = (stream, lane)
         if where not in oldest:
-            oldest[where] = _oldest(grid, stream, lane)
+            oldest[where] = lane_oldest(grid, stream, lane)
         first = oldest[where]
         if first is not None and first <= last:
             return False
     return True
-
-
-def _oldest(grid: Grid, stream: str, lane: int) -> int | None:
-    """The lane's oldest servable sequence; None when the stream or lane no longer exists (nothing to read)."""
-    text = grid.map(STREAMS_MAP).get(stream)
-    if text is None:
-        return None
-    names = parse_metadata(stream, text).ring_names
-    return oldest_in(grid.ring(names[lane])) if lane < len(names) else None
-
-
-def _old_batches(batches: dict[str, str]) -> list[str]:
-    """Batch keys beyond the last ``KEEP_BATCHES`` batch ids of their sink and query."""
-    by_run: dict[str, list[tuple[int, str]]] = {}
-    for batch_key in batches:
-        prefix, _, batch_id = batch_key.rpartition("/")
-        try:
-            by_run.setdefault(prefix, []).append((int(batch_id), batch_key))
-        except ValueError:
-            continue
-    old: list[str] = []
-    for keyed in by_run.values():
-        keyed.sort()
-        old.extend(batch_key for _, batch_key in keyed[:-KEEP_BATCHES])
-    return old
 
 
 def swept(grid: Grid) -> bool:

@@ -25,7 +25,7 @@ from meteor_spark.errors import (
     GridError,
     unknown_option,
 )
-from meteor_spark.grid.client import GridMap
+from meteor_spark.grid.client import Grid, GridMap
 from meteor_spark.groups.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
 from meteor_spark.groups.store import (
     MAX_CAS_ATTEMPTS,
@@ -39,6 +39,7 @@ from meteor_spark.groups.store import (
     parse_key,
     read_offset,
 )
+from meteor_spark.groups.txn_offsets import settle
 
 __all__ = ["WANTS", "LaneBalancer", "MemberSettings", "balance", "default_member_id"]
 
@@ -106,6 +107,7 @@ class LaneBalancer:
     _settings: MemberSettings
     _on_change: Callable[[Assignment], None] | None
     _leases: LeaseMap
+    _grid: Grid
     _offsets: GridMap
     _members: GridMap
     _lease_observer: ExpiryObserver
@@ -357,8 +359,11 @@ class LaneBalancer:
                 return None
             if stored.epoch == epoch:
                 return text
-            # the offset, its mark and a nack's pause and high-water mark stay: only the epoch and writer change
-            fenced = replace(stored, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
+            # the offset, its mark and a nack's pause and high-water mark stay: only the epoch and writer change,
+            # and an offset a previous holder staged in a transaction is settled (txn_offsets: its open
+            # transaction is aborted, a committed one rolled forward) in this same compare-and-set
+            settled = settle(self._grid, stored, self._where(lane), abort_open=True) or stored
+            fenced = replace(settled, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
             if self._offsets.replace_if_same(key, text, fenced):
                 return fenced
         return None

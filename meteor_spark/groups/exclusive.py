@@ -21,6 +21,9 @@ The protocol:
   offset is **ignored** (logged at debug level, without a grid call): late, out-of-order confirms from several
   threads are normal in at-least-once processing and must not move the group back. ``seek`` is the explicit way
   back.
+- **Stage / apply** (consume-transform-produce): ``stage`` puts an offset in the entry's ``txn`` field under a
+  transaction, fenced like a confirm; it becomes the offset when the transaction commits (``apply_staged``, or
+  settled by a new holder while it fences the lane, or by ``settle_staged``): ``meteor_spark.groups.txn_offsets``.
 - **Renew**: each member's background thread rewrites its leases (``beat + 1``) and its heartbeat every
   ``renew_every_ms`` (default ``lease_ms / 3``).
 - **Expiry and clocks**: see ``meteor_spark.groups.leases``. In short, safety (no two holders moving an offset) rests
@@ -56,6 +59,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from meteor_spark.errors import (
     ConfigError,
@@ -77,10 +81,12 @@ from meteor_spark.groups.store import (
     OFFSETS_MAP,
     Assignment,
     ConfirmedOffset,
+    StagedOffset,
     lane_key,
     member_key,
     read_offset,
 )
+from meteor_spark.groups.txn_offsets import rolled_forward, settle
 
 __all__ = ["GroupMember"]
 
@@ -131,6 +137,7 @@ class GroupMember(LaneBalancer):
         self.lanes: int = info.config.lanes
         self._on_change = on_change
         self._leases = LeaseMap(grid.map(LEASES_MAP))
+        self._grid = grid
         self._offsets: GridMap = grid.map(OFFSETS_MAP)
         self._members: GridMap = grid.map(MEMBERS_MAP)
         self._lease_observer = ExpiryObserver()
@@ -334,6 +341,83 @@ class GroupMember(LaneBalancer):
         stored = ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}")
         return stored.not_before_ms, stored.high
 
+    def stage(
+        self, lane: int, offset: int, txn: str, *, epoch: int | None = None, mark: ItemMark | None = None
+    ) -> None:
+        """Stage ``offset`` on a held lane in transaction ``txn``: it becomes the group's offset exactly when ``txn``
+        commits (``apply_staged``, or whoever settles it: ``meteor_spark.groups.txn_offsets``), never if it aborts.
+        An offset staged by an earlier transaction is settled first. Fenced like ``confirm``.
+
+        Raises:
+            NotAssignedError, FencedError: as ``confirm``. GroupError: an earlier transaction's staged offset on the
+            lane is still open (one transaction at a time per lane: commit or abort it first).
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"stage: offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0")
+
+        def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
+            if stored.txn is not None and stored.txn.key != txn:
+                settled = settle(self._grid, stored, self._where(lane), abort_open=False)
+                if settled is None:
+                    raise GroupError(
+                        f"{self._where(lane)} has an offset staged by transaction {stored.txn.key!r}, still open; "
+                        f"commit or abort it before staging offsets in transaction {txn!r}"
+                    )
+                stored = settled
+            return replace(stored, txn=StagedOffset(txn, offset, mark))
+
+        self._update_entry(lane, "stage", epoch, change)
+
+    def apply_staged(self, lane: int, txn: str) -> None:
+        """After ``txn`` committed: move the lane's offset to the one staged by ``txn`` (nothing when another
+        transaction's, or nothing, is staged). Fenced: once the lane was taken over, its new holder has settled it."""
+        self._update_entry(
+            lane, "apply", None, lambda stored: rolled_forward(stored) if _staged_by(stored, txn) else None
+        )
+
+    def settle_staged(self, lane: int, txn: str | None = None) -> None:
+        """Settle the offset staged on a held lane (by ``txn``, or by any transaction when None) once its
+        transaction is decided: rolled forward if it committed, dropped if it aborted; left while it is open."""
+
+        def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
+            if stored.txn is None or (txn is not None and stored.txn.key != txn):
+                return None
+            return settle(self._grid, stored, self._where(lane), abort_open=False)
+
+        self._update_entry(lane, "settle", None, change)
+
+    def _update_entry(
+        self,
+        lane: int,
+        what: str,
+        read_epoch: int | None,
+        change: Callable[[ConfirmedOffset], ConfirmedOffset | None],
+    ) -> None:
+        """Compare-and-set the lane's offsets entry to ``change(stored)`` (None: leave it), fenced like ``confirm``."""
+        key = lane_key(self.stream, self.group, lane)
+        epoch = self._epoch_of(lane)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, -1, read_epoch, self.member_id, epoch)
+        with self._lock:
+            text = self._offset_texts.get(lane)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if text is None:
+                text = self._offsets.get(key)
+            if text is None:
+                raise self._fenced(what, lane, -1, epoch, None, None)
+            stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+            if stored.epoch > epoch:
+                raise self._fenced(what, lane, -1, epoch, stored.by, stored.epoch)
+            changed = change(stored)
+            if changed is None:
+                return
+            new = replace(changed, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
+            if self._offsets.replace_if_same(key, text, new):
+                self._remember_offset_text(lane, new)
+                return
+            text = None
+        raise GroupError(f"{what} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row")
+
     def _write_offset(
         self,
         lane: int,
@@ -382,7 +466,9 @@ class GroupMember(LaneBalancer):
             stored = ConfirmedOffset.decode(text, where)
             kept_high = high if high is not None or backwards else stored.high  # a seek forgets it
             kept_high = kept_high if kept_high is not None and kept_high > offset else None
-            new = ConfirmedOffset(epoch, offset, self.member_id, wall_ms(), mark, not_before_ms, kept_high).encode()
+            new = ConfirmedOffset(
+                epoch, offset, self.member_id, wall_ms(), mark, not_before_ms, kept_high, stored.txn
+            ).encode()
             if stored.epoch > epoch:
                 raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
             if not backwards and stored.offset is not None and offset <= stored.offset:
@@ -436,3 +522,7 @@ class GroupMember(LaneBalancer):
             raise ConfigError(
                 f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
             )
+
+
+def _staged_by(stored: ConfirmedOffset, txn: str) -> bool:
+    return stored.txn is not None and stored.txn.key == txn

@@ -23,6 +23,9 @@ sorted keys, because the grid's compare-and-set compares bytes):
     by ``nack``: ``meteor_spark.groups.redelivery``): the lane is not read by the group before that wall-clock instant
     (a delayed redelivery), and ``high`` is one past the furthest record the group delivered on the lane (the
     distance ``dead_letter_after`` measures against; kept by later confirms while they are below it).
+    ``txn`` (optional, written by ``GroupMember.stage``: ``meteor_spark.groups.txn_offsets``):
+    ``{"key": <transaction key>, "offset": ..., "mark": ...}``, an offset staged in a transaction: it becomes the
+    lane's offset exactly when that transaction commits (Kafka's ``sendOffsetsToTransaction``).
 
     Key ``["<stream>","<group>","@settings"]``: an exclusive group's stored settings
     (``meteor_spark.groups.exclusive_settings``), written only for a group given ``dead_letter_after``.
@@ -121,6 +124,25 @@ class Assignment(Mapping[int, int]):
 
 
 @dataclass(frozen=True)
+class StagedOffset:
+    """An offset staged in a transaction: the lane's offset once transaction ``key`` commits, never if it aborts."""
+
+    key: str
+    offset: int
+    mark: ItemMark | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        value: dict[str, Any] = {"key": self.key, "offset": self.offset}
+        if self.mark is not None:
+            value["mark"] = self.mark.encode()
+        return value
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> StagedOffset:
+        return cls(str(raw["key"]), int(raw["offset"]), ItemMark.decode(raw.get("mark")))
+
+
+@dataclass(frozen=True)
 class ConfirmedOffset:
     """A lane's stored confirmed offset.
 
@@ -132,6 +154,7 @@ class ConfirmedOffset:
         mark: the item the offset was taken after (``meteor_spark.grid.item_marks``), None when not known.
         not_before_ms: the group does not read the lane before this wall-clock instant (0: no pause).
         high: one past the furthest record the group delivered on the lane, when above ``offset`` (None: unknown).
+        txn: an offset staged in a transaction, applied when it commits (``meteor_spark.groups.txn_offsets``).
     """
 
     epoch: int
@@ -141,6 +164,7 @@ class ConfirmedOffset:
     mark: ItemMark | None = None
     not_before_ms: int = 0
     high: int | None = None
+    txn: StagedOffset | None = None
 
     def encode(self) -> str:
         value: dict[str, Any] = {
@@ -156,6 +180,8 @@ class ConfirmedOffset:
             value["not_before_ms"] = self.not_before_ms
         if self.high is not None:
             value["high"] = self.high
+        if self.txn is not None:
+            value["txn"] = self.txn.to_dict()
         return canonical(value)
 
     @classmethod
@@ -173,6 +199,7 @@ class ConfirmedOffset:
             mark=None if offset is None else ItemMark.decode(raw.get("mark")),
             not_before_ms=int(raw.get("not_before_ms", 0)),
             high=None if raw.get("high") is None else int(raw["high"]),
+            txn=None if raw.get("txn") is None else StagedOffset.from_dict(raw["txn"]),
         )
 
 
