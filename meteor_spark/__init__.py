@@ -61,6 +61,7 @@ _EXPORTS = {
     "DeserializationError": "meteor_spark.errors",
     "RequestError": "meteor_spark.errors",
     "RequestTimeoutError": "meteor_spark.errors",
+    "RedriveError": "meteor_spark.errors",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # pragma: no cover
         OffsetOutOfRangeError,
         PublisherClosedError,
         PublishTimeoutError,
+        RedriveError,
         RequestError,
         RequestTimeoutError,
         SerializationError,

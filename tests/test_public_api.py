@@ -30,6 +30,7 @@ ERRORS = {
     "OffsetOutOfRangeError",
     "PublishTimeoutError",
     "PublisherClosedError",
+    "RedriveError",
     "RequestError",
     "RequestTimeoutError",
     "SerializationError",
