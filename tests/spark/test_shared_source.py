@@ -96,9 +96,8 @@ def test_four_lanes_read_by_sixteen_tasks_a_failing_task_replays_exactly(
     started = time.monotonic()
     failed_runs = _run_until_done(make, 90)
     elapsed = time.monotonic() - started
-    entries = [
-        LaneShare.decode(grid.map(SHARE_MAP).get(lane_key(unique_name, "work", lane)), "test") for lane in range(4)
-    ]
+    texts = [grid.map(SHARE_MAP).get(lane_key(unique_name, "work", lane)) for lane in range(4)]
+    entries = [LaneShare.decode(text or "", "test") for text in texts]
     print(
         f"\nshared source: {total} records, 4 lanes, tasks per batch {tasks}, failed runs {failed_runs}, "
         f"in sink {len(sink)}, duplicated {len(duplicates)}, lost {total - len(sink)}, "
@@ -180,3 +179,17 @@ def test_a_poison_record_is_dead_lettered_after_the_group_limit(
 def test_wrong_combinations_are_clear_errors(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         SourceOptions.parse(options)
+
+
+def test_shared_on_an_ephemeral_stream_is_a_clear_error(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    from meteor_spark.grid.streams import StreamConfig, open_stream
+    from meteor_spark.spark.shared_reader import MeteorSharedStreamReader
+
+    open_stream(grid, StreamConfig(unique_name, ephemeral=True))
+    options = SourceOptions.parse(
+        {**grid_options(grid_settings), "stream": unique_name, "group": "g", "shared": "true"}
+    )
+    with pytest.raises(ConfigError, match="ephemeral"):
+        MeteorSharedStreamReader(options, None).initialOffset()  # type: ignore[arg-type]
