@@ -3,6 +3,11 @@ acknowledged when the batch commits, replayed exactly after a failure, dead-lett
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +23,8 @@ from meteor_spark.spark.options import SourceOptions
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+RETRY_SCRIPT = Path(__file__).with_name("shared_retry_script.py")
 
 
 def _shared_query(spark: Any, settings: GridSettings, stream: str, **options: str) -> Any:
@@ -108,6 +115,39 @@ def test_four_lanes_read_by_sixteen_tasks_a_failing_task_replays_exactly(
     assert duplicates == [] and len(sink) == total
     assert all(not e.spans for e in entries)  # every acquisition acknowledged (DONE folded into start)
     assert set(sink.values()) == {1}  # the replays re-read the same acquisitions: no new delivery
+
+
+def test_a_task_failing_twice_then_succeeding_under_task_retries_loses_and_duplicates_nothing(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    """Spark's own task retries (a driver of its own on ``local[2,4]``): the retried task re-reads its chunk."""
+    info = make_stream(grid, unique_name, lanes=4)
+    for lane in range(4):
+        put_items(grid, info, lane, values_items(f"l{lane}", 40, 10))
+    total = 4 * 40 * 10
+    marker = tmp_path / "marker"
+    marker.write_text("")
+    args = [sys.executable, str(RETRY_SCRIPT), ",".join(grid_settings.members), grid_settings.cluster_name]
+    args += [unique_name, str(tmp_path / "cp"), str(marker), "l1-5-5"]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, _ = child.communicate(timeout=240)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"the retry driver printed no result (exit {child.returncode})"
+    result = json.loads(lines[0][len("RESULT ") :])
+    keys = [(lane, offset) for lane, offset, _ in result["rows"]]
+    duplicated = len(keys) - len(set(keys))
+    print(
+        f"\ntask retries: {total} records, tasks per batch {result['tasks']}, failed attempts {result['attempts']}, "
+        f"in sink {len(set(keys))}, duplicated {duplicated}, lost {total - len(set(keys))}"
+    )
+    assert result["attempts"] == 2 and max(result["tasks"]) == 16
+    assert duplicated == 0 and len(set(keys)) == total
+    assert {count for _, _, count in result["rows"]} == {1}
 
 
 def test_a_poison_record_is_dead_lettered_after_the_group_limit(
