@@ -449,6 +449,36 @@ class SharedBookkeeping(SharedTakeUp):
             if any(f <= offset < e for f, e in refused.get(lane, ()))
         )
 
+    def hand_over(self, records: Iterable[Record]) -> list[tuple[int, int, int, int, str]]:
+        """Hand records this member holds over to a holder that outlives it (a Spark batch logged in its
+        checkpoint): where they lie in the group's state, ``(lane, offset, end, deliveries, token)`` each, for
+        ``settle_spans`` later. This member forgets them: ``close`` does not release them (they stay acquired until
+        settled or timed out)."""
+        with self._lock:
+            spans = [
+                (r.lane, r.offset, h.end, h.deliveries, h.token)
+                for r in records
+                for h in [self._held[r.lane][r.offset]]
+            ]
+            for lane, offset, _, _, _ in spans:
+                del self._held[lane][offset]
+        return spans
+
+    def settle_spans(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
+        """Settle the records ``[first, end)`` acquired under ``token`` (``(first, end, token)`` each, from
+        ``hand_over``, possibly by an earlier member) to ``DONE`` or ``AVAILABLE``, with one compare-and-set; this
+        member forgets them. Returns the ranges refused: not held by that acquisition any more (settled already,
+        or timed out and released or taken by another member)."""
+        if state not in (DONE, AVAILABLE):
+            raise ValueError(f"settle_spans takes DONE or AVAILABLE, got {state!r}")
+        lost = self._settle_lane(lane, spans, state)
+        with self._lock:
+            held = self._held[lane]
+            for first, end, _ in spans:
+                for offset in [o for o in held if first <= o < end]:
+                    del held[offset]
+        return lost
+
     def _records(self, records: Record | Iterable[Record], what: str) -> list[Record]:
         if isinstance(records, Record):
             return [records]

@@ -4,7 +4,8 @@ Where each piece runs ::
 
     planner worker     MeteorDataSource(options) -> schema()                 (at load(); errors surface there)
     source runner      streamReader() #1: initialOffset, latestOffset, partitions, commit   (driver side, one
-                       long-lived process per query run: it holds the group's leases)
+                       long-lived process per query run: it holds the group's leases; with shared=true
+                       it is the shared group's member: spark.shared_reader)
     planner worker     streamReader() #2: pickled into the read UDF (never talks to the grid)
     executor workers   #2.read(partition): reads its lane range(s) from the grid, yields Arrow batches
     planner worker     streamWriter()/writer(): validates the input schema; pickled into the write UDF
@@ -95,8 +96,12 @@ class MeteorDataSource(DataSource):
 
         options = SourceOptions.parse(self.options, batch=None)
         if not options.include_headers:
-            return SOURCE_SCHEMA
-        return SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
+            schema = SOURCE_SCHEMA
+        else:
+            schema = SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
+        if options.shared:  # how often the record was delivered to the group (1 the first time)
+            return StructType([*schema.fields, StructField("delivery_count", IntegerType(), True)])
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         # pushFilters only where Spark asks for it: a reader class with it fails every read while
@@ -108,9 +113,14 @@ class MeteorDataSource(DataSource):
         return kind(self._source_options(batch=True), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = self._source_options(batch=False)
+        if options.shared:
+            from meteor_spark.spark.shared_reader import MeteorSharedStreamReader
+
+            return MeteorSharedStreamReader(options, schema)
         from meteor_spark.spark.reader import MeteorStreamReader
 
-        return MeteorStreamReader(self._source_options(batch=False), schema)
+        return MeteorStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from meteor_spark.spark.writer import MeteorBatchWriter

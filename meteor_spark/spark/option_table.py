@@ -17,6 +17,9 @@ from meteor_spark.grid.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_GROUP_LEASE_MS = 5000
 
+#: Records a shared-group micro-batch acquires at most without maxRecordsPerTrigger.
+DEFAULT_SHARED_RECORDS_PER_TRIGGER = 10_000
+
 
 @dataclass(frozen=True)
 class OptionDoc:
@@ -310,6 +313,39 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "string",
         "(generated)",
         "Member id this query uses in the group (shown by `meteor groups`); unique per running query. Needs group.",
+    ),
+    OptionDoc(
+        "shared",
+        "readStream",
+        "bool",
+        "false",
+        "Read as a member of the shared group `group` (queue semantics): each micro-batch acquires records "
+        "(more tasks than lanes: minPartitions), they are acknowledged when the batch is committed, and redelivered "
+        "with delivery_count + 1 when a batch never commits. Adds the delivery_count column. One stream; "
+        "startingOffsets may only be group (the group's state decides).",
+    ),
+    OptionDoc(
+        "maxRecordsPerTrigger",
+        "readStream",
+        "int > 0",
+        str(DEFAULT_SHARED_RECORDS_PER_TRIGGER),
+        "Most records one micro-batch acquires from a shared group. Needs shared=true.",
+    ),
+    OptionDoc(
+        "acquisitionTimeoutMs",
+        "readStream",
+        "int > 0 (ms)",
+        "(the group's; 30000 for a new group)",
+        "The shared group's record lock duration: a batch must commit within it, or its records go to other "
+        "members. A group setting: set by the group's first member, refused when it differs. Needs shared=true.",
+    ),
+    OptionDoc(
+        "maxDeliveries",
+        "readStream",
+        "int > 0",
+        "(the group's; 5 with a dead-letter stream)",
+        "Deliveries after which a shared group's record is dead-lettered to deadLetterStream (the group's "
+        "dead-letter stream with shared=true). A group setting. Needs shared=true and deadLetterStream.",
     ),
     OptionDoc(
         "sinkId",

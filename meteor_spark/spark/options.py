@@ -31,7 +31,12 @@ from meteor_spark.grid.client import GridSettings
 from meteor_spark.grid.item_gate import parse_isolation
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.grid.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
-from meteor_spark.spark.option_table import DEFAULT_GROUP_LEASE_MS, DEFAULT_MAX_TRIGGER_DELAY_MS, OPTION_TABLE
+from meteor_spark.spark.option_table import (
+    DEFAULT_GROUP_LEASE_MS,
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    DEFAULT_SHARED_RECORDS_PER_TRIGGER,
+    OPTION_TABLE,
+)
 from meteor_spark.spark.option_values import RawOptions, per_lane_json, timestamp_ms
 
 #: Kafka's sentinels in per-lane JSON offsets.
@@ -148,6 +153,9 @@ class SourceOptions:
         timestamp_strategy: a lane with no record at or after its start time: error or start at its end.
         topics: AMQP topic patterns rows must match (``topics``, comma-separated), or None for every row.
         key_lanes: a pushed ``key`` predicate plans only its key's lane (``keyLanes``; ``spark.pushdown``).
+        shared: read as a member of the shared group ``group`` (``spark.shared_reader``).
+        max_records_per_trigger: records a shared-group batch acquires at most.
+        acquisition_timeout_ms, max_deliveries: the shared group's settings this query asks for (None: the group's).
     """
 
     streams: tuple[str, ...]
@@ -176,6 +184,10 @@ class SourceOptions:
     isolation: str = "read_uncommitted"
     topics: tuple[str, ...] | None = None
     key_lanes: bool = True
+    shared: bool = False
+    max_records_per_trigger: int = DEFAULT_SHARED_RECORDS_PER_TRIGGER
+    acquisition_timeout_ms: int | None = None
+    max_deliveries: int | None = None
 
     def matches(self, name: str) -> bool:
         """Whether the query reads stream ``name`` (listed in ``stream``, or matching ``streamPattern``)."""
@@ -233,6 +245,10 @@ class SourceOptions:
             isolation=parse_isolation(raw.text("isolation"), "option 'isolation'"),
             topics=_topics(raw.text("topics")),
             key_lanes=raw.boolean("keyLanes", True),
+            shared=raw.boolean("shared", False),
+            max_records_per_trigger=raw.positive_int("maxRecordsPerTrigger") or DEFAULT_SHARED_RECORDS_PER_TRIGGER,
+            acquisition_timeout_ms=raw.positive_int("acquisitionTimeoutMs"),
+            max_deliveries=raw.positive_int("maxDeliveries"),
         )
         parsed._check(raw, batch=batch)
         return parsed
@@ -242,6 +258,48 @@ class SourceOptions:
         self._check_read_kind(raw, batch=batch)
         self._check_needed_options(raw)
         self._check_lane_maps()
+        self._check_shared(raw)
+
+    def _check_shared(self, raw: RawOptions) -> None:
+        """``shared=true`` and the options only it takes (the ephemeral check needs the stream: the reader's)."""
+        if not self.shared:
+            for name in ("maxRecordsPerTrigger", "acquisitionTimeoutMs", "maxDeliveries"):
+                if raw.given(name):
+                    raise ConfigError(
+                        f"option {name!r} needs shared=true (a shared group read); add it or remove {name!r}"
+                    )
+            return
+        if self.group is None:
+            raise ConfigError(
+                "shared=true needs option 'group': the shared group to read as; add .option(\"group\", ...)"
+            )
+        if self.stream_pattern is not None or len(self.streams) != 1:
+            raise ConfigError("shared=true reads one stream (a shared group belongs to one); give one 'stream'")
+        if (
+            raw.given("startingOffsets") and self.starting.spec is not OffsetSpec.GROUP
+        ) or self.starting_time is not None:
+            raise ConfigError(
+                "shared=true starts where the shared group's state says (its first member starts it at the oldest "
+                "record); remove startingOffsets / startingTimestamp, or give startingOffsets=group"
+            )
+        for name in (
+            "maxOffsetsPerTrigger",
+            "minOffsetsPerTrigger",
+            "maxBytesPerTrigger",
+            "maxBytesPerLanePerTrigger",
+            "maxPartitions",
+            "maxOffsetsPerPartition",
+            "groupLeaseMs",
+            "topics",
+            "isolation",
+        ):
+            if raw.given(name):
+                raise ConfigError(
+                    f"option {name!r} does not apply with shared=true (records are acquired, not read by lane "
+                    "range); use maxRecordsPerTrigger and minPartitions"
+                )
+        if self.max_deliveries is not None and self.corrupt.dead_letter_stream is None:
+            raise ConfigError("option 'maxDeliveries' needs deadLetterStream (where records delivered that often go)")
 
     def _check_read_kind(self, raw: RawOptions, *, batch: bool | None) -> None:
         """Options of streaming reads only in a batch read, and the reverse (``batch=None``: not known yet)."""
@@ -255,6 +313,10 @@ class SourceOptions:
                 "groupMemberId",
                 "maxBytesPerTrigger",
                 "maxBytesPerLanePerTrigger",
+                "shared",
+                "maxRecordsPerTrigger",
+                "acquisitionTimeoutMs",
+                "maxDeliveries",
             ):
                 if raw.given(name):
                     raise ConfigError(

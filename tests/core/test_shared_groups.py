@@ -478,3 +478,25 @@ def test_deserializers_and_on_corrupt_for_shared_members(
     assert lenient.refusals.undecodable_records == 1 and lenient.held() == 2
     (letter,) = _dead_letters(grid, dead, 1)
     assert letter.value == b"not json"
+
+
+def test_records_handed_over_survive_close_and_are_settled_by_token_from_another_member(
+    grid: Grid, unique_name: str, members: list[SharedSubscriber]
+) -> None:
+    from meteor_spark.groups.shared_state import DONE
+
+    _stream(grid, unique_name, 12)
+    first = _member(grid, unique_name, members, max_poll_records=6)
+    records = _poll(first)
+    spans = first.hand_over(records)
+    assert [(lane, offset) for lane, offset, _, _, _ in spans] == [(r.lane, r.offset) for r in records]
+    first.close()  # handed over: not released
+    second = _member(grid, unique_name, members)
+    rest = _poll(second)
+    assert {r.value for r in rest}.isdisjoint({r.value for r in records}) and len(rest) == 12 - len(records)
+    second.ack(rest)
+    for lane in sorted({s[0] for s in spans}):
+        assert second.settle_spans(lane, [(f, e, t) for ln, f, e, _, t in spans if ln == lane], DONE) == []
+        again = second.settle_spans(lane, [(f, e, t) for ln, f, e, _, t in spans if ln == lane], DONE)
+        assert again  # settled already: refused, nothing written
+    assert len(second.poll(100)) == 0  # everything done

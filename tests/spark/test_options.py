@@ -218,12 +218,15 @@ def test_option_table_covers_every_accepted_option() -> None:
             "isolation": "read_committed",
             "transactional": "true",
             "keyLanes": "false",
+            "shared": "true",
         }.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
             grouped = {"group": "g"} if doc.name in ("groupLeaseMs", "groupMemberId") else {}
             if doc.name == "startingOffsetsByTimestampStrategy":
                 grouped = {"startingTimestamp": "3"}
+            if doc.name in ("shared", "maxRecordsPerTrigger", "acquisitionTimeoutMs", "maxDeliveries"):
+                grouped = {"group": "g", "shared": "true", "deadLetterStream": "dlq"}
             needed = {"headersAsMap": {"includeHeaders": "true"}}.get(doc.name, {})
             base = {} if doc.name == "streamPattern" else {"stream": "s"}
             SourceOptions.parse({**base, doc.name: value, **grouped, **needed}, batch=batch)
