@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench.harness import bench_grid, best_of_rounds
 from meteor_spark.format.records import Record
-from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.dedup import dedup_map_name
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table
 
 RECORD_BYTES = 100
@@ -70,22 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = DedupBenchOptions.from_args(args)
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    grid = Grid(GridSettings(members=(server.address,), cluster_name=server.cluster_name))
     figures: dict[str, Any] = {"settings": settings.__dict__}
     pool = [os.urandom(RECORD_BYTES) for _ in range(4096)]
-    try:
-        sides: dict[str, dict[str, list[float]]] = {"without": {}, "with": {}}
-        for _ in range(settings.rounds):
-            for side in sides:
-                for name, value in _round(grid, pool, settings, with_ids=side == "with").items():
-                    sides[side].setdefault(name, []).append(value)
-        for side, measured in sides.items():
-            figures[side] = {name: max(values) for name, values in measured.items()}
-    finally:
-        grid.close()
-        server.stop()
+    with bench_grid() as (grid, _):
+        sides = {
+            "without": lambda: _round(grid, pool, settings, with_ids=False),
+            "with": lambda: _round(grid, pool, settings, with_ids=True),
+        }
+        figures.update(best_of_rounds(settings.rounds, sides))
     return figures
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench.harness import bench_grid
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
@@ -35,7 +36,6 @@ from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.grid.subscriptions import live_subscriptions
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table
 
 ENTITY_COUNTS = (1, 4, 16)
@@ -78,18 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = EphemeralBenchOptions.from_args(args)
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
-    grid = Grid(grid_settings)
     figures: dict[str, Any] = {"settings": settings.__dict__}
-    try:
+    with bench_grid() as (grid, grid_settings):
         figures["ceiling"] = {"dropped_publish_records_s": _dropping(grid, settings)}
         for entities in ENTITY_COUNTS:
             figures[f"entities_{entities}"] = _entities(grid, grid_settings, settings, entities)
-    finally:
-        grid.close()
-        server.stop()
     return figures
 
 

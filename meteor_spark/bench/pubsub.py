@@ -39,6 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench.harness import bench_grid
 from meteor_spark.consumer.request_reply import Requester, Responder
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
@@ -47,7 +48,6 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table
 
 RECORD_BYTES = 100
@@ -111,21 +111,14 @@ def _values(pool: list[bytes], n: int) -> list[bytes]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = PubSubBenchOptions.from_args(args)
-    server = EmbeddedGrid(port=0, process=True)
-    server.start()
-    grid_settings = GridSettings(members=(server.address,), cluster_name=server.cluster_name)
-    grid = Grid(grid_settings)
     figures: dict[str, Any] = {"settings": settings.__dict__}
-    try:
+    with bench_grid() as (grid, grid_settings):
         pool = _payloads(settings.record_bytes)
         figures["ceiling"] = _ceilings(grid, pool, settings)
         figures["one_publisher"] = _one_publisher(grid, pool, settings)
         figures["fanout"] = _fanout(grid, grid_settings, pool, settings)
         figures["fanout_constant"] = _fanout(grid, grid_settings, [bytes(settings.record_bytes)], settings)
         figures["latency"] = _latency(grid, grid_settings, settings)
-    finally:
-        grid.close()
-        server.stop()
     return figures
 
 
