@@ -281,7 +281,10 @@ def _publish_while_cutting(
             pub.publish_many([f"{n}".encode() for n in range(i, min(records, i + 200))]) for i in range(0, records, 200)
         ]
         pub.flush(120)
-        failed = sum(1 for f in futures if f.exception() is not None)
+        errors = [repr(f.exception()) for f in futures if f.exception() is not None]
+        failed = len(errors)
+        if errors:
+            print(f"\nfailed bulks: {errors}")
         metrics = pub.metrics()
         pub.close()
     finally:
