@@ -17,3 +17,9 @@ def check_at_least_one(options: Any, names: tuple[str, ...]) -> None:
         value = getattr(options, name)
         if value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def given(value: int | None, default: int) -> int:
+    """A size flag's value, ``default`` when it was not given; a given 0 stays 0 (``check_at_least_one`` then
+    refuses it by name, where ``value or default`` would run the default silently)."""
+    return default if value is None else value

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid, best_of_rounds
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
@@ -47,17 +47,13 @@ class DedupBenchOptions:
     def from_args(cls, args: argparse.Namespace) -> DedupBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
-            plain_records=_given(args.plain_records, 20_000 if quick else 200_000),
-            id_records=_given(args.id_records, 1_000 if quick else 10_000),
-            bulk_records=_given(args.bulk_records, 10_000 if quick else 100_000),
-            rounds=_given(args.rounds, 1 if quick else 3),
+            plain_records=given(args.plain_records, 20_000 if quick else 200_000),
+            id_records=given(args.id_records, 1_000 if quick else 10_000),
+            bulk_records=given(args.bulk_records, 10_000 if quick else 100_000),
+            rounds=given(args.rounds, 1 if quick else 3),
         )
         check_at_least_one(settings, ("plain_records", "id_records", "bulk_records", "rounds"))
         return settings
-
-
-def _given(value: int | None, default: int) -> int:
-    return default if value is None else value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

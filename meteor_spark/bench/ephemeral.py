@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.records import Record
@@ -57,8 +57,8 @@ class EphemeralBenchOptions:
     def from_args(cls, args: argparse.Namespace) -> EphemeralBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
-            records=args.records or (20_000 if quick else 200_000),
-            probes=args.probes or (100 if quick else 1000),
+            records=given(args.records, 20_000 if quick else 200_000),
+            probes=given(args.probes, 100 if quick else 1000),
             record_bytes=args.record_bytes,
             subscriber_processes=args.subscriber_processes,
         )

@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from meteor_spark.bench import ephemeral
+from meteor_spark.errors import ConfigError
 
 
 @pytest.mark.slow
@@ -25,3 +26,11 @@ def test_quick_bench_reports_every_entity_count() -> None:
     printed = ephemeral.render(figures)
     for text in ("ENTITIES", "p50 / p99 ms", "dropped at the publisher"):
         assert text in printed
+
+
+@pytest.mark.parametrize("flag", ["--records", "--probes"])
+def test_a_size_of_zero_is_refused_by_name_not_replaced_by_the_default(flag: str) -> None:
+    parser = argparse.ArgumentParser()
+    ephemeral.add_arguments(parser)
+    with pytest.raises(ConfigError, match=f"{flag} must be >= 1, got 0"):
+        ephemeral.EphemeralBenchOptions.from_args(parser.parse_args([flag, "0"]))
