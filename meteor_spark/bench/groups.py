@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import first_offset_of
@@ -61,7 +61,7 @@ class GroupsBenchOptions:
         quick = bool(getattr(args, "quick", False))
         members = tuple(int(m) for m in str(args.members).split(",") if m.strip())
         settings = cls(
-            records=args.records or (20_000 if quick else 200_000),
+            records=given(args.records, 20_000 if quick else 200_000),
             members=members or (1, 2, 4),
             poll_records=args.poll_records,
         )

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid, best_of_rounds
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
@@ -47,10 +47,10 @@ class IdempotenceBenchOptions:
     def from_args(cls, args: argparse.Namespace) -> IdempotenceBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
-            async_records=args.async_records or (20_000 if quick else 200_000),
-            bulk_records=args.bulk_records or (100_000 if quick else 1_000_000),
-            short_lived=args.short_lived or (10 if quick else 100),
-            rounds=args.rounds or (1 if quick else 3),
+            async_records=given(args.async_records, 20_000 if quick else 200_000),
+            bulk_records=given(args.bulk_records, 100_000 if quick else 1_000_000),
+            short_lived=given(args.short_lived, 10 if quick else 100),
+            rounds=given(args.rounds, 1 if quick else 3),
         )
         check_at_least_one(settings, ("async_records", "bulk_records", "short_lived", "rounds"))
         return settings

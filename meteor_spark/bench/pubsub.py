@@ -38,7 +38,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid
 from meteor_spark.consumer.request_reply import Requester, Responder
 from meteor_spark.consumer.subscriber import Subscriber
@@ -70,10 +70,10 @@ class PubSubBenchOptions:
     def from_args(cls, args: argparse.Namespace) -> PubSubBenchOptions:
         quick = bool(getattr(args, "quick", False))
         settings = cls(
-            async_records=args.async_records or (20_000 if quick else 200_000),
-            bulk_records=args.bulk_records or (200_000 if quick else 2_000_000),
-            fanout_records=args.fanout_records or (100_000 if quick else 1_000_000),
-            round_trips=args.round_trips or (200 if quick else 2000),
+            async_records=given(args.async_records, 20_000 if quick else 200_000),
+            bulk_records=given(args.bulk_records, 200_000 if quick else 2_000_000),
+            fanout_records=given(args.fanout_records, 100_000 if quick else 1_000_000),
+            round_trips=given(args.round_trips, 200 if quick else 2000),
             record_bytes=args.record_bytes,
             subscriber_processes=args.subscriber_processes,
         )

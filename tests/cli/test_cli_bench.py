@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import types
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.cli import bench_cmd
+from meteor_spark.errors import ConfigError
 
 Meteor = Callable[..., Any]
 
@@ -83,3 +85,21 @@ def test_all_runs_every_area_and_keeps_going_after_a_failure(meteor: Meteor, mon
 def test_flatten_keeps_numbers_and_text() -> None:
     rows = bench_cmd.flatten({"a": {"b": 12.3456, "c": [1000, 2]}, "ok": True, "note": "x", "skip": None})
     assert rows == [("a.b", "12.3"), ("a.c.0", "1,000"), ("a.c.1", "2"), ("ok", "true"), ("note", "x")]
+
+
+@pytest.mark.parametrize(
+    ("area", "options", "flag"),
+    [
+        ("idempotence", "IdempotenceBenchOptions", "--rounds"),
+        ("pubsub", "PubSubBenchOptions", "--round-trips"),
+        ("groups", "GroupsBenchOptions", "--records"),
+        ("dedup", "DedupBenchOptions", "--id-records"),
+    ],
+)
+def test_a_size_of_zero_is_refused_by_name_in_every_area(area: str, options: str, flag: str) -> None:
+    """``value or default`` ran the default for a given 0, past the check beside it; ``bench.given`` keeps the 0."""
+    module = importlib.import_module(f"meteor_spark.bench.{area}")
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    with pytest.raises(ConfigError, match=f"{flag} must be >= 1, got 0"):
+        getattr(module, options).from_args(parser.parse_args([flag, "0"]))
