@@ -242,6 +242,7 @@ class DedupWindow:
         """Claim an id whose entry exists (``found``): wait for a young pending claim, search the lane behind a
         lapsed one, refuse a written one."""
         deadline = time.monotonic() + self.wait_s
+        searched: tuple[str, int] | None = None  # a pending entry's text and where its lane's next search starts
         while True:
             if found is None:
                 now = _now_ms()
@@ -275,7 +276,8 @@ class DedupWindow:
             if entry.get("state") == WRITTEN:
                 self.refused += 1
                 raise DuplicateMessageError(message_id, self.stream, entry.get("offset"))
-            self._refuse_if_stored(message_id, found, entry)
+            start = searched[1] if searched is not None and searched[0] == found else entry["from"]
+            searched = (found, self._refuse_if_stored(message_id, found, entry, start))
             age_ms = _now_ms() - entry["at"]
             if age_ms >= entry["lease"]:
                 claim = self._after_lapse(message_id, lane, found, entry)
@@ -291,13 +293,14 @@ class DedupWindow:
                 time.sleep(POLL_S)
             found = self._map.get(message_id)
 
-    def _refuse_if_stored(self, message_id: str, found: str, entry: dict[str, Any]) -> None:
+    def _refuse_if_stored(self, message_id: str, found: str, entry: dict[str, Any], start: int) -> int:
         """A pending claim's record may be stored already (its publisher died or exited before marking it
-        written): its lane is searched from the claim's ``from``, and a record found there completes the claim and
-        refuses this copy at once, whatever the claim's lease."""
-        offset = find_message(self.rings[entry["lane"]], entry["from"], message_id, self.stream, entry["lane"])
+        written): its lane is searched from ``start`` (the claim's ``from``, or where the previous poll's search
+        ended), and a record found there completes the claim and refuses this copy at once, whatever the claim's
+        lease. Returns where the next search of the same claim starts."""
+        offset, searched_to = find_message(self.rings[entry["lane"]], start, message_id, self.stream, entry["lane"])
         if offset is None:
-            return
+            return searched_to
         if self._map.replace_if_same(message_id, found, _text({**entry, "offset": offset, "state": WRITTEN})):
             self._map.set_ttl(message_id, self._left_s(entry["at"]))
         self.refused += 1
@@ -426,10 +429,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def find_message(ring: Ring, start: int, message_id: str, stream: str, lane: int) -> int | None:
-    """The offset of the first record carrying ``message_id`` in ``ring`` from sequence ``start`` to its tail, or
-    None. Items overwritten before they were read are passed over (the claim is then older than the ring holds);
-    undecodable items carry no id this search can see."""
+def find_message(ring: Ring, start: int, message_id: str, stream: str, lane: int) -> tuple[int | None, int]:
+    """The offset of the first record carrying ``message_id`` in ``ring`` from sequence ``start`` to its tail (or
+    None), and the sequence after the last item searched. Items overwritten before they were read are passed over
+    (the claim is then older than the ring holds); undecodable items carry no id this search can see."""
     tail = ring.tail()
     seq = max(start, ring.head())
     while seq <= tail:
@@ -449,6 +452,6 @@ def find_message(ring: Ring, start: int, message_id: str, stream: str, lane: int
                 continue
             for record in records:
                 if record.message_id == message_id:
-                    return record.offset
+                    return record.offset, sequence
         seq = batch.next_sequence
-    return None
+    return None, seq
