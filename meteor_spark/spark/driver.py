@@ -84,6 +84,9 @@ class DriverState:
         self.member_id = options.group_member_id or f"spark-{default_member_id()}"
         #: The query as a consuming entity of the ephemeral streams it reads (``meteor_spark.spark.entity``).
         self.entity = QueryEntity(self.grid, options, self.member_id)
+        #: Ephemeral streams: each lane's end read just before the query registered as an entity. A new query
+        #: starts there, so a record published once the registration is visible is the query's.
+        self.subscribed_ends: dict[tuple[str, int], int] = {}
         for name in stream_names(self.grid, options):
             self._open(name)
         check_dead_letter_stream(self.grid, options)
@@ -204,6 +207,9 @@ class DriverState:
 
     def _open(self, name: str) -> None:
         info = open_stream(self.grid, name, create=False)
+        if info.config.ephemeral:
+            for (stream, lane), (_, next_seq) in streams_bounds(self.grid, [info]).items():
+                self.subscribed_ends[(stream, lane)] = next_seq
         self.entity.open(info)
         self.infos[name] = info
         if self.options.group is not None:

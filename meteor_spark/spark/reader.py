@@ -189,6 +189,8 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                 )
                 if record is not None:
                     inside[(stream, lane)] = record
+            elif (stream, lane) in state.subscribed_ends:
+                start[(stream, lane)] = state.subscribed_ends[(stream, lane)]
             else:
                 start[(stream, lane)] = resolve_position(
                     self.options.starting,

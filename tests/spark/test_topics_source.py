@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark_helpers import grid_options, stream_reader
 
 from meteor_spark import Publisher, StreamConfig
@@ -15,7 +16,9 @@ from meteor_spark.errors import ConfigError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.subscriptions import NOT_STORED, live_subscriptions
+from meteor_spark.spark.entity import QueryEntity
 from meteor_spark.spark.options import SourceOptions
+from meteor_spark.spark.reader import MeteorStreamReader
 from meteor_spark.testing import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -74,6 +77,31 @@ def test_a_streaming_query_is_an_entity_of_an_ephemeral_stream(
     finally:
         query.stop()
     wait_until(lambda: not live_subscriptions(grid, unique_name), 30, message="the stopped query left the registry")
+
+
+def test_a_record_published_once_the_registration_is_visible_is_the_new_querys(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query's start is read before it registers: a publish landing between the registration and the
+    start's resolution is inside the first batch, not before the start."""
+    Publisher(grid, StreamConfig(unique_name, lanes=2, ephemeral=True)).close()
+    register = QueryEntity.open
+    published: list[int] = []
+
+    def open_then_publish(self: QueryEntity, info: Any) -> None:
+        register(self, info)
+        with Publisher(grid, unique_name) as pub:
+            published.append(pub.publish(b"right after", topic="orders.x"))
+
+    monkeypatch.setattr(QueryEntity, "open", open_then_publish)
+    options = SourceOptions.parse({**grid_options(grid_settings), "stream": unique_name})
+    reader = MeteorStreamReader(options, None)  # type: ignore[arg-type]  # the schema is not used on the driver
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+    finally:
+        reader.stop()
+    assert published[0] >= 0 and end != start
 
 
 def test_group_with_an_ephemeral_stream_fails_the_query_naming_both(
