@@ -6,8 +6,9 @@ What "at most once" means for a Spark query reading an ephemeral stream:
   it registers its ``topics`` patterns (default ``#``) in the stream's registry (``meteor_spark.grid.subscriptions``)
   and a background thread renews the entry, so publishers keep the records it matches. Records published while no
   source runner of the query runs are kept only if another entity matches them.
-- A new query starts at the lanes' ends (``startingOffsets`` must be ``latest``, the default); a restarted query
-  resumes from its checkpoint and reads what the lanes still hold from there.
+- A new query starts at the lanes' ends as read just before it registered (``startingOffsets`` must be ``latest``,
+  the default), so every record published once its entry is visible is its; a restarted query resumes from its
+  checkpoint and reads what the lanes still hold from there.
 - Spark's own recovery stands: a micro-batch that fails is read again from the same offsets, so rows reach the sink
   once per successful batch as with any source. What is at most once is the stream's side: a record dropped for
   lack of a matching entity, or overwritten in the ring, is gone; nothing is acknowledged or redelivered.
