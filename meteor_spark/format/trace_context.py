@@ -31,7 +31,7 @@ current span, a publish call looks at the current span once (a context-variable 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -190,11 +190,17 @@ def publish_tracing(stream: str) -> PublishTracing | None:
 # ---------------------------------------------------------------------------------------------------- consuming
 
 
-def _pairs(source: Record | Iterable[Any]) -> Iterable[Any]:
-    return source.headers if isinstance(source, Record) else source
+def _pairs(source: Record | Iterable[Any] | Mapping[str, Any]) -> Iterable[Any]:
+    """``(name, value)`` pairs of a record's headers, of a mapping (a Spark row's ``headers`` with
+    ``headersAsMap=true``) or of pairs as they are (a Spark row's ``headers`` array, tuples)."""
+    if isinstance(source, Record):
+        return source.headers
+    if isinstance(source, Mapping):
+        return source.items()
+    return source
 
 
-def _carrier(source: Record | Iterable[Any]) -> dict[str, str]:
+def _carrier(source: Record | Iterable[Any] | Mapping[str, Any]) -> dict[str, str]:
     """The headers as the propagators read them: names to text, the first of a repeated name."""
     carrier: dict[str, str] = {}
     for name, value in _pairs(source):
@@ -203,18 +209,18 @@ def _carrier(source: Record | Iterable[Any]) -> dict[str, str]:
     return carrier
 
 
-def traceparent(source: Record | Iterable[Any]) -> str | None:
-    """The ``traceparent`` header of a record (or of headers as ``(name, value)`` pairs, e.g. a Spark row's
-    ``headers``) as text; None when it has none. Needs no OpenTelemetry."""
+def traceparent(source: Record | Iterable[Any] | Mapping[str, Any]) -> str | None:
+    """The ``traceparent`` header of a record (or of headers as ``(name, value)`` pairs or a mapping, e.g. a Spark
+    row's ``headers`` in either shape) as text; None when it has none. Needs no OpenTelemetry."""
     for name, value in _pairs(source):
         if name == TRACEPARENT_HEADER and value is not None:
             return bytes(value).decode("ascii", "replace") if not isinstance(value, str) else value
     return None
 
 
-def extract(source: Record | Iterable[Any]) -> Context:
-    """The OpenTelemetry context a record carries (or headers as ``(name, value)`` pairs), through the configured
-    propagator; the current context when the record carries none.
+def extract(source: Record | Iterable[Any] | Mapping[str, Any]) -> Context:
+    """The OpenTelemetry context a record carries (or headers as ``(name, value)`` pairs or a mapping, e.g. a Spark
+    row's ``headers``), through the configured propagator; the current context when the record carries none.
 
     Raises:
         ModuleNotFoundError: OpenTelemetry's API is not installed (the message says how to install it).
