@@ -64,11 +64,11 @@ def _api() -> Any:
     if _otel is _NOT_LOOKED:
         try:
             from opentelemetry import propagate, trace
-            from opentelemetry.context import Context
+            from opentelemetry.context import Context, get_current
         except ImportError:
             _otel = None
         else:
-            _otel = SimpleNamespace(propagate=propagate, trace=trace, Context=Context)
+            _otel = SimpleNamespace(propagate=propagate, trace=trace, Context=Context, get_current=get_current)
     return _otel
 
 
@@ -91,31 +91,51 @@ def _has_traceparent(headers: tuple[tuple[str, bytes], ...]) -> bool:
     return any(type(pair) is tuple and pair and pair[0] == TRACEPARENT_HEADER for pair in headers)
 
 
-def _traceable(item: object) -> Record | None:
-    """``item`` as a record that may take trace headers; None when it carries its own ``traceparent`` or is not a
-    record at all (the publisher's checks refuse it then, with their own message)."""
+def _traceable(item: object) -> bool:
+    """Whether ``item`` may take trace headers: a record without a ``traceparent`` of its own. Not a record at all
+    (the publisher's checks refuse it, with their own message) or bad headers: False, ``item`` goes on as it is."""
     if isinstance(item, Record):
-        return None if type(item.headers) is not tuple or _has_traceparent(item.headers) else item
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        return Record(bytes(item))
+        return type(item.headers) is tuple and not _has_traceparent(item.headers)
+    return isinstance(item, (bytes, bytearray, memoryview, str))
+
+
+def _with_headers(item: Any, extra: tuple[tuple[str, bytes], ...]) -> Any:
+    """A traceable ``item`` (``_traceable``) as a record carrying ``extra`` headers; any other as it is."""
+    if type(item) is bytes:
+        return Record(item, None, extra)
+    if isinstance(item, Record):
+        if type(item.headers) is not tuple or _has_traceparent(item.headers):
+            return item
+        r = item  # the constructor, not dataclasses.replace: 3x cheaper, and this runs per traced record
+        return Record(
+            r.value, r.key, r.headers + extra, r.timestamp_ms, r.offset, r.lane, r.stream, r.topic, r.message_id
+        )
+    if isinstance(item, (bytearray, memoryview)):
+        return Record(bytes(item), None, extra)
     if isinstance(item, str):
-        return Record(item.encode("utf-8"))
-    return None
-
-
-def _with_headers(r: Record, extra: tuple[tuple[str, bytes], ...]) -> Record:
-    # the constructor, not dataclasses.replace: 3x cheaper, and this runs per traced record
-    return Record(r.value, r.key, r.headers + extra, r.timestamp_ms, r.offset, r.lane, r.stream, r.topic, r.message_id)
+        return Record(item.encode("utf-8"), None, extra)
+    return item
 
 
 class PublishTracing:
     """A publisher's side of tracing: its tracer and the API's functions, bound once (``publish_tracing``)."""
 
-    __slots__ = ("_api", "_attributes", "_current_span", "_inject", "_kind", "_name", "_set_span", "_tracer")
+    __slots__ = (
+        "_api",
+        "_attributes",
+        "_current",
+        "_current_span",
+        "_inject",
+        "_kind",
+        "_name",
+        "_set_span",
+        "_tracer",
+    )
 
     def __init__(self, api: Any, stream: str) -> None:
         trace = api.trace
         self._api = api
+        self._current = api.get_current
         self._current_span = trace.get_current_span
         self._set_span = trace.set_span_in_context
         self._inject = api.propagate.inject
@@ -129,12 +149,16 @@ class PublishTracing:
         }
 
     def active(self) -> bool:
-        """Whether a valid span context is current (a local span, or a remote one an application extracted)."""
-        return bool(self._current_span().get_span_context().is_valid)
+        """Whether a valid span context is current (a local span, or a remote one an application extracted).
+
+        An empty current context (the usual case outside traced code) answers at once: a context-variable read."""
+        context = self._current()
+        return bool(context) and bool(self._current_span(context).get_span_context().is_valid)
 
     def _start(self, extra: dict[str, Any]) -> tuple[Span, tuple[tuple[str, bytes], ...]]:
         """A PRODUCER span (child of the current span) and the headers its context injects."""
-        span = self._tracer.start_span(self._name, kind=self._kind, attributes={**self._attributes, **extra})
+        attributes = {**self._attributes, **extra} if extra else self._attributes
+        span = self._tracer.start_span(self._name, kind=self._kind, attributes=attributes)
         carrier: dict[str, str] = {}
         self._inject(carrier, context=self._set_span(span))
         return span, tuple((name, value.encode("utf-8")) for name, value in carrier.items())
@@ -151,13 +175,12 @@ class PublishTracing:
 
     def publish_one(self, item: object, queue: Callable[[Any], F]) -> F:
         """``queue(item)`` with ``item`` carrying a PRODUCER span's context, the span ending with its outcome."""
-        record = _traceable(item)
-        if record is None:
+        if not _traceable(item):
             return queue(item)
-        extra = {} if record.message_id is None else {"messaging.message.id": record.message_id}
-        span, headers = self._start(extra)
+        message_id = item.message_id if isinstance(item, Record) else None
+        span, headers = self._start({} if message_id is None else {"messaging.message.id": message_id})
         try:
-            future = queue(_with_headers(record, headers))
+            future = queue(_with_headers(item, headers))
         except BaseException as exc:
             _end(self._api, span, exc)
             raise
@@ -168,10 +191,7 @@ class PublishTracing:
         """``queue(items)`` with every record that has no ``traceparent`` of its own carrying one PRODUCER span's
         context (the bulk's), the span ending when the whole bulk settled."""
         span, headers = self._start({"messaging.batch.message_count": len(items)})
-        traced = []
-        for item in items:
-            record = _traceable(item)
-            traced.append(item if record is None else _with_headers(record, headers))
+        traced = [_with_headers(item, headers) for item in items]
         try:
             future = queue(traced)
         except BaseException as exc:
