@@ -25,8 +25,8 @@ Attributes follow the messaging semantic conventions as of v1.24 (span name ``<d
 ``"meteor"``, ``messaging.destination.name`` (the stream), ``messaging.operation``, ``messaging.batch.message_count``
 (bulks), ``messaging.destination.partition.id`` (the lane) and ``messaging.message.id`` (a record's message id).
 
-Cost: without the API nothing is imported and a publisher skips one ``is None`` test per call; with the API and no
-current span, a publish call looks at the current span once (a context-variable read) and adds nothing.
+Cost: without the API nothing is imported and a publisher makes one ``is None`` test per call; with the API and no
+current span, one read of the current context per call (an empty context answers at once) and nothing added.
 """
 
 from __future__ import annotations
