@@ -44,6 +44,7 @@ from meteor_spark.errors import (
 from meteor_spark.format.arrow_columns import ArrowInput
 from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import Serializer, serializer
+from meteor_spark.format.trace_context import publish_tracing
 from meteor_spark.grid.client import Grid, GridSettings, require_grid
 from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
@@ -114,6 +115,9 @@ class Publisher:
             entities may get (default 1,000 ms; ``meteor_spark.grid.subscriptions``). A record whose topic no live
             entity matches is dropped, not stored: its future completes with ``NOT_STORED`` (-1) and it is counted
             in ``metrics()["dropped_records"]`` (``meteor_spark.producer.topic_gate``).
+        tracing: with OpenTelemetry installed and a span current, each publish call starts a PRODUCER span and its
+            records carry its context in their headers (``traceparent``; ``meteor_spark.format.trace_context``);
+            False: never (default True).
 
     Examples:
         >>> with Publisher(grid, StreamConfig("orders", lanes=4)) as pub:          # doctest: +SKIP
@@ -143,8 +147,11 @@ class Publisher:
         transactional: bool = False,
         dedup_owner: str | None = None,
         subscription_refresh_ms: int | None = None,
+        tracing: bool = True,
     ) -> None:
         require_grid(grid)
+        if not isinstance(tracing, bool):
+            raise ArgumentTypeError(f"tracing must be True or False, got {tracing!r}")
         if subscription_refresh_ms is not None:
             check_int("subscription_refresh_ms", subscription_refresh_ms, 1, 3_600_000)
         if not isinstance(transactional, bool):
@@ -183,6 +190,7 @@ class Publisher:
         self._acc, self._sender = self._pipeline(grid, transactional)
         self._dedup = self._dedup_window(grid, transactional, dedup_owner)
         self._gate = TopicGate(grid, self.stream, subscription_refresh_ms) if self.info.config.ephemeral else None
+        self._trace = publish_tracing(self.stream) if tracing else None
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._detach_metrics = attach_metrics(registry, self)
@@ -265,6 +273,12 @@ class Publisher:
             record = self._serialized(record, None, 1)
         if topic is not None or message_id is not None:
             record = routed(record, topic, message_id)
+        if self._trace is not None and self._trace.active():
+            return self._trace.publish_one(record, lambda traced: self._queue_one(traced, callback))
+        return self._queue_one(record, callback)
+
+    def _queue_one(self, record: Record | bytes | str | Any, callback: PublishCallback | None) -> RecordFuture:
+        """``publish_async`` of a record already serialized and routed (and, traced, carrying its context)."""
         if self._gate is not None and not self._gate.wants(record):
             if type(record) is not bytes:
                 checked_record(record, route=False)  # bad input is refused, dropped or not
@@ -315,6 +329,12 @@ class Publisher:
         if self._serializing:
             n = len(items)
             items = [self._serialized(item, position, n) for position, item in enumerate(items)]
+        if self._trace is not None and items and self._trace.active():
+            return self._trace.publish_many(items, self._gated_many)
+        return self._gated_many(items)
+
+    def _gated_many(self, items: list[Any]) -> BulkFuture:
+        """``publish_many`` of records already serialized (and, traced, carrying their context)."""
         if self._gate is not None:
             kept = self._gate.split(items)
             if len(kept) < len(items):
