@@ -67,7 +67,7 @@ def layout(title: str, body: str, access: Access, *, page: str, data: dict[str, 
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         f"<title>{escape(title)} · meteor console</title>"
-        '<link rel="stylesheet" href="/static/console.css"></head>'
+        '<link rel="icon" href="data:,"><link rel="stylesheet" href="/static/console.css"></head>'
         f'<body data-page="{page}"{attributes}><header><b>meteor console</b> <nav>{nav}</nav> {mode}</header>'
         f'<main><h1>{escape(title)}</h1><p id="status" class="status"></p>{body}</main>'
         '<script src="/static/console.js"></script></body></html>'
