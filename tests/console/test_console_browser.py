@@ -158,7 +158,6 @@ def test_every_page_loads_without_a_script_error(
 def test_the_lag_chart_moves_while_a_group_falls_behind(
     browser: Any, console: ConsoleProcess, grid: Grid, unique_name: str, artefacts: Path
 ) -> None:
-    from selenium.webdriver.common.by import By
 
     stream = unique_name
     publish(grid, stream, ["first"])
@@ -168,9 +167,12 @@ def test_the_lag_chart_moves_while_a_group_falls_behind(
         load(browser, f"{console.url}groups/{stream}/slow", '#lag-chart polyline[data-lane="0"]')
 
         def plotted() -> tuple[str, int]:
-            line = browser.find_element(By.CSS_SELECTOR, '#lag-chart polyline[data-lane="0"]')
-            last = line.get_attribute("data-last")
-            return line.get_attribute("points") or "", int(last) if last else -1
+            """The lane's line as drawn now, read in one script call (the chart is redrawn under the test)."""
+            points, last = browser.execute_script(
+                "const l = document.querySelector('#lag-chart polyline[data-lane=\"0\"]');"
+                "return l ? [l.getAttribute('points'), l.getAttribute('data-last')] : ['', ''];"
+            )
+            return points or "", int(last) if last else -1
 
         before_points, before_last = plotted()
         sent = 0
@@ -200,7 +202,10 @@ def test_the_tail_shows_records_published_after_the_page_opened(
     load(browser, f"{console.url}streams/{stream}", "#tail tr")
 
     def values() -> list[str]:
-        return [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#tail tr td:last-child")]
+        found: list[str] = browser.execute_script(  # one call: rows are replaced under the test
+            "return [...document.querySelectorAll('#tail tr td:last-child')].map(td => td.textContent);"
+        )
+        return found
 
     publish(grid, stream, ["after-1", "after-2"], key="a", lanes=2)
     wait_until(lambda: {"after-1", "after-2"} <= set(values()), 20, 0.1, message="the new records in the tail")
