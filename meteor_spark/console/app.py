@@ -31,7 +31,7 @@ from meteor_spark.console.readmodel import (
 )
 from meteor_spark.console.security import Access, AccessMiddleware, check_action
 from meteor_spark.console.tail import TailFilter, parse_cursor, tail
-from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
+from meteor_spark.errors import ConfigError, MeteorError, RedriveError, StreamNotFoundError
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import open_stream
 
@@ -43,6 +43,8 @@ def _status_of(exc: MeteorError) -> int:
         return 404
     if isinstance(exc, ConfigError):
         return 400
+    if isinstance(exc, RedriveError):
+        return 409  # another redrive of the same stream got there first: pressing again later settles it
     return 502
 
 

@@ -53,14 +53,11 @@ def parse_cursor(info: StreamInfo, text: str | None) -> dict[int, int] | None:
     """``"0:12,1:40"`` -> ``{0: 12, 1: 40}``; None for no cursor. Lanes missing from it start at their end."""
     if not text:
         return None
-    cursor: dict[int, int] = {}
     try:
-        for part in text.split(","):
-            lane, _, seq = part.partition(":")
-            cursor[check_lane(info, int(lane))] = max(0, int(seq))
+        pairs = [(int(lane), int(seq)) for lane, _, seq in (part.partition(":") for part in text.split(","))]
     except ValueError:
         raise ConfigError(f"cursor {text!r}: expected LANE:SEQUENCE[,LANE:SEQUENCE...]") from None
-    return cursor
+    return {check_lane(info, lane): max(0, seq) for lane, seq in pairs}
 
 
 def format_cursor(cursor: dict[int, int]) -> str:
