@@ -22,13 +22,13 @@ from starlette.routing import Route
 from meteor_spark.console import pages
 from meteor_spark.console.history import LagHistory, Rates
 from meteor_spark.console.readmodel import (
-    Sampler,
     dead_letters_view,
     group_view,
     groups_index,
     open_transactions,
     streams_view,
 )
+from meteor_spark.console.sampler import Sampler
 from meteor_spark.console.security import Access, AccessMiddleware, check_action
 from meteor_spark.console.tail import TailFilter, parse_cursor, tail
 from meteor_spark.errors import ConfigError, MeteorError, RedriveError, StreamNotFoundError

@@ -1,6 +1,5 @@
 """What the console shows, gathered from the grid through the functions the CLI uses (stream metadata and lane
-bounds, group state and lag, dead letters, transactions), as plain JSON-ready dicts; and the sampler that feeds
-the lag history and the stream rates on a background thread.
+bounds, group state and lag, dead letters, transactions), as plain JSON-ready dicts.
 
 Every answer is bounded: at most ``MAX_ROWS`` rows of a kind, dead letters read from at most ``DLQ_ITEMS`` ring
 items per lane (the newest), so a page over a large grid costs a bounded number of round trips and bytes.
@@ -8,8 +7,6 @@ items per lane (the newest), so a page over a large grid costs a bounded number 
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections import defaultdict
 from typing import Any
@@ -17,8 +14,7 @@ from typing import Any
 from meteor_spark.console.history import LagHistory, Rates
 from meteor_spark.errors import FormatError, MeteorError
 from meteor_spark.format.item_header import item_base_timestamp
-from meteor_spark.format.offsets import sequence_of
-from meteor_spark.grid.client import Grid
+from meteor_spark.grid.client import Grid, Ring, result
 from meteor_spark.grid.streams import StreamInfo, open_stream, streams_bounds
 from meteor_spark.grid.transactions import OPEN, OPEN_MAP, TXNS_MAP, TxnState
 from meteor_spark.groups.admin import (
@@ -30,8 +26,8 @@ from meteor_spark.groups.admin import (
     list_streams,
     shared_group_state,
 )
-
-logger = logging.getLogger(__name__)
+from meteor_spark.groups.shared_state import SHARE_MAP
+from meteor_spark.groups.store import parse_key
 
 #: Rows of one kind (streams, groups, dead letters, transactions) one answer holds at most.
 MAX_ROWS = 500
@@ -43,30 +39,43 @@ def _sorted_streams(grid: Grid) -> list[StreamInfo]:
     return sorted(list_streams(grid), key=lambda s: s.name)[:MAX_ROWS]
 
 
-def _oldest_timestamp(grid: Grid, info: StreamInfo, lane: int, head: int, end: int) -> int | None:
-    """The base timestamp of a lane's oldest item held (one single-item read; None when empty or unreadable)."""
-    if end <= head:
-        return None
-    batch = grid.ring(info.ring_names[lane]).read_many(head, 0, 1)
-    if not batch.items:
-        return None
-    try:
-        return item_base_timestamp(batch.items[0], stream=info.name, lane=lane, sequence=batch.sequences[0])
-    except FormatError:
-        return None
+def _oldest_timestamps(
+    grid: Grid, infos: list[StreamInfo], bounds: dict[tuple[str, int], tuple[int, int]]
+) -> dict[tuple[str, int], int | None]:
+    """The base timestamp of every lane's oldest item held: one single-item read per non-empty lane, all in flight
+    at once (None for an empty lane, an item gone meanwhile or an undecodable one)."""
+    futures = {}
+    for info in infos:
+        for lane, ring in enumerate(info.ring_names):
+            head, end = bounds[(info.name, lane)]
+            if end > head:
+                futures[(info.name, lane)] = grid.ring(ring).read_many_async(head, 0, 1)
+    found: dict[tuple[str, int], int | None] = {}
+    for (name, lane), future in futures.items():
+        try:
+            batch = Ring.to_batch(result(future, f"oldest item of stream {name!r} lane {lane}"))
+            found[(name, lane)] = (
+                item_base_timestamp(batch.items[0], stream=name, lane=lane, sequence=batch.sequences[0])
+                if batch.items
+                else None
+            )
+        except FormatError:
+            found[(name, lane)] = None
+    return found
 
 
 def streams_view(grid: Grid, rates: Rates) -> list[dict[str, Any]]:
     """Every stream: lanes, capacity, items held, append rate, and history depth (the age of its oldest item)."""
     infos = _sorted_streams(grid)
     bounds = streams_bounds(grid, infos)
+    oldest_of = _oldest_timestamps(grid, infos, bounds)
     now = int(time.time() * 1000)
     rows = []
     for info in infos:
         lanes: list[dict[str, Any]] = []
         for lane in range(info.lanes):
             head, end = bounds[(info.name, lane)]
-            oldest = _oldest_timestamp(grid, info, lane, head, end)
+            oldest = oldest_of.get((info.name, lane))
             lanes.append({"lane": lane, "head": head, "next": end, "held": end - head, "oldest_ms": oldest})
         oldest_all = [lane["oldest_ms"] for lane in lanes if lane["oldest_ms"] is not None]
         rows.append(
@@ -91,11 +100,15 @@ def groups_index(grid: Grid) -> list[dict[str, Any]]:
         for g in list_groups(grid)
     ]
     known = {(row["stream"], row["group"]) for row in rows}
-    for info in _sorted_streams(grid):
-        for name in list_shared_groups(grid, info.name):
-            if (info.name, name) not in known:
-                rows.append({"stream": info.name, "group": name, "kind": "shared", "members": None, "held": None})
+    for stream, name in sorted(shared_pairs(grid) - known):
+        rows.append({"stream": stream, "group": name, "kind": "shared", "members": None, "held": None})
     return sorted(rows, key=lambda r: (r["stream"], r["group"]))[:MAX_ROWS]
+
+
+def shared_pairs(grid: Grid) -> set[tuple[str, str]]:
+    """Every ``(stream, shared group)`` with state in the grid, from one scan of the shared groups' map keys."""
+    keys = grid.map(SHARE_MAP).keys()
+    return {(parsed[0], parsed[1]) for parsed in map(parse_key, keys) if parsed is not None}
 
 
 def group_view(grid: Grid, stream: str, group: str, history: LagHistory) -> dict[str, Any]:
@@ -174,66 +187,6 @@ def open_transactions(grid: Grid) -> list[dict[str, Any]]:
             }
         )
     return sorted(rows, key=lambda r: r["deadline_ms"])[:MAX_ROWS]
-
-
-class Sampler:
-    """Samples every stream's lane ends (rates) and every exclusive and shared group's lag (history) each
-    ``interval_s`` on a daemon thread, until ``stop``. A failed sample is logged once per kind of error and
-    retried at the next tick: a grid that goes away and comes back leaves a gap in the chart, not a dead console."""
-
-    def __init__(self, grid: Grid, history: LagHistory, rates: Rates, interval_s: float) -> None:
-        self.grid = grid
-        self.history = history
-        self.rates = rates
-        self.interval_s = interval_s
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="meteor-console-sampler", daemon=True)
-        self._last_error = ""
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-                self._last_error = ""
-            except Exception as exc:  # the sampler outlives any one failure; the pages show the grid's own errors
-                if str(exc) != self._last_error:
-                    logger.warning("console sampler: %s", exc)
-                self._last_error = str(exc)
-            self._stop.wait(self.interval_s)
-
-    def sample(self) -> None:
-        """One round: the lane ends of every stream, then the lag of every group on it."""
-        infos = _sorted_streams(self.grid)
-        bounds = streams_bounds(self.grid, infos)
-        now = int(time.time() * 1000)
-        by_name = {info.name: info for info in infos}
-        for info in infos:
-            self.rates.add(info.name, now, sum(bounds[(info.name, lane)][1] for lane in range(info.lanes)))
-        exclusive = {(g.stream, g.group) for g in list_groups(self.grid)}
-        for stream, group in sorted(exclusive):
-            found = by_name.get(stream)
-            if found is None:
-                continue
-            for entry in lag_report(self.grid, found, group):
-                if entry.items is not None:
-                    self.history.add(stream, group, entry.lane, now, entry.items)
-        for info in infos:
-            for group in list_shared_groups(self.grid, info.name):
-                if (info.name, group) in exclusive:
-                    continue
-                for state in shared_group_state(self.grid, info, group):
-                    if state.start is not None:
-                        end = bounds[(info.name, state.lane)][1]
-                        self.history.add(info.name, group, state.lane, now, max(0, end - sequence_of(state.start)))
-        self.samples += 1
 
 
 def _text(raw: bytes | None, limit: int = 200) -> str | None:

@@ -52,7 +52,7 @@ def console_process(settings: GridSettings, *flags: str, env: dict[str, str] | N
         "--port",
         "0",
         "--sample-interval",
-        "0.3",
+        "0.5",
         "--members",
         ",".join(settings.members),
         "--cluster-name",
@@ -135,20 +135,38 @@ def publish(grid: Grid, stream: str, values: list[str], *, key: str | None = Non
 def test_every_page_loads_without_a_script_error(
     browser: Any, console: ConsoleProcess, grid: Grid, unique_name: str, artefacts: Path
 ) -> None:
+    from meteor_spark.consumer.shared_subscriber import SharedSubscriber
+    from meteor_spark.grid.transactions import abort, begin
+
     stream = unique_name
+    txn = f"{stream}-txn"
     publish(grid, stream, [f"v{n}" for n in range(10)], lanes=2)
-    with Subscriber(grid, stream, group="billing", initial_offset_scheme="earliest") as reader:
-        wait_until(lambda: reader.poll(100), 20, message="a first batch")
-        reader.confirm()
-        severe_logs(browser)  # drain
-        load(browser, console.url, f'#streams a[href="/streams/{stream}"]')
-        keep_shot(browser, artefacts, "streams", share=True)
-        load(browser, console.url + "groups", f'#groups a[href="/groups/{stream}/billing"]')
-        load(browser, f"{console.url}groups/{stream}/billing", "#lanes table")
-        load(browser, f"{console.url}streams/{stream}", "#tail tr")
-        load(browser, console.url + "dlq", "main table")
-        load(browser, console.url + "txns", "main p")
-        load(browser, f"{console.url}dlq/{stream}", "main table")
+    begin(grid, txn, 4_242_424, 60_000, stream=stream)  # an open transaction for the transactions page
+    try:
+        with (
+            Subscriber(grid, stream, group="billing", initial_offset_scheme="earliest") as reader,
+            SharedSubscriber(grid, stream, group="workers", initial_offset_scheme="earliest") as worker,
+        ):
+            wait_until(lambda: reader.poll(100), 20, message="a first batch")
+            reader.confirm()
+            taken = wait_until(lambda: worker.poll(100), 20, message="a shared batch")
+            worker.ack(taken)
+            severe_logs(browser)  # drain
+            load(browser, console.url, f'#streams a[href="/streams/{stream}"]')
+            keep_shot(browser, artefacts, "streams", share=True)
+            load(browser, console.url + "groups", f'#groups a[href="/groups/{stream}/workers"]')
+            load(browser, console.url + "groups", f'#groups a[href="/groups/{stream}/billing"]')
+            load(browser, f"{console.url}groups/{stream}/billing", "#lanes table")
+            load(browser, f"{console.url}groups/{stream}/workers", "#lanes table")
+            assert "shared group of stream" in browser.page_source
+            load(browser, f"{console.url}streams/{stream}", "#tail tr")
+            load(browser, console.url + "dlq", "main table")
+            load(browser, f"{console.url}dlq/{stream}", "main table")
+            load(browser, console.url + "txns", "main table")
+            assert txn in browser.page_source and stream in browser.page_source
+            keep_shot(browser, artefacts, "transactions")
+    finally:
+        abort(grid, txn, "the test is over")
     errors = severe_logs(browser)
     assert errors == [], errors
     status, body = http(console.url + "api/tail/no-such-stream")
