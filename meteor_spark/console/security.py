@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from meteor_spark.errors import ConfigError
 #: A given token shorter than this is refused for a non-loopback bind (a generated one has 43 characters).
 MIN_TOKEN_CHARS = 16
 COOKIE = "meteor_console_token"
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
 ACTION_HEADER = "x-meteor-action"
 LOOPBACK_NAMES = ("localhost",)
 
@@ -70,6 +72,11 @@ class Access:
         loopback = is_loopback(host)
         if token is not None and not token.strip():
             raise ConfigError("--token / METEOR_CONSOLE_TOKEN is empty: give a token, or leave both unset")
+        if token is not None and not _TOKEN_CHARS.fullmatch(token):
+            raise ConfigError(
+                "--token / METEOR_CONSOLE_TOKEN may hold letters, digits and - . _ ~ + / = only (it travels in a "
+                "cookie and a header); `python -c 'import secrets; print(secrets.token_urlsafe(32))'` makes one"
+            )
         if token is not None and not loopback and len(token) < MIN_TOKEN_CHARS:
             raise ConfigError(
                 f"--token has {len(token)} characters: binding {host} (not loopback) exposes the console to the "

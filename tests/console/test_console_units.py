@@ -5,6 +5,7 @@ command's refusals of bad flags."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -50,6 +51,8 @@ def test_access_rules_for_loopback_and_other_binds() -> None:
         Access.decide("0.0.0.0", "short", False)
     with pytest.raises(ConfigError, match="empty"):
         Access.decide("127.0.0.1", " ", False)
+    with pytest.raises(ConfigError, match="letters, digits"):
+        Access.decide("127.0.0.1", "a token; with=cookie syntax", False)
     token = "t" * 20
     given = Access.decide("10.0.0.1", token, False)
     assert given.accepts({"authorization": f"Bearer {token}"}) and given.accepts({"x-meteor-token": token})
@@ -139,3 +142,13 @@ def test_the_command_refuses_bad_flags_by_name(
     assert main(["console", *flags]) == 1
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("meteor console: error:") and fragment in lines[0], lines
+
+
+def test_without_the_console_extra_the_command_names_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if uvicorn were not installed
+    assert main(["console"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "meteor console: error: meteor console needs the console extra: pip install 'meteor-spark[console]'"
+    )
