@@ -193,9 +193,12 @@ def dlq_page(view: dict[str, Any], access: Access) -> str:
     body = (
         f"<p>{num(view['total'])} dead letter(s) in the newest ring items read ({num(view['scanned_items'])} "
         f'items, {num(view["undecodable_items"])} undecodable).</p>{action}<p id="redrive-result"></p>'
-        + table(["lane:offset", "source stream:lane:offset", "group", "error", "key", "value", "redriven"], rows)
+        + table(DLQ_HEADERS, rows, body_id="letters")
     )
-    return layout(f"Dead letters of {name}", body, access, page="dlq")
+    return layout(f"Dead letters of {name}", body, access, page="dlq", data={"api": path("api", "dlq", name)})
+
+
+DLQ_HEADERS = ["lane:offset", "source stream:lane:offset", "group", "error", "key", "value", "redriven"]
 
 
 def txns_page(txns: list[dict[str, Any]], access: Access) -> str:

@@ -277,8 +277,10 @@ def test_redrive_is_refused_read_only_and_runs_with_allow_actions(
         browser.find_element(By.ID, "redrive").click()
         result = browser.find_element(By.ID, "redrive-result")
         wait_until(lambda: result.text.startswith("redrove"), 30, 0.1, message="the redrive's answer")
-        keep_shot(browser, artefacts, "dlq-redriven")
         assert result.text.startswith("redrove 5,"), result.text
+        redriven = "return [...document.querySelectorAll('#letters tr td:last-child')].map(td => td.textContent);"
+        wait_until(lambda: browser.execute_script(redriven) == ["yes"] * 5, 20, 0.1, message="the table refreshed")
+        keep_shot(browser, artefacts, "dlq-redriven")
         after = sum(n for _, n in lane_bounds(grid, open_stream(grid, source, create=False)).values())
         assert after > before
         browser.find_element(By.ID, "redrive").click()  # a second press redrives nothing again

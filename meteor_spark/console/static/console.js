@@ -145,6 +145,13 @@ const pages = {
   dlq() {
     const button = document.getElementById("redrive");
     if (!button) return;
+    const refresh = async () => {
+      const view = await getJson(document.body.dataset.api);
+      const q = v => (v === null || v === undefined ? "?" : v);
+      fillRows(document.getElementById("letters"), view.letters.map(d => [
+        d.lane + ":" + d.offset, `${q(d.source)}:${q(d.source_lane)}:${q(d.source_offset)}`, d.group || "-",
+        d.error || "", d.key || "", d.value || "", d.redriven ? "yes" : "no"]));
+    };
     button.addEventListener("click", async () => {
       const out = document.getElementById("redrive-result");
       button.disabled = true;
@@ -155,7 +162,8 @@ const pages = {
         out.textContent = response.ok
           ? `redrove ${body.redriven}, ${body.already} redriven before, ${body.matched} matched`
           : `refused (${response.status}): ${body.error}`;
-      } finally { button.disabled = false; }
+        if (response.ok) await refresh();
+      } catch (e) { status("redrive failed: " + e.message); } finally { button.disabled = false; }
     });
   },
 };
