@@ -1,5 +1,5 @@
-"""Dependencies point one way, down the layers of ``LAYERS`` (cli -> bench -> spark -> config/testing -> consumer ->
-groups -> producer -> grid -> format -> errors and the other base modules); server/ imports neither
+"""Dependencies point one way, down the layers of ``LAYERS`` (cli -> console -> bench -> spark -> config/testing ->
+consumer -> groups -> producer -> grid -> format -> errors and the other base modules); server/ imports neither
 pyspark nor hazelcast. ``meteor_spark.compat`` holds the private couplings to both dependencies and imports each only
 inside the function that needs it.
 
@@ -287,6 +287,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kit", ("config", "testing")),
     ("spark", ("spark",)),
     ("bench", ("bench",)),
+    ("console", ("console",)),
     ("cli", ("cli",)),
 )
 RANK = {layer: rank for rank, (layer, _) in enumerate(LAYERS)}

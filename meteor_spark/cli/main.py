@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from meteor_spark import __version__
 from meteor_spark.cli import (
     bench_cmd,
+    console_cmd,
     demo_cmd,
     dlq_cmd,
     grid_cmd,
@@ -52,6 +53,7 @@ examples:
   meteor groups orders
   meteor dlq list orders-dlq                    dead letters by source and error; `dlq redrive` sends them back
   meteor trace orders --key user-7              where a key's records are and what became of them
+  meteor console                                a web console on http://127.0.0.1:8321/ (read-only)
   meteor bench all --quick
 
 `meteor COMMAND --help` shows each command's flags.
@@ -71,7 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"meteor-spark {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     commands.required = True
-    for module in (grid_cmd, streams_cmd, publish_cmd, tail_cmd, groups_cmd, dlq_cmd, trace_cmd, bench_cmd, demo_cmd):
+    for module in (
+        grid_cmd,
+        streams_cmd,
+        publish_cmd,
+        tail_cmd,
+        groups_cmd,
+        dlq_cmd,
+        trace_cmd,
+        console_cmd,
+        bench_cmd,
+        demo_cmd,
+    ):
         module.register(commands, parent)
     return parser
 
