@@ -26,9 +26,9 @@ logger = logging.getLogger("meteor_spark.consumer.subscriber")
 def dead_letter_publisher(grid: Grid, name: str) -> Publisher:
     """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
     try:
-        return Publisher(grid, name)
+        return Publisher(grid, name, value_serializer="bytes")
     except StreamNotFoundError:
-        return Publisher(grid, StreamConfig(name))
+        return Publisher(grid, StreamConfig(name), value_serializer="bytes")
 
 
 class Refusals:

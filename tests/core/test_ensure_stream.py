@@ -83,6 +83,7 @@ def test_apply_changes_the_stored_settings_for_parties_that_open_it_afterwards(g
         linger_ms=2.5,
         dedup_window_ms=30_000,
         region="eu-west",
+        value_format="avro",
     )
     applied = ensure_stream(grid, asked, on_difference="apply")
     assert applied.outcome == "applied" and applied.changed
