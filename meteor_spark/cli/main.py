@@ -17,6 +17,7 @@ from meteor_spark.cli import (
     grid_cmd,
     groups_cmd,
     publish_cmd,
+    schemas_cmd,
     streams_cmd,
     tail_cmd,
     trace_cmd,
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     for module in (grid_cmd, streams_cmd, publish_cmd, tail_cmd, groups_cmd, dlq_cmd, trace_cmd, bench_cmd, demo_cmd):
         module.register(commands, parent)
+    schemas_cmd.register(commands, parent)
     return parser
 
 

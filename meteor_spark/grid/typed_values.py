@@ -52,10 +52,10 @@ class AvroSerializer:
     """A publisher's ``value_serializer`` for a typed stream: checks and encodes dicts (or dataclass instances)
     with one schema version; ``record_header`` is the header every record it encodes must carry."""
 
-    def __init__(self, grid: Grid, stream: str, setting: AvroValues) -> None:
+    def __init__(self, grid: Grid, stream: str, setting: AvroValues, what: str = "value_serializer='avro'") -> None:
         if setting.into is not None:
             raise ConfigError("value_serializer: AvroValues(into=...) is for subscribers; a publisher takes any dict")
-        subject = require_subject(grid, stream, "value_serializer='avro'")
+        subject = require_subject(grid, stream, what)
         chosen = subject.latest if setting.version is None else subject.version(setting.version)
         self.version = chosen.version
         self.schema = chosen.schema
