@@ -4,9 +4,11 @@ incompatible schema refused naming the field."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from conftest import Meteor
+Meteor = Callable[..., Any]
 
 
 def _write(path: Path, *fields: dict[str, object]) -> str:

@@ -91,7 +91,8 @@ def test_apply_changes_the_stored_settings_for_parties_that_open_it_afterwards(g
     assert all(d.fate == "applied" and d.changeable for d in applied.differences)
     assert _stored(grid, unique_name) == asked == applied.info.config
     assert applied.info.created_at_ms == first.info.created_at_ms
-    with Publisher(grid, unique_name) as pub:  # opened by name: the new defaults
+    # opened by name: the new defaults (now a typed stream without a schema: raw bytes, named)
+    with Publisher(grid, unique_name, value_serializer="bytes") as pub:
         assert (pub.info.config.compression, pub.info.config.linger_ms) == ("none", 2.5)
     assert ensure_stream(grid, asked, on_difference="apply").outcome == "unchanged"
 
