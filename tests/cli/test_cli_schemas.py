@@ -37,3 +37,18 @@ def test_register_list_show_and_check(meteor: Meteor, unique_name: str, tmp_path
     meteor("schemas", "register", unique_name, bad).assert_user_error("id: type 'long' cannot be read as 'string'")
     meteor("schemas", "show", f"{unique_name}-none").assert_user_error("has no schema")
     meteor("schemas", "register", unique_name, str(tmp_path / "missing.avsc")).assert_user_error("cannot read")
+
+
+def test_publish_and_tail_a_typed_stream(meteor: Meteor, unique_name: str, tmp_path: Path) -> None:
+    schema = _write(tmp_path / "v1.avsc", {"name": "id", "type": "long"}, {"name": "who", "type": "string"})
+    assert meteor("schemas", "register", unique_name, schema).code == 0
+    assert meteor("streams", "create", unique_name, "--value-format", "avro").code == 0
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"id": 1, "who": "ada"}\n{"id": "x", "who": "bob"}\n{"id": 3, "who": "cy"}\n')
+    published = meteor("publish", unique_name, str(lines))
+    assert "in.jsonl:2: " in published.err and "field 'Order.id' got 'x'" in published.err, published
+    tailed = meteor("tail", unique_name, "--from", "earliest", "--max", "2", "--json")
+    assert [json.loads(line)["value"] for line in tailed.out.splitlines()] == [
+        {"id": 1, "who": "ada"},
+        {"id": 3, "who": "cy"},
+    ]
