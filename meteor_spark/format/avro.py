@@ -61,13 +61,22 @@ _PROMOTIONS = {
 }
 
 
+_FASTAVRO: Any = None
+
+
 def _fastavro() -> Any:
+    """fastavro (with its validation module), imported once, when the first typed value is met."""
+    global _FASTAVRO
+    if _FASTAVRO is not None:
+        return _FASTAVRO
     try:
         import fastavro
+        import fastavro.validation
     except ImportError as exc:  # pragma: no cover - the extra is part of the test install
         raise ConfigError(
             "typed streams need fastavro: pip install 'meteor-spark[schemas]' (or pip install fastavro)"
         ) from exc
+    _FASTAVRO = fastavro
     return fastavro
 
 
@@ -128,18 +137,13 @@ class AvroSchema:
             SerializationError: the value does not fit the schema; the message names the field.
         """
         fastavro = _fastavro()
-        from fastavro.validation import ValidationError
-
         datum = as_plain(value)
         try:
             fastavro.validation.validate(datum, self.parsed, raise_errors=True)
-        except ValidationError as exc:
-            raise SerializationError(f"the value does not fit the stream's schema: {_validation_text(exc)}") from exc
-        out = io.BytesIO()
-        try:
+            out = io.BytesIO()
             fastavro.schemaless_writer(out, self.parsed, datum)
         except Exception as exc:
-            raise SerializationError(f"the value does not fit the stream's schema: {exc}") from exc
+            raise SerializationError(f"the value does not fit the stream's schema: {_validation_text(exc)}") from exc
         return out.getvalue()
 
     def decode(self, data: bytes, reader: AvroSchema | None = None) -> Any:
@@ -151,8 +155,10 @@ class AvroSchema:
         """
         fastavro = _fastavro()
         buffer = io.BytesIO(data)
+        # The same schema on both sides needs no resolution (the common case: records of the reader's version).
+        target = None if reader is None or reader.fingerprint == self.fingerprint else reader.parsed
         try:
-            value = fastavro.schemaless_reader(buffer, self.parsed, None if reader is None else reader.parsed)
+            value = fastavro.schemaless_reader(buffer, self.parsed, target)
         except Exception as exc:
             raise DeserializationError(f"not an Avro value of this schema: {type(exc).__name__}: {exc}") from exc
         if buffer.tell() != len(data):
@@ -174,6 +180,8 @@ def _validation_text(exc: Exception) -> str:
 
 def as_plain(value: Any) -> Any:
     """A dataclass instance as the dict of its fields (nested ones too); anything else unchanged."""
+    if type(value) is dict:  # the common case, without is_dataclass's cost
+        return value
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: as_plain(getattr(value, f.name)) for f in fields(value)}
     return value

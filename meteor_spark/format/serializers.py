@@ -26,7 +26,7 @@ from typing import Any
 
 from meteor_spark.errors import ArgumentTypeError, DeserializationError, unknown_option
 from meteor_spark.format.offsets import index_of
-from meteor_spark.format.records import BatchPart, Record
+from meteor_spark.format.records import BatchPart, Record, with_values
 
 __all__ = ["BUILT_INS", "DecodedLane", "Deserializer", "Serializer", "deserialize_lane", "deserializer", "serializer"]
 
@@ -134,7 +134,8 @@ def deserialize_lane(
             if with_headers is None:
                 records.extend(part.records(value, key))
             else:
-                records.extend(replace(r, value=with_headers(r.value, r.headers)) for r in part.records(None, key))
+                stored = part.records(None, key)
+                records.extend(with_values(stored, [with_headers(r.value, r.headers) for r in stored]))
             out_parts.append(part)
             continue
         except Exception:  # found and reported record by record below
