@@ -3,6 +3,7 @@ trip Python -> Spark -> Python across three schema versions, and undecodable rec
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,7 @@ def test_python_spark_python_round_trip_across_three_schema_versions(
         ) as pub:
             pub.publish(Record(value, key=str(value["id"]).encode()))
 
+    started = time.monotonic()
     typed = _reader(spark, grid_settings, source, valueFormat="avro").load()
     assert typed.schema["value"].dataType.simpleString() == "struct<id:bigint,customer:string,amount:double>"
     expected = spark.createDataFrame(
@@ -81,6 +83,8 @@ def test_python_spark_python_round_trip_across_three_schema_versions(
         ),
     )
 
+    print(f"typed batch reads: {time.monotonic() - started:.1f} s")
+    started = time.monotonic()
     query = (
         spark.readStream.format("meteor")
         .options(**grid_options(grid_settings))
@@ -103,6 +107,7 @@ def test_python_spark_python_round_trip_across_three_schema_versions(
         .start(target)
     )
     query.awaitTermination()
+    print(f"typed streaming query (availableNow): {time.monotonic() - started:.1f} s")
 
     got: list[Record] = []
     with Subscriber(grid, target, initial_offset_scheme="earliest") as sub:  # a typed stream: dicts by default
