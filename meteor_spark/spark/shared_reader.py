@@ -181,6 +181,7 @@ class MeteorSharedStreamReader(DataSourceStreamReader):
                 max_deliveries=self.options.max_deliveries,
                 dead_letter_stream=corrupt.dead_letter_stream,
                 on_corrupt=corrupt.mode,
+                value_deserializer="bytes",  # the executors decode a typed stream's values (typed_columns)
             )
             install_stop_hooks(self)
             logger.info(
