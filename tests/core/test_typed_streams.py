@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.consumer.dead_letters import ScanReport, scan_dead_letters
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError, DeserializationError, IncompatibleSchemaError, SerializationError
 from meteor_spark.format.avro import SCHEMA_HEADER, AvroSchema, AvroValues, compatibility_problems, incompatibilities
@@ -256,3 +257,15 @@ def test_an_undecodable_record_goes_through_on_corrupt(grid: Grid, unique_name: 
         assert len(letters) == 3 and all(letter.source_stream == unique_name for letter in letters)
         assert any("schema version 7 is not registered" in e for e in errors)
         assert any("not an Avro value" in e for e in errors)
+
+
+def test_a_shared_group_member_gets_decoded_values(grid: Grid, unique_name: str) -> None:
+    register_schema(grid, unique_name, V1)
+    config = StreamConfig(unique_name, lanes=2, value_format="avro")
+    with Publisher(grid, config) as pub:
+        pub.publish_many([{"id": n, "customer": f"c{n}", "note": None} for n in range(4)]).result(10)
+    with SharedSubscriber(grid, unique_name, group="workers") as member:
+        got: list[Any] = []
+        wait_until(lambda: got.extend(member.poll(50)) or len(got) >= 4, 10, message="4 records")
+        member.ack(got)
+    assert sorted(r.value["id"] for r in got) == [0, 1, 2, 3]
