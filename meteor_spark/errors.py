@@ -237,6 +237,15 @@ class DeserializationError(MeteorError, ValueError):
     lane and offset); the record's bytes are intact."""
 
 
+class IncompatibleSchemaError(ConfigError):
+    """A new schema version of a typed stream breaks its compatibility rule; ``problems`` name the fields that
+    break it (``meteor_spark.grid.schemas``). Nothing was registered."""
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems or [])
+
+
 class GroupError(MeteorError):
     """Subscriber-group protocol violation."""
 

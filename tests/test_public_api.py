@@ -24,6 +24,7 @@ ERRORS = {
     "GridError",
     "GridOperationError",
     "GroupError",
+    "IncompatibleSchemaError",
     "LaneTruncatedError",
     "MeteorError",
     "NotAssignedError",

@@ -18,6 +18,7 @@ from meteor_spark.cli import (
     grid_cmd,
     groups_cmd,
     publish_cmd,
+    schemas_cmd,
     streams_cmd,
     tail_cmd,
     trace_cmd,
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         demo_cmd,
     ):
         module.register(commands, parent)
+    schemas_cmd.register(commands, parent)
     return parser
 
 

@@ -17,12 +17,13 @@ to the end of the chunk), so every chunk is either wholly queued and tracked or 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -39,7 +40,7 @@ from meteor_spark.cli.common import (
     interrupted_code,
     out,
 )
-from meteor_spark.errors import DuplicateMessageError, StreamNotFoundError
+from meteor_spark.errors import DuplicateMessageError, SerializationError, StreamNotFoundError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 
@@ -283,8 +284,9 @@ def run_publish(args: argparse.Namespace) -> int:
         with Grid(config.grid) as grid:
             info = _open_target(grid, args, config)
             progress = Progress(f"publishing to {args.stream}", total_bytes)
-            with Publisher(grid, info.config.name) as publisher:
-                skipped, interrupted = _publish_lines(publisher, handle, args, line_format, outcome, progress)
+            typed = _typed_lines(grid, info)
+            with Publisher(grid, info.config.name, value_serializer="bytes") as publisher:
+                skipped, interrupted = _publish_lines(publisher, handle, args, line_format, outcome, progress, typed)
             outcome.settle(args.skip, wait=interrupted is None)
             progress.finish()
     finally:
@@ -314,6 +316,26 @@ def _open_target(grid: Grid, args: argparse.Namespace, config: Any) -> Any:
     return info
 
 
+def _typed_lines(grid: Grid, info: Any) -> Callable[[Record], Record] | None:
+    """On a typed stream (``value_format="avro"``): each line's JSON value encoded with the stream's latest schema,
+    the record given its ``meteor.schema`` header; a line that does not fit is reported like a bad line."""
+    if info.config.value_format != "avro":
+        return None
+    from meteor_spark.format.avro import AvroValues
+    from meteor_spark.grid.typed_values import AvroSerializer
+
+    encode = AvroSerializer(grid, info.config.name, AvroValues(), what="meteor publish to a typed stream")
+
+    def typed(record: Record) -> Record:
+        try:
+            value = json.loads(record.value)
+        except ValueError as exc:
+            raise LineError(f"not a JSON value ({exc}); a typed stream takes one JSON object per line") from None
+        return dataclasses.replace(record, value=encode(value), headers=(*record.headers, encode.record_header))
+
+    return typed
+
+
 def _publish_lines(
     publisher: Any,
     handle: Any,
@@ -321,6 +343,7 @@ def _publish_lines(
     line_format: LineFormat,
     outcome: _Outcome,
     progress: Progress,
+    typed: Callable[[Record], Record] | None = None,
 ) -> tuple[int, KeyboardInterrupt | None]:
     """Publish the input's lines after ``--skip`` in chunks of ``CHUNK_RECORDS``, recording each chunk's future and
     line range in ``outcome``; returns the lines passed over (``LineFormat.record`` gave None) and the Ctrl-C that
@@ -335,7 +358,9 @@ def _publish_lines(
                 continue
             try:
                 record = line_format.record(line)
-            except LineError as exc:
+                if record is not None and typed is not None:
+                    record = typed(record)
+            except (LineError, SerializationError) as exc:
                 outcome.failed_lines += 1
                 if outcome.failed_lines <= MAX_REPORTED_ERRORS:
                     err(f"{_input_name(args.input)}:{number}: {exc}; line not published")

@@ -31,6 +31,7 @@ CONFIG_FLAGS: tuple[tuple[str, str, type, str, str], ...] = (
     ("--linger-ms", "linger_ms", float, "MS", "publishers' wait for more records before sending a partial item"),
     ("--dedup-window-ms", "dedup_window_ms", int, "MS", "how long a message id stays taken (0 = no deduplication)"),
     ("--region", "region", str, "NAME", "the region the stream is recorded in (informational; docs/deploying.md)"),
+    ("--value-format", "value_format", str, "FORMAT", "avro: a typed stream (values encoded with its schemas)"),
 )
 
 

@@ -305,7 +305,9 @@ def pretty_line(record: Record) -> str:
     key = "" if record.key is None else f" key={_text_or_hex(record.key)}"
     value = _text_or_hex(record.value)
     if len(value) > PRETTY_VALUE_CHARS:
-        value = value[:PRETTY_VALUE_CHARS] + f"... ({len(record.value):,} bytes)"
+        raw = record.value
+        size = f"{len(raw):,} bytes" if isinstance(raw, (bytes, bytearray)) else f"{len(value):,} characters"
+        value = value[:PRETTY_VALUE_CHARS] + f"... ({size})"
     routing = (f" topic={record.topic}" if record.topic else "") + (
         "" if record.message_id is None else f" id={record.message_id}"
     )
@@ -336,9 +338,13 @@ def json_line(record: Record) -> str:
 
 
 def _put_bytes(document: dict[str, Any], name: str, raw: bytes | None) -> None:
-    """Text when the bytes are UTF-8, else ``<name>_base64``: lossless either way."""
+    """Text when the bytes are UTF-8, else ``<name>_base64``: lossless either way; a typed stream's decoded value
+    as the JSON object it is."""
     if raw is None:
         document[name] = None
+        return
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        document[name] = json.loads(_typed_text(raw))
         return
     try:
         document[name] = bytes(raw).decode("utf-8")
@@ -346,7 +352,20 @@ def _put_bytes(document: dict[str, Any], name: str, raw: bytes | None) -> None:
         document[f"{name}_base64"] = base64.b64encode(bytes(raw)).decode("ascii")
 
 
+def _typed_text(value: Any) -> str:
+    """A typed stream's decoded value (a dict) as compact JSON, bytes fields as 0x-hex."""
+
+    def plain(obj: Any) -> Any:
+        if isinstance(obj, (bytes, bytearray)):
+            return "0x" + bytes(obj).hex()
+        raise TypeError(f"{type(obj).__name__} is not JSON")
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=plain)
+
+
 def _text_or_hex(raw: bytes) -> str:
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        return _typed_text(raw)
     try:
         return bytes(raw).decode("utf-8")
     except UnicodeDecodeError:

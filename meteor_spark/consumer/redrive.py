@@ -247,7 +247,9 @@ def _step(
         assert name is not None
         publisher = publishers.get(name)
         if publisher is None:
-            publisher = publishers[name] = Publisher(grid, name, delivery_timeout_ms=DELIVERY_TIMEOUT_MS)
+            publisher = publishers[name] = Publisher(
+                grid, name, delivery_timeout_ms=DELIVERY_TIMEOUT_MS, value_serializer="bytes"
+            )
         try:
             futures.append((name, publisher.publish_async(redriven_record(letter, sources[name].lanes))))
         except DuplicateMessageError:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from meteor_spark.errors import FormatError, StreamNotFoundError
+from meteor_spark.errors import DeserializationError, FormatError, StreamNotFoundError
 from meteor_spark.format.corrupt import CorruptItemPolicy, dead_letter_for_record, dead_letter_record
 from meteor_spark.format.offsets import first_offset_of
-from meteor_spark.format.records import BatchPart
+from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.format.serializers import DecodedLane, Deserializer, deserialize_lane
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
@@ -26,9 +26,9 @@ logger = logging.getLogger("meteor_spark.consumer.subscriber")
 def dead_letter_publisher(grid: Grid, name: str) -> Publisher:
     """A publisher to the dead-letter stream ``name``, created with the default configuration when missing."""
     try:
-        return Publisher(grid, name)
+        return Publisher(grid, name, value_serializer="bytes")
     except StreamNotFoundError:
-        return Publisher(grid, StreamConfig(name))
+        return Publisher(grid, StreamConfig(name), value_serializer="bytes")
 
 
 class Refusals:
@@ -101,6 +101,21 @@ class Refusals:
                     error,
                 )
         return decoded
+
+    def refuse_record(self, raw: Record, error: DeserializationError) -> None:
+        """A record decoded outside ``deserialize`` (a Spark task's typed ``value`` column) that failed: with
+        ``dead_letter`` published first (a failure raises), then counted and logged."""
+        if self._dead_letters is not None:
+            self._dead_letters.publish(dead_letter_for_record(raw, error))
+        self.undecodable_records += 1
+        logger.warning(
+            "stream %r lane %d: passed over the record at offset %d%s: %s",
+            self.stream,
+            raw.lane,
+            raw.offset,
+            self._how(),
+            error,
+        )
 
     def _how(self) -> str:
         if self._dead_letters is not None:

@@ -36,6 +36,7 @@ from meteor_spark.errors import (
     GroupError,
     MeteorError,
 )
+from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -50,6 +51,7 @@ from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, GridMap, Ring
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.grid.typed_values import value_deserializer_for
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.leases import ExpiryObserver
 from meteor_spark.groups.redelivery import now_ms
@@ -137,7 +139,7 @@ class SharedSubscriber(SharedArchive):
         dead_letter_stream: str | None = None,
         dead_letter_after: int | None = None,
         on_corrupt: str | None = None,
-        value_deserializer: str | Deserializer | None = None,
+        value_deserializer: str | Deserializer | AvroValues | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
         skip_data_loss: bool = False,
@@ -186,7 +188,7 @@ class SharedSubscriber(SharedArchive):
         self.dead_letter_stream = settings.dead_letter_stream
         dead_letter_stream = settings.dead_letter_stream
         self.corrupt_policy = corrupt_policy(mode, dead_letter_stream)
-        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._value_deserializer = value_deserializer_for(grid, self.info, value_deserializer)
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         # Hazelcast refuses a read of more items than the ring holds.
         self._items_per_read = min(max_items_per_read, self.info.config.capacity)

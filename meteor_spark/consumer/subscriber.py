@@ -34,6 +34,7 @@ from meteor_spark.errors import (
     GroupError,
     MeteorError,
 )
+from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
@@ -46,6 +47,7 @@ from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, require_grid
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.grid.typed_values import value_deserializer_for
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.metrics import attach as attach_metrics
@@ -177,7 +179,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         on_corrupt: str | None = None,
         dead_letter_stream: str | None = None,
         dead_letter_after: int | None = None,
-        value_deserializer: str | Deserializer | None = None,
+        value_deserializer: str | Deserializer | AvroValues | None = None,
         key_deserializer: str | Deserializer | None = None,
         metrics: Any = None,
         auto_confirm_interval_ms: int | None = None,
@@ -194,7 +196,6 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         require_grid(grid)
         registry = metrics_registry(metrics)
         self.item_gate = ItemGate(grid, isolation)
-        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
@@ -222,6 +223,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         self.stream = self.info.name
+        self._value_deserializer = value_deserializer_for(grid, self.info, value_deserializer)
         if auto_confirm_interval_ms is not None:
             refuse_on_ephemeral(self.info, "auto_confirm_interval_ms")
         if self.corrupt_policy.dead_letter_stream == self.stream:

@@ -139,6 +139,27 @@ _new_object = object.__new__
 ) = (Record.__dict__[f.name].__set__ for f in fields(Record))
 
 
+def with_values(records: list[Record], values: list[Any]) -> list[Record]:
+    """Copies of ``records`` carrying ``values`` (one each), made as ``_make_records`` makes records: a deserializer
+    that needs each record's headers (a typed stream's) runs per record, and ``dataclasses.replace`` would cost more
+    than the decoding."""
+    out: list[Record] = []
+    new = _new_object
+    for record, value in zip(records, values, strict=True):
+        copy = new(Record)
+        _SET_VALUE(copy, value)
+        _SET_KEY(copy, record.key)
+        _SET_HEADERS(copy, record.headers)
+        _SET_TIMESTAMP(copy, record.timestamp_ms)
+        _SET_OFFSET(copy, record.offset)
+        _SET_LANE(copy, record.lane)
+        _SET_STREAM(copy, record.stream)
+        _SET_TOPIC(copy, record.topic)
+        _SET_MESSAGE_ID(copy, record.message_id)
+        out.append(copy)
+    return out
+
+
 def _make_records(
     values: list[Any],
     keys: list[Any] | None,

@@ -8,6 +8,9 @@ built-in's name or any callable; names are resolved once, when the client is mad
 - ``"json"``: compact JSON (no spaces), UTF-8, non-ASCII characters kept as they are; ``json.loads`` back.
 - ``"str"``: UTF-8 text.
 - ``"bytes"``: bytes unchanged (the same as no serializer).
+- ``"avro"``: a typed stream's values, with its schemas in the grid (resolved by the clients with the grid:
+  ``meteor_spark.grid.typed_values``). Its serializer carries ``record_header`` (the header each record gets) and
+  its deserializer ``from_record(data, headers)`` (the writer's version is in a header), which the hooks here use.
 
 A key serializer applies only to keys that are set (a None key stays None, as in kafka-python). The ring stores
 bytes only, so Arrow paths (``Publisher.publish_arrow``, ``RecordBatch.to_arrow``) and the Spark connector work on
@@ -23,7 +26,7 @@ from typing import Any
 
 from meteor_spark.errors import ArgumentTypeError, DeserializationError, unknown_option
 from meteor_spark.format.offsets import index_of
-from meteor_spark.format.records import BatchPart, Record
+from meteor_spark.format.records import BatchPart, Record, with_values
 
 __all__ = ["BUILT_INS", "DecodedLane", "Deserializer", "Serializer", "deserialize_lane", "deserializer", "serializer"]
 
@@ -124,9 +127,15 @@ def deserialize_lane(
     out_parts: list[BatchPart] = []
     records: list[Record] = []
     refused: list[tuple[Record, DeserializationError]] = []
+    # A deserializer that needs the record's headers (a typed stream's: the writer's schema version) has from_record.
+    with_headers: Callable[[bytes, tuple[tuple[str, bytes], ...]], Any] | None = getattr(value, "from_record", None)
     for part in parts:
-        try:
-            records.extend(part.records(value, key))  # the common case: every record of the part deserializes
+        try:  # the common case: every record of the part deserializes
+            if with_headers is None:
+                records.extend(part.records(value, key))
+            else:
+                stored = part.records(None, key)
+                records.extend(with_values(stored, [with_headers(r.value, r.headers) for r in stored]))
             out_parts.append(part)
             continue
         except Exception:  # found and reported record by record below
@@ -135,7 +144,10 @@ def deserialize_lane(
         for rec in part.records():
             failed = "value_deserializer"
             try:
-                obj = rec.value if value is None else value(rec.value)
+                if with_headers is not None:
+                    obj = with_headers(rec.value, rec.headers)
+                else:
+                    obj = rec.value if value is None else value(rec.value)
                 failed = "key_deserializer"
                 k = rec.key if key is None or rec.key is None else key(rec.key)
                 records.append(replace(rec, value=obj, key=k))

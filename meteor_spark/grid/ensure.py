@@ -51,7 +51,7 @@ Fate = Literal["applied", "kept", "refused"]
 
 #: Stored settings ``on_difference="apply"`` may change on an existing stream: metadata only, read by the parties
 #: that open the stream afterwards.
-CHANGEABLE_FIELDS: tuple[str, ...] = (*BATCHING_FIELDS, "dedup_window_ms", "region")
+CHANGEABLE_FIELDS: tuple[str, ...] = (*BATCHING_FIELDS, "dedup_window_ms", "region", "value_format")
 
 _RING_REASON = (
     "the lanes' ring buffers exist with the stored value, and a Hazelcast member refuses a second, different "

@@ -66,11 +66,16 @@ LAYOUT_FIELDS = ("lanes", "capacity", "backup_count", "async_backup_count", "ttl
 #: Stored settings a party opening the stream with its own ``StreamConfig`` must also agree on, though
 #: ``ensure_stream(..., on_difference="apply")`` may change them: a publisher with another deduplication window
 #: would check message ids against the wrong window (or not at all), and a party naming another region expects the
-#: stream somewhere else.
-AGREED_SETTINGS = ("dedup_window_ms", "region")
+#: stream somewhere else; a party that takes a typed stream for a bytes one (or the reverse) would write values its
+#: readers cannot decode.
+AGREED_SETTINGS = ("dedup_window_ms", "region", "value_format")
 
 #: Fields added after the first metadata version, with their defaults: stored only when set.
-OPTIONAL_FIELDS: dict[str, Any] = {"ephemeral": False, "dedup_window_ms": 0, "region": ""}
+OPTIONAL_FIELDS: dict[str, Any] = {"ephemeral": False, "dedup_window_ms": 0, "region": "", "value_format": ""}
+
+#: ``StreamConfig.value_format`` values: ``""`` (bytes, the clients' own serializers) or ``"avro"`` (a typed
+#: stream: values encoded with its schemas in ``meteor.schemas``, ``meteor_spark.grid.schemas``).
+VALUE_FORMATS = ("", "avro")
 
 #: Longest deduplication window: a week (ids are kept in the grid for that long).
 MAX_DEDUP_WINDOW_MS = 7 * 24 * 3600 * 1000
@@ -153,6 +158,9 @@ class StreamConfig:
         dedup_window_ms: how long a message id stays taken on this stream (0: no deduplication); a record whose
             ``message_id`` was published within the window is refused with ``DuplicateMessageError``.
         region: where the stream lives, as the deployment names it (``""``: the cluster the client talks to).
+        value_format: ``"avro"``: a typed stream, whose publishers encode and subscribers decode values with its
+            registered schemas when they name no serializer of their own (``meteor_spark.grid.schemas``);
+            ``""``: values are bytes.
     """
 
     name: str
@@ -170,6 +178,7 @@ class StreamConfig:
     ephemeral: bool = False
     dedup_window_ms: int = 0
     region: str = ""
+    value_format: str = ""
 
     def __post_init__(self) -> None:
         check_stream_name(self.name)
@@ -196,6 +205,11 @@ class StreamConfig:
             raise ConfigError(
                 f"region {self.region!r} must be a name of letters, digits and '_ . -' (or '' for the cluster the "
                 f"client talks to)"
+            )
+
+        if self.value_format not in VALUE_FORMATS:
+            raise ConfigError(
+                f"value_format {self.value_format!r} is not a value format; use 'avro' (a typed stream) or '' (bytes)"
             )
 
     @property

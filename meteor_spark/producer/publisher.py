@@ -42,12 +42,14 @@ from meteor_spark.errors import (
     SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
+from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import Serializer, serializer
 from meteor_spark.format.trace_context import publish_tracing
 from meteor_spark.grid.client import Grid, GridSettings, require_grid
 from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
+from meteor_spark.grid.typed_values import value_serializer_for
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import Accumulator
@@ -101,7 +103,10 @@ class Publisher:
             With a value serializer, anything that is not a ``Record`` is a value (bytes and str included); a
             ``Record``'s value and key (when set) go through the serializers. ``publish_arrow`` takes its columns
             as they are. A serializer that raises fails the call with ``SerializationError`` before anything of it
-            is queued.
+            is queued. ``"avro"`` (or ``AvroValues(version=N)``) on a stream with a schema: dicts or dataclass
+            instances checked and encoded with its latest (or pinned) version, each record carrying the version in
+            its ``meteor.schema`` header; the default on a stream declared ``value_format="avro"``
+            (``meteor_spark.grid.schemas``).
         metrics: True (prometheus_client's default registry) or a ``CollectorRegistry``: export this publisher's
             counters (``meteor_spark.metrics``; needs the ``metrics`` extra).
         transactional: flag every ring item transactional (wire flag 0x10). Register ``producer_id`` under a
@@ -141,7 +146,7 @@ class Publisher:
         compression_threshold: int | None = None,
         idempotent: bool | None = None,
         delivery_timeout_ms: float | None = None,
-        value_serializer: str | Serializer | None = None,
+        value_serializer: str | Serializer | AvroValues | None = None,
         key_serializer: str | Serializer | None = None,
         metrics: Any = None,
         transactional: bool = False,
@@ -157,10 +162,12 @@ class Publisher:
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
-        self._value_serializer = serializer(value_serializer, "value_serializer")
+        self.info: StreamInfo = open_stream(grid, stream)
+        self._value_serializer = value_serializer_for(grid, self.info, value_serializer)
+        #: the header every record gets from the value serializer (a typed stream's schema version), if any
+        self._record_header: tuple[str, bytes] | None = getattr(self._value_serializer, "record_header", None)
         self._key_serializer = serializer(key_serializer, "key_serializer")
         self._serializing = self._value_serializer is not None or self._key_serializer is not None
-        self.info: StreamInfo = open_stream(grid, stream)
         if subscription_refresh_ms is not None and not self.info.config.ephemeral:
             raise ConfigError(
                 f"subscription_refresh_ms: stream {self.info.name!r} is not ephemeral, so its publishers keep every "
@@ -452,11 +459,15 @@ class Publisher:
         if self._value_serializer is not None:
             value = self._apply(self._value_serializer, "value_serializer", value, position, count)
         if rec is None:
-            return value
+            return value if self._record_header is None else Record(value, headers=(self._record_header,))
         key = rec.key
         if key is not None and self._key_serializer is not None:
             key = self._apply(self._key_serializer, "key_serializer", key, position, count)
-        return replace(rec, value=value, key=key)
+        if self._record_header is None:
+            return replace(rec, value=value, key=key)
+        name = self._record_header[0]
+        headers = (*(h for h in rec.headers if h[0] != name), self._record_header)
+        return replace(rec, value=value, key=key, headers=headers)
 
     def _apply(self, function: Serializer, name: str, obj: Any, position: int | None, count: int) -> bytes:
         try:

@@ -41,6 +41,7 @@ from meteor_spark.spark.positions import (
     stream_names,
 )
 from meteor_spark.spark.pushdown import Selection, select
+from meteor_spark.spark.typed_columns import value_version_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Iterable
@@ -82,7 +83,7 @@ class MeteorBatchReader(ReadsLaneRanges, DataSourceReader):
             for lane, (head, next_seq) in sorted(lane_bounds(grid, info).items()):
                 if lane in wanted:
                     lanes.add(info, lane, head, next_seq)
-        tasks = lanes.tasks(infos)
+        tasks = lanes.tasks(infos, value_version_of(self.schema))
         self.planned_items = sum(task.items for task in tasks)
         if not self.selection.empty:
             logger.info(
@@ -188,8 +189,8 @@ class _LaneRanges:
         )
         return min(oldest, hi)
 
-    def tasks(self, infos: dict[str, StreamInfo]) -> list[LaneRanges]:
-        """The Spark tasks reading the ranges (``planning.plan_for``)."""
+    def tasks(self, infos: dict[str, StreamInfo], value_version: int | None) -> list[LaneRanges]:
+        """The Spark tasks reading the ranges (``planning.plan_for``); ``value_version``: ``LaneRange``'s."""
         options = self.options
         keys = None if self.selection.keys is None else tuple(sorted(self.selection.keys))
         return [
@@ -211,6 +212,7 @@ class _LaneRanges:
                         isolation=options.isolation,
                         topics=options.topics,
                         keys=keys,
+                        value_version=value_version,
                     )
                     for stream, lane, lo, hi in task
                 )

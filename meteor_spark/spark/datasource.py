@@ -93,12 +93,17 @@ class MeteorDataSource(DataSource):
         # (everything later surfaces asynchronously as a StreamingQueryException).
         # Whether this is a batch or a streaming read is not known yet; reader()/streamReader() check the rest.
         from meteor_spark.spark.options import SourceOptions
+        from meteor_spark.spark.typed_columns import ValueFormat, typed_value_field
 
         options = SourceOptions.parse(self.options, batch=None)
         if not options.include_headers:
             schema = SOURCE_SCHEMA
         else:
             schema = SOURCE_SCHEMA_WITH_HEADERS_MAP if options.headers_as_map else SOURCE_SCHEMA_WITH_HEADERS
+        value_format = ValueFormat.parse(self.options, options)
+        if value_format.avro:  # the stream's schema, read from the grid now: the plan needs the column's type
+            typed = typed_value_field(options, value_format)
+            schema = StructType([typed if f.name == "value" else f for f in schema.fields])
         if options.shared:  # how often the record was delivered to the group (1 the first time)
             return StructType([*schema.fields, StructField("delivery_count", IntegerType(), True)])
         return schema

@@ -51,6 +51,7 @@ from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_
 from meteor_spark.grid.reading import oldest_in, read_range
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.pushdown import keep_keys
+from meteor_spark.spark.typed_columns import decode_values
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -97,6 +98,8 @@ class LaneRange(InputPartition):
             compared with the item there before the range is read (``_checked_start``); None = not checked.
         topics: AMQP topic patterns the rows must match (``topics``); None = every row.
         keys: the keys a pushed ``key`` predicate keeps (``pushdown``); None = every row.
+        value_version: ``valueFormat=avro``: the schema version the ``value`` column is decoded into
+            (``typed_columns``); None = the stored bytes.
     """
 
     stream: str
@@ -115,6 +118,7 @@ class LaneRange(InputPartition):
     expect: ItemMark | None = None
     topics: tuple[str, ...] | None = None
     keys: tuple[bytes, ...] | None = None
+    value_version: int | None = None
 
     @property
     def items(self) -> int:
@@ -245,6 +249,10 @@ class _TaskRows:
         batch = self._decode(count)
         if batch is None:
             return None
+        if part.value_version is not None:
+            refusals = None if part.corrupt.is_error else self.refused.refusals_for(part)
+            keep = part.include_headers or part.topics is not None
+            batch = decode_values(batch, grid_for(part.grid), part, refusals, keep_headers=keep)
         if part.stop_offset is not None:
             import pyarrow.compute as pc
 
@@ -271,7 +279,7 @@ class _TaskRows:
                 sequences,
                 stream=part.stream,
                 lane=part.lane,
-                include_headers=part.include_headers or part.topics is not None,
+                include_headers=part.include_headers or part.topics is not None or part.value_version is not None,
                 first_offset=first,
             )
         except FormatError:
@@ -287,7 +295,7 @@ class _TaskRows:
             good_sequences,
             stream=part.stream,
             lane=part.lane,
-            include_headers=part.include_headers or part.topics is not None,
+            include_headers=part.include_headers or part.topics is not None or part.value_version is not None,
             first_offset=first,
         )
 
@@ -458,11 +466,16 @@ class _RefusedItems:
             good_sequences.append(sequence)
         return good_items, good_sequences
 
-    def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
+    def refusals_for(self, part: LaneRange) -> Refusals:
+        """The refusals of ``part``'s stream (one dead-letter publisher per stream and task)."""
         key = (part.grid, part.stream)
         refusals = self._by_stream.get(key)
         if refusals is None:
             refusals = self._by_stream[key] = Refusals(grid_for(part.grid), part.stream, part.corrupt)
+        return refusals
+
+    def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
+        refusals = self.refusals_for(part)
         # Returns once a dead letter is stored: the task hands on no row after the item before that.
         refusals.dead_letter_item(part.lane, sequence, item, error)
         refusals.passed_item(part.lane, sequence, error)

@@ -273,6 +273,24 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "header key twice keeps the last value (Kafka's lastHeader); use the array form to see every value.",
     ),
     OptionDoc(
+        "valueFormat",
+        "read, readStream",
+        "bytes | avro",
+        "bytes",
+        "`avro`: the `value` column is a struct typed from the stream's schema (its latest version, known when the "
+        "query is defined; `meteor schemas register`), each record decoded with its own writer's version; a record "
+        "that cannot be decoded goes through onCorrupt. One stream only. Writing needs no option: a struct `value` "
+        "column is encoded with the target stream's latest schema.",
+    ),
+    OptionDoc(
+        "valueSchemaVersion",
+        "read, readStream",
+        "int",
+        "latest",
+        "With valueFormat=avro: the schema version the `value` column is typed and decoded into (records of other "
+        "versions are projected onto it by Avro's resolution rules).",
+    ),
+    OptionDoc(
         "keyLanes",
         "read (batch)",
         "bool",

@@ -119,6 +119,7 @@ from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
 from meteor_spark.spark.source_offset import SparkOffset
+from meteor_spark.spark.typed_columns import value_version_of
 
 logger = logging.getLogger(__name__)
 
@@ -494,6 +495,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                         isolation=self.options.isolation,
                         expect=mark if mark is not None and mark.sequence == lo - 1 else None,
                         topics=self.options.topics,
+                        value_version=value_version_of(self.schema),
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))

@@ -49,6 +49,7 @@ from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.driver import install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, read_lane_ranges
 from meteor_spark.spark.planning import default_partitions
+from meteor_spark.spark.typed_columns import value_version_of
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -180,6 +181,7 @@ class MeteorSharedStreamReader(DataSourceStreamReader):
                 max_deliveries=self.options.max_deliveries,
                 dead_letter_stream=corrupt.dead_letter_stream,
                 on_corrupt=corrupt.mode,
+                value_deserializer="bytes",  # the executors decode a typed stream's values (typed_columns)
             )
             install_stop_hooks(self)
             logger.info(
@@ -252,6 +254,7 @@ class MeteorSharedStreamReader(DataSourceStreamReader):
             o.corrupt,
             o.headers_as_map,
             stop_offset=chunk.end,
+            value_version=value_version_of(self.schema),
         )
 
     def commit(self, end: dict) -> None:

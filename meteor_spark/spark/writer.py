@@ -5,7 +5,7 @@ Input columns (Kafka's sink, with ``topic`` -> ``stream`` and ``partition`` -> `
 ==========  ====================================================  ==========================================
 column      type                                                  meaning
 ==========  ====================================================  ==========================================
-value       binary or string (required)                           the record value (strings as UTF-8)
+value       binary or string; a struct for a typed stream (required)  the record value (strings as UTF-8)
 key         binary or string                                      the record key; picks the lane by CRC-32
 headers     array<struct<key: string, value: binary or string>>   record headers (or map<string, binary or
                                                                   string>, the source's headersAsMap shape)
@@ -91,6 +91,7 @@ from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.producer.publisher import LaneWritten, Publisher
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
+from meteor_spark.spark.typed_columns import cached_encoder, encode_values
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
@@ -106,7 +107,7 @@ _INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
 #: column -> (accepted types as text, check)
 _COLUMNS: dict[str, str] = {
-    "value": "binary or string (required)",
+    "value": "binary or string, or a struct for a typed stream (required)",
     "key": "binary or string",
     "headers": "array<struct<key: string, value: binary or string>> or map<string, binary or string>",
     "timestamp": "timestamp",
@@ -123,6 +124,8 @@ def expected_columns() -> str:
 
 
 def _type_ok(name: str, data_type: DataType) -> bool:
+    if name == "value" and isinstance(data_type, StructType):  # a typed stream's value (typed_columns)
+        return True
     if name in ("value", "key"):
         return isinstance(data_type, (BinaryType, StringType))
     if name == "headers" and isinstance(data_type, MapType):
@@ -278,6 +281,7 @@ class _PublishesRows:
         publishers: dict[str, Any] = {}
         rows = 0
         stored: dict[str, list[ArrowPublishFuture]] = {}  # stream -> futures of publish_arrow
+        encoders: dict[str, Any] = {}  # stream -> the encoder of a struct value column (typed_columns)
 
         def publisher_for(stream: str) -> Any:
             if stream not in publishers:
@@ -294,7 +298,10 @@ class _PublishesRows:
                 for stream, part in groups:
                     if "stream" in part.schema.names:
                         part = part.drop_columns(["stream"])
-                    stored.setdefault(stream, []).append(publisher_for(stream).publish_arrow(part, duplicates="skip"))
+                    publisher = publisher_for(stream)
+                    encoder = cached_encoder(encoders, grid, stream)
+                    part = encode_values(part, stream, publisher.info.config.value_format, encoder)
+                    stored.setdefault(stream, []).append(publisher.publish_arrow(part, duplicates="skip"))
             for publisher in publishers.values():
                 publisher.flush()
             # A failed write raises here, so the task fails and Spark does not commit the batch.

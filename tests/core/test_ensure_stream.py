@@ -83,6 +83,7 @@ def test_apply_changes_the_stored_settings_for_parties_that_open_it_afterwards(g
         linger_ms=2.5,
         dedup_window_ms=30_000,
         region="eu-west",
+        value_format="avro",
     )
     applied = ensure_stream(grid, asked, on_difference="apply")
     assert applied.outcome == "applied" and applied.changed
@@ -90,7 +91,8 @@ def test_apply_changes_the_stored_settings_for_parties_that_open_it_afterwards(g
     assert all(d.fate == "applied" and d.changeable for d in applied.differences)
     assert _stored(grid, unique_name) == asked == applied.info.config
     assert applied.info.created_at_ms == first.info.created_at_ms
-    with Publisher(grid, unique_name) as pub:  # opened by name: the new defaults
+    # opened by name: the new defaults (now a typed stream without a schema: raw bytes, named)
+    with Publisher(grid, unique_name, value_serializer="bytes") as pub:
         assert (pub.info.config.compression, pub.info.config.linger_ms) == ("none", 2.5)
     assert ensure_stream(grid, asked, on_difference="apply").outcome == "unchanged"
 
