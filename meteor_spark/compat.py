@@ -344,6 +344,15 @@ def invoke(client: Any, request: Any) -> None:
     invocation.future.result()
 
 
+async def invoke_async(client: Any, request: Any) -> None:
+    """``invoke`` for the asyncio client (``hazelcast.asyncio.HazelcastClient``): the same request through its own
+    private ``_invocation_service``, awaited (``meteor_spark.grid.aio_client``)."""
+    from hazelcast.internal.asyncio_invocation import Invocation
+
+    invocation = Invocation(request, response_handler=lambda message: None)
+    await client._invocation_service.ainvoke(invocation)
+
+
 def _check_invoke() -> None:
     from hazelcast.client import HazelcastClient
     from hazelcast.invocation import Invocation
@@ -395,6 +404,19 @@ def stop_source_runner_on_sigterm(
 
     signal.signal(signal.SIGTERM, on_sigterm)
     return True
+
+
+def _check_invoke_async() -> None:
+    from hazelcast.internal.asyncio_client import HazelcastClient
+    from hazelcast.internal.asyncio_invocation import Invocation, InvocationService
+
+    assert "self._invocation_service" in inspect.getsource(HazelcastClient.__init__), (
+        "the asyncio HazelcastClient no longer has `_invocation_service`"
+    )
+    assert inspect.iscoroutinefunction(InvocationService.ainvoke), "asyncio InvocationService.ainvoke is gone"
+    assert "response_handler" in inspect.signature(Invocation.__init__).parameters, (
+        "the asyncio Invocation() no longer takes response_handler"
+    )
 
 
 def _check_runner() -> None:
@@ -568,6 +590,12 @@ COUPLINGS: tuple[Coupling, ...] = (
         _HAZELCAST,
         _INVOKE_WRITTEN_FOR,
         _check_invoke,
+    ),
+    Coupling(
+        "dynamic ring-buffer config via the asyncio client's _invocation_service (AsyncGrid.add_ring_config)",
+        _HAZELCAST,
+        _INVOKE_WRITTEN_FOR,
+        _check_invoke_async,
     ),
     Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR, _check_routing),
     Coupling(
