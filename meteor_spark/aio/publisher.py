@@ -21,7 +21,6 @@ deduplication window and ephemeral streams; ``publish_arrow`` and Prometheus exp
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections import deque
@@ -80,13 +79,33 @@ _OPTIONS = (
 )
 
 
-@dataclass
-class _Queued:
-    """A record accepted and not yet stored: what goes in its ring item, and the future its offset goes to."""
+class _Sink:
+    """Where the offsets of one ``publish`` / ``publish_many`` call go: its future completes once every record of
+    the call is stored (with the offset, or the list of offsets), or with the first error."""
 
-    record: Record
-    stamp: int
-    future: asyncio.Future[int]
+    __slots__ = ("future", "left", "offsets", "single")
+
+    def __init__(self, future: asyncio.Future[Any], count: int, single: bool) -> None:
+        self.future = future
+        self.left = count
+        self.offsets = [0] * count
+        self.single = single
+
+    def stored(self, index: int, offset: int) -> None:
+        self.offsets[index] = offset
+        self.left -= 1
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(self.offsets[0] if self.single else self.offsets)
+
+    def failed(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+            self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
+
+
+#: A record accepted and not yet stored: value, key, headers, timestamp, size (value, key and headers bytes), the
+#: sink its offset goes to and its index there.
+_Queued = tuple[bytes, "bytes | None", "tuple[tuple[str, bytes], ...]", int, int, _Sink, int]
 
 
 @dataclass
@@ -148,7 +167,8 @@ class AsyncPublisher:
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
         self._lanes: list[_Lane] = []
-        self._rotation = itertools.count()
+        self._sticky = 0  # the lane keyless records go to, moved on every max_batch_records of them
+        self._sticky_count = 0
         self._producer_seq = 0
         self._outstanding = 0
         self._room: asyncio.Condition | None = None
@@ -287,24 +307,28 @@ class AsyncPublisher:
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
         await self._admit(1)
-        return self._queue([record])[0]
+        sink = _Sink(asyncio.get_running_loop().create_future(), 1, True)
+        self._queue([record], sink)
+        return sink.future
 
     async def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> list[int]:
         """Publish many records at once and wait until all are stored; their offsets, in order. A record that
-        cannot be stored fails the call with its error (the others may be stored)."""
+        cannot be stored fails the call with its error (the others may be stored). Keyless records without a lane
+        go to the lanes in contiguous runs."""
         if isinstance(records, (str, bytes, bytearray, memoryview, Record)):
             raise ArgumentTypeError(
                 f"publish_many takes an iterable of records (e.g. a list), got one {type(records).__name__}; use "
                 f"publish for one record, or wrap it in a list"
             )
         items = list(records)
-        checked = [
-            self._record(item, None, None, None, None, None, None, i, len(items)) for i, item in enumerate(items)
-        ]
+        n = len(items)
+        checked = [self._record(item, None, None, None, None, None, None, i, n) for i, item in enumerate(items)]
         if not checked:
             return []
-        await self._admit(len(checked))
-        return list(await asyncio.gather(*self._queue(checked)))
+        await self._admit(n)
+        sink = _Sink(asyncio.get_running_loop().create_future(), n, False)
+        self._queue(checked, sink)
+        return await sink.future
 
     def _record(
         self,
@@ -317,14 +341,33 @@ class AsyncPublisher:
         message_id: str | None,
         position: int | None,
         count: int,
-    ) -> Record:
-        """The record ``publish`` was given, serialized and checked as the threaded publisher does."""
+    ) -> Record | bytes:
+        """The record ``publish`` was given, serialized and checked as the threaded publisher does (a plain
+        ``bytes`` value stays as it is: the common case costs one size check)."""
         if self._grid is None:
             raise PublisherClosedError(
                 f"the AsyncPublisher of stream {self.stream!r} is not started: use `async with` or `await start()`"
             )
         if self._closed:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} is closed; create a new one")
+        if (
+            type(value) is bytes
+            and key is None
+            and headers is None
+            and lane is None
+            and timestamp_ms is None
+            and topic is None
+            and message_id is None
+            and self._value_serializer is None
+        ):
+            if len(value) > self._max_record_bytes:
+                where = (
+                    "the record"
+                    if position is None
+                    else f"record {position} (0-based) of the {count} given to publish_many"
+                )
+                raise size_refusal(self.stream, len(value), where, self._max_record_bytes)
+            return value
         fields: dict[str, Any] = {}
         if key is not None:
             fields["key"] = key
@@ -381,27 +424,35 @@ class AsyncPublisher:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} was closed while waiting")
         self._outstanding += n
 
-    def _queue(self, records: list[Record]) -> list[asyncio.Future[int]]:
-        """Append records to their lanes' queues (explicit lane, else by key, else in rotation) and make sure each
-        lane touched has its sending task."""
-        loop = asyncio.get_running_loop()
+    def _queue(self, records: list[Record | bytes], sink: _Sink) -> None:
+        """Append records to their lanes' queues (explicit lane, else by key, else the sticky lane) and make sure
+        each lane touched has its sending task."""
         now = int(time.time() * 1000)
-        futures = []
-        lanes = len(self._lanes)
-        for rec in records:
-            if rec.lane >= 0:
-                lane = rec.lane
-            elif rec.key is not None:
-                lane = lane_for_key(rec.key, lanes)
+        lanes = self._lanes
+        touched = set()
+        batch = self.settings.max_batch_records
+        for index, rec in enumerate(records):
+            if type(rec) is bytes:
+                entry: _Queued = (rec, None, (), now, len(rec), sink, index)
+                lane = -1
             else:
-                lane = next(self._rotation) % lanes
-            future: asyncio.Future[int] = loop.create_future()
-            state = self._lanes[lane]
-            state.queue.append(_Queued(rec, now if rec.timestamp_ms is None else rec.timestamp_ms, future))
-            futures.append(future)
+                assert isinstance(rec, Record)
+                stamp = now if rec.timestamp_ms is None else rec.timestamp_ms
+                entry = (rec.value, rec.key, rec.headers, stamp, record_bytes(rec), sink, index)
+                lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
+            if lane < 0:
+                lane = self._sticky
+                self._sticky_count += 1
+                if self._sticky_count >= batch:
+                    self._sticky_count = 0
+                    self._sticky = (self._sticky + 1) % len(lanes)
+            lanes[lane].queue.append(entry)
+            touched.add(lane)
+        loop = asyncio.get_running_loop()
+        for lane in touched:
+            state = lanes[lane]
             if state.task is None or state.task.done():
                 state.task = loop.create_task(self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}")
-        return futures
 
     # ------------------------------------------------------------------------------------------------ sending
 
@@ -425,8 +476,7 @@ class AsyncPublisher:
             self.items_sent += len(items)
             for i, item in enumerate(taken):
                 for j, queued in enumerate(item):
-                    if not queued.future.done():
-                        queued.future.set_result(make_offset(first + i, j))
+                    queued[5].stored(queued[6], make_offset(first + i, j))
                 self.records_sent += len(item)
             await self._completed(sum(len(t) for t in taken))
 
@@ -441,7 +491,7 @@ class AsyncPublisher:
             item: list[_Queued] = []
             item_bytes = 0
             while queue and len(item) < settings.max_batch_records:
-                size = record_bytes(queue[0].record)
+                size = queue[0][4]
                 if item and (
                     item_bytes + size > settings.max_item_bytes or call_bytes + size > settings.max_call_bytes
                 ):
@@ -461,10 +511,10 @@ class AsyncPublisher:
         prepared = [
             [
                 prepare_columns(
-                    [q.record.value for q in item],
-                    keys=[q.record.key for q in item],
-                    headers=[q.record.headers for q in item],
-                    timestamps=[q.stamp for q in item],
+                    [q[0] for q in item],
+                    keys=[q[1] for q in item],
+                    headers=[q[2] for q in item],
+                    timestamps=[q[3] for q in item],
                 )
             ]
             for item in taken
@@ -540,9 +590,7 @@ class AsyncPublisher:
 
     def _fail(self, queued: list[_Queued], error: BaseException) -> None:
         for q in queued:
-            if not q.future.done():
-                q.future.set_exception(error)
-                q.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
+            q[5].failed(error)
         self.failed_records += len(queued)
 
     async def _completed(self, n: int) -> None:

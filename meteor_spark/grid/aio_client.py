@@ -70,6 +70,10 @@ class AsyncRing:
             answer = await self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
         return Ring.to_batch(answer)
 
+    async def destroy(self) -> None:
+        with translate_errors(f"destroy ring {self.name!r}"):
+            await self._proxy.destroy()
+
 
 class AsyncGridMap:
     """A grid map with ``str`` keys and ``str`` values, awaited (``GridMap``'s twin)."""
