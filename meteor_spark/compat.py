@@ -344,15 +344,6 @@ def invoke(client: Any, request: Any) -> None:
     invocation.future.result()
 
 
-async def invoke_async(client: Any, request: Any) -> None:
-    """``invoke`` for the asyncio client (``hazelcast.asyncio.HazelcastClient``): the same request through its own
-    private ``_invocation_service``, awaited (``meteor_spark.grid.aio_client``)."""
-    from hazelcast.internal.asyncio_invocation import Invocation
-
-    invocation = Invocation(request, response_handler=lambda message: None)
-    await client._invocation_service.ainvoke(invocation)
-
-
 def _check_invoke() -> None:
     from hazelcast.client import HazelcastClient
     from hazelcast.invocation import Invocation
@@ -404,19 +395,6 @@ def stop_source_runner_on_sigterm(
 
     signal.signal(signal.SIGTERM, on_sigterm)
     return True
-
-
-def _check_invoke_async() -> None:
-    from hazelcast.internal.asyncio_client import HazelcastClient
-    from hazelcast.internal.asyncio_invocation import Invocation, InvocationService
-
-    assert "self._invocation_service" in inspect.getsource(HazelcastClient.__init__), (
-        "the asyncio HazelcastClient no longer has `_invocation_service`"
-    )
-    assert inspect.iscoroutinefunction(InvocationService.ainvoke), "asyncio InvocationService.ainvoke is gone"
-    assert "response_handler" in inspect.signature(Invocation.__init__).parameters, (
-        "the asyncio Invocation() no longer takes response_handler"
-    )
 
 
 def _check_runner() -> None:
@@ -481,39 +459,6 @@ def route_member_through(client: Any, member_port: int, proxy_address: str, *, r
     original = provider.translate
     provider.translate = lambda address: proxied if address.port == member_port else original(address)
     client._invocation_service._invocation_retry_pause = retry_pause_s
-
-
-async def route_member_through_async(
-    client: Any, member_port: int, proxy_address: str, *, retry_pause_s: float
-) -> None:
-    """``route_member_through`` for the asyncio client (``hazelcast.asyncio``): the same private attributes, with
-    the address provider's ``load_addresses`` and ``translate`` coroutines."""
-    provider = client._connection_manager._address_provider
-    proxied = (await provider.load_addresses())[0][0]
-    if proxied.port != int(proxy_address.rsplit(":", 1)[1]):
-        raise ValueError(f"the client was not connected through {proxy_address}: its first address is {proxied}")
-    original = provider.translate
-
-    async def translate(address: Any) -> Any:
-        return proxied if address.port == member_port else await original(address)
-
-    provider.translate = translate
-    client._invocation_service._invocation_retry_pause = retry_pause_s
-
-
-def _check_routing_async() -> None:
-    from hazelcast.internal import asyncio_client, asyncio_connection, asyncio_invocation
-
-    assert "self._connection_manager" in inspect.getsource(asyncio_client.HazelcastClient.__init__), (
-        "the asyncio HazelcastClient no longer has `_connection_manager`"
-    )
-    assert "await self._address_provider.translate(" in inspect.getsource(asyncio_connection.ConnectionManager), (
-        "the asyncio ConnectionManager no longer awaits `_address_provider.translate`"
-    )
-    assert inspect.iscoroutinefunction(asyncio_connection.DefaultAsyncioAddressProvider.load_addresses)
-    assert "self._invocation_retry_pause" in inspect.getsource(asyncio_invocation.InvocationService.__init__), (
-        "the asyncio InvocationService no longer has `_invocation_retry_pause`"
-    )
 
 
 def _check_routing() -> None:
@@ -624,19 +569,7 @@ COUPLINGS: tuple[Coupling, ...] = (
         _INVOKE_WRITTEN_FOR,
         _check_invoke,
     ),
-    Coupling(
-        "dynamic ring-buffer config via the asyncio client's _invocation_service (AsyncGrid.add_ring_config)",
-        _HAZELCAST,
-        _INVOKE_WRITTEN_FOR,
-        _check_invoke_async,
-    ),
     Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR, _check_routing),
-    Coupling(
-        "proxy routing of an asyncio test client (TcpProxy.connect_async)",
-        _HAZELCAST,
-        _ROUTING_WRITTEN_FOR,
-        _check_routing_async,
-    ),
     Coupling(
         "SIGTERM hook in Spark's streaming source runner (spark/reader.py)",
         _PYSPARK,

@@ -74,7 +74,7 @@ class TcpProxy:
     async def connect_async(self, settings: GridSettings, *, retry_pause_s: float = 0.05) -> AsyncGrid:
         """``connect`` for the asyncio client: an ``AsyncGrid`` whose every connection to the proxied member goes
         through this proxy, reconnections included."""
-        from meteor_spark.compat import route_member_through_async
+        from meteor_spark.compat_asyncio import route_member_through_async
         from meteor_spark.grid.aio_client import AsyncGrid
 
         grid = await AsyncGrid.start(replace(settings, members=(self.address,)))

@@ -25,9 +25,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from meteor_spark.aio.calls import Attempts, Lane, Queued, Sink, find_call_async, producer_id_of
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -52,12 +52,11 @@ from meteor_spark.producer.idempotence import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
     StoredCallLost,
-    call_search,
     lost_call_error,
     outcome_unknown,
     timeout_error,
 )
-from meteor_spark.producer.publisher import check_item_fits, random_producer_id
+from meteor_spark.producer.publisher import check_item_fits
 from meteor_spark.producer.record_checks import checked_record, record_bytes, routed, serialized, size_refusal
 
 __all__ = ["AsyncPublisher"]
@@ -77,58 +76,6 @@ _OPTIONS = (
     "idempotent",
     "delivery_timeout_ms",
 )
-
-
-class _Sink:
-    """Where the offsets of one ``publish`` / ``publish_many`` call go: its future completes once every record of
-    the call is stored (with the offset, or the list of offsets), or with the first error."""
-
-    __slots__ = ("future", "left", "offsets", "single")
-
-    def __init__(self, future: asyncio.Future[Any], count: int, single: bool) -> None:
-        self.future = future
-        self.left = count
-        self.offsets = [0] * count
-        self.single = single
-
-    def stored(self, index: int, offset: int) -> None:
-        self.offsets[index] = offset
-        self.left -= 1
-        if self.left == 0 and not self.future.done():
-            self.future.set_result(self.offsets[0] if self.single else self.offsets)
-
-    def failed(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-            self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
-
-
-#: A record accepted and not yet stored: value, key, headers, timestamp, size (value, key and headers bytes), the
-#: sink its offset goes to and its index there.
-_Queued = tuple[bytes, "bytes | None", "tuple[tuple[str, bytes], ...]", int, int, _Sink, int]
-
-
-@dataclass
-class _Lane:
-    """One lane of the publisher: its queue, the task sending it, where its next call lands and its largest
-    timestamp so far (the time index every item carries)."""
-
-    ring: AsyncRing
-    queue: deque[_Queued] = field(default_factory=deque)
-    task: asyncio.Task[None] | None = None
-    next_start: int = 0
-    lane_max: int = NO_TIMESTAMP
-
-
-@dataclass
-class _Attempts:
-    """An ``add_all`` call under retry: what the idempotence errors read (``RetriedCall``)."""
-
-    lane: int
-    n_records: int
-    n_items: int
-    sent: bool = False
-    attempts: int = 0
 
 
 class AsyncPublisher:
@@ -166,7 +113,7 @@ class AsyncPublisher:
         self._config = stream
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
-        self._lanes: list[_Lane] = []
+        self._lanes: list[Lane] = []
         self._sticky = 0  # the lane keyless records go to, moved on every max_batch_records of them
         self._sticky_count = 0
         self._producer_seq = 0
@@ -193,7 +140,7 @@ class AsyncPublisher:
             check_item_fits(self.settings, grid.settings)
             self.stream = self.info.name
             self._max_record_bytes = grid.settings.max_record_bytes
-            self.producer_id = await _producer_id(grid)
+            self.producer_id = await producer_id_of(grid)
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._lanes = list(
                 await asyncio.gather(*(self._lane_at_start(lane, ring) for lane, ring in enumerate(rings)))
@@ -206,11 +153,11 @@ class AsyncPublisher:
         self._room = asyncio.Condition()
         return self
 
-    async def _lane_at_start(self, lane: int, ring: AsyncRing) -> _Lane:
+    async def _lane_at_start(self, lane: int, ring: AsyncRing) -> Lane:
         """A lane's state: the first sequence its next call can occupy, and its last item's running maximum
         timestamp (an undecodable last item adds nothing, as in the threaded sender)."""
         tail = await ring.tail()
-        state = _Lane(ring, next_start=tail + 1)
+        state = Lane(ring, next_start=tail + 1)
         if tail >= 0:
             batch = await ring.read_many(tail, 0, 1)
             if batch.items:
@@ -307,7 +254,7 @@ class AsyncPublisher:
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
         await self._admit(1)
-        sink = _Sink(asyncio.get_running_loop().create_future(), 1, True)
+        sink = Sink(asyncio.get_running_loop().create_future(), 1, True)
         self._queue([record], sink)
         return sink.future
 
@@ -326,7 +273,7 @@ class AsyncPublisher:
         if not checked:
             return []
         await self._admit(n)
-        sink = _Sink(asyncio.get_running_loop().create_future(), n, False)
+        sink = Sink(asyncio.get_running_loop().create_future(), n, False)
         self._queue(checked, sink)
         return await sink.future
 
@@ -424,7 +371,7 @@ class AsyncPublisher:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} was closed while waiting")
         self._outstanding += n
 
-    def _queue(self, records: list[Record | bytes], sink: _Sink) -> None:
+    def _queue(self, records: list[Record | bytes], sink: Sink) -> None:
         """Append records to their lanes' queues (explicit lane, else by key, else the sticky lane) and make sure
         each lane touched has its sending task."""
         now = int(time.time() * 1000)
@@ -433,7 +380,7 @@ class AsyncPublisher:
         batch = self.settings.max_batch_records
         for index, rec in enumerate(records):
             if type(rec) is bytes:
-                entry: _Queued = (rec, None, (), now, len(rec), sink, index)
+                entry: Queued = (rec, None, (), now, len(rec), sink, index)
                 lane = -1
             else:
                 assert isinstance(rec, Record)
@@ -480,15 +427,15 @@ class AsyncPublisher:
                 self.records_sent += len(item)
             await self._completed(sum(len(t) for t in taken))
 
-    def _cut(self, queue: deque[_Queued]) -> list[list[_Queued]]:
+    def _cut(self, queue: deque[Queued]) -> list[list[Queued]]:
         """The next call's ring items from the head of ``queue``: up to ``max_items_per_call`` items of up to
         ``max_batch_records`` records and ``max_item_bytes`` bytes each, ``max_call_bytes`` in all (a larger record
         travels alone)."""
         settings = self.settings
-        items: list[list[_Queued]] = []
+        items: list[list[Queued]] = []
         call_bytes = 0
         while queue and len(items) < settings.max_items_per_call:
-            item: list[_Queued] = []
+            item: list[Queued] = []
             item_bytes = 0
             while queue and len(item) < settings.max_batch_records:
                 size = queue[0][4]
@@ -504,7 +451,7 @@ class AsyncPublisher:
                 break
         return items
 
-    def _encode(self, lane: int, taken: list[list[_Queued]]) -> tuple[list[bytes], int]:
+    def _encode(self, lane: int, taken: list[list[Queued]]) -> tuple[list[bytes], int]:
         """The ring items of one call, with this publisher's id and the next producer sequences."""
         settings = self.settings
         state = self._lanes[lane]
@@ -538,7 +485,7 @@ class AsyncPublisher:
         """``add_all`` the call's items; returns the last one's sequence. Idempotent: an attempt whose answer was
         lost is searched for in the lane before it is sent again (module docs)."""
         state = self._lanes[lane]
-        call = _Attempts(lane, n_records, len(items))
+        call = Attempts(lane, n_records, len(items))
         deadline = time.monotonic() + self.settings.delivery_timeout_ms / 1000.0
         start = state.next_start
         while True:
@@ -567,7 +514,7 @@ class AsyncPublisher:
             )
 
     async def _recover(
-        self, call: _Attempts, start: int, first_seq: int, deadline: float, error: BaseException
+        self, call: Attempts, start: int, first_seq: int, deadline: float, error: BaseException
     ) -> tuple[int | None, int]:
         """Search the lane for a call whose answer was lost, backing off while the grid is unreachable; returns
         ``(its first item's sequence or None, where to search from next time)``."""
@@ -588,7 +535,7 @@ class AsyncPublisher:
                     raise
                 error = exc
 
-    def _fail(self, queued: list[_Queued], error: BaseException) -> None:
+    def _fail(self, queued: list[Queued], error: BaseException) -> None:
         for q in queued:
             q[5].failed(error)
         self.failed_records += len(queued)
@@ -621,32 +568,3 @@ class AsyncPublisher:
 
     def __repr__(self) -> str:
         return f"AsyncPublisher(stream={self.stream!r}, producer_id={self.producer_id:x})"
-
-
-async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:
-    """``meteor_spark.producer.idempotence.find_call`` on an ``AsyncRing``: its search (``call_search``), each grid
-    call it asks for awaited."""
-    steps = call_search(start, producer_id, first_seq)
-    answer: Any = None
-    error: GridError | None = None
-    while True:
-        try:
-            step = steps.send(answer) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value
-        answer, error = None, None
-        try:
-            if step[0] == "read":
-                answer = await ring.read_many(step[1], 0, step[2])
-            else:
-                answer = await (ring.head() if step[0] == "head" else ring.tail())
-        except GridError as exc:
-            error = exc
-
-
-async def _producer_id(grid: AsyncGrid) -> int:
-    try:
-        return await grid.flake_id("meteor.producer")
-    except GridError as exc:
-        logger.debug("no FlakeIdGenerator (%s); using a random producer id", exc)
-        return random_producer_id()

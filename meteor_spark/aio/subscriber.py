@@ -241,6 +241,8 @@ class AsyncSubscriber:
                     await asyncio.wait(reads, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 else:
                     await asyncio.sleep(wait)
+                if self._closed:
+                    break
             self._raise_stopped_lane()
             batch = await self._take()
             if not self._closed:
@@ -250,6 +252,8 @@ class AsyncSubscriber:
     def _issue_reads(self) -> None:
         grid = self._grid
         assert grid is not None
+        if self._closed:
+            return
         losses = grid.connection_losses
         for state in self._lanes.values():
             if state.losses_seen != losses and state.pending is None:
@@ -275,6 +279,8 @@ class AsyncSubscriber:
             if task is None or not task.done():
                 continue
             state.pending = None
+            if task.cancelled():
+                continue  # the subscriber was closed meanwhile
             if state.pending_seq != state.fetch_seq:
                 continue  # issued before a seek
             if state.pending_losses != grid.connection_losses:

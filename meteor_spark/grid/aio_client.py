@@ -20,7 +20,8 @@ from typing import Any
 from hazelcast import errors as hz_errors
 from hazelcast.asyncio import HazelcastClient
 
-from meteor_spark.compat import add_ringbuffer_config_request, connect_failures, invoke_async
+from meteor_spark.compat import add_ringbuffer_config_request, connect_failures
+from meteor_spark.compat_asyncio import invoke_async
 from meteor_spark.errors import ArgumentTypeError, ConfigError, GridConnectionError
 from meteor_spark.grid.client import (
     MAX_BATCH_ITEMS,

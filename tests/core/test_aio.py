@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from meteor_spark import compat_asyncio
 from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import (
@@ -52,6 +53,11 @@ async def _collect(sub: AsyncSubscriber, count: int, timeout_s: float = 15.0) ->
 
     await asyncio.wait_for(read(), timeout_s)
     return got
+
+
+def test_the_asyncio_clients_private_couplings_hold() -> None:
+    assert compat_asyncio.problems() == []
+    assert len(compat_asyncio.COUPLINGS) == 2
 
 
 def test_publish_and_async_for_round_trip_with_keys_headers_and_serializers(
