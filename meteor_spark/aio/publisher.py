@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meteor_spark.aio.calls import Attempts, Lane, Queued, Sink, find_call_async, producer_id_of
+from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -96,12 +97,12 @@ class AsyncPublisher:
     """
 
     def __init__(self, members_or_grid: object, stream: StreamConfig | str, **options: Any) -> None:
-        unknown = sorted(set(options) - set(_OPTIONS) - {"value_serializer", "key_serializer", "transactional"})
-        if unknown:
-            raise ConfigError(
-                f"AsyncPublisher got unknown option(s) {', '.join(unknown)}; it takes {', '.join(_OPTIONS)}, "
-                f"value_serializer, key_serializer and transactional"
-            )
+        check_option_names(
+            "AsyncPublisher",
+            options,
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional"),
+            PUBLISHER_ONLY_THREADED,
+        )
         transactional = options.pop("transactional", False)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.aio.views import RingBounds, TxnSnapshot
@@ -94,17 +95,7 @@ class AsyncSubscriber:
     def __init__(
         self, members_or_grid: object, stream: StreamConfig | str, *, poll_timeout_ms: int = 1000, **options: Any
     ) -> None:
-        if "group" in options:
-            raise ConfigError(
-                "AsyncSubscriber(group=...): subscriber groups (exclusive or shared) are not supported by the "
-                "asyncio API yet; use the threaded Subscriber / SharedSubscriber for a group"
-            )
-        unknown = sorted(set(options) - set(_OPTIONS))
-        if unknown:
-            raise ConfigError(
-                f"AsyncSubscriber got unknown option(s) {', '.join(unknown)}; it takes {', '.join(_OPTIONS)} and "
-                f"poll_timeout_ms"
-            )
+        check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
         self.options = SubscriberOptions.parse(**options)
         self.poll_timeout_ms = poll_timeout_ms
@@ -282,8 +273,10 @@ class AsyncSubscriber:
             if task.cancelled():
                 continue  # the subscriber was closed meanwhile
             if state.pending_seq != state.fetch_seq:
-                continue  # issued before a seek
+                task.exception()  # issued before a seek: its answer (or error) is of no use
+                continue
             if state.pending_losses != grid.connection_losses:
+                task.exception()
                 state.connection_lost(grid.connection_losses)  # answered perhaps after a restart: read again
                 continue
             bounds = self._bounds[state.lane]

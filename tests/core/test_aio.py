@@ -112,13 +112,15 @@ def test_bad_options_are_config_errors_naming_them(grid_settings: GridSettings, 
         AsyncSubscriber(grid_settings, unique_name, max_poll_records=0)
     with pytest.raises(ConfigError, match="isolation 'serializable'"):
         AsyncSubscriber(grid_settings, unique_name, isolation="serializable")
-    with pytest.raises(ConfigError, match="max_pol_records"):
+    with pytest.raises(ConfigError, match="unknown option 'max_pol_records'"):
         AsyncSubscriber(grid_settings, unique_name, max_pol_records=5)
     with pytest.raises(ConfigError, match="on_corrupt=dead_letter needs dead_letter_stream"):
         AsyncSubscriber(grid_settings, unique_name, on_corrupt="dead_letter")
-    with pytest.raises(ConfigError, match="groups"):
+    with pytest.raises(ConfigError, match=r"AsyncSubscriber\(group=...\): subscriber groups are not supported"):
         AsyncSubscriber(grid_settings, unique_name, group="g")
-    with pytest.raises(ConfigError, match="linger"):
+    with pytest.raises(ConfigError, match=r"AsyncPublisher\(metrics=...\): Prometheus export"):
+        AsyncPublisher(grid_settings, unique_name, metrics=True)
+    with pytest.raises(ConfigError, match="unknown option 'lingerms'"):
         AsyncPublisher(grid_settings, unique_name, lingerms=5)
     with pytest.raises(ArgumentTypeError, match="members_or_grid"):
         _run(AsyncPublisher(42, unique_name).start())
