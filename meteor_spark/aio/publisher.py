@@ -152,6 +152,8 @@ class AsyncPublisher:
             raise
         self._grid, self._owns_grid = grid, owned
         self._room = asyncio.Condition()
+        self._loop = asyncio.get_running_loop()
+        self._max_buffered = self.settings.max_buffered_records
         return self
 
     async def _lane_at_start(self, lane: int, ring: AsyncRing) -> Lane:
@@ -254,8 +256,11 @@ class AsyncPublisher:
         """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
-        await self._admit(1)
-        sink = Sink(asyncio.get_running_loop().create_future(), 1, True)
+        if self._outstanding < self._max_buffered:
+            self._outstanding += 1  # room at once (the common case): no waiting
+        else:
+            await self._admit(1)
+        sink = Sink(self._loop.create_future(), 1, True)
         self._queue([record], sink)
         return sink.future
 
@@ -396,7 +401,7 @@ class AsyncPublisher:
                     self._sticky = (self._sticky + 1) % len(lanes)
             lanes[lane].queue.append(entry)
             touched.add(lane)
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for lane in touched:
             state = lanes[lane]
             if state.task is None or state.task.done():
