@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from meteor_spark.errors import GridError
@@ -34,9 +36,16 @@ class Sink:
         self.offsets = [0] * count
         self.single = single
 
-    def stored(self, index: int, offset: int) -> None:
-        self.offsets[index] = offset
-        self.left -= 1
+    def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
+        """Records ``[lo, hi)`` of ``run`` were stored, the first at ``first_offset`` (the others follow it)."""
+        n = hi - lo
+        if run.indices is None:
+            start = run.sink_start + lo
+            self.offsets[start : start + n] = range(first_offset, first_offset + n)
+        else:
+            for k, index in enumerate(run.indices[lo:hi]):
+                self.offsets[index] = first_offset + k
+        self.left -= n
         if self.left == 0 and not self.future.done():
             self.future.set_result(self.offsets[0] if self.single else self.offsets)
 
@@ -46,9 +55,46 @@ class Sink:
             self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
 
 
-#: A record accepted and not yet stored: value, key, headers, timestamp, size (value, key and headers bytes), the
-#: sink its offset goes to and its index there.
-Queued = tuple[bytes, "bytes | None", "tuple[tuple[str, bytes], ...]", int, int, Sink, int]
+class Run:
+    """Records of one ``publish`` / ``publish_many`` call queued on one lane, in order, and how far the lane's calls
+    have taken them (``pos``). Columns, not record objects: cutting a run into ring items costs per item, not per
+    record (``cum`` holds the running sum of the records' sizes: value, key and header bytes).
+
+    Attributes:
+        values, keys, headers, stamps: the records' columns (``keys`` / ``headers`` None: none has any).
+        cum: ``cum[i]`` = the sizes of records ``0..i`` together.
+        sink, sink_start, indices: where the records' offsets go: positions ``sink_start + i``, or ``indices[i]``.
+    """
+
+    __slots__ = ("cum", "headers", "indices", "keys", "pos", "sink", "sink_start", "stamps", "values")
+
+    def __init__(
+        self,
+        values: list[bytes],
+        keys: list[bytes | None] | None,
+        headers: list[tuple[tuple[str, bytes], ...]] | None,
+        stamps: list[int],
+        sizes: Iterable[int],
+        sink: Sink,
+        sink_start: int = 0,
+        indices: list[int] | None = None,
+    ) -> None:
+        self.values = values
+        self.keys = keys
+        self.headers = headers
+        self.stamps = stamps
+        self.cum = list(accumulate(sizes))
+        self.sink = sink
+        self.sink_start = sink_start
+        self.indices = indices
+        self.pos = 0
+
+    def bytes_between(self, lo: int, hi: int) -> int:
+        return self.cum[hi - 1] - (self.cum[lo - 1] if lo else 0)
+
+
+#: A piece of a ring item: records ``[lo, hi)`` of a run.
+Piece = tuple[Run, int, int]
 
 
 @dataclass
@@ -57,7 +103,7 @@ class Lane:
     timestamp so far (the time index every item carries)."""
 
     ring: AsyncRing
-    queue: deque[Queued] = field(default_factory=deque)
+    queue: deque[Run] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
     next_start: int = 0
     lane_max: int = NO_TIMESTAMP

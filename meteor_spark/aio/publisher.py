@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from meteor_spark.aio.calls import Attempts, Lane, Queued, Sink, find_call_async, producer_id_of
+from meteor_spark.aio.calls import Attempts, Lane, Piece, Run, Sink, find_call_async, producer_id_of
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.errors import (
@@ -207,7 +208,9 @@ class AsyncPublisher:
             for lane in self._lanes:
                 if lane.task is not None:
                     lane.task.cancel()
-                self._fail(list(lane.queue), exc)
+                for run in lane.queue:
+                    run.sink.failed(exc)
+                    self.failed_records += len(run.values) - run.pos
                 lane.queue.clear()
             self._outstanding = 0
             raise
@@ -378,34 +381,65 @@ class AsyncPublisher:
         self._outstanding += n
 
     def _queue(self, records: list[Record | bytes], sink: Sink) -> None:
-        """Append records to their lanes' queues (explicit lane, else by key, else the sticky lane) and make sure
-        each lane touched has its sending task."""
+        """Append the records of one call to their lanes' queues as runs (explicit lane, else by key, else the
+        sticky lane; plain values of ``publish_many`` in contiguous runs over the lanes) and make sure each lane
+        touched has its sending task."""
         now = int(time.time() * 1000)
         lanes = self._lanes
-        touched = set()
-        batch = self.settings.max_batch_records
-        for index, rec in enumerate(records):
-            if type(rec) is bytes:
-                entry: Queued = (rec, None, (), now, len(rec), sink, index)
+        n = len(records)
+        runs: dict[int, Run] = {}
+        if all(type(rec) is bytes for rec in records):
+            values = cast(list[bytes], records)
+            for lane, lo, hi in self._spread(n):
+                chunk = values[lo:hi]
+                runs[lane] = Run(chunk, None, None, [now] * len(chunk), map(len, chunk), sink, lo)
+        else:
+            by_lane: dict[int, list[int]] = {}
+            for index, rec in enumerate(records):
                 lane = -1
-            else:
-                assert isinstance(rec, Record)
-                stamp = now if rec.timestamp_ms is None else rec.timestamp_ms
-                entry = (rec.value, rec.key, rec.headers, stamp, record_bytes(rec), sink, index)
-                lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
-            if lane < 0:
-                lane = self._sticky
-                self._sticky_count += 1
-                if self._sticky_count >= batch:
-                    self._sticky_count = 0
-                    self._sticky = (self._sticky + 1) % len(lanes)
-            lanes[lane].queue.append(entry)
-            touched.add(lane)
-        loop = self._loop
-        for lane in touched:
+                if type(rec) is not bytes:
+                    assert isinstance(rec, Record)
+                    lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
+                if lane < 0:
+                    lane = self._spread(1)[0][0]
+                by_lane.setdefault(lane, []).append(index)
+            for lane, indices in by_lane.items():
+                recs = [rec if isinstance(rec, Record) else Record(rec) for rec in (records[i] for i in indices)]
+                runs[lane] = Run(
+                    [r.value for r in recs],
+                    [r.key for r in recs],
+                    [r.headers for r in recs],
+                    [now if r.timestamp_ms is None else r.timestamp_ms for r in recs],
+                    map(record_bytes, recs),
+                    sink,
+                    indices=indices,
+                )
+        for lane, run in runs.items():
             state = lanes[lane]
+            state.queue.append(run)
             if state.task is None or state.task.done():
-                state.task = loop.create_task(self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}")
+                state.task = self._loop.create_task(
+                    self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}"
+                )
+
+    def _spread(self, n: int) -> list[tuple[int, int, int]]:
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records, from the sticky lane, which moves on
+        after every ``max_batch_records`` keyless records (so items fill up) or a run of a bulk."""
+        lanes = len(self._lanes)
+        if n == 1:
+            lane = self._sticky
+            self._sticky_count += 1
+            if self._sticky_count >= self.settings.max_batch_records:
+                self._sticky_count = 0
+                self._sticky = (lane + 1) % lanes
+            return [(lane, 0, 1)]
+        per_lane = max(1, -(-n // lanes))
+        runs = []
+        for start in range(0, n, per_lane):
+            runs.append((self._sticky, start, min(n, start + per_lane)))
+            self._sticky = (self._sticky + 1) % lanes
+        self._sticky_count = 0
+        return runs
 
     # ------------------------------------------------------------------------------------------------ sending
 
@@ -414,61 +448,83 @@ class AsyncPublisher:
         state = self._lanes[lane]
         settings = self.settings
         while state.queue:
-            if settings.linger_ms > 0 and len(state.queue) < settings.max_batch_records * settings.max_items_per_call:
+            if settings.linger_ms > 0 and sum(len(r.values) - r.pos for r in state.queue) < settings.max_batch_records:
                 await asyncio.sleep(settings.linger_ms / 1000.0)
             taken = self._cut(state.queue)
+            records = sum(hi - lo for item in taken for _, lo, hi in item)
             try:
                 items, first_seq = self._encode(lane, taken)
-                last = await self._store(lane, items, first_seq, sum(len(t) for t in taken))
+                last = await self._store(lane, items, first_seq, records)
             except (MeteorError, OSError) as exc:
-                self._fail([q for item in taken for q in item], exc)
-                await self._completed(sum(len(t) for t in taken))
+                for item in taken:
+                    for run, _, _ in item:
+                        run.sink.failed(exc)
+                self.failed_records += records
+                await self._completed(records)
                 continue
             first = last - len(items) + 1
             self.calls += 1
             self.items_sent += len(items)
             for i, item in enumerate(taken):
-                for j, queued in enumerate(item):
-                    queued[5].stored(queued[6], make_offset(first + i, j))
-                self.records_sent += len(item)
-            await self._completed(sum(len(t) for t in taken))
+                index = 0
+                for run, lo, hi in item:
+                    run.sink.stored(run, lo, hi, make_offset(first + i, index))
+                    index += hi - lo
+            self.records_sent += records
+            await self._completed(records)
 
-    def _cut(self, queue: deque[Queued]) -> list[list[Queued]]:
+    def _cut(self, queue: deque[Run]) -> list[list[Piece]]:
         """The next call's ring items from the head of ``queue``: up to ``max_items_per_call`` items of up to
         ``max_batch_records`` records and ``max_item_bytes`` bytes each, ``max_call_bytes`` in all (a larger record
-        travels alone)."""
+        travels alone). Per item, not per record: a run's running sizes say how many of its records fit."""
         settings = self.settings
-        items: list[list[Queued]] = []
+        max_records, max_item_bytes, max_call_bytes = (
+            settings.max_batch_records,
+            settings.max_item_bytes,
+            settings.max_call_bytes,
+        )
+        items: list[list[Piece]] = []
         call_bytes = 0
-        while queue and len(items) < settings.max_items_per_call:
-            item: list[Queued] = []
-            item_bytes = 0
-            while queue and len(item) < settings.max_batch_records:
-                size = queue[0][4]
-                if item and (
-                    item_bytes + size > settings.max_item_bytes or call_bytes + size > settings.max_call_bytes
-                ):
-                    break
-                item.append(queue.popleft())
+        while queue and len(items) < settings.max_items_per_call and call_bytes < max_call_bytes:
+            item: list[Piece] = []
+            count = item_bytes = 0
+            while queue and count < max_records:
+                run = queue[0]
+                lo = run.pos
+                below = run.cum[lo - 1] if lo else 0
+                room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
+                by_count = min(len(run.values), lo + max_records - count)
+                hi = bisect_right(run.cum, below + room, lo, by_count)
+                if hi == lo:
+                    if count:
+                        break  # the next record does not fit in this item
+                    hi = lo + 1  # a record larger than the room travels alone
+                size = run.cum[hi - 1] - below
+                item.append((run, lo, hi))
+                count += hi - lo
                 item_bytes += size
                 call_bytes += size
+                run.pos = hi
+                if hi == len(run.values):
+                    queue.popleft()
+                if hi < by_count:
+                    break  # the bytes limit ends this item
             items.append(item)
-            if call_bytes >= settings.max_call_bytes:
-                break
         return items
 
-    def _encode(self, lane: int, taken: list[list[Queued]]) -> tuple[list[bytes], int]:
+    def _encode(self, lane: int, taken: list[list[Piece]]) -> tuple[list[bytes], int]:
         """The ring items of one call, with this publisher's id and the next producer sequences."""
         settings = self.settings
         state = self._lanes[lane]
         prepared = [
             [
                 prepare_columns(
-                    [q[0] for q in item],
-                    keys=[q[1] for q in item],
-                    headers=[q[2] for q in item],
-                    timestamps=[q[3] for q in item],
+                    run.values[lo:hi],
+                    keys=None if run.keys is None else run.keys[lo:hi],
+                    headers=None if run.headers is None else run.headers[lo:hi],
+                    timestamps=run.stamps[lo:hi],
                 )
+                for run, lo, hi in item
             ]
             for item in taken
         ]
@@ -540,11 +596,6 @@ class AsyncPublisher:
                 if not outcome_unknown(exc):
                     raise
                 error = exc
-
-    def _fail(self, queued: list[Queued], error: BaseException) -> None:
-        for q in queued:
-            q[5].failed(error)
-        self.failed_records += len(queued)
 
     async def _completed(self, n: int) -> None:
         assert self._room is not None

@@ -27,7 +27,8 @@ from meteor_spark.errors import (
 )
 from meteor_spark.format.corrupt import HEADER_SOURCE_STREAM
 from meteor_spark.format.item_header import item_producer
-from meteor_spark.format.records import decode_batch, encode_batch
+from meteor_spark.format.partitioning import lane_for_key
+from meteor_spark.format.records import Record, decode_batch, encode_batch
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, open_stream
@@ -82,6 +83,42 @@ def test_publish_and_async_for_round_trip_with_keys_headers_and_serializers(
             assert pub.metrics()["records_sent"] == 100 and pub.metrics()["outstanding"] == 0
             assert sub.metrics()["delivered_records"] == 100
             assert await sub.lag() == {0: 0, 1: 0, 2: 0}
+
+    _run(scenario())
+
+
+def test_mixed_records_are_cut_by_the_batching_limits_and_routed_to_their_lanes(
+    grid_settings: GridSettings, unique_name: str
+) -> None:
+    def record(n: int) -> Record | bytes:
+        if n % 3 == 0:
+            return Record(b"keyed-%d" % n, key=b"k%d" % (n % 5))
+        if n % 3 == 1:
+            return Record(b"x" * 150 + b"-%d" % n, lane=n % 3, headers=(("n", str(n).encode()),))
+        return b"plain-%d" % n
+
+    async def scenario() -> None:
+        async with AsyncPublisher(
+            grid_settings, StreamConfig(unique_name, lanes=3), max_batch_records=7, max_batch_bytes=400
+        ) as pub:
+            offsets = await pub.publish_many([record(n) for n in range(60)])
+            big = await pub.publish(b"B" * 1000)  # larger than max_batch_bytes: an item of its own
+            routed_offset = await pub.publish(b"routed", topic="orders.eu")
+            assert pub.metrics()["items_sent"] >= 60 * 50 // 400
+        async with AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="EARLIEST") as sub:
+            got = {r.value: r for r in await _collect(sub, 62)}
+        for n, offset in enumerate(offsets):
+            sent = record(n)
+            value = sent if isinstance(sent, bytes) else sent.value
+            read = got[value]
+            assert read.offset == offset, n
+            if isinstance(sent, Record) and sent.key is not None:
+                assert (read.key, read.lane) == (sent.key, lane_for_key(sent.key, 3))
+            elif isinstance(sent, Record):
+                assert (read.lane, read.headers) == (n % 3, (("n", str(n).encode()),))
+        assert got[b"B" * 1000].offset == big
+        assert (got[b"routed"].offset, got[b"routed"].topic) == (routed_offset, "orders.eu")
+        assert len(got[b"routed"].headers) == 1  # its routing header, written once
 
     _run(scenario())
 
