@@ -1,5 +1,6 @@
 """What the asyncio publisher's calls are made of (``meteor_spark.aio.publisher``): the sink a call's offsets go to,
-a queued record, a lane's state, an ``add_all`` under retry, and the lookup of a call whose answer was lost.
+a run of queued records (columns), a lane's state, an ``add_all`` under retry, and the lookup of a call whose
+answer was lost.
 
 The lookup is the threaded retrier's search (``meteor_spark.producer.idempotence.call_search``), each grid call it
 asks for awaited on an ``AsyncRing``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from typing import Any
 from meteor_spark.errors import GridError
 from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
+from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import call_search
 from meteor_spark.producer.publisher import random_producer_id
 
@@ -118,6 +121,45 @@ class Attempts:
     n_items: int
     sent: bool = False
     attempts: int = 0
+
+
+def cut_call(queue: deque[Run], settings: PublisherSettings) -> list[list[Piece]]:
+    """The next call's ring items from the head of a lane's ``queue``: up to ``max_items_per_call`` items of up to
+    ``max_batch_records`` records and ``max_item_bytes`` bytes each, ``max_call_bytes`` in all (a larger record
+    travels alone). Per item, not per record: a run's running sizes say how many of its records fit."""
+    max_records, max_item_bytes, max_call_bytes = (
+        settings.max_batch_records,
+        settings.max_item_bytes,
+        settings.max_call_bytes,
+    )
+    items: list[list[Piece]] = []
+    call_bytes = 0
+    while queue and len(items) < settings.max_items_per_call and call_bytes < max_call_bytes:
+        item: list[Piece] = []
+        count = item_bytes = 0
+        while queue and count < max_records:
+            run = queue[0]
+            lo = run.pos
+            below = run.cum[lo - 1] if lo else 0
+            room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
+            by_count = min(len(run.values), lo + max_records - count)
+            hi = bisect_right(run.cum, below + room, lo, by_count)
+            if hi == lo:
+                if count:
+                    break  # the next record does not fit in this item
+                hi = lo + 1  # a record larger than the room travels alone
+            size = run.cum[hi - 1] - below
+            item.append((run, lo, hi))
+            count += hi - lo
+            item_bytes += size
+            call_bytes += size
+            run.pos = hi
+            if hi == len(run.values):
+                queue.popleft()
+            if hi < by_count:
+                break  # the bytes limit ends this item
+        items.append(item)
+    return items
 
 
 async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:

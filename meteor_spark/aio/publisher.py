@@ -23,12 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from bisect import bisect_right
-from collections import deque
 from collections.abc import Iterable
 from typing import Any, cast
 
-from meteor_spark.aio.calls import Attempts, Lane, Piece, Run, Sink, find_call_async, producer_id_of
+from meteor_spark.aio.calls import Attempts, Lane, Piece, Run, Sink, cut_call, find_call_async, producer_id_of
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.errors import (
@@ -450,7 +448,7 @@ class AsyncPublisher:
         while state.queue:
             if settings.linger_ms > 0 and sum(len(r.values) - r.pos for r in state.queue) < settings.max_batch_records:
                 await asyncio.sleep(settings.linger_ms / 1000.0)
-            taken = self._cut(state.queue)
+            taken = cut_call(state.queue, settings)
             records = sum(hi - lo for item in taken for _, lo, hi in item)
             try:
                 items, first_seq = self._encode(lane, taken)
@@ -472,45 +470,6 @@ class AsyncPublisher:
                     index += hi - lo
             self.records_sent += records
             await self._completed(records)
-
-    def _cut(self, queue: deque[Run]) -> list[list[Piece]]:
-        """The next call's ring items from the head of ``queue``: up to ``max_items_per_call`` items of up to
-        ``max_batch_records`` records and ``max_item_bytes`` bytes each, ``max_call_bytes`` in all (a larger record
-        travels alone). Per item, not per record: a run's running sizes say how many of its records fit."""
-        settings = self.settings
-        max_records, max_item_bytes, max_call_bytes = (
-            settings.max_batch_records,
-            settings.max_item_bytes,
-            settings.max_call_bytes,
-        )
-        items: list[list[Piece]] = []
-        call_bytes = 0
-        while queue and len(items) < settings.max_items_per_call and call_bytes < max_call_bytes:
-            item: list[Piece] = []
-            count = item_bytes = 0
-            while queue and count < max_records:
-                run = queue[0]
-                lo = run.pos
-                below = run.cum[lo - 1] if lo else 0
-                room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
-                by_count = min(len(run.values), lo + max_records - count)
-                hi = bisect_right(run.cum, below + room, lo, by_count)
-                if hi == lo:
-                    if count:
-                        break  # the next record does not fit in this item
-                    hi = lo + 1  # a record larger than the room travels alone
-                size = run.cum[hi - 1] - below
-                item.append((run, lo, hi))
-                count += hi - lo
-                item_bytes += size
-                call_bytes += size
-                run.pos = hi
-                if hi == len(run.values):
-                    queue.popleft()
-                if hi < by_count:
-                    break  # the bytes limit ends this item
-            items.append(item)
-        return items
 
     def _encode(self, lane: int, taken: list[list[Piece]]) -> tuple[list[bytes], int]:
         """The ring items of one call, with this publisher's id and the next producer sequences."""
