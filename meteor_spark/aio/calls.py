@@ -18,6 +18,7 @@ from itertools import accumulate
 from typing import Any
 
 from meteor_spark.errors import GridError
+from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
 from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.producer.batching import PublisherSettings
@@ -107,6 +108,7 @@ class Lane:
 
     ring: AsyncRing
     queue: deque[Run] = field(default_factory=deque)
+    queued: int = 0  # records in the queue not yet cut into a call
     task: asyncio.Task[None] | None = None
     next_start: int = 0
     lane_max: int = NO_TIMESTAMP
@@ -160,6 +162,31 @@ def cut_call(queue: deque[Run], settings: PublisherSettings) -> list[list[Piece]
                 break  # the bytes limit ends this item
         items.append(item)
     return items
+
+
+def item_columns(pieces: list[Piece]) -> PreparedColumns:
+    """One ring item's records as columns, from its pieces (many one-record runs, or slices of large ones)."""
+    if len(pieces) == 1:
+        run, lo, hi = pieces[0]
+        keys = None if run.keys is None else run.keys[lo:hi]
+        headers = None if run.headers is None else run.headers[lo:hi]
+        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=run.stamps[lo:hi])
+    values: list[bytes] = []
+    stamps: list[int] = []
+    keyed = any(run.keys is not None for run, _, _ in pieces)
+    with_headers = any(run.headers is not None for run, _, _ in pieces)
+    all_keys: list[bytes | None] = []
+    all_headers: list[tuple[tuple[str, bytes], ...]] = []
+    for run, lo, hi in pieces:
+        values += run.values[lo:hi]
+        stamps += run.stamps[lo:hi]
+        if keyed:
+            all_keys += [None] * (hi - lo) if run.keys is None else run.keys[lo:hi]
+        if with_headers:
+            all_headers += [()] * (hi - lo) if run.headers is None else run.headers[lo:hi]
+    return prepare_columns(
+        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=stamps
+    )
 
 
 async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:

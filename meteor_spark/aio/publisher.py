@@ -26,7 +26,17 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
-from meteor_spark.aio.calls import Attempts, Lane, Piece, Run, Sink, cut_call, find_call_async, producer_id_of
+from meteor_spark.aio.calls import (
+    Attempts,
+    Lane,
+    Piece,
+    Run,
+    Sink,
+    cut_call,
+    find_call_async,
+    item_columns,
+    producer_id_of,
+)
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.errors import (
@@ -37,7 +47,7 @@ from meteor_spark.errors import (
     PublisherClosedError,
     PublishTimeoutError,
 )
-from meteor_spark.format.item_encoding import ItemFraming, prepare_columns
+from meteor_spark.format.item_encoding import ItemFraming
 from meteor_spark.format.item_encoding import encode_items as encode_ring_items
 from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
 from meteor_spark.format.offsets import make_offset
@@ -210,6 +220,7 @@ class AsyncPublisher:
                     run.sink.failed(exc)
                     self.failed_records += len(run.values) - run.pos
                 lane.queue.clear()
+                lane.queued = 0
             self._outstanding = 0
             raise
         finally:
@@ -415,6 +426,7 @@ class AsyncPublisher:
         for lane, run in runs.items():
             state = lanes[lane]
             state.queue.append(run)
+            state.queued += len(run.values)
             if state.task is None or state.task.done():
                 state.task = self._loop.create_task(
                     self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}"
@@ -446,10 +458,11 @@ class AsyncPublisher:
         state = self._lanes[lane]
         settings = self.settings
         while state.queue:
-            if settings.linger_ms > 0 and sum(len(r.values) - r.pos for r in state.queue) < settings.max_batch_records:
+            if settings.linger_ms > 0 and state.queued < settings.max_batch_records:
                 await asyncio.sleep(settings.linger_ms / 1000.0)
             taken = cut_call(state.queue, settings)
             records = sum(hi - lo for item in taken for _, lo, hi in item)
+            state.queued -= records
             try:
                 items, first_seq = self._encode(lane, taken)
                 last = await self._store(lane, items, first_seq, records)
@@ -475,18 +488,7 @@ class AsyncPublisher:
         """The ring items of one call, with this publisher's id and the next producer sequences."""
         settings = self.settings
         state = self._lanes[lane]
-        prepared = [
-            [
-                prepare_columns(
-                    run.values[lo:hi],
-                    keys=None if run.keys is None else run.keys[lo:hi],
-                    headers=None if run.headers is None else run.headers[lo:hi],
-                    timestamps=run.stamps[lo:hi],
-                )
-                for run, lo, hi in item
-            ]
-            for item in taken
-        ]
+        prepared = [[item_columns(item)] for item in taken]
         first_seq = self._producer_seq
         self._producer_seq += len(taken)
         framing = ItemFraming(
