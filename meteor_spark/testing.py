@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from meteor_spark.grid.aio_client import AsyncGrid
     from meteor_spark.grid.client import Grid, GridSettings
 T = TypeVar("T")
 
@@ -68,6 +69,16 @@ class TcpProxy:
 
         grid = Grid(replace(settings, members=(self.address,)))
         route_member_through(grid.client, self.target[1], self.address, retry_pause_s=retry_pause_s)
+        return grid
+
+    async def connect_async(self, settings: GridSettings, *, retry_pause_s: float = 0.05) -> AsyncGrid:
+        """``connect`` for the asyncio client: an ``AsyncGrid`` whose every connection to the proxied member goes
+        through this proxy, reconnections included."""
+        from meteor_spark.compat_asyncio import route_member_through_async
+        from meteor_spark.grid.aio_client import AsyncGrid
+
+        grid = await AsyncGrid.start(replace(settings, members=(self.address,)))
+        await route_member_through_async(grid.client, self.target[1], self.address, retry_pause_s=retry_pause_s)
         return grid
 
     def drop(self) -> int:

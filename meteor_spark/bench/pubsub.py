@@ -101,11 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _payloads(size: int, count: int = 4096) -> list[bytes]:
+def payloads(size: int, count: int = 4096) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
 
 
-def _values(pool: list[bytes], n: int) -> list[bytes]:
+def values_of(pool: list[bytes], n: int) -> list[bytes]:
     return (pool * (n // len(pool) + 1))[:n]
 
 
@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = PubSubBenchOptions.from_args(args)
     figures: dict[str, Any] = {"settings": settings.__dict__}
     with bench_grid() as (grid, grid_settings):
-        pool = _payloads(settings.record_bytes)
-        figures["ceiling"] = _ceilings(grid, pool, settings)
+        pool = payloads(settings.record_bytes)
+        figures["ceiling"] = ceilings(grid, pool, settings.bulk_records)
         figures["one_publisher"] = _one_publisher(grid, pool, settings)
         figures["fanout"] = _fanout(grid, grid_settings, pool, settings)
         figures["fanout_constant"] = _fanout(grid, grid_settings, [bytes(settings.record_bytes)], settings)
@@ -125,8 +125,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ ceilings
 
 
-def _ceilings(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) -> dict[str, float]:
-    values = _values(pool, settings.bulk_records)
+def ceilings(grid: Grid, pool: list[bytes], records: int) -> dict[str, float]:
+    """Throughput ceilings of ``records`` values from ``pool``: encoding + LZ4 in memory, raw ``add_all`` of the
+    pre-encoded items (1000 records each, 64 items a call) and raw ``read_many`` of them (``meteor bench aio`` too)."""
+    values = values_of(pool, records)
     per_item = 1000
     start = time.perf_counter()
     items = [
@@ -166,7 +168,7 @@ def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) 
     out: dict[str, float] = {}
     try:
         with Publisher(grid, config, max_buffered_records=1_000_000) as pub:
-            values = _values(pool, settings.async_records)
+            values = values_of(pool, settings.async_records)
             publish = pub.publish_async
             # Fire and forget, as Meteor's benchmark did (publishAsync(record, nop)): each future is dropped.
             start = time.perf_counter()
@@ -182,14 +184,14 @@ def _one_publisher(grid: Grid, pool: list[bytes], settings: PubSubBenchOptions) 
             out["publish_async_kept_records_s"] = len(values) / (time.perf_counter() - start)
             assert futures[-1].result() >= 0
             del futures
-            values = _values(pool, settings.bulk_records)
+            values = values_of(pool, settings.bulk_records)
             chunk = 10_000
             start = time.perf_counter()
             for i in range(0, len(values), chunk):
                 pub.publish_many(values[i : i + chunk])
             pub.flush()
             out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
-            table = pa.table({"value": pa.array(_values(pool, 100_000), pa.binary())})
+            table = pa.table({"value": pa.array(values_of(pool, 100_000), pa.binary())})
             rounds = max(1, settings.bulk_records // table.num_rows)
             start = time.perf_counter()
             for _ in range(rounds):
@@ -263,7 +265,7 @@ def _fanout(
             if not ready.wait(120):
                 raise RuntimeError("a subscriber process did not start within 120 s")
         publishers = [Publisher(grid, name, max_buffered_records=200_000) for _ in range(PUBLISHERS)]
-        values = _values(pool, per_publisher)
+        values = values_of(pool, per_publisher)
 
         def publish(pub: Publisher) -> None:
             for i in range(0, len(values), 10_000):
@@ -339,7 +341,7 @@ def _helper_responder(members: str, cluster: str, requests: str, ready: Any, sto
     grid.close()
 
 
-def _percentiles(samples: list[float]) -> dict[str, float]:
+def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {
         "p50_ms": ordered[len(ordered) // 2] * 1000,
@@ -352,16 +354,16 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
 WARM_UP_ROUND_TRIPS = 20
 
 
-def _round_trips(settings: PubSubBenchOptions, round_trip: Callable[[bytes], object]) -> dict[str, float]:
-    """Percentiles of ``round_trip(payload)`` (one request answered), after the warm-up ones."""
+def round_trips(count: int, round_trip: Callable[[bytes], object]) -> dict[str, float]:
+    """Percentiles of ``count`` calls of ``round_trip(payload)`` (one request answered), after the warm-up ones."""
     samples = []
-    for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
+    for i in range(count + WARM_UP_ROUND_TRIPS):
         payload = i.to_bytes(8, "big") * 12
         start = time.perf_counter()
         round_trip(payload)
         if i >= WARM_UP_ROUND_TRIPS:
             samples.append(time.perf_counter() - start)
-    return _percentiles(samples)
+    return percentiles(samples)
 
 
 @contextmanager
@@ -407,13 +409,13 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptio
                 while not sub.poll(5000):
                     pass
 
-            out["meteor"] = _round_trips(settings, meteor_round_trip)
+            out["meteor"] = round_trips(settings.round_trips, meteor_round_trip)
     finally:
         delete_stream(grid, requests.name)
         delete_stream(grid, replies.name)
     out["helper"] = _helper_latency(grid, grid_settings, settings, base + "-helper")
     ring = grid.ring(base + "-raw")
-    out["raw_add_read"] = _round_trips(settings, lambda payload: ring.read_many(ring.add(payload), 1, 1))
+    out["raw_add_read"] = round_trips(settings.round_trips, lambda payload: ring.read_many(ring.add(payload), 1, 1))
     ring.destroy()
     out["raw_request_reply"] = _raw_request_reply(grid, grid_settings, settings, base + "-raw")
     return out
@@ -437,7 +439,7 @@ def _raw_request_reply(
         with _responder_process(
             _raw_responder, grid_settings, requests.name, replies.name, wake=lambda: requests.add(b"stop")
         ):
-            return _round_trips(settings, raw_round_trip)
+            return round_trips(settings.round_trips, raw_round_trip)
     finally:
         requests.destroy()
         replies.destroy()
@@ -453,7 +455,7 @@ def _helper_latency(
             _responder_process(_helper_responder, grid_settings, requests),
             Requester(grid, requests, timeout_ms=5000) as requester,
         ):
-            return _round_trips(settings, requester.request)
+            return round_trips(settings.round_trips, requester.request)
     finally:
         delete_stream(grid, requests)
 

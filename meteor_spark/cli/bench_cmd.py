@@ -20,6 +20,8 @@ AREAS: dict[str, str] = {
     "grid": "the embedded grid (--members: and a real cluster, side by side): 64 KiB ring items through "
     "add_all/read_many, small map get/put (MB/s, ops/s, p50/p99)",
     "pubsub": "the core: one publisher, 4 publishers x 16 subscribers, request/reply latency (records/s, p50/p99)",
+    "aio": "the asyncio API vs the threaded one: publish throughput at 100 B and one-in-flight publish -> receive "
+    "p50/p99, next to each client's raw add_all and round trip",
     "ephemeral": "ephemeral streams: publish -> consume with 1/4/16 matching entities (records/s, p50/p99), "
     "and dropping with none",
     "idempotence": "idempotent publishing's cost: publish_async, publish_many, short-lived publishers, on vs off",

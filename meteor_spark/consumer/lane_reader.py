@@ -63,7 +63,7 @@ import logging
 import threading
 from typing import Any
 
-from meteor_spark.consumer.lane_state import LaneState, Skip
+from meteor_spark.consumer.lane_state import LaneState, Skip, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.topics import TopicReading
 from meteor_spark.errors import (
@@ -78,11 +78,11 @@ from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     first_offset_of,
 )
-from meteor_spark.format.records import BatchPart, Record, RecordBatch
+from meteor_spark.format.records import BatchPart, RecordBatch
 from meteor_spark.format.serializers import DecodedLane, Deserializer
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Ring, result
+from meteor_spark.grid.client import Ring, result
 from meteor_spark.grid.item_gate import ItemGate
-from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark, mark_of
+from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.groups.redelivery import now_ms
 
@@ -259,18 +259,12 @@ class LaneReader(TopicReading):
         for state, (sequence, raw, error) in todo:
             if self.corrupt_policy.is_error:
                 with self._lock:
-                    state.bad = None
-                    state.error = error
+                    state.fail_bad_item()
                 continue
             self.refusals.dead_letter_item(state.lane, sequence, raw, error)  # returns once the grid acknowledged it
             with self._lock:
-                if state.bad is None or state.bad[0] != sequence or state.fetch_seq != sequence:
-                    continue  # sought meanwhile
-                state.bad = None
-                state.fetch_seq = sequence + 1
-                state.passed_mark = mark_of(raw, sequence)
-                state.passed()
-                self.refusals.passed_item(state.lane, sequence, error)
+                if state.pass_bad_item(sequence, raw):
+                    self.refusals.passed_item(state.lane, sequence, error)
 
     def _notice_connection_losses(self) -> int:
         """(Reader lock held.) After the grid lost a connection (``Grid.connection_losses``), every lane's next read
@@ -358,9 +352,7 @@ class LaneReader(TopicReading):
                     continue  # waiting at an open transaction
                 if state.not_before > now:
                     continue  # paused by a delayed nack until then
-                count = min(self._items_per_read, state.capacity, MAX_BATCH_ITEMS)
-                # Until a lane's item size is known, a few items: its backlog may be of MiB-sized items.
-                count = max(1, min(count, self._bytes_per_read // state.item_bytes if state.item_bytes else 4))
+                count = state.read_count(self._items_per_read, self._bytes_per_read)
                 future = state.ring.read_many_async(state.read_start(), 1, count)
                 state.pending = future
                 state.pending_seq = state.fetch_seq
@@ -439,26 +431,9 @@ class LaneReader(TopicReading):
                         if lane in self._lanes:
                             self._drop_lane(lane, "lease lost before delivery")
         decoded = self._deserialize(taken) if self._deserializing else None
-        out: list[BatchPart] = []
-        records: list[Record] | None = None if decoded is None else []
         with self._lock:
-            for lane, parts in taken.items():
-                delivered = self._lanes.get(lane)
-                if delivered is None:
-                    continue
-                delivered.consume(parts)
-                if decoded is None:
-                    out.extend(parts)
-                elif records is not None:
-                    out.extend(decoded[lane].parts)
-                    records.extend(decoded[lane].records)
-                    stopped = decoded[lane].stopped
-                    if stopped is not None:
-                        orphan = delivered.stop_at(*stopped)
-                        if orphan is not None:
-                            self._orphans.append(orphan)
-                if parts:  # empty: deserialization stopped the lane at its first record
-                    delivered.handed_out(parts)
+            out, records, orphans = deliver_taken(self._lanes, taken, decoded)
+            self._orphans.extend(orphans)
         batch = RecordBatch(out, records)
         self.delivered_records += len(batch)
         return batch
@@ -467,28 +442,7 @@ class LaneReader(TopicReading):
         """The buffered parts the next batch takes, lane -> parts (the last one cut to the budget): up to
         ``max_poll_records`` records, lanes in rotation from ``_next_lane`` so no lane starves."""
         with self._lock:
-            lanes = sorted(self._lanes)
-            rotation = [lane for lane in lanes if lane >= self._next_lane]
-            rotation += [lane for lane in lanes if lane < self._next_lane]
-            budget = self.max_poll_records
-            taken: dict[int, list[BatchPart]] = {}
-            for lane in rotation:
-                parts: list[BatchPart] = []
-                for part in self._lanes[lane].parts:
-                    if budget <= 0:
-                        break
-                    if part.size > budget:
-                        part = BatchPart(
-                            part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget
-                        )
-                    parts.append(part)
-                    budget -= part.size
-                if parts:
-                    taken[lane] = parts
-                if budget <= 0:
-                    break
-            if taken:
-                self._next_lane = (max(taken) + 1) % max(1, self.info.lanes)
+            taken, self._next_lane = choose_parts(self._lanes, self._next_lane, self.max_poll_records, self.info.lanes)
             return taken
 
     @property

@@ -15,9 +15,10 @@ from typing import Any
 
 from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
 from meteor_spark.format.offsets import first_offset_of, index_of, make_offset, sequence_of
-from meteor_spark.format.records import BatchPart
+from meteor_spark.format.records import BatchPart, Record
+from meteor_spark.format.serializers import DecodedLane
 from meteor_spark.format.wire import decode_item
-from meteor_spark.grid.client import Grid, Ring
+from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.grid.item_gate import DELIVER, WAIT, ItemGate
 from meteor_spark.grid.item_marks import ItemMark, mark_of
 from meteor_spark.grid.reading import oldest_in
@@ -163,6 +164,13 @@ class LaneState:
             self.verify = self.mark_before_fetch()
         return orphan
 
+    def read_count(self, items_per_read: int, bytes_per_read: int) -> int:
+        """Ring items the next read asks for: ``items_per_read``, fewer when the lane's items are large enough that
+        they would pass ``bytes_per_read``; until a lane's item size is known, a few items (its backlog may be of
+        MiB-sized items)."""
+        count = min(items_per_read, self.capacity, MAX_BATCH_ITEMS)
+        return max(1, min(count, bytes_per_read // self.item_bytes if self.item_bytes else 4))
+
     def read_start(self) -> int:
         """The sequence the next read starts at: one item early while a mark is to be verified."""
         return self.verify.sequence if self.verify is not None else self.fetch_seq
@@ -296,6 +304,23 @@ class LaneState:
             self.fetch_seq = seq + 1
         return skip
 
+    def fail_bad_item(self) -> None:
+        """``on_corrupt=error``: the lane stops at its undecodable item, with the item's ``FormatError``."""
+        if self.bad is not None:
+            self.error = self.bad[2]
+            self.bad = None
+
+    def pass_bad_item(self, sequence: int, raw: bytes) -> bool:
+        """``on_corrupt`` skip / dead_letter (its dead letter acknowledged): move past the undecodable item at
+        ``sequence``. False when the lane was sought meanwhile (nothing moves)."""
+        if self.bad is None or self.bad[0] != sequence or self.fetch_seq != sequence:
+            return False
+        self.bad = None
+        self.fetch_seq = sequence + 1
+        self.passed_mark = mark_of(raw, sequence)
+        self.passed()
+        return True
+
     def stop_at(self, offset: int, error: MeteorError) -> Any:
         """Stop at the record ``offset`` with ``error`` once the records before it are delivered: what is buffered
         from it on is dropped (read again after a seek). Returns the outstanding read, now orphaned."""
@@ -307,6 +332,62 @@ class LaneState:
         self.bad = None
         self.error = error
         return orphan
+
+
+def choose_parts(
+    lanes: dict[int, LaneState], next_lane: int, budget: int, lane_count: int
+) -> tuple[dict[int, list[BatchPart]], int]:
+    """The buffered parts the next batch takes, lane -> parts (the last one cut to the budget): up to ``budget``
+    records, lanes in rotation from ``next_lane`` so no lane starves; and the lane the next batch starts at."""
+    order = sorted(lanes)
+    rotation = [lane for lane in order if lane >= next_lane] + [lane for lane in order if lane < next_lane]
+    taken: dict[int, list[BatchPart]] = {}
+    for lane in rotation:
+        parts: list[BatchPart] = []
+        for part in lanes[lane].parts:
+            if budget <= 0:
+                break
+            if part.size > budget:
+                part = BatchPart(part.stream, part.lane, part.sequence, part.item, part.start, part.start + budget)
+            parts.append(part)
+            budget -= part.size
+        if parts:
+            taken[lane] = parts
+        if budget <= 0:
+            break
+    if taken:
+        next_lane = (max(taken) + 1) % max(1, lane_count)
+    return taken, next_lane
+
+
+def deliver_taken(
+    lanes: dict[int, LaneState], taken: dict[int, list[BatchPart]], decoded: dict[int, DecodedLane] | None
+) -> tuple[list[BatchPart], list[Record] | None, list[Any]]:
+    """Hand out what ``choose_parts`` took (deserialized into ``decoded`` when the reader deserializes): the lanes'
+    buffers and positions move past it, a lane whose deserializer stopped at a record stops there. Returns the
+    parts delivered, their deserialized records (None without deserializers) and the reads orphaned by a stop.
+    Lanes gone meanwhile (lost, sought, closed) are left out."""
+    out: list[BatchPart] = []
+    records: list[Record] | None = None if decoded is None else []
+    orphans: list[Any] = []
+    for lane, parts in taken.items():
+        delivered = lanes.get(lane)
+        if delivered is None:
+            continue
+        delivered.consume(parts)
+        if decoded is None:
+            out.extend(parts)
+        elif records is not None:
+            out.extend(decoded[lane].parts)
+            records.extend(decoded[lane].records)
+            stopped = decoded[lane].stopped
+            if stopped is not None:
+                orphan = delivered.stop_at(*stopped)
+                if orphan is not None:
+                    orphans.append(orphan)
+        if parts:  # empty: deserialization stopped the lane at its first record
+            delivered.handed_out(parts)
+    return out, records, orphans
 
 
 class SubscriberFields:

@@ -41,14 +41,18 @@ class Refusals:
         undecodable_records: records the deserializers refused and the policy passed over.
     """
 
-    def __init__(self, grid: Grid, stream: str, policy: CorruptItemPolicy) -> None:
+    def __init__(self, grid: Grid | None, stream: str, policy: CorruptItemPolicy) -> None:
+        """``grid`` None: no dead-letter publisher of its own (the asyncio subscriber publishes dead letters with an
+        ``AsyncPublisher``); its owner publishes ``dead_letters_of`` / ``dead_letter_record`` itself."""
         self.policy = policy
         self.stream = stream
         self.corrupt_items = 0
         self.corrupt: list[tuple[int, int]] = []
         self.undecodable_records = 0
         self._dead_letters = (
-            None if policy.dead_letter_stream is None else dead_letter_publisher(grid, policy.dead_letter_stream)
+            None
+            if policy.dead_letter_stream is None or grid is None
+            else dead_letter_publisher(grid, policy.dead_letter_stream)
         )
 
     def dead_letter_item(self, lane: int, sequence: int, raw: bytes, error: FormatError) -> None:
@@ -80,15 +84,34 @@ class Refusals:
         lane's taken parts are cut before its first refused record (``taken`` is updated); a dead letter is
         acknowledged before the record is passed over (a failure raises before any position moved: the next poll
         retries)."""
+        decoded = self.decode(taken, value, key)
+        if self._dead_letters is not None:
+            for record in self.dead_letters_of(decoded):
+                self._dead_letters.publish(record)
+        self.count_refused(decoded)
+        return decoded
+
+    def decode(
+        self, taken: dict[int, list[BatchPart]], value: Deserializer | None, key: Deserializer | None
+    ) -> dict[int, DecodedLane]:
+        """The deserializing step of ``deserialize`` alone (no dead letter published, nothing counted): the
+        asyncio subscriber publishes the dead letters itself, awaited, then calls ``count_refused``."""
         decoded: dict[int, DecodedLane] = {}
         for lane, parts in taken.items():
             lane_result = deserialize_lane(parts, value, key, stop_at_failure=self.policy.is_error)
             if lane_result.stopped is not None:
                 taken[lane] = lane_result.parts
-            if self._dead_letters is not None:
-                for raw, error in lane_result.refused:
-                    self._dead_letters.publish(dead_letter_for_record(raw, error))
             decoded[lane] = lane_result
+        return decoded
+
+    def dead_letters_of(self, decoded: dict[int, DecodedLane]) -> list[Record]:
+        """With ``dead_letter``: the records to publish for the records refused; otherwise none."""
+        if self.policy.dead_letter_stream is None:
+            return []
+        return [dead_letter_for_record(raw, error) for lane in decoded.values() for raw, error in lane.refused]
+
+    def count_refused(self, decoded: dict[int, DecodedLane]) -> None:
+        """Count and log the records refused and passed over (their dead letters acknowledged)."""
         for lane_result in decoded.values():
             for raw, error in lane_result.refused:
                 self.undecodable_records += 1
@@ -100,7 +123,6 @@ class Refusals:
                     self._how(),
                     error,
                 )
-        return decoded
 
     def refuse_record(self, raw: Record, error: DeserializationError) -> None:
         """A record decoded outside ``deserialize`` (a Spark task's typed ``value`` column) that failed: with
@@ -118,7 +140,7 @@ class Refusals:
         )
 
     def _how(self) -> str:
-        if self._dead_letters is not None:
+        if self.policy.dead_letter_stream is not None:
             return f" after publishing it to dead-letter stream {self.policy.dead_letter_stream!r}"
         return " (on_corrupt=skip)"
 

@@ -26,24 +26,23 @@ from meteor_spark.consumer.lane_state import LaneState
 from meteor_spark.consumer.receiver import ErrorHandler, Receiver, RecordHandler
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_offsets import SubscriberOffsets
+from meteor_spark.consumer.subscriber_options import SubscriberOptions
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
-    ArgumentTypeError,
     ConfigError,
     FencedError,
     GroupError,
     MeteorError,
 )
 from meteor_spark.format.avro import AvroValues
-from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     resolve_initial,
     sequence_of,
 )
 from meteor_spark.format.records import RecordBatch
-from meteor_spark.format.serializers import Deserializer, deserializer
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, require_grid
+from meteor_spark.format.serializers import Deserializer
+from meteor_spark.grid.client import Grid, require_grid
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
@@ -52,7 +51,7 @@ from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
-from meteor_spark.validate import MAX_TIMEOUT_MS, check_int, check_text, check_timeout
+from meteor_spark.validate import check_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -195,30 +194,26 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         # option's check would sit apart from the attribute it guards.
         require_grid(grid)
         registry = metrics_registry(metrics)
-        self.item_gate = ItemGate(grid, isolation)
-        self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
-        self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
-        self.corrupt_policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
-        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
-        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        check_int("max_bytes_per_read", max_bytes_per_read, 1, 1 << 31)
-        if group is not None:
-            check_text("group", group, what="(a group name, or None for an ungrouped subscriber)")
-        if member_id is not None:
-            check_text("member_id", member_id, what="(or None for a generated one)")
-        check_int("lease_ms", lease_ms, 1, MAX_TIMEOUT_MS)
-        if not isinstance(skip_data_loss, bool):
-            raise ArgumentTypeError(f"skip_data_loss must be True or False, got {skip_data_loss!r}")
-        if group is None and self.scheme is InitialOffsetScheme.NONE:
-            raise ConfigError(
-                "initial_offset_scheme NONE needs a group: an ungrouped subscriber has no stored offset to start "
-                "from; use EARLIEST or LATEST, or give the subscriber a group"
-            )
-        if auto_confirm_interval_ms is not None and group is None:
-            raise ConfigError(
-                "auto_confirm_interval_ms needs a group: an ungrouped subscriber has no stored offsets to confirm; "
-                "give the subscriber a group, or leave auto_confirm_interval_ms unset"
-            )
+        options = SubscriberOptions.parse(
+            group=group,
+            initial_offset_scheme=initial_offset_scheme,
+            skip_data_loss=skip_data_loss,
+            max_poll_records=max_poll_records,
+            max_items_per_read=max_items_per_read,
+            max_bytes_per_read=max_bytes_per_read,
+            lease_ms=lease_ms,
+            member_id=member_id,
+            on_corrupt=on_corrupt,
+            dead_letter_stream=dead_letter_stream,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            auto_confirm_interval_ms=auto_confirm_interval_ms,
+            isolation=isolation,
+        )
+        self.item_gate = ItemGate(grid, options.isolation)
+        self._key_deserializer = options.key_deserializer
+        self.scheme = options.scheme
+        self.corrupt_policy = options.corrupt_policy
         self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
@@ -226,11 +221,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._value_deserializer = value_deserializer_for(grid, self.info, value_deserializer)
         if auto_confirm_interval_ms is not None:
             refuse_on_ephemeral(self.info, "auto_confirm_interval_ms")
-        if self.corrupt_policy.dead_letter_stream == self.stream:
-            raise ConfigError(
-                f"dead_letter_stream={self.stream!r} is the stream being read: refused items would be read again; "
-                f"name another stream"
-            )
+        options.check_stream(self.stream)
         self.group = group
         self.skip_data_loss = skip_data_loss
         self.max_poll_records = max_poll_records

@@ -208,6 +208,11 @@ class AvroValues:
             raise ConfigError(f"AvroValues into must be a dataclass type or None, got {self.into!r}")
 
 
+def is_typed_setting(setting: Any) -> bool:
+    """Whether a client's (de)serializer setting asks for a typed stream's Avro codec (``"avro"``, ``AvroValues``)."""
+    return isinstance(setting, AvroValues) or (isinstance(setting, str) and setting.strip().lower() == "avro")
+
+
 def schema_version_of(headers: tuple[tuple[str, bytes], ...]) -> int | None:
     """The writer schema version a record's headers carry (the last ``meteor.schema``), None without one."""
     found = None

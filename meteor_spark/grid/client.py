@@ -214,6 +214,19 @@ def _why_not_connected(settings: GridSettings, failures: Sequence[BaseException]
     return "is a member running there (`meteor grid start`), and are the cluster name and credentials right?"
 
 
+def check_ring_config(pattern: str, capacity: int, backups: int, async_backups: int, ttl_s: int) -> None:
+    """``ConfigError`` naming the argument of a ring buffer config that is out of range (both grid clients)."""
+    if capacity < 1:
+        raise ConfigError(f"ring config {pattern!r}: capacity must be >= 1, got {capacity}")
+    if ttl_s < 0:
+        raise ConfigError(f"ring config {pattern!r}: ttl_s must be >= 0 (0 = no expiry), got {ttl_s}")
+    if backups < 0 or async_backups < 0 or backups + async_backups > 6:
+        raise ConfigError(
+            f"ring config {pattern!r}: backups ({backups}) and async_backups ({async_backups}) must be >= 0 "
+            f"and at most 6 together"
+        )
+
+
 def require_grid(grid: object) -> Grid:
     """``grid`` if it is a ``Grid`` (or wraps one: an object with its ``ring`` and ``map``, as instrumentation and
     tests make), else ``ArgumentTypeError``: the first argument of publishers, subscribers and the admin tools is
@@ -445,15 +458,7 @@ class Grid:
             GridOperationError: the cluster has a different config under that name (Hazelcast code 32,
                 InvalidConfiguration), or refuses dynamic configuration.
         """
-        if capacity < 1:
-            raise ConfigError(f"ring config {pattern!r}: capacity must be >= 1, got {capacity}")
-        if ttl_s < 0:
-            raise ConfigError(f"ring config {pattern!r}: ttl_s must be >= 0 (0 = no expiry), got {ttl_s}")
-        if backups < 0 or async_backups < 0 or backups + async_backups > 6:
-            raise ConfigError(
-                f"ring config {pattern!r}: backups ({backups}) and async_backups ({async_backups}) must be >= 0 "
-                f"and at most 6 together"
-            )
+        check_ring_config(pattern, capacity, backups, async_backups, ttl_s)
         request = add_ringbuffer_config_request(pattern, capacity, backups, async_backups, ttl_s)
         with translate_errors(f"add ring buffer config {pattern!r}"):
             invoke(self.client, request)

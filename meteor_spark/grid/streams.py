@@ -334,81 +334,112 @@ def check_stream_name(name: object) -> str:
 def open_stream(grid: Grid, config: StreamConfig | str, *, create: bool = True) -> StreamInfo:
     """Open a stream by configuration (created when missing, if ``create``) or by name alone.
 
+    The decisions are ``stream_name``, ``stream_creation``, ``settled_info`` and ``ring_configs`` (no I/O), which
+    the asyncio clients (``meteor_spark.aio``) share; this function does the grid calls between them.
+
     Raises:
         StreamNotFoundError: opened by name (or with ``create=False``) and no metadata is stored.
         StreamConfigConflictError: the stored layout, deduplication window or region differs from the given
             configuration (the batching fields may differ: a party passing its own keeps its own).
     """
     require_grid(grid)
-    if isinstance(config, str):
-        check_stream_name(config)
+    name = stream_name(config)
     metadata = grid.map(STREAMS_MAP)
-    if isinstance(config, str):
-        stored = metadata.get(config)
+    stored = metadata.get(name)
+    if stored is None:
+        candidate = stream_creation(config, create)
+        # put_if_absent settles a race between two creators: the loser compares against the winner.
+        stored = metadata.put_if_absent(name, candidate)
         if stored is None:
-            raise StreamNotFoundError(
-                f"stream {config!r} does not exist (no metadata in map {STREAMS_MAP!r}); create it by opening "
-                f"it with a StreamConfig (e.g. Publisher(grid, StreamConfig({config!r}, lanes=...))) or "
-                f"`meteor streams create {config}`"
-            )
-        info = parse_metadata(config, stored)
-    else:
-        if not isinstance(config, StreamConfig):
-            raise ArgumentTypeError(
-                f"a stream is a StreamConfig or a stream name (str), not a {type(config).__name__}: {config!r}"
-            )
-        stored = metadata.get(config.name)
-        if stored is None:
-            if not create:
-                raise StreamNotFoundError(f"stream {config.name!r} does not exist and create=False")
-            candidate = metadata_json(config, int(time.time() * 1000))
-            # put_if_absent settles a race between two creators: the loser compares against the winner.
-            stored = metadata.put_if_absent(config.name, candidate)
-            if stored is None:
-                logger.info("created stream %r (%d lanes, capacity %d)", config.name, config.lanes, config.capacity)
-                stored = candidate
-        info = parse_metadata(config.name, stored)
-        differences = config.layout_differences(info.config)
-        if differences:
-            raise StreamConfigConflictError(
-                f"stream {config.name!r} already exists with another layout ({'; '.join(differences)}); open it "
-                f"by name to use the stored configuration, or delete it first (`meteor streams delete "
-                f"{config.name}`) to change it"
-            )
-        differences = config.settings_differences(info.config)
-        if differences:
-            raise StreamConfigConflictError(
-                f"stream {config.name!r} is stored with other settings ({'; '.join(differences)}); open it by name "
-                f"to use the stored ones, or change them for everyone with ensure_stream(grid, config, "
-                f"on_difference='apply') (`meteor streams ensure {config.name} ... --on-difference apply`)"
-            )
-        info = StreamInfo(config, info.created_at_ms, info.format_version, info.ring_names)
-    _configure_rings(grid, info)
+            created_log(config)
+            stored = candidate
+    info = settled_info(config, stored)
+    for ring, capacity, backups, async_backups, ttl_s in ring_configs(info):
+        try:
+            grid.add_ring_config(ring, capacity=capacity, backups=backups, async_backups=async_backups, ttl_s=ttl_s)
+        except GridOperationError as exc:
+            conflict = ring_config_conflict(info, ring, exc)
+            if conflict is None:
+                raise
+            raise conflict from exc
     return info
 
 
-def _configure_rings(grid: Grid, info: StreamInfo) -> None:
+def stream_name(config: StreamConfig | str) -> str:
+    """The name of the stream ``config`` opens, checked (``ConfigError`` / ``ArgumentTypeError``)."""
+    if isinstance(config, str):
+        return check_stream_name(config)
+    if not isinstance(config, StreamConfig):
+        raise ArgumentTypeError(
+            f"a stream is a StreamConfig or a stream name (str), not a {type(config).__name__}: {config!r}"
+        )
+    return config.name
+
+
+def stream_creation(config: StreamConfig | str, create: bool) -> str:
+    """The metadata to store for a stream found missing, or ``StreamNotFoundError`` when it may not be created
+    (opened by name, or ``create=False``)."""
+    if isinstance(config, str):
+        raise StreamNotFoundError(
+            f"stream {config!r} does not exist (no metadata in map {STREAMS_MAP!r}); create it by opening "
+            f"it with a StreamConfig (e.g. Publisher(grid, StreamConfig({config!r}, lanes=...))) or "
+            f"`meteor streams create {config}`"
+        )
+    if not create:
+        raise StreamNotFoundError(f"stream {config.name!r} does not exist and create=False")
+    return metadata_json(config, int(time.time() * 1000))
+
+
+def created_log(config: StreamConfig | str) -> None:
+    """Log that this process created the stream (its metadata went in first)."""
+    if isinstance(config, StreamConfig):
+        logger.info("created stream %r (%d lanes, capacity %d)", config.name, config.lanes, config.capacity)
+
+
+def settled_info(config: StreamConfig | str, stored: str) -> StreamInfo:
+    """The opened stream from its stored metadata: by name, as stored; by configuration, the caller's (its batching
+    fields kept), after checking that the stored layout and settings match it (``StreamConfigConflictError``)."""
+    if isinstance(config, str):
+        return parse_metadata(config, stored)
+    info = parse_metadata(config.name, stored)
+    differences = config.layout_differences(info.config)
+    if differences:
+        raise StreamConfigConflictError(
+            f"stream {config.name!r} already exists with another layout ({'; '.join(differences)}); open it "
+            f"by name to use the stored configuration, or delete it first (`meteor streams delete "
+            f"{config.name}`) to change it"
+        )
+    differences = config.settings_differences(info.config)
+    if differences:
+        raise StreamConfigConflictError(
+            f"stream {config.name!r} is stored with other settings ({'; '.join(differences)}); open it by name "
+            f"to use the stored ones, or change them for everyone with ensure_stream(grid, config, "
+            f"on_difference='apply') (`meteor streams ensure {config.name} ... --on-difference apply`)"
+        )
+    return StreamInfo(config, info.created_at_ms, info.format_version, info.ring_names)
+
+
+def ring_configs(info: StreamInfo) -> list[tuple[str, int, int, int, int]]:
+    """``(ring name, capacity, backups, async backups, TTL s)`` of every lane's ring, added to the cluster's
+    dynamic configuration when a stream is opened. Exact names, not a wildcard: ``meteor.stream::a.*`` would also
+    match the lanes of a stream named ``a.b``."""
+    c = info.config
+    return [(name, c.capacity, c.backup_count, c.async_backup_count, c.ttl_s) for name in info.ring_names]
+
+
+def ring_config_conflict(info: StreamInfo, name: str, exc: GridOperationError) -> StreamConfigConflictError | None:
+    """What a refused ring configuration means: the cluster holds another one under that name; None for any other
+    refusal (``exc`` stands)."""
+    if exc.code != _INVALID_CONFIGURATION:
+        return None
     config = info.config
-    # Exact names, not a wildcard: "meteor.stream::a.*" would also match the lanes of a stream named "a.b".
-    for name in info.ring_names:
-        try:
-            grid.add_ring_config(
-                name,
-                capacity=config.capacity,
-                backups=config.backup_count,
-                async_backups=config.async_backup_count,
-                ttl_s=config.ttl_s,
-            )
-        except GridOperationError as exc:
-            if exc.code != _INVALID_CONFIGURATION:
-                raise
-            raise StreamConfigConflictError(
-                f"stream {info.name!r}: the cluster already holds another ring configuration for {name!r} "
-                f"(capacity/backups/async backups/TTL differ from {config.capacity}/{config.backup_count}/"
-                f"{config.async_backup_count}/{config.ttl_s}); a stream "
-                f"deleted and recreated with a new layout keeps the old ring configuration until the cluster "
-                f"restarts. Use the old layout or a new stream name ({exc})"
-            ) from exc
+    return StreamConfigConflictError(
+        f"stream {info.name!r}: the cluster already holds another ring configuration for {name!r} "
+        f"(capacity/backups/async backups/TTL differ from {config.capacity}/{config.backup_count}/"
+        f"{config.async_backup_count}/{config.ttl_s}); a stream "
+        f"deleted and recreated with a new layout keeps the old ring configuration until the cluster "
+        f"restarts. Use the old layout or a new stream name ({exc})"
+    )
 
 
 def lane_bounds(grid: Grid, info: StreamInfo) -> dict[int, tuple[int, int]]:

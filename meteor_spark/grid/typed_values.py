@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from meteor_spark.errors import ConfigError, DeserializationError
-from meteor_spark.format.avro import SCHEMA_HEADER, AvroSchema, AvroValues, schema_version_of
+from meteor_spark.format.avro import SCHEMA_HEADER, AvroSchema, AvroValues, is_typed_setting, schema_version_of
 from meteor_spark.format.serializers import Deserializer, Serializer, deserializer, serializer
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.schemas import Subject, get_subject, require_subject
@@ -39,10 +39,8 @@ def value_codec_setting(setting: Any, info: StreamInfo) -> AvroValues | None:
     """The Avro setting ``setting`` asks for on the stream ``info`` describes, None when it asks for another
     codec: ``"avro"`` and ``AvroValues`` ask for one, and so does no setting on a stream declared
     ``value_format="avro"``. Any other setting there is the caller's own (raw bytes or a custom codec)."""
-    if isinstance(setting, AvroValues):
-        return setting
-    if isinstance(setting, str) and setting.strip().lower() == "avro":
-        return AvroValues()
+    if is_typed_setting(setting):
+        return setting if isinstance(setting, AvroValues) else AvroValues()
     if setting is None and info.config.value_format == "avro":
         return AvroValues()
     return None

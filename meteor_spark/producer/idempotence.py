@@ -30,8 +30,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
 
 from meteor_spark.errors import FormatError, GridConnectionError, GridError, GridOperationError, PublishTimeoutError
 from meteor_spark.format.item_header import item_producer
@@ -65,7 +65,8 @@ class StoredCallLost(Exception):
 
 
 def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:
-    """Search ``ring`` from ``start`` to its tail for the item ``(producer_id, first_seq)``.
+    """Search ``ring`` from ``start`` to its tail for the item ``(producer_id, first_seq)`` (blocking grid calls;
+    the search itself is ``call_search``, which the asyncio publisher drives with awaited calls).
 
     Returns ``(sequence of that item or None, the sequence to resume a later search at)``.
 
@@ -74,14 +75,46 @@ def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[
             call may have been among them).
         GridError: the grid could not be read.
     """
-    head = ring.head()
-    tail = ring.tail()
+    steps = call_search(start, producer_id, first_seq)
+    step = next(steps)
+    while True:
+        try:
+            if step[0] == "head":
+                answer: Any = ring.head()
+            elif step[0] == "tail":
+                answer = ring.tail()
+            else:
+                answer = ring.read_many(step[1], 0, step[2])
+        except GridError as exc:
+            try:
+                step = steps.throw(exc)
+            except StopIteration as done:
+                return done.value
+            continue
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+
+
+#: What ``call_search`` asks its driver for: ``("head",)``, ``("tail",)`` or ``("read", sequence, count)``; the
+#: driver sends back the ring's head, its tail or a ``ReadBatch``, or throws the ``GridError`` the call raised.
+SearchStep = tuple[Any, ...]
+
+
+def call_search(start: int, producer_id: int, first_seq: int) -> Generator[SearchStep, Any, tuple[int | None, int]]:
+    """The search of ``find_call`` without its I/O: a generator that yields the grid calls it needs and returns
+    ``(sequence of the item or None, the sequence to resume a later search at)``, so the threaded retrier and the
+    asyncio publisher (``meteor_spark.aio``) run the same search. A read below the ring's head (the driver throws
+    the grid's ``StaleSequenceException``) goes on from the new head; other errors propagate."""
+    head = yield ("head",)
+    tail = yield ("tail",)
     wanted = (producer_id, first_seq)
     seq = max(start, head)
     lost_from = start if start < head else None
     while seq <= tail:
         try:
-            batch = ring.read_many(seq, 0, min(SEARCH_CHUNK, tail - seq + 1))
+            batch = yield ("read", seq, min(SEARCH_CHUNK, tail - seq + 1))
         except GridOperationError as exc:
             if exc.code != STALE_SEQUENCE:
                 raise
@@ -89,7 +122,7 @@ def find_call(ring: Any, start: int, producer_id: int, first_seq: int) -> tuple[
         if batch is None or (batch.items and batch.sequences[0] > seq):
             # Overwritten while being searched: go on from the new head, remembering the gap.
             lost_from = start if lost_from is None else lost_from
-            head = ring.head()
+            head = yield ("head",)
             seq = max(seq + 1, head)
             continue
         if not batch.items:
@@ -160,7 +193,7 @@ class Retrier:
                     )
                     self._thread.start()
                 return
-        self._settle(call, None, _timeout_error(self.stream, call, given_up, reason="the publisher was closed"))
+        self._settle(call, None, timeout_error(self.stream, call, given_up, reason="the publisher was closed"))
 
     def give_up(self, error: BaseException) -> None:
         """Fail every call waiting for a retry, and those that come later, with ``error`` (a close whose deadline
@@ -169,7 +202,7 @@ class Retrier:
             self._given_up = error
             calls, self._heap = self._heap, []
         for call in calls:
-            self._settle(call, None, _timeout_error(self.stream, call, error, reason="the publisher was closed"))
+            self._settle(call, None, timeout_error(self.stream, call, error, reason="the publisher was closed"))
 
     def stop(self) -> None:
         with self._lock:
@@ -204,7 +237,7 @@ class Retrier:
         lane = call.lane
         ring = self.rings[lane]
         if time.monotonic() >= call.deadline:
-            self._settle(call, None, _timeout_error(self.stream, call, call.last_error, reason=None))
+            self._settle(call, None, timeout_error(self.stream, call, call.last_error, reason=None))
             return
         try:
             if call.start is None:
@@ -231,16 +264,7 @@ class Retrier:
                     call.attempts + 1,
                 )
         except StoredCallLost as exc:
-            self._settle(
-                call,
-                None,
-                PublishTimeoutError(
-                    f"stream {self.stream!r} lane {lane}: {call.n_records} records in {call.n_items} ring items: "
-                    f"outcome unknown: the grid lost the answer to their add_all, and the part of the lane where they "
-                    f"may have been stored was overwritten before it could be searched ({exc}); the stream's capacity "
-                    f"is too small for the publishing rate"
-                ),
-            )
+            self._settle(call, None, lost_call_error(self.stream, call, exc))
             return
         except GridError as exc:
             # A lost connection or a timed-out read changes nothing: look again once the grid answers.
@@ -255,8 +279,33 @@ class Retrier:
         self._send(call)
 
 
-def _timeout_error(
-    stream: str, call: PendingCall, cause: BaseException | None, reason: str | None
+class RetriedCall(Protocol):
+    """What the errors of a retried call read of it: the threaded ``PendingCall`` or the asyncio publisher's."""
+
+    @property
+    def lane(self) -> int: ...
+    @property
+    def n_records(self) -> int: ...
+    @property
+    def n_items(self) -> int: ...
+    @property
+    def sent(self) -> bool: ...
+    @property
+    def attempts(self) -> int: ...
+
+
+def lost_call_error(stream: str, call: RetriedCall, exc: StoredCallLost) -> PublishTimeoutError:
+    """The error of a call whose answer was lost and whose place in the lane was overwritten before the search."""
+    return PublishTimeoutError(
+        f"stream {stream!r} lane {call.lane}: {call.n_records} records in {call.n_items} ring items: "
+        f"outcome unknown: the grid lost the answer to their add_all, and the part of the lane where they "
+        f"may have been stored was overwritten before it could be searched ({exc}); the stream's capacity "
+        f"is too small for the publishing rate"
+    )
+
+
+def timeout_error(
+    stream: str, call: RetriedCall, cause: BaseException | None, reason: str | None
 ) -> PublishTimeoutError:
     """The error of a call that is not retried any more, saying what is known of its outcome."""
     if call.sent:

@@ -28,7 +28,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -38,8 +37,6 @@ from meteor_spark.errors import (
     ConfigError,
     GridError,
     PublishTimeoutError,
-    SerializationError,
-    SizeLimitError,
 )
 from meteor_spark.format.arrow_columns import ArrowInput
 from meteor_spark.format.avro import AvroValues
@@ -47,7 +44,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import Serializer, serializer
 from meteor_spark.format.trace_context import publish_tracing
 from meteor_spark.grid.client import Grid, GridSettings, require_grid
-from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
+from meteor_spark.grid.settings import ITEM_FRAME_OVERHEAD
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.grid.typed_values import value_serializer_for
 from meteor_spark.metrics import attach as attach_metrics
@@ -70,7 +67,15 @@ from meteor_spark.producer.futures import (
     PublishCallback,
     RecordFuture,
 )
-from meteor_spark.producer.record_checks import RECORD_COLUMN_BYTES, checked_record, record_bytes, routed, shown
+from meteor_spark.producer.record_checks import (
+    RECORD_COLUMN_BYTES,
+    checked_record,
+    record_bytes,
+    routed,
+    serialized,
+    shown,
+    size_refusal,
+)
 from meteor_spark.producer.sender import Sender
 from meteor_spark.producer.topic_gate import TopicGate, merged_bulk
 from meteor_spark.validate import check_int, check_timeout
@@ -192,7 +197,7 @@ class Publisher:
         self.stream = self.info.name
         self.lanes = self.info.config.lanes
         self._max_record_bytes = grid.settings.max_record_bytes
-        _check_item_fits(self.settings, grid.settings)
+        check_item_fits(self.settings, grid.settings)
         self.producer_id = _producer_id(grid)
         self._acc, self._sender = self._pipeline(grid, transactional)
         self._dedup = self._dedup_window(grid, transactional, dedup_owner)
@@ -440,51 +445,12 @@ class Publisher:
         return sink
 
     def _refuse_size(self, size: int, what: str) -> None:
-        """Refuse a record no ring item of the grid can carry, before anything of the call is queued or sent: the
-        member would drop the connection (and every call on it) on the oversize frame."""
-        limit = self._max_record_bytes
-        raise SizeLimitError(
-            f"{what} for stream {self.stream!r} carries {size:,} bytes (value, key and headers), more than the "
-            f"{limit:,} bytes one record may carry (hazelcast.maxFrameBytes = {limit + ITEM_FRAME_OVERHEAD:,}, the "
-            f"grid's frame limit, less {ITEM_FRAME_OVERHEAD} bytes of item framing); nothing of this call was sent. "
-            f"Split the record, or raise GridSettings.max_frame_bytes if every member accepts larger frames "
-            f"(a Hazelcast member: up to {HAZELCAST_MAX_FRAME_BYTES:,})"
-        )
+        raise size_refusal(self.stream, size, what, self._max_record_bytes)
 
     def _serialized(self, item: Any, position: int | None, count: int) -> Record | bytes:
-        """``item`` with its value (and a Record's key) through the serializers; ``position`` of ``count`` in a
-        ``publish_many`` call (None: a single record) names it when a serializer fails."""
-        rec = item if isinstance(item, Record) else None
-        value = item if rec is None else rec.value
-        if self._value_serializer is not None:
-            value = self._apply(self._value_serializer, "value_serializer", value, position, count)
-        if rec is None:
-            return value if self._record_header is None else Record(value, headers=(self._record_header,))
-        key = rec.key
-        if key is not None and self._key_serializer is not None:
-            key = self._apply(self._key_serializer, "key_serializer", key, position, count)
-        if self._record_header is None:
-            return replace(rec, value=value, key=key)
-        name = self._record_header[0]
-        headers = (*(h for h in rec.headers if h[0] != name), self._record_header)
-        return replace(rec, value=value, key=key, headers=headers)
-
-    def _apply(self, function: Serializer, name: str, obj: Any, position: int | None, count: int) -> bytes:
-        try:
-            out = function(obj)
-            if type(out) is bytes:
-                return out
-            if not isinstance(out, (bytes, bytearray)):
-                raise TypeError(f"it returned {type(out).__name__}, not bytes")
-            return bytes(out)
-        except Exception as exc:
-            where = "the record"
-            if position is not None:
-                where = f"record {position} (0-based) of the {count} given to publish_many"
-            raise SerializationError(
-                f"{name} failed on {where} for stream {self.stream!r}: {type(exc).__name__}: {exc}; nothing of "
-                f"this call was queued"
-            ) from exc
+        return serialized(
+            item, self._value_serializer, self._key_serializer, self.stream, position, count, self._record_header
+        )
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -578,7 +544,7 @@ class Publisher:
         }
 
 
-def _check_item_fits(settings: PublisherSettings, grid: GridSettings) -> None:
+def check_item_fits(settings: PublisherSettings, grid: GridSettings) -> None:
     """A full ring item of many records must fit in one frame of the grid too (a single larger record travels
     alone and is checked when published)."""
     worst = settings.max_item_bytes + settings.max_batch_records * RECORD_COLUMN_BYTES
@@ -595,4 +561,9 @@ def _producer_id(grid: Grid) -> int:
         return grid.flake_id("meteor.producer")
     except GridError as exc:
         logger.debug("no FlakeIdGenerator (%s); using a random producer id", exc)
-        return uuid.uuid4().int >> 65
+        return random_producer_id()
+
+
+def random_producer_id() -> int:
+    """A producer id for a grid without a FlakeIdGenerator: 63 random bits (collisions as unlikely as UUIDs')."""
+    return uuid.uuid4().int >> 65

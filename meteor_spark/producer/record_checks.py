@@ -7,10 +7,13 @@ topic-gated paths) share one definition of a valid record and of what it weighs 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from meteor_spark.errors import ArgumentTypeError
+from meteor_spark.errors import ArgumentTypeError, SerializationError, SizeLimitError
 from meteor_spark.format.records import Record, as_record, with_routing
 from meteor_spark.format.routing import check_message_id, check_topic
+from meteor_spark.format.serializers import Serializer
+from meteor_spark.grid.settings import HAZELCAST_MAX_FRAME_BYTES, ITEM_FRAME_OVERHEAD
 from meteor_spark.validate import check_int
 
 
@@ -85,3 +88,61 @@ def record_bytes(record: Record) -> int:
     for name, value in record.headers or ():
         size += len(name.encode("utf-8", "surrogatepass")) + len(value)
     return size
+
+
+def size_refusal(stream: str, size: int, what: str, limit: int) -> SizeLimitError:
+    """The error of a record no ring item of the grid can carry (``limit``: ``GridSettings.max_record_bytes``),
+    raised before anything of the call is queued or sent: the member would drop the connection (and every call on
+    it) on the oversize frame."""
+    return SizeLimitError(
+        f"{what} for stream {stream!r} carries {size:,} bytes (value, key and headers), more than the "
+        f"{limit:,} bytes one record may carry (hazelcast.maxFrameBytes = {limit + ITEM_FRAME_OVERHEAD:,}, the "
+        f"grid's frame limit, less {ITEM_FRAME_OVERHEAD} bytes of item framing); nothing of this call was sent. "
+        f"Split the record, or raise GridSettings.max_frame_bytes if every member accepts larger frames "
+        f"(a Hazelcast member: up to {HAZELCAST_MAX_FRAME_BYTES:,})"
+    )
+
+
+def serialized(
+    item: Any,
+    value_serializer: Serializer | None,
+    key_serializer: Serializer | None,
+    stream: str,
+    position: int | None,
+    count: int,
+    record_header: tuple[str, bytes] | None = None,
+) -> Record | bytes:
+    """``item`` with its value (and a Record's key) through the serializers; ``position`` of ``count`` in a
+    ``publish_many`` call (None: a single record) names it when a serializer fails (``SerializationError``).
+    ``record_header``: the header every record gets from the value serializer (a typed stream's schema version)."""
+    rec = item if isinstance(item, Record) else None
+    value = item if rec is None else rec.value
+    if value_serializer is not None:
+        value = _apply(value_serializer, "value_serializer", value, stream, position, count)
+    if rec is None:
+        return value if record_header is None else Record(value, headers=(record_header,))
+    key = rec.key
+    if key is not None and key_serializer is not None:
+        key = _apply(key_serializer, "key_serializer", key, stream, position, count)
+    if record_header is None:
+        return replace(rec, value=value, key=key)
+    headers = (*(h for h in rec.headers if h[0] != record_header[0]), record_header)
+    return replace(rec, value=value, key=key, headers=headers)
+
+
+def _apply(function: Serializer, name: str, obj: Any, stream: str, position: int | None, count: int) -> bytes:
+    try:
+        out = function(obj)
+        if type(out) is bytes:
+            return out
+        if not isinstance(out, (bytes, bytearray)):
+            raise TypeError(f"it returned {type(out).__name__}, not bytes")
+        return bytes(out)
+    except Exception as exc:
+        where = "the record"
+        if position is not None:
+            where = f"record {position} (0-based) of the {count} given to publish_many"
+        raise SerializationError(
+            f"{name} failed on {where} for stream {stream!r}: {type(exc).__name__}: {exc}; nothing of "
+            f"this call was queued"
+        ) from exc

@@ -1,0 +1,218 @@
+"""What the asyncio publisher's calls are made of (``meteor_spark.aio.publisher``): the sink a call's offsets go to,
+a run of queued records (columns), a lane's state, an ``add_all`` under retry, and the lookup of a call whose
+answer was lost.
+
+The lookup is the threaded retrier's search (``meteor_spark.producer.idempotence.call_search``), each grid call it
+asks for awaited on an ``AsyncRing``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from meteor_spark.errors import GridError
+from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
+from meteor_spark.format.item_header import NO_TIMESTAMP
+from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
+from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.idempotence import call_search
+from meteor_spark.producer.publisher import random_producer_id
+
+logger = logging.getLogger("meteor_spark.aio.publisher")
+
+
+class Sink:
+    """Where the offsets of one ``publish`` / ``publish_many`` call go: its future completes once every record of
+    the call is stored (with the offset, or the list of offsets), or with the first error."""
+
+    __slots__ = ("future", "left", "offsets", "single")
+
+    def __init__(self, future: asyncio.Future[Any], count: int, single: bool) -> None:
+        self.future = future
+        self.left = count
+        self.offsets = [0] * count
+        self.single = single
+
+    def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
+        """Records ``[lo, hi)`` of ``run`` were stored, the first at ``first_offset`` (the others follow it)."""
+        n = hi - lo
+        if run.indices is None:
+            start = run.sink_start + lo
+            self.offsets[start : start + n] = range(first_offset, first_offset + n)
+        else:
+            for k, index in enumerate(run.indices[lo:hi]):
+                self.offsets[index] = first_offset + k
+        self.left -= n
+        if self.left == 0 and not self.future.done():
+            self.future.set_result(self.offsets[0] if self.single else self.offsets)
+
+    def failed(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+            self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
+
+
+class Run:
+    """Records of one ``publish`` / ``publish_many`` call queued on one lane, in order, and how far the lane's calls
+    have taken them (``pos``). Columns, not record objects: cutting a run into ring items costs per item, not per
+    record (``cum`` holds the running sum of the records' sizes: value, key and header bytes).
+
+    Attributes:
+        values, keys, headers, stamps: the records' columns (``keys`` / ``headers`` None: none has any).
+        cum: ``cum[i]`` = the sizes of records ``0..i`` together.
+        sink, sink_start, indices: where the records' offsets go: positions ``sink_start + i``, or ``indices[i]``.
+    """
+
+    __slots__ = ("cum", "headers", "indices", "keys", "pos", "sink", "sink_start", "stamps", "values")
+
+    def __init__(
+        self,
+        values: list[bytes],
+        keys: list[bytes | None] | None,
+        headers: list[tuple[tuple[str, bytes], ...]] | None,
+        stamps: list[int],
+        sizes: Iterable[int],
+        sink: Sink,
+        sink_start: int = 0,
+        indices: list[int] | None = None,
+    ) -> None:
+        self.values = values
+        self.keys = keys
+        self.headers = headers
+        self.stamps = stamps
+        self.cum = list(accumulate(sizes))
+        self.sink = sink
+        self.sink_start = sink_start
+        self.indices = indices
+        self.pos = 0
+
+    def bytes_between(self, lo: int, hi: int) -> int:
+        return self.cum[hi - 1] - (self.cum[lo - 1] if lo else 0)
+
+
+#: A piece of a ring item: records ``[lo, hi)`` of a run.
+Piece = tuple[Run, int, int]
+
+
+@dataclass
+class Lane:
+    """One lane of the publisher: its queue, the task sending it, where its next call lands and its largest
+    timestamp so far (the time index every item carries)."""
+
+    ring: AsyncRing
+    queue: deque[Run] = field(default_factory=deque)
+    queued: int = 0  # records in the queue not yet cut into a call
+    task: asyncio.Task[None] | None = None
+    next_start: int = 0
+    lane_max: int = NO_TIMESTAMP
+
+
+@dataclass
+class Attempts:
+    """An ``add_all`` call under retry: what the idempotence errors read (``RetriedCall``)."""
+
+    lane: int
+    n_records: int
+    n_items: int
+    sent: bool = False
+    attempts: int = 0
+
+
+def cut_call(queue: deque[Run], settings: PublisherSettings) -> list[list[Piece]]:
+    """The next call's ring items from the head of a lane's ``queue``: up to ``max_items_per_call`` items of up to
+    ``max_batch_records`` records and ``max_item_bytes`` bytes each, ``max_call_bytes`` in all (a larger record
+    travels alone). Per item, not per record: a run's running sizes say how many of its records fit."""
+    max_records, max_item_bytes, max_call_bytes = (
+        settings.max_batch_records,
+        settings.max_item_bytes,
+        settings.max_call_bytes,
+    )
+    items: list[list[Piece]] = []
+    call_bytes = 0
+    while queue and len(items) < settings.max_items_per_call and call_bytes < max_call_bytes:
+        item: list[Piece] = []
+        count = item_bytes = 0
+        while queue and count < max_records:
+            run = queue[0]
+            lo = run.pos
+            below = run.cum[lo - 1] if lo else 0
+            room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
+            by_count = min(len(run.values), lo + max_records - count)
+            hi = bisect_right(run.cum, below + room, lo, by_count)
+            if hi == lo:
+                if count:
+                    break  # the next record does not fit in this item
+                hi = lo + 1  # a record larger than the room travels alone
+            size = run.cum[hi - 1] - below
+            item.append((run, lo, hi))
+            count += hi - lo
+            item_bytes += size
+            call_bytes += size
+            run.pos = hi
+            if hi == len(run.values):
+                queue.popleft()
+            if hi < by_count:
+                break  # the bytes limit ends this item
+        items.append(item)
+    return items
+
+
+def item_columns(pieces: list[Piece]) -> PreparedColumns:
+    """One ring item's records as columns, from its pieces (many one-record runs, or slices of large ones)."""
+    if len(pieces) == 1:
+        run, lo, hi = pieces[0]
+        keys = None if run.keys is None else run.keys[lo:hi]
+        headers = None if run.headers is None else run.headers[lo:hi]
+        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=run.stamps[lo:hi])
+    values: list[bytes] = []
+    stamps: list[int] = []
+    keyed = any(run.keys is not None for run, _, _ in pieces)
+    with_headers = any(run.headers is not None for run, _, _ in pieces)
+    all_keys: list[bytes | None] = []
+    all_headers: list[tuple[tuple[str, bytes], ...]] = []
+    for run, lo, hi in pieces:
+        values += run.values[lo:hi]
+        stamps += run.stamps[lo:hi]
+        if keyed:
+            all_keys += [None] * (hi - lo) if run.keys is None else run.keys[lo:hi]
+        if with_headers:
+            all_headers += [()] * (hi - lo) if run.headers is None else run.headers[lo:hi]
+    return prepare_columns(
+        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=stamps
+    )
+
+
+async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:
+    """``meteor_spark.producer.idempotence.find_call`` on an ``AsyncRing``: its search (``call_search``), each grid
+    call it asks for awaited."""
+    steps = call_search(start, producer_id, first_seq)
+    answer: Any = None
+    error: GridError | None = None
+    while True:
+        try:
+            step = steps.send(answer) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return done.value
+        answer, error = None, None
+        try:
+            if step[0] == "read":
+                answer = await ring.read_many(step[1], 0, step[2])
+            else:
+                answer = await (ring.head() if step[0] == "head" else ring.tail())
+        except GridError as exc:
+            error = exc
+
+
+async def producer_id_of(grid: AsyncGrid) -> int:
+    try:
+        return await grid.flake_id("meteor.producer")
+    except GridError as exc:
+        logger.debug("no FlakeIdGenerator (%s); using a random producer id", exc)
+        return random_producer_id()

@@ -1,0 +1,46 @@
+"""The option names the asyncio clients take: an unknown name, or one only the threaded client has, is a
+``ConfigError`` naming it (and, for a threaded-only one, why and what to use instead), before anything connects."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from meteor_spark.errors import ConfigError
+
+#: Options of the threaded Publisher the AsyncPublisher does not take, and why.
+PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
+    "metrics": "Prometheus export is the threaded clients'; read AsyncPublisher.metrics()",
+    "dedup_owner": "streams with a deduplication window are refused by the asyncio API",
+    "subscription_refresh_ms": "ephemeral streams are refused by the asyncio API",
+}
+
+#: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.
+SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
+    **{
+        name: "subscriber groups are not supported by the asyncio API yet; use the threaded Subscriber"
+        for name in (
+            "group",
+            "member_id",
+            "lease_ms",
+            "auto_confirm_interval_ms",
+            "dead_letter_after",
+            "shared",
+            "acquisition_timeout_ms",
+            "max_deliveries",
+        )
+    },
+    "metrics": "Prometheus export is the threaded clients'; read AsyncSubscriber.metrics()",
+    "topics": "topic filtering and ephemeral streams are the threaded Subscriber's",
+    "subscription_ttl_ms": "ephemeral streams are refused by the asyncio API",
+}
+
+
+def check_option_names(client: str, given: Iterable[str], accepted: Iterable[str], threaded: Mapping[str, str]) -> None:
+    """``ConfigError`` for the first option of ``given`` that ``client`` does not take."""
+    known = set(accepted)
+    for name in sorted(given):
+        if name in known:
+            continue
+        if name in threaded:
+            raise ConfigError(f"{client}({name}=...): {threaded[name]}")
+        raise ConfigError(f"{client} got an unknown option {name!r}; it takes {', '.join(sorted(known))}")

@@ -1,0 +1,588 @@
+"""AsyncPublisher: the asyncio twin of ``meteor_spark.producer.publisher.Publisher``, on the caller's event loop.
+
+The same ring items (``meteor_spark.format.item_encoding``: producer id and sequence, the lane's running maximum
+timestamp, LZ4 past the threshold, the transactional flag), the same options checked by the same code
+(``PublisherSettings``, the serializers, ``checked_record``, the frame-size refusal) and the same errors. What
+differs is only how the work is scheduled: no threads. Each lane has a queue and, while it holds records, one
+task that cuts the queue into ring items and sends them with one ``add_all`` at a time (so order per lane holds,
+as Hazelcast does not promise the order of concurrent appends); lanes are sent concurrently. Records published
+while a lane's call is in flight go in its next call, so a loaded publisher batches on its own; ``linger_ms`` makes
+a lane wait that long for more before a call that is not full.
+
+Idempotence (default): an ``add_all`` whose answer was lost (connection dropped, invocation timed out) is looked
+up in its lane by producer id and sequence (``meteor_spark.producer.idempotence.call_search``, the threaded
+retrier's search, driven here with awaited reads) and sent again only when absent, backing off, until
+``delivery_timeout_ms``; its records then fail with the threaded publisher's ``PublishTimeoutError``.
+
+Not supported (refused when the stream is opened, ``meteor_spark.aio.streams.refuse_unsupported``): streams with a
+deduplication window and ephemeral streams; ``publish_arrow`` and Prometheus export are the threaded client's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any, cast
+
+from meteor_spark.aio.calls import (
+    Attempts,
+    Lane,
+    Piece,
+    Run,
+    Sink,
+    cut_call,
+    find_call_async,
+    item_columns,
+    producer_id_of,
+)
+from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
+from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    GridError,
+    MeteorError,
+    PublisherClosedError,
+    PublishTimeoutError,
+)
+from meteor_spark.format.item_encoding import ItemFraming
+from meteor_spark.format.item_encoding import encode_items as encode_ring_items
+from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
+from meteor_spark.format.offsets import make_offset
+from meteor_spark.format.partitioning import lane_for_key
+from meteor_spark.format.records import Record
+from meteor_spark.format.serializers import serializer
+from meteor_spark.format.wire import lane_max_after
+from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
+from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.idempotence import (
+    FIRST_BACKOFF_S,
+    MAX_BACKOFF_S,
+    StoredCallLost,
+    lost_call_error,
+    outcome_unknown,
+    timeout_error,
+)
+from meteor_spark.producer.publisher import check_item_fits
+from meteor_spark.producer.record_checks import checked_record, record_bytes, routed, serialized, size_refusal
+
+__all__ = ["AsyncPublisher"]
+
+logger = logging.getLogger(__name__)
+
+_OPTIONS = (
+    "linger_ms",
+    "max_batch_records",
+    "max_batch_bytes",
+    "max_buffered_records",
+    "max_block_ms",
+    "max_items_per_call",
+    "max_call_bytes",
+    "compression",
+    "compression_threshold",
+    "idempotent",
+    "delivery_timeout_ms",
+)
+
+
+class AsyncPublisher:
+    """Publishes records to a stream from asyncio code.
+
+    Args:
+        members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own, closed with the
+            publisher) or an ``AsyncGrid`` (shared, left open).
+        stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        **options: those of the threaded ``Publisher``, with the same meaning and checks: ``linger_ms``,
+            ``max_batch_records``, ``max_batch_bytes``, ``max_buffered_records``, ``max_block_ms``,
+            ``max_items_per_call``, ``max_call_bytes``, ``compression``, ``compression_threshold``, ``idempotent``,
+            ``delivery_timeout_ms``, ``value_serializer``, ``key_serializer``, ``transactional``.
+
+    Examples:
+        >>> async with AsyncPublisher("127.0.0.1:5701", StreamConfig("orders", lanes=4)) as pub:   # doctest: +SKIP
+        ...     offset = await pub.publish(b"{...}", key=b"customer-42")
+    """
+
+    def __init__(self, members_or_grid: object, stream: StreamConfig | str, **options: Any) -> None:
+        check_option_names(
+            "AsyncPublisher",
+            options,
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional"),
+            PUBLISHER_ONLY_THREADED,
+        )
+        transactional = options.pop("transactional", False)
+        if not isinstance(transactional, bool):
+            raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
+        self._value_serializer = serializer(options.pop("value_serializer", None), "value_serializer")
+        self._key_serializer = serializer(options.pop("key_serializer", None), "key_serializer")
+        self._transactional = transactional
+        self._overrides = {name: options.get(name) for name in _OPTIONS}
+        self._target = members_or_grid
+        self._config = stream
+        self._grid: AsyncGrid | None = None
+        self._owns_grid = False
+        self._lanes: list[Lane] = []
+        self._sticky = 0  # the lane keyless records go to, moved on every max_batch_records of them
+        self._sticky_count = 0
+        self._producer_seq = 0
+        self._outstanding = 0
+        self._room: asyncio.Condition | None = None
+        self._closed = False
+        self.stream = stream if isinstance(stream, str) else getattr(stream, "name", "?")
+        self.producer_id = 0
+        self.records_sent = self.items_sent = self.calls = self.failed_records = 0
+        self.unknown_outcomes = self.recovered_calls = self.resent_calls = 0
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> AsyncPublisher:
+        """Connect (unless given a grid), open the stream, check the options against it, read every lane's tail and
+        last item (where idempotent calls land, and the lane's timestamp to continue). ``async with`` calls it."""
+        if self._grid is not None:
+            return self
+        grid, owned = await connect_async(self._target)
+        try:
+            self.info: StreamInfo = await open_stream_async(grid, self._config)
+            refuse_unsupported(self.info, "AsyncPublisher")
+            self.settings = PublisherSettings.parse(self.info.config, self._overrides)
+            check_item_fits(self.settings, grid.settings)
+            self.stream = self.info.name
+            self._max_record_bytes = grid.settings.max_record_bytes
+            self.producer_id = await producer_id_of(grid)
+            rings = [await grid.ring(name) for name in self.info.ring_names]
+            self._lanes = list(
+                await asyncio.gather(*(self._lane_at_start(lane, ring) for lane, ring in enumerate(rings)))
+            )
+        except BaseException:
+            if owned:
+                await grid.close()
+            raise
+        self._grid, self._owns_grid = grid, owned
+        self._room = asyncio.Condition()
+        self._loop = asyncio.get_running_loop()
+        self._max_buffered = self.settings.max_buffered_records
+        return self
+
+    async def _lane_at_start(self, lane: int, ring: AsyncRing) -> Lane:
+        """A lane's state: the first sequence its next call can occupy, and its last item's running maximum
+        timestamp (an undecodable last item adds nothing, as in the threaded sender)."""
+        tail = await ring.tail()
+        state = Lane(ring, next_start=tail + 1)
+        if tail >= 0:
+            batch = await ring.read_many(tail, 0, 1)
+            if batch.items:
+                try:
+                    state.lane_max = lane_max_after(batch.items[0], stream=self.stream, lane=lane, sequence=tail)
+                except MeteorError as exc:
+                    logger.warning(
+                        "stream %r lane %d: %s; the lane's largest timestamp starts anew", self.stream, lane, exc
+                    )
+        return state
+
+    async def __aenter__(self) -> AsyncPublisher:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every record accepted so far is stored (or failed).
+
+        Raises:
+            PublishTimeoutError: records were still outstanding after ``timeout_s``.
+        """
+        tasks = [lane.task for lane in self._lanes if lane.task is not None]
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        if pending:
+            raise PublishTimeoutError(
+                f"flush of stream {self.stream!r}: {self._outstanding} records still not stored after {timeout_s} s; "
+                f"the grid is slow or unreachable"
+            )
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Stop accepting records, wait for everything accepted (``flush``), then close an owned connection. With
+        ``timeout_s``, records still not stored when it passes fail with ``PublishTimeoutError`` (nothing is
+        dropped silently)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.flush(timeout_s)
+        except PublishTimeoutError as exc:
+            for lane in self._lanes:
+                if lane.task is not None:
+                    lane.task.cancel()
+                for run in lane.queue:
+                    run.sink.failed(exc)
+                    self.failed_records += len(run.values) - run.pos
+                lane.queue.clear()
+                lane.queued = 0
+            self._outstanding = 0
+            raise
+        finally:
+            if self._owns_grid and self._grid is not None:
+                await self._grid.close()
+
+    # ------------------------------------------------------------------------------------------------ publishing
+
+    async def publish(
+        self,
+        value: Record | bytes | str | Any,
+        *,
+        key: bytes | Any | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+        lane: int | None = None,
+        timestamp_ms: int | None = None,
+        topic: str | None = None,
+        message_id: str | None = None,
+    ) -> int:
+        """Publish one record and wait until it is stored; returns its offset (``Publisher.publish``'s twin).
+
+        ``value`` is a ``Record`` or a value (through ``value_serializer`` when set); ``key``, ``headers``,
+        ``lane``, ``timestamp_ms``, ``topic`` and ``message_id`` set the record's fields.
+
+        Raises:
+            GridError: the grid refused or lost the write. PublishTimeoutError: no room within ``max_block_ms``, or
+            (idempotent) not stored within ``delivery_timeout_ms``. PublisherClosedError: after ``close()``.
+        """
+        future = await self.publish_async(
+            value, key=key, headers=headers, lane=lane, timestamp_ms=timestamp_ms, topic=topic, message_id=message_id
+        )
+        return await future
+
+    async def publish_async(
+        self,
+        value: Record | bytes | str | Any,
+        *,
+        key: bytes | Any | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
+        lane: int | None = None,
+        timestamp_ms: int | None = None,
+        topic: str | None = None,
+        message_id: str | None = None,
+    ) -> asyncio.Future[int]:
+        """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
+        Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
+        record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
+        if self._outstanding < self._max_buffered:
+            self._outstanding += 1  # room at once (the common case): no waiting
+        else:
+            await self._admit(1)
+        sink = Sink(self._loop.create_future(), 1, True)
+        self._queue([record], sink)
+        return sink.future
+
+    async def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> list[int]:
+        """Publish many records at once and wait until all are stored; their offsets, in order. A record that
+        cannot be stored fails the call with its error (the others may be stored). Keyless records without a lane
+        go to the lanes in contiguous runs."""
+        if isinstance(records, (str, bytes, bytearray, memoryview, Record)):
+            raise ArgumentTypeError(
+                f"publish_many takes an iterable of records (e.g. a list), got one {type(records).__name__}; use "
+                f"publish for one record, or wrap it in a list"
+            )
+        items = list(records)
+        n = len(items)
+        checked = [self._record(item, None, None, None, None, None, None, i, n) for i, item in enumerate(items)]
+        if not checked:
+            return []
+        await self._admit(n)
+        sink = Sink(asyncio.get_running_loop().create_future(), n, False)
+        self._queue(checked, sink)
+        return await sink.future
+
+    def _record(
+        self,
+        value: Any,
+        key: Any,
+        headers: Iterable[tuple[str, bytes]] | None,
+        lane: int | None,
+        timestamp_ms: int | None,
+        topic: str | None,
+        message_id: str | None,
+        position: int | None,
+        count: int,
+    ) -> Record | bytes:
+        """The record ``publish`` was given, serialized and checked as the threaded publisher does (a plain
+        ``bytes`` value stays as it is: the common case costs one size check)."""
+        if self._grid is None:
+            raise PublisherClosedError(
+                f"the AsyncPublisher of stream {self.stream!r} is not started: use `async with` or `await start()`"
+            )
+        if self._closed:
+            raise PublisherClosedError(f"the publisher of stream {self.stream!r} is closed; create a new one")
+        if (
+            type(value) is bytes
+            and key is None
+            and headers is None
+            and lane is None
+            and timestamp_ms is None
+            and topic is None
+            and message_id is None
+            and self._value_serializer is None
+        ):
+            if len(value) > self._max_record_bytes:
+                where = (
+                    "the record"
+                    if position is None
+                    else f"record {position} (0-based) of the {count} given to publish_many"
+                )
+                raise size_refusal(self.stream, len(value), where, self._max_record_bytes)
+            return value
+        fields: dict[str, Any] = {}
+        if key is not None:
+            fields["key"] = key
+        if headers is not None:
+            fields["headers"] = tuple(headers)
+        if lane is not None:
+            fields["lane"] = lane
+        if timestamp_ms is not None:
+            fields["timestamp_ms"] = timestamp_ms
+        item: Any = value
+        if fields:
+            if isinstance(value, Record):
+                raise ArgumentTypeError(
+                    f"publish got a Record and {', '.join(sorted(fields))}: set them on the Record, or pass a value"
+                )
+            item = Record(value, **fields)
+        if self._value_serializer is not None or self._key_serializer is not None:
+            item = serialized(item, self._value_serializer, self._key_serializer, self.stream, position, count)
+        if topic is not None or message_id is not None:
+            item = routed(item, topic, message_id)
+        rec = checked_record(item)
+        size = record_bytes(rec)
+        if size > self._max_record_bytes:
+            where = (
+                "the record"
+                if position is None
+                else f"record {position} (0-based) of the {count} given to publish_many"
+            )
+            raise size_refusal(self.stream, size, where, self._max_record_bytes)
+        if rec.lane >= len(self._lanes):
+            raise ConfigError(
+                f"record lane {rec.lane} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1}); "
+                f"use -1 to choose by key"
+            )
+        return rec
+
+    async def _admit(self, n: int) -> None:
+        """Wait until ``n`` more records fit under ``max_buffered_records`` (a bulk larger than the bound goes when
+        nothing else is outstanding), at most ``max_block_ms``."""
+        assert self._room is not None
+        limit = self.settings.max_buffered_records
+        fits = lambda: self._outstanding + n <= limit or self._outstanding == 0  # noqa: E731
+        if not fits():
+            async with self._room:
+                try:
+                    await asyncio.wait_for(self._room.wait_for(fits), self.settings.max_block_ms / 1000.0)
+                except TimeoutError:
+                    raise PublishTimeoutError(
+                        f"stream {self.stream!r}: {self._outstanding} records are waiting to be stored (max_buffered_"
+                        f"records={limit}) and no room freed up within max_block_ms={self.settings.max_block_ms:g}; "
+                        f"the grid is slower than the publishing rate, or unreachable"
+                    ) from None
+        if self._closed:
+            raise PublisherClosedError(f"the publisher of stream {self.stream!r} was closed while waiting")
+        self._outstanding += n
+
+    def _queue(self, records: list[Record | bytes], sink: Sink) -> None:
+        """Append the records of one call to their lanes' queues as runs (explicit lane, else by key, else the
+        sticky lane; plain values of ``publish_many`` in contiguous runs over the lanes) and make sure each lane
+        touched has its sending task."""
+        now = int(time.time() * 1000)
+        lanes = self._lanes
+        n = len(records)
+        runs: dict[int, Run] = {}
+        if all(type(rec) is bytes for rec in records):
+            values = cast(list[bytes], records)
+            for lane, lo, hi in self._spread(n):
+                chunk = values[lo:hi]
+                runs[lane] = Run(chunk, None, None, [now] * len(chunk), map(len, chunk), sink, lo)
+        else:
+            by_lane: dict[int, list[int]] = {}
+            for index, rec in enumerate(records):
+                lane = -1
+                if type(rec) is not bytes:
+                    assert isinstance(rec, Record)
+                    lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
+                if lane < 0:
+                    lane = self._spread(1)[0][0]
+                by_lane.setdefault(lane, []).append(index)
+            for lane, indices in by_lane.items():
+                recs = [rec if isinstance(rec, Record) else Record(rec) for rec in (records[i] for i in indices)]
+                runs[lane] = Run(
+                    [r.value for r in recs],
+                    [r.key for r in recs],
+                    [r.headers for r in recs],
+                    [now if r.timestamp_ms is None else r.timestamp_ms for r in recs],
+                    map(record_bytes, recs),
+                    sink,
+                    indices=indices,
+                )
+        for lane, run in runs.items():
+            state = lanes[lane]
+            state.queue.append(run)
+            state.queued += len(run.values)
+            if state.task is None or state.task.done():
+                state.task = self._loop.create_task(
+                    self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}"
+                )
+
+    def _spread(self, n: int) -> list[tuple[int, int, int]]:
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records, from the sticky lane, which moves on
+        after every ``max_batch_records`` keyless records (so items fill up) or a run of a bulk."""
+        lanes = len(self._lanes)
+        if n == 1:
+            lane = self._sticky
+            self._sticky_count += 1
+            if self._sticky_count >= self.settings.max_batch_records:
+                self._sticky_count = 0
+                self._sticky = (lane + 1) % lanes
+            return [(lane, 0, 1)]
+        per_lane = max(1, -(-n // lanes))
+        runs = []
+        for start in range(0, n, per_lane):
+            runs.append((self._sticky, start, min(n, start + per_lane)))
+            self._sticky = (self._sticky + 1) % lanes
+        self._sticky_count = 0
+        return runs
+
+    # ------------------------------------------------------------------------------------------------ sending
+
+    async def _drain(self, lane: int) -> None:
+        """Send the lane's queue, one ``add_all`` at a time, until it is empty."""
+        state = self._lanes[lane]
+        settings = self.settings
+        while state.queue:
+            if settings.linger_ms > 0 and state.queued < settings.max_batch_records:
+                await asyncio.sleep(settings.linger_ms / 1000.0)
+            taken = cut_call(state.queue, settings)
+            records = sum(hi - lo for item in taken for _, lo, hi in item)
+            state.queued -= records
+            try:
+                items, first_seq = self._encode(lane, taken)
+                last = await self._store(lane, items, first_seq, records)
+            except (MeteorError, OSError) as exc:
+                for item in taken:
+                    for run, _, _ in item:
+                        run.sink.failed(exc)
+                self.failed_records += records
+                await self._completed(records)
+                continue
+            first = last - len(items) + 1
+            self.calls += 1
+            self.items_sent += len(items)
+            for i, item in enumerate(taken):
+                index = 0
+                for run, lo, hi in item:
+                    run.sink.stored(run, lo, hi, make_offset(first + i, index))
+                    index += hi - lo
+            self.records_sent += records
+            await self._completed(records)
+
+    def _encode(self, lane: int, taken: list[list[Piece]]) -> tuple[list[bytes], int]:
+        """The ring items of one call, with this publisher's id and the next producer sequences."""
+        settings = self.settings
+        state = self._lanes[lane]
+        prepared = [[item_columns(item)] for item in taken]
+        first_seq = self._producer_seq
+        self._producer_seq += len(taken)
+        framing = ItemFraming(
+            self.producer_id,
+            first_seq,
+            settings.compression,
+            settings.compression_threshold,
+            self._transactional,
+            state.lane_max,
+        )
+        items = encode_ring_items(prepared, framing)
+        written = item_lane_max_timestamp(items[-1], stream=self.stream, lane=lane, sequence=-1)
+        state.lane_max = NO_TIMESTAMP if written is None else written  # None only for the older formats
+        return items, first_seq
+
+    async def _store(self, lane: int, items: list[bytes], first_seq: int, n_records: int) -> int:
+        """``add_all`` the call's items; returns the last one's sequence. Idempotent: an attempt whose answer was
+        lost is searched for in the lane before it is sent again (module docs)."""
+        state = self._lanes[lane]
+        call = Attempts(lane, n_records, len(items))
+        deadline = time.monotonic() + self.settings.delivery_timeout_ms / 1000.0
+        start = state.next_start
+        while True:
+            call.attempts += 1
+            try:
+                last = await state.ring.add_all(items)
+                state.next_start = last + 1
+                return last
+            except GridError as exc:
+                if not (self.settings.idempotent and outcome_unknown(exc)):
+                    raise
+                call.sent = True
+                self.unknown_outcomes += 1
+                error: BaseException = exc
+            found, start = await self._recover(call, start, first_seq, deadline, error)
+            if found is not None:
+                self.recovered_calls += 1
+                state.next_start = found + len(items)
+                return found + len(items) - 1
+            self.resent_calls += 1
+            logger.info(
+                "stream %r lane %d: a publish whose answer was lost was not stored; sending it again (attempt %d)",
+                self.stream,
+                lane,
+                call.attempts + 1,
+            )
+
+    async def _recover(
+        self, call: Attempts, start: int, first_seq: int, deadline: float, error: BaseException
+    ) -> tuple[int | None, int]:
+        """Search the lane for a call whose answer was lost, backing off while the grid is unreachable; returns
+        ``(its first item's sequence or None, where to search from next time)``."""
+        ring = self._lanes[call.lane].ring
+        backoff = FIRST_BACKOFF_S
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise timeout_error(self.stream, call, error, reason=None)
+            await asyncio.sleep(min(backoff, left))
+            backoff = min(MAX_BACKOFF_S, backoff * 2)
+            try:
+                return await find_call_async(ring, start, self.producer_id, first_seq)
+            except StoredCallLost as exc:
+                raise lost_call_error(self.stream, call, exc) from exc
+            except GridError as exc:
+                if not outcome_unknown(exc):
+                    raise
+                error = exc
+
+    async def _completed(self, n: int) -> None:
+        assert self._room is not None
+        async with self._room:
+            self._outstanding -= n
+            self._room.notify_all()
+
+    # ------------------------------------------------------------------------------------------------ figures
+
+    def metrics(self) -> dict[str, int]:
+        """The threaded ``Publisher.metrics()`` counters (the deduplication and ephemeral ones stay 0: such streams
+        are refused)."""
+        return {
+            "records_sent": self.records_sent,
+            "items_sent": self.items_sent,
+            "calls": self.calls,
+            "failed_records": self.failed_records,
+            "outstanding": self._outstanding,
+            "unknown_outcomes": self.unknown_outcomes,
+            "recovered_calls": self.recovered_calls,
+            "resent_calls": self.resent_calls,
+            "duplicates_refused": 0,
+            "dedup_takeovers": 0,
+            "dedup_lease_lost": 0,
+            "dropped_records": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"AsyncPublisher(stream={self.stream!r}, producer_id={self.producer_id:x})"

@@ -1,0 +1,69 @@
+"""Opening a stream from asyncio: ``open_stream``'s grid calls, awaited.
+
+The decisions (name checks, what is stored for a new stream, the comparison with the stored configuration, the
+lanes' ring configs and what a refused one means) are ``meteor_spark.grid.streams``' own functions, shared with the
+threaded ``open_stream``; only the awaiting is here.
+"""
+
+from __future__ import annotations
+
+from meteor_spark.errors import ConfigError, GridOperationError
+from meteor_spark.grid.aio_client import AsyncGrid
+from meteor_spark.grid.streams import (
+    STREAMS_MAP,
+    StreamConfig,
+    StreamInfo,
+    created_log,
+    ring_config_conflict,
+    ring_configs,
+    settled_info,
+    stream_creation,
+    stream_name,
+)
+
+
+async def open_stream_async(grid: AsyncGrid, config: StreamConfig | str, *, create: bool = True) -> StreamInfo:
+    """``meteor_spark.grid.streams.open_stream`` on an ``AsyncGrid``: by configuration (created when missing, if
+    ``create``) or by name alone; the same errors."""
+    name = stream_name(config)
+    metadata = await grid.map(STREAMS_MAP)
+    stored = await metadata.get(name)
+    if stored is None:
+        candidate = stream_creation(config, create)
+        stored = await metadata.put_if_absent(name, candidate)
+        if stored is None:
+            created_log(config)
+            stored = candidate
+    info = settled_info(config, stored)
+    for ring, capacity, backups, async_backups, ttl_s in ring_configs(info):
+        try:
+            await grid.add_ring_config(ring, capacity, backups, async_backups, ttl_s)
+        except GridOperationError as exc:
+            conflict = ring_config_conflict(info, ring, exc)
+            if conflict is None:
+                raise
+            raise conflict from exc
+    return info
+
+
+def refuse_unsupported(info: StreamInfo, client: str) -> None:
+    """``ConfigError`` for a stream whose features the asyncio clients do not carry out yet: a deduplication
+    window (message-id claims), ephemeral streams (topic registrations) and typed streams (schemas). Refused at open, so nothing is
+    published or read without its stream's guarantees."""
+    config = info.config
+    if config.dedup_window_ms:
+        raise ConfigError(
+            f"{client}: stream {info.name!r} has a deduplication window (dedup_window_ms={config.dedup_window_ms}), "
+            f"whose message-id claims the asyncio API does not make; use the threaded Publisher / Subscriber for it"
+        )
+    if config.ephemeral:
+        raise ConfigError(
+            f"{client}: stream {info.name!r} is ephemeral (records only for registered topics), which the asyncio "
+            f"API does not support; use the threaded Publisher / Subscriber for it"
+        )
+    if config.value_format:
+        raise ConfigError(
+            f"{client}: stream {info.name!r} is typed (value_format={config.value_format!r}: values encoded with its "
+            f"schemas in the grid), which the asyncio API does not encode or decode yet; use the threaded Publisher / "
+            f"Subscriber for it"
+        )

@@ -1,0 +1,461 @@
+"""AsyncSubscriber: the asyncio twin of the ungrouped ``meteor_spark.consumer.subscriber.Subscriber``.
+
+It reads every lane of a stream with local positions, on the caller's event loop: each lane has at most one
+``read_many`` outstanding (a task parked on the grid until an item arrives, like the threaded reader's future), and
+``poll`` waits for the first answer, or the deadline. What an answer does to a lane is the threaded reader's own
+code: ``LaneState.accept`` (gaps and data loss, positions past the end, undecodable items, the item gate with
+``read_committed`` and re-sent copies), ``choose_parts`` / ``deliver_taken`` (lanes in rotation, positions), the
+options' checks (``SubscriberOptions``), the ``on_corrupt`` policy's bookkeeping (``Refusals``) with the dead
+letters published by an ``AsyncPublisher`` and acknowledged before the reader moves past them. The few synchronous
+grid questions those pieces ask are answered from reads awaited first (``meteor_spark.aio.views``).
+
+``async for record in subscriber`` hands out records one by one until the subscriber is closed, polling
+``poll_timeout_ms`` at a time.
+
+Differences from the threaded subscriber, by scope: no groups (exclusive or shared: ``group=`` is refused), so no
+``confirm``/``nack``; a ``read_committed`` reader does not abort transactions open past their deadline (threaded
+readers and the Spark source do: until one does, the lane waits at such a transaction); after a lost connection
+a lane whose tail was lost and refilled raises ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from
+its oldest record); no topics, ephemeral streams, receivers or Prometheus export.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, cast
+
+from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
+from meteor_spark.aio.publisher import AsyncPublisher
+from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.views import RingBounds, TxnSnapshot
+from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
+from meteor_spark.consumer.refusals import Refusals
+from meteor_spark.consumer.subscriber_options import SubscriberOptions
+from meteor_spark.errors import (
+    ConfigError,
+    GridOperationError,
+    GroupError,
+    LaneTruncatedError,
+    MeteorError,
+    OffsetOutOfRangeError,
+    StreamNotFoundError,
+)
+from meteor_spark.format.corrupt import dead_letter_record
+from meteor_spark.format.offsets import first_offset_of, resolve_initial, sequence_of
+from meteor_spark.format.records import Record, RecordBatch
+from meteor_spark.grid.aio_client import AsyncGrid, connect_async
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.item_gate import READ_COMMITTED, ItemGate, KnownTransactions
+from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.validate import check_int, check_timeout
+
+__all__ = ["AsyncSubscriber"]
+
+logger = logging.getLogger(__name__)
+
+_OPTIONS = (
+    "initial_offset_scheme",
+    "skip_data_loss",
+    "max_poll_records",
+    "max_items_per_read",
+    "max_bytes_per_read",
+    "on_corrupt",
+    "dead_letter_stream",
+    "value_deserializer",
+    "key_deserializer",
+    "isolation",
+)
+
+
+class AsyncSubscriber:
+    """Reads records from a stream from asyncio code (ungrouped: every lane, local positions).
+
+    Args:
+        members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own, closed with the
+            subscriber) or an ``AsyncGrid`` (shared, left open).
+        stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        poll_timeout_ms: how long each poll of ``async for`` waits for records (default 1,000 ms): the iteration
+            notices ``close`` within it.
+        **options: those of the threaded ``Subscriber``, with the same meaning and checks:
+            ``initial_offset_scheme``, ``skip_data_loss``, ``max_poll_records``, ``max_items_per_read``,
+            ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer``,
+            ``key_deserializer``, ``isolation``.
+
+    Examples:
+        >>> async with AsyncSubscriber("127.0.0.1:5701", "orders") as sub:  # doctest: +SKIP
+        ...     async for record in sub:
+        ...         handle(record)
+    """
+
+    def __init__(
+        self, members_or_grid: object, stream: StreamConfig | str, *, poll_timeout_ms: int = 1000, **options: Any
+    ) -> None:
+        check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
+        check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
+        self.options = SubscriberOptions.parse(**options)
+        self.poll_timeout_ms = poll_timeout_ms
+        self._target = members_or_grid
+        self._config = stream
+        self.stream = stream if isinstance(stream, str) else getattr(stream, "name", "?")
+        self._grid: AsyncGrid | None = None
+        self._owns_grid = False
+        self._lanes: dict[int, LaneState] = {}
+        self._bounds: dict[int, RingBounds] = {}
+        self._next_lane = 0
+        self._ready: deque[Record] = deque()
+        self._dead_letters: AsyncPublisher | None = None
+        self._poll_lock = asyncio.Lock()
+        self._closed = False
+        self.delivered_records = 0
+        self.skipped_items = 0
+        self.skips: list[tuple[int, int, int]] = []
+        self._known = KnownTransactions()
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> AsyncSubscriber:
+        """Connect (unless given a grid), open the stream, place every lane by ``initial_offset_scheme``, and open
+        the dead-letter stream (``on_corrupt=dead_letter``). ``async with`` calls it."""
+        if self._grid is not None:
+            return self
+        grid, owned = await connect_async(self._target)
+        try:
+            self.info: StreamInfo = await open_stream_async(grid, self._config)
+            refuse_unsupported(self.info, "AsyncSubscriber")
+            self.stream = self.info.name
+            self.options.check_stream(self.stream)
+            snapshot = TxnSnapshot(grid, self._known)
+            self._snapshot = snapshot
+            self.item_gate = ItemGate(
+                cast(Grid, snapshot), self.options.isolation, abort_expired=False, known=self._known
+            )
+            self.refusals = Refusals(None, self.stream, self.options.corrupt_policy)
+            for lane in range(self.info.lanes):
+                await self._place(grid, lane)
+            target = self.options.corrupt_policy.dead_letter_stream
+            if target is not None:
+                self._dead_letters = await _dead_letter_publisher(grid, target)
+        except BaseException:
+            if owned:
+                await grid.close()
+            raise
+        self._grid, self._owns_grid = grid, owned
+        return self
+
+    async def _place(self, grid: AsyncGrid, lane: int) -> None:
+        ring = await grid.ring(self.info.ring_names[lane])
+        head, tail = await ring.head(), await ring.tail()
+        bounds = RingBounds(ring, head, tail)
+        start = resolve_initial(
+            self.options.scheme,
+            False,
+            None,
+            min(oldest_in(bounds), tail + 1),  # type: ignore[arg-type]  # the view answers what oldest_in asks
+            tail + 1,
+            where=f"stream {self.stream!r} lane {lane}",
+        )
+        self._bounds[lane] = bounds
+        self._lanes[lane] = LaneState(
+            self.stream, lane, cast(Any, bounds), await ring.capacity(), start, None, grid.connection_losses
+        )
+
+    async def __aenter__(self) -> AsyncSubscriber:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop reading (outstanding reads are cancelled), close the dead-letter publisher and an owned
+        connection. ``async for`` ends."""
+        if self._closed:
+            return
+        self._closed = True
+        for state in self._lanes.values():
+            if state.pending is not None:
+                state.pending.cancel()
+                state.pending = None
+        try:
+            if self._dead_letters is not None:
+                await self._dead_letters.close()
+        finally:
+            if self._owns_grid and self._grid is not None:
+                await self._grid.close()
+
+    # ------------------------------------------------------------------------------------------------ reading
+
+    def __aiter__(self) -> AsyncIterator[Record]:
+        return self
+
+    async def __anext__(self) -> Record:
+        """The next record, waiting for it (``poll_timeout_ms`` at a time) until the subscriber is closed; errors
+        are ``poll``'s."""
+        while not self._ready:
+            if self._closed:
+                raise StopAsyncIteration
+            self._ready.extend(await self.poll(self.poll_timeout_ms))
+        return self._ready.popleft()
+
+    async def poll(self, timeout_ms: float = 0) -> RecordBatch:
+        """Records available now, or the first to arrive within ``timeout_ms``; empty when none came. The errors
+        and the order of records and errors are ``Subscriber.poll``'s (``DataLossError``, ``FormatError``,
+        ``OffsetOutOfRangeError``, ``DeserializationError``, ``GridError``)."""
+        if self._grid is None:
+            raise MeteorError(f"the AsyncSubscriber of stream {self.stream!r} is not started: use `async with`")
+        if self._closed:
+            raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
+        check_timeout("poll timeout_ms", timeout_ms)
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        async with self._poll_lock:
+            while True:
+                await self._harvest()
+                await self._settle_bad_items()
+                if self._has_buffered() or self._has_error():
+                    break
+                self._issue_reads()
+                await asyncio.sleep(0)  # a read answered at once is taken in by this poll
+                await self._harvest()
+                await self._settle_bad_items()
+                if self._has_buffered() or self._has_error():
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    break
+                reads = [state.pending for state in self._lanes.values() if state.pending is not None]
+                wait = min(remaining, self.item_gate.hold_left())
+                if reads:
+                    await asyncio.wait(reads, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(wait)
+                if self._closed:
+                    break
+            self._raise_stopped_lane()
+            batch = await self._take()
+            if not self._closed:
+                self._issue_reads()  # prefetch while the caller works on this batch
+            return batch
+
+    def _issue_reads(self) -> None:
+        grid = self._grid
+        assert grid is not None
+        if self._closed:
+            return
+        losses = grid.connection_losses
+        for state in self._lanes.values():
+            if state.losses_seen != losses and state.pending is None:
+                state.connection_lost(losses)
+            if state.pending is not None or state.buffered >= self.options.max_poll_records:
+                continue
+            if state.error is not None or state.bad is not None or state.truncated is not None:
+                continue  # stopped at a bad position until seek (or until the policy settles the item)
+            if self.item_gate.held(state.lane):
+                continue  # waiting at an open transaction
+            count = state.read_count(self.options.max_items_per_read, self.options.max_bytes_per_read)
+            ring = self._bounds[state.lane].ring
+            state.pending = asyncio.ensure_future(ring.read_many(state.read_start(), 1, count))
+            state.pending_seq = state.fetch_seq
+            state.pending_losses = losses
+
+    async def _harvest(self) -> None:
+        """Take in every finished read (``LaneState.accept``), after reading ahead what it will ask the grid."""
+        grid = self._grid
+        assert grid is not None
+        for state in self._lanes.values():
+            task = state.pending
+            if task is None or not task.done():
+                continue
+            state.pending = None
+            if task.cancelled():
+                continue  # the subscriber was closed meanwhile
+            if state.pending_seq != state.fetch_seq:
+                task.exception()  # issued before a seek: its answer (or error) is of no use
+                continue
+            if state.pending_losses != grid.connection_losses:
+                task.exception()
+                state.connection_lost(grid.connection_losses)  # answered perhaps after a restart: read again
+                continue
+            bounds = self._bounds[state.lane]
+            try:
+                batch = task.result()
+            except GridOperationError:
+                await bounds.refresh()
+                if state.fetch_seq <= bounds.tail() + 1:
+                    raise
+                state.error = state.past_end(bounds.tail() + 1)
+                continue
+            if not batch.items:
+                continue
+            items, sequences = list(batch.items), list(batch.sequences)
+            state.item_bytes = max(1, sum(map(len, items)) // len(items))
+            if sequences[0] < state.read_start():
+                await bounds.refresh()  # the lane now ends below the position: accept names the valid range
+            if self.item_gate.isolation == READ_COMMITTED:
+                await self._snapshot.prefetch(items, sequences, stream=self.stream, lane=state.lane)
+            skip = state.accept(items, sequences, skip_data_loss=self.options.skip_data_loss, gate=self.item_gate)
+            if skip is not None:
+                self.skipped_items += skip.items
+                self.skips.append((state.lane, skip.lost_from, skip.oldest))
+                logger.warning(
+                    "stream %r lane %d: offsets %d..%d were gone before they were read; skipped them "
+                    "(skip_data_loss is on)",
+                    self.stream,
+                    state.lane,
+                    skip.lost_from,
+                    skip.oldest - 1,
+                )
+
+    async def _settle_bad_items(self) -> None:
+        """Apply ``on_corrupt`` to lanes stopped at an undecodable item; a dead letter is acknowledged first."""
+        for state in list(self._lanes.values()):
+            if state.bad is None:
+                continue
+            sequence, raw, error = state.bad
+            if self.options.corrupt_policy.is_error:
+                state.fail_bad_item()
+                continue
+            if self._dead_letters is not None:
+                await self._dead_letters.publish(
+                    dead_letter_record(raw, stream=self.stream, lane=state.lane, sequence=sequence, error=error)
+                )
+            if state.pass_bad_item(sequence, raw):
+                self.refusals.passed_item(state.lane, sequence, error)
+
+    def _has_buffered(self) -> bool:
+        return any(state.buffered for state in self._lanes.values())
+
+    def _has_error(self) -> bool:
+        return any(state.error is not None or state.truncated is not None for state in self._lanes.values())
+
+    def _raise_stopped_lane(self) -> None:
+        """Raise the error of a lane stopped at it, once the records read before it were delivered."""
+        for lane in sorted(self._lanes):
+            state = self._lanes[lane]
+            if state.buffered:
+                continue
+            if state.error is not None:
+                raise state.error
+            mark = state.truncated
+            if mark is not None:
+                raise LaneTruncatedError(
+                    self.stream,
+                    lane,
+                    state.position,
+                    first_offset_of(self._bounds[lane].head()),
+                    mark.sequence,
+                    whose="this subscriber's position, while it read across a lost connection",
+                    fix="Decide where reading goes on: seek the lane (AsyncSubscriber.seek), e.g. to its oldest "
+                    "record.",
+                )
+
+    async def _take(self) -> RecordBatch:
+        """Up to ``max_poll_records`` buffered records, lanes in rotation; deserialized by the options'
+        deserializers, refused records settled by ``on_corrupt`` (dead letters acknowledged before anything moves)."""
+        options = self.options
+        taken, self._next_lane = choose_parts(self._lanes, self._next_lane, options.max_poll_records, self.info.lanes)
+        if not taken:
+            return RecordBatch.empty()
+        decoded = None
+        if options.value_deserializer is not None or options.key_deserializer is not None:
+            decoded = self.refusals.decode(taken, options.value_deserializer, options.key_deserializer)
+            if self._dead_letters is not None:
+                letters = self.refusals.dead_letters_of(decoded)
+                if letters:
+                    await self._dead_letters.publish_many(letters)
+            self.refusals.count_refused(decoded)
+        out, records, orphans = deliver_taken(self._lanes, taken, decoded)
+        for orphan in orphans:
+            orphan.cancel()
+        batch = RecordBatch(out, records)
+        self.delivered_records += len(batch)
+        return batch
+
+    # ------------------------------------------------------------------------------------------------ positions
+
+    def position(self, lane: int) -> int:
+        """The offset of the next record to deliver on ``lane``."""
+        return self._lane(lane).position
+
+    async def seek(self, offset: int, *, lane: int) -> None:
+        """Continue reading ``lane`` at ``offset`` (also the way on from a lane stopped at an error).
+
+        Raises:
+            ConfigError: a negative offset, or a lane the stream does not have.
+            OffsetOutOfRangeError: an offset past the lane's end (the valid range is named).
+        """
+        state = self._lane(lane)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
+        bounds = self._bounds[lane]
+        await bounds.refresh()
+        end = bounds.tail() + 1
+        if offset > first_offset_of(end):
+            oldest = min(bounds.head(), end)
+            raise OffsetOutOfRangeError(self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end))
+        async with self._poll_lock:
+            orphan = state.reset(offset)
+            if orphan is not None:
+                orphan.cancel()
+
+    def _lane(self, lane: int) -> LaneState:
+        if lane not in self._lanes:
+            raise ConfigError(
+                f"lane {lane!r} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1})"
+            )
+        return self._lanes[lane]
+
+    async def confirm(self, *_args: Any) -> None:
+        """Ungrouped: nothing to store (``GroupError``, as the threaded subscriber's ``confirm``)."""
+        raise GroupError(
+            "confirm needs a subscriber group: an ungrouped subscriber keeps its position locally; the asyncio API "
+            "does not support groups yet (use the threaded Subscriber with group=...)"
+        )
+
+    # ------------------------------------------------------------------------------------------------ figures
+
+    async def lag(self) -> dict[int, int]:
+        """Ring items behind each lane's end, from the next record to deliver."""
+        out = {}
+        for lane, state in self._lanes.items():
+            await self._bounds[lane].refresh()
+            out[lane] = max(0, self._bounds[lane].tail() + 1 - sequence_of(state.position))
+        return out
+
+    def metrics(self) -> dict[str, int]:
+        """The threaded ungrouped ``Subscriber.metrics()`` counters (the group ones stay 0)."""
+        refusals = self.refusals
+        return {
+            "delivered_records": self.delivered_records,
+            "skipped_items": self.skipped_items,
+            "corrupt_items": refusals.corrupt_items,
+            "undecodable_records": refusals.undecodable_records,
+            "nacked_records": 0,
+            "delayed_records": 0,
+            "dead_lettered_records": 0,
+            "filtered_records": 0,
+            **self.item_gate.counters(),
+        }
+
+    @property
+    def corrupt_items(self) -> int:
+        return self.refusals.corrupt_items
+
+    @property
+    def undecodable_records(self) -> int:
+        return self.refusals.undecodable_records
+
+    def __repr__(self) -> str:
+        return f"AsyncSubscriber(stream={self.stream!r}, ungrouped, lanes={sorted(self._lanes)})"
+
+
+async def _dead_letter_publisher(grid: AsyncGrid, name: str) -> AsyncPublisher:
+    """An ``AsyncPublisher`` to the dead-letter stream ``name``, created with the default configuration when
+    missing (``refusals.dead_letter_publisher``'s twin)."""
+    try:
+        return await AsyncPublisher(grid, name).start()
+    except StreamNotFoundError:
+        return await AsyncPublisher(grid, StreamConfig(name)).start()

@@ -1,0 +1,240 @@
+"""``meteor bench aio``: the asyncio API against the threaded one, side by side, on an embedded grid in its own process.
+
+Per side (threaded ``Publisher`` / ``Subscriber``; asyncio ``AsyncPublisher`` / ``AsyncSubscriber``, on one event
+loop and no threads of meteor's):
+
+- publish throughput at 100-byte records: one record per call (``publish_async``, futures kept until the end, then
+  ``flush``), and ``publish_many`` of 10,000-record lists;
+- round trip with one record in flight: publish, and a subscriber on another client connection receives it
+  (p50 / p99), the next record published only then.
+
+Ceilings measured in the same run: raw ``add_all`` of pre-encoded 1000-record items through the threaded client and
+through the asyncio client (no meteor logic), and a raw ring round trip (add, then a ``read_many`` of that item) of
+each client. Sides run in alternation, ``--rounds`` times, keeping the best of each figure (``best_of_rounds``):
+on a shared machine one round measures the neighbours as much as the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncSubscriber
+from meteor_spark.bench import check_at_least_one, given
+from meteor_spark.bench.harness import bench_grid, best_of_rounds
+from meteor_spark.bench.pubsub import WARM_UP_ROUND_TRIPS, ceilings, payloads, percentiles, round_trips, values_of
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.item_encoding import encode_columns
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.admin import delete_stream
+from meteor_spark.producer.publisher import Publisher
+from meteor_spark.tables import render_table
+
+RECORD_BYTES = 100
+BULK = 10_000
+
+
+@dataclass(frozen=True)
+class AioBenchOptions:
+    """Sizes of one run (``--quick`` shrinks everything to seconds)."""
+
+    records: int
+    round_trips: int
+    record_bytes: int
+    rounds: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AioBenchOptions:
+        quick = bool(getattr(args, "quick", False))
+        settings = cls(
+            records=given(args.records, 20_000 if quick else 200_000),
+            round_trips=given(args.round_trips, 200 if quick else 2000),
+            record_bytes=args.record_bytes,
+            rounds=given(args.rounds, 1 if quick else 3),
+        )
+        check_at_least_one(settings, ("records", "round_trips", "record_bytes", "rounds"))
+        return settings
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds instead of a minute)")
+    parser.add_argument("--records", type=int, default=None, help="records per throughput figure (default 200k)")
+    parser.add_argument("--round-trips", type=int, default=None, help="one-in-flight round trips (default 2000)")
+    parser.add_argument("--record-bytes", type=int, default=RECORD_BYTES, help="value size (default 100)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per side, the best kept (default 3)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    settings = AioBenchOptions.from_args(args)
+    figures: dict[str, Any] = {"settings": settings.__dict__}
+    with bench_grid() as (grid, grid_settings):
+        pool = payloads(settings.record_bytes)
+        figures["ceiling"] = {
+            **ceilings(grid, pool, settings.records),
+            **asyncio.run(_async_ceilings(grid_settings, pool, settings)),
+        }
+        ring = grid.ring(f"bench.aio.raw.{os.getpid()}.{time.time_ns()}")
+        figures["ceiling"]["raw_round_trip"] = round_trips(
+            settings.round_trips, lambda payload: ring.read_many(ring.add(payload), 1, 1)
+        )
+        ring.destroy()
+        figures.update(
+            best_of_rounds(
+                settings.rounds,
+                {
+                    "threaded": lambda: _threaded(grid, pool, settings),
+                    "asyncio": lambda: asyncio.run(_asyncio(grid, grid_settings, pool, settings)),
+                },
+                lowest=lambda name: name.endswith("_ms"),
+            )
+        )
+    return figures
+
+
+async def _async_ceilings(grid_settings: GridSettings, pool: list[bytes], settings: AioBenchOptions) -> dict[str, Any]:
+    """The asyncio client's raw ``add_all`` of pre-encoded items and raw ring round trip."""
+    values = values_of(pool, settings.records)
+    items = [
+        encode_columns(values[i : i + 1000], timestamps=0, producer_id=1, producer_seq=i)
+        for i in range(0, len(values), 1000)
+    ]
+    async with await AsyncGrid.start(grid_settings) as grid:
+        ring = await grid.ring(f"bench.aio.ceiling.{os.getpid()}.{time.time_ns()}")
+        start = time.perf_counter()
+        for i in range(0, len(items), 64):
+            await ring.add_all(items[i : i + 64])
+        add_rate = len(values) / (time.perf_counter() - start)
+        samples = []
+        for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
+            payload = i.to_bytes(8, "big") * 12
+            start = time.perf_counter()
+            await ring.read_many(await ring.add_all([payload]), 1, 1)
+            if i >= WARM_UP_ROUND_TRIPS:
+                samples.append(time.perf_counter() - start)
+        await ring.destroy()
+    return {"raw_async_add_all_records_s": add_rate, "raw_async_round_trip": percentiles(samples)}
+
+
+def _threaded(grid: Grid, pool: list[bytes], settings: AioBenchOptions) -> dict[str, float]:
+    """The threaded side: throughput, then the round trip to a subscriber on a second connection."""
+    name = f"bench-aio-threaded-{os.getpid()}-{time.time_ns()}"
+    values = values_of(pool, settings.records)
+    out: dict[str, float] = {}
+    try:
+        with Publisher(grid, StreamConfig(name, capacity=100_000), max_buffered_records=1_000_000) as pub:
+            start = time.perf_counter()
+            futures = [pub.publish_async(value) for value in values]
+            pub.flush()
+            out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
+            assert futures[-1].result() >= 0
+            del futures
+            start = time.perf_counter()
+            for i in range(0, len(values), BULK):
+                pub.publish_many(values[i : i + BULK])
+            pub.flush()
+            out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
+            with Grid(grid.settings) as other, Subscriber(other, name, initial_offset_scheme="latest") as sub:
+
+                def round_trip(payload: bytes) -> None:
+                    pub.publish_async(payload)
+                    while not sub.poll(5000):
+                        pass
+
+                latency = round_trips(settings.round_trips, round_trip)
+        out["p50_ms"], out["p99_ms"] = latency["p50_ms"], latency["p99_ms"]
+    finally:
+        delete_stream(grid, name)
+    return out
+
+
+async def _asyncio(
+    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: AioBenchOptions
+) -> dict[str, float]:
+    """The asyncio side: the same figures, with the publisher and the subscriber on two ``AsyncGrid``s."""
+    name = f"bench-aio-asyncio-{os.getpid()}-{time.time_ns()}"
+    values = values_of(pool, settings.records)
+    out: dict[str, float] = {}
+    try:
+        async with (
+            await AsyncGrid.start(grid_settings) as one,
+            await AsyncGrid.start(grid_settings) as other,
+            AsyncPublisher(one, StreamConfig(name, capacity=100_000), max_buffered_records=1_000_000) as pub,
+        ):
+            start = time.perf_counter()
+            futures = [await pub.publish_async(value) for value in values]
+            await pub.flush()
+            out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
+            assert futures[-1].result() >= 0
+            del futures
+            start = time.perf_counter()
+            await asyncio.gather(*(pub.publish_many(values[i : i + BULK]) for i in range(0, len(values), BULK)))
+            out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
+            async with AsyncSubscriber(other, name, initial_offset_scheme="latest") as sub:
+                samples = []
+                for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
+                    payload = i.to_bytes(8, "big") * 12
+                    start = time.perf_counter()
+                    await pub.publish_async(payload)
+                    while not await sub.poll(5000):
+                        pass
+                    if i >= WARM_UP_ROUND_TRIPS:
+                        samples.append(time.perf_counter() - start)
+        latency = percentiles(samples)
+        out["p50_ms"], out["p99_ms"] = latency["p50_ms"], latency["p99_ms"]
+    finally:
+        delete_stream(grid, name)
+    return out
+
+
+def render(figures: dict[str, Any]) -> str:
+    """The figures of ``run`` as the table ``meteor bench aio`` prints."""
+    ceiling = figures["ceiling"]
+    threaded, asyncio_side = figures["threaded"], figures["asyncio"]
+    raw_add, raw_async_add = ceiling["raw_add_all_records_s"], ceiling["raw_async_add_all_records_s"]
+    raw_rt, raw_async_rt = ceiling["raw_round_trip"], ceiling["raw_async_round_trip"]
+    rows = [
+        ("ceiling: raw add_all, threaded client", f"{raw_add:,.0f} rec/s", "", ""),
+        ("ceiling: raw add_all, asyncio client", f"{raw_async_add:,.0f} rec/s", "", ""),
+        ("ceiling: raw add + read p50 / p99, threaded", f"{raw_rt['p50_ms']:.2f} / {raw_rt['p99_ms']:.2f} ms", "", ""),
+        (
+            "ceiling: raw add + read p50 / p99, asyncio",
+            f"{raw_async_rt['p50_ms']:.2f} / {raw_async_rt['p99_ms']:.2f} ms",
+            "",
+            "",
+        ),
+    ]
+    for label, side, add, rt in (
+        ("threaded", threaded, raw_add, raw_rt),
+        ("asyncio", asyncio_side, raw_async_add, raw_async_rt),
+    ):
+        rows += [
+            (
+                f"{label}: publish_async, one record a call",
+                f"{side['publish_async_records_s']:,.0f} rec/s",
+                f"{side['publish_async_records_s'] / add:.2f}",
+                f"{side['publish_async_records_s'] / threaded['publish_async_records_s']:.2f}",
+            ),
+            (
+                f"{label}: publish_many, {BULK:,} records a call",
+                f"{side['publish_many_records_s']:,.0f} rec/s",
+                f"{side['publish_many_records_s'] / add:.2f}",
+                f"{side['publish_many_records_s'] / threaded['publish_many_records_s']:.2f}",
+            ),
+            (
+                f"{label}: publish -> other client receives, p50 / p99",
+                f"{side['p50_ms']:.2f} / {side['p99_ms']:.2f} ms",
+                f"{side['p50_ms'] / rt['p50_ms']:.1f}x",
+                f"{side['p50_ms'] / threaded['p50_ms']:.2f}",
+            ),
+        ]
+    table = render_table(("scenario (100-byte records)", "result", "vs its ceiling", "vs threaded"), rows)
+    note = (
+        "ceilings: each client's raw add_all of pre-encoded 1000-record items and raw ring add + read_many round "
+        "trip (no meteor logic); 'vs its ceiling' divides by the ceiling of the same client"
+    )
+    return "\n".join([table, note])
