@@ -48,8 +48,8 @@ async def open_stream_async(grid: AsyncGrid, config: StreamConfig | str, *, crea
 
 def refuse_unsupported(info: StreamInfo, client: str) -> None:
     """``ConfigError`` for a stream whose features the asyncio clients do not carry out yet: a deduplication
-    window (message-id claims), ephemeral streams (topic registrations) and typed streams (schemas). Refused at open, so nothing is
-    published or read without its stream's guarantees."""
+    window (message-id claims), ephemeral streams (topic registrations) and typed streams (schemas). Refused at
+    open, so nothing is published or read without its stream's guarantees."""
     config = info.config
     if config.dedup_window_ms:
         raise ConfigError(

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meteor_spark.errors import ArgumentTypeError, ConfigError
+from meteor_spark.format.avro import AvroValues, is_typed_setting
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.offsets import InitialOffsetScheme
-from meteor_spark.format.avro import is_typed_setting
 from meteor_spark.format.serializers import Deserializer, deserializer
 from meteor_spark.grid.client import MAX_BATCH_ITEMS
 from meteor_spark.grid.item_gate import parse_isolation
@@ -59,7 +59,7 @@ class SubscriberOptions:
         member_id: str | None = None,
         on_corrupt: str | None = None,
         dead_letter_stream: str | None = None,
-        value_deserializer: str | Deserializer | None = None,
+        value_deserializer: str | Deserializer | AvroValues | None = None,
         key_deserializer: str | Deserializer | None = None,
         auto_confirm_interval_ms: int | None = None,
         isolation: str | None = None,
@@ -67,7 +67,9 @@ class SubscriberOptions:
         """Check every option, in the order the threaded subscriber always checked them."""
         checked_isolation = parse_isolation(isolation)
         # a typed stream's codec ("avro", AvroValues) needs the stream and the grid: the client resolves it
-        value = None if is_typed_setting(value_deserializer) else deserializer(value_deserializer, "value_deserializer")
+        value = None
+        if not isinstance(value_deserializer, AvroValues) and not is_typed_setting(value_deserializer):
+            value = deserializer(value_deserializer, "value_deserializer")
         key = deserializer(key_deserializer, "key_deserializer")
         scheme = InitialOffsetScheme.parse(initial_offset_scheme)
         policy = CorruptItemPolicy.parse(on_corrupt, dead_letter_stream)
