@@ -17,8 +17,6 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-#: Where a test copies the screenshots the closing note shows.
-SHOTS = Path("/tmp/console-shots")
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,12 @@
 """``meteor console`` in a real headless browser against the grid under test: every page loads without a script
 error, the lag chart moves while a group falls behind, the tail shows records published after the page opened,
 redrive is refused read-only (403) and runs with --allow-actions, and a token console refuses requests without
-it (401). Screenshots are kept as artefacts (the streams page and a group's lag chart also in /tmp/console-shots)."""
+it (401). Screenshots are kept as artefacts."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -28,8 +27,6 @@ from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 pytestmark = pytest.mark.browser
-
-SHOTS = Path("/tmp/console-shots")
 
 
 @dataclass
@@ -80,14 +77,11 @@ def console_process(settings: GridSettings, *flags: str, env: dict[str, str] | N
             process.wait(timeout=10)
 
 
-def keep_shot(driver: Any, folder: Path, name: str, *, share: bool = False) -> Path:
-    """Save a screenshot of the page as ``name``.png (printed); ``share``: also copy it to ``SHOTS``."""
+def keep_shot(driver: Any, folder: Path, name: str) -> Path:
+    """Save a screenshot of the page as ``name``.png (its path printed)."""
     target = folder / f"{name}.png"
     assert driver.save_screenshot(str(target)), target
     print(f"screenshot: {target}")
-    if share:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(target, SHOTS / target.name)
     return target
 
 
@@ -153,7 +147,7 @@ def test_every_page_loads_without_a_script_error(
             worker.ack(taken)
             severe_logs(browser)  # drain
             load(browser, console.url, f'#streams a[href="/streams/{stream}"]')
-            keep_shot(browser, artefacts, "streams", share=True)
+            keep_shot(browser, artefacts, "streams")
             load(browser, console.url + "groups", f'#groups a[href="/groups/{stream}/workers"]')
             load(browser, console.url + "groups", f'#groups a[href="/groups/{stream}/billing"]')
             load(browser, f"{console.url}groups/{stream}/billing", "#lanes table")
@@ -205,7 +199,7 @@ def test_the_lag_chart_moves_while_a_group_falls_behind(
         wait_until(behind_more, 30, 0.2, message="the chart's lane 0 to rise")
         after_points, after_last = plotted()
         print(f"lag chart lane 0: {before_last} -> {after_last} ring items behind after {sent} publishes")
-        keep_shot(browser, artefacts, "group-lag-chart", share=True)
+        keep_shot(browser, artefacts, "group-lag-chart")
     assert after_last > before_last and after_points != before_points
     assert severe_logs(browser) == []
 
