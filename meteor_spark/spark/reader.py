@@ -115,6 +115,7 @@ from meteor_spark.format.offsets import index_of, sequence_of
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.spark.driver import DriverState, LaneView, install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
+from meteor_spark.spark.group_handoff import LaneHandoff
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
@@ -415,7 +416,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             lo = self._range_start(state, view, stream, lane, lo, end_seq, first_offsets)
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
-        return self._tasks(state, ranges, first_offsets, begin.marks_dict())
+        return self._tasks(state, ranges, first_offsets, begin.marks_dict(), state.handoffs(view, finish))
 
     def _deleted_range(self, stream: str, lane: int, lo: int, end_seq: int) -> None:
         """A planned range of a stream deleted since: data loss (``StreamDeletedError``), or logged and skipped."""
@@ -468,6 +469,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         ranges: list[Piece],
         first_offsets: dict[tuple[str, int], tuple[int, int]],
         marks: dict[tuple[str, int], ItemMark],
+        handoffs: dict[tuple[str, int], LaneHandoff],
     ) -> list[LaneRanges]:
         """The Spark tasks reading the ranges (``planning.plan_for``). A range starting where the batch starts
         carries the item mark of the item before it, checked by the task (``LaneRange.expect``)."""
@@ -492,6 +494,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                         isolation=self.options.isolation,
                         expect=mark if mark is not None and mark.sequence == lo - 1 else None,
                         topics=self.options.topics,
+                        handoff=handoffs.get((stream, lane)),
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))

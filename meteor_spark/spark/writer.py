@@ -62,7 +62,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -89,6 +89,7 @@ from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import transactions
 from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.producer.publisher import LaneWritten, Publisher
+from meteor_spark.spark import group_handoff
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
 
@@ -217,6 +218,7 @@ class MeteorCommitMessage(WriterCommitMessage):
         streams: per target stream, records and ring items written, and per lane records and first/last offsets.
         transaction: the transaction the task published under (``transactional``), else None.
         producers: the producer ids the task published with (one per target stream).
+        run: the query run's id (Spark's job group), which keys the group lanes the batch read (``group_handoff``).
     """
 
     batch_id: int | None
@@ -226,6 +228,7 @@ class MeteorCommitMessage(WriterCommitMessage):
     streams: tuple[StreamWrite, ...] = field(default_factory=tuple)
     transaction: str | None = None
     producers: tuple[int, ...] = ()
+    run: str | None = None
 
 
 def _local_property(name: str) -> str | None:
@@ -444,9 +447,9 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                     rows,
                 )
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
-        transaction = None
+        transaction, run = None, _local_property("spark.jobGroup.id")
         if self.options.transactional and batch_id is not None:
-            run_id = _local_property("spark.jobGroup.id") or self._writer_id
+            run_id = run or self._writer_id
             batch_key = f"{self._key(query_id)}/{batch_id}"
             transaction = f"{batch_key}/{run_id}"
             try:
@@ -455,7 +458,7 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                 rows = sum(b.num_rows for b in iterator)
                 logger.info("%s: not publishing its %d rows again", exc, rows)
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
-        return self._publish(iterator, batch_id, query_id, transaction)
+        return replace(self._publish(iterator, batch_id, query_id, transaction), run=run)
 
     def _key(self, query_id: str | None) -> str:
         return f"{self.options.sink_id}/{query_id or 'unknown-query'}"
@@ -467,10 +470,13 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
             return  # no task ran: nothing was published, nothing to remember
         if len(query_ids) > 1:
             raise ConfigError(f"tasks of micro-batch {batchId} report different query ids {sorted(query_ids)}")
-        key = self._key(next(iter(query_ids), None))
+        query_id, run = next(iter(query_ids), None), next((m.run for m in done if m.run is not None), None)
         grid = grid_for(self.options.grid)
-        _decide(grid, done, self.options.sweep_interval_ms / 1000)
-        _record_commit(grid, key, batchId, done)
+        published = any(m.transaction for m in done)
+        lanes = group_handoff.lanes_for(grid, self.options.group_offsets, query_id, run, batchId, published)
+        _decide(grid, done, self.options.sweep_interval_ms / 1000, lanes, batchId)
+        _record_commit(grid, self._key(query_id), batchId, done)
+        group_handoff.forget(grid, query_id, run, batchId)
         if all(m.skipped for m in done):
             logger.info("micro-batch %d replayed after its commit: nothing republished", batchId)
         else:
@@ -498,23 +504,23 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         )
 
 
-def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage], sweep_interval_s: float) -> None:
+def _decide(
+    grid: Grid, messages: Sequence[MeteorCommitMessage], sweep_s: float, lanes: Sequence[Any] = (), batch: int = -1
+) -> None:
     """Commit the transaction of a job or micro-batch with the producers of its successful task attempts (one
-    CAS); every other attempt's records are aborted by that write. A no-op when nothing was published
-    transactionally.
+    CAS), with the group offsets ``lanes`` the micro-batch read (``group_handoff.commit``); every other attempt's
+    records are aborted by that write. A no-op when nothing was published transactionally.
 
     Raises:
         TransactionAbortedError: the transaction was aborted first (timed out, or fenced by a newer run).
+        FencedError: a group lane of ``lanes`` was taken over since the batch was planned (the transaction aborted).
     """
     keys = {m.transaction for m in messages if m.transaction is not None}
-    if not keys:
-        return
     if len(keys) > 1:
         raise MeteorError(f"tasks of one batch report different transactions {sorted(keys)}")
-    key = keys.pop()
-    producers = [p for m in messages if m.transaction == key for p in m.producers]
-    decided = transactions.commit(grid, key, producers, sweep_interval_s=sweep_interval_s)
-    logger.info("transaction %r committed with %d producers", key, len(decided.producers))
+    for key in keys:
+        producers = [p for m in messages if m.transaction == key for p in m.producers]
+        group_handoff.commit(grid, key, producers, lanes, batch, sweep_s)
 
 
 def _committed_batch(grid: Grid, key: str) -> int | None:
