@@ -297,23 +297,33 @@ class DriverState:
         planned, self._planned = self._planned, None
         return planned if planned is not None else self.view()
 
-    def handoffs(self, view: LaneView, end: SparkOffset) -> dict[tuple[str, int], LaneHandoff]:
-        """Per lane of an exclusive group, what a batch ending at ``end`` hands a meteor sink that commits the
-        group's offsets in its transaction (``group_handoff``): the end, the epoch held when the batch was planned
-        (None: not held), this member, the end's item mark. Empty without a group (or with ``shared=true``)."""
+    def handoffs(self, view: LaneView, begin: SparkOffset, end: SparkOffset) -> dict[tuple[str, int], LaneHandoff]:
+        """Per lane of an exclusive group, what a batch from ``begin`` to ``end`` hands a meteor sink that commits
+        the group's offsets in its transaction (``group_handoff``): the end, the epoch held when the batch was
+        planned, this member, the end's item mark. Empty without a group.
+
+        A lane taken up after the view was read (a replayed batch waited for it) gets its current epoch only
+        while the group's offset, as this member fenced it, is not past the batch's start: else another member
+        processed part of the batch's range meanwhile, and the epoch stays None, so the sink refuses the batch."""
         group = self.options.group
         if group is None or not self.members:
             return {}
-        marks = end.marks_dict()
+        marks, starts = end.marks_dict(), begin.as_dict()
         out: dict[tuple[str, int], LaneHandoff] = {}
         for stream, lane, sequence in end.positions:
             mark = marks.get((stream, lane))
+            epoch = view.epochs.get((stream, lane))
+            member = self.members.get(stream)
+            if epoch is None and member is not None and lane in member.assignment():
+                confirmed = member.known_offsets([lane]).get(lane)
+                if confirmed is None or sequence_of(confirmed) <= starts.get((stream, lane), 0):
+                    epoch = member.assignment().get(lane)
             out[(stream, lane)] = LaneHandoff(
                 stream,
                 group,
                 lane,
                 first_offset_of(sequence),
-                view.epochs.get((stream, lane)),
+                epoch,
                 self.member_id,
                 mark if mark is not None and mark.sequence == sequence - 1 else None,
             )

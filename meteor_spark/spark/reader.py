@@ -416,7 +416,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             lo = self._range_start(state, view, stream, lane, lo, end_seq, first_offsets)
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
-        return self._tasks(state, ranges, first_offsets, begin.marks_dict(), state.handoffs(view, finish))
+        return self._tasks(state, ranges, first_offsets, begin.marks_dict(), state.handoffs(view, begin, finish))
 
     def _deleted_range(self, stream: str, lane: int, lo: int, end_seq: int) -> None:
         """A planned range of a stream deleted since: data loss (``StreamDeletedError``), or logged and skipped."""

@@ -43,6 +43,12 @@ def _group_records(grid: Grid, stream: str, group: str, lane: int) -> int:
     return 0 if stored is None or stored.offset is None else sequence_of(stored.offset) * PER_ITEM
 
 
+def _committed_transactions(grid: Grid, sink_id: str) -> list[transactions.TxnState]:
+    entries = grid.map(transactions.TXNS_MAP).entries()
+    states = [transactions.TxnState.parse(key, text) for key, text in entries.items() if key.startswith(sink_id)]
+    return [state for state in states if state.state == transactions.COMMITTED]
+
+
 def _query(spark: Any, settings: GridSettings, source: str, target: str, group: str, checkpoint: Path) -> Any:
     return (
         spark.readStream.format("meteor")
@@ -72,7 +78,7 @@ def test_a_new_checkpoint_resumes_from_the_group_exactly_once(
     running = first.start(target)
     try:
         wait_until(
-            lambda: sum(len(v) for v in read_values(grid, target).values()) >= 12,
+            lambda: sum(len(v) for v in read_values(grid, target).values()) >= 8,
             timeout_s=180,
             message="the first query to write a few batches",
         )
@@ -84,6 +90,9 @@ def test_a_new_checkpoint_resumes_from_the_group_exactly_once(
     assert 0 < sum(stopped.values()) < len(published)
     for lane in (0, 1):
         assert stopped[f"l{lane}".encode()] == _group_records(grid, source, group, lane), (lane, stopped)
+    # Each committed batch's transaction names the group's offsets entries it moved (one decision for both).
+    batches = _committed_transactions(grid, str(tmp_path / "cp1"))
+    assert batches and all(state.offsets for state in batches), batches
 
     # A new query, a fresh checkpoint, the same group: it reads on exactly after the last committed batch.
     _query(spark, grid_settings, source, target, group, tmp_path / "cp2").trigger(availableNow=True).start(
