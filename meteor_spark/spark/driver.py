@@ -93,7 +93,9 @@ class DriverState:
         check_dead_letter_stream(self.grid, options)
         if options.group is not None:
             logger.info(
-                "query reads stream(s) %s as member %r of group %r",
+                "query reads stream(s) %s as member %r of group %r; its read tasks hand each batch's lane ends and "
+                "lease epochs to a transactional meteor sink of the same query, which commits them in the batch's "
+                "transaction (sink option groupOffsets, default auto)",
                 ", ".join(self.infos),
                 self.member_id,
                 options.group,

@@ -1,19 +1,40 @@
 """A Spark driver the group exactly-once fault test runs in a child process: a grouped meteor stream -> a
 transactional meteor stream, each run with a checkpoint of its own (a restart resumes from the group alone).
 
-Usage: group_eos_script.py MEMBERS CLUSTER SOURCE TARGET CHECKPOINT GROUP (forever|available-now)
+Usage: group_eos_script.py MEMBERS CLUSTER SOURCE TARGET CHECKPOINT GROUP (forever|available-now|held FLAGS_DIR)
+
+``held``: every batch passes through a step that, once the file FLAGS_DIR/hold exists, writes FLAGS_DIR/reached
+and waits for FLAGS_DIR/go (a batch held between its read and its commit, for the test to take its lanes over);
+the query's failure is printed as ``FAILED: <message>``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 
+def held(flags: Path) -> Callable[[Iterator], Iterator]:
+    def step(batches: Iterator) -> Iterator:
+        for batch in batches:
+            if (flags / "hold").exists():
+                (flags / "reached").touch()
+                deadline = time.monotonic() + 300
+                while not (flags / "go").exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            yield batch
+
+    return step
+
+
 def main() -> None:
     members, cluster, source, target, checkpoint, group, mode = sys.argv[1:8]
+    flags = Path(sys.argv[8]) if mode == "held" else None
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
         SparkSession.builder.master("local[2]")
@@ -25,7 +46,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     grid = {"hazelcast.members": members, "hazelcast.clusterName": cluster}
-    writer = (
+    rows = (
         spark.readStream.format("meteor")
         .options(**grid)
         .option("stream", source)
@@ -36,7 +57,12 @@ def main() -> None:
         # A killed run's lanes pass to the next run this long after its last renewal.
         .option("groupLeaseMs", "2000")
         .load()
-        .writeStream.format("meteor")
+        .select("key", "value")
+    )
+    if flags is not None:
+        rows = rows.mapInArrow(held(flags), "key binary, value binary")
+    writer = (
+        rows.writeStream.format("meteor")
         .options(**grid)
         .option("checkpointLocation", checkpoint)
         .option("groupOffsets", "true")
@@ -46,6 +72,12 @@ def main() -> None:
     if mode == "available-now":
         writer.trigger(availableNow=True).start(target).awaitTermination()
         print("DONE", flush=True)
+    elif mode == "held":
+        try:
+            writer.trigger(processingTime="0 seconds").start(target).awaitTermination()
+        except Exception as exc:  # the query's failure, for the test to read
+            print(f"FAILED: {exc}", flush=True)
+            sys.exit(1)
     else:
         writer.trigger(processingTime="0 seconds").start(target).awaitTermination()
 

@@ -194,11 +194,13 @@ def test_offsets_staged_before_the_takeover_abort_the_stale_runs_transaction(gri
 KILLS = 5
 
 
-def _driver(settings: GridSettings, source: str, target: str, checkpoint: Path, mode: str) -> subprocess.Popen:
+def _driver(
+    settings: GridSettings, source: str, target: str, checkpoint: Path, mode: str, *more: str
+) -> subprocess.Popen:
     args = [sys.executable, str(SCRIPT), ",".join(settings.members), settings.cluster_name]
     # A session of its own, so the whole driver (Python and its JVM) can be killed as one process group.
     return subprocess.Popen(
-        [*args, source, target, str(checkpoint), "killed", mode],
+        [*args, source, target, str(checkpoint), "killed", mode, *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -237,6 +239,7 @@ def _written(grid: Grid, stream: str) -> int:
 
 @pytest.mark.fault
 @pytest.mark.once
+@pytest.mark.timeout(1800)  # six driver runs; each starts a JVM and waits out the killed run's lease
 def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_is_exactly_once(
     grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
 ) -> None:
@@ -252,13 +255,13 @@ def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_
         driver = _driver(grid_settings, source, target, tmp_path / f"cp{kill}", "forever")
         try:
             wait_until(
-                lambda: _written(grid, target) >= written + 8 or driver.poll() is not None,
+                lambda: _written(grid, target) >= written + 4 or driver.poll() is not None,
                 timeout_s=180,
                 interval_s=0.2,
                 message=f"driver run {kill + 1} to write a few batches",
             )
             assert driver.poll() is None, "the driver exited before it was killed"
-            aimed = _poll_briefly(lambda: _open_transaction_at_end(grid, target), seconds=5)
+            aimed = _poll_briefly(lambda: _open_transaction_at_end(grid, target), seconds=3)
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
             state = None if aimed is None else transactions.state_of(grid, aimed)
@@ -290,3 +293,47 @@ def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_
     )
     assert lost == 0 and duplicated == 0
     assert [_group_records(grid, source, "killed", lane) for lane in (0, 1)] == [items * 2, items * 2]
+
+
+@pytest.mark.fault
+@pytest.mark.once
+def test_a_stopped_query_whose_lanes_were_taken_over_cannot_commit_its_batch(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
+) -> None:
+    """A batch held between its read and its commit while the driver is SIGSTOPped past its lease: another member
+    takes the lanes over; resumed, the batch's commit is refused (FencedError), its transaction aborted, and the
+    group's offsets say exactly what read_committed readers of the output see."""
+    source, target = f"{unique_name}-in", f"{unique_name}-out"
+    info = make_stream(grid, source, lanes=2)
+    make_stream(grid, target, lanes=2)
+    for lane in (0, 1):
+        put_items(grid, info, lane, values_items(f"l{lane}", 20, PER_ITEM))
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    driver = _driver(grid_settings, source, target, tmp_path / "cp", "held", str(flags))
+    holder = GroupMember(grid, info, "killed", member_id="new-holder", lease_ms=2000, want="all")
+    try:
+        wait_until(lambda: _written(grid, target) >= 4 or driver.poll() is not None, timeout_s=180)
+        assert driver.poll() is None, "the driver exited early"
+        (flags / "hold").touch()
+        wait_until(lambda: (flags / "reached").exists(), timeout_s=120, message="a batch to be held")
+        os.killpg(driver.pid, signal.SIGSTOP)
+        holder.start()
+        wait_until(lambda: len(holder.assignment()) == 2, timeout_s=60, message="the new holder to take both lanes")
+        os.killpg(driver.pid, signal.SIGCONT)
+        (flags / "go").touch()
+        out, _ = driver.communicate(timeout=180)
+        message = next((line for line in out.splitlines() if line.startswith("FAILED:")), "")
+        print(f"[fault] stale query's commit: {message[:600]}")
+        assert driver.returncode != 0 and "FencedError" in message and "aborted" in message, out[-2000:]
+        committed = Counter(v.split(b"-")[0] for v in committed_values(grid, target))
+        offsets = [
+            0 if (o := holder.known_offsets([lane])[lane]) is None else sequence_of(o) * PER_ITEM for lane in (0, 1)
+        ]
+        assert [committed[b"l0"], committed[b"l1"]] == offsets, (committed, offsets)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGCONT)
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        holder.close()
