@@ -76,7 +76,7 @@ def main() -> None:
         try:
             writer.trigger(processingTime="0 seconds").start(target).awaitTermination()
         except Exception as exc:  # the query's failure, for the test to read
-            print(f"FAILED: {exc}", flush=True)
+            print("FAILED: " + " | ".join(line.strip() for line in str(exc).splitlines()), flush=True)
             sys.exit(1)
     else:
         writer.trigger(processingTime="0 seconds").start(target).awaitTermination()

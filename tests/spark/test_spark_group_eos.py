@@ -324,8 +324,10 @@ def test_a_stopped_query_whose_lanes_were_taken_over_cannot_commit_its_batch(
         (flags / "go").touch()
         out, _ = driver.communicate(timeout=180)
         message = next((line for line in out.splitlines() if line.startswith("FAILED:")), "")
-        print(f"[fault] stale query's commit: {message[:600]}")
-        assert driver.returncode != 0 and "FencedError" in message and "aborted" in message, out[-2000:]
+        fenced = message[message.find("FencedError: micro-batch") :].split(" | ")[0]
+        print(f"[fault] stale query's commit: {fenced}")
+        assert driver.returncode != 0 and "FencedError: micro-batch" in fenced and "aborted" in fenced, out[-2000:]
+        assert "refused: member" in fenced and "another member took it over" in fenced, fenced
         committed = Counter(v.split(b"-")[0] for v in committed_values(grid, target))
         offsets = [
             0 if (o := holder.known_offsets([lane])[lane]) is None else sequence_of(o) * PER_ITEM for lane in (0, 1)
