@@ -59,7 +59,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from meteor_spark.errors import (
     ConfigError,
@@ -81,12 +80,11 @@ from meteor_spark.groups.store import (
     OFFSETS_MAP,
     Assignment,
     ConfirmedOffset,
-    StagedOffset,
     lane_key,
     member_key,
     read_offset,
 )
-from meteor_spark.groups.txn_offsets import rolled_forward, settle
+from meteor_spark.groups.txn_offsets import Change, applying, fenced_update, settle, staging
 
 __all__ = ["GroupMember"]
 
@@ -354,26 +352,12 @@ class GroupMember(LaneBalancer):
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"stage: offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0")
-
-        def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
-            if stored.txn is not None and stored.txn.key != txn:
-                settled = settle(self._grid, stored, self._where(lane), abort_open=False)
-                if settled is None:
-                    raise GroupError(
-                        f"{self._where(lane)} has an offset staged by transaction {stored.txn.key!r}, still open; "
-                        f"commit or abort it before staging offsets in transaction {txn!r}"
-                    )
-                stored = settled
-            return replace(stored, txn=StagedOffset(txn, offset, mark))
-
-        self._update_entry(lane, "stage", epoch, change)
+        self._update_entry(lane, "stage", epoch, staging(self._grid, txn, offset, mark, self._where(lane)))
 
     def apply_staged(self, lane: int, txn: str) -> None:
         """After ``txn`` committed: move the lane's offset to the one staged by ``txn`` (nothing when another
         transaction's, or nothing, is staged). Fenced: once the lane was taken over, its new holder has settled it."""
-        self._update_entry(
-            lane, "apply", None, lambda stored: rolled_forward(stored) if _staged_by(stored, txn) else None
-        )
+        self._update_entry(lane, "apply", None, applying(txn))
 
     def settle_staged(self, lane: int, txn: str | None = None) -> None:
         """Settle the offset staged on a held lane (by ``txn``, or by any transaction when None) once its
@@ -386,37 +370,27 @@ class GroupMember(LaneBalancer):
 
         self._update_entry(lane, "settle", None, change)
 
-    def _update_entry(
-        self,
-        lane: int,
-        what: str,
-        read_epoch: int | None,
-        change: Callable[[ConfirmedOffset], ConfirmedOffset | None],
-    ) -> None:
+    def _update_entry(self, lane: int, what: str, read_epoch: int | None, change: Change) -> None:
         """Compare-and-set the lane's offsets entry to ``change(stored)`` (None: leave it), fenced like ``confirm``."""
-        key = lane_key(self.stream, self.group, lane)
         epoch = self._epoch_of(lane)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, -1, read_epoch, self.member_id, epoch)
         with self._lock:
             text = self._offset_texts.get(lane)
-        for _ in range(MAX_CAS_ATTEMPTS):
-            if text is None:
-                text = self._offsets.get(key)
-            if text is None:
-                raise self._fenced(what, lane, -1, epoch, None, None)
-            stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-            if stored.epoch > epoch:
-                raise self._fenced(what, lane, -1, epoch, stored.by, stored.epoch)
-            changed = change(stored)
-            if changed is None:
-                return
-            new = replace(changed, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
-            if self._offsets.replace_if_same(key, text, new):
-                self._remember_offset_text(lane, new)
-                return
-            text = None
-        raise GroupError(f"{what} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row")
+        new = fenced_update(
+            self._offsets,
+            lane_key(self.stream, self.group, lane),
+            epoch=epoch,
+            by=self.member_id,
+            change=change,
+            fenced=lambda stored: self._fenced(
+                what, lane, -1, epoch, None if stored is None else stored.by, None if stored is None else stored.epoch
+            ),
+            what=f"{what} on {self._where(lane)}",
+            text=text,
+        )
+        if new is not None:
+            self._remember_offset_text(lane, new)
 
     def _write_offset(
         self,
@@ -472,6 +446,7 @@ class GroupMember(LaneBalancer):
             if stored.epoch > epoch:
                 raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
             if not backwards and stored.offset is not None and offset <= stored.offset:
+                self._remember_offset_text(lane, text)
                 if offset < stored.offset:
                     logger.debug(
                         "ignored confirm of offset %d on %s: the group already confirmed %d",
@@ -522,7 +497,3 @@ class GroupMember(LaneBalancer):
             raise ConfigError(
                 f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
             )
-
-
-def _staged_by(stored: ConfirmedOffset, txn: str) -> bool:
-    return stored.txn is not None and stored.txn.key == txn

@@ -19,16 +19,29 @@ Fencing: staging is refused (``FencedError``) once a newer epoch is on the entry
 staged offset in the same compare-and-set that stamps its epoch, so a zombie's transaction either committed before
 the takeover (and the new holder starts after its offsets) or is aborted by it (its commit fails with
 ``TransactionAbortedError`` and nothing of it is delivered).
+
+The fenced compare-and-set of an entry (``fenced_update``) and the two changes a transaction makes (``staging``,
+``applying``) are functions of the stored entry and an epoch, not of a live ``GroupMember``: the holder uses them
+(``GroupMember.stage`` / ``apply_staged``), and so does a process acting for it with the epoch it held when the
+records were read (``stage_as`` / ``apply_as``: a Spark sink's commit, which runs in another process than the
+query's source runner).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
+from meteor_spark.errors import FencedError, GroupError
 from meteor_spark.grid import transactions
-from meteor_spark.grid.client import Grid
-from meteor_spark.groups.store import ConfirmedOffset
+from meteor_spark.grid.client import Grid, GridMap
+from meteor_spark.grid.item_marks import ItemMark
+from meteor_spark.groups.leases import wall_ms
+from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, OFFSETS_MAP, ConfirmedOffset, StagedOffset, lane_key
+
+#: What a fenced update changes: the stored entry -> the new one, None to leave it as it is.
+Change = Callable[[ConfirmedOffset], "ConfirmedOffset | None"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,3 +81,119 @@ def rolled_forward(stored: ConfirmedOffset) -> ConfirmedOffset:
 
 def _outcome(state: transactions.TxnState | None) -> str:
     return "removed" if state is None else state.state
+
+
+def fenced_update(
+    offsets: GridMap,
+    key: str,
+    *,
+    epoch: int,
+    by: str,
+    change: Change,
+    fenced: Callable[[ConfirmedOffset | None], FencedError],
+    what: str,
+    text: str | None = None,
+) -> str | None:
+    """Compare-and-set the offsets entry ``key`` to ``change(stored)``, stamped with ``epoch`` and writer ``by``;
+    refused (``fenced(stored)`` raised, None for a missing entry) once a newer epoch is on it. ``text``: the value
+    the caller believes is stored (tried first, read again when the compare-and-set fails). Returns the text
+    written, None when ``change`` left the entry as it was."""
+    for _ in range(MAX_CAS_ATTEMPTS):
+        if text is None:
+            text = offsets.get(key)
+        if text is None:
+            raise fenced(None)
+        stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+        if stored.epoch > epoch:
+            raise fenced(stored)
+        changed = change(stored)
+        if changed is None:
+            return None
+        new = replace(changed, epoch=epoch, by=by, updated_ms=wall_ms()).encode()
+        if offsets.replace_if_same(key, text, new):
+            return new
+        text = None
+    raise GroupError(f"{what} on {key} in map {OFFSETS_MAP!r} lost the compare-and-set {MAX_CAS_ATTEMPTS} times")
+
+
+def staging(grid: Grid, txn: str, offset: int, mark: ItemMark | None, where: str) -> Change:
+    """The change ``GroupMember.stage`` makes: ``offset`` staged under ``txn``, after settling another
+    transaction's staged offset (GroupError while that one is still open: one transaction at a time per lane)."""
+
+    def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
+        if stored.txn is not None and stored.txn.key != txn:
+            settled = settle(grid, stored, where, abort_open=False)
+            if settled is None:
+                raise GroupError(
+                    f"{where} has an offset staged by transaction {stored.txn.key!r}, still open; commit or abort "
+                    f"it before staging offsets in transaction {txn!r}"
+                )
+            stored = settled
+        return replace(stored, txn=StagedOffset(txn, offset, mark))
+
+    return change
+
+
+def applying(txn: str) -> Change:
+    """The change after ``txn`` committed: its staged offset rolled forward (nothing when it is not staged)."""
+    return lambda stored: rolled_forward(stored) if stored.txn is not None and stored.txn.key == txn else None
+
+
+def stage_as(
+    grid: Grid,
+    stream: str,
+    group: str,
+    lane: int,
+    offset: int,
+    txn: str,
+    *,
+    epoch: int,
+    member: str,
+    mark: ItemMark | None,
+) -> str:
+    """``GroupMember.stage`` done by another process for ``member``, which held the lane with ``epoch`` when the
+    records were read. Returns the entry's key (for ``transactions.commit(offsets=...)``).
+
+    Raises:
+        FencedError: a newer holder took the lane over since (its epoch is on the entry): the transaction must abort.
+        GroupError: another transaction's staged offset on the lane is still open.
+    """
+    where = f"lane {lane} of stream {stream!r} in group {group!r}"
+    key = lane_key(stream, group, lane)
+    fenced_update(
+        grid.map(OFFSETS_MAP),
+        key,
+        epoch=epoch,
+        by=member,
+        change=staging(grid, txn, offset, mark, where),
+        fenced=lambda stored: _fenced("staging", where, member, epoch, stored),
+        what="stage",
+    )
+    return key
+
+
+def apply_as(grid: Grid, stream: str, group: str, lane: int, txn: str, *, epoch: int, member: str) -> None:
+    """``GroupMember.apply_staged`` done by another process for ``member`` (epoch as in ``stage_as``). Fenced: a
+    new holder settles the staged offset itself when it takes the lane over.
+
+    Raises:
+        FencedError: a newer holder took the lane over (it rolls the committed offset forward itself).
+    """
+    where = f"lane {lane} of stream {stream!r} in group {group!r}"
+    fenced_update(
+        grid.map(OFFSETS_MAP),
+        lane_key(stream, group, lane),
+        epoch=epoch,
+        by=member,
+        change=applying(txn),
+        fenced=lambda stored: _fenced("applying", where, member, epoch, stored),
+        what="apply",
+    )
+
+
+def _fenced(what: str, where: str, member: str, epoch: int, stored: ConfirmedOffset | None) -> FencedError:
+    now = "has no offsets entry" if stored is None else f"carries epoch {stored.epoch} of {stored.by!r}"
+    return FencedError(
+        f"{what} an offset on {where} refused: member {member!r} read the records with epoch {epoch}, but the "
+        f"lane {now}: another member took it over, and its records go to that holder; nothing was written"
+    )

@@ -23,7 +23,7 @@ import atexit
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from meteor_spark import compat
@@ -44,6 +44,7 @@ from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.entity import QueryEntity
+from meteor_spark.spark.group_handoff import LaneHandoff
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import by_stream
 from meteor_spark.spark.positions import check_dead_letter_stream, stream_names
@@ -62,10 +63,13 @@ class LaneView:
         bounds: (head, next) ring sequences per (stream, lane).
         confirmed: the group's confirmed record offset per (stream, lane), for lanes that have one (empty when
             the query reads without a group).
+        epochs: the lease epoch of each lane this query held, taken before ``confirmed`` (empty without a group):
+            what a meteor sink stages the batch's offsets with (``group_handoff``).
     """
 
     bounds: dict[tuple[str, int], tuple[int, int]]
     confirmed: dict[tuple[str, int], int]
+    epochs: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
         """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
@@ -92,7 +96,9 @@ class DriverState:
         check_dead_letter_stream(self.grid, options)
         if options.group is not None:
             logger.info(
-                "query reads stream(s) %s as member %r of group %r",
+                "query reads stream(s) %s as member %r of group %r; its read tasks hand each batch's lane ends and "
+                "lease epochs to a transactional meteor sink of the same query, which commits them in the batch's "
+                "transaction (sink option groupOffsets, default auto)",
                 ", ".join(self.infos),
                 self.member_id,
                 options.group,
@@ -154,9 +160,9 @@ class DriverState:
         lanes' bounds and the group's confirmed offsets. ``latest`` follows the bounds; ``partitions`` of the same
         batch reuses the view (``planned``)."""
         self.refresh_streams()
-        view = LaneView(self.bounds(), self.confirmed_offsets())
+        view = self.view()
         if self.refresh_streams():
-            view = LaneView({k: v for k, v in view.bounds.items() if k[0] in self.infos}, view.confirmed)
+            view = LaneView({k: v for k, v in view.bounds.items() if k[0] in self.infos}, view.confirmed, view.epochs)
         self.latest = SparkOffset.of(by_stream({key: nxt for key, (_, nxt) in view.bounds.items()}))
         self._planned = view
         return view
@@ -289,14 +295,47 @@ class DriverState:
         return streams_bounds(self.grid, self.infos.values())
 
     def view(self) -> LaneView:
-        """Lane bounds and the group's confirmed offsets, read once (the start of a new query)."""
-        return LaneView(self.bounds(), self.confirmed_offsets())
+        """Lane bounds, the group's lease epochs and confirmed offsets, read once."""
+        epochs = {(stream, lane): epoch for stream, m in self.members.items() for lane, epoch in m.assignment().items()}
+        return LaneView(self.bounds(), self.confirmed_offsets(), epochs)
 
     def planned(self) -> LaneView:
         """The view ``latestOffset`` read for the batch it planned (``plan_view``), else (a batch replayed after a
         restart, a second ``partitions`` call) a fresh one. Taken once: a later batch never plans on an old view."""
         planned, self._planned = self._planned, None
-        return planned if planned is not None else LaneView(self.bounds(), self.confirmed_offsets())
+        return planned if planned is not None else self.view()
+
+    def handoffs(self, view: LaneView, begin: SparkOffset, end: SparkOffset) -> dict[tuple[str, int], LaneHandoff]:
+        """Per lane of an exclusive group, what a batch from ``begin`` to ``end`` hands a meteor sink that commits
+        the group's offsets in its transaction (``group_handoff``): the end, the epoch held when the batch was
+        planned, this member, the end's item mark. Empty without a group.
+
+        A lane taken up after the view was read (a replayed batch waited for it) gets its current epoch only
+        while the group's offset, as this member fenced it, is not past the batch's start: else another member
+        processed part of the batch's range meanwhile, and the epoch stays None, so the sink refuses the batch."""
+        group = self.options.group
+        if group is None or not self.members:
+            return {}
+        marks, starts = end.marks_dict(), begin.as_dict()
+        out: dict[tuple[str, int], LaneHandoff] = {}
+        for stream, lane, sequence in end.positions:
+            mark = marks.get((stream, lane))
+            epoch = view.epochs.get((stream, lane))
+            member = self.members.get(stream)
+            if epoch is None and member is not None and lane in member.assignment():
+                confirmed = member.known_offsets([lane]).get(lane)
+                if confirmed is None or sequence_of(confirmed) <= starts.get((stream, lane), 0):
+                    epoch = member.assignment().get(lane)
+            out[(stream, lane)] = LaneHandoff(
+                stream,
+                group,
+                lane,
+                first_offset_of(sequence),
+                epoch,
+                self.member_id,
+                mark if mark is not None and mark.sequence == sequence - 1 else None,
+            )
+        return out
 
     def confirmed_offsets(self) -> dict[tuple[str, int], int]:
         """The group's confirmed offset per lane, where one is stored: held lanes from the group member's memory

@@ -50,6 +50,7 @@ from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WA
 from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of
 from meteor_spark.grid.reading import oldest_in, read_range
 from meteor_spark.spark.clients import grid_for
+from meteor_spark.spark.group_handoff import LaneHandoff, record_task
 from meteor_spark.spark.pushdown import keep_keys
 from meteor_spark.spark.typed_columns import decode_values
 
@@ -100,6 +101,8 @@ class LaneRange(InputPartition):
         keys: the keys a pushed ``key`` predicate keeps (``pushdown``); None = every row.
         value_version: ``valueFormat=avro``: the schema version the ``value`` column is decoded into
             (``typed_columns``); None = the stored bytes.
+        handoff: the batch's end and lease epoch of a lane read from an exclusive group, recorded by the task for
+            a meteor sink that commits the group's offsets in its transaction (``group_handoff``); None otherwise.
     """
 
     stream: str
@@ -119,6 +122,7 @@ class LaneRange(InputPartition):
     topics: tuple[str, ...] | None = None
     keys: tuple[bytes, ...] | None = None
     value_version: int | None = None
+    handoff: LaneHandoff | None = None
 
     @property
     def items(self) -> int:
@@ -146,10 +150,12 @@ class ReadsLaneRanges:
     def read(self, partition: InputPartition) -> Iterator[pyarrow.RecordBatch]:
         """The rows of one task. A plan with no task (a batch read whose range is empty in every lane) reaches
         here as Spark's one placeholder partition, ``InputPartition(None)``: it holds no rows."""
-        if isinstance(partition, LaneRange):
-            return read_lane_ranges((partition,))
-        if isinstance(partition, LaneRanges):
-            return read_lane_ranges(partition.ranges)
+        if isinstance(partition, (LaneRange, LaneRanges)):
+            ranges = (partition,) if isinstance(partition, LaneRange) else partition.ranges
+            handoffs = [r.handoff for r in ranges if r.handoff is not None]
+            if handoffs:  # before any row is handed out: the sink's commit comes after every task's rows
+                record_task(ranges[0].grid, handoffs)
+            return read_lane_ranges(ranges)
         if getattr(partition, "value", None) is None:
             return iter(())
         raise TypeError(f"not a meteor read task: {partition!r}")

@@ -385,6 +385,19 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "false = plain items (at least once for a batch that fails part-way).",
     ),
     OptionDoc(
+        "groupOffsets",
+        "writeStream",
+        "auto | true | false",
+        "auto",
+        "Commit the offsets of a grouped meteor source of the same query (option `group`, exclusive) in each "
+        "micro-batch's transaction: records and the group's offsets move in one decision, so a restart from the "
+        "group with a new checkpoint, or a standby query taking the group over, duplicates and loses nothing for "
+        "read_committed readers; a batch whose lane another member took over is aborted and the query fails "
+        "(FencedError). `auto` = when the batch read such a source; `true` = also fail a batch that published "
+        "rows without one; `false` = the source confirms after the commit (at least once across checkpoints). "
+        "Needs transactional=true (`auto` is `false` without it).",
+    ),
+    OptionDoc(
         "transactionTimeoutMs",
         "write, writeStream",
         "int > 0 (ms)",

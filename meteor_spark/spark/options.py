@@ -31,6 +31,7 @@ from meteor_spark.grid.client import GridSettings
 from meteor_spark.grid.item_gate import parse_isolation
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.grid.transactions import DEFAULT_TIMEOUT_MS, SWEEP_INTERVAL_S
+from meteor_spark.spark.group_handoff import parse_mode
 from meteor_spark.spark.option_table import (
     DEFAULT_GROUP_LEASE_MS,
     DEFAULT_MAX_TRIGGER_DELAY_MS,
@@ -39,9 +40,7 @@ from meteor_spark.spark.option_table import (
 )
 from meteor_spark.spark.option_values import RawOptions, per_lane_json, timestamp_ms
 
-#: Kafka's sentinels in per-lane JSON offsets.
-EARLIEST_SENTINEL = -2
-LATEST_SENTINEL = -1
+EARLIEST_SENTINEL, LATEST_SENTINEL = -2, -1  # Kafka's sentinels in per-lane JSON offsets
 
 
 def describe_options() -> list[tuple[str, str, str, str, str]]:
@@ -426,6 +425,7 @@ class SinkOptions:
         transactional: publish each micro-batch / job as one transaction (``meteor_spark.grid.transactions``).
         transaction_timeout_ms: a transaction open this long after its last task attempt started is aborted.
         sweep_interval_ms: the commit sweeps the transaction maps at most this often (``transactions.sweep_if_due``).
+        group_offsets: commit a grouped meteor source's offsets in the batch's transaction (``group_handoff``).
     """
 
     stream: str | None
@@ -435,6 +435,7 @@ class SinkOptions:
     transactional: bool = True
     transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS
     sweep_interval_ms: int = int(SWEEP_INTERVAL_S * 1000)
+    group_offsets: str = "auto"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -445,13 +446,13 @@ class SinkOptions:
         """
         raw = RawOptions(options, _SINK_NAMES, "write option")
         streams = _streams(raw, allow_list=False, required=False)
-        sink_id = raw.text("sinkId") or raw.text("checkpointLocation")
         return cls(
             stream=streams[0] if streams else None,
             grid=_grid(raw),
-            sink_id=sink_id,
+            sink_id=raw.text("sinkId") or raw.text("checkpointLocation"),
             create_stream=raw.boolean("createStream", True),
             transactional=raw.boolean("transactional", True),
+            group_offsets=parse_mode(raw.text("groupOffsets"), raw.boolean("transactional", True)),
             transaction_timeout_ms=raw.positive_int("transactionTimeoutMs") or DEFAULT_TIMEOUT_MS,
             sweep_interval_ms=raw.positive_int("sweepIntervalMs") or int(SWEEP_INTERVAL_S * 1000),
         )

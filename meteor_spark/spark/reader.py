@@ -110,11 +110,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from meteor_spark.errors import ConfigError, DataLossError, OffsetOutOfRangeError, StreamDeletedError
+from meteor_spark.errors import DataLossError, StreamDeletedError
 from meteor_spark.format.offsets import index_of, sequence_of
 from meteor_spark.grid.item_marks import ItemMark
+from meteor_spark.spark.checkpoint_checks import check_checkpoint, restarted
 from meteor_spark.spark.driver import DriverState, LaneView, install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
+from meteor_spark.spark.group_handoff import LaneHandoff
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
@@ -235,11 +237,11 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         return end.to_json()
 
     def _settle(self, state: DriverState, begin: SparkOffset) -> SparkOffset:
-        """Where the next batch starts. Its item marks are checked once per source runner (``_restarted``). Spark
+        """Where the next batch starts. Its item marks are checked once per source runner (``restarted``). Spark
         asks for the next end only once the batch that ended at ``begin`` is in its commit log, so ``begin`` is
         confirmed for the group here (Spark's own ``commit`` lags a batch, and never comes for an AvailableNow
         run's last one)."""
-        begin = _restarted(state, begin)
+        begin = restarted(state, begin)
         if state.available_now_target is not None and state.members:
             # An AvailableNow run stops at the first batch that finds nothing to read; give a holder that just died
             # (its lease not yet expired) the time to lose its lanes instead of ending without reading.
@@ -252,14 +254,14 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
     ) -> tuple[dict[tuple[str, int], int], list[str]]:
         """Each lane's position as the batch starts, and the ``streamPattern`` streams deleted since: those drop
         out (``_drop_deleted``), lanes new to the checkpoint start at their oldest item (Kafka reads new partitions
-        from earliest), and a checkpoint the lanes contradict is refused (``_check_checkpoint``) rather than
+        from earliest), and a checkpoint the lanes contradict is refused (``check_checkpoint``) rather than
         skipping records."""
         current = begin.as_dict()
         gone = self._drop_deleted(state, current, known_ends) if self.options.stream_pattern is not None else []
         for key, (head, _) in view.bounds.items():
             current.setdefault(key, head)
         current.update(state.ended_below(begin, view.bounds, known_ends))
-        _check_checkpoint(state, current, view.bounds)
+        check_checkpoint(state, current, view.bounds)
         return current, gone
 
     def _lane_starts(
@@ -398,7 +400,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         state = self._driver()
-        begin, finish = _restarted(state, SparkOffset.from_json(start)), SparkOffset.from_json(end)
+        begin, finish = restarted(state, SparkOffset.from_json(start)), SparkOffset.from_json(end)
         view = state.planned()
         ranges: list[Piece] = []
         # (stream, lane) -> (first sequence, record offset inside that item to start at)
@@ -418,7 +420,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             lo = self._range_start(state, view, stream, lane, lo, end_seq, first_offsets)
             if lo < end_seq:
                 ranges.append((stream, lane, lo, end_seq))
-        return self._tasks(state, ranges, first_offsets, begin.marks_dict())
+        return self._tasks(state, ranges, first_offsets, begin.marks_dict(), state.handoffs(view, begin, finish))
 
     def _deleted_range(self, stream: str, lane: int, lo: int, end_seq: int) -> None:
         """A planned range of a stream deleted since: data loss (``StreamDeletedError``), or logged and skipped."""
@@ -471,6 +473,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         ranges: list[Piece],
         first_offsets: dict[tuple[str, int], tuple[int, int]],
         marks: dict[tuple[str, int], ItemMark],
+        handoffs: dict[tuple[str, int], LaneHandoff],
     ) -> list[LaneRanges]:
         """The Spark tasks reading the ranges (``planning.plan_for``). A range starting where the batch starts
         carries the item mark of the item before it, checked by the task (``LaneRange.expect``)."""
@@ -496,6 +499,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
                         expect=mark if mark is not None and mark.sequence == lo - 1 else None,
                         topics=self.options.topics,
                         value_version=value_version_of(self.schema),
+                        handoff=handoffs.get((stream, lane)),
                     )
                 )
             tasks.append(LaneRanges(tuple(lane_ranges)))
@@ -558,43 +562,3 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
     def stop(self) -> None:
         if self._state is not None:
             self._state.close()
-
-
-def _restarted(state: DriverState, begin: SparkOffset) -> SparkOffset:
-    """``begin`` with its item marks checked (``DriverState.verify``, once per lane and source runner): lanes found
-    truncated and refilled under it start again at their oldest item (``failOnDataLoss=false``; else the check
-    raises ``LaneTruncatedError``)."""
-    moved = state.verify(begin, "the query's checkpoint")
-    if not moved:
-        return begin
-    positions = begin.as_dict()
-    positions.update(moved)
-    marks = {key: mark for key, mark in begin.marks_dict().items() if key not in moved}
-    return SparkOffset.of(by_stream(positions), begin.skipped_dict(), begin.batch_items, marks)
-
-
-def _check_checkpoint(
-    state: DriverState, current: dict[tuple[str, int], int], bounds: dict[tuple[str, int], tuple[int, int]]
-) -> None:
-    """A checkpoint the lanes contradict is stale (the stream was deleted and re-created, or the grid restarted
-    without persistence): refused, since reading on from it would skip records."""
-    for stream, lane in current:
-        if stream in state.infos and (stream, lane) not in bounds:
-            raise ConfigError(
-                f"the query's checkpoint has a position for lane {lane} of stream {stream!r}, which has lanes "
-                f"0..{state.infos[stream].config.lanes - 1}: the checkpoint is stale (the stream was deleted and "
-                f"re-created with fewer lanes). Start the query with a fresh checkpointLocation"
-            )
-    for (stream, lane), position in current.items():
-        if (stream, lane) in bounds and position > bounds[(stream, lane)][1]:
-            raise OffsetOutOfRangeError(
-                stream,
-                lane,
-                position,
-                state.oldest(stream, lane),
-                bounds[(stream, lane)][1],
-                unit="sequence",
-                hint="The query's checkpoint is stale: it was written before the stream was deleted and "
-                "re-created (or the grid restarted without persistence), and reading on from it would "
-                "skip every record up to that position. Start the query with a fresh checkpointLocation.",
-            )

@@ -17,7 +17,7 @@ message_id  string                                                the record's m
 offset      bigint                                                ignored (a meteor source's column)
 ==========  ====================================================  ==========================================
 
-Anything else fails at query start, naming the column and listing these.
+Anything else fails at query start, naming the column and listing these (``sink_columns``).
 
 Guarantees. Each Spark task publishes its rows through one core ``Publisher`` per target stream and flushes before
 it reports success; its commit message carries, per target stream, the records and ring items written (counted
@@ -62,7 +62,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -70,121 +70,27 @@ from pyspark.sql.datasource import (
     DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    ByteType,
-    DataType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.grid import transactions
 from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.producer.publisher import LaneWritten, Publisher
+from meteor_spark.spark import group_handoff
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.options import SinkOptions
+from meteor_spark.spark.sink_columns import validate_input_schema
 from meteor_spark.spark.typed_columns import cached_encoder, encode_values
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow
 
     from meteor_spark.grid.client import Grid
-    from meteor_spark.producer.publisher import ArrowPublishFuture, LaneWritten
+    from meteor_spark.producer.publisher import ArrowPublishFuture
 logger = logging.getLogger(__name__)
 
 #: Grid map of committed micro-batch ids: key ``<sinkId>/<query id>``, value JSON ``{"batch": N, ...}``.
 SINK_COMMITS_MAP = "meteor.sink.commits"
-
-_INTEGER_TYPES = (ByteType, ShortType, IntegerType, LongType)
-
-#: column -> (accepted types as text, check)
-_COLUMNS: dict[str, str] = {
-    "value": "binary or string, or a struct for a typed stream (required)",
-    "key": "binary or string",
-    "headers": "array<struct<key: string, value: binary or string>> or map<string, binary or string>",
-    "timestamp": "timestamp",
-    "lane": "int",
-    "stream": "string",
-    "topic": "string",
-    "message_id": "string",
-    "offset": "bigint (ignored)",
-}
-
-
-def expected_columns() -> str:
-    return ", ".join(f"{name} {kind}" for name, kind in _COLUMNS.items())
-
-
-def _type_ok(name: str, data_type: DataType) -> bool:
-    if name == "value" and isinstance(data_type, StructType):  # a typed stream's value (typed_columns)
-        return True
-    if name in ("value", "key"):
-        return isinstance(data_type, (BinaryType, StringType))
-    if name == "headers" and isinstance(data_type, MapType):
-        return isinstance(data_type.keyType, StringType) and isinstance(data_type.valueType, (BinaryType, StringType))
-    if name == "headers":
-        if not isinstance(data_type, ArrayType) or not isinstance(data_type.elementType, StructType):
-            return False
-        fields = {f.name: f.dataType for f in data_type.elementType.fields}
-        return (
-            set(fields) == {"key", "value"}
-            and isinstance(fields["key"], StringType)
-            and isinstance(fields["value"], (BinaryType, StringType))
-        )
-    if name == "timestamp":
-        return isinstance(data_type, (TimestampType, TimestampNTZType))
-    if name == "lane":
-        return isinstance(data_type, _INTEGER_TYPES)
-    if name in ("stream", "topic", "message_id"):
-        return isinstance(data_type, StringType)
-    if name == "offset":
-        return isinstance(data_type, _INTEGER_TYPES)
-    return False
-
-
-def validate_input_schema(schema: StructType, options: SinkOptions) -> None:
-    """Fail at query start when the rows cannot be published; the message lists the expected columns.
-
-    Raises:
-        ConfigError: a missing ``value`` column, a column of the wrong type, an unknown column, or no target
-            stream (neither the ``stream`` option nor a ``stream`` column).
-    """
-    names = [f.name for f in schema.fields]
-    expected = expected_columns()
-    lowered = {n.lower(): n for n in names}
-    if len(lowered) != len(names):
-        raise ConfigError(f"the rows to write have duplicate column names {names}; expected columns: {expected}")
-    if "value" not in names:
-        hint = f" (found {lowered['value']!r}: column names are case-sensitive)" if "value" in lowered else ""
-        raise ConfigError(
-            f"the rows to write have no 'value' column{hint}; columns given: {', '.join(names) or 'none'}. Expected "
-            f'columns: {expected}. Select or rename, e.g. df.selectExpr("CAST(id AS STRING) AS key", '
-            f'"to_json(struct(*)) AS value")'
-        )
-    for f in schema.fields:
-        if f.name not in _COLUMNS:
-            raise ConfigError(
-                f"the rows to write have an unknown column {f.name!r} ({f.dataType.simpleString()}); expected "
-                f"columns: {expected}. Drop it or fold it into 'value' (e.g. to_json(struct(...)))"
-            )
-        if not _type_ok(f.name, f.dataType):
-            raise ConfigError(
-                f"column {f.name!r} has type {f.dataType.simpleString()}, expected {_COLUMNS[f.name]}; cast it "
-                f"(expected columns: {expected})"
-            )
-    if options.stream is None and "stream" not in names:
-        raise ConfigError(
-            'no target stream: set option \'stream\' (or save("name") / start("name")), or give the rows a '
-            "'stream' column"
-        )
 
 
 @dataclass(frozen=True)
@@ -220,6 +126,7 @@ class MeteorCommitMessage(WriterCommitMessage):
         streams: per target stream, records and ring items written, and per lane records and first/last offsets.
         transaction: the transaction the task published under (``transactional``), else None.
         producers: the producer ids the task published with (one per target stream).
+        run: the query run's id (Spark's job group), which keys the group lanes the batch read (``group_handoff``).
     """
 
     batch_id: int | None
@@ -229,6 +136,7 @@ class MeteorCommitMessage(WriterCommitMessage):
     streams: tuple[StreamWrite, ...] = field(default_factory=tuple)
     transaction: str | None = None
     producers: tuple[int, ...] = ()
+    run: str | None = None
 
 
 def _local_property(name: str) -> str | None:
@@ -451,9 +359,9 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                     rows,
                 )
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
-        transaction = None
+        transaction, run = None, _local_property("spark.jobGroup.id")
         if self.options.transactional and batch_id is not None:
-            run_id = _local_property("spark.jobGroup.id") or self._writer_id
+            run_id = run or self._writer_id
             batch_key = f"{self._key(query_id)}/{batch_id}"
             transaction = f"{batch_key}/{run_id}"
             try:
@@ -462,7 +370,7 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
                 rows = sum(b.num_rows for b in iterator)
                 logger.info("%s: not publishing its %d rows again", exc, rows)
                 return MeteorCommitMessage(batch_id, query_id, rows, skipped=True)
-        return self._publish(iterator, batch_id, query_id, transaction)
+        return replace(self._publish(iterator, batch_id, query_id, transaction), run=run)
 
     def _key(self, query_id: str | None) -> str:
         return f"{self.options.sink_id}/{query_id or 'unknown-query'}"
@@ -474,10 +382,13 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
             return  # no task ran: nothing was published, nothing to remember
         if len(query_ids) > 1:
             raise ConfigError(f"tasks of micro-batch {batchId} report different query ids {sorted(query_ids)}")
-        key = self._key(next(iter(query_ids), None))
+        query_id, run = next(iter(query_ids), None), next((m.run for m in done if m.run is not None), None)
         grid = grid_for(self.options.grid)
-        _decide(grid, done, self.options.sweep_interval_ms / 1000)
-        _record_commit(grid, key, batchId, done)
+        published = any(m.transaction for m in done)
+        lanes = group_handoff.lanes_for(grid, self.options.group_offsets, query_id, run, batchId, published)
+        _decide(grid, done, self.options.sweep_interval_ms / 1000, lanes, batchId)
+        _record_commit(grid, self._key(query_id), batchId, done)
+        group_handoff.forget(grid, query_id, run, batchId)
         if all(m.skipped for m in done):
             logger.info("micro-batch %d replayed after its commit: nothing republished", batchId)
         else:
@@ -505,23 +416,23 @@ class MeteorStreamWriter(_PublishesRows, DataSourceStreamArrowWriter):
         )
 
 
-def _decide(grid: Grid, messages: Sequence[MeteorCommitMessage], sweep_interval_s: float) -> None:
+def _decide(
+    grid: Grid, messages: Sequence[MeteorCommitMessage], sweep_s: float, lanes: Sequence[Any] = (), batch: int = -1
+) -> None:
     """Commit the transaction of a job or micro-batch with the producers of its successful task attempts (one
-    CAS); every other attempt's records are aborted by that write. A no-op when nothing was published
-    transactionally.
+    CAS), with the group offsets ``lanes`` the micro-batch read (``group_handoff.commit``); every other attempt's
+    records are aborted by that write. A no-op when nothing was published transactionally.
 
     Raises:
         TransactionAbortedError: the transaction was aborted first (timed out, or fenced by a newer run).
+        FencedError: a group lane of ``lanes`` was taken over since the batch was planned (the transaction aborted).
     """
     keys = {m.transaction for m in messages if m.transaction is not None}
-    if not keys:
-        return
     if len(keys) > 1:
         raise MeteorError(f"tasks of one batch report different transactions {sorted(keys)}")
-    key = keys.pop()
-    producers = [p for m in messages if m.transaction == key for p in m.producers]
-    decided = transactions.commit(grid, key, producers, sweep_interval_s=sweep_interval_s)
-    logger.info("transaction %r committed with %d producers", key, len(decided.producers))
+    for key in keys:
+        producers = [p for m in messages if m.transaction == key for p in m.producers]
+        group_handoff.commit(grid, key, producers, lanes, batch, sweep_s)
 
 
 def _committed_batch(grid: Grid, key: str) -> int | None:

@@ -21,7 +21,8 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import lane_bounds
 from meteor_spark.producer.publisher import LaneWritten
 from meteor_spark.spark.options import SinkOptions
-from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written, validate_input_schema
+from meteor_spark.spark.sink_columns import validate_input_schema
+from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
