@@ -15,6 +15,9 @@ The exclusive group is the baseline: it is the cost of reading plus one confirm 
 adds, per lane, a read and a compare-and-set of the lane's entry to acquire, and the ack another compare-and-set;
 members of a shared group contend on the same entries. An exclusive group never gives more than one member per
 lane work, so its 4-member figure is 2 members reading and 2 idle.
+
+A third table is the rebalance after a join on 16 lanes with 2, 4 and 8 members (``meteor_spark.bench.rebalance``);
+``--rebalance-only`` runs just that one.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.bench import check_at_least_one, given
+from meteor_spark.bench import check_at_least_one, given, rebalance
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import first_offset_of
@@ -55,20 +58,39 @@ class GroupsBenchOptions:
     records: int
     members: tuple[int, ...]
     poll_records: int
+    rebalance_members: tuple[int, ...]
+    rebalance_rounds: int
+    rebalance_only: bool
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GroupsBenchOptions:
         quick = bool(getattr(args, "quick", False))
-        members = tuple(int(m) for m in str(args.members).split(",") if m.strip())
+        members = _counts(args.members, "--members")
+        joins = _counts(args.rebalance_members, "--rebalance-members")
         settings = cls(
             records=given(args.records, 20_000 if quick else 200_000),
             members=members or (1, 2, 4),
             poll_records=args.poll_records,
+            rebalance_members=joins or (2, 4, 8),
+            rebalance_rounds=given(args.rebalance_rounds, 1 if quick else 5),
+            rebalance_only=bool(args.rebalance_only),
         )
-        check_at_least_one(settings, ("records", "poll_records"))
+        check_at_least_one(settings, ("records", "poll_records", "rebalance_rounds"))
         if min(settings.members) < 1:
             raise ConfigError(f"every --members count must be >= 1, got {args.members}")
+        if min(settings.rebalance_members) < 2:
+            raise ConfigError(
+                f"every --rebalance-members count must be >= 2 (the members after the join), got "
+                f"{args.rebalance_members}"
+            )
         return settings
+
+
+def _counts(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(m) for m in str(text).split(",") if m.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} is not a comma-separated list of counts, e.g. 2,4,8") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +98,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=None, help="records consumed per run (default 200k)")
     parser.add_argument("--members", default="1,2,4", help="member process counts to run (default 1,2,4)")
     parser.add_argument("--poll-records", type=int, default=500, help="max_poll_records of each member (500)")
+    parser.add_argument(
+        "--rebalance-members", default="2,4,8", help="members after a join, on 16 lanes (default 2,4,8)"
+    )
+    parser.add_argument(
+        "--rebalance-rounds", type=int, default=None, help="joins measured per member count (default 5, --quick 1)"
+    )
+    parser.add_argument("--rebalance-only", action="store_true", help="run only the rebalance table")
 
 
 def _member(
@@ -244,6 +273,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     name = f"bench-groups-{os.getpid()}-{time.time_ns()}"
     figures: dict[str, Any] = {"settings": settings.__dict__, "exclusive": {}, "shared": {}}
     try:
+        figures["rebalance"] = rebalance.measure(
+            grid, name + "-rebalance", settings.rebalance_members, settings.rebalance_rounds
+        )
+        if settings.rebalance_only:
+            return figures
         info = open_stream(grid, StreamConfig(name, lanes=LANES, capacity=max(1000, settings.records // PER_ITEM)))
         pool = [os.urandom(RECORD_BYTES) for _ in range(1024)]
         with Publisher(grid, name, max_batch_records=PER_ITEM) as publisher:
@@ -278,7 +312,10 @@ def _wide(
 
 
 def render(figures: dict[str, Any]) -> str:
-    """The figures of ``run`` as the table ``meteor bench groups`` prints."""
+    """The figures of ``run`` as the tables ``meteor bench groups`` prints."""
+    joins = rebalance.render(figures["rebalance"])
+    if "wide" not in figures:
+        return joins
     rows = []
     for members, shared in figures["shared"].items():
         exclusive = figures["exclusive"][members]
@@ -316,5 +353,7 @@ def render(figures: dict[str, Any]) -> str:
             "",
             wide_table,
             f"{wide['records']:,} records, max_poll_records {WIDE_POLL_RECORDS:,}; every record made a Record object",
+            "",
+            joins,
         ]
     )

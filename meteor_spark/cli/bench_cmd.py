@@ -28,7 +28,8 @@ AREAS: dict[str, str] = {
     "dedup": "message-id deduplication windows' cost: publish_async and publish_many with ids vs without (records/s)",
     "sizes": "how cost grows: record sizes 100 B..64 KiB and lanes 1..8, next to raw add_all (MB/s, records/s)",
     "spark": "the connector: streaming read into noop and batch write, 1 vs 4 lanes (records/s vs a ceiling)",
-    "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), records/s",
+    "groups": "group consumption, 2 lanes, 1/2/4 members: shared (poll + ack) vs exclusive (poll + confirm), "
+    "records/s; rebalance after a join, 16 lanes, 2/4/8 members (ms)",
     "transactions": "the Spark sink transactional vs plain, read_committed vs read_uncommitted (records/s)",
     "soak": "a long transactional meteor -> meteor query: grid map sizes and member memory every --every batches, "
     "then lost/duplicated",

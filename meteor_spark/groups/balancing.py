@@ -34,6 +34,8 @@ from meteor_spark.groups.store import (
     Assignment,
     ConfirmedOffset,
     MemberEntry,
+    generation_key,
+    generation_value,
     lane_key,
     member_key,
     parse_key,
@@ -50,6 +52,10 @@ WANTS = ("balanced", "all")
 
 #: How often a member that waits for lanes (standby, or a rebalance in progress) looks at just those leases.
 _PROBE_EVERY_S = 0.2
+
+#: How often a balanced member reads its group's membership generation between renewals (one ``get``), and probes
+#: the lanes it waits for: a join or leave moves lanes within about two of these, not one renewal period.
+_WATCH_EVERY_S = 0.1
 
 
 def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
@@ -119,6 +125,7 @@ class LaneBalancer:
     _target_lanes: frozenset[int]
     _waiting_for: frozenset[int]  # target lanes held by others: probed between renewals
     _notified: Assignment
+    _generation: str | None  # the membership generation's text this member last saw or wrote
     _beat: int
     _stop: threading.Event
     _thread: threading.Thread | None
@@ -154,19 +161,21 @@ class LaneBalancer:
 
     def _run(self) -> None:
         period = self._settings.renew_every_ms / 1000.0
-        probe_every = min(period, _PROBE_EVERY_S)
+        watching = self._settings.want == "balanced"
         next_tick = time.monotonic() + period
         failing = False
         while True:
             now = time.monotonic()
-            due_tick = now >= next_tick
-            wait_s = 0.0 if due_tick else min(next_tick - now, probe_every if self._waiting_for else period)
+            wake_s = _WATCH_EVERY_S if watching else _PROBE_EVERY_S if self._waiting_for else period
+            wait_s = 0.0 if now >= next_tick else min(next_tick - now, wake_s, period)
             if self._stop.wait(wait_s):
                 return
             try:
                 if time.monotonic() >= next_tick:
                     next_tick = max(next_tick + period, time.monotonic())
                     self._tick()
+                elif watching and self._membership_changed():
+                    self._rebalance()
                 elif self._waiting_for:
                     self._probe()
                 if failing:
@@ -193,9 +202,31 @@ class LaneBalancer:
         self._renew()
         if self._stop.is_set():
             return
+        self._rebalance()
+
+    def _rebalance(self) -> None:
+        """Compute the target from the live members, give up the surplus, take what is free of the target."""
         target = self._target(self._live_members())
         self._release_surplus(target)
         self._acquire(target, range(self.lanes))
+
+    def _membership_changed(self) -> bool:
+        """One ``get``: has a member joined or left since this member last looked (or wrote)?"""
+        text = self._leases.map.get(generation_key(self.stream, self.group))
+        if text == self._generation:
+            return False
+        self._generation = text
+        return True
+
+    def _announce(self, change: str) -> None:
+        """Rewrite the group's membership generation (after this member's heartbeat was written or removed), so
+        the other balanced members recompute the assignment within ``_WATCH_EVERY_S`` instead of at their next
+        renewal. A ``want="all"`` member changes no one's target and announces nothing."""
+        if self._settings.want != "balanced":
+            return
+        text = generation_value(self.member_id, change)
+        self._leases.map.set(generation_key(self.stream, self.group), text, ttl_s=2 * self.lease_ms / 1000.0)
+        self._generation = text
 
     def _probe(self) -> None:
         """Between renewals, look only at the lanes this member waits for, so a released lane is taken at once."""

@@ -38,14 +38,19 @@ only
 - **Balancing**: every member computes the same target from the sorted ids of the live ``want="balanced"``
   members: lane ``i`` goes to member ``i mod n`` (4 lanes over 3 members -> 2/1/1). A member releases the lanes it
   should no longer hold (calling ``on_change`` first so its owner can confirm what it read) and takes the free or
-  expired lanes it should hold. It never takes a lane whose lease is live: the holder gives it up on its next
-  renewal. A ``want="all"`` member (the Spark driver) tries to hold every lane; lanes held live by others are
-  waited for (standby) and never stolen. Mixing both kinds in one group makes them compete for free lanes.
+  expired lanes it should hold. It never takes a lane whose lease is live: the holder gives it up itself. A member
+  that joins or leaves (``start``, ``close``) rewrites the group's membership generation after its heartbeat, and
+  the balanced members read that one entry every 100 ms, so they recompute the target and give lanes up at once
+  instead of at their next renewal (a dead member is still noticed by its heartbeat and leases expiring). A
+  ``want="all"`` member (the Spark driver) tries to hold every lane; lanes held live by others are waited for
+  (standby) and never stolen. Mixing both kinds in one group makes them compete for free lanes.
 
 Costs per member and renewal period: one heartbeat write, one scan of the members map (only heartbeats of live
-members are in it), one ``get_all`` of the group's lane leases and one CAS per held lane. A member waiting for
-lanes (a standby, or a joiner while the holders give lanes up) also reads just those leases every 200 ms, so a
-released lane changes hands within about 200 ms; a dead holder's lanes move one lease period after they were last
+members are in it), one ``get_all`` of the group's lane leases and one CAS per held lane; a balanced member also
+reads the membership generation every 100 ms (one ``get``; a change adds one members scan and one ``get_all``).
+A member waiting for lanes (a joiner while the holders give lanes up: every 100 ms; a ``want="all"`` standby: every
+200 ms) also reads just those leases, so a released lane changes hands within that; lanes move to a joiner within
+about 0.2 s plus the grid calls of the handover; a dead holder's lanes move one lease period after they were last
 seen renewed. Moving an offset costs one CAS (none when it does not move); ``is_current`` costs nothing.
 
 Stored values and keys: ``meteor_spark.groups.store``; tools acting from outside a group (state, lag, seek,
@@ -147,6 +152,7 @@ class GroupMember(LaneBalancer):
         self._target_lanes: frozenset[int] = frozenset()
         self._waiting_for: frozenset[int] = frozenset()  # target lanes held by others: probed between renewals
         self._notified = Assignment()
+        self._generation: str | None = None  # the membership generation's text last seen or written
         self._beat = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -165,6 +171,7 @@ class GroupMember(LaneBalancer):
         if self._thread is not None:
             return
         self._tick()
+        self._announce_safely("join")
         self._thread = threading.Thread(
             target=self._run, name=f"meteor-group-{self.group}-{self.member_id}", daemon=True
         )
@@ -207,7 +214,21 @@ class GroupMember(LaneBalancer):
             self._members.delete(member_key(self.stream, self.group, self.member_id))
         except GridError as exc:
             logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
+        self._announce_safely("leave")
         logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
+
+    def _announce_safely(self, change: str) -> None:
+        """Announce a join or leave; without it the others still see the change at their next renewal."""
+        try:
+            self._announce(change)
+        except GridError as exc:
+            logger.warning(
+                "member %r could not announce its %s to group %r (the others see it at their next renewal): %s",
+                self.member_id,
+                change,
+                self.group,
+                exc,
+            )
 
     def __enter__(self) -> GroupMember:
         self.start()

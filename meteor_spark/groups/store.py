@@ -9,6 +9,15 @@ sorted keys, because the grid's compare-and-set compares bytes):
         {"beat":7,"epoch":3,"holder":"host-4711-1a2b3c4d","lease_ms":5000,"renewed_ms":1700000000000,"v":1}
 
     Releasing writes ``"holder":null`` and keeps the epoch, so epochs are never reused.
+
+    Key ``["<stream>","<group>","@generation"]``: the group's membership generation, rewritten (with a TTL of two
+    lease periods) by a member that joins or leaves, after its heartbeat was written or removed::
+
+        {"by":"host-4711-1a2b3c4d","change":"join","id":"5f0c2a9e1b7d4c3a","v":1}
+
+    Balanced members read it (one ``get``) every 100 ms between renewals; a changed text (a missing entry too)
+    makes them recompute the assignment at once, so lanes move to a joiner without waiting for the holders' next
+    renewal. It carries no authority: leases and epochs still decide who holds a lane.
 ``meteor.group.offsets``
     key ``["<stream>","<group>",<lane>]`` -> the lane's confirmed offset and the fencing epoch::
 
@@ -43,6 +52,7 @@ outside a group are in ``meteor_spark.groups.admin``.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,6 +81,21 @@ def lane_key(stream: str, group: str, lane: int) -> str:
 def member_key(stream: str, group: str, member_id: str) -> str:
     """Key of a member's heartbeat."""
     return canonical([stream, group, member_id])
+
+
+#: Last part of the membership generation's key in ``meteor.group.leases`` (never a lane number).
+GENERATION = "@generation"
+
+
+def generation_key(stream: str, group: str) -> str:
+    """Key of a group's membership generation (``meteor.group.leases``): rewritten on every join and leave."""
+    return canonical([stream, group, GENERATION])
+
+
+def generation_value(member: str, change: str) -> str:
+    """A new membership generation written by ``member`` (``change``: ``join`` or ``leave``); unique every time,
+    since readers only compare texts."""
+    return canonical({"v": GROUP_FORMAT, "by": member, "change": change, "id": uuid.uuid4().hex[:16]})
 
 
 def parse_key(key: str) -> tuple[str, str, Any] | None:

@@ -13,6 +13,7 @@ from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.groups.balancing import balance
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -62,6 +63,12 @@ def test_only_one_member_of_a_group_receives(grid: Grid, unique_name: str) -> No
     config = StreamConfig(unique_name)
     subs = [Subscriber(grid, config, group="g", lease_ms=LEASE_MS) for _ in range(3)]
     try:
+        # The lane moves (promptly) while later members join; once it is with its target holder it stays there.
+        target = balance([sub.member.member_id for sub in subs], 1)
+        wait_until(
+            lambda: all(set(sub.member.assignment()) == target[sub.member.member_id] for sub in subs),
+            message="the lane with the group's target holder",
+        )
         offsets = _publish(grid, config, *[str(i).encode() for i in range(5)])
         assert len(offsets) == 5
         received: dict[int, list[bytes]] = {i: [] for i in range(3)}
