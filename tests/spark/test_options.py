@@ -219,6 +219,7 @@ def test_option_table_covers_every_accepted_option() -> None:
             "transactional": "true",
             "keyLanes": "false",
             "shared": "true",
+            "groupOffsets": "auto",
         }.get(doc.name, "3")
         if "read" in doc.applies_to:
             batch = doc.applies_to.strip() == "read (batch)" or None
