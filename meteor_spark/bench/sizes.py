@@ -330,7 +330,7 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     values = _pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
-    kinds = {"keyless": values}
+    kinds: dict[str, list[Any]] = {"keyless": values}
     if options.keyed:
         kinds["keyed"] = [Record(value, key=b"key-%d" % (i % KEYS)) for i, value in enumerate(values)]
 

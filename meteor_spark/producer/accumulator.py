@@ -166,9 +166,12 @@ class Accumulator:
         by_lane: dict[int, list[int]] = {}
         keyless: list[int] = []
         keyless_bytes = 0
+        lanes = self.lane_count
         for position, rec in enumerate(records):
-            if rec.lane >= 0 or rec.key is not None:
+            if rec.lane >= 0:
                 by_lane.setdefault(self.lane_of(rec), []).append(position)
+            elif rec.key is not None:
+                by_lane.setdefault(lane_for_key(rec.key, lanes), []).append(position)
             else:
                 keyless.append(position)
                 keyless_bytes += len(rec.value)
@@ -276,11 +279,7 @@ class Accumulator:
             self.admit(len(records))
             for lane, positions in by_lane.items():
                 state = self.lanes[lane]
-                segment = state.open_segment()
-                size = 0
-                for position in positions:
-                    rec = records[position]
-                    size += segment.add(rec, stamp if rec.timestamp_ms is None else rec.timestamp_ms, sink, position)
+                size = state.open_segment().add_records(records, positions, stamp, sink)
                 if self.queued(state, len(positions), size):
                     calls.append(self.claim(state))
         return calls
