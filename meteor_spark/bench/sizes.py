@@ -66,6 +66,7 @@ class SizesBenchOptions:
     max_call_bytes: int | None
     keyed: bool = False
     lanes_only: bool = False
+    linger_ms: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SizesBenchOptions:
@@ -83,6 +84,7 @@ class SizesBenchOptions:
             max_call_bytes=args.max_call_bytes,
             keyed=bool(getattr(args, "keyed", False)),
             lanes_only=bool(getattr(args, "lanes_only", False)),
+            linger_ms=getattr(args, "linger_ms", None),
         )
         check_at_least_one(options, ("megabytes", "max_records", "lane_record_bytes", "repeats"))
         if any(size < 1 for size in options.sizes):
@@ -98,6 +100,7 @@ class SizesBenchOptions:
             "max_batch_records": self.max_batch_records,
             "max_batch_bytes": self.max_batch_bytes,
             "max_call_bytes": self.max_call_bytes,
+            "linger_ms": self.linger_ms,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -133,6 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch-bytes", type=int, default=None, help="publisher override (default: the stream's, 1 MiB)"
     )
     parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 1 MiB)")
+    parser.add_argument(
+        "--linger-ms", type=float, default=None, help="publisher override (default: the stream's, 0 = send at once)"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -146,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "max_batch_bytes": settings.max_batch_bytes,
             "max_call_bytes": settings.max_call_bytes,
             "max_items_per_call": settings.max_items_per_call,
+            "linger_ms": settings.linger_ms,
             "repeats": options.repeats,
         },
     }
@@ -378,7 +385,8 @@ def render(figures: dict[str, Any]) -> str:
     notes = [
         f"publisher settings: max_batch_records={settings['max_batch_records']:,}, max_batch_bytes="
         f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
-        f"{settings['max_items_per_call']}; best of {settings['repeats']} run(s) per figure",
+        f"{settings['max_items_per_call']}, linger_ms={settings.get('linger_ms', 0.0):g}; best of "
+        f"{settings['repeats']} run(s) per figure",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
         "flight per ring, measured in the same run",
     ]
