@@ -9,8 +9,10 @@ override them):
   beforehand: same records per item, same items per call as the publisher's settings cut them), one call in
   flight, as the publisher does per lane;
 - lanes (1, 2, 4, 8) at one record size (100 B by default): one publisher's ``publish_many`` over the lanes and one
-  subscriber reading them all. Ceiling: raw ``add_all`` of the same items to that many rings, one call in flight
-  per ring.
+  subscriber reading them all; keyless values, and with ``--keyed`` also keyed records (4,096 distinct keys, so
+  every lane gets some of each call). Ceiling: raw ``add_all`` of the same items to that many rings, one call in
+  flight per ring. Each lane count is also compared with 1 lane (``vs 1 lane``), the lane counts measured in
+  alternation, round after round (``best_of_rounds``). ``--lanes-only`` skips the size sweep.
 
 Every figure is the best of ``--repeats`` runs (the machine may be shared). Ratios are ours / ceiling. Values are
 random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both sweeps (needs matplotlib: the
@@ -27,9 +29,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
+from meteor_spark.bench.harness import best_of_rounds
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.item_encoding import encode_columns
+from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
@@ -42,6 +46,8 @@ SIZES = (100, 1024, 10 * 1024, 64 * 1024)
 LANES = (1, 2, 4, 8)
 MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
 PUBLISH_MANY_CHUNK = 10_000
+#: Distinct keys of the keyed lane sweep.
+KEYS = 4096
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,9 @@ class SizesBenchOptions:
     max_batch_records: int | None
     max_batch_bytes: int | None
     max_call_bytes: int | None
+    keyed: bool = False
+    lanes_only: bool = False
+    linger_ms: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SizesBenchOptions:
@@ -73,6 +82,9 @@ class SizesBenchOptions:
             max_batch_records=args.max_batch_records,
             max_batch_bytes=args.max_batch_bytes,
             max_call_bytes=args.max_call_bytes,
+            keyed=bool(getattr(args, "keyed", False)),
+            lanes_only=bool(getattr(args, "lanes_only", False)),
+            linger_ms=getattr(args, "linger_ms", None),
         )
         check_at_least_one(options, ("megabytes", "max_records", "lane_record_bytes", "repeats"))
         if any(size < 1 for size in options.sizes):
@@ -88,6 +100,7 @@ class SizesBenchOptions:
             "max_batch_records": self.max_batch_records,
             "max_batch_bytes": self.max_batch_bytes,
             "max_call_bytes": self.max_call_bytes,
+            "linger_ms": self.linger_ms,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -104,6 +117,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", help="record sizes in bytes (default 100 1024 10240 65536)")
     parser.add_argument("--lanes", type=int, nargs="+", help="lane counts of the lane sweep (default 1 2 4 8)")
     parser.add_argument(
+        "--keyed", action="store_true", help="the lane sweep also publishes keyed records (4,096 distinct keys)"
+    )
+    parser.add_argument("--lanes-only", action="store_true", help="run the lane sweep only (no record-size sweep)")
+    parser.add_argument(
         "--megabytes", type=int, default=None, help="MB published per size and lane count (default 100)"
     )
     parser.add_argument("--max-records", type=int, default=None, help="records per run at most (default 1M)")
@@ -119,6 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-batch-bytes", type=int, default=None, help="publisher override (default: the stream's, 1 MiB)"
     )
     parser.add_argument("--max-call-bytes", type=int, default=None, help="publisher override (default 1 MiB)")
+    parser.add_argument(
+        "--linger-ms", type=float, default=None, help="publisher override (default: the stream's, 0 = send at once)"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -132,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "max_batch_bytes": settings.max_batch_bytes,
             "max_call_bytes": settings.max_call_bytes,
             "max_items_per_call": settings.max_items_per_call,
+            "linger_ms": settings.linger_ms,
             "repeats": options.repeats,
         },
     }
@@ -139,8 +160,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         EmbeddedGrid(port=0, process=True) as member,
         Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
     ):
-        figures["sizes"] = [_size_point(grid, options, settings, size) for size in options.sizes]
-        figures["lanes"] = [_lane_point(grid, options, settings, lanes) for lanes in options.lanes]
+        sizes = () if options.lanes_only else options.sizes
+        figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
+        figures["lanes"] = _lane_sweep(grid, options, settings)
     if options.plot:
         plot(figures, options.plot)
         figures["plot"] = options.plot
@@ -228,7 +250,7 @@ def _ceiling(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repeats:
     return records / _best(repeats, lambda: _raw_add_all(grid, calls))
 
 
-def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
+def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> float:
     with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
         start = time.perf_counter()
         for i in range(0, len(values), PUBLISH_MANY_CHUNK):
@@ -307,33 +329,39 @@ def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     }
 
 
-def _lane_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, lanes: int) -> dict[str, Any]:
+def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings) -> list[dict[str, Any]]:
+    """Every lane count (keyless, and keyed with ``--keyed``) measured once per round, in turn, best of
+    ``--repeats`` rounds: alternating the sides spreads the machine's noise over all of them."""
     size = options.lane_record_bytes
     n = _records(options, size)
     values = _pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
-    ceiling = _ceiling(grid, values, shape, lanes, options.repeats)
-    consumed: list[float] = []
+    kinds: dict[str, list[Any]] = {"keyless": values}
+    if options.keyed:
+        kinds["keyed"] = [Record(value, key=b"key-%d" % (i % KEYS)) for i, value in enumerate(values)]
 
-    def many() -> float:
-        stream = _stream("lanes", lanes, n, shape)
-        try:
-            elapsed = _publish_many(grid, stream, overrides, values)
-            consumed.append(_consume(grid, stream.name, n))
-            return elapsed
-        finally:
-            delete_stream(grid, stream.name)
+    def side(lanes: int, records: list[Any]) -> Callable[[], dict[str, float]]:
+        def measure() -> dict[str, float]:
+            stream = _stream("lanes", lanes, n, shape)
+            try:
+                elapsed = _publish_many(grid, stream, overrides, records)
+                return {"publish_many_records_s": n / elapsed, "consume_records_s": n / _consume(grid, stream.name, n)}
+            finally:
+                delete_stream(grid, stream.name)
 
-    many_s = _best(options.repeats, many)
-    return {
-        "lanes": lanes,
-        "record_bytes": size,
-        "records": n,
-        "ceiling_records_s": ceiling,
-        "publish_many_records_s": n / many_s,
-        "consume_records_s": n / min(consumed),
-    }
+        return measure
+
+    sides = {(kind, lanes): side(lanes, records) for kind, records in kinds.items() for lanes in options.lanes}
+    best = best_of_rounds(options.repeats, {f"{kind} {lanes}": measure for (kind, lanes), measure in sides.items()})
+    points = []
+    for kind, lanes in sides:
+        ceiling = _ceiling(grid, values, shape, lanes, options.repeats)
+        points.append(
+            {"lanes": lanes, "keyed": kind == "keyed", "record_bytes": size, "records": n, "ceiling_records_s": ceiling}
+            | best[f"{kind} {lanes}"]
+        )
+    return points
 
 
 # ------------------------------------------------------------------------------------------------ output
@@ -357,13 +385,15 @@ def render(figures: dict[str, Any]) -> str:
     notes = [
         f"publisher settings: max_batch_records={settings['max_batch_records']:,}, max_batch_bytes="
         f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
-        f"{settings['max_items_per_call']}; best of {settings['repeats']} run(s) per figure",
+        f"{settings['max_items_per_call']}, linger_ms={settings.get('linger_ms', 0.0):g}; best of "
+        f"{settings['repeats']} run(s) per figure",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
         "flight per ring, measured in the same run",
     ]
     if "plot" in figures:
         notes.append(f"plot written to {figures['plot']}")
-    return "\n".join([_sizes_table(figures["sizes"]), "", _lanes_table(figures["lanes"]), *notes])
+    tables = [_sizes_table(figures["sizes"]), ""] if figures["sizes"] else []
+    return "\n".join([*tables, _lanes_table(figures["lanes"]), *notes])
 
 
 def _sizes_table(points: list[dict[str, Any]]) -> str:
@@ -399,27 +429,40 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
 
 
 def _lanes_table(points: list[dict[str, Any]]) -> str:
-    """The lane sweep: records/s and MB/s per path, publish_many against raw add_all."""
+    """The lane sweep: records/s and MB/s per path, publish_many against raw add_all, and each lane count against
+    1 lane of the same kind (keyless or keyed) when the sweep has it."""
+    one = {p["keyed"]: p for p in points if p["lanes"] == 1}
     rows: list[tuple[str, ...]] = []
     for p in points:
         ceiling = p["ceiling_records_s"]
+        base = one.get(p["keyed"])
+
+        def versus(key: str, point: dict[str, Any] = p, base: dict[str, Any] | None = base) -> str:
+            return "-" if base is None else f"{point[key] / base[key]:.2f}"
+
         rows.append(
             (
                 str(p["lanes"]),
+                "keyed" if p["keyed"] else "keyless",
                 f"{ceiling:,.0f}/s ({_mbs(p, 'ceiling_records_s'):,.0f} MB/s)",
                 f"{p['publish_many_records_s']:,.0f}/s ({_mbs(p, 'publish_many_records_s'):,.0f} MB/s)",
                 f"{p['publish_many_records_s'] / ceiling:.2f}",
+                versus("publish_many_records_s"),
                 f"{p['consume_records_s']:,.0f}/s ({_mbs(p, 'consume_records_s'):,.0f} MB/s)",
+                versus("consume_records_s"),
             )
         )
     lane_bytes = points[0]["record_bytes"] if points else 0
     return render_table(
         (
             f"lanes ({size_label(lane_bytes)} records)",
+            "records",
             "ceiling: raw add_all",
             "publish_many",
             "ratio",
+            "vs 1 lane",
             "one subscriber, Records",
+            "vs 1 lane",
         ),
         rows,
     )
@@ -457,18 +500,19 @@ def plot(figures: dict[str, Any], path: str) -> None:
     by_size.set_ylabel("MB/s")
     by_size.set_title("one publisher, one lane")
     by_size.legend()
-    lanes = [p["lanes"] for p in figures["lanes"]]
+    keyless = [p for p in figures["lanes"] if not p["keyed"]]
+    lanes = [p["lanes"] for p in keyless]
     for key, label, style in (
         ("ceiling_records_s", "ceiling: raw add_all", "k--"),
         ("publish_many_records_s", "publish_many", "o-"),
         ("consume_records_s", "one subscriber (Records)", "^-"),
     ):
-        by_lanes.plot(lanes, [p[key] for p in figures["lanes"]], style, label=label)
+        by_lanes.plot(lanes, [p[key] for p in keyless], style, label=label)
     by_lanes.set_xticks(lanes)
     by_lanes.set_xlabel("lanes")
     by_lanes.set_ylabel("records/s")
-    record_bytes = figures["lanes"][0]["record_bytes"] if figures["lanes"] else 0
-    by_lanes.set_title(f"one publisher, {size_label(record_bytes)} records")
+    record_bytes = keyless[0]["record_bytes"] if keyless else 0
+    by_lanes.set_title(f"one publisher, {size_label(record_bytes)} keyless records")
     by_lanes.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)

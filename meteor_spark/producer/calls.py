@@ -27,8 +27,9 @@ class Segment(Outcomes):
     """Records queued for one lane, in order: Python lists (single publishes, ``publish_many``) or Arrow arrays.
 
     ``targets`` maps runs of the segment's records to bulk futures: ``(first record, count, future, position in
-    it)``. Single records have ``RecordFuture`` s instead, which read the segment's outcomes (``Outcomes``, whose
-    ``lock`` is the accumulator's).
+    it)``, the position an array of ``count`` positions when the run's records are not contiguous in their bulk
+    (a keyed ``publish_many`` scatters a call's records over the lanes). Single records have ``RecordFuture`` s
+    instead, which read the segment's outcomes (``Outcomes``, whose ``lock`` is the accumulator's).
     """
 
     __slots__ = (
@@ -57,7 +58,7 @@ class Segment(Outcomes):
         self.pos = 0
         self.nbytes = 0
         self.open = True
-        self.targets: list[tuple[int, int, BulkFuture, int]] = []
+        self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None
 
@@ -141,12 +142,50 @@ class Segment(Outcomes):
         self.nbytes += size
         return size
 
+    def add_records(self, records: list[Record], positions: list[int], stamp: int, sink: BulkFuture) -> int:
+        """Append the checked records at ``positions`` (ascending) of one bulk publish, ``stamp`` for those without
+        a timestamp; returns their size in bytes.
+
+        One pass per column and one target for them all, however scattered their positions: per record, a keyed
+        bulk over many lanes cost a target (and a delivery on completion) each.
+        """
+        recs = [records[p] for p in positions] if len(positions) < len(records) else records
+        count = len(recs)
+        if positions[-1] - positions[0] + 1 == count:
+            self._target(sink, positions[0], count)
+        else:
+            self.targets.append((self.n, count, sink, np.array(positions, dtype=np.int64)))
+        values = [r.value for r in recs]
+        size = sum(map(len, values))
+        keys = [r.key for r in recs]
+        if self.keys is not None or any(k is not None for k in keys):
+            if self.keys is None:
+                self.keys = [None] * self.n
+            self.keys.extend(keys)
+            size += sum([len(k) for k in keys if k is not None])
+        headers = [r.headers for r in recs]
+        if self.headers is not None or any(headers):
+            if self.headers is None:
+                self.headers = [()] * self.n
+            self.headers.extend(headers)
+            size += sum([len(k) + len(v) for h in headers if h for k, v in h])
+        self.values.extend(values)
+        self.stamps.extend([stamp if r.timestamp_ms is None else r.timestamp_ms for r in recs])
+        self.n += count
+        self.nbytes += size
+        return size
+
     def _target(self, sink: BulkFuture, sink_pos: int, count: int) -> None:
         targets = self.targets
         if targets:
             start, run, last_sink, last_pos = targets[-1]
             # Consecutive records of one bulk publish share one run (cheaper to complete).
-            if last_sink is sink and start + run == self.n and last_pos + run == sink_pos:
+            if (
+                last_sink is sink
+                and start + run == self.n
+                and not isinstance(last_pos, np.ndarray)
+                and last_pos + run == sink_pos
+            ):
                 targets[-1] = (start, run + count, sink, last_pos)
                 return
         targets.append((self.n, count, sink, sink_pos))

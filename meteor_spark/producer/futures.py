@@ -68,8 +68,9 @@ class BulkFuture(Future[Any]):
         # completion thread only, and complete before the future's result is set.
         self.lanes: dict[int, list[int]] = {}
 
-    def deliver(self, position: int, first_offset: int, count: int, lane: int) -> None:
-        """Records ``[position, position + count)`` of this publish were stored in ``lane`` from ``first_offset``."""
+    def deliver(self, position: int | np.ndarray, first_offset: int, count: int, lane: int) -> None:
+        """Records ``[position, position + count)`` of this publish (or those at the ``position`` array) were
+        stored in ``lane`` from ``first_offset``."""
         if self.failed:
             return
         written = self.lanes.get(lane)
@@ -80,7 +81,9 @@ class BulkFuture(Future[Any]):
             written[1] = min(written[1], first_offset)
             written[2] = max(written[2], first_offset + count - 1)
         if self.offsets is not None:
-            if count == 1:
+            if isinstance(position, np.ndarray):
+                self.offsets[position] = np.arange(first_offset, first_offset + count)
+            elif count == 1:
                 self.offsets[position] = first_offset
             else:
                 self.offsets[position : position + count] = np.arange(first_offset, first_offset + count)

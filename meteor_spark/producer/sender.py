@@ -49,6 +49,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
+
 from meteor_spark.errors import GridError, MeteorError
 from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items
 from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
@@ -438,5 +440,8 @@ def _complete_bulk(lane: int, pieces: list[Piece], first_seq: int | None, error:
                     sink.fail(error)  # type: ignore[arg-type]
                 else:
                     base = ((first_seq + piece.item) << INDEX_BITS) + piece.index - piece.start
-                    sink.deliver(sink_pos + lo - t_start, base + lo, hi - lo, lane)
+                    if isinstance(sink_pos, np.ndarray):
+                        sink.deliver(sink_pos[lo - t_start : hi - t_start], base + lo, hi - lo, lane)
+                    else:
+                        sink.deliver(sink_pos + lo - t_start, base + lo, hi - lo, lane)
             i += 1

@@ -199,13 +199,24 @@ def test_routing_explicit_lane_by_key_and_sticky_runs() -> None:
     assert acc.lane_of(Record(b"v")) == -1
     with pytest.raises(ConfigError, match="lane 4 does not exist"):
         acc.lane_of(Record(b"v", lane=4))
+    # Runs of at least n / lanes: a bulk larger than a run per lane is cut evenly, the sticky lane left partly
+    # filled (its next bulk tops it up first).
     assert acc.spread(10) == [(0, 0, 3), (1, 3, 6), (2, 6, 9), (3, 9, 10)]
-    assert acc.sticky == 0  # wrapped around after lane 3
-    # Runs of at least min_run: a small bulk goes to one lane whole, the next bulk to the next lane.
-    assert acc.spread(10, 4) == [(0, 0, 4), (1, 4, 8), (2, 8, 10)]
-    assert acc.spread(5, 100) == [(3, 0, 5)]
-    assert acc.spread(5, 100) == [(0, 0, 5)]
-    assert acc.sticky == 1
+    assert (acc.sticky, acc.sticky_fill) == (3, 1)
+    # Sticky runs of ``run`` records: a small bulk goes to the sticky lane whole, filling it up to the run, then
+    # the next lane.
+    assert acc.spread(5, 4) == [(3, 0, 3), (0, 3, 5)]
+    assert (acc.sticky, acc.sticky_fill) == (0, 2)
+    assert acc.spread(2, 4) == [(0, 0, 2)]
+    assert (acc.sticky, acc.sticky_fill) == (1, 0)
+    # A bulk that would wrap around to the partly filled sticky lane starts on the next lane instead.
+    acc.spread(1, 4)
+    assert acc.spread(16, 4) == [(2, 0, 4), (3, 4, 8), (0, 8, 12), (1, 12, 16)]
+    # Claiming the sticky lane (its records are being sent) moves it on, emptied.
+    acc.spread(1, 100)
+    with acc.lock:
+        acc.claim(acc.lanes[acc.sticky])
+    assert (acc.sticky, acc.sticky_fill) == (3, 0)
     acc.sticky = 0
     by_lane = acc.split_by_lane([Record(b"a", lane=3), Record(b"b"), Record(b"c"), Record(b"d", key=b"k")])
     assert sorted(p for ps in by_lane.values() for p in ps) == [0, 1, 2, 3]

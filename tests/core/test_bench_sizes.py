@@ -86,3 +86,22 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(ConfigError, match=r"pip install 'meteor-spark\[notebook\]'"):
         sizes.run(_args("--quick", "--plot", "x.png"))
+
+
+@pytest.mark.slow
+@pytest.mark.embedded_only
+def test_lane_sweep_alone_keyed_and_keyless_each_against_one_lane() -> None:
+    figures = sizes.run(
+        _args("--quick", "--lanes-only", "--keyed", "--lanes", "1", "4", "--max-records", "2000", "--linger-ms", "1")
+    )
+    assert figures["sizes"] == [] and figures["settings"]["linger_ms"] == 1.0
+    assert [(p["lanes"], p["keyed"]) for p in figures["lanes"]] == [(1, False), (4, False), (1, True), (4, True)]
+    assert all(p["publish_many_records_s"] > 0 and p["consume_records_s"] > 0 for p in figures["lanes"])
+    printed = sizes.render(figures)
+    assert "vs 1 lane" in printed and "keyed" in printed and "linger_ms=1" in printed
+    assert "publish_async" not in printed  # no size sweep
+
+
+def test_a_bad_linger_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match="linger_ms"):
+        sizes.SizesBenchOptions.from_args(_args("--linger-ms", "-1"))
