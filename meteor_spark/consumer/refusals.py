@@ -114,21 +114,16 @@ class Refusals:
         """Count and log the records refused and passed over (their dead letters acknowledged)."""
         for lane_result in decoded.values():
             for raw, error in lane_result.refused:
-                self.undecodable_records += 1
-                logger.warning(
-                    "stream %r lane %d: passed over the record at offset %d%s: %s",
-                    self.stream,
-                    raw.lane,
-                    raw.offset,
-                    self._how(),
-                    error,
-                )
+                self._passed_over(raw, error)
 
     def refuse_record(self, raw: Record, error: DeserializationError) -> None:
         """A record decoded outside ``deserialize`` (a Spark task's typed ``value`` column) that failed: with
         ``dead_letter`` published first (a failure raises), then counted and logged."""
         if self._dead_letters is not None:
             self._dead_letters.publish(dead_letter_for_record(raw, error))
+        self._passed_over(raw, error)
+
+    def _passed_over(self, raw: Record, error: DeserializationError) -> None:
         self.undecodable_records += 1
         logger.warning(
             "stream %r lane %d: passed over the record at offset %d%s: %s",

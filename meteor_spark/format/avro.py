@@ -391,6 +391,17 @@ def union_text(branches: list[Any]) -> str:
 # ------------------------------------------------------------------------------------------------ Spark types
 
 
+def nullable_branch(union: list[Any], names: dict[str, Any], path: str) -> Any:
+    """The one non-null branch of ``union``, as a Spark column's type (nullable); ``ConfigError`` for others."""
+    branches = [b for b in union if resolve_type(b, names) != "null"]
+    if len(branches) != 1:
+        raise ConfigError(
+            f"field {path or '<value>'}: the union {union_text(union)} has several non-null branches; Spark "
+            f"columns take a union of null and one type only"
+        )
+    return branches[0]
+
+
 def spark_ddl(schema: AvroSchema) -> str:
     """The Spark SQL type (DDL) a record of ``schema`` maps to, as Spark's ``from_avro`` maps it: int -> int, long
     -> bigint, float, double, boolean, string, bytes/fixed -> binary, enum -> string, array, map<string, _>, record
@@ -425,13 +436,7 @@ def _join(path: str, name: str) -> str:
 def _ddl(schema: Any, names: dict[str, Any], path: str) -> str:
     schema = resolve_type(schema, names)
     if isinstance(schema, list):
-        branches = [b for b in schema if resolve_type(b, names) != "null"]
-        if len(branches) != 1:
-            raise ConfigError(
-                f"field {path or '<value>'}: the union {union_text(schema)} has several non-null branches; Spark "
-                f"columns take a union of null and one type only"
-            )
-        return _ddl(branches[0], names, path)
+        return _ddl(nullable_branch(schema, names, path), names, path)
     kind = type_of(schema)
     if kind in _DDL_PRIMITIVES:
         return _DDL_PRIMITIVES[kind]

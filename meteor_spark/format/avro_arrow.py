@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from meteor_spark.errors import ConfigError
-from meteor_spark.format.avro import AvroSchema, named_types, resolve_type, type_of, union_text
+from meteor_spark.format.avro import AvroSchema, named_types, nullable_branch, resolve_type, type_of
 
 __all__ = ["arrow_type", "struct_column"]
 
@@ -45,13 +45,7 @@ def arrow_type(schema: AvroSchema) -> pa.DataType:
 def _arrow(schema: Any, names: dict[str, Any], path: str) -> pa.DataType:
     schema = resolve_type(schema, names)
     if isinstance(schema, list):
-        branches = [b for b in schema if resolve_type(b, names) != "null"]
-        if len(branches) != 1:
-            raise ConfigError(
-                f"field {path or '<value>'}: the union {union_text(schema)} has several non-null branches; Spark "
-                f"columns take a union of null and one type only"
-            )
-        return _arrow(branches[0], names, path)
+        return _arrow(nullable_branch(schema, names, path), names, path)
     kind = type_of(schema)
     if kind in _ARROW_PRIMITIVES:
         return _ARROW_PRIMITIVES[kind]
