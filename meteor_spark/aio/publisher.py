@@ -57,6 +57,7 @@ from meteor_spark.format.serializers import serializer
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.producer.accumulator import sticky_run, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import (
     FIRST_BACKOFF_S,
@@ -124,8 +125,8 @@ class AsyncPublisher:
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
         self._lanes: list[Lane] = []
-        self._sticky = 0  # the lane keyless records go to, moved on every max_batch_records of them
-        self._sticky_count = 0
+        self._sticky = 0  # the lane keyless records go to, and how many it holds since (accumulator.sticky_runs)
+        self._sticky_fill = 0
         self._producer_seq = 0
         self._outstanding = 0
         self._room: asyncio.Condition | None = None
@@ -399,7 +400,7 @@ class AsyncPublisher:
         runs: dict[int, Run] = {}
         if all(type(rec) is bytes for rec in records):
             values = cast(list[bytes], records)
-            for lane, lo, hi in self._spread(n):
+            for lane, lo, hi in self._spread(n, sum(map(len, values))):
                 chunk = values[lo:hi]
                 runs[lane] = Run(chunk, None, None, [now] * len(chunk), map(len, chunk), sink, lo)
         else:
@@ -432,23 +433,12 @@ class AsyncPublisher:
                     self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}"
                 )
 
-    def _spread(self, n: int) -> list[tuple[int, int, int]]:
-        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records, from the sticky lane, which moves on
-        after every ``max_batch_records`` keyless records (so items fill up) or a run of a bulk."""
-        lanes = len(self._lanes)
-        if n == 1:
-            lane = self._sticky
-            self._sticky_count += 1
-            if self._sticky_count >= self.settings.max_batch_records:
-                self._sticky_count = 0
-                self._sticky = (lane + 1) % lanes
-            return [(lane, 0, 1)]
-        per_lane = max(1, -(-n // lanes))
-        runs = []
-        for start in range(0, n, per_lane):
-            runs.append((self._sticky, start, min(n, start + per_lane)))
-            self._sticky = (self._sticky + 1) % lanes
-        self._sticky_count = 0
+    def _spread(self, n: int, nbytes: int = 0) -> list[tuple[int, int, int]]:
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records (``nbytes`` in all; 0: unknown) in sticky
+        runs of a whole call each, as the threaded publisher's (``accumulator.sticky_runs``)."""
+        settings = self.settings
+        run = sticky_run(n, nbytes, settings.max_items_per_call * settings.max_batch_records, settings.max_call_bytes)
+        runs, self._sticky, self._sticky_fill = sticky_runs(n, len(self._lanes), run, self._sticky, self._sticky_fill)
         return runs
 
     # ------------------------------------------------------------------------------------------------ sending

@@ -185,39 +185,13 @@ class Accumulator:
         return by_lane
 
     def run_of(self, n: int, nbytes: int) -> int:
-        """Keyless records per sticky run for a bulk of ``n`` records of ``nbytes`` bytes: a whole call's worth
-        (``max_items_per_call`` full items, or ``max_call_bytes`` of records this size on average).
-
-        Thinner runs would cost every lane a call (and a short item) of its own for a sliver of each bulk: with 64
-        lanes a 10,000-record ``publish_many`` became 64 calls of 156 records instead of one.
-        """
-        if nbytes <= 0:
-            return self.ahead_records
-        return max(1, min(self.ahead_records, -(-n * self.ahead_bytes // nbytes)))
+        """Keyless records per sticky run for a bulk of ``n`` records of ``nbytes`` bytes (``sticky_run``)."""
+        return sticky_run(n, nbytes, self.ahead_records, self.ahead_bytes)
 
     def spread(self, n: int, run: int = 1) -> list[tuple[int, int, int]]:
-        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes (lock held): Kafka's
-        sticky partitioning (KIP-480). Records fill the sticky lane up to ``run`` records (counting those earlier
-        bulks put there), then the next lane, and so on; a bulk larger than ``run`` per lane is cut evenly (runs of
-        ``n / lanes``). The sticky lane also moves on when it is claimed (``claim``), so over many bulks every lane
-        gets its share."""
-        if self.lane_count == 1:
-            return [(0, 0, n)]
-        per_lane = max(1, run, -(-n // self.lane_count))
-        lane, fill = self.sticky, self.sticky_fill
-        if fill >= per_lane or (fill and n > self.lane_count * per_lane - fill):
-            # The lane is full, or the bulk would wrap around to it: start on the next lane.
-            lane, fill = (lane + 1) % self.lane_count, 0
-        runs = []
-        start = 0
-        while start < n:
-            stop = min(n, start + per_lane - fill)
-            runs.append((lane, start, stop))
-            fill += stop - start
-            start = stop
-            if fill >= per_lane:
-                lane, fill = (lane + 1) % self.lane_count, 0
-        self.sticky, self.sticky_fill = lane, fill
+        """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes (lock held; ``sticky_runs``).
+        The sticky lane also moves on when it is claimed (``claim``), so over many bulks every lane gets its share."""
+        runs, self.sticky, self.sticky_fill = sticky_runs(n, self.lane_count, run, self.sticky, self.sticky_fill)
         return runs
 
     # ------------------------------------------------------------------------------------------------ accepting
@@ -575,3 +549,39 @@ class Accumulator:
             state.queued_bytes = 0
         self.completed(n)
         return dropped, told, n
+
+
+def sticky_run(n: int, nbytes: int, ahead_records: int, ahead_bytes: int) -> int:
+    """Keyless records per sticky run for a bulk of ``n`` records of ``nbytes`` bytes: a whole call's worth
+    (``ahead_records``: ``max_items_per_call`` full items, or ``ahead_bytes``: ``max_call_bytes`` of records this
+    size on average).
+
+    Thinner runs would cost every lane a call (and a short item) of its own for a sliver of each bulk: with 64
+    lanes a 10,000-record ``publish_many`` became 64 calls of 156 records instead of one.
+    """
+    if nbytes <= 0:
+        return ahead_records
+    return max(1, min(ahead_records, -(-n * ahead_bytes // nbytes)))
+
+
+def sticky_runs(n: int, lanes: int, run: int, lane: int, fill: int) -> tuple[list[tuple[int, int, int]], int, int]:
+    """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over ``lanes`` lanes, Kafka's sticky
+    partitioning (KIP-480), and the sticky ``(lane, fill)`` after them. Records fill the sticky ``lane`` (which holds
+    ``fill`` records of earlier bulks) up to ``run`` records, then the next lane, and so on; a bulk larger than
+    ``run`` per lane is cut evenly (runs of ``n / lanes``)."""
+    if lanes == 1:
+        return [(0, 0, n)], 0, 0
+    per_lane = max(1, run, -(-n // lanes))
+    if fill >= per_lane or (fill and n > lanes * per_lane - fill):
+        # The lane is full, or the bulk would wrap around to it: start on the next lane.
+        lane, fill = (lane + 1) % lanes, 0
+    runs = []
+    start = 0
+    while start < n:
+        stop = min(n, start + per_lane - fill)
+        runs.append((lane, start, stop))
+        fill += stop - start
+        start = stop
+        if fill >= per_lane:
+            lane, fill = (lane + 1) % lanes, 0
+    return runs, lane, fill
