@@ -27,6 +27,7 @@ from meteor_spark.groups.leases import Lease, LeaseMap, wall_ms
 from meteor_spark.groups.store import LEASES_MAP, OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.spark import driver as driver_module
 from meteor_spark.spark import reader as reader_module
+from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.spark.executor import LaneRanges
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.reader import MeteorStreamReader
@@ -96,7 +97,7 @@ def _reader(settings: GridSettings, stream: str, member: str, **extra: str) -> M
             **extra,
         }
     )
-    return MeteorStreamReader(options, None)  # type: ignore[arg-type]  # the schema is not used on the driver
+    return MeteorStreamReader(options, SOURCE_SCHEMA)
 
 
 @pytest.fixture
@@ -245,7 +246,7 @@ def test_planning_with_large_items_reads_one_item_per_moved_lane_for_its_mark(
     payload = os.urandom(1 << 20)  # incompressible: the stored item is about 1 MiB
     reader = MeteorStreamReader(
         SourceOptions.parse({**grid_options(grid_settings), "stream": unique_name, "startingOffsets": "earliest"}),
-        None,  # type: ignore[arg-type]  # the schema is not used on the driver
+        SOURCE_SCHEMA,
     )
     readers.append(reader)
     marks_ms: list[float] = []

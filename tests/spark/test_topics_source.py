@@ -16,6 +16,7 @@ from meteor_spark.errors import ConfigError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.subscriptions import NOT_STORED, live_subscriptions
+from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.spark.entity import QueryEntity
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.reader import MeteorStreamReader
@@ -95,7 +96,7 @@ def test_a_record_published_once_the_registration_is_visible_is_the_new_querys(
 
     monkeypatch.setattr(QueryEntity, "open", open_then_publish)
     options = SourceOptions.parse({**grid_options(grid_settings), "stream": unique_name})
-    reader = MeteorStreamReader(options, None)  # type: ignore[arg-type]  # the schema is not used on the driver
+    reader = MeteorStreamReader(options, SOURCE_SCHEMA)
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadAllAvailable())
