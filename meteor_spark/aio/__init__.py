@@ -1,4 +1,5 @@
-"""The asyncio API: ``AsyncPublisher`` and ``AsyncSubscriber`` on the official asyncio Hazelcast client.
+"""The asyncio API: ``AsyncPublisher`` and ``AsyncSubscriber`` on the official asyncio Hazelcast client, and
+request/reply on them (``AsyncRequester`` / ``AsyncResponder``).
 
 They run on the caller's event loop with no thread of their own, and keep the threaded API's semantics, options and
 errors by reusing its socket-free pieces (the ring-item format, the idempotent search, the item gate, the
@@ -7,7 +8,8 @@ clients also take a ``"host:port[,host:port]"`` string or a ``GridSettings`` and
 """
 
 from meteor_spark.aio.publisher import AsyncPublisher
+from meteor_spark.aio.request_reply import AsyncRequester, AsyncResponder
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.grid.aio_client import AsyncGrid
 
-__all__ = ["AsyncGrid", "AsyncPublisher", "AsyncSubscriber"]
+__all__ = ["AsyncGrid", "AsyncPublisher", "AsyncRequester", "AsyncResponder", "AsyncSubscriber"]

@@ -14,6 +14,7 @@ from meteor_spark.grid.streams import (
     StreamConfig,
     StreamInfo,
     created_log,
+    parse_metadata,
     ring_config_conflict,
     ring_configs,
     settled_info,
@@ -67,3 +68,24 @@ def refuse_unsupported(info: StreamInfo, client: str) -> None:
             f"schemas in the grid), which the asyncio API does not encode or decode yet; use the threaded Publisher / "
             f"Subscriber for it"
         )
+
+
+async def delete_ungrouped_stream_async(grid: AsyncGrid, name: str) -> bool:
+    """``meteor_spark.groups.admin.delete_stream`` for a stream no group ever read (a requester's reply stream): the
+    metadata first (a reader sees the stream whole or gone), then its lanes, the metadata put back should destroying
+    fail; False when it did not exist. Group entries are not looked for, as such a stream has none."""
+    metadata = await grid.map(STREAMS_MAP)
+    stored = await metadata.get(name)
+    if stored is None:
+        return False
+    info = parse_metadata(name, stored)
+    if not await metadata.remove_if_same(name, stored):
+        return await delete_ungrouped_stream_async(grid, name)
+    try:
+        for ring_name in info.ring_names:
+            ring = await grid.ring(ring_name)
+            await ring.destroy()
+    except BaseException:
+        await metadata.put_if_absent(name, stored)
+        raise
+    return True

@@ -6,7 +6,9 @@ loop and no threads of meteor's):
 - publish throughput at 100-byte records: one record per call (``publish_async``, futures kept until the end, then
   ``flush``), and ``publish_many`` of 10,000-record lists;
 - round trip with one record in flight: publish, and a subscriber on another client connection receives it
-  (p50 / p99), the next record published only then.
+  (p50 / p99), the next record published only then;
+- request/reply with one request in flight: a requester (``Requester`` / ``AsyncRequester``) and a responder
+  (``Responder`` / ``AsyncResponder``) on two client connections of this process, p50 / p99 of ``request``.
 
 Ceilings measured in the same run: raw ``add_all`` of pre-encoded 1000-record items through the threaded client and
 through the asyncio client (no meteor logic), and a raw ring round trip (add, then a ``read_many`` of that item) of
@@ -23,12 +25,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncSubscriber
+from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncRequester, AsyncResponder, AsyncSubscriber
 from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid, best_of_rounds
 from meteor_spark.bench.pubsub import WARM_UP_ROUND_TRIPS, ceilings, payloads, percentiles, round_trips, values_of
+from meteor_spark.consumer.request_reply import Requester, Responder
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.item_encoding import encode_columns
+from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
@@ -147,9 +151,21 @@ def _threaded(grid: Grid, pool: list[bytes], settings: AioBenchOptions) -> dict[
 
                 latency = round_trips(settings.round_trips, round_trip)
         out["p50_ms"], out["p99_ms"] = latency["p50_ms"], latency["p99_ms"]
+        with (
+            Grid(grid.settings) as other,
+            Responder(grid, StreamConfig(f"{name}-rr"), _echo),
+            Requester(other, f"{name}-rr", timeout_ms=10_000) as requester,
+        ):
+            replies = round_trips(settings.round_trips, requester.request)
+        out["rr_p50_ms"], out["rr_p99_ms"] = replies["p50_ms"], replies["p99_ms"]
     finally:
         delete_stream(grid, name)
+        delete_stream(grid, f"{name}-rr")
     return out
+
+
+def _echo(request: Record) -> bytes:
+    return request.value
 
 
 async def _asyncio(
@@ -186,9 +202,33 @@ async def _asyncio(
                         samples.append(time.perf_counter() - start)
         latency = percentiles(samples)
         out["p50_ms"], out["p99_ms"] = latency["p50_ms"], latency["p99_ms"]
+        out["rr_p50_ms"], out["rr_p99_ms"] = await _async_request_reply(grid_settings, f"{name}-rr", settings)
     finally:
         delete_stream(grid, name)
+        delete_stream(grid, f"{name}-rr")
     return out
+
+
+async def _async_request_reply(
+    grid_settings: GridSettings, name: str, settings: AioBenchOptions
+) -> tuple[float, float]:
+    """p50 / p99 of ``AsyncRequester.request`` with one request in flight, answered by an ``AsyncResponder`` on
+    another ``AsyncGrid`` of the same loop."""
+    async with (
+        await AsyncGrid.start(grid_settings) as one,
+        await AsyncGrid.start(grid_settings) as other,
+        AsyncResponder(one, StreamConfig(name), _echo),
+        AsyncRequester(other, name, timeout_ms=10_000) as requester,
+    ):
+        samples = []
+        for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
+            payload = i.to_bytes(8, "big") * 12
+            start = time.perf_counter()
+            await requester.request(payload)
+            if i >= WARM_UP_ROUND_TRIPS:
+                samples.append(time.perf_counter() - start)
+    latency = percentiles(samples)
+    return latency["p50_ms"], latency["p99_ms"]
 
 
 def render(figures: dict[str, Any]) -> str:
@@ -230,6 +270,12 @@ def render(figures: dict[str, Any]) -> str:
                 f"{side['p50_ms']:.2f} / {side['p99_ms']:.2f} ms",
                 f"{side['p50_ms'] / rt['p50_ms']:.1f}x",
                 f"{side['p50_ms'] / threaded['p50_ms']:.2f}",
+            ),
+            (
+                f"{label}: request -> reply, one in flight, p50 / p99",
+                f"{side['rr_p50_ms']:.2f} / {side['rr_p99_ms']:.2f} ms",
+                f"{side['rr_p50_ms'] / rt['p50_ms']:.1f}x",
+                f"{side['rr_p50_ms'] / threaded['rr_p50_ms']:.2f}",
             ),
         ]
     table = render_table(("scenario (100-byte records)", "result", "vs its ceiling", "vs threaded"), rows)

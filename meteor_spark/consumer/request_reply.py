@@ -29,38 +29,41 @@ import itertools
 import logging
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from meteor_spark.consumer.request_rules import (
+    CORRELATION_ID,
+    ERROR,
+    REPLY_TO,
+    check_request_timeout,
+    closed_error,
+    error_reply,
+    header,
+    new_correlation_id,
+    outgoing_request,
+    reply_failure,
+    reply_record,
+    reply_stream_name,
+    request_route,
+    timeout_error,
+)
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import ConfigError, MeteorError, RequestError, RequestTimeoutError, StreamNotFoundError
-from meteor_spark.format.records import Record, RecordBatch, as_record
+from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
+from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.validate import check_int, check_number
+from meteor_spark.validate import check_int
 
-__all__ = ["CORRELATION_ID", "ERROR", "REPLY_TO", "Handler", "Requester", "Responder"]
+__all__ = ["CORRELATION_ID", "ERROR", "REPLY_TO", "Handler", "Requester", "Responder", "header"]
 
 logger = logging.getLogger(__name__)
 
-CORRELATION_ID = "meteor.correlation_id"
-REPLY_TO = "meteor.reply_to"
-ERROR = "meteor.error"
-
 #: ``handler(request) -> reply``: the reply as bytes, str or a ``Record`` (its key and headers are kept).
 Handler = Callable[[Record], "Record | bytes | str"]
-
-
-def header(record: Record, name: str) -> bytes | None:
-    """The value of the record's first header called ``name``, or None."""
-    for key, value in record.headers:
-        if key == name:
-            return value
-    return None
 
 
 class Requester:
@@ -94,11 +97,11 @@ class Requester:
         timeout_ms: float = 30_000,
         reply_capacity: int = 10_000,
     ) -> None:
-        self.timeout_ms = check_number("timeout_ms", timeout_ms, 1, float("inf"), what="(milliseconds)")
+        self.timeout_ms = check_request_timeout(timeout_ms)
         self._grid = grid
         self._publisher = Publisher(grid, request_stream)
         self.request_stream = self._publisher.stream
-        self.reply_stream = f"{self.request_stream}.reply.{uuid.uuid4().hex[:16]}"
+        self.reply_stream = reply_stream_name(self.request_stream)
         self._reply_to = self.reply_stream.encode()
         self._lock = threading.Lock()
         # Threads in request() wait here for their reply or the reader's turn; the requester's thread waits on
@@ -131,26 +134,19 @@ class Requester:
         The future fails with ``RequestTimeoutError`` when no reply came within ``timeout_ms`` (default: the
         requester's), ``RequestError`` for an error reply, or the publish's error when the request was not stored.
         """
-        wait_ms = (
-            self.timeout_ms
-            if timeout_ms is None
-            else check_number("timeout_ms", timeout_ms, 1, float("inf"), what="(milliseconds)")
-        )
-        rec = as_record(request)
-        correlation_id = uuid.uuid4().hex.encode()
+        wait_ms = self.timeout_ms if timeout_ms is None else check_request_timeout(timeout_ms)
+        correlation_id = new_correlation_id()
         future: Future[Record] = Future()
         future.set_running_or_notify_cancel()
         with self._lock:
             if self._closed:
-                raise RequestError(f"the requester of stream {self.request_stream!r} is closed; create a new one")
+                raise closed_error(self.request_stream, waiting=False)
             self._pending[correlation_id] = future
             deadline = time.monotonic() + wait_ms / 1000.0
             heapq.heappush(self._deadlines, (deadline, next(self._order), correlation_id))
             if self._deadlines[0][2] == correlation_id or len(self._pending) > self._callers:
                 self._work.notify()
-        headers = tuple(h for h in rec.headers if h[0] not in (CORRELATION_ID, REPLY_TO))
-        headers += ((CORRELATION_ID, correlation_id), (REPLY_TO, self._reply_to))
-        outgoing = Record(rec.value, rec.key, headers, rec.timestamp_ms, lane=rec.lane)
+        outgoing = outgoing_request(request, correlation_id, self._reply_to)
 
         def published(offset: int | None, error: BaseException | None) -> None:
             if error is not None:
@@ -219,14 +215,7 @@ class Requester:
                 reply.offset,
             )
             return
-        error = header(reply, ERROR)
-        failure = None
-        if error is not None:
-            failure = RequestError(
-                f"the responder of stream {self.request_stream!r} failed on request "
-                f"{correlation_id.decode(errors='replace')}: {error.decode(errors='replace')}: "
-                f"{reply.value.decode(errors='replace')}"
-            )
+        failure = reply_failure(reply, correlation_id, self.request_stream)
         if not self._finish(correlation_id, reply, failure):
             with self._lock:
                 self.late_replies += 1
@@ -261,13 +250,7 @@ class Requester:
                     self._lock.release()
                     try:
                         for correlation_id, future in expired:
-                            future.set_exception(
-                                RequestTimeoutError(
-                                    f"no reply to request {correlation_id.decode()} on stream "
-                                    f"{self.request_stream!r} within its timeout; is a responder running? (the "
-                                    f"request may still be answered; the reply would be dropped)"
-                                )
-                            )
+                            future.set_exception(timeout_error(correlation_id, self.request_stream))
                     finally:
                         self._lock.acquire()
                     self._turn.notify_all()  # callers whose request timed out
@@ -293,7 +276,7 @@ class Requester:
             self._work.notify()
         self._pause.set()
         for future in pending.values():
-            future.set_exception(RequestError(f"the requester of stream {self.request_stream!r} was closed"))
+            future.set_exception(closed_error(self.request_stream, waiting=True))
         self._thread.join()
         try:
             self._publisher.close()
@@ -351,9 +334,8 @@ class Responder:
     def _answer(self, batch: RecordBatch) -> None:
         used: set[str] = set()
         for request in batch:
-            correlation_id = header(request, CORRELATION_ID)
-            reply_to = header(request, REPLY_TO)
-            if correlation_id is None or reply_to is None:
+            route = request_route(request)
+            if route is None:
                 self.malformed += 1
                 logger.warning(
                     "stream %r: the request at offset %d of lane %d has no %s or %s header; not answered",
@@ -364,8 +346,9 @@ class Responder:
                     REPLY_TO,
                 )
                 continue
+            correlation_id, reply_to = route
             try:
-                reply = self._reply(request, correlation_id)
+                reply = reply_record(self._handler(request), correlation_id)
             except Exception as exc:
                 self.failed += 1
                 logger.exception(
@@ -373,9 +356,7 @@ class Responder:
                     self.request_stream,
                     correlation_id.decode(errors="replace"),
                 )
-                reply = Record(
-                    str(exc).encode(), headers=((CORRELATION_ID, correlation_id), (ERROR, type(exc).__name__.encode()))
-                )
+                reply = error_reply(exc, correlation_id)
             stream = reply_to.decode()
             publisher = self._publisher(stream)
             if publisher is None:
@@ -387,12 +368,6 @@ class Responder:
             for stream in used:
                 self._publishers[stream].flush()
             self._subscriber.confirm()
-
-    def _reply(self, request: Record, correlation_id: bytes) -> Record:
-        out = self._handler(request)
-        rec = as_record(out)
-        headers = tuple(h for h in rec.headers if h[0] != CORRELATION_ID) + ((CORRELATION_ID, correlation_id),)
-        return Record(rec.value, rec.key, headers, rec.timestamp_ms)
 
     def _publisher(self, stream: str) -> Publisher | None:
         publishers = self._publishers

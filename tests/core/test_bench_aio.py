@@ -19,13 +19,26 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
     figures = aio.run(parser.parse_args(["--quick", "--records", "3000", "--round-trips", "20"]))
     assert set(figures) >= {"ceiling", "threaded", "asyncio"}
     for side in ("threaded", "asyncio"):
-        assert set(figures[side]) == {"publish_async_records_s", "publish_many_records_s", "p50_ms", "p99_ms"}
+        assert set(figures[side]) == {
+            "publish_async_records_s",
+            "publish_many_records_s",
+            "p50_ms",
+            "p99_ms",
+            "rr_p50_ms",
+            "rr_p99_ms",
+        }
         assert all(value > 0 for value in figures[side].values())
     ceiling = figures["ceiling"]
     assert ceiling["raw_add_all_records_s"] > 0 and ceiling["raw_async_add_all_records_s"] > 0
     assert ceiling["raw_round_trip"]["p50_ms"] > 0 and ceiling["raw_async_round_trip"]["p50_ms"] > 0
     printed = aio.render(figures)
-    for text in ("asyncio: publish_async", "threaded: publish_many", "other client receives", "vs threaded"):
+    for text in (
+        "asyncio: publish_async",
+        "threaded: publish_many",
+        "other client receives",
+        "request -> reply",
+        "vs threaded",
+    ):
         assert text in printed
 
 
