@@ -94,9 +94,9 @@ class AsyncRequester:
         self.timeout_ms = check_request_timeout(timeout_ms)
         self._target = members_or_grid
         self._config = request_stream
-        self._reply_capacity = reply_capacity
         self.request_stream = request_stream if isinstance(request_stream, str) else request_stream.name
-        self.reply_stream = ""
+        self.reply_stream = reply_stream_name(self.request_stream)
+        self._replies = StreamConfig(self.reply_stream, lanes=1, capacity=reply_capacity)  # checked before connecting
         self._pending: dict[bytes, tuple[asyncio.Future[Record], asyncio.TimerHandle]] = {}
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
@@ -115,11 +115,8 @@ class AsyncRequester:
         publisher = None
         try:
             publisher = await AsyncPublisher(grid, self._config).start()
-            self.request_stream = publisher.stream
-            self.reply_stream = reply_stream_name(self.request_stream)
-            replies = StreamConfig(self.reply_stream, lanes=1, capacity=self._reply_capacity)
             try:
-                subscriber = await AsyncSubscriber(grid, replies, initial_offset_scheme="earliest").start()
+                subscriber = await AsyncSubscriber(grid, self._replies, initial_offset_scheme="earliest").start()
             except BaseException:
                 await delete_ungrouped_stream_async(grid, self.reply_stream)
                 raise

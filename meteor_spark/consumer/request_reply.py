@@ -20,6 +20,9 @@ each reply to the future waiting for its correlation id. Many requests of one re
   responders sharing a ``group`` split the request stream's lanes, and a grouped responder confirms a batch of
   requests once their replies are stored (at-least-once: a responder that dies mid-batch leaves those requests to
   the next holder of the lane, which answers them again; the requester keeps the first reply and drops the other).
+
+The protocol's decisions (headers, names, what a reply means, the errors' wording) are pure functions of
+``meteor_spark.consumer.request_rules``, which the asyncio twins (``meteor_spark.aio.request_reply``) call too.
 """
 
 from __future__ import annotations

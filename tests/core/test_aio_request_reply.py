@@ -140,6 +140,8 @@ def test_no_reply_in_time_is_a_timeout_naming_the_request(grid_settings: GridSet
 def test_option_errors_and_the_reply_stream_life(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     with pytest.raises(ConfigError, match="timeout_ms"):
         AsyncRequester(grid_settings, unique_name, timeout_ms=0)
+    with pytest.raises(ConfigError, match="capacity"):
+        AsyncRequester(grid_settings, unique_name, reply_capacity=0)
     with pytest.raises(ConfigError, match=r"group='g'.*threaded Responder"):
         AsyncResponder(grid_settings, unique_name, lambda r: r.value, group="g")
     with pytest.raises(ConfigError, match="handler must be callable"):
