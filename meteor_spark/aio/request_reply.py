@@ -351,8 +351,8 @@ class AsyncResponder:
 
     @property
     def lanes(self) -> list[int]:
-        """The request stream's lanes this responder answers (all of them)."""
-        return list(range(self._subscriber.info.lanes))
+        """The request stream's lanes this responder answers (all of them; none before ``start``)."""
+        return list(range(self._subscriber.info.lanes)) if self._task is not None else []
 
     async def _run(self) -> None:
         while not self._closed:
