@@ -431,20 +431,8 @@ class GroupMember(LaneBalancer):
         high: int | None = None,
     ) -> None:
         what = "seek" if backwards else "confirm"
-        check_offset(what, offset, self._where(lane))
-        self._check_lane(lane)
+        epoch = self._write_epoch(what, lane, offset, read_epoch)
         key = lane_key(self.stream, self.group, lane)
-        with self._lock:
-            held = self._held.get(lane)
-            deposed = self._deposed.get(lane)
-        if held is None and deposed is not None:
-            _, lease = self._leases.read(key)
-            raise self._fenced(
-                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
-            )
-        epoch = self._epoch_of(lane)
-        if read_epoch is not None and read_epoch != epoch:
-            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
         # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
         # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
         # lease beforehand would cost a round trip and still race with a takeover right after it.
@@ -492,6 +480,24 @@ class GroupMember(LaneBalancer):
             f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
             f"in a row to concurrent writers; confirm from one thread per lane"
         )
+
+    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int:
+        """The epoch an offset write on ``lane`` goes under; refused at once when the lane was lost to another
+        member, or when the records were read under another epoch."""
+        check_offset(what, offset, self._where(lane))
+        self._check_lane(lane)
+        with self._lock:
+            held = self._held.get(lane)
+            deposed = self._deposed.get(lane)
+        if held is None and deposed is not None:
+            _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
+            raise self._fenced(
+                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
+            )
+        epoch = self._epoch_of(lane)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
+        return epoch
 
     def _remember_offset_text(self, lane: int, text: str) -> None:
         with self._lock:
