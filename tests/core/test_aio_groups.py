@@ -246,3 +246,31 @@ def test_sigkilled_async_member_process_is_taken_over_by_an_async_member(
             await s.confirm()
 
     _run(scenario())
+
+
+def test_auto_confirm_confirms_what_earlier_polls_handed_out_and_close_confirms_the_rest(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=1, capacity=100))
+    _publish(grid, info.name, 6, 1)
+
+    async def scenario() -> None:
+        async with AsyncSubscriber(
+            grid_settings,
+            info.name,
+            group="g",
+            auto_confirm_interval_ms=0,
+            initial_offset_scheme="earliest",
+            max_poll_records=3,
+        ) as sub:
+            first = await sub.poll(2000)
+            assert len(first) == 3
+            after_first = sub.position(0)
+            assert GroupMember(grid, info, "g", member_id="reader").known_offsets() == {0: 0}  # nothing confirmed yet
+            second = await sub.poll(2000)  # confirms what the first poll handed out, before taking more
+            assert len(second) == 3
+            assert GroupMember(grid, info, "g", member_id="reader").known_offsets() == {0: after_first}
+        ends = GroupMember(grid, info, "g", member_id="reader").known_offsets()[0]
+        assert ends == sub.position(0)  # close confirmed the second poll's records
+
+    _run(scenario())
