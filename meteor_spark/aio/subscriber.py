@@ -531,6 +531,12 @@ class AsyncSubscriber:
         return None if self._grouped is None else self._grouped.member
 
     @property
+    def truncated_lanes(self) -> int:
+        """Grouped, ``skip_data_loss``: lanes found truncated and refilled under the group's offset, read again from
+        their oldest record (``Subscriber.truncated_lanes``)."""
+        return 0 if self._grouped is None else self._grouped.truncated_lanes
+
+    @property
     def lanes(self) -> list[int]:
         """The lanes this subscriber reads now."""
         return sorted(self._lanes)

@@ -19,7 +19,7 @@ import pytest
 from meteor_spark.aio import AsyncSubscriber
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import ConfigError, FencedError
+from meteor_spark.errors import ConfigError, FencedError, LaneTruncatedError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, open_stream
@@ -272,5 +272,32 @@ def test_auto_confirm_confirms_what_earlier_polls_handed_out_and_close_confirms_
             assert GroupMember(grid, info, "g", member_id="reader").known_offsets() == {0: after_first}
         ends = GroupMember(grid, info, "g", member_id="reader").known_offsets()[0]
         assert ends == sub.position(0)  # close confirmed the second poll's records
+
+    _run(scenario())
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_an_async_member_resuming_on_a_refilled_lane_checks_the_item_mark(
+    grid: Grid, grid_settings: GridSettings, unique_name: str, skip: bool
+) -> None:
+    config = StreamConfig(unique_name, lanes=1, max_batch_records=1, linger_ms=0)
+    info = open_stream(grid, config)
+    _publish(grid, info.name, 5, 1)
+    with Subscriber(grid, config, group="g", lease_ms=1500, initial_offset_scheme="earliest") as threaded:
+        read: list[Record] = []
+        wait_until(lambda: read.extend(threaded.poll(50)) or len(read) >= 5, 10, message="the first records")
+        threaded.confirm()  # stores the mark of the last item read
+    grid.ring(info.ring_names[0]).destroy()  # the lane comes back empty at sequence 0 (no store)
+    _publish(grid, info.name, 8, 1)  # the lane ends past the group's offset, with other items under it
+
+    async def scenario() -> None:
+        async with AsyncSubscriber(grid_settings, info.name, group="g", lease_ms=1500, skip_data_loss=skip) as sub:
+            if not skip:
+                with pytest.raises(LaneTruncatedError, match=r"lane 0 was truncated and refilled under group 'g'"):
+                    await sub.poll(1000)
+                return
+            got: list[str] = []
+            await _poll_until([sub], lambda: len(got) >= 8, 10, "the refilled lane read again", got)
+            assert got == [f"r{i}" for i in range(8)] and sub.truncated_lanes == 1
 
     _run(scenario())
