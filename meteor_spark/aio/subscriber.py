@@ -12,11 +12,18 @@ grid questions those pieces ask are answered from reads awaited first (``meteor_
 ``async for record in subscriber`` hands out records one by one until the subscriber is closed, polling
 ``poll_timeout_ms`` at a time.
 
-Differences from the threaded subscriber, by scope: no groups (exclusive or shared: ``group=`` is refused), so no
-``confirm``/``nack``; a ``read_committed`` reader does not abort transactions open past their deadline (threaded
-readers and the Spark source do: until one does, the lane waits at such a transaction); after a lost connection
-a lane whose tail was lost and refilled raises ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from
-its oldest record); no topics, ephemeral streams, receivers or Prometheus export.
+With ``group=``, a member of an exclusive group (``meteor_spark.aio.group_member.AsyncGroupMember``, the threaded
+``GroupMember``'s protocol and stored values: threaded and asyncio members share a group): it reads the lanes the
+group assigns it, ``await confirm()`` stores delivered positions (fenced: ``FencedError`` once a lane was taken
+over), ``auto_confirm_interval_ms`` confirms at the start of a poll and on close, and close releases the leases
+(``meteor_spark.aio.grouped``).
+
+Differences from the threaded subscriber, by scope: no shared groups, no ``nack`` / ``dead_letter_after`` and no
+transactions (``send_offsets``) for a group member; a ``read_committed`` reader does not abort transactions open
+past their deadline (threaded readers and the Spark source do: until one does, the lane waits at such a
+transaction); after a lost connection a lane whose tail was lost and refilled raises ``LaneTruncatedError``
+(``skip_data_loss`` does not re-read it from its oldest record); no topics, ephemeral streams, receivers or
+Prometheus export.
 """
 
 from __future__ import annotations
@@ -28,10 +35,13 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from meteor_spark.aio.group_member import AsyncGroupMember
+from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.aio.views import RingBounds, TxnSnapshot
+from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
@@ -73,7 +83,8 @@ _OPTIONS = (
 
 
 class AsyncSubscriber:
-    """Reads records from a stream from asyncio code (ungrouped: every lane, local positions).
+    """Reads records from a stream from asyncio code: ungrouped (every lane, local positions) or as a member of an
+    exclusive group (``group=``: the lanes the group assigns, positions confirmed in the grid).
 
     Args:
         members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own, closed with the
@@ -81,6 +92,11 @@ class AsyncSubscriber:
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
         poll_timeout_ms: how long each poll of ``async for`` waits for records (default 1,000 ms): the iteration
             notices ``close`` within it.
+        group: exclusive group name; None = ungrouped.
+        member_id: grouped: this member's id (default ``<host>-<pid>-<random>``).
+        lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
+        auto_confirm_interval_ms: grouped: confirm what earlier polls handed out at the start of a poll, at most
+            every that many ms, and on close (``meteor_spark.consumer.auto_confirm``); None = only ``confirm()``.
         **options: those of the threaded ``Subscriber``, with the same meaning and checks:
             ``initial_offset_scheme``, ``skip_data_loss``, ``max_poll_records``, ``max_items_per_read``,
             ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer``,
@@ -90,14 +106,38 @@ class AsyncSubscriber:
         >>> async with AsyncSubscriber("127.0.0.1:5701", "orders") as sub:  # doctest: +SKIP
         ...     async for record in sub:
         ...         handle(record)
+        >>> async with AsyncSubscriber("127.0.0.1:5701", "orders", group="billing") as sub:  # doctest: +SKIP
+        ...     async for record in sub:
+        ...         handle(record)
+        ...         await sub.confirm(record)
     """
 
     def __init__(
-        self, members_or_grid: object, stream: StreamConfig | str, *, poll_timeout_ms: int = 1000, **options: Any
+        self,
+        members_or_grid: object,
+        stream: StreamConfig | str,
+        *,
+        poll_timeout_ms: int = 1000,
+        group: str | None = None,
+        member_id: str | None = None,
+        lease_ms: int = 5000,
+        auto_confirm_interval_ms: int | None = None,
+        **options: Any,
     ) -> None:
         check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
         self.options = SubscriberOptions.parse(**options)
+        if group is None and (auto_confirm_interval_ms is not None or member_id is not None):
+            raise ConfigError(
+                "AsyncSubscriber: auto_confirm_interval_ms and member_id are for a group member; give group=... or "
+                "leave them out"
+            )
+        self.group = group
+        self._member_args: dict[str, Any] = {"member_id": member_id, "lease_ms": lease_ms}
+        if group is not None:  # checked now, like the threaded subscriber's, before anything connects
+            AsyncGroupMember.check(group, member_id, lease_ms)
+        self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
+        self._grouped: GroupedLanes | None = None
         self.poll_timeout_ms = poll_timeout_ms
         self._target = members_or_grid
         self._config = stream
@@ -135,17 +175,42 @@ class AsyncSubscriber:
                 cast(Grid, snapshot), self.options.isolation, abort_expired=False, known=self._known
             )
             self.refusals = Refusals(None, self.stream, self.options.corrupt_policy)
-            for lane in range(self.info.lanes):
-                await self._place(grid, lane)
+            if self.group is None:
+                for lane in range(self.info.lanes):
+                    await self._place(grid, lane)
+            else:
+                await self._join(grid)
             target = self.options.corrupt_policy.dead_letter_stream
             if target is not None:
                 self._dead_letters = await _dead_letter_publisher(grid, target)
         except BaseException:
+            if self._grouped is not None:
+                await self._grouped.member.close()
             if owned:
                 await grid.close()
             raise
         self._grid, self._owns_grid = grid, owned
         return self
+
+    async def _join(self, grid: AsyncGrid) -> None:
+        """Join the group (take the lanes it assigns now) and start reading them."""
+        assert self.group is not None
+        member = AsyncGroupMember(
+            grid, self.info, self.group, on_change=lambda _assignment: self._wake(), **self._member_args
+        )
+        self._grouped = GroupedLanes(
+            member,
+            self._lanes,
+            self._bounds,
+            scheme=self.options.scheme,
+            skip_data_loss=self.options.skip_data_loss,
+            auto_confirm=self._auto_confirm,
+        )
+        await self._grouped.join(grid, list(self.info.ring_names))
+
+    def _wake(self) -> None:
+        if self._grouped is not None:
+            self._grouped.wakeup.set()
 
     async def _place(self, grid: AsyncGrid, lane: int) -> None:
         ring = await grid.ring(self.info.ring_names[lane])
@@ -175,12 +240,21 @@ class AsyncSubscriber:
         connection. ``async for`` ends."""
         if self._closed:
             return
+        grouped = self._grouped
+        if grouped is not None and grouped.auto_confirm is not None and self._grid is not None:
+            try:
+                await grouped.confirm_automatically()
+            except MeteorError as exc:
+                logger.warning("auto-confirm of stream %r group %r on close failed: %s", self.stream, self.group, exc)
         self._closed = True
+        self._wake()
         for state in self._lanes.values():
             if state.pending is not None:
                 state.pending.cancel()
                 state.pending = None
         try:
+            if grouped is not None:
+                await grouped.member.close()
             if self._dead_letters is not None:
                 await self._dead_letters.close()
         finally:
@@ -212,6 +286,11 @@ class AsyncSubscriber:
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         async with self._poll_lock:
+            grouped = self._grouped
+            if grouped is not None:
+                if grouped.auto_confirm is not None and grouped.auto_confirm.due():
+                    await grouped.confirm_automatically()
+                await self._follow_assignment(grouped)
             while True:
                 await self._harvest()
                 await self._settle_bad_items()
@@ -226,19 +305,33 @@ class AsyncSubscriber:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
-                reads = [state.pending for state in self._lanes.values() if state.pending is not None]
+                reads: list[asyncio.Future[Any]] = [s.pending for s in self._lanes.values() if s.pending is not None]
                 wait = min(remaining, self.item_gate.hold_left())
+                if grouped is not None:
+                    wait = min(wait, grouped.pause_left())
+                    reads.append(asyncio.ensure_future(grouped.wakeup.wait()))
                 if reads:
                     await asyncio.wait(reads, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    if grouped is not None:
+                        reads[-1].cancel()
                 else:
                     await asyncio.sleep(wait)
                 if self._closed:
                     break
+                if grouped is not None:
+                    await self._follow_assignment(grouped)
             self._raise_stopped_lane()
             batch = await self._take()
             if not self._closed:
                 self._issue_reads()  # prefetch while the caller works on this batch
             return batch
+
+    async def _follow_assignment(self, grouped: GroupedLanes) -> None:
+        """Grouped: lanes given up or taken since the last look are dropped or started."""
+        assert self._grid is not None
+        if grouped.wakeup.is_set() or set(grouped.member.assignment()) != set(self._lanes):
+            grouped.wakeup.clear()
+            await grouped.sync(self._grid, list(self.info.ring_names))
 
     def _issue_reads(self) -> None:
         grid = self._grid
@@ -255,6 +348,8 @@ class AsyncSubscriber:
                 continue  # stopped at a bad position until seek (or until the policy settles the item)
             if self.item_gate.held(state.lane):
                 continue  # waiting at an open transaction
+            if self._grouped is not None and self._grouped.paused(state):
+                continue  # a delayed nack of another member: not before its instant
             count = state.read_count(self.options.max_items_per_read, self.options.max_bytes_per_read)
             ring = self._bounds[state.lane].ring
             state.pending = asyncio.ensure_future(ring.read_many(state.read_start(), 1, count))
@@ -357,6 +452,8 @@ class AsyncSubscriber:
         deserializers, refused records settled by ``on_corrupt`` (dead letters acknowledged before anything moves)."""
         options = self.options
         taken, self._next_lane = choose_parts(self._lanes, self._next_lane, options.max_poll_records, self.info.lanes)
+        if self._grouped is not None:
+            self._grouped.revalidate(taken)  # a lane taken over meanwhile must not be delivered here too
         if not taken:
             return RecordBatch.empty()
         decoded = None
@@ -397,6 +494,8 @@ class AsyncSubscriber:
             oldest = min(bounds.head(), end)
             raise OffsetOutOfRangeError(self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end))
         async with self._poll_lock:
+            if self._grouped is not None:
+                await self._grouped.member.seek(lane, offset)  # grouped: the group's offset, fenced
             orphan = state.reset(offset)
             if orphan is not None:
                 orphan.cancel()
@@ -408,12 +507,39 @@ class AsyncSubscriber:
             )
         return self._lanes[lane]
 
-    async def confirm(self, *_args: Any) -> None:
-        """Ungrouped: nothing to store (``GroupError``, as the threaded subscriber's ``confirm``)."""
-        raise GroupError(
-            "confirm needs a subscriber group: an ungrouped subscriber keeps its position locally; the asyncio API "
-            "does not support groups yet (use the threaded Subscriber with group=...)"
-        )
+    async def confirm(self, offset: int | Record | None = None, *, lane: int | None = None) -> None:
+        """Grouped: store in the group that records were processed (fenced), as ``Subscriber.confirm``.
+
+        ``confirm()`` confirms everything delivered so far on every lane; ``confirm(record)`` or
+        ``confirm(offset, lane=...)`` up to and including that record.
+
+        Raises:
+            GroupError: ungrouped. FencedError: the lane was taken over (nothing written for it; with ``confirm()``,
+            the other lanes are confirmed first). ConfigError: an offset that was not delivered yet.
+        """
+        grouped = self._grouped
+        if grouped is None:
+            raise GroupError(
+                "confirm needs a subscriber group: an ungrouped subscriber keeps its position locally; create it "
+                "with group=... to store offsets in the grid"
+            )
+        await grouped.confirm(offset, lane, self.info.lanes)
+
+    @property
+    def member(self) -> AsyncGroupMember | None:
+        """Grouped: the ``AsyncGroupMember`` (None when ungrouped)."""
+        return None if self._grouped is None else self._grouped.member
+
+    @property
+    def truncated_lanes(self) -> int:
+        """Grouped, ``skip_data_loss``: lanes found truncated and refilled under the group's offset, read again from
+        their oldest record (``Subscriber.truncated_lanes``)."""
+        return 0 if self._grouped is None else self._grouped.truncated_lanes
+
+    @property
+    def lanes(self) -> list[int]:
+        """The lanes this subscriber reads now."""
+        return sorted(self._lanes)
 
     # ------------------------------------------------------------------------------------------------ figures
 
@@ -426,7 +552,8 @@ class AsyncSubscriber:
         return out
 
     def metrics(self) -> dict[str, int]:
-        """The threaded ungrouped ``Subscriber.metrics()`` counters (the group ones stay 0)."""
+        """The threaded ``Subscriber.metrics()`` counters (nack and dead-letter ones stay 0); grouped, also the
+        member's lease figures and the lanes it holds."""
         refusals = self.refusals
         return {
             "delivered_records": self.delivered_records,
@@ -438,6 +565,7 @@ class AsyncSubscriber:
             "dead_lettered_records": 0,
             "filtered_records": 0,
             **self.item_gate.counters(),
+            **({} if self._grouped is None else self._grouped.metrics()),
         }
 
     @property
@@ -449,7 +577,8 @@ class AsyncSubscriber:
         return self.refusals.undecodable_records
 
     def __repr__(self) -> str:
-        return f"AsyncSubscriber(stream={self.stream!r}, ungrouped, lanes={sorted(self._lanes)})"
+        kind = "ungrouped" if self.group is None else f"group {self.group!r}"
+        return f"AsyncSubscriber(stream={self.stream!r}, {kind}, lanes={sorted(self._lanes)})"
 
 
 async def _dead_letter_publisher(grid: AsyncGrid, name: str) -> AsyncPublisher:

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import (
@@ -26,19 +26,25 @@ from meteor_spark.errors import (
     unknown_option,
 )
 from meteor_spark.grid.client import Grid, GridMap
-from meteor_spark.groups.leases import ExpiryObserver, Held, Lease, LeaseMap, wall_ms
+from meteor_spark.groups.leases import ExpiryObserver, Held, Lease, LeaseMap
+from meteor_spark.groups.protocol import (
+    balance,
+    fence_step,
+    fenced_value,
+    heartbeat,
+    live_members,
+    may_take,
+    target_lanes,
+)
 from meteor_spark.groups.store import (
     MAX_CAS_ATTEMPTS,
-    MEMBERS_MAP,
     OFFSETS_MAP,
     Assignment,
-    ConfirmedOffset,
     MemberEntry,
     generation_key,
     generation_value,
     lane_key,
     member_key,
-    parse_key,
     read_offset,
 )
 from meteor_spark.groups.txn_offsets import settle
@@ -56,17 +62,6 @@ _PROBE_EVERY_S = 0.2
 #: How often a balanced member reads its group's membership generation between renewals (one ``get``), and probes
 #: the lanes it waits for: a join or leave moves lanes within about two of these, not one renewal period.
 _WATCH_EVERY_S = 0.1
-
-
-def balance(members: Sequence[str], lanes: int) -> dict[str, frozenset[int]]:
-    """The target assignment every member computes alike: lane ``i`` to the ``i mod n``-th sorted member id.
-
-    Examples:
-        >>> {m: sorted(l) for m, l in balance(["c", "a", "b"], 4).items()}
-        {'a': [0, 3], 'b': [1], 'c': [2]}
-    """
-    ordered = sorted(set(members))
-    return {member: frozenset(range(i, lanes, len(ordered))) for i, member in enumerate(ordered)}
 
 
 def default_member_id() -> str:
@@ -255,15 +250,7 @@ class LaneBalancer:
 
     def _heartbeat(self) -> None:
         self._beat += 1
-        entry = MemberEntry(
-            member=self.member_id,
-            want=self._settings.want,
-            beat=self._beat,
-            lease_ms=self.lease_ms,
-            renewed_ms=wall_ms(),
-            host=self._host,
-            pid=os.getpid(),
-        )
+        entry = heartbeat(self.member_id, self._settings.want, self._beat, self.lease_ms, self._host)
         self._members.set(
             member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
         )
@@ -292,33 +279,15 @@ class LaneBalancer:
 
     def _live_members(self) -> dict[str, MemberEntry]:
         """Members of this group whose heartbeat this process has seen change within their lease period."""
-        live: dict[str, MemberEntry] = {}
-        seen: set[str] = set()
-        for key, text in self._members.entries().items():
-            parsed = parse_key(key)
-            if parsed is None or parsed[0] != self.stream or parsed[1] != self.group:
-                continue
-            seen.add(key)
-            try:
-                entry = MemberEntry.decode(text, f"{key} in map {MEMBERS_MAP!r}")
-            except FormatError as exc:
-                logger.warning("ignoring group member entry: %s", exc)
-                continue
-            self._member_observer.see(key, text)
-            if entry.member == self.member_id or not self._member_observer.expired(key, text, entry.lease_ms):
-                live[entry.member] = entry
-        self._member_observer.forget_except(seen)
-        live.setdefault(
-            self.member_id,
-            MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid()),
-        )
+        own = MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid())
+        warnings: list[str] = []
+        live = live_members(self._members.entries(), self.stream, self.group, own, self._member_observer, warnings)
+        for warning in warnings:
+            logger.warning("ignoring group member entry: %s", warning)
         return live
 
     def _target(self, live: Mapping[str, MemberEntry]) -> frozenset[int]:
-        if self._settings.want == "all":
-            return frozenset(range(self.lanes))
-        balanced = [member for member, entry in live.items() if entry.want == "balanced"]
-        return balance(balanced, self.lanes).get(self.member_id, frozenset())
+        return target_lanes(self._settings.want, live, self.lanes, self.member_id)
 
     def _release_surplus(self, target: frozenset[int]) -> None:
         with self._lock:
@@ -342,13 +311,8 @@ class LaneBalancer:
 
     def _try_acquire(self, lane: int, key: str, text: str | None) -> None:
         lease = None if text is None else Lease.decode(text, self._leases.where(key))
-        if lease is not None and not lease.vacant:
-            # A lease in our own name that we do not hold is a previous incarnation's (a restart with the same
-            # member_id): taken at once, but only when joining, so two live members sharing an id (a mistake)
-            # cannot keep snatching lanes from each other; afterwards it has to expire like any other.
-            previous_incarnation = lease.holder == self.member_id and self._thread is None
-            if not previous_incarnation and not self._lease_observer.expired(key, text or "", lease.lease_ms):
-                return  # a live holder gives the lane up itself; never steal it
+        if not may_take(lease, text, key, self.member_id, self._thread is None, self._lease_observer):
+            return  # a live holder gives the lane up itself; never steal it
         floor = 0
         if lease is None:
             stored = read_offset(self._offsets, self.stream, self.group, lane)
@@ -379,23 +343,19 @@ class LaneBalancer:
         a newer epoch is there."""
         where = f"{key} in map {OFFSETS_MAP!r}"
         for _ in range(MAX_CAS_ATTEMPTS):
-            text = self._offsets.get(key)
-            if text is None:
-                fenced = ConfirmedOffset(epoch, None, self.member_id, wall_ms()).encode()
-                if self._offsets.put_if_absent(key, fenced) is None:
-                    return fenced
+            step = fence_step(self._offsets.get(key), where, epoch, self.member_id)
+            if step.create is not None:
+                if self._offsets.put_if_absent(key, step.create) is None:
+                    return step.create
                 continue
-            stored = ConfirmedOffset.decode(text, where)
-            if stored.epoch > epoch:
-                return None
-            if stored.epoch == epoch:
-                return text
-            # the offset, its mark and a nack's pause and high-water mark stay: only the epoch and writer change,
-            # and an offset a previous holder staged in a transaction is settled (txn_offsets: its open
-            # transaction is aborted, a committed one rolled forward) in this same compare-and-set
-            settled = settle(self._grid, stored, self._where(lane), abort_open=True) or stored
-            fenced = replace(settled, epoch=epoch, by=self.member_id, updated_ms=wall_ms()).encode()
-            if self._offsets.replace_if_same(key, text, fenced):
+            if step.newer or step.keep is not None:
+                return step.keep
+            assert step.stored is not None
+            # an offset a previous holder staged in a transaction is settled (txn_offsets: its open transaction
+            # is aborted, a committed one rolled forward) in this same compare-and-set
+            settled = settle(self._grid, step.stored, self._where(lane), abort_open=True) or step.stored
+            fenced = fenced_value(settled, epoch, self.member_id)
+            if self._offsets.replace_if_same(key, step.text or "", fenced):
                 return fenced
         return None
 

@@ -70,14 +70,20 @@ from meteor_spark.errors import (
     FencedError,
     GridError,
     GroupError,
-    NotAssignedError,
 )
 from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
 from meteor_spark.grid.client import Grid, GridMap
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.groups.balancing import LaneBalancer, MemberSettings
-from meteor_spark.groups.leases import ExpiryObserver, Held, LeaseMap, wall_ms
+from meteor_spark.groups.leases import ExpiryObserver, Held, LeaseMap
+from meteor_spark.groups.protocol import (
+    check_lane,
+    check_offset,
+    fenced_error,
+    not_assigned_error,
+    offset_step,
+)
 from meteor_spark.groups.store import (
     LEASES_MAP,
     MAX_CAS_ATTEMPTS,
@@ -425,24 +431,8 @@ class GroupMember(LaneBalancer):
         high: int | None = None,
     ) -> None:
         what = "seek" if backwards else "confirm"
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(
-                f"{what} offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0 "
-                f"(use the offset of the next record to read)"
-            )
-        self._check_lane(lane)
+        epoch = self._write_epoch(what, lane, offset, read_epoch)
         key = lane_key(self.stream, self.group, lane)
-        with self._lock:
-            held = self._held.get(lane)
-            deposed = self._deposed.get(lane)
-        if held is None and deposed is not None:
-            _, lease = self._leases.read(key)
-            raise self._fenced(
-                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
-            )
-        epoch = self._epoch_of(lane)
-        if read_epoch is not None and read_epoch != epoch:
-            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
         # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
         # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
         # lease beforehand would cost a round trip and still race with a takeover right after it.
@@ -458,32 +448,56 @@ class GroupMember(LaneBalancer):
                 # The holder fenced the entry when it took the lane, so it only goes missing when the group was
                 # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
                 raise self._fenced(what, lane, offset, epoch, None, None)
-            stored = ConfirmedOffset.decode(text, where)
-            kept_high = high if high is not None or backwards else stored.high  # a seek forgets it
-            kept_high = kept_high if kept_high is not None and kept_high > offset else None
-            new = ConfirmedOffset(
-                epoch, offset, self.member_id, wall_ms(), mark, not_before_ms, kept_high, stored.txn
-            ).encode()
-            if stored.epoch > epoch:
-                raise self._fenced(what, lane, offset, epoch, stored.by, stored.epoch)
-            if not backwards and stored.offset is not None and offset <= stored.offset:
+            step = offset_step(
+                text,
+                where,
+                epoch=epoch,
+                offset=offset,
+                member_id=self.member_id,
+                backwards=backwards,
+                mark=mark,
+                not_before_ms=not_before_ms,
+                high=high,
+            )
+            if step.fenced:
+                raise self._fenced(what, lane, offset, epoch, step.stored.by, step.stored.epoch)
+            if step.ignored:
                 self._remember_offset_text(lane, text)
-                if offset < stored.offset:
+                if step.below:
                     logger.debug(
-                        "ignored confirm of offset %d on %s: the group already confirmed %d",
+                        "ignored confirm of offset %d on %s: the group already confirmed %s",
                         offset,
                         self._where(lane),
-                        stored.offset,
+                        step.stored.offset,
                     )
                 return
-            if self._offsets.replace_if_same(key, text, new):
-                self._remember_offset_text(lane, new)
+            assert step.write is not None
+            if self._offsets.replace_if_same(key, text, step.write):
+                self._remember_offset_text(lane, step.write)
                 return
             text = None
         raise GroupError(
             f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
             f"in a row to concurrent writers; confirm from one thread per lane"
         )
+
+    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int:
+        """The epoch an offset write on ``lane`` goes under; refused at once when the lane was lost to another
+        member, or when the records were read under another epoch."""
+        check_offset(what, offset, self._where(lane))
+        self._check_lane(lane)
+        with self._lock:
+            held = self._held.get(lane)
+            deposed = self._deposed.get(lane)
+        if held is None and deposed is not None:
+            _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
+            raise self._fenced(
+                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
+            )
+        epoch = self._epoch_of(lane)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
+        return epoch
 
     def _remember_offset_text(self, lane: int, text: str) -> None:
         with self._lock:
@@ -494,27 +508,15 @@ class GroupMember(LaneBalancer):
         self, what: str, lane: int, offset: int, epoch: int, holder: str | None, their_epoch: int | None
     ) -> FencedError:
         self.fencing_refusals += 1
-        now = "is vacant" if holder is None else f"is held by {holder!r}"
-        return FencedError(
-            f"{what} of offset {offset} on {self._where(lane)} refused: member {self.member_id!r} held the lane "
-            f"with epoch {epoch}, but the lane {now} with epoch {their_epoch}; nothing was written. The records "
-            f"after the group's confirmed offset go to the lane's current holder; read the lane again only when "
-            f"it is assigned back (on_change)"
-        )
+        return fenced_error(self.member_id, what, self._where(lane), offset, epoch, holder, their_epoch)
 
     def _epoch_of(self, lane: int) -> int:
         self._check_lane(lane)
         with self._lock:
             held = self._held.get(lane)
         if held is None:
-            raise NotAssignedError(
-                f"member {self.member_id!r} does not hold {self._where(lane)}; it holds lanes "
-                f"{sorted(self.assignment())}. Confirm and seek only lanes in assignment()"
-            )
+            raise not_assigned_error(self.member_id, self._where(lane), self.assignment())
         return held.lease.epoch
 
     def _check_lane(self, lane: int) -> None:
-        if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.lanes:
-            raise ConfigError(
-                f"lane {lane!r} does not exist on stream {self.stream!r}; it has lanes 0..{self.lanes - 1}"
-            )
+        check_lane(lane, self.lanes, self.stream)

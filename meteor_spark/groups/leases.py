@@ -156,6 +156,23 @@ class Held:
         return now_mono - self.sent_mono < self.lease.lease_ms / 1000.0
 
 
+def acquired(holder: str, lease_ms: int, seen: Lease | None, floor_epoch: int = 0) -> Lease:
+    """The lease a takeover writes over ``seen`` (None: no entry): epoch above both the seen one and the floor
+    (the epoch stored with the lane's offset, for a lease entry that went missing), so epochs never repeat."""
+    base = floor_epoch if seen is None else max(seen.epoch, floor_epoch)
+    return Lease(epoch=base + 1, holder=holder, lease_ms=lease_ms, renewed_ms=wall_ms())
+
+
+def renewed(held: Held) -> Lease:
+    """A held lease renewed: ``beat + 1``, so a takeover CAS on the old value can never succeed (no ABA)."""
+    return replace(held.lease, beat=held.lease.beat + 1, renewed_ms=wall_ms())
+
+
+def vacated(held: Held) -> Lease:
+    """A held lease released: vacant, keeping its epoch so the next holder takes ``epoch + 1``."""
+    return Lease(epoch=held.lease.epoch, holder=None, lease_ms=held.lease.lease_ms, renewed_ms=wall_ms())
+
+
 class ExpiryObserver:
     """Judges expiry of other holders' leases by observed non-renewal, on this process's monotonic clock.
 
@@ -192,7 +209,8 @@ class ExpiryObserver:
 
 
 class LeaseMap:
-    """Acquire, renew and release leases in one grid map, by compare-and-set only."""
+    """Acquire, renew and release leases in one grid map, by compare-and-set only (the values written are
+    ``acquired`` / ``renewed`` / ``vacated``'s, which the asyncio member writes too)."""
 
     def __init__(self, grid_map: GridMap) -> None:
         self.map = grid_map
@@ -213,15 +231,11 @@ class LeaseMap:
         alone. Returns what is now held, or None when another party won.
         """
         sent = time.monotonic()
+        lease = acquired(holder, lease_ms, seen if seen_text is not None else None, floor_epoch)
+        text = lease.encode()
         if seen_text is None or seen is None:
-            lease = Lease(epoch=floor_epoch + 1, holder=holder, lease_ms=lease_ms, renewed_ms=wall_ms())
-            text = lease.encode()
             won = self.map.put_if_absent(key, text) is None
         else:
-            lease = Lease(
-                epoch=max(seen.epoch, floor_epoch) + 1, holder=holder, lease_ms=lease_ms, renewed_ms=wall_ms()
-            )
-            text = lease.encode()
             won = self.map.replace_if_same(key, seen_text, text)
         if not won:
             return None
@@ -231,7 +245,7 @@ class LeaseMap:
     def renew(self, key: str, held: Held) -> Held | None:
         """Extend a held lease; None when it is no longer ours (taken over after it expired for someone)."""
         sent = time.monotonic()
-        lease = replace(held.lease, beat=held.lease.beat + 1, renewed_ms=wall_ms())
+        lease = renewed(held)
         text = lease.encode()
         if self.map.replace_if_same(key, held.text, text):
             return Held(lease, text, sent)
@@ -239,7 +253,7 @@ class LeaseMap:
 
     def release(self, key: str, held: Held) -> bool:
         """Make a held lease vacant, keeping its epoch; False when it was no longer ours."""
-        vacant = Lease(epoch=held.lease.epoch, holder=None, lease_ms=held.lease.lease_ms, renewed_ms=wall_ms())
+        vacant = vacated(held)
         released = self.map.replace_if_same(key, held.text, vacant.encode())
         if released:
             logger.debug("released lease %s (epoch %d)", self.where(key), held.lease.epoch)

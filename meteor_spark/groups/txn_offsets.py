@@ -62,9 +62,17 @@ def settle(grid: Grid, stored: ConfirmedOffset, where: str, *, abort_open: bool)
         state = transactions.abort(
             grid, staged.key, f"fenced: {where} was taken over while the transaction held its offset"
         )
+    return settled_with(stored, state, where)
+
+
+def settled_with(stored: ConfirmedOffset, state: transactions.TxnState | None, where: str) -> ConfirmedOffset:
+    """``stored`` with its staged offset settled by the state of its transaction, decided or removed (None):
+    rolled forward when it committed, dropped otherwise (the asyncio member reads the state with awaited calls)."""
+    if stored.txn is None:
+        return stored
     if state is not None and state.state == transactions.COMMITTED:
         return rolled_forward(stored)
-    logger.info("dropped the offset staged on %s by transaction %r (%s)", where, staged.key, _outcome(state))
+    logger.info("dropped the offset staged on %s by transaction %r (%s)", where, stored.txn.key, _outcome(state))
     return replace(stored, txn=None)
 
 

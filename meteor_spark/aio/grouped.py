@@ -1,0 +1,281 @@
+"""An ``AsyncSubscriber``'s exclusive group: its lanes follow an ``AsyncGroupMember``'s assignment.
+
+The threaded grouped ``Subscriber``'s rules (``meteor_spark.consumer.lane_reader`` / ``subscriber_offsets``), on the
+event loop: a lane assigned starts at the group's confirmed offset (else the initial scheme, confirmed at once), a
+group offset past the lane's end is ``OffsetOutOfRangeError``, the item mark stored with the offset is compared with
+the item now at its sequence (``LaneTruncatedError``, or with ``skip_data_loss`` the group's offset moved back to
+the lane's oldest record, counted); a lane no longer assigned is dropped, and if it had delivered records not
+confirmed, the next ``confirm()`` says so (``FencedError``); leases are re-validated before delivering; a lane paused
+by a threaded member's delayed ``nack`` is not read before its instant. ``confirm`` is the threaded one's, awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from meteor_spark.aio.group_member import AsyncGroupMember
+from meteor_spark.aio.views import RingBounds
+from meteor_spark.consumer.auto_confirm import AutoConfirm
+from meteor_spark.consumer.lane_state import LaneState
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    GroupError,
+    LaneTruncatedError,
+    NotAssignedError,
+    OffsetOutOfRangeError,
+)
+from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of, index_of, sequence_of
+from meteor_spark.format.records import BatchPart, Record
+from meteor_spark.grid.aio_client import AsyncGrid
+from meteor_spark.grid.item_marks import CHANGED, SAME, verdict_of
+from meteor_spark.groups.protocol import check_lane
+from meteor_spark.groups.redelivery import now_ms
+
+__all__ = ["GroupedLanes"]
+
+logger = logging.getLogger(__name__)
+
+
+class GroupedLanes:
+    """The group side of one ``AsyncSubscriber`` (see the module docs): it changes the subscriber's ``lanes`` and
+    ``bounds`` dicts in place, on the loop."""
+
+    def __init__(
+        self,
+        member: AsyncGroupMember,
+        lanes: dict[int, LaneState],
+        bounds: dict[int, RingBounds],
+        *,
+        scheme: InitialOffsetScheme | str,
+        skip_data_loss: bool,
+        auto_confirm: AutoConfirm | None,
+    ) -> None:
+        self.member = member
+        self.stream = member.stream
+        self.group = member.group
+        self._lanes = lanes
+        self._bounds = bounds
+        self._scheme = scheme
+        self._skip_data_loss = skip_data_loss
+        self.auto_confirm = auto_confirm
+        self._unconfirmed_lost: dict[int, int | None] = {}
+        self.truncated_lanes = 0
+        self.truncations: list[tuple[int, int, int]] = []
+        self.wakeup = asyncio.Event()
+
+    async def join(self, grid: AsyncGrid, ring_names: list[str]) -> None:
+        """Start the member (it takes the lanes it should hold now), then read them; NONE needs every lane's
+        confirmed offset (``GroupError`` naming the lanes without one)."""
+        await self.member.start()
+        if self._scheme is InitialOffsetScheme.NONE:
+            known = await self.member.known_offsets(range(self.member.lanes))
+            missing = [lane for lane, offset in known.items() if offset is None]
+            if missing:
+                raise GroupError(
+                    f"initial_offset_scheme NONE: group {self.group!r} has no confirmed offset on stream "
+                    f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
+                )
+        await self.sync(grid, ring_names)
+
+    async def sync(self, grid: AsyncGrid, ring_names: list[str]) -> None:
+        """Follow the member's assignment: drop lanes no longer held, start the new ones (or those held again
+        with a new epoch)."""
+        assignment = dict(self.member.assignment().items())
+        for lane in [lane for lane in self._lanes if lane not in assignment]:
+            self._drop(lane, "no longer assigned")
+        fresh = [(lane, epoch) for lane, epoch in assignment.items() if self._lane_epoch(lane) != epoch]
+        for lane, epoch in fresh:
+            try:
+                state = await self._start_lane(grid, ring_names[lane], lane, epoch)
+            except (FencedError, NotAssignedError) as exc:
+                logger.debug("lane %d lost while starting it: %s", lane, exc)
+                continue
+            if lane in self._lanes:
+                self._drop(lane, "assigned again with a new epoch")
+            self._lanes[lane] = state
+            logger.info(
+                "asyncio subscriber of stream %r group %r: lane %d assigned (epoch %d), starting at offset %d",
+                self.stream,
+                self.group,
+                lane,
+                epoch,
+                state.position,
+            )
+
+    def _lane_epoch(self, lane: int) -> int | None:
+        state = self._lanes.get(lane)
+        return None if state is None else state.epoch
+
+    async def _start_lane(self, grid: AsyncGrid, ring_name: str, lane: int, epoch: int) -> LaneState:
+        ring = await grid.ring(ring_name)
+        head, tail = await ring.head(), await ring.tail()
+        bounds = RingBounds(ring, head, tail)
+        nxt = tail + 1
+        oldest = min(head if head <= tail else nxt, nxt)
+        position = await self.member.initial_offset(lane, self._scheme, oldest, nxt)
+        self._bounds[lane] = bounds
+        state = LaneState(self.stream, lane, bounds, await ring.capacity(), position, epoch, grid.connection_losses)  # type: ignore[arg-type]
+        state.not_before, _ = self.member.hold_of(lane)  # a delayed nack's pause holds for every member
+        if position > first_offset_of(nxt):
+            state.error = OffsetOutOfRangeError(
+                self.stream,
+                lane,
+                position,
+                first_offset_of(oldest),
+                first_offset_of(nxt),
+                hint=(
+                    f"It is the confirmed offset of group {self.group!r}: was the stream deleted and re-created, "
+                    f"or the grid restarted without persistence? Seek the lane (AsyncSubscriber.seek, or "
+                    f"meteor_spark.groups.admin.seek_group with the group stopped) to a position inside the range."
+                ),
+            )
+        else:
+            await self._check_resume(state, bounds, oldest)
+        return state
+
+    async def _check_resume(self, state: LaneState, bounds: RingBounds, oldest: int) -> None:
+        """``LaneReader._check_resume``: the stored item mark against the item now at its sequence (one read)."""
+        mark = self.member.confirmed_mark(state.lane)
+        if mark is None:
+            return
+        batch = await bounds.ring.read_many(mark.sequence, 0, 1)
+        verdict = verdict_of(mark, batch.items, batch.sequences)
+        if verdict == SAME and mark.sequence == state.fetch_seq - 1:
+            state.position_mark = mark
+        if verdict != CHANGED:
+            return
+        confirmed = state.position
+        restart = first_offset_of(oldest)
+        if not self._skip_data_loss:
+            state.error = LaneTruncatedError(
+                self.stream,
+                state.lane,
+                confirmed,
+                restart,
+                mark.sequence,
+                whose=f"group {self.group!r}'s offset",
+                fix=(
+                    f"Decide where the group goes on: seek the lane (AsyncSubscriber.seek, or with the group stopped "
+                    f"`meteor groups STREAM GROUP --seek`), e.g. to the oldest record {restart}; or opt in to "
+                    f"skip_data_loss=True, which re-reads the lane from its oldest record and counts it."
+                ),
+            )
+            return
+        await self.member.seek(state.lane, restart)
+        state.reset(restart)
+        self.truncated_lanes += 1
+        self.truncations.append((state.lane, confirmed, restart))
+        logger.warning(
+            "stream %r lane %d was truncated and refilled under group %r's offset %d; skip_data_loss is on: the "
+            "group reads the lane again from its oldest record, offset %d",
+            self.stream,
+            state.lane,
+            self.group,
+            confirmed,
+            restart,
+        )
+
+    def _drop(self, lane: int, why: str) -> None:
+        state = self._lanes.pop(lane)
+        if state.pending is not None:
+            state.pending.cancel()
+            state.pending = None
+        if state.dirty:
+            self._unconfirmed_lost[lane] = state.epoch  # the next confirm() says so instead of passing over it
+        logger.info(
+            "asyncio subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
+        )
+
+    def revalidate(self, taken: dict[int, list[BatchPart]]) -> None:
+        """Before delivering: leave out (and drop) lanes whose lease this member no longer holds by its own
+        judgement, so a lane taken over meanwhile is not delivered here too."""
+        for lane in list(taken):
+            if not self.member.is_current(lane):
+                del taken[lane]
+                if lane in self._lanes:
+                    self._drop(lane, "lease lost before delivery")
+
+    def paused(self, state: LaneState) -> bool:
+        """A threaded member's delayed nack: the lane is not read before its wall-clock instant."""
+        return state.not_before > now_ms()
+
+    def pause_left(self) -> float:
+        """Seconds until the first paused lane may be read again (inf when none is paused)."""
+        now = now_ms()
+        waits = [state.not_before - now for state in self._lanes.values() if state.not_before > now]
+        return min(waits) / 1000.0 if waits else float("inf")
+
+    # -- confirm ------------------------------------------------------------------------------------------------
+
+    async def confirm(self, offset: int | Record | None, lane: int | None, lanes: int) -> None:
+        """``Subscriber.confirm``'s arguments: nothing (every delivered position), a ``Record``, or an offset with
+        its lane (which a one-lane stream may leave out)."""
+        if offset is None:
+            await self.confirm_all()
+            return
+        if isinstance(offset, Record):
+            lane, offset = offset.lane, offset.offset
+        if lane is None:
+            if lanes != 1:
+                raise ConfigError(
+                    f"confirm: stream {self.stream!r} has {lanes} lanes; say which one (lane=...), or pass a Record"
+                )
+            lane = 0
+        check_lane(lane, lanes, self.stream)
+        await self.confirm_one(lane, offset)
+
+    async def confirm_all(self) -> None:
+        """``Subscriber.confirm()``: every delivered position, lane by lane; lanes lost with unconfirmed records
+        delivered are a ``FencedError`` after the others were confirmed."""
+        todo = [(lane, s.position, s.epoch, s.position_mark) for lane, s in sorted(self._lanes.items()) if s.dirty]
+        lost_now: dict[int, int | None] = {}
+        for lane, position, epoch, mark in todo:
+            try:
+                await self.member.confirm(lane, position, epoch=epoch, mark=mark)
+            except (FencedError, NotAssignedError):
+                lost_now[lane] = epoch
+                continue
+            state = self._lanes.get(lane)
+            if state is not None and state.position == position:
+                state.dirty = False
+        lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+        lost.update(lost_now)
+        if lost:
+            raise FencedError(
+                f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
+                f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
+                f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
+                f"records again"
+            )
+
+    async def confirm_one(self, lane: int, offset: int) -> None:
+        """``Subscriber.confirm(offset, lane=...)``: up to and including that delivered record."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
+        state = self._lanes.get(lane)
+        last = -1 if state is None else state.last_delivered
+        if offset > last:
+            raise ConfigError(
+                f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
+                f"subscriber (last delivered: {last}); confirm only records you processed"
+            )
+        count = state.item_counts.get(sequence_of(offset)) if state is not None else None
+        mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
+        after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
+        await self.member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
+
+    async def confirm_automatically(self) -> None:
+        """Auto-confirm what earlier polls handed out; a lane lost meanwhile is logged (its new holder reads those
+        records again)."""
+        assert self.auto_confirm is not None
+        try:
+            await self.confirm_all()
+        except FencedError as exc:
+            logger.warning("auto-confirm of stream %r group %r: %s", self.stream, self.group, exc)
+        self.auto_confirm.done()
+
+    def metrics(self) -> dict[str, int]:
+        """The group member's figures, which ``Subscriber.metrics()`` adds for a grouped subscriber."""
+        return self.member.metrics()
