@@ -13,8 +13,9 @@ wording. So an asyncio requester and a threaded responder answer each other, and
   A ``request`` whose caller is cancelled (``asyncio.wait_for``, a task cancelled) is forgotten at once.
 - Responder: one task polls the request stream and answers each request in order; the handler may be a plain
   function or a coroutine function. Replies are queued on an ``AsyncPublisher`` per reply stream (the least
-  recently used ones closed past ``max_reply_publishers``). Responder groups are the threaded ``Responder``'s:
-  ``group=`` is refused, as the asyncio subscriber does not take groups.
+  recently used ones closed past ``max_reply_publishers``). Responders sharing a ``group`` split the request
+  stream's lanes (an exclusive group of ``AsyncSubscriber``s) and confirm a batch once its replies are stored, as the
+  threaded ``Responder`` does, so asyncio and threaded responders can share one group.
 """
 
 from __future__ import annotations
@@ -288,7 +289,8 @@ class AsyncResponder:
             are not answered, as their requesters have likely given up).
         poll_timeout_ms: how long one poll of the request stream waits.
         max_reply_publishers: publishers to reply streams kept open (least recently used ones are closed).
-        group: refused (``ConfigError``): responder groups are the threaded ``Responder``'s.
+        group: share the request stream's lanes with the other responders of this group, asyncio or threaded (None:
+            read every lane).
     """
 
     def __init__(
@@ -304,11 +306,6 @@ class AsyncResponder:
     ) -> None:
         if not callable(handler):
             raise ConfigError(f"the responder's handler must be callable, got {handler!r}")
-        if group is not None:
-            raise ConfigError(
-                f"AsyncResponder(group={group!r}): responder groups need subscriber groups, which the asyncio API "
-                f"does not take yet; use the threaded Responder for a group of responders"
-            )
         self._handler = handler
         self._poll_ms = check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
         self._max_publishers = check_int("max_reply_publishers", max_reply_publishers, 1, 1 << 16)
@@ -316,6 +313,7 @@ class AsyncResponder:
         self._target = members_or_grid
         self._config = request_stream
         self._scheme = initial_offset_scheme
+        self.group = group
         self.request_stream = request_stream if isinstance(request_stream, str) else request_stream.name
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
@@ -333,7 +331,9 @@ class AsyncResponder:
         if self._task is None:
             grid, owned = await connect_async(self._target)
             try:
-                self._subscriber = await AsyncSubscriber(grid, self._config, initial_offset_scheme=self._scheme).start()
+                self._subscriber = await AsyncSubscriber(
+                    grid, self._config, group=self.group, initial_offset_scheme=self._scheme
+                ).start()
             except BaseException:
                 if owned:
                     await grid.close()
@@ -351,8 +351,8 @@ class AsyncResponder:
 
     @property
     def lanes(self) -> list[int]:
-        """The request stream's lanes this responder answers (all of them; none before ``start``)."""
-        return list(range(self._subscriber.info.lanes)) if self._task is not None else []
+        """The request stream's lanes this responder answers now (all of them ungrouped; none before ``start``)."""
+        return self._subscriber.lanes if self._task is not None else []
 
     async def _run(self) -> None:
         while not self._closed:
@@ -368,6 +368,7 @@ class AsyncResponder:
             await self._answer(batch)
 
     async def _answer(self, batch: RecordBatch) -> None:
+        used: list[AsyncPublisher] = []
         for request in batch:
             route = request_route(request)
             if route is None:
@@ -400,7 +401,13 @@ class AsyncResponder:
                 continue
             stored = await publisher.publish_async(reply)
             stored.add_done_callback(self._reply_stored)
+            if publisher not in used:
+                used.append(publisher)
             self.answered += 1
+        if self.group is not None and batch:
+            for publisher in used:
+                await publisher.flush()
+            await self._subscriber.confirm()
 
     def _reply_stored(self, done: asyncio.Future[int]) -> None:
         error = None if done.cancelled() else done.exception()

@@ -137,13 +137,37 @@ def test_no_reply_in_time_is_a_timeout_naming_the_request(grid_settings: GridSet
     _run(main())
 
 
+def test_asyncio_and_threaded_responders_share_a_group(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    async def main() -> tuple[int, int]:
+        config = StreamConfig(unique_name, lanes=2)
+        async with AsyncResponder(grid_settings, config, lambda r: b"async:" + r.value, group="pricing") as mine:
+            with Responder(grid, config, lambda r: b"threaded:" + r.value, group="pricing") as theirs:
+                deadline = time.monotonic() + 20
+                while not (mine.lanes and theirs.lanes):  # balanced: one lane each
+                    assert time.monotonic() < deadline, (mine.lanes, theirs.lanes)
+                    await asyncio.sleep(0.02)
+                assert sorted(mine.lanes + theirs.lanes) == [0, 1]
+                async with AsyncRequester(grid_settings, unique_name, timeout_ms=10_000) as requester:
+                    replies = await asyncio.gather(
+                        *(requester.request(Record(f"q{n}".encode(), key=f"k{n}".encode())) for n in range(40))
+                    )
+                assert [r.value.split(b":")[1] for r in replies] == [f"q{n}".encode() for n in range(40)]
+                by = {side: sum(r.value.startswith(side.encode()) for r in replies) for side in ("async", "threaded")}
+                assert by["async"] == mine.answered and by["threaded"] == theirs.answered
+                return by["async"], by["threaded"]
+
+    answered_async, answered_threaded = _run(main())
+    print(f"group of responders: 40 requests, asyncio answered {answered_async}, threaded {answered_threaded}")
+    assert answered_async > 0 and answered_threaded > 0
+
+
 def test_option_errors_and_the_reply_stream_life(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     with pytest.raises(ConfigError, match="timeout_ms"):
         AsyncRequester(grid_settings, unique_name, timeout_ms=0)
     with pytest.raises(ConfigError, match="capacity"):
         AsyncRequester(grid_settings, unique_name, reply_capacity=0)
-    with pytest.raises(ConfigError, match=r"group='g'.*threaded Responder"):
-        AsyncResponder(grid_settings, unique_name, lambda r: r.value, group="g")
     with pytest.raises(ConfigError, match="handler must be callable"):
         AsyncResponder(grid_settings, unique_name, b"not callable")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_reply_publishers"):
