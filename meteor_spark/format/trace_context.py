@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from meteor_spark.compat_otel import context_reader
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.records import Record
 
@@ -123,19 +124,21 @@ class PublishTracing:
     __slots__ = (
         "_api",
         "_attributes",
-        "_current",
         "_current_span",
         "_inject",
         "_kind",
         "_name",
         "_set_span",
         "_tracer",
+        "current",
     )
 
     def __init__(self, api: Any, stream: str) -> None:
         trace = api.trace
         self._api = api
-        self._current = api.get_current
+        #: The current OpenTelemetry context, in one call (``meteor_spark.compat_otel``); an empty one is false: the
+        #: publisher's hot path asks ``active`` only when it is not.
+        self.current: Callable[[], Any] = context_reader(api.get_current)
         self._current_span = trace.get_current_span
         self._set_span = trace.set_span_in_context
         self._inject = api.propagate.inject
@@ -152,7 +155,7 @@ class PublishTracing:
         """Whether a valid span context is current (a local span, or a remote one an application extracted).
 
         An empty current context (the usual case outside traced code) answers at once: a context-variable read."""
-        context = self._current()
+        context = self.current()
         return bool(context) and bool(self._current_span(context).get_span_context().is_valid)
 
     def _start(self, extra: dict[str, Any]) -> tuple[Span, tuple[tuple[str, bytes], ...]]:

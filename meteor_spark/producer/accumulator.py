@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.producer.calls import Call, Piece, Segment
 from meteor_spark.producer.futures import BulkFuture, PublishCallback, RecordFuture
+from meteor_spark.producer.lane_queue import LaneQueue
 
 if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowInput
@@ -37,82 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Accumulator", "LaneQueue"]
 
-
-class LaneQueue:
-    """What is queued for one lane: its segments, their count and bytes, and whether a call is in flight."""
-
-    __slots__ = (
-        "ahead",
-        "encoding",
-        "in_flight",
-        "lane",
-        "lock",
-        "previous_done",
-        "queued",
-        "queued_bytes",
-        "segments",
-        "since",
-    )
-
-    def __init__(self, lane: int, lock: Any) -> None:
-        self.lane = lane
-        self.lock = lock  # the accumulator's
-        self.segments: deque[Segment] = deque()
-        self.queued = 0
-        self.queued_bytes = 0
-        self.since = 0.0
-        self.in_flight = False
-        # Encode-ahead (the sender's): the lane's next call, encoded while the current one is in flight, or being
-        # encoded; ``previous_done`` says the call in flight settled while its successor was still being encoded
-        # (the lane stays claimed: the encoder sends it).
-        self.ahead: Any = None
-        self.encoding = False
-        self.previous_done = False
-
-    def open_segment(self) -> Segment:
-        if self.segments:
-            last = self.segments[-1]
-            if last.open and last.arrow is None:
-                return last
-        segment = Segment(self.lock)
-        self.segments.append(segment)
-        return segment
-
-    # Encode-ahead's transitions (lock held), the sender's only way to change the lane's flags.
-
-    def begin_encoding(self) -> None:
-        """The sender took the lane's next call to encode it ahead, while the lane's call is in flight."""
-        self.encoding = True
-
-    def encoded(self, call: Any) -> bool:
-        """The sender finished encoding the lane's next call ahead (``call`` None: encoding it failed). True when
-        the call in flight settled meanwhile: the encoder then sends its call itself, or, when it has none, the lane
-        is free again (the caller wakes the sender); False: the call is parked on the lane (``ahead``)."""
-        self.encoding = False
-        send_now = self.previous_done
-        self.previous_done = False
-        if not send_now:
-            self.ahead = call
-        elif call is None:
-            self.in_flight = False
-        return send_now
-
-    def call_settled(self) -> Any:
-        """The lane's call in flight settled: returns the call encoded ahead, to send now (the lane stays claimed
-        for it), or None: the encoder still at it sends its call when done, or else the lane is free."""
-        following = self.ahead
-        if following is not None:
-            self.ahead = None
-        elif self.encoding:
-            self.previous_done = True
-        else:
-            self.in_flight = False
-        return following
-
-    def drop_ahead(self) -> Any:
-        """Take the call encoded ahead off the lane (None when there is none): a close fails it."""
-        call, self.ahead = self.ahead, None
-        return call
+#: ``RecordFuture`` instances without ``__init__`` (``Accumulator.append_value`` sets the two attributes itself).
+_new_record_future = object.__new__
 
 
 class Accumulator:
@@ -145,6 +71,8 @@ class Accumulator:
         self.sticky_fill = 0
         #: The producer sequence of the next ring item cut (see ``cut``).
         self.producer_seq = 0
+        #: The sender was woken and has not looked at the lanes since (``nudge_sender``).
+        self.sender_nudged = False
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -226,9 +154,67 @@ class Accumulator:
                 state.queued_bytes += size
                 whole = state.queued_bytes >= self.ahead_bytes or state.queued >= self.ahead_records
                 if whole and state.ahead is None and not state.encoding:
-                    self.work.notify()  # a whole call waits behind the one in flight: the sender encodes it ahead
+                    self.nudge_sender()  # a whole call waits behind the one in flight: the sender encodes it ahead
                 return future, None
             return future, (self.claim(state) if self.queued(state, 1, size) else None)
+
+    def append_value(self, value: bytes, size: int, stamp: int) -> tuple[RecordFuture, Call | None]:
+        """``append`` of a plain value (``size`` bytes) on the sticky lane without a callback: ``publish_async``'s
+        hot path, which runs a million times a second. Answers as ``append``, in one lock acquisition and one Python
+        frame: the lock is taken with ``acquire`` / ``release`` (a ``with`` block costs twice as much), the future is
+        made without running ``RecordFuture.__init__``, and a segment without keys or headers takes the value with
+        ``Segment.add_single``'s steps inlined. Anything else (a segment with keys or headers, an Arrow or closed
+        segment) takes the general steps; a full buffer or a closing publisher goes through ``admit`` as ever.
+        """
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closing or self.outstanding >= self._max_buffered:
+                self.admit(1)
+            else:
+                self.outstanding += 1
+            state = self.lanes[self.sticky]
+            segments = state.segments
+            segment = segments[-1] if segments else None
+            if segment is None or not segment.open or segment.keys is not None or segment.headers is not None:
+                segment = state.open_segment()
+                future = RecordFuture(segment, segment.n)
+                segment.add_single(value, stamp)
+            else:
+                segment.singles = True
+                future = _new_record_future(RecordFuture)
+                future._segment = segment
+                future._index = index = segment.n
+                segment.values.append(value)
+                segment.stamps.append(stamp)
+                segment.n = index + 1
+                segment.nbytes += size
+            if state.in_flight and state.queued:
+                state.queued += 1
+                state.queued_bytes += size
+                if (
+                    not self.sender_nudged
+                    and (state.queued_bytes >= self.ahead_bytes or state.queued >= self.ahead_records)
+                    and state.ahead is None
+                    and not state.encoding
+                ):
+                    self.nudge_sender()  # a whole call waits behind the one in flight: the sender encodes it ahead
+                return future, None
+            return future, (self.claim(state) if self.queued(state, 1, size) else None)
+        finally:
+            lock.release()
+
+    def nudge_sender(self) -> None:
+        """Wake the sender thread to look at the lanes again (lock held), once until it has looked.
+
+        ``Condition.notify`` costs about a microsecond even with nobody waiting, and while a publishing thread holds
+        the GIL the sender may take milliseconds to run: a notify per record until then cost every record that
+        much. ``next_calls`` clears ``sender_nudged`` each time it looks at the lanes (under the lock), so a change
+        after that look wakes it again.
+        """
+        if not self.sender_nudged:
+            self.sender_nudged = True
+            self.work.notify()
 
     def append_values(self, values: list[bytes], stamp: int, sink: BulkFuture) -> list[Call]:
         """Accept the plain values of one ``publish_many`` (over the lanes in sticky runs of a whole call each,
@@ -331,7 +317,7 @@ class Accumulator:
         # it wakes the sender now, to encode it ahead.
         if state.in_flight:
             if self.wants_ahead(state):
-                self.work.notify()
+                self.nudge_sender()
             return False
         settings = self.settings
         if settings.linger_ms <= 0:
@@ -341,7 +327,7 @@ class Accumulator:
         # Wake the sender only when it has something new to decide: a lane that starts its linger, or a batch
         # that just filled up.
         if first or state.queued >= settings.max_batch_records or state.queued_bytes >= settings.max_item_bytes:
-            self.work.notify()
+            self.nudge_sender()
         return False
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -416,6 +402,7 @@ class Accumulator:
         """Wait until lanes are ready and claim them (lock held): the calls to send now, and the calls to encode
         ahead of lanes still in flight (marked ``encoding``). None once closed with nothing left to send."""
         while True:
+            self.sender_nudged = False  # looking now: a change from here on wakes it again
             now = time.monotonic()
             waits = [(self.ready(s, now), s) for s in self.lanes]
             ready = [s for w, s in waits if w == 0.0]

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from time import time_ns as _time_ns
 from typing import Any
 
 import pyarrow as pa
@@ -205,6 +206,14 @@ class Publisher:
         self._trace = publish_tracing(self.stream) if tracing else None
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
+        self._append_value = self._acc.append_value
+        self._send = self._sender.send
+        #: A plain value goes straight to the accumulator (``publish_async``'s hot path): nothing to serialize, no
+        #: topic gate to ask.
+        self._plain = not self._serializing and self._gate is None
+        #: The current trace context (``PublishTracing.current``): the hot path is left to a record published while
+        #: one is set (it may be traced). ``bool()`` is False: without tracing no context is ever current.
+        self._context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 
@@ -279,6 +288,22 @@ class Publisher:
         deduplication window, a record with a message id is claimed in the grid first (one round trip), and a
         duplicate raises ``DuplicateMessageError`` here, before anything is queued (``meteor_spark.producer.dedup``).
         """
+        if (
+            type(record) is bytes
+            and callback is None
+            and topic is None
+            and message_id is None
+            and self._plain
+            and not self._context_now()
+        ):
+            # The hot path, in this one frame: a plain value needs no Record and one check.
+            size = len(record)
+            if size > self._max_record_bytes:
+                self._refuse_size(size, "the record")
+            future, call = self._append_value(record, size, _time_ns() // 1_000_000)
+            if call is not None:
+                self._send(call)
+            return future
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:

@@ -314,3 +314,34 @@ def test_check_int_rejects_bools_and_names_the_range() -> None:
         check_int("lane", 9, 1, 8, what="(the stream has 8 lanes)")
     with pytest.raises(ConfigError, match="got '3'"):
         check_int("lanes", "3", 1, 8)
+
+
+def test_append_value_queues_plain_values_in_order_and_shares_a_segment_with_keyed_records() -> None:
+    acc = _accumulator()
+    first, call = acc.append_value(b"a", 1, 10)
+    assert call is not None and call.n_records == 1  # an idle lane without linger: the caller sends it
+    second, behind = acc.append_value(b"bb", 2, 11)
+    assert behind is None  # the lane is in flight: its completion sends what queued behind
+    keyed, _ = acc.append(Record(b"k", key=b"x"), 0, 12, None)
+    third, _ = acc.append_value(b"c", 1, 13)  # the segment has keys now: the general steps, same segment
+    segment = acc.lanes[0].segments[-1]
+    assert [f._segment for f in (second, keyed, third)] == [segment] * 3
+    assert [f._index for f in (second, keyed, third)] == [0, 1, 2]
+    assert (segment.values, segment.keys, segment.stamps) == ([b"bb", b"k", b"c"], [None, b"x", None], [11, 12, 13])
+    assert isinstance(first, RecordFuture) and not first.done()
+    state = acc.lanes[0]
+    assert (state.queued, state.queued_bytes, acc.outstanding) == (3, 5, 4)
+
+
+def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
+    acc = _accumulator(items_per_call=1, max_batch_records=2)  # a whole call: 2 records
+    notified: list[int] = []
+    acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
+    acc.append_value(b"a", 1, 0)  # claimed: in flight
+    for value in (b"b", b"c", b"d", b"e"):
+        acc.append_value(value, 1, 0)
+    assert notified == [1], "one wake-up for the whole call queued behind, not one per record"
+    with acc.lock:
+        calls, ahead = acc.next_calls()  # type: ignore[misc]
+        assert calls == [] and [call.n_records for call in ahead] == [2]
+        assert not acc.sender_nudged  # it looked: the next change wakes it again

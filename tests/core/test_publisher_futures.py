@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pytest
 
+from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import GridError
 from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.records import Record
@@ -153,3 +154,30 @@ def test_order_per_lane_with_direct_sends_from_many_threads(grid: Grid, unique_n
     for sent in per_thread:
         offsets = [future.result(10) for _, future in sent]
         assert offsets == sorted(offsets), "records of one key (one lane) must keep the publishing order"
+
+
+def test_plain_values_between_keyed_records_keep_their_order_and_fields(grid: Grid, unique_name: str) -> None:
+    """Plain values take publish_async's hot path, records with a key or headers the general one, into the same
+    lane's queue: what is stored follows the publishing order with each record's own fields."""
+    sent: list[Record | bytes] = []
+    for i in range(300):
+        if i % 7 == 3:
+            sent.append(Record(f"k{i}".encode(), key=b"key", lane=0))
+        elif i % 11 == 5:
+            sent.append(Record(f"h{i}".encode(), headers=(("n", str(i).encode()),)))
+        else:
+            sent.append(f"v{i}".encode())
+    with Publisher(grid, StreamConfig(unique_name), max_batch_records=16) as pub:
+        futures = [pub.publish_async(record) for record in sent]
+        pub.flush(30)
+    offsets = [f.result(0) for f in futures]
+    assert all(a < b for a, b in itertools.pairwise(offsets))
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
+        stored: list[Record] = []
+        wait_until(lambda: stored.extend(sub.poll(timeout_ms=100)) or len(stored) >= len(sent), timeout_s=30)
+    assert [r.offset for r in stored] == offsets
+    for record, original in zip(stored, sent, strict=True):
+        if isinstance(original, Record):
+            assert (record.value, record.key, record.headers) == (original.value, original.key, original.headers)
+        else:
+            assert (record.value, record.key, record.headers) == (original, None, ())

@@ -279,3 +279,32 @@ def test_without_opentelemetry_nothing_is_added_or_imported(grid_settings: GridS
     assert out["span"] == "None"
     assert "pip install 'meteor-spark[otel]'" in out["extract"]
     assert out["imported"] == []
+
+
+def test_the_current_context_is_read_from_the_apis_context_var() -> None:
+    """The publisher's per-record check reads the API's ContextVar directly (``meteor_spark.compat_otel``): it
+    answers what ``get_current`` answers, in and out of a span."""
+    from opentelemetry import context, trace
+
+    from meteor_spark import compat_otel
+
+    assert compat_otel.problems() == []
+    read = compat_otel.context_reader(context.get_current)
+    assert read is not context.get_current  # the one-call reader on the checked versions
+    assert not read() and read() == context.get_current()
+    tracer = TracerProvider().get_tracer("test")
+    with tracer.start_as_current_span("s"):
+        assert read() and read() is context.get_current()
+        assert trace.get_current_span(read()).get_span_context().is_valid
+
+
+def test_a_plain_value_published_inside_a_span_is_traced(grid: Grid, unique_name: str) -> None:
+    """A plain value without topic, id or callback takes publish_async's hot path, unless a context is current."""
+    tracer = TracerProvider().get_tracer("test")
+    with Publisher(grid, StreamConfig(unique_name, lanes=1)) as pub:
+        with tracer.start_as_current_span("request") as request:
+            pub.publish_async(b"inside").result(30)
+        pub.publish_async(b"after").result(30)
+    context = request.get_span_context()
+    current = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    assert [(r.value, traceparent(r)) for r in _read(grid, unique_name, 2)] == [(b"inside", current), (b"after", None)]
