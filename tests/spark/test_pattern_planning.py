@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import pytest
@@ -21,10 +21,10 @@ from spark_helpers import grid_options, make_stream, put_items, values_items
 
 from meteor_spark.bench.jobs.pattern import CountingGrid
 from meteor_spark.grid.client import Grid, GridSettings
-from meteor_spark.grid.streams import StreamInfo
+from meteor_spark.grid.streams import StreamConfig, StreamInfo
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
-from meteor_spark.spark.lane_watch import idle_budget
+from meteor_spark.spark.lane_watch import LaneWatch, idle_budget
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.reader import MeteorStreamReader
 from meteor_spark.testing import wait_until
@@ -114,3 +114,87 @@ def test_a_thousand_stream_pattern_plans_with_a_bounded_number_of_grid_calls(
         delete_stream(grid, created.name)
     finally:
         reader.stop()
+
+
+class _Ring:
+    def __init__(self, rings: _Rings, name: str) -> None:
+        self.rings, self.name = rings, name
+
+    def head_async(self) -> Future[int]:
+        self.rings.reads.append(("head", self.name))
+        return _done(self.rings.heads.get(self.name, 0))
+
+    def tail_async(self) -> Future[int]:
+        self.rings.reads.append(("tail", self.name))
+        return _done(self.rings.tails.get(self.name, -1))
+
+
+class _Rings:
+    """Rings with set heads and tails that record what was read."""
+
+    def __init__(self) -> None:
+        self.heads: dict[str, int] = {}
+        self.tails: dict[str, int] = {}
+        self.reads: list[tuple[str, str]] = []
+
+    def ring(self, name: str) -> _Ring:
+        return _Ring(self, name)
+
+
+def _done(value: int) -> Future[int]:
+    future: Future[int] = Future()
+    future.set_result(value)
+    return future
+
+
+def test_the_lane_watch_reads_new_hot_and_due_lanes_and_derives_heads() -> None:
+    rings = _Rings()
+    plain = StreamInfo(StreamConfig("plain", lanes=1, capacity=10), 0, 2, ("r-plain",))
+    expiring = StreamInfo(StreamConfig("expiring", lanes=1, capacity=10, ttl_s=60), 0, 2, ("r-expiring",))
+    watch = LaneWatch(refresh_ms=1000, hot_ms=100)
+    grid = cast(Grid, rings)
+    rings.heads["r-expiring"], rings.tails["r-expiring"] = 3, 4
+    assert watch.bounds(grid, [plain, expiring], now=0.0) == {("plain", 0): (0, 0), ("expiring", 0): (3, 5)}
+    assert sorted(rings.reads) == [
+        ("head", "r-expiring"),
+        ("head", "r-plain"),
+        ("tail", "r-expiring"),
+        ("tail", "r-plain"),
+    ]
+
+    # Not due, not hot: nothing is read, the last bounds stand.
+    rings.reads.clear()
+    rings.tails["r-plain"] = 14
+    assert watch.bounds(grid, [plain, expiring], now=0.0001) == {("plain", 0): (0, 0), ("expiring", 0): (3, 5)}
+    assert rings.reads == []
+
+    # Due: the tail only where the head follows from it (no TTL: the ring wrapped, head = tail + 1 - capacity).
+    assert watch.bounds(grid, [plain, expiring], now=1.0)[("plain", 0)] == (5, 15)
+    assert ("head", "r-plain") not in rings.reads and ("head", "r-expiring") in rings.reads
+    # Moved: read at every micro-batch while hot, then again only when due.
+    rings.reads.clear()
+    watch.bounds(grid, [plain], now=1.05)
+    assert rings.reads == [("tail", "r-plain")]
+    rings.reads.clear()
+    watch.bounds(grid, [plain], now=1.5)
+    assert rings.reads == []
+
+    # A lane read ending below its last end (its ring destroyed): the driver lists the streams again.
+    rings.tails["r-plain"] = -1
+    watch.bounds(grid, [plain], now=3.0)
+    assert watch.went_back == {"plain"}
+
+
+def test_the_lane_watch_reads_idle_lanes_a_budget_at_a_time() -> None:
+    rings = _Rings()
+    infos = [StreamInfo(StreamConfig(f"s{i}", lanes=1, capacity=10), 0, 2, (f"r{i}",)) for i in range(STREAMS)]
+    watch = LaneWatch(refresh_ms=1000)
+    grid = cast(Grid, rings)
+    watch.bounds(grid, infos, everything=True, now=0.0)
+    seen: set[str] = set()
+    for batch in range(-(-STREAMS // idle_budget(STREAMS))):
+        rings.reads.clear()
+        watch.bounds(grid, infos, now=10.0 + batch)
+        assert len(rings.reads) == idle_budget(STREAMS) or batch == STREAMS // idle_budget(STREAMS)
+        seen.update(name for _, name in rings.reads)
+    assert len(seen) == STREAMS  # every idle lane read within ceil(lanes / budget) micro-batches
