@@ -14,6 +14,9 @@ override them):
   flight per ring. Each lane count is also compared with 1 lane (``vs 1 lane``), the lane counts measured in
   alternation, round after round (``best_of_rounds``). ``--lanes-only`` skips the size sweep.
 
+The size sweep runs every side of every size in a fresh client process per run (``sizes_fresh``: what a new
+process sees, minor page faults counted; ``--allocator both`` also without the allocator settings of
+``meteor_spark.allocator``); ``--warm`` measures it in this one process instead, as the lane sweep always is.
 Every figure is the best of ``--repeats`` runs (the machine may be shared). Ratios are ours / ceiling. Values are
 random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both sweeps (needs matplotlib: the
 ``notebook`` extra).
@@ -30,6 +33,8 @@ from typing import Any
 
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.bench.harness import best_of_rounds
+from meteor_spark.bench.sizes_fresh import ALLOCATOR_MODES
+from meteor_spark.bench.sizes_fresh import size_points as fresh_size_points
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.item_encoding import encode_columns
@@ -67,6 +72,8 @@ class SizesBenchOptions:
     keyed: bool = False
     lanes_only: bool = False
     linger_ms: float | None = None
+    warm: bool = False
+    allocator: str = "tuned"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SizesBenchOptions:
@@ -85,12 +92,19 @@ class SizesBenchOptions:
             keyed=bool(getattr(args, "keyed", False)),
             lanes_only=bool(getattr(args, "lanes_only", False)),
             linger_ms=getattr(args, "linger_ms", None),
+            warm=bool(getattr(args, "warm", False)),
+            allocator=getattr(args, "allocator", None) or "tuned",
         )
         check_at_least_one(options, ("megabytes", "max_records", "lane_record_bytes", "repeats"))
         if any(size < 1 for size in options.sizes):
             raise ConfigError(f"--sizes must be >= 1 byte each, got {list(options.sizes)}")
         if any(not 1 <= lanes <= 64 for lanes in options.lanes):
             raise ConfigError(f"--lanes must be 1..64 each, got {list(options.lanes)}")
+        if options.allocator not in ALLOCATOR_MODES or (options.warm and options.allocator != "tuned"):
+            raise ConfigError(
+                f"--allocator must be one of {', '.join(ALLOCATOR_MODES)} (and only tuned with --warm: a warm process "
+                f"has set its allocator already), got {options.allocator!r}"
+            )
         options.publisher_settings()  # the overrides are validated once, here
         return options
 
@@ -139,6 +153,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--linger-ms", type=float, default=None, help="publisher override (default: the stream's, 0 = send at once)"
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="measure the size sweep in this one (warm) process instead of a fresh process per side and run",
+    )
+    parser.add_argument(
+        "--allocator",
+        default="tuned",
+        help="size sweep: tuned (the allocator settings, the default), off (METEOR_MALLOC_TUNING=off) or both",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,13 +180,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": options.repeats,
         },
     }
-    with (
-        EmbeddedGrid(port=0, process=True) as member,
-        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
-    ):
+    figures["settings"]["process"] = "warm" if options.warm else "fresh"
+    with EmbeddedGrid(port=0, process=True) as member:
+        grid_settings = GridSettings(members=(member.address,), cluster_name=member.cluster_name)
         sizes = () if options.lanes_only else options.sizes
-        figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
-        figures["lanes"] = _lane_sweep(grid, options, settings)
+        if not options.warm:
+            modes = (True, False) if options.allocator == "both" else (options.allocator == "tuned",)
+            figures["sizes"] = [
+                point for size in sizes for point in fresh_size_points(grid_settings, options, size, modes)
+            ]
+        with Grid(grid_settings) as grid:
+            if options.warm:
+                figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
+            figures["lanes"] = _lane_sweep(grid, options, settings)
     if options.plot:
         plot(figures, options.plot)
         figures["plot"] = options.plot
@@ -387,6 +417,14 @@ def render(figures: dict[str, Any]) -> str:
         f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
         f"{settings['max_items_per_call']}, linger_ms={settings.get('linger_ms', 0.0):g}; best of "
         f"{settings['repeats']} run(s) per figure",
+        "record-size sweep: "
+        + (
+            "measured in this one warm process (--warm)"
+            if settings.get("process") == "warm"
+            else "every side in a fresh client process per run (the allocator column: meteor_spark.allocator's "
+            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults: the fastest run's, while timed"
+        )
+        + "; lane sweep: one warm process",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
         "flight per ring, measured in the same run",
     ]
@@ -401,9 +439,11 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
     rows: list[tuple[str, ...]] = []
     for p in points:
         ceiling = p["ceiling_records_s"]
+        faults = p.get("minor_faults")
         rows.append(
             (
                 size_label(p["record_bytes"]),
+                p.get("allocator", "warm"),
                 f"{p['records_per_item']:,} x {p['items_per_call']}",
                 f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
                 f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
@@ -411,11 +451,17 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
                 f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
                 f"{p['publish_async_records_s'] / ceiling:.2f}",
                 f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
+                "-"
+                if not faults
+                else " / ".join(
+                    f"{faults[side]:,}" for side in ("ceiling", "publish_many", "publish_async", "consume")
+                ),
             )
         )
     return render_table(
         (
             "record",
+            "allocator",
             "rec/item x items/call",
             "ceiling: raw add_all",
             "publish_many",
@@ -423,6 +469,7 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
             "publish_async",
             "ratio",
             "one subscriber, Records",
+            "minor faults: raw / many / async / subscriber",
         ),
         rows,
     )
