@@ -287,7 +287,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 #: The layers, lowest first: a module may import its own layer and the ones below, never one above.
 #: ``meteor_spark`` itself (the lazy facade) may import anything; the server stands apart (checked above).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "validate", "tables", "metrics", "compat", "compat_asyncio", "_moved")),
+    ("base", ("errors", "validate", "tables", "metrics", "compat", "compat_asyncio", "_moved", "allocator")),
     ("format", ("format",)),
     ("grid", ("grid",)),
     ("producer", ("producer",)),

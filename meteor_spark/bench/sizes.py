@@ -25,8 +25,6 @@ random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both swee
 from __future__ import annotations
 
 import argparse
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,22 +33,30 @@ from meteor_spark.bench import check_at_least_one
 from meteor_spark.bench.harness import best_of_rounds
 from meteor_spark.bench.sizes_fresh import ALLOCATOR_MODES
 from meteor_spark.bench.sizes_fresh import size_points as fresh_size_points
-from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.bench.sizes_measure import (
+    MB,
+    Shape,
+    best_seconds,
+    ceiling_rate,
+    consume,
+    publish_async,
+    publish_many,
+    records_for,
+    stream_for,
+    unique_name,
+    value_pool,
+)
 from meteor_spark.errors import ConfigError
-from meteor_spark.format.item_encoding import encode_columns
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.batching import PublisherSettings
-from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table
 
 SIZES = (100, 1024, 10 * 1024, 64 * 1024)
 LANES = (1, 2, 4, 8)
-MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
-PUBLISH_MANY_CHUNK = 10_000
 #: Distinct keys of the keyed lane sweep.
 KEYS = 4096
 
@@ -199,154 +205,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-# ------------------------------------------------------------------------------------------------ shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """How the publisher's settings cut records of one size: records per ring item, items per call."""
-
-    records_per_item: int
-    items_per_call: int
-
-    @classmethod
-    def of(cls, settings: PublisherSettings, record_bytes: int) -> Shape:
-        per_item = max(1, min(settings.max_batch_records, settings.max_item_bytes // record_bytes))
-        per_call = max(1, min(settings.max_items_per_call, settings.max_call_bytes // (per_item * record_bytes)))
-        return cls(per_item, per_call)
-
-
-def _pool(size: int, count: int) -> list[bytes]:
-    pool = [os.urandom(size) for _ in range(max(1, min(4096, (64 << 20) // size)))]
-    return (pool * (count // len(pool) + 1))[:count]
-
-
-def _records(options: SizesBenchOptions, size: int) -> int:
-    return max(1, min(options.max_records, options.megabytes * MB // size))
-
-
-def _best(repeats: int, measure: Callable[[], float]) -> float:
-    """The shortest of ``repeats`` runs of ``measure`` (seconds)."""
-    return min(measure() for _ in range(repeats))
-
-
-def _unique(prefix: str) -> str:
-    return f"bench-{prefix}-{os.getpid()}-{time.time_ns()}"
-
-
-# ------------------------------------------------------------------------------------------------ measuring
-
-
-def _raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> float:
-    """Seconds to append pre-encoded calls to one fresh ring per entry, one call in flight per ring."""
-    rings = [grid.ring(_unique("raw")) for _ in calls_per_ring]
-    try:
-        start = time.perf_counter()
-        for round_calls in zip(*calls_per_ring, strict=True):
-            futures = [ring.add_all_async(call) for ring, call in zip(rings, round_calls, strict=True)]
-            for future in futures:
-                future.result()
-        return time.perf_counter() - start
-    finally:
-        for ring in rings:
-            ring.destroy()
-
-
-def _encoded_calls(values: list[bytes], shape: Shape, lanes: int) -> tuple[list[list[list[bytes]]], int]:
-    """The values cut into ring items and calls per lane (contiguous runs per lane, as ``publish_many`` spreads
-    keyless records), each lane padded to the same number of calls by repeating its last one (so every ring stays
-    busy to the end); and the number of records all those calls carry."""
-    per_lane = -(-len(values) // lanes)
-    out = []
-    records = []
-    step = shape.records_per_item
-    per_call = step * shape.items_per_call
-    for lane in range(lanes):
-        run = values[lane * per_lane : (lane + 1) * per_lane]
-        items = [
-            encode_columns(run[i : i + step], timestamps=0, producer_id=1, producer_seq=i)
-            for i in range(0, len(run), step)
-        ]
-        out.append([items[i : i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
-        records.append([len(run[i : i + per_call]) for i in range(0, len(run), per_call)])
-    rounds = max(len(calls) for calls in out)
-    total = sum(sum(counts) + (rounds - len(counts)) * counts[-1] for counts in records)
-    return [calls + [calls[-1]] * (rounds - len(calls)) for calls in out], total
-
-
-def _ceiling(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repeats: int) -> float:
-    """Records/s of raw ``add_all`` of ``values`` encoded beforehand (best of ``repeats``)."""
-    calls, records = _encoded_calls(values, shape, lanes)
-    return records / _best(repeats, lambda: _raw_add_all(grid, calls))
-
-
-def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> float:
-    with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
-        start = time.perf_counter()
-        for i in range(0, len(values), PUBLISH_MANY_CHUNK):
-            pub.publish_many(values[i : i + PUBLISH_MANY_CHUNK])
-        pub.flush()
-        return time.perf_counter() - start
-
-
-def _publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
-    with Publisher(grid, stream, **overrides) as pub:
-        publish = pub.publish_async
-        start = time.perf_counter()
-        for value in values:
-            last = publish(value)
-        pub.flush()
-        elapsed = time.perf_counter() - start
-        last.result()
-        return elapsed
-
-
-def _consume(grid: Grid, stream: str, expected: int) -> float:
-    """Seconds for one subscriber to turn every record of ``stream`` into a ``Record`` object."""
-    with Subscriber(grid, stream, initial_offset_scheme="earliest") as sub:
-        seen = 0
-        start = time.perf_counter()
-        deadline = start + 600
-        while seen < expected:
-            for _record in sub.poll(1000):
-                seen += 1
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"the subscriber saw {seen} of {expected} records of {stream!r} in 600 s")
-        return time.perf_counter() - start
-
-
-def _stream(prefix: str, lanes: int, records: int, shape: Shape) -> StreamConfig:
-    items = -(-records // shape.records_per_item) + 2 * lanes
-    return StreamConfig(_unique(prefix), lanes=lanes, capacity=max(1000, 2 * items // lanes + 100))
-
-
 def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, size: int) -> dict[str, Any]:
-    n = _records(options, size)
+    n = records_for(options, size)
     n_async = max(1, n // 4)
-    values = _pool(size, n)
+    values = value_pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
-    ceiling = _ceiling(grid, values, shape, 1, options.repeats)
+    ceiling = ceiling_rate(grid, values, shape, 1, options.repeats)
     consumed: list[float] = []
 
     def many() -> float:
-        stream = _stream("many", 1, n, shape)
+        stream = stream_for("many", 1, n, shape)
         try:
-            elapsed = _publish_many(grid, stream, overrides, values)
-            consumed.append(_consume(grid, stream.name, n))
+            elapsed = publish_many(grid, stream, overrides, values)
+            consumed.append(consume(grid, stream.name, n))
             return elapsed
         finally:
             delete_stream(grid, stream.name)
 
     def one_by_one() -> float:
-        stream = StreamConfig(_unique("async"), capacity=1000)  # overwritten: nobody reads it
+        stream = StreamConfig(unique_name("async"), capacity=1000)  # overwritten: nobody reads it
         try:
-            return _publish_async(grid, stream, overrides, values[:n_async])
+            return publish_async(grid, stream, overrides, values[:n_async])
         finally:
             delete_stream(grid, stream.name)
 
-    many_s = _best(options.repeats, many)
-    async_s = _best(options.repeats, one_by_one)
+    many_s = best_seconds(options.repeats, many)
+    async_s = best_seconds(options.repeats, one_by_one)
     return {
         "record_bytes": size,
         "records": n,
@@ -363,8 +248,8 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     """Every lane count (keyless, and keyed with ``--keyed``) measured once per round, in turn, best of
     ``--repeats`` rounds: alternating the sides spreads the machine's noise over all of them."""
     size = options.lane_record_bytes
-    n = _records(options, size)
-    values = _pool(size, n)
+    n = records_for(options, size)
+    values = value_pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
     kinds: dict[str, list[Any]] = {"keyless": values}
@@ -373,10 +258,10 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
 
     def side(lanes: int, records: list[Any]) -> Callable[[], dict[str, float]]:
         def measure() -> dict[str, float]:
-            stream = _stream("lanes", lanes, n, shape)
+            stream = stream_for("lanes", lanes, n, shape)
             try:
-                elapsed = _publish_many(grid, stream, overrides, records)
-                return {"publish_many_records_s": n / elapsed, "consume_records_s": n / _consume(grid, stream.name, n)}
+                elapsed = publish_many(grid, stream, overrides, records)
+                return {"publish_many_records_s": n / elapsed, "consume_records_s": n / consume(grid, stream.name, n)}
             finally:
                 delete_stream(grid, stream.name)
 
@@ -386,7 +271,7 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     best = best_of_rounds(options.repeats, {f"{kind} {lanes}": measure for (kind, lanes), measure in sides.items()})
     points = []
     for kind, lanes in sides:
-        ceiling = _ceiling(grid, values, shape, lanes, options.repeats)
+        ceiling = ceiling_rate(grid, values, shape, lanes, options.repeats)
         points.append(
             {"lanes": lanes, "keyed": kind == "keyed", "record_bytes": size, "records": n, "ceiling_records_s": ceiling}
             | best[f"{kind} {lanes}"]

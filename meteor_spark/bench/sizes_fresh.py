@@ -17,6 +17,8 @@ import resource
 from typing import Any
 
 from meteor_spark.allocator import OPT_OUT_ENV, tune_allocator
+from meteor_spark.bench import sizes_measure
+from meteor_spark.bench.sizes_measure import Shape
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
@@ -31,15 +33,13 @@ def size_points(settings: GridSettings, options: Any, size: int, modes: tuple[bo
     """One size per allocator mode (True: tuned), every side in a fresh process per run, best of
     ``options.repeats`` runs (the fastest run's faults); the modes alternate run by run, so a neighbour's load
     falls on both."""
-    from meteor_spark.bench import sizes
-
-    n = sizes._records(options, size)
-    shape = sizes.Shape.of(options.publisher_settings(), size)
+    n = sizes_measure.records_for(options, size)
+    shape = Shape.of(options.publisher_settings(), size)
     best: dict[bool, dict[str, tuple[float, int]]] = {tuned: {} for tuned in modes}
     context = multiprocessing.get_context("spawn")
     for _ in range(options.repeats):
         for tuned in modes:
-            stream = sizes._stream("many", 1, n, shape)
+            stream = sizes_measure.stream_for("many", 1, n, shape)
             try:
                 for side in SIDES:
                     with context.Pool(1) as pool:
@@ -72,27 +72,25 @@ def _run_side(
 ) -> tuple[float, int]:
     """In the fresh process: connect (which applies the allocator settings unless opted out), prepare the values,
     then time ``side``; (seconds, minor page faults while timed)."""
-    from meteor_spark.bench import sizes
-
     if not tuned:
         os.environ[OPT_OUT_ENV] = "off"
-    n = sizes._records(options, size)
-    shape = sizes.Shape.of(options.publisher_settings(), size)
+    n = sizes_measure.records_for(options, size)
+    shape = Shape.of(options.publisher_settings(), size)
     with Grid(settings) as grid:
         if tuned and not tune_allocator().applied:
             raise RuntimeError(f"the allocator settings were not applied: {tune_allocator().reason}")
-        values = [] if side == "consume" else sizes._pool(size, n)
+        values = [] if side == "consume" else sizes_measure.value_pool(size, n)
         if side == "ceiling":
-            calls, records = sizes._encoded_calls(values, shape, 1)
-            return _timed(lambda: sizes._raw_add_all(grid, calls), records / n)
+            calls, records = sizes_measure.encoded_calls(values, shape, 1)
+            return _timed(lambda: sizes_measure.raw_add_all(grid, calls), records / n)
         if side == "publish_many":
-            return _timed(lambda: sizes._publish_many(grid, stream, options.publisher_overrides(), values))
+            return _timed(lambda: sizes_measure.publish_many(grid, stream, options.publisher_overrides(), values))
         if side == "consume":
-            return _timed(lambda: sizes._consume(grid, stream.name, n))
-        async_stream = StreamConfig(sizes._unique("async"), capacity=1000)  # overwritten: nobody reads it
+            return _timed(lambda: sizes_measure.consume(grid, stream.name, n))
+        async_stream = StreamConfig(sizes_measure.unique_name("async"), capacity=1000)  # overwritten: nobody reads it
         try:
             return _timed(
-                lambda: sizes._publish_async(
+                lambda: sizes_measure.publish_async(
                     grid, async_stream, options.publisher_overrides(), values[: max(1, n // 4)]
                 )
             )
