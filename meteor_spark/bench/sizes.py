@@ -14,6 +14,9 @@ override them):
   flight per ring. Each lane count is also compared with 1 lane (``vs 1 lane``), the lane counts measured in
   alternation, round after round (``best_of_rounds``). ``--lanes-only`` skips the size sweep.
 
+The size sweep runs every side of every size in a fresh client process per run (``sizes_fresh``: what a new
+process sees, minor page faults counted; ``--allocator both`` also without the allocator settings of
+``meteor_spark.allocator``); ``--warm`` measures it in this one process instead, as the lane sweep always is.
 Every figure is the best of ``--repeats`` runs (the machine may be shared). Ratios are ours / ceiling. Values are
 random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both sweeps (needs matplotlib: the
 ``notebook`` extra).
@@ -22,30 +25,38 @@ random bytes (LZ4 cannot shrink them). ``--plot FILE`` writes a PNG of both swee
 from __future__ import annotations
 
 import argparse
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from meteor_spark.bench import check_at_least_one
 from meteor_spark.bench.harness import best_of_rounds
-from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.bench.sizes_fresh import ALLOCATOR_MODES
+from meteor_spark.bench.sizes_fresh import size_points as fresh_size_points
+from meteor_spark.bench.sizes_measure import (
+    MB,
+    Shape,
+    best_seconds,
+    ceiling_rate,
+    consume,
+    publish_async,
+    publish_many,
+    records_for,
+    stream_for,
+    unique_name,
+    value_pool,
+)
 from meteor_spark.errors import ConfigError
-from meteor_spark.format.item_encoding import encode_columns
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.batching import PublisherSettings
-from meteor_spark.producer.publisher import Publisher
 from meteor_spark.server import EmbeddedGrid
 from meteor_spark.tables import render_table
 
 SIZES = (100, 1024, 10 * 1024, 64 * 1024)
 LANES = (1, 2, 4, 8)
-MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
-PUBLISH_MANY_CHUNK = 10_000
 #: Distinct keys of the keyed lane sweep.
 KEYS = 4096
 
@@ -67,6 +78,8 @@ class SizesBenchOptions:
     keyed: bool = False
     lanes_only: bool = False
     linger_ms: float | None = None
+    warm: bool = False
+    allocator: str = "tuned"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SizesBenchOptions:
@@ -85,12 +98,19 @@ class SizesBenchOptions:
             keyed=bool(getattr(args, "keyed", False)),
             lanes_only=bool(getattr(args, "lanes_only", False)),
             linger_ms=getattr(args, "linger_ms", None),
+            warm=bool(getattr(args, "warm", False)),
+            allocator=getattr(args, "allocator", None) or "tuned",
         )
         check_at_least_one(options, ("megabytes", "max_records", "lane_record_bytes", "repeats"))
         if any(size < 1 for size in options.sizes):
             raise ConfigError(f"--sizes must be >= 1 byte each, got {list(options.sizes)}")
         if any(not 1 <= lanes <= 64 for lanes in options.lanes):
             raise ConfigError(f"--lanes must be 1..64 each, got {list(options.lanes)}")
+        if options.allocator not in ALLOCATOR_MODES or (options.warm and options.allocator != "tuned"):
+            raise ConfigError(
+                f"--allocator must be one of {', '.join(ALLOCATOR_MODES)} (and only tuned with --warm: a warm process "
+                f"has set its allocator already), got {options.allocator!r}"
+            )
         options.publisher_settings()  # the overrides are validated once, here
         return options
 
@@ -139,6 +159,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--linger-ms", type=float, default=None, help="publisher override (default: the stream's, 0 = send at once)"
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="measure the size sweep in this one (warm) process instead of a fresh process per side and run",
+    )
+    parser.add_argument(
+        "--allocator",
+        default="tuned",
+        help="size sweep: tuned (the allocator settings, the default), off (METEOR_MALLOC_TUNING=off) or both",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -156,167 +186,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "repeats": options.repeats,
         },
     }
-    with (
-        EmbeddedGrid(port=0, process=True) as member,
-        Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
-    ):
+    figures["settings"]["process"] = "warm" if options.warm else "fresh"
+    with EmbeddedGrid(port=0, process=True) as member:
+        grid_settings = GridSettings(members=(member.address,), cluster_name=member.cluster_name)
         sizes = () if options.lanes_only else options.sizes
-        figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
-        figures["lanes"] = _lane_sweep(grid, options, settings)
+        if not options.warm:
+            modes = (True, False) if options.allocator == "both" else (options.allocator == "tuned",)
+            figures["sizes"] = [
+                point for size in sizes for point in fresh_size_points(grid_settings, options, size, modes)
+            ]
+        with Grid(grid_settings) as grid:
+            if options.warm:
+                figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
+            figures["lanes"] = _lane_sweep(grid, options, settings)
     if options.plot:
         plot(figures, options.plot)
         figures["plot"] = options.plot
     return figures
 
 
-# ------------------------------------------------------------------------------------------------ shapes
-
-
-@dataclass(frozen=True)
-class Shape:
-    """How the publisher's settings cut records of one size: records per ring item, items per call."""
-
-    records_per_item: int
-    items_per_call: int
-
-    @classmethod
-    def of(cls, settings: PublisherSettings, record_bytes: int) -> Shape:
-        per_item = max(1, min(settings.max_batch_records, settings.max_item_bytes // record_bytes))
-        per_call = max(1, min(settings.max_items_per_call, settings.max_call_bytes // (per_item * record_bytes)))
-        return cls(per_item, per_call)
-
-
-def _pool(size: int, count: int) -> list[bytes]:
-    pool = [os.urandom(size) for _ in range(max(1, min(4096, (64 << 20) // size)))]
-    return (pool * (count // len(pool) + 1))[:count]
-
-
-def _records(options: SizesBenchOptions, size: int) -> int:
-    return max(1, min(options.max_records, options.megabytes * MB // size))
-
-
-def _best(repeats: int, measure: Callable[[], float]) -> float:
-    """The shortest of ``repeats`` runs of ``measure`` (seconds)."""
-    return min(measure() for _ in range(repeats))
-
-
-def _unique(prefix: str) -> str:
-    return f"bench-{prefix}-{os.getpid()}-{time.time_ns()}"
-
-
-# ------------------------------------------------------------------------------------------------ measuring
-
-
-def _raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> float:
-    """Seconds to append pre-encoded calls to one fresh ring per entry, one call in flight per ring."""
-    rings = [grid.ring(_unique("raw")) for _ in calls_per_ring]
-    try:
-        start = time.perf_counter()
-        for round_calls in zip(*calls_per_ring, strict=True):
-            futures = [ring.add_all_async(call) for ring, call in zip(rings, round_calls, strict=True)]
-            for future in futures:
-                future.result()
-        return time.perf_counter() - start
-    finally:
-        for ring in rings:
-            ring.destroy()
-
-
-def _encoded_calls(values: list[bytes], shape: Shape, lanes: int) -> tuple[list[list[list[bytes]]], int]:
-    """The values cut into ring items and calls per lane (contiguous runs per lane, as ``publish_many`` spreads
-    keyless records), each lane padded to the same number of calls by repeating its last one (so every ring stays
-    busy to the end); and the number of records all those calls carry."""
-    per_lane = -(-len(values) // lanes)
-    out = []
-    records = []
-    step = shape.records_per_item
-    per_call = step * shape.items_per_call
-    for lane in range(lanes):
-        run = values[lane * per_lane : (lane + 1) * per_lane]
-        items = [
-            encode_columns(run[i : i + step], timestamps=0, producer_id=1, producer_seq=i)
-            for i in range(0, len(run), step)
-        ]
-        out.append([items[i : i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
-        records.append([len(run[i : i + per_call]) for i in range(0, len(run), per_call)])
-    rounds = max(len(calls) for calls in out)
-    total = sum(sum(counts) + (rounds - len(counts)) * counts[-1] for counts in records)
-    return [calls + [calls[-1]] * (rounds - len(calls)) for calls in out], total
-
-
-def _ceiling(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repeats: int) -> float:
-    """Records/s of raw ``add_all`` of ``values`` encoded beforehand (best of ``repeats``)."""
-    calls, records = _encoded_calls(values, shape, lanes)
-    return records / _best(repeats, lambda: _raw_add_all(grid, calls))
-
-
-def _publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> float:
-    with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
-        start = time.perf_counter()
-        for i in range(0, len(values), PUBLISH_MANY_CHUNK):
-            pub.publish_many(values[i : i + PUBLISH_MANY_CHUNK])
-        pub.flush()
-        return time.perf_counter() - start
-
-
-def _publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
-    with Publisher(grid, stream, **overrides) as pub:
-        publish = pub.publish_async
-        start = time.perf_counter()
-        for value in values:
-            last = publish(value)
-        pub.flush()
-        elapsed = time.perf_counter() - start
-        last.result()
-        return elapsed
-
-
-def _consume(grid: Grid, stream: str, expected: int) -> float:
-    """Seconds for one subscriber to turn every record of ``stream`` into a ``Record`` object."""
-    with Subscriber(grid, stream, initial_offset_scheme="earliest") as sub:
-        seen = 0
-        start = time.perf_counter()
-        deadline = start + 600
-        while seen < expected:
-            for _record in sub.poll(1000):
-                seen += 1
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"the subscriber saw {seen} of {expected} records of {stream!r} in 600 s")
-        return time.perf_counter() - start
-
-
-def _stream(prefix: str, lanes: int, records: int, shape: Shape) -> StreamConfig:
-    items = -(-records // shape.records_per_item) + 2 * lanes
-    return StreamConfig(_unique(prefix), lanes=lanes, capacity=max(1000, 2 * items // lanes + 100))
-
-
 def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, size: int) -> dict[str, Any]:
-    n = _records(options, size)
+    n = records_for(options, size)
     n_async = max(1, n // 4)
-    values = _pool(size, n)
+    values = value_pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
-    ceiling = _ceiling(grid, values, shape, 1, options.repeats)
+    ceiling = ceiling_rate(grid, values, shape, 1, options.repeats)
     consumed: list[float] = []
 
     def many() -> float:
-        stream = _stream("many", 1, n, shape)
+        stream = stream_for("many", 1, n, shape)
         try:
-            elapsed = _publish_many(grid, stream, overrides, values)
-            consumed.append(_consume(grid, stream.name, n))
+            elapsed = publish_many(grid, stream, overrides, values)
+            consumed.append(consume(grid, stream.name, n))
             return elapsed
         finally:
             delete_stream(grid, stream.name)
 
     def one_by_one() -> float:
-        stream = StreamConfig(_unique("async"), capacity=1000)  # overwritten: nobody reads it
+        stream = StreamConfig(unique_name("async"), capacity=1000)  # overwritten: nobody reads it
         try:
-            return _publish_async(grid, stream, overrides, values[:n_async])
+            return publish_async(grid, stream, overrides, values[:n_async])
         finally:
             delete_stream(grid, stream.name)
 
-    many_s = _best(options.repeats, many)
-    async_s = _best(options.repeats, one_by_one)
+    many_s = best_seconds(options.repeats, many)
+    async_s = best_seconds(options.repeats, one_by_one)
     return {
         "record_bytes": size,
         "records": n,
@@ -333,8 +248,8 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     """Every lane count (keyless, and keyed with ``--keyed``) measured once per round, in turn, best of
     ``--repeats`` rounds: alternating the sides spreads the machine's noise over all of them."""
     size = options.lane_record_bytes
-    n = _records(options, size)
-    values = _pool(size, n)
+    n = records_for(options, size)
+    values = value_pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
     kinds: dict[str, list[Any]] = {"keyless": values}
@@ -343,10 +258,10 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
 
     def side(lanes: int, records: list[Any]) -> Callable[[], dict[str, float]]:
         def measure() -> dict[str, float]:
-            stream = _stream("lanes", lanes, n, shape)
+            stream = stream_for("lanes", lanes, n, shape)
             try:
-                elapsed = _publish_many(grid, stream, overrides, records)
-                return {"publish_many_records_s": n / elapsed, "consume_records_s": n / _consume(grid, stream.name, n)}
+                elapsed = publish_many(grid, stream, overrides, records)
+                return {"publish_many_records_s": n / elapsed, "consume_records_s": n / consume(grid, stream.name, n)}
             finally:
                 delete_stream(grid, stream.name)
 
@@ -356,7 +271,7 @@ def _lane_sweep(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
     best = best_of_rounds(options.repeats, {f"{kind} {lanes}": measure for (kind, lanes), measure in sides.items()})
     points = []
     for kind, lanes in sides:
-        ceiling = _ceiling(grid, values, shape, lanes, options.repeats)
+        ceiling = ceiling_rate(grid, values, shape, lanes, options.repeats)
         points.append(
             {"lanes": lanes, "keyed": kind == "keyed", "record_bytes": size, "records": n, "ceiling_records_s": ceiling}
             | best[f"{kind} {lanes}"]
@@ -387,6 +302,14 @@ def render(figures: dict[str, Any]) -> str:
         f"{settings['max_batch_bytes']:,}, max_call_bytes={settings['max_call_bytes']:,}, max_items_per_call="
         f"{settings['max_items_per_call']}, linger_ms={settings.get('linger_ms', 0.0):g}; best of "
         f"{settings['repeats']} run(s) per figure",
+        "record-size sweep: "
+        + (
+            "measured in this one warm process (--warm)"
+            if settings.get("process") == "warm"
+            else "every side in a fresh client process per run (the allocator column: meteor_spark.allocator's "
+            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults: the fastest run's, while timed"
+        )
+        + "; lane sweep: one warm process",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
         "flight per ring, measured in the same run",
     ]
@@ -401,9 +324,11 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
     rows: list[tuple[str, ...]] = []
     for p in points:
         ceiling = p["ceiling_records_s"]
+        faults = p.get("minor_faults")
         rows.append(
             (
                 size_label(p["record_bytes"]),
+                p.get("allocator", "warm"),
                 f"{p['records_per_item']:,} x {p['items_per_call']}",
                 f"{_mbs(p, 'ceiling_records_s'):,.0f} MB/s ({ceiling:,.0f}/s)",
                 f"{_mbs(p, 'publish_many_records_s'):,.0f} MB/s ({p['publish_many_records_s']:,.0f}/s)",
@@ -411,11 +336,17 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
                 f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
                 f"{p['publish_async_records_s'] / ceiling:.2f}",
                 f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
+                "-"
+                if not faults
+                else " / ".join(
+                    f"{faults[side]:,}" for side in ("ceiling", "publish_many", "publish_async", "consume")
+                ),
             )
         )
     return render_table(
         (
             "record",
+            "allocator",
             "rec/item x items/call",
             "ceiling: raw add_all",
             "publish_many",
@@ -423,6 +354,7 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
             "publish_async",
             "ratio",
             "one subscriber, Records",
+            "minor faults: raw / many / async / subscriber",
         ),
         rows,
     )

@@ -12,12 +12,18 @@ source that costs nothing (``meteor_spark.bench.jobs.latency``).
 ``--pushdown`` measures a batch read's ``where timestamp >= t`` selecting the newest 1 % with filter pushdown on and
 off: ring items read and wall time side by side (``meteor_spark.bench.jobs.pushdown``; default 10,000,000 records,
 ``--records`` to change it, 3 runs).
+
+``--pattern`` measures what planning one micro-batch of a ``streamPattern`` query costs on the driver at 1, 10, 100
+and 1,000 matching streams (``--streams`` to change them): ``latestOffset`` + ``partitions`` called directly, no
+SparkSession (``meteor_spark.bench.jobs.pattern``).
 """
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from meteor_spark.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure a batch read's `where timestamp >= t` selecting the newest 1%% with filter pushdown on and "
         "off (ring items read, wall time; default 10,000,000 records), instead of throughput",
     )
+    parser.add_argument(
+        "--pattern",
+        action="store_true",
+        help="measure the driver's planning of one streamPattern micro-batch (latestOffset + partitions) at 1, 10, "
+        "100 and 1,000 matching streams, instead of throughput",
+    )
+    parser.add_argument(
+        "--streams",
+        default="1,10,100,1000",
+        help="with --pattern: the matching stream counts, comma-separated (default 1,10,100,1000)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -57,6 +74,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         records = args.records or (100_000 if args.quick else 10_000_000)
         return {"pushdown": pushdown_benchmark.run(records, args.repeat or (1 if args.quick else 3))}
+    if args.pattern:
+        return {"pattern": _pattern(args)}
     from meteor_spark.bench.jobs.throughput import run as run_spark
 
     records = args.records or (100_000 if args.quick else 2_000_000)
@@ -75,6 +94,23 @@ def render(figures: dict[str, Any]) -> str:
         from meteor_spark.bench.jobs import pushdown as pushdown_benchmark
 
         return pushdown_benchmark.render(figures["pushdown"])
+    if "pattern" in figures:
+        from meteor_spark.bench.jobs import pattern as pattern_benchmark
+
+        return pattern_benchmark.render(figures["pattern"])
     from meteor_spark.bench.jobs.throughput import render as render_spark
 
     return render_spark(figures)
+
+
+def _pattern(args: argparse.Namespace) -> dict[str, Any]:
+    """``--pattern``: the stream counts checked (ConfigError naming ``--streams``), then the driver-side run."""
+    from meteor_spark.bench.jobs import pattern as pattern_benchmark
+
+    try:
+        counts = tuple(int(part) for part in str(args.streams).split(",") if part.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1 or max(counts) > 10_000:
+        raise ConfigError(f"--streams must list stream counts of 1..10000, comma-separated, got {args.streams!r}")
+    return pattern_benchmark.run(counts, batches=args.repeat or (5 if args.quick else 20))

@@ -20,6 +20,7 @@ from typing import Any
 from hazelcast import errors as hz_errors
 from hazelcast.asyncio import HazelcastClient
 
+from meteor_spark.allocator import tune_allocator
 from meteor_spark.compat import add_ringbuffer_config_request, connect_failures
 from meteor_spark.compat_asyncio import invoke_async
 from meteor_spark.errors import ArgumentTypeError, ConfigError, GridConnectionError
@@ -143,6 +144,7 @@ class AsyncGrid:
             "connecting to Hazelcast cluster %r at %s (asyncio)", settings.cluster_name, ",".join(settings.members)
         )
         check_tls_files(settings)
+        tune_allocator()  # large records: freed buffers reused, not unmapped (meteor_spark.allocator)
         try:
             with connect_failures() as failures:
                 client = await HazelcastClient.create_and_start(**settings.client_config())

@@ -26,6 +26,7 @@ import hazelcast
 from hazelcast import errors as hz_errors
 from hazelcast.future import Future
 
+from meteor_spark.allocator import tune_allocator
 from meteor_spark.compat import (
     add_ringbuffer_config_request,
     connect_failures,
@@ -346,6 +347,7 @@ class Grid:
         self._lock = threading.Lock()
         self._rings: dict[str, Ring] = {}
         self._maps: dict[str, GridMap] = {}
+        tune_allocator()  # large records: freed buffers reused, not unmapped (meteor_spark.allocator)
         logger.info("connecting to Hazelcast cluster %r at %s", settings.cluster_name, ",".join(settings.members))
         try:
             check_tls_files(settings)

@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from meteor_spark.server.allocator import keep_freed_memory
+from meteor_spark.allocator import tune_allocator
 from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX, parse_map_config, parse_ring_config
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
 from meteor_spark.server.member import PASSWORD_ENV, MemberOptions, serve
@@ -186,7 +186,7 @@ def run_member(args: argparse.Namespace) -> int:
         options = options_from_args(args)
     except ValueError as exc:
         return _fail(str(exc))
-    keep_freed_memory()  # this process is only a member: let it reuse freed item memory
+    tune_allocator()  # this process is only a member: let it reuse freed item memory
     try:
         asyncio.run(_serve_until_stopped(options, exit_with_parent=getattr(args, "exit_with_parent", False)))
     except ValueError as exc:  # the metrics endpoint could not start, the data directory is in use

@@ -45,6 +45,7 @@ from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.entity import QueryEntity
 from meteor_spark.spark.group_handoff import LaneHandoff
+from meteor_spark.spark.lane_watch import LaneWatch
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import by_stream
 from meteor_spark.spark.positions import check_dead_letter_stream, stream_names
@@ -91,6 +92,8 @@ class DriverState:
         #: Ephemeral streams: each lane's end read just before the query registered as an entity. A new query
         #: starts there, so a record published once the registration is visible is the query's.
         self.subscribed_ends: dict[tuple[str, int], int] = {}
+        #: ``streamPattern``: the lanes' bounds as planning reads them, idle lanes less often (``lane_watch``).
+        self.watch = LaneWatch() if options.stream_pattern is not None else None
         for name in stream_names(self.grid, options):
             self._open(name)
         check_dead_letter_stream(self.grid, options)
@@ -155,13 +158,13 @@ class DriverState:
         return self.latest.as_dict() if self.latest is not None else {}
 
     def plan_view(self) -> LaneView:
-        """The view a batch is planned on: the streams read now (``streamPattern`` listed before and after the
-        bounds are read, so a stream deleted meanwhile, whose destroyed ring reads as empty, is left out), their
-        lanes' bounds and the group's confirmed offsets. ``latest`` follows the bounds; ``partitions`` of the same
-        batch reuses the view (``planned``)."""
+        """The view a batch is planned on: the streams read now (``streamPattern`` listed before the bounds are
+        read, and again when a lane read ends below its last known end: a stream deleted meanwhile, whose destroyed
+        ring reads as empty, is left out), their lanes' bounds and the group's confirmed offsets. ``latest``
+        follows the bounds; ``partitions`` of the same batch reuses the view (``planned``)."""
         self.refresh_streams()
-        view = self.view()
-        if self.refresh_streams():
+        view = self.view(watched=True)
+        if self.watch is not None and self.watch.went_back and self.refresh_streams():
             view = LaneView({k: v for k, v in view.bounds.items() if k[0] in self.infos}, view.confirmed, view.epochs)
         self.latest = SparkOffset.of(by_stream({key: nxt for key, (_, nxt) in view.bounds.items()}))
         self._planned = view
@@ -232,7 +235,8 @@ class DriverState:
 
     def refresh_streams(self) -> list[str]:
         """With ``streamPattern``: start reading streams that match now, stop reading deleted ones. Returns the
-        names of the streams that were deleted (their group members are closed). One map read per call."""
+        names of the streams that were deleted (their group members are closed). One map read per call (the names
+        only: a stream's metadata is read once, when the query starts reading it)."""
         if self.options.stream_pattern is None:
             return []
         names = set(stream_names(self.grid, self.options))
@@ -291,13 +295,21 @@ class DriverState:
         return [(name, lane) for name, info in self.infos.items() for lane in range(info.config.lanes)]
 
     def bounds(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(head, next) ring sequences of every lane of every stream read (two round trips in all)."""
+        """(head, next) ring sequences of every lane of every stream read (two round trips in all), all read (a
+        pattern query's ``watch`` keeps them)."""
+        if self.watch is not None:
+            return self.watch.bounds(self.grid, self.infos.values(), everything=True)
         return streams_bounds(self.grid, self.infos.values())
 
-    def view(self) -> LaneView:
-        """Lane bounds, the group's lease epochs and confirmed offsets, read once."""
+    def view(self, *, watched: bool = False) -> LaneView:
+        """Lane bounds, the group's lease epochs and confirmed offsets, read once. ``watched``: a pattern query's
+        bounds as ``lane_watch`` refreshes them (idle lanes not read at every batch); else every lane is read."""
         epochs = {(stream, lane): epoch for stream, m in self.members.items() for lane, epoch in m.assignment().items()}
-        return LaneView(self.bounds(), self.confirmed_offsets(), epochs)
+        if watched and self.watch is not None:
+            bounds = self.watch.bounds(self.grid, self.infos.values())
+        else:
+            bounds = self.bounds()
+        return LaneView(bounds, self.confirmed_offsets(), epochs)
 
     def planned(self) -> LaneView:
         """The view ``latestOffset`` read for the batch it planned (``plan_view``), else (a batch replayed after a

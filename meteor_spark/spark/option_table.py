@@ -70,7 +70,11 @@ OPTION_TABLE: tuple[OptionDoc, ...] = (
         "its oldest item at the next batch; a deleted one is logged (WARNING) and drops out of the offsets, and "
         "if it still held items the query had not read (as far as the running query saw), that is data loss "
         "(failOnDataLoss). No matching stream yet: the query waits, running no batch. With `group`, each "
-        "stream is read as that group. An AvailableNow run reads the streams that existed when it started.",
+        "stream is read as that group. An AvailableNow run reads the streams that existed when it started. "
+        "Planning reads the lanes that moved in the last 200 ms at every batch and the idle ones a budget at a "
+        "time (4 x the square root of the lane count, at least 64), so a batch's cost grows with the square "
+        "root of the streams matched: records published to a stream idle until then enter a batch within "
+        "500 ms or ceil(lanes / budget) batches, whichever is longer (1,000 one-lane streams: 8 batches).",
     ),
     OptionDoc(
         "conf",

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from meteor_spark.errors import ConfigError, GroupError, OffsetOutOfRangeError, StreamNotFoundError
 from meteor_spark.format.offsets import InitialOffsetScheme, index_of, resolve_initial, sequence_of
-from meteor_spark.grid.streams import StreamInfo, open_stream
+from meteor_spark.grid.streams import STREAMS_MAP, StreamInfo, open_stream
 from meteor_spark.grid.timestamps import offset_for_timestamp
-from meteor_spark.groups.admin import list_streams
 from meteor_spark.spark.options import (
     EARLIEST_SENTINEL,
     LATEST_SENTINEL,
@@ -44,10 +43,12 @@ class Once:
 
 def stream_names(grid: Grid, options: SourceOptions) -> list[str]:
     """The streams a query reads now: option ``stream`` as given, or every stream matching ``streamPattern``
-    (sorted; possibly none)."""
+    (sorted; possibly none). A pattern costs one read of the metadata map's names (not its values: the caller opens
+    the streams it does not read yet)."""
     if options.stream_pattern is None:
         return list(options.streams)
-    return [info.name for info in list_streams(grid) if options.matches(info.name)]
+    names = grid.map(STREAMS_MAP).keys()  # a GridMap method: one call returning every key
+    return sorted(name for name in names if options.matches(name))
 
 
 def check_dead_letter_stream(grid: Grid, options: SourceOptions) -> None:

@@ -231,7 +231,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             sum(ends[key] - position for key, position in candidates.items()) if state.is_first_batch(begin) else None,
             state.marks_for(ends, begin),
         )
-        if not gone and end.positions == SparkOffset.of(by_stream(current)).positions:
+        if not gone and ends == current:
             return begin.to_json()  # nothing new: the same offset, so Spark runs no batch
         state.batch_planned(end)
         return end.to_json()

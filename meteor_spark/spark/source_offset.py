@@ -179,10 +179,11 @@ class SparkOffset:
 
 
 def _canonical(mapping: Mapping[str, Mapping[int, int]]) -> tuple[tuple[str, int, int], ...]:
+    """Sorted by stream name, then lane number: one sort of all lanes (a pattern query may read thousands)."""
     return tuple(
-        (stream, int(lane), int(sequence))
-        for stream in sorted(mapping)
-        for lane, sequence in sorted(mapping[stream].items(), key=lambda kv: int(kv[0]))
+        sorted(
+            (stream, int(lane), int(sequence)) for stream, lanes in mapping.items() for lane, sequence in lanes.items()
+        )
     )
 
 

@@ -54,6 +54,7 @@ def test_quick_sweeps_report_every_point_and_write_the_plot(tmp_path: Path) -> N
     printed = sizes.render(figures)
     assert "publish_many" in printed and "publish_async" in printed and "lanes (100 B records)" in printed
     assert "max_call_bytes=65,536" in printed and str(png) in printed
+    assert "fresh client process" in printed
 
 
 def test_the_shape_is_the_accumulators_cut_of_uniform_records() -> None:
@@ -100,6 +101,29 @@ def test_lane_sweep_alone_keyed_and_keyless_each_against_one_lane() -> None:
     printed = sizes.render(figures)
     assert "vs 1 lane" in printed and "keyed" in printed and "linger_ms=1" in printed
     assert "publish_async" not in printed  # no size sweep
+
+
+@pytest.mark.slow
+@pytest.mark.embedded_only
+def test_the_size_sweep_runs_each_side_in_a_fresh_process_with_and_without_the_allocator_settings() -> None:
+    figures = sizes.run(
+        _args("--quick", "--sizes", "10240", "--lanes", "1", "--max-records", "300", "--allocator", "both")
+    )
+    assert figures["settings"]["process"] == "fresh"
+    assert [(p["record_bytes"], p["allocator"]) for p in figures["sizes"]] == [(10240, "tuned"), (10240, "off")]
+    for point in figures["sizes"]:
+        assert set(point["minor_faults"]) == {"ceiling", "publish_many", "consume", "publish_async"}
+        assert all(faults >= 0 for faults in point["minor_faults"].values())
+        assert point["publish_many_records_s"] > 0 and point["consume_records_s"] > 0
+    printed = sizes.render(figures)
+    assert "fresh client process" in printed and "minor faults" in printed
+
+
+def test_the_allocator_choice_is_checked() -> None:
+    with pytest.raises(ConfigError, match=r"--allocator must be one of tuned, off, both.*got 'sometimes'"):
+        sizes.SizesBenchOptions.from_args(_args("--allocator", "sometimes"))
+    with pytest.raises(ConfigError, match="only tuned with --warm"):
+        sizes.SizesBenchOptions.from_args(_args("--warm", "--allocator", "off"))
 
 
 def test_a_bad_linger_is_refused_naming_it() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.bench import spark as bench_spark
+from meteor_spark.errors import ConfigError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -57,3 +58,17 @@ def test_bench_spark_pushdown_runs_and_reports_both_sides(spark: Any) -> None:
     assert pushed["wall_s"] > 0 and not_pushed["wall_s"] > 0
     printed = bench_spark.render({"pushdown": figures})
     assert "RING ITEMS READ" in printed and "not pushed" in printed
+
+
+def test_bench_spark_pattern_times_both_sides_at_every_stream_count() -> None:
+    parser = argparse.ArgumentParser()
+    bench_spark.add_arguments(parser)
+    figures = bench_spark.run(parser.parse_args(["--pattern", "--streams", "1,3", "--repeat", "2"]))["pattern"]
+    points = {(p["streams"], p["watched"]): p for p in figures["points"]}
+    assert set(points) == {(1, False), (1, True), (3, False), (3, True)}
+    for point in points.values():
+        assert point["median_ms"] > 0 and point["calls"] >= 1 and point["unseen"] == 0
+    printed = bench_spark.render({"pattern": figures})
+    assert "every lane, every batch" in printed and "not measured" in printed
+    with pytest.raises(ConfigError, match="--streams must list stream counts"):
+        bench_spark.run(parser.parse_args(["--pattern", "--streams", "0,x"]))

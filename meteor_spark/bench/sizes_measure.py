@@ -1,0 +1,144 @@
+"""What ``meteor bench sizes`` measures with, in one place for both of its process models (the sweep's own warm
+process, ``sizes``, and a fresh process per run, ``sizes_fresh``): how the publisher's settings cut records
+(``Shape``), the values, and the timed runs (raw ``add_all``, ``publish_many``, ``publish_async``, one subscriber).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.format.item_encoding import encode_columns
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.batching import PublisherSettings
+from meteor_spark.producer.publisher import Publisher
+
+MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
+PUBLISH_MANY_CHUNK = 10_000
+
+
+# ------------------------------------------------------------------------------------------------ shapes
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the publisher's settings cut records of one size: records per ring item, items per call."""
+
+    records_per_item: int
+    items_per_call: int
+
+    @classmethod
+    def of(cls, settings: PublisherSettings, record_bytes: int) -> Shape:
+        per_item = max(1, min(settings.max_batch_records, settings.max_item_bytes // record_bytes))
+        per_call = max(1, min(settings.max_items_per_call, settings.max_call_bytes // (per_item * record_bytes)))
+        return cls(per_item, per_call)
+
+
+def value_pool(size: int, count: int) -> list[bytes]:
+    pool = [os.urandom(size) for _ in range(max(1, min(4096, (64 << 20) // size)))]
+    return (pool * (count // len(pool) + 1))[:count]
+
+
+def records_for(options: Any, size: int) -> int:
+    """Records of ``size`` bytes one run publishes: ``--megabytes`` worth, at most ``--max-records``."""
+    return max(1, min(options.max_records, options.megabytes * MB // size))
+
+
+def best_seconds(repeats: int, measure: Callable[[], float]) -> float:
+    """The shortest of ``repeats`` runs of ``measure`` (seconds)."""
+    return min(measure() for _ in range(repeats))
+
+
+def unique_name(prefix: str) -> str:
+    return f"bench-{prefix}-{os.getpid()}-{time.time_ns()}"
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+
+
+def raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> float:
+    """Seconds to append pre-encoded calls to one fresh ring per entry, one call in flight per ring."""
+    rings = [grid.ring(unique_name("raw")) for _ in calls_per_ring]
+    try:
+        start = time.perf_counter()
+        for round_calls in zip(*calls_per_ring, strict=True):
+            futures = [ring.add_all_async(call) for ring, call in zip(rings, round_calls, strict=True)]
+            for future in futures:
+                future.result()
+        return time.perf_counter() - start
+    finally:
+        for ring in rings:
+            ring.destroy()
+
+
+def encoded_calls(values: list[bytes], shape: Shape, lanes: int) -> tuple[list[list[list[bytes]]], int]:
+    """The values cut into ring items and calls per lane (contiguous runs per lane, as ``publish_many`` spreads
+    keyless records), each lane padded to the same number of calls by repeating its last one (so every ring stays
+    busy to the end); and the number of records all those calls carry."""
+    per_lane = -(-len(values) // lanes)
+    out = []
+    records = []
+    step = shape.records_per_item
+    per_call = step * shape.items_per_call
+    for lane in range(lanes):
+        run = values[lane * per_lane : (lane + 1) * per_lane]
+        items = [
+            encode_columns(run[i : i + step], timestamps=0, producer_id=1, producer_seq=i)
+            for i in range(0, len(run), step)
+        ]
+        out.append([items[i : i + shape.items_per_call] for i in range(0, len(items), shape.items_per_call)])
+        records.append([len(run[i : i + per_call]) for i in range(0, len(run), per_call)])
+    rounds = max(len(calls) for calls in out)
+    total = sum(sum(counts) + (rounds - len(counts)) * counts[-1] for counts in records)
+    return [calls + [calls[-1]] * (rounds - len(calls)) for calls in out], total
+
+
+def ceiling_rate(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repeats: int) -> float:
+    """Records/s of raw ``add_all`` of ``values`` encoded beforehand (best of ``repeats``)."""
+    calls, records = encoded_calls(values, shape, lanes)
+    return records / best_seconds(repeats, lambda: raw_add_all(grid, calls))
+
+
+def publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> float:
+    with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
+        start = time.perf_counter()
+        for i in range(0, len(values), PUBLISH_MANY_CHUNK):
+            pub.publish_many(values[i : i + PUBLISH_MANY_CHUNK])
+        pub.flush()
+        return time.perf_counter() - start
+
+
+def publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
+    with Publisher(grid, stream, **overrides) as pub:
+        publish = pub.publish_async
+        start = time.perf_counter()
+        for value in values:
+            last = publish(value)
+        pub.flush()
+        elapsed = time.perf_counter() - start
+        last.result()
+        return elapsed
+
+
+def consume(grid: Grid, stream: str, expected: int) -> float:
+    """Seconds for one subscriber to turn every record of ``stream`` into a ``Record`` object."""
+    with Subscriber(grid, stream, initial_offset_scheme="earliest") as sub:
+        seen = 0
+        start = time.perf_counter()
+        deadline = start + 600
+        while seen < expected:
+            for _record in sub.poll(1000):
+                seen += 1
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"the subscriber saw {seen} of {expected} records of {stream!r} in 600 s")
+        return time.perf_counter() - start
+
+
+def stream_for(prefix: str, lanes: int, records: int, shape: Shape) -> StreamConfig:
+    items = -(-records // shape.records_per_item) + 2 * lanes
+    return StreamConfig(unique_name(prefix), lanes=lanes, capacity=max(1000, 2 * items // lanes + 100))
