@@ -19,14 +19,11 @@ reach a position and now sees ending below it is the same truncation (``ended_be
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from meteor_spark import compat
 from meteor_spark.errors import (
     FencedError,
     LaneTruncatedError,
@@ -45,6 +42,7 @@ from meteor_spark.groups.exclusive import GroupMember
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.entity import QueryEntity
 from meteor_spark.spark.group_handoff import LaneHandoff
+from meteor_spark.spark.lane_takeover import changed_group_marks
 from meteor_spark.spark.lane_watch import LaneWatch
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import by_stream
@@ -66,11 +64,14 @@ class LaneView:
             the query reads without a group).
         epochs: the lease epoch of each lane this query held, taken before ``confirmed`` (empty without a group):
             what a meteor sink stages the batch's offsets with (``group_handoff``).
+        restarts: lanes this query started holding whose group offset was found truncated and refilled under it
+            (``failOnDataLoss=false``): (stream, lane) -> (that offset's sequence, the oldest sequence, read from).
     """
 
     bounds: dict[tuple[str, int], tuple[int, int]]
     confirmed: dict[tuple[str, int], int]
     epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+    restarts: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
     def confirmed_sequence(self, stream: str, lane: int) -> tuple[int, int] | None:
         """(sequence, record offset) of the group's confirmed offset for the lane, or None."""
@@ -135,6 +136,11 @@ class DriverState:
         self._last_batch_mono = time.monotonic()
         #: Lanes another group member holds, logged once when this query started following them.
         self._standby: set[tuple[str, int]] = set()
+        #: (stream, lane) -> the lease epoch under which this source runner compared the group's stored item mark
+        #: of a lane it holds with the lane's item (``lane_takeover``): once per lane each time it starts holding it.
+        self.checked_epochs: dict[tuple[str, int], int] = {}
+        #: Lanes found so (``taken_over``) since the last view: that view's ``restarts`` (moved back once).
+        self._restarts: dict[tuple[str, int], tuple[int, int]] = {}
 
     # -- the query run, step by step (the reader calls these; it writes no field itself) -----------------------
 
@@ -243,6 +249,7 @@ class DriverState:
         gone = sorted(set(self.infos) - names)
         for name in gone:
             del self.infos[name]
+            self.checked_epochs = {key: e for key, e in self.checked_epochs.items() if key[0] != name}
             self.entity.forget(name)
             member = self.members.pop(name, None)
             if member is not None:
@@ -303,13 +310,37 @@ class DriverState:
 
     def view(self, *, watched: bool = False) -> LaneView:
         """Lane bounds, the group's lease epochs and confirmed offsets, read once. ``watched``: a pattern query's
-        bounds as ``lane_watch`` refreshes them (idle lanes not read at every batch); else every lane is read."""
-        epochs = {(stream, lane): epoch for stream, m in self.members.items() for lane, epoch in m.assignment().items()}
-        if watched and self.watch is not None:
-            bounds = self.watch.bounds(self.grid, self.infos.values())
-        else:
-            bounds = self.bounds()
-        return LaneView(bounds, self.confirmed_offsets(), epochs)
+        bounds as ``lane_watch`` refreshes them (idle lanes not read at every batch); else every lane is read. The
+        group's item mark of each lane this query started holding since the last view is checked first
+        (``taken_over``)."""
+        epochs = self.held_epochs()
+        bounds = (
+            self.watch.bounds(self.grid, self.infos.values()) if watched and self.watch is not None else self.bounds()
+        )
+        self.taken_over(epochs)
+        restarts, self._restarts = self._restarts, {}
+        confirmed = self.confirmed_offsets()
+        confirmed.update({key: first_offset_of(oldest) for key, (_, oldest) in restarts.items()})
+        return LaneView(bounds, confirmed, epochs, restarts)
+
+    def held_epochs(self) -> dict[tuple[str, int], int]:
+        """The lease epoch of every lane this query holds now (the group members' local views, no grid call)."""
+        return {(stream, lane): epoch for stream, m in self.members.items() for lane, epoch in m.assignment().items()}
+
+    def taken_over(self, epochs: dict[tuple[str, int], int]) -> None:
+        """Lanes held under an epoch not checked yet (query start, a restarted runner, a standby taking over
+        mid-run): their group offsets' item marks checked (``lane_takeover``). Each lane truncated and refilled
+        under it goes to ``_restarts`` as (stale sequence, oldest sequence) (``failOnDataLoss=false``; else
+        ``_truncated`` raises ``LaneTruncatedError``); one found so already (same mark) is not logged again."""
+        changed = changed_group_marks(self.grid, self.infos, self.members, epochs, self.checked_epochs)
+        for key, (position, mark) in sorted(changed.items()):
+            known = self.truncated.get(key)
+            same = known is not None and known[0] == position and known[2] == mark
+            whose = f"group {self.options.group!r}'s offset"
+            self._restarts[key] = (
+                position,
+                known[1] if known and same else self._truncated(*key, position, mark, whose),
+            )
 
     def planned(self) -> LaneView:
         """The view ``latestOffset`` read for the batch it planned (``plan_view``), else (a batch replayed after a
@@ -449,18 +480,6 @@ class DriverState:
             moved[key] = self._truncated(key[0], key[1], position, mark, "the running query's position")
         return moved
 
-    def verify_group(self, stream: str, lane: int, confirmed: int) -> int | None:
-        """A new query starting from the group's confirmed offset of a held lane: check its item mark. Returns the
-        lane's new start sequence when it was truncated and refilled (``failOnDataLoss=false``), else None."""
-        member = self.members.get(stream)
-        mark = None if member is None else member.confirmed_mark(lane)
-        if mark is None or (stream, lane) in self.verified:
-            return None
-        self.verified.add((stream, lane))
-        if check_mark(self.grid.ring(self.infos[stream].ring_names[lane]), mark)[0] != CHANGED:
-            return None
-        return self._truncated(stream, lane, sequence_of(confirmed), mark, f"group {self.options.group!r}'s offset")
-
     def _truncated(self, stream: str, lane: int, position: int, mark: ItemMark, whose: str) -> int:
         oldest = self.oldest(stream, lane)
         if self.options.fail_on_data_loss:
@@ -535,10 +554,11 @@ class DriverState:
         The group member knows the offset it last wrote for each lane it holds, so a confirm that moves nothing
         costs no grid call and one that moves costs a single compare-and-set, fenced by the lease epoch."""
         marks = offset.marks_dict()
+        self.taken_over(self.held_epochs())  # a lane taken up: its stored mark is checked before it is overwritten
         for stream, lane, sequence in offset.positions:
             member = self.members.get(stream)
-            if member is None or lane not in member.assignment():
-                continue
+            if member is None or self.checked_epochs.get((stream, lane)) != member.assignment().get(lane, -1):
+                continue  # not held, or held since the check (checked when it is next planned)
             mark = marks.get((stream, lane))
             try:
                 member.confirm(
@@ -564,25 +584,3 @@ class DriverState:
                 )
         if self.members:
             logger.info("released the group's lane leases")
-
-
-_STOP_HOOKS: list[Any] = []
-_stopping = threading.Event()
-
-
-class _Stoppable(Protocol):
-    def stop(self) -> None: ...
-
-
-def install_stop_hooks(reader: _Stoppable) -> None:
-    """Make ``stop()`` run when Spark ends the source runner (SIGTERM) or the process exits."""
-    if not _STOP_HOOKS:
-        atexit.register(_run_stop_hooks)
-        compat.stop_source_runner_on_sigterm(_run_stop_hooks, already_stopping=_stopping.is_set)
-    _STOP_HOOKS.append(reader)
-
-
-def _run_stop_hooks() -> None:
-    _stopping.set()
-    while _STOP_HOOKS:
-        _STOP_HOOKS.pop().stop()

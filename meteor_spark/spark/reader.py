@@ -114,13 +114,15 @@ from meteor_spark.errors import DataLossError, StreamDeletedError
 from meteor_spark.format.offsets import index_of, sequence_of
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.spark.checkpoint_checks import check_checkpoint, restarted
-from meteor_spark.spark.driver import DriverState, LaneView, install_stop_hooks
+from meteor_spark.spark.driver import DriverState, LaneView
 from meteor_spark.spark.executor import LaneRange, LaneRanges, ReadsLaneRanges
 from meteor_spark.spark.group_handoff import LaneHandoff
+from meteor_spark.spark.lane_takeover import moved_back
 from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
 from meteor_spark.spark.source_offset import SparkOffset
+from meteor_spark.spark.stop_hooks import install_stop_hooks
 from meteor_spark.spark.typed_columns import value_version_of
 
 logger = logging.getLogger(__name__)
@@ -178,9 +180,9 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         for (stream, lane), (head, next_seq) in sorted(view.bounds.items()):
             confirmed = view.confirmed_sequence(stream, lane)
             if confirmed is not None:
+                # The group's item mark was checked by ``view`` (a lane truncated under it starts at its oldest).
                 state.check_confirmed(stream, lane, confirmed[1], self.options.group, next_seq)
-                moved = state.verify_group(stream, lane, confirmed[1])
-                start[(stream, lane)] = confirmed[0] if moved is None else moved
+                start[(stream, lane)] = confirmed[0]
             elif self.options.starting_time is not None:
                 start[(stream, lane)], record = start_by_time(
                     state.grid,
@@ -231,7 +233,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             sum(ends[key] - position for key, position in candidates.items()) if state.is_first_batch(begin) else None,
             state.marks_for(ends, begin),
         )
-        if not gone and ends == current:
+        if not gone and not view.restarts and ends == current:
             return begin.to_json()  # nothing new: the same offset, so Spark runs no batch
         state.batch_planned(end)
         return end.to_json()
@@ -261,6 +263,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         for key, (head, _) in view.bounds.items():
             current.setdefault(key, head)
         current.update(state.ended_below(begin, view.bounds, known_ends))
+        current = moved_back(current, view.restarts)  # lanes taken over whose group offset was truncated under it
         check_checkpoint(state, current, view.bounds)
         return current, gone
 
@@ -283,7 +286,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
             state.check_confirmed(
                 stream, lane, confirmed[1] if confirmed else None, self.options.group, view.bounds.get(key, (0, 0))[1]
             )
-            if not state.held(stream, lane):
+            if not state.held(stream, lane) or (stream in state.members and key not in view.epochs):
                 state.standing_by(stream, lane)
                 ends[key] = max(position, confirmed[0]) if confirmed is not None else position
             elif confirmed is not None and confirmed[0] > position:
@@ -405,7 +408,7 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         ranges: list[Piece] = []
         # (stream, lane) -> (first sequence, record offset inside that item to start at)
         first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
-        begin_at = begin.as_dict()
+        begin_at = moved_back(begin.as_dict(), view.restarts)
         skipped_before, skipped_after = begin.skipped_dict(), finish.skipped_dict()
         for stream, lane, end_seq in finish.positions:
             key = (stream, lane)

@@ -46,9 +46,9 @@ from meteor_spark.format.offsets import sequence_of
 from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.groups.shared_state import DONE
 from meteor_spark.spark.clients import grid_for
-from meteor_spark.spark.driver import install_stop_hooks
 from meteor_spark.spark.executor import LaneRange, read_lane_ranges
 from meteor_spark.spark.planning import default_partitions
+from meteor_spark.spark.stop_hooks import install_stop_hooks
 from meteor_spark.spark.typed_columns import value_version_of
 
 if TYPE_CHECKING:  # pragma: no cover

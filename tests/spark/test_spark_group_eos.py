@@ -191,7 +191,9 @@ def test_offsets_staged_before_the_takeover_abort_the_stale_runs_transaction(gri
 
 # -- the driver SIGKILLed and restarted with a new checkpoint ------------------------------------------------------
 
-KILLS = 5
+#: Each kill aimed inside a batch's open transaction; the second kills a run that itself took the group over from a
+#: killed run (its lanes after the lease expired, its open transaction aborted by timeout or by the takeover).
+KILLS = 2
 
 
 def _driver(
@@ -239,8 +241,8 @@ def _written(grid: Grid, stream: str) -> int:
 
 @pytest.mark.fault
 @pytest.mark.once
-@pytest.mark.timeout(1800)  # six driver runs; each starts a JVM and waits out the killed run's lease
-def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_is_exactly_once(
+@pytest.mark.timeout(1200)  # three driver runs; each starts a JVM and waits out the killed run's lease
+def test_driver_killed_twice_restarted_from_the_group_with_new_checkpoints_is_exactly_once(
     grid: Grid, grid_settings: GridSettings, unique_name: str, tmp_path: Path
 ) -> None:
     source, target = f"{unique_name}-in", f"{unique_name}-out"
@@ -261,7 +263,7 @@ def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_
                 message=f"driver run {kill + 1} to write a few batches",
             )
             assert driver.poll() is None, "the driver exited before it was killed"
-            aimed = _poll_briefly(lambda: _open_transaction_at_end(grid, target), seconds=3)
+            aimed = _poll_briefly(lambda: _open_transaction_at_end(grid, target), seconds=5)
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
             state = None if aimed is None else transactions.state_of(grid, aimed)
@@ -292,6 +294,7 @@ def test_driver_killed_five_times_restarted_from_the_group_with_new_checkpoints_
         flush=True,
     )
     assert lost == 0 and duplicated == 0
+    assert killed_inside >= 1, "no kill landed inside a batch's open transaction: the window this test is for"
     assert [_group_records(grid, source, "killed", lane) for lane in (0, 1)] == [items * 2, items * 2]
 
 
