@@ -32,11 +32,12 @@ from meteor_spark.aio.streams import delete_ungrouped_stream_async
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.consumer.request_rules import (
     CORRELATION_ID,
-    REPLY_TO,
     check_request_timeout,
     closed_error,
     error_reply,
     header,
+    log_handler_failure,
+    log_malformed,
     new_correlation_id,
     outgoing_request,
     reply_failure,
@@ -373,14 +374,7 @@ class AsyncResponder:
             route = request_route(request)
             if route is None:
                 self.malformed += 1
-                logger.warning(
-                    "stream %r: the request at offset %d of lane %d has no %s or %s header; not answered",
-                    self.request_stream,
-                    request.offset,
-                    request.lane,
-                    CORRELATION_ID,
-                    REPLY_TO,
-                )
+                log_malformed(self.request_stream, request)
                 continue
             correlation_id, reply_to = route
             try:
@@ -390,11 +384,7 @@ class AsyncResponder:
                 reply = reply_record(out, correlation_id)
             except Exception as exc:
                 self.failed += 1
-                logger.exception(
-                    "stream %r: the handler failed on request %s",
-                    self.request_stream,
-                    correlation_id.decode(errors="replace"),
-                )
+                log_handler_failure(self.request_stream, correlation_id)
                 reply = error_reply(exc, correlation_id)
             publisher = await self._publisher(reply_to.decode())
             if publisher is None:

@@ -44,6 +44,8 @@ from meteor_spark.consumer.request_rules import (
     closed_error,
     error_reply,
     header,
+    log_handler_failure,
+    log_malformed,
     new_correlation_id,
     outgoing_request,
     reply_failure,
@@ -340,25 +342,14 @@ class Responder:
             route = request_route(request)
             if route is None:
                 self.malformed += 1
-                logger.warning(
-                    "stream %r: the request at offset %d of lane %d has no %s or %s header; not answered",
-                    self.request_stream,
-                    request.offset,
-                    request.lane,
-                    CORRELATION_ID,
-                    REPLY_TO,
-                )
+                log_malformed(self.request_stream, request)
                 continue
             correlation_id, reply_to = route
             try:
                 reply = reply_record(self._handler(request), correlation_id)
             except Exception as exc:
                 self.failed += 1
-                logger.exception(
-                    "stream %r: the handler failed on request %s",
-                    self.request_stream,
-                    correlation_id.decode(errors="replace"),
-                )
+                log_handler_failure(self.request_stream, correlation_id)
                 reply = error_reply(exc, correlation_id)
             stream = reply_to.decode()
             publisher = self._publisher(stream)

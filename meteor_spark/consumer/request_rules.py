@@ -7,11 +7,14 @@ responder, and the reverse).
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from meteor_spark.errors import RequestError, RequestTimeoutError
 from meteor_spark.format.records import Record, as_record
 from meteor_spark.validate import check_number
+
+logger = logging.getLogger("meteor_spark.consumer.request_reply")
 
 __all__ = [
     "CORRELATION_ID",
@@ -21,6 +24,8 @@ __all__ = [
     "closed_error",
     "error_reply",
     "header",
+    "log_handler_failure",
+    "log_malformed",
     "new_correlation_id",
     "outgoing_request",
     "reply_failure",
@@ -114,3 +119,22 @@ def closed_error(request_stream: str, *, waiting: bool) -> RequestError:
     if waiting:
         return RequestError(f"the requester of stream {request_stream!r} was closed")
     return RequestError(f"the requester of stream {request_stream!r} is closed; create a new one")
+
+
+def log_malformed(request_stream: str, request: Record) -> None:
+    """A responder's warning for a request without its routing headers (it is not answered)."""
+    logger.warning(
+        "stream %r: the request at offset %d of lane %d has no %s or %s header; not answered",
+        request_stream,
+        request.offset,
+        request.lane,
+        CORRELATION_ID,
+        REPLY_TO,
+    )
+
+
+def log_handler_failure(request_stream: str, correlation_id: bytes) -> None:
+    """A responder's error log (with the traceback being handled) for a handler that raised."""
+    logger.exception(
+        "stream %r: the handler failed on request %s", request_stream, correlation_id.decode(errors="replace")
+    )
