@@ -22,7 +22,6 @@ from meteor_spark.errors import (
     ConfigError,
     FencedError,
     GroupError,
-    LaneTruncatedError,
     NotAssignedError,
     OffsetOutOfRangeError,
 )
@@ -30,7 +29,7 @@ from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of, in
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.item_marks import CHANGED, SAME, verdict_of
-from meteor_spark.groups.protocol import check_lane
+from meteor_spark.groups.protocol import check_lane, truncated_lane_error, unconfirmed_lost_error
 from meteor_spark.groups.redelivery import now_ms
 
 __all__ = ["GroupedLanes"]
@@ -149,18 +148,8 @@ class GroupedLanes:
         confirmed = state.position
         restart = first_offset_of(oldest)
         if not self._skip_data_loss:
-            state.error = LaneTruncatedError(
-                self.stream,
-                state.lane,
-                confirmed,
-                restart,
-                mark.sequence,
-                whose=f"group {self.group!r}'s offset",
-                fix=(
-                    f"Decide where the group goes on: seek the lane (AsyncSubscriber.seek, or with the group stopped "
-                    f"`meteor groups STREAM GROUP --seek`), e.g. to the oldest record {restart}; or opt in to "
-                    f"skip_data_loss=True, which re-reads the lane from its oldest record and counts it."
-                ),
+            state.error = truncated_lane_error(
+                self.stream, state.lane, self.group, confirmed, restart, mark.sequence, "AsyncSubscriber.seek"
             )
             return
         await self.member.seek(state.lane, restart)
@@ -243,12 +232,7 @@ class GroupedLanes:
         lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
         lost.update(lost_now)
         if lost:
-            raise FencedError(
-                f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
-                f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
-                f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
-                f"records again"
-            )
+            raise unconfirmed_lost_error(self.stream, self.group, lost)
 
     async def confirm_one(self, lane: int, offset: int) -> None:
         """``Subscriber.confirm(offset, lane=...)``: up to and including that delivered record."""

@@ -84,6 +84,7 @@ from meteor_spark.grid.client import Ring, result
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark
 from meteor_spark.grid.reading import oldest_in
+from meteor_spark.groups.protocol import truncated_lane_error
 from meteor_spark.groups.redelivery import now_ms
 
 logger = logging.getLogger(__name__)
@@ -193,19 +194,8 @@ class LaneReader(TopicReading):
         confirmed = state.position
         restart = first_offset_of(oldest)
         if not self.skip_data_loss:
-            state.error = LaneTruncatedError(
-                self.stream,
-                state.lane,
-                confirmed,
-                restart,
-                mark.sequence,
-                whose=f"group {self.group!r}'s offset",
-                fix=(
-                    f"Decide where the group goes on: seek the lane (Subscriber.seek, or with the group stopped "
-                    f"`meteor groups STREAM GROUP --seek` or meteor_spark.groups.admin.seek_group), e.g. to the "
-                    f"oldest record {restart}; or opt in to skip_data_loss=True, which re-reads the lane from its "
-                    f"oldest record and counts it."
-                ),
+            state.error = truncated_lane_error(
+                self.stream, state.lane, self.group, confirmed, restart, mark.sequence, "Subscriber.seek"
             )
             return
         self._member.seek(state.lane, restart)

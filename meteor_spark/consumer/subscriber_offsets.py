@@ -30,6 +30,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import check_lane, oldest_in
 from meteor_spark.grid.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
+from meteor_spark.groups.protocol import unconfirmed_lost_error
 from meteor_spark.validate import check_int
 
 
@@ -112,12 +113,7 @@ class SubscriberOffsets(SubscriberFields):
                 lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
             lost.update(lost_now)
             if lost:
-                raise FencedError(
-                    f"confirm refused for stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r}: "
-                    f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
-                    f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
-                    f"records again"
-                )
+                raise unconfirmed_lost_error(self.stream, self.group, lost)
             return
         if isinstance(offset, Record):
             lane, offset = offset.lane, offset.offset

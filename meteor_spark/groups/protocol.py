@@ -11,7 +11,8 @@ to write, or what the answer means; the callers only make the calls, synchronous
 - fencing a lane taken: ``fence_step`` (what the stored offsets entry asks for) and ``fenced_value`` (the entry
   stamped with the new epoch, its staged offset settled by the caller first);
 - moving an offset: ``offset_step`` (refused, ignored, or the text to compare-and-set);
-- the errors both members raise alike: ``fenced_error``, ``not_assigned_error``, ``check_lane``.
+- the errors both members raise alike: ``fenced_error``, ``not_assigned_error``, ``check_lane``,
+  ``unconfirmed_lost_error``, ``truncated_lane_error``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from meteor_spark.errors import ConfigError, FencedError, FormatError, NotAssignedError
+from meteor_spark.errors import ConfigError, FencedError, FormatError, LaneTruncatedError, NotAssignedError
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.groups.leases import ExpiryObserver, Lease, acquired, renewed, vacated, wall_ms
 from meteor_spark.groups.store import MEMBERS_MAP, Assignment, ConfirmedOffset, MemberEntry, parse_key
 
 __all__ = [
     "FenceStep",
+    "truncated_lane_error",
+    "unconfirmed_lost_error",
     "OffsetStep",
     "acquired",
     "balance",
@@ -248,3 +251,35 @@ def check_lane(lane: object, lanes: int, stream: str) -> int:
     if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < lanes:
         raise ConfigError(f"lane {lane!r} does not exist on stream {stream!r}; it has lanes 0..{lanes - 1}")
     return lane
+
+
+def unconfirmed_lost_error(stream: str, group: str | None, lost: Mapping[int, int | None]) -> FencedError:
+    """A confirm refused because lanes this member delivered unconfirmed records of were taken over (``lost``: lane
+    -> the epoch it had)."""
+    return FencedError(
+        f"confirm refused for stream {stream!r} lane(s) {sorted(lost)} of group {group!r}: "
+        f"this member lost them (epochs {[lost[lane] for lane in sorted(lost)]}) after delivering records "
+        f"it had not confirmed; nothing was written for them, and the lanes' new holders read those "
+        f"records again"
+    )
+
+
+def truncated_lane_error(
+    stream: str, lane: int, group: str | None, confirmed: int, restart: int, sequence: int, seek: str
+) -> LaneTruncatedError:
+    """The group's offset of ``lane`` is past a truncation that new records refilled (its item mark at
+    ``sequence`` changed); ``seek`` names the caller's way to move the lane."""
+    return LaneTruncatedError(
+        stream,
+        lane,
+        confirmed,
+        restart,
+        sequence,
+        whose=f"group {group!r}'s offset",
+        fix=(
+            f"Decide where the group goes on: seek the lane ({seek}, or with the group stopped "
+            f"`meteor groups STREAM GROUP --seek` or meteor_spark.groups.admin.seek_group), e.g. to the oldest record "
+            f"{restart}; or opt in to skip_data_loss=True, which re-reads the lane from its oldest record and "
+            f"counts it."
+        ),
+    )
