@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pyspark.sql.datasource import InputPartition
 
 from meteor_spark.consumer.refusals import Refusals
-from meteor_spark.errors import FormatError, LaneTruncatedError
+from meteor_spark.errors import FormatError, LaneTruncatedError, StreamDeletedError
 from meteor_spark.format.arrow_columns import headers_to_map, items_to_arrow
 from meteor_spark.format.corrupt import CorruptItemPolicy
 from meteor_spark.format.item_header import item_producer
@@ -49,6 +49,7 @@ from meteor_spark.grid.client import GridSettings, Ring, result
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
 from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of
 from meteor_spark.grid.reading import oldest_in, read_range
+from meteor_spark.grid.streams import STREAMS_MAP
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.group_handoff import LaneHandoff, record_task
 from meteor_spark.spark.pushdown import keep_keys
@@ -391,6 +392,8 @@ def _checked_start(part: LaneRange, read: Any) -> tuple[int, int]:
     verdict = verdict_of(mark, batch.items, batch.sequences)
     if verdict in (SAME, GONE):
         return part.start, part.end
+    if grid_for(part.grid).map(STREAMS_MAP).get(part.stream) is None:
+        return _deleted_under(part)
     ring = grid_for(part.grid).ring(part.info.ring_names[part.lane])
     oldest = oldest_in(ring)
     whose = "the running query's position"
@@ -424,6 +427,22 @@ def _checked_start(part: LaneRange, read: Any) -> tuple[int, int]:
         TRUNCATED_RANGES,
     )
     return oldest, max(oldest, end)
+
+
+def _deleted_under(part: LaneRange) -> tuple[int, int]:
+    """The range's stream was deleted after its batch was planned (a ``streamPattern`` query's stream dropped while
+    the batch ran): the driver's data loss (``StreamDeletedError``), or with ``failOnDataLoss=false`` nothing read,
+    logged, as the driver does for a stream it finds gone."""
+    if part.fail_on_data_loss:
+        raise StreamDeletedError(part.stream, part.lane, part.start, part.end)
+    logger.warning(
+        "stream %r was deleted while this batch read it; skipping lane %d sequences %d..%d (failOnDataLoss=false)",
+        part.stream,
+        part.lane,
+        part.start,
+        part.end - 1,
+    )
+    return part.start, part.start
 
 
 def _passed(gate: ItemGate, part: LaneRange, items: list[bytes], sequences: list[int]) -> tuple[list[bytes], list[int]]:

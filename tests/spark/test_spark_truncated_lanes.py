@@ -23,9 +23,10 @@ from pyspark.errors import StreamingQueryException
 from spark_helpers import make_stream, put_items, run_available_now, stream_reader, values_items
 
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import ConfigError, LaneTruncatedError
+from meteor_spark.errors import ConfigError, LaneTruncatedError, StreamDeletedError
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import open_stream
+from meteor_spark.groups.admin import delete_stream
 from meteor_spark.spark.source_offset import SparkOffset
 from meteor_spark.testing import wait_until
 from tests.ring_logs import cut_records
@@ -198,8 +199,9 @@ def test_a_task_compares_the_item_before_its_range_with_the_expected_mark(
 ) -> None:
     """The task-side check without Spark: the item before the range is the marked one (read as planned), another
     one (``LaneTruncatedError``, or with ``failOnDataLoss=false`` the lane from its oldest item to the range's end,
-    no further than the lane's end), gone (overwritten: no truncation, the range's own read reports loss) or not
-    marked (not checked)."""
+    no further than the lane's end), gone (overwritten: no truncation, the range's own read reports loss), not
+    marked (not checked), or its stream deleted since the batch was planned (``StreamDeletedError``, or nothing read
+    with ``failOnDataLoss=false``)."""
     from meteor_spark.grid.item_marks import ItemMark, mark_of
     from meteor_spark.spark.executor import LaneRange, read_lane_ranges
 
@@ -225,3 +227,10 @@ def test_a_task_compares_the_item_before_its_range_with_the_expected_mark(
     small = make_stream(grid, unique_name + "-small", lanes=1, capacity=10)
     put_items(grid, small, 0, values_items("s", items=15, per_item=1))
     assert read(ItemMark(4, 0), 6, 8, on=small) == [b"s-6-0", b"s-7-0"]  # the marked item was overwritten
+
+    delete_stream(grid, unique_name)  # deleted after the batch was planned: the driver's data loss, not a truncation
+    with pytest.raises(
+        StreamDeletedError, match=r"the stream was deleted while the query read it, with ring sequences 3\.\.4"
+    ):
+        read(mark_of(item, 2))
+    assert read(mark_of(item, 2), fail=False) == []
