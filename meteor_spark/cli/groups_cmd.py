@@ -7,7 +7,16 @@ import argparse
 import time
 from typing import Any
 
-from meteor_spark.cli.common import EXIT_OK, config_of, fmt_int, fmt_time_ms, interrupted_code, out, render_table
+from meteor_spark.cli.common import (
+    EXIT_OK,
+    config_of,
+    deferred_interrupts,
+    fmt_int,
+    fmt_time_ms,
+    interrupted_code,
+    out,
+    render_table,
+)
 from meteor_spark.errors import ConfigError, unknown_option
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.grid.client import Grid
@@ -85,7 +94,8 @@ def run_groups(args: argparse.Namespace) -> int:
                 if refreshes:
                     out()
                 out(f"-- {fmt_time_ms(int(time.time() * 1000))} (every {interval:g} s; Ctrl-C stops)")
-                _show(grid, info, args)
+                with deferred_interrupts():  # held until shown: raised inside a lazy import, importlib swallows it
+                    _show(grid, info, args)
                 refreshes += 1
                 if args.count is not None and refreshes >= args.count:
                     break
