@@ -35,6 +35,7 @@ from meteor_spark.groups.protocol import (
     acquired,
     check_lane,
     check_offset,
+    contended_error,
     fence_step,
     fenced_error,
     fenced_value,
@@ -306,10 +307,7 @@ class AsyncGroupMember:
                 self._remember(lane, step.write)
                 return
             text = None
-        raise GroupError(
-            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
-            f"in a row to concurrent writers; confirm from one task per lane"
-        )
+        raise contended_error(what, offset, self._where(lane), MAX_CAS_ATTEMPTS, "task")
 
     def _remember(self, lane: int, text: str) -> None:
         if lane in self._held:

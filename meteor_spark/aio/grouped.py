@@ -17,7 +17,7 @@ import logging
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.views import RingBounds
 from meteor_spark.consumer.auto_confirm import AutoConfirm
-from meteor_spark.consumer.lane_state import LaneState
+from meteor_spark.consumer.lane_state import LaneState, confirm_point
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -25,7 +25,7 @@ from meteor_spark.errors import (
     NotAssignedError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of, index_of, sequence_of
+from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.item_marks import CHANGED, SAME, verdict_of
@@ -236,19 +236,8 @@ class GroupedLanes:
 
     async def confirm_one(self, lane: int, offset: int) -> None:
         """``Subscriber.confirm(offset, lane=...)``: up to and including that delivered record."""
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
-        state = self._lanes.get(lane)
-        last = -1 if state is None else state.last_delivered
-        if offset > last:
-            raise ConfigError(
-                f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
-                f"subscriber (last delivered: {last}); confirm only records you processed"
-            )
-        count = state.item_counts.get(sequence_of(offset)) if state is not None else None
-        mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
-        after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
-        await self.member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
+        after, epoch, mark = confirm_point(self.stream, lane, offset, self._lanes.get(lane))
+        await self.member.confirm(lane, after, epoch=epoch, mark=mark)
 
     async def confirm_automatically(self) -> None:
         """Auto-confirm what earlier polls handed out; a lane lost meanwhile is logged (its new holder reads those

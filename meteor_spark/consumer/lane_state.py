@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.errors import DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
+from meteor_spark.errors import ConfigError, DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
 from meteor_spark.format.offsets import first_offset_of, index_of, make_offset, sequence_of
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.format.serializers import DecodedLane
@@ -332,6 +332,28 @@ class LaneState:
         self.bad = None
         self.error = error
         return orphan
+
+
+def confirm_point(
+    stream: str, lane: int, offset: object, state: LaneState | None
+) -> tuple[int, int | None, ItemMark | None]:
+    """What ``confirm(offset, lane=...)`` of a group member stores: the position after that delivered record, the
+    lane's epoch and the mark of its item (``ConfigError`` for an offset that is not one of a delivered record).
+
+    "The next record" after the last one of an item is the next item's first (offset + 1 would be read the same way,
+    but would count the finished item as lag)."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
+    last = -1 if state is None else state.last_delivered
+    if state is None or offset > last:
+        raise ConfigError(
+            f"confirm: offset {offset} on lane {lane} of stream {stream!r} was not delivered to this "
+            f"subscriber (last delivered: {last}); confirm only records you processed"
+        )
+    sequence = sequence_of(offset)
+    count = state.item_counts.get(sequence)
+    after = first_offset_of(sequence + 1) if count == index_of(offset) + 1 else offset + 1
+    return after, state.epoch, state.mark_of_delivered(sequence)
 
 
 def choose_parts(

@@ -11,7 +11,7 @@ offset API in one module.
 
 from __future__ import annotations
 
-from meteor_spark.consumer.lane_state import SubscriberFields
+from meteor_spark.consumer.lane_state import SubscriberFields, confirm_point
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ConfigError,
@@ -23,8 +23,6 @@ from meteor_spark.errors import (
 )
 from meteor_spark.format.offsets import (
     first_offset_of,
-    index_of,
-    sequence_of,
 )
 from meteor_spark.format.records import Record
 from meteor_spark.grid.item_marks import ItemMark
@@ -118,23 +116,9 @@ class SubscriberOffsets(SubscriberFields):
         if isinstance(offset, Record):
             lane, offset = offset.lane, offset.offset
         lane = self._lane_arg(lane, "confirm")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ConfigError(f"confirm: offset {offset!r} is invalid; give the offset of a delivered record (>= 0)")
         with self._lock:
-            state = self._lanes.get(lane)
-            last = -1 if state is None else state.last_delivered
-        if offset > last:
-            raise ConfigError(
-                f"confirm: offset {offset} on lane {lane} of stream {self.stream!r} was not delivered to this "
-                f"subscriber (last delivered: {last}); confirm only records you processed"
-            )
-        with self._lock:
-            count = state.item_counts.get(sequence_of(offset)) if state is not None else None
-            mark = state.mark_of_delivered(sequence_of(offset)) if state is not None else None
-        # "The next record" after the last one of an item is the next item's first (offset + 1 would be read
-        # the same way, but would count the finished item as lag).
-        after = first_offset_of(sequence_of(offset) + 1) if count == index_of(offset) + 1 else offset + 1
-        self._member.confirm(lane, after, epoch=None if state is None else state.epoch, mark=mark)
+            after, epoch, mark = confirm_point(self.stream, lane, offset, self._lanes.get(lane))
+        self._member.confirm(lane, after, epoch=epoch, mark=mark)
 
     def delivered_unconfirmed(self) -> list[tuple[int, int, int | None, ItemMark | None]]:
         """``(lane, position, epoch, mark)`` of every lane with records delivered since its last confirm: what a

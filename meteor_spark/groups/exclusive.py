@@ -80,6 +80,7 @@ from meteor_spark.groups.leases import ExpiryObserver, Held, LeaseMap
 from meteor_spark.groups.protocol import (
     check_lane,
     check_offset,
+    contended_error,
     fenced_error,
     not_assigned_error,
     offset_step,
@@ -476,10 +477,7 @@ class GroupMember(LaneBalancer):
                 self._remember_offset_text(lane, step.write)
                 return
             text = None
-        raise GroupError(
-            f"{what} of offset {offset} on {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times "
-            f"in a row to concurrent writers; confirm from one thread per lane"
-        )
+        raise contended_error(what, offset, self._where(lane), MAX_CAS_ATTEMPTS, "thread")
 
     def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int:
         """The epoch an offset write on ``lane`` goes under; refused at once when the lane was lost to another

@@ -12,7 +12,7 @@ to write, or what the answer means; the callers only make the calls, synchronous
   stamped with the new epoch, its staged offset settled by the caller first);
 - moving an offset: ``offset_step`` (refused, ignored, or the text to compare-and-set);
 - the errors both members raise alike: ``fenced_error``, ``not_assigned_error``, ``check_lane``,
-  ``unconfirmed_lost_error``, ``truncated_lane_error``.
+  ``unconfirmed_lost_error``, ``truncated_lane_error``, ``contended_error``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,21 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from meteor_spark.errors import ConfigError, FencedError, FormatError, LaneTruncatedError, NotAssignedError
+from meteor_spark.errors import (
+    ConfigError,
+    FencedError,
+    FormatError,
+    GroupError,
+    LaneTruncatedError,
+    NotAssignedError,
+)
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.groups.leases import ExpiryObserver, Lease, acquired, renewed, vacated, wall_ms
 from meteor_spark.groups.store import MEMBERS_MAP, Assignment, ConfirmedOffset, MemberEntry, parse_key
 
 __all__ = [
     "FenceStep",
+    "contended_error",
     "truncated_lane_error",
     "unconfirmed_lost_error",
     "OffsetStep",
@@ -282,4 +290,13 @@ def truncated_lane_error(
             f"{restart}; or opt in to skip_data_loss=True, which re-reads the lane from its oldest record and "
             f"counts it."
         ),
+    )
+
+
+def contended_error(what: str, offset: int, where: str, attempts: int, writers: str) -> GroupError:
+    """An offset write that lost its compare-and-set ``attempts`` times in a row (``writers``: what the caller's
+    unit of concurrency is, "thread" or "task")."""
+    return GroupError(
+        f"{what} of offset {offset} on {where} lost the compare-and-set {attempts} times in a row to concurrent "
+        f"writers; confirm from one {writers} per lane"
     )
