@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 from spark_helpers import grid_options, make_stream, put_items, values_items
 
+from meteor_spark.bench.jobs.pattern import CountingGrid
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
@@ -34,47 +33,6 @@ from meteor_spark.spark.reader import MeteorStreamReader
 from meteor_spark.testing import wait_until
 
 LANES = 8
-
-
-class CountingGrid:
-    """A ``Grid`` whose maps and rings count the calls made from one thread (the source runner's planning
-    thread; the group member's background renewals run on their own thread and are not planning work)."""
-
-    def __init__(self, grid: Grid) -> None:
-        self._grid = grid
-        self.calls: Counter[str] = Counter()
-        self.thread = threading.get_ident()
-
-    def map(self, name: str) -> Any:
-        return _Counting(self._grid.map(name), f"map {name}", self)
-
-    def ring(self, name: str) -> Any:
-        return _Counting(self._grid.ring(name), "ring", self)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._grid, name)
-
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-
-class _Counting:
-    def __init__(self, target: Any, label: str, counter: CountingGrid) -> None:
-        self._target = target
-        self._label = label
-        self._counter = counter
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() == self._counter.thread:
-                self._counter.calls[f"{self._label}.{name}"] += 1
-            return attr(*args, **kwargs)
-
-        return call
 
 
 @pytest.fixture
