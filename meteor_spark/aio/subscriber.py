@@ -37,30 +37,27 @@ from typing import Any, cast
 
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
+from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
-from meteor_spark.aio.views import RingBounds, TxnSnapshot
+from meteor_spark.aio.views import TxnSnapshot
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
 from meteor_spark.errors import (
     ConfigError,
-    GridOperationError,
     GroupError,
-    LaneTruncatedError,
     MeteorError,
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
-from meteor_spark.format.corrupt import dead_letter_record
-from meteor_spark.format.offsets import first_offset_of, resolve_initial, sequence_of
+from meteor_spark.format.offsets import first_offset_of, sequence_of
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
-from meteor_spark.grid.item_gate import READ_COMMITTED, ItemGate, KnownTransactions
-from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
 from meteor_spark.validate import check_int, check_timeout
 
@@ -144,16 +141,12 @@ class AsyncSubscriber:
         self.stream = stream if isinstance(stream, str) else getattr(stream, "name", "?")
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
-        self._lanes: dict[int, LaneState] = {}
-        self._bounds: dict[int, RingBounds] = {}
+        self._reads: LaneReads | None = None
         self._next_lane = 0
         self._ready: deque[Record] = deque()
-        self._dead_letters: AsyncPublisher | None = None
         self._poll_lock = asyncio.Lock()
         self._closed = False
         self.delivered_records = 0
-        self.skipped_items = 0
-        self.skips: list[tuple[int, int, int]] = []
         self._known = KnownTransactions()
 
     # ------------------------------------------------------------------------------------------------ lifecycle
@@ -175,14 +168,15 @@ class AsyncSubscriber:
                 cast(Grid, snapshot), self.options.isolation, abort_expired=False, known=self._known
             )
             self.refusals = Refusals(None, self.stream, self.options.corrupt_policy)
+            self._reads = LaneReads(grid, self.stream, self.options, self.item_gate, snapshot, self.refusals)
             if self.group is None:
                 for lane in range(self.info.lanes):
-                    await self._place(grid, lane)
+                    await self._reads.place(self.info.ring_names[lane], lane)
             else:
-                await self._join(grid)
+                await self._join(grid, self._reads)
             target = self.options.corrupt_policy.dead_letter_stream
             if target is not None:
-                self._dead_letters = await _dead_letter_publisher(grid, target)
+                self._reads.dead_letters = await _dead_letter_publisher(grid, target)
         except BaseException:
             if self._grouped is not None:
                 await self._grouped.member.close()
@@ -192,7 +186,7 @@ class AsyncSubscriber:
         self._grid, self._owns_grid = grid, owned
         return self
 
-    async def _join(self, grid: AsyncGrid) -> None:
+    async def _join(self, grid: AsyncGrid, reads: LaneReads) -> None:
         """Join the group (take the lanes it assigns now) and start reading them."""
         assert self.group is not None
         member = AsyncGroupMember(
@@ -200,8 +194,8 @@ class AsyncSubscriber:
         )
         self._grouped = GroupedLanes(
             member,
-            self._lanes,
-            self._bounds,
+            reads.lanes,
+            reads.bounds,
             scheme=self.options.scheme,
             skip_data_loss=self.options.skip_data_loss,
             auto_confirm=self._auto_confirm,
@@ -211,23 +205,6 @@ class AsyncSubscriber:
     def _wake(self) -> None:
         if self._grouped is not None:
             self._grouped.wakeup.set()
-
-    async def _place(self, grid: AsyncGrid, lane: int) -> None:
-        ring = await grid.ring(self.info.ring_names[lane])
-        head, tail = await ring.head(), await ring.tail()
-        bounds = RingBounds(ring, head, tail)
-        start = resolve_initial(
-            self.options.scheme,
-            False,
-            None,
-            min(oldest_in(bounds), tail + 1),  # type: ignore[arg-type]  # the view answers what oldest_in asks
-            tail + 1,
-            where=f"stream {self.stream!r} lane {lane}",
-        )
-        self._bounds[lane] = bounds
-        self._lanes[lane] = LaneState(
-            self.stream, lane, cast(Any, bounds), await ring.capacity(), start, None, grid.connection_losses
-        )
 
     async def __aenter__(self) -> AsyncSubscriber:
         return await self.start()
@@ -248,15 +225,14 @@ class AsyncSubscriber:
                 logger.warning("auto-confirm of stream %r group %r on close failed: %s", self.stream, self.group, exc)
         self._closed = True
         self._wake()
-        for state in self._lanes.values():
-            if state.pending is not None:
-                state.pending.cancel()
-                state.pending = None
+        reads = self._reads
+        if reads is not None:
+            reads.cancel()
         try:
             if grouped is not None:
                 await grouped.member.close()
-            if self._dead_letters is not None:
-                await self._dead_letters.close()
+            if reads is not None and reads.dead_letters is not None:
+                await reads.dead_letters.close()
         finally:
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
@@ -285,6 +261,7 @@ class AsyncSubscriber:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
+        reads = self._lane_reads()
         async with self._poll_lock:
             grouped = self._grouped
             if grouped is not None:
@@ -292,166 +269,60 @@ class AsyncSubscriber:
                     await grouped.confirm_automatically()
                 await self._follow_assignment(grouped)
             while True:
-                await self._harvest()
-                await self._settle_bad_items()
-                if self._has_buffered() or self._has_error():
+                await reads.harvest()
+                await reads.settle_bad_items()
+                if reads.has_buffered() or reads.has_error():
                     break
-                self._issue_reads()
+                self._issue_reads(reads)
                 await asyncio.sleep(0)  # a read answered at once is taken in by this poll
-                await self._harvest()
-                await self._settle_bad_items()
-                if self._has_buffered() or self._has_error():
+                await reads.harvest()
+                await reads.settle_bad_items()
+                if reads.has_buffered() or reads.has_error():
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
-                reads: list[asyncio.Future[Any]] = [s.pending for s in self._lanes.values() if s.pending is not None]
+                waits = reads.outstanding()
                 wait = min(remaining, self.item_gate.hold_left())
                 if grouped is not None:
                     wait = min(wait, grouped.pause_left())
-                    reads.append(asyncio.ensure_future(grouped.wakeup.wait()))
-                if reads:
-                    await asyncio.wait(reads, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    waits.append(asyncio.ensure_future(grouped.wakeup.wait()))
+                if waits:
+                    await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                     if grouped is not None:
-                        reads[-1].cancel()
+                        waits[-1].cancel()
                 else:
                     await asyncio.sleep(wait)
                 if self._closed:
                     break
                 if grouped is not None:
                     await self._follow_assignment(grouped)
-            self._raise_stopped_lane()
-            batch = await self._take()
+            reads.raise_stopped_lane()
+            batch = await self._take(reads)
             if not self._closed:
-                self._issue_reads()  # prefetch while the caller works on this batch
+                self._issue_reads(reads)  # prefetch while the caller works on this batch
             return batch
+
+    def _lane_reads(self) -> LaneReads:
+        assert self._reads is not None, "started subscribers have their lanes"
+        return self._reads
+
+    def _issue_reads(self, reads: LaneReads) -> None:
+        if not self._closed:
+            reads.issue(None if self._grouped is None else self._grouped.paused)
 
     async def _follow_assignment(self, grouped: GroupedLanes) -> None:
         """Grouped: lanes given up or taken since the last look are dropped or started."""
         assert self._grid is not None
-        if grouped.wakeup.is_set() or set(grouped.member.assignment()) != set(self._lanes):
+        if grouped.wakeup.is_set() or set(grouped.member.assignment()) != set(self._lane_reads().lanes):
             grouped.wakeup.clear()
             await grouped.sync(self._grid, list(self.info.ring_names))
 
-    def _issue_reads(self) -> None:
-        grid = self._grid
-        assert grid is not None
-        if self._closed:
-            return
-        losses = grid.connection_losses
-        for state in self._lanes.values():
-            if state.losses_seen != losses and state.pending is None:
-                state.connection_lost(losses)
-            if state.pending is not None or state.buffered >= self.options.max_poll_records:
-                continue
-            if state.error is not None or state.bad is not None or state.truncated is not None:
-                continue  # stopped at a bad position until seek (or until the policy settles the item)
-            if self.item_gate.held(state.lane):
-                continue  # waiting at an open transaction
-            if self._grouped is not None and self._grouped.paused(state):
-                continue  # a delayed nack of another member: not before its instant
-            count = state.read_count(self.options.max_items_per_read, self.options.max_bytes_per_read)
-            ring = self._bounds[state.lane].ring
-            state.pending = asyncio.ensure_future(ring.read_many(state.read_start(), 1, count))
-            state.pending_seq = state.fetch_seq
-            state.pending_losses = losses
-
-    async def _harvest(self) -> None:
-        """Take in every finished read (``LaneState.accept``), after reading ahead what it will ask the grid."""
-        grid = self._grid
-        assert grid is not None
-        for state in self._lanes.values():
-            task = state.pending
-            if task is None or not task.done():
-                continue
-            state.pending = None
-            if task.cancelled():
-                continue  # the subscriber was closed meanwhile
-            if state.pending_seq != state.fetch_seq:
-                task.exception()  # issued before a seek: its answer (or error) is of no use
-                continue
-            if state.pending_losses != grid.connection_losses:
-                task.exception()
-                state.connection_lost(grid.connection_losses)  # answered perhaps after a restart: read again
-                continue
-            bounds = self._bounds[state.lane]
-            try:
-                batch = task.result()
-            except GridOperationError:
-                await bounds.refresh()
-                if state.fetch_seq <= bounds.tail() + 1:
-                    raise
-                state.error = state.past_end(bounds.tail() + 1)
-                continue
-            if not batch.items:
-                continue
-            items, sequences = list(batch.items), list(batch.sequences)
-            state.item_bytes = max(1, sum(map(len, items)) // len(items))
-            if sequences[0] < state.read_start():
-                await bounds.refresh()  # the lane now ends below the position: accept names the valid range
-            if self.item_gate.isolation == READ_COMMITTED:
-                await self._snapshot.prefetch(items, sequences, stream=self.stream, lane=state.lane)
-            skip = state.accept(items, sequences, skip_data_loss=self.options.skip_data_loss, gate=self.item_gate)
-            if skip is not None:
-                self.skipped_items += skip.items
-                self.skips.append((state.lane, skip.lost_from, skip.oldest))
-                logger.warning(
-                    "stream %r lane %d: offsets %d..%d were gone before they were read; skipped them "
-                    "(skip_data_loss is on)",
-                    self.stream,
-                    state.lane,
-                    skip.lost_from,
-                    skip.oldest - 1,
-                )
-
-    async def _settle_bad_items(self) -> None:
-        """Apply ``on_corrupt`` to lanes stopped at an undecodable item; a dead letter is acknowledged first."""
-        for state in list(self._lanes.values()):
-            if state.bad is None:
-                continue
-            sequence, raw, error = state.bad
-            if self.options.corrupt_policy.is_error:
-                state.fail_bad_item()
-                continue
-            if self._dead_letters is not None:
-                await self._dead_letters.publish(
-                    dead_letter_record(raw, stream=self.stream, lane=state.lane, sequence=sequence, error=error)
-                )
-            if state.pass_bad_item(sequence, raw):
-                self.refusals.passed_item(state.lane, sequence, error)
-
-    def _has_buffered(self) -> bool:
-        return any(state.buffered for state in self._lanes.values())
-
-    def _has_error(self) -> bool:
-        return any(state.error is not None or state.truncated is not None for state in self._lanes.values())
-
-    def _raise_stopped_lane(self) -> None:
-        """Raise the error of a lane stopped at it, once the records read before it were delivered."""
-        for lane in sorted(self._lanes):
-            state = self._lanes[lane]
-            if state.buffered:
-                continue
-            if state.error is not None:
-                raise state.error
-            mark = state.truncated
-            if mark is not None:
-                raise LaneTruncatedError(
-                    self.stream,
-                    lane,
-                    state.position,
-                    first_offset_of(self._bounds[lane].head()),
-                    mark.sequence,
-                    whose="this subscriber's position, while it read across a lost connection",
-                    fix="Decide where reading goes on: seek the lane (AsyncSubscriber.seek), e.g. to its oldest "
-                    "record.",
-                )
-
-    async def _take(self) -> RecordBatch:
+    async def _take(self, reads: LaneReads) -> RecordBatch:
         """Up to ``max_poll_records`` buffered records, lanes in rotation; deserialized by the options'
         deserializers, refused records settled by ``on_corrupt`` (dead letters acknowledged before anything moves)."""
         options = self.options
-        taken, self._next_lane = choose_parts(self._lanes, self._next_lane, options.max_poll_records, self.info.lanes)
+        taken, self._next_lane = choose_parts(reads.lanes, self._next_lane, options.max_poll_records, self.info.lanes)
         if self._grouped is not None:
             self._grouped.revalidate(taken)  # a lane taken over meanwhile must not be delivered here too
         if not taken:
@@ -459,12 +330,12 @@ class AsyncSubscriber:
         decoded = None
         if options.value_deserializer is not None or options.key_deserializer is not None:
             decoded = self.refusals.decode(taken, options.value_deserializer, options.key_deserializer)
-            if self._dead_letters is not None:
+            if reads.dead_letters is not None:
                 letters = self.refusals.dead_letters_of(decoded)
                 if letters:
-                    await self._dead_letters.publish_many(letters)
+                    await reads.dead_letters.publish_many(letters)
             self.refusals.count_refused(decoded)
-        out, records, orphans = deliver_taken(self._lanes, taken, decoded)
+        out, records, orphans = deliver_taken(reads.lanes, taken, decoded)
         for orphan in orphans:
             orphan.cancel()
         batch = RecordBatch(out, records)
@@ -487,7 +358,7 @@ class AsyncSubscriber:
         state = self._lane(lane)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"seek: offset {offset!r} is invalid; offsets are integers >= 0")
-        bounds = self._bounds[lane]
+        bounds = self._lane_reads().bounds[lane]
         await bounds.refresh()
         end = bounds.tail() + 1
         if offset > first_offset_of(end):
@@ -501,11 +372,10 @@ class AsyncSubscriber:
                 orphan.cancel()
 
     def _lane(self, lane: int) -> LaneState:
-        if lane not in self._lanes:
-            raise ConfigError(
-                f"lane {lane!r} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1})"
-            )
-        return self._lanes[lane]
+        lanes = self._lane_reads().lanes
+        if lane not in lanes:
+            raise ConfigError(f"lane {lane!r} does not exist in stream {self.stream!r} (lanes 0..{len(lanes) - 1})")
+        return lanes[lane]
 
     async def confirm(self, offset: int | Record | None = None, *, lane: int | None = None) -> None:
         """Grouped: store in the group that records were processed (fenced), as ``Subscriber.confirm``.
@@ -539,16 +409,18 @@ class AsyncSubscriber:
     @property
     def lanes(self) -> list[int]:
         """The lanes this subscriber reads now."""
-        return sorted(self._lanes)
+        return [] if self._reads is None else sorted(self._reads.lanes)
 
     # ------------------------------------------------------------------------------------------------ figures
 
     async def lag(self) -> dict[int, int]:
         """Ring items behind each lane's end, from the next record to deliver."""
         out = {}
-        for lane, state in self._lanes.items():
-            await self._bounds[lane].refresh()
-            out[lane] = max(0, self._bounds[lane].tail() + 1 - sequence_of(state.position))
+        reads = self._lane_reads()
+        for lane, state in reads.lanes.items():
+            bounds = reads.bounds[lane]
+            await bounds.refresh()
+            out[lane] = max(0, bounds.tail() + 1 - sequence_of(state.position))
         return out
 
     def metrics(self) -> dict[str, int]:
@@ -569,6 +441,16 @@ class AsyncSubscriber:
         }
 
     @property
+    def skipped_items(self) -> int:
+        """Ring items skipped because they were gone before they were read (``skip_data_loss``)."""
+        return 0 if self._reads is None else self._reads.skipped_items
+
+    @property
+    def skips(self) -> list[tuple[int, int, int]]:
+        """Each skip: (lane, first offset lost, the oldest offset read on from)."""
+        return [] if self._reads is None else list(self._reads.skips)
+
+    @property
     def corrupt_items(self) -> int:
         return self.refusals.corrupt_items
 
@@ -578,7 +460,7 @@ class AsyncSubscriber:
 
     def __repr__(self) -> str:
         kind = "ungrouped" if self.group is None else f"group {self.group!r}"
-        return f"AsyncSubscriber(stream={self.stream!r}, {kind}, lanes={sorted(self._lanes)})"
+        return f"AsyncSubscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
 
 
 async def _dead_letter_publisher(grid: AsyncGrid, name: str) -> AsyncPublisher:
