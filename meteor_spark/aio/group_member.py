@@ -7,10 +7,12 @@ the errors) is ``meteor_spark.groups.protocol``'s; this module only makes the gr
 ``meteor_spark.grid.aio_client``. The renewal that the threaded member runs on a thread is a task on the loop:
 a member is alive while that task renews its heartbeat and leases.
 
-What it leaves out, by scope: transactions (``stage`` / ``apply_staged``), ``nack`` (``hold``) and ``want="all"``
-(the Spark driver's). A lane whose offsets entry carries an offset staged by a transaction still open is not
-taken until the transaction is decided (a threaded member taking it aborts it); a decided one is settled as the
-threaded member does (``txn_offsets.settled_with``).
+It has the threaded member's whole offset API: ``confirm`` / ``seek``, ``hold`` (a ``nack``'s rewind and pause),
+and the transactional ``stage`` / ``apply_staged`` / ``settle_staged`` (``meteor_spark.groups.txn_offsets``'
+``fenced_write`` / ``staged_onto`` / ``settled_with`` with the transaction states read or decided by
+``meteor_spark.aio.txn_grid``). Taking a lane whose offsets entry carries an offset staged by a transaction still
+open aborts that transaction first, as a threaded member does (a zombie's commit then fails). ``want="all"`` (hold
+every lane, stand by for lanes held by others, probed every 200 ms, no announcements) is the threaded one's too.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 
+from meteor_spark.aio import txn_grid
 from meteor_spark.errors import FencedError, FormatError, GridError, GroupError
 from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
-from meteor_spark.grid import transactions
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncGridMap
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamInfo
@@ -61,7 +63,7 @@ from meteor_spark.groups.store import (
     lane_key,
     member_key,
 )
-from meteor_spark.groups.txn_offsets import settled_with
+from meteor_spark.groups.txn_offsets import Change, applying, contended, fenced_write, settled_with, staged_onto
 
 __all__ = ["AsyncGroupMember"]
 
@@ -70,6 +72,8 @@ logger = logging.getLogger(__name__)
 #: How often a member reads the group's membership generation and probes the lanes it waits for between renewals
 #: (the threaded member's ``_WATCH_EVERY_S``).
 _WATCH_EVERY_S = 0.1
+#: How often a ``want="all"`` standby probes the lanes it waits for (the threaded member's ``_PROBE_EVERY_S``).
+_PROBE_EVERY_S = 0.2
 
 
 class AsyncGroupMember:
@@ -78,7 +82,7 @@ class AsyncGroupMember:
     Args:
         grid: the asyncio grid connection.
         info: the stream.
-        group, member_id, lease_ms, renew_every_ms: as ``GroupMember``'s (same checks).
+        group, member_id, lease_ms, renew_every_ms, want: as ``GroupMember``'s (same checks).
         on_change: called (on the loop) with the new ``Assignment`` whenever it changes; exceptions are logged.
     """
 
@@ -91,9 +95,10 @@ class AsyncGroupMember:
         member_id: str | None = None,
         lease_ms: int = 5000,
         renew_every_ms: int | None = None,
+        want: str = "balanced",
         on_change: Callable[[Assignment], None] | None = None,
     ) -> None:
-        self._settings = MemberSettings.parse(group, member_id, lease_ms, renew_every_ms, "balanced")
+        self._settings = MemberSettings.parse(group, member_id, lease_ms, renew_every_ms, want)
         self._grid = grid
         self.info = info
         self.stream = info.config.name
@@ -118,9 +123,9 @@ class AsyncGroupMember:
         self.fencing_refusals = 0
 
     @staticmethod
-    def check(group: str, member_id: str | None, lease_ms: int) -> None:
+    def check(group: str, member_id: str | None, lease_ms: int, want: str = "balanced") -> None:
         """The member's arguments checked (``ConfigError`` naming the one at fault), before anything connects."""
-        MemberSettings.parse(group, member_id, lease_ms, None, "balanced")
+        MemberSettings.parse(group, member_id, lease_ms, None, want)
 
     @property
     def group(self) -> str:
@@ -193,7 +198,10 @@ class AsyncGroupMember:
         logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
 
     async def _announce_safely(self, change: str) -> None:
-        """Rewrite the membership generation, so the others rebalance at once (else at their next renewal)."""
+        """Rewrite the membership generation, so the others rebalance at once (else at their next renewal); a
+        ``want="all"`` member changes no one's target and announces nothing (``LaneBalancer._announce``)."""
+        if self._settings.want != "balanced":
+            return
         text = generation_value(self.member_id, change)
         try:
             await self._leases.set(generation_key(self.stream, self.group), text, ttl_s=2 * self.lease_ms / 1000.0)
@@ -270,8 +278,79 @@ class AsyncGroupMember:
         """``GroupMember.seek``: set a held lane's offset, forwards or backwards, fenced."""
         await self._write_offset(lane, offset, backwards=True)
 
+    async def hold(self, lane: int, offset: int, *, not_before_ms: int, high: int | None, epoch: int | None) -> None:
+        """``GroupMember.hold``: rewind a held lane to ``offset`` (a ``nack``), paused until the wall-clock instant
+        ``not_before_ms`` for whichever member reads it next; ``high`` kept for ``dead_letter_after``."""
+        await self._write_offset(lane, offset, backwards=True, read_epoch=epoch, not_before_ms=not_before_ms, high=high)
+
+    async def stage(
+        self, lane: int, offset: int, txn: str, *, epoch: int | None = None, mark: ItemMark | None = None
+    ) -> None:
+        """``GroupMember.stage``: ``offset`` staged on a held lane in transaction ``txn`` (same errors)."""
+        check_offset("stage", offset, self._where(lane))
+        key = lane_key(self.stream, self.group, lane)
+        text = self._offset_texts.get(lane) or await self._offsets.get(key)
+        stored = None if text is None else ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+        other = None
+        if stored is not None and stored.txn is not None and stored.txn.key != txn:
+            other = await txn_grid.state_of(self._grid, stored.txn.key)
+        where = self._where(lane)
+        await self._update_entry(lane, "stage", epoch, lambda s: staged_onto(s, txn, offset, mark, where, other))
+
+    async def apply_staged(self, lane: int, txn: str) -> None:
+        """``GroupMember.apply_staged``: after ``txn`` committed, the lane's offset moved to the one it staged."""
+        await self._update_entry(lane, "apply", None, applying(txn))
+
+    async def settle_staged(self, lane: int, txn: str | None = None) -> None:
+        """``GroupMember.settle_staged``: the offset staged on a held lane (by ``txn``, or any) settled once its
+        transaction is decided; left while it is open."""
+        self._epoch_of(lane)
+        stored = self._stored(lane)
+        if stored is None or stored.txn is None or (txn is not None and stored.txn.key != txn):
+            return
+        state = await txn_grid.state_of(self._grid, stored.txn.key)
+        if state is not None and not state.decided:
+            return
+        where = self._where(lane)
+        await self._update_entry(
+            lane, "settle", None, lambda s: None if s.txn is None else settled_with(s, state, where)
+        )
+
+    async def _update_entry(self, lane: int, what: str, read_epoch: int | None, change: Change) -> None:
+        """``GroupMember._update_entry``: the fenced compare-and-set of ``txn_offsets.fenced_write``, awaited."""
+        epoch = self._epoch_of(lane)
+        if read_epoch is not None and read_epoch != epoch:
+            raise self._fenced(what, lane, -1, read_epoch, self.member_id, epoch)
+        key = lane_key(self.stream, self.group, lane)
+
+        def fenced(stored: ConfirmedOffset | None) -> FencedError:
+            return self._fenced(what, lane, -1, epoch, stored.by if stored else None, stored.epoch if stored else None)
+
+        text = self._offset_texts.get(lane)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if text is None:
+                text = await self._offsets.get(key)
+            if text is None:
+                raise fenced(None)
+            new = fenced_write(text, key, epoch=epoch, by=self.member_id, change=change, fenced=fenced)
+            if new is None:
+                return
+            if await self._offsets.replace_if_same(key, text, new):
+                self._remember(lane, new)
+                return
+            text = None
+        raise contended(f"{what} on {self._where(lane)}", key)
+
     async def _write_offset(
-        self, lane: int, offset: int, *, backwards: bool, read_epoch: int | None = None, mark: ItemMark | None = None
+        self,
+        lane: int,
+        offset: int,
+        *,
+        backwards: bool,
+        read_epoch: int | None = None,
+        mark: ItemMark | None = None,
+        not_before_ms: int = 0,
+        high: int | None = None,
     ) -> None:
         what = "seek" if backwards else "confirm"
         check_offset(what, offset, self._where(lane))
@@ -295,7 +374,15 @@ class AsyncGroupMember:
             if text is None:
                 raise self._fenced(what, lane, offset, epoch, None, None)
             step = offset_step(
-                text, where, epoch=epoch, offset=offset, member_id=self.member_id, backwards=backwards, mark=mark
+                text,
+                where,
+                epoch=epoch,
+                offset=offset,
+                member_id=self.member_id,
+                backwards=backwards,
+                mark=mark,
+                not_before_ms=not_before_ms,
+                high=high,
             )
             if step.fenced:
                 raise self._fenced(what, lane, offset, epoch, step.stored.by, step.stored.epoch)
@@ -332,15 +419,17 @@ class AsyncGroupMember:
         """Renew every ``renew_every_ms``; between renewals watch the membership generation and probe the lanes
         waited for. Grid errors are logged once per outage: the lanes expire if it lasts a lease period."""
         period = self._settings.renew_every_ms / 1000.0
+        watching = self._settings.want == "balanced"
         next_tick = time.monotonic() + period
         failing = False
         while True:
-            await asyncio.sleep(max(0.0, min(next_tick - time.monotonic(), _WATCH_EVERY_S)))
+            wake_s = _WATCH_EVERY_S if watching else _PROBE_EVERY_S
+            await asyncio.sleep(max(0.0, min(next_tick - time.monotonic(), wake_s)))
             try:
                 if time.monotonic() >= next_tick:
                     next_tick = max(next_tick + period, time.monotonic())
                     await self._tick()
-                elif await self._membership_changed():
+                elif watching and await self._membership_changed():
                     await self._rebalance()
                 elif self._target - set(self._held):
                     await self._acquire(self._target, sorted(self._target - set(self._held)))
@@ -364,7 +453,7 @@ class AsyncGroupMember:
 
     async def _tick(self) -> None:
         self._beat += 1
-        entry = heartbeat(self.member_id, "balanced", self._beat, self.lease_ms, self._host)
+        entry = heartbeat(self.member_id, self._settings.want, self._beat, self.lease_ms, self._host)
         await self._members.set(
             member_key(self.stream, self.group, self.member_id), entry.encode(), ttl_s=2 * self.lease_ms / 1000.0
         )
@@ -401,13 +490,13 @@ class AsyncGroupMember:
             )
 
     async def _rebalance(self) -> None:
-        own = MemberEntry(self.member_id, "balanced", self._beat, self.lease_ms, 0, self._host, os.getpid())
+        own = MemberEntry(self.member_id, self._settings.want, self._beat, self.lease_ms, 0, self._host, os.getpid())
         warnings: list[str] = []
         entries = await self._members.entries()
         live = live_members(entries, self.stream, self.group, own, self._member_observer, warnings)
         for warning in warnings:
             logger.warning("ignoring group member entry: %s", warning)
-        target = target_lanes("balanced", live, self.lanes, self.member_id)
+        target = target_lanes(self._settings.want, live, self.lanes, self.member_id)
         surplus = {lane: held for lane, held in self._held.items() if lane not in target}
         if surplus:
             self._notify(Assignment.of({lane: h.lease.epoch for lane, h in self._held.items() if lane in target}))
@@ -470,8 +559,8 @@ class AsyncGroupMember:
         logger.info("member %r took %s with epoch %d (from %s)", self.member_id, self._where(lane), new.epoch, previous)
 
     async def _fence(self, lane: int, key: str, epoch: int) -> str | None:
-        """Stamp the epoch on the lane's offsets entry (``protocol.fence_step``); None when a newer epoch is there
-        or an open transaction's staged offset is on it."""
+        """Stamp the epoch on the lane's offsets entry (``protocol.fence_step``), settling a staged offset in the same
+        compare-and-set; None when a newer epoch is there."""
         where = f"{key} in map {OFFSETS_MAP!r}"
         for _ in range(MAX_CAS_ATTEMPTS):
             step = fence_step(await self._offsets.get(key), where, epoch, self.member_id)
@@ -484,11 +573,11 @@ class AsyncGroupMember:
             assert step.stored is not None and step.text is not None
             settled = step.stored
             if settled.txn is not None:
-                txns = await self._grid.map(transactions.TXNS_MAP)
-                state_text = await txns.get(settled.txn.key)
-                state = None if state_text is None else transactions.TxnState.parse(settled.txn.key, state_text)
+                # txn_offsets.settle(..., abort_open=True): the previous holder's open transaction is aborted first
+                state = await txn_grid.state_of(self._grid, settled.txn.key)
                 if state is not None and not state.decided:
-                    return None
+                    reason = f"fenced: {self._where(lane)} was taken over while the transaction held its offset"
+                    state = await txn_grid.abort(self._grid, settled.txn.key, reason)
                 settled = settled_with(settled, state, self._where(lane))
             fenced = fenced_value(settled, epoch, self.member_id)
             if await self._offsets.replace_if_same(key, step.text, fenced):

@@ -10,21 +10,27 @@ first and hands the pieces these views, which answer from what was read:
   and ``grid.reading.oldest_in`` make (``tail()`` and ``read_many(head, 0, 1)``'s first sequence).
 - ``TxnSnapshot``: the entries of the transaction maps the gate will ask for, for the transactional producers of
   one read (``prefetch``); the gate's own caching (``KnownTransactions``: decided transactions for good, open ones
-  for ``RECHECK_S``) is kept, so a decided transaction is read once.
+  for ``RECHECK_S``) is kept, so a decided transaction is read once. A transaction found open past its deadline is
+  aborted here (``aio.txn_grid.abort_expired``), and stale open-transaction entries are cleared now and then
+  (``txn_grid.clear_stale_if_due``), as a threaded ``read_committed`` reader's gate does: the gate then reads the
+  decision, so an asyncio reader does not wait for ever at a transaction whose writer died.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from meteor_spark.aio import txn_grid
 from meteor_spark.errors import FormatError, MeteorError
 from meteor_spark.format.item_header import item_producer
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.grid.client import ReadBatch
 from meteor_spark.grid.item_gate import KnownTransactions
-from meteor_spark.grid.transactions import PRODUCERS_MAP, SWEPT_KEY, TXNS_MAP
+from meteor_spark.grid.transactions import PRODUCERS_MAP, SWEPT_KEY, TXNS_MAP, TxnState
+from meteor_spark.grid.txn_decisions import expired
 
 __all__ = ["RingBounds", "TxnSnapshot"]
 
@@ -71,8 +77,8 @@ class _Entries:
 
 class TxnSnapshot:
     """The grid, as far as a ``read_committed`` ``ItemGate`` asks it: the transaction maps' entries it needs for the
-    items about to be checked, read ahead (``prefetch``). Pass it as the gate's grid with ``abort_expired=False``
-    (the gate then only reads)."""
+    items about to be checked, read ahead (``prefetch``, which also aborts expired transactions). Pass it as the gate's
+    grid with ``abort_expired=False`` (the gate then only reads what was read ahead)."""
 
     def __init__(self, grid: AsyncGrid, known: KnownTransactions) -> None:
         self._grid = grid
@@ -104,5 +110,10 @@ class TxnSnapshot:
         self._maps[PRODUCERS_MAP] = {str(p): key for p, key in zip(todo, keys, strict=True)}
         self._maps[PRODUCERS_MAP][SWEPT_KEY] = swept
         names = [key for key in keys if key is not None]
-        states = await asyncio.gather(*(txns.get(key) for key in names))
+        states = list(await asyncio.gather(*(txns.get(key) for key in names)))
+        for index, (key, text) in enumerate(zip(names, states, strict=True)):
+            if text is not None and expired(TxnState.parse(key, text), int(time.time() * 1000)):
+                decided = await txn_grid.abort_expired(self._grid, key)  # as a threaded reader's gate does
+                states[index] = None if decided is None else decided.to_json()
         self._maps[TXNS_MAP] = dict(zip(names, states, strict=True))
+        await txn_grid.clear_stale_if_due(self._grid)

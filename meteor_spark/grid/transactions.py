@@ -66,18 +66,30 @@ from dataclasses import dataclass
 from meteor_spark.errors import MeteorError, TransactionAbortedError
 from meteor_spark.grid.client import Grid, result
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
+from meteor_spark.grid.transaction_state import (
+    ABORTED,
+    BATCHES_MAP,
+    COMMITTED,
+    OPEN_MAP,
+    PRODUCERS_MAP,
+    TXNS_MAP,
+    TxnState,
+)
+from meteor_spark.grid.transaction_state import OPEN as OPEN  # re-exported: readers name it from here
+from meteor_spark.grid.txn_decisions import (
+    abort_step,
+    begin_step,
+    commit_check,
+    committed_lanes,
+    committed_state,
+    expired,
+    open_entry,
+    open_entry_value,
+    timeout_reason,
+)
 from meteor_spark.grid.txn_retention import lane_oldest, old_batches, still_staged
 
 logger = logging.getLogger(__name__)
-
-TXNS_MAP = "meteor.txns"
-PRODUCERS_MAP = "meteor.txn.producers"
-BATCHES_MAP = "meteor.txn.batches"
-OPEN_MAP = "meteor.txn.open"
-
-OPEN = "open"
-COMMITTED = "committed"
-ABORTED = "aborted"
 
 #: Kafka's transaction.timeout.ms default.
 DEFAULT_TIMEOUT_MS = 60_000
@@ -95,76 +107,6 @@ KEEP_BATCHES = 100
 SWEEP_INTERVAL_S = 30.0
 #: The sweep marker's key in ``meteor.txn.producers`` (producer ids are decimal: never this).
 SWEPT_KEY = "@swept"
-
-
-@dataclass(frozen=True)
-class TxnState:
-    """One transaction record as stored.
-
-    Attributes:
-        key: the transaction key.
-        state: ``open``, ``committed`` or ``aborted``.
-        deadline_ms: wall-clock ms after which readers abort the transaction if still open.
-        producers: committed: the producer ids whose records count; empty otherwise.
-        reason: why it was aborted (empty otherwise).
-        decided_ms: wall-clock ms of the decision (0: open, or decided by an older version).
-        lanes: committed: ``(stream, lane, after, last)`` for every lane the transaction may have items in: ring
-            sequences ``(after, last]`` (see the module docs); None when not recorded (older versions).
-        offsets: committed: the ``meteor.group.offsets`` keys of the group offsets staged in the transaction.
-    """
-
-    key: str
-    state: str
-    deadline_ms: int
-    producers: frozenset[int] = frozenset()
-    reason: str = ""
-    decided_ms: int = 0
-    lanes: tuple[tuple[str, int, int, int], ...] | None = None
-    offsets: tuple[str, ...] = ()
-
-    @property
-    def decided(self) -> bool:
-        return self.state != OPEN
-
-    def delivers(self, producer_id: int) -> bool:
-        """Whether a ``read_committed`` reader delivers the records of ``producer_id`` (decided transactions)."""
-        return self.state == COMMITTED and producer_id in self.producers
-
-    def to_json(self) -> str:
-        document = {
-            "state": self.state,
-            "deadline_ms": self.deadline_ms,
-            "producers": sorted(self.producers),
-            "reason": self.reason,
-        }
-        if self.decided_ms:
-            document["decided_ms"] = self.decided_ms
-        if self.lanes is not None:
-            document["lanes"] = [list(lane) for lane in self.lanes]
-        if self.offsets:
-            document["offsets"] = list(self.offsets)
-        return json.dumps(document, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def parse(cls, key: str, text: str) -> TxnState:
-        try:
-            data = json.loads(text)
-            lanes = data.get("lanes")
-            return cls(
-                key,
-                str(data["state"]),
-                int(data["deadline_ms"]),
-                frozenset(int(p) for p in data.get("producers", ())),
-                str(data.get("reason", "")),
-                int(data.get("decided_ms", 0)),
-                None if lanes is None else tuple((str(s), int(n), int(a), int(b)) for s, n, a, b in lanes),
-                tuple(str(k) for k in data.get("offsets", ())),
-            )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise MeteorError(
-                f"transaction {key!r} in map {TXNS_MAP!r} has an unreadable value {text!r} ({exc}); "
-                f"was it written by another program?"
-            ) from None
 
 
 def _now_ms() -> int:
@@ -200,26 +142,20 @@ def begin(
     if batch_key is not None:
         take_batch(grid, batch_key, key)
     entries = grid.map(OPEN_MAP)
-    entry = f"{key}\t{stream}"
+    entry = open_entry(key, stream)
     if entries.get(entry) is None:
         # The first producer in this stream notes the lanes' tails: the transaction's items there lie above them.
-        noted = json.dumps({"stream": stream, "tails": _tails(grid, stream)}, separators=(",", ":"))
-        entries.put_if_absent(entry, noted)
+        entries.put_if_absent(entry, open_entry_value(stream, _tails(grid, stream)))
     txns = grid.map(TXNS_MAP)
     for _ in range(_CAS_ATTEMPTS):
-        deadline = _now_ms() + timeout_ms
         current = txns.get(key)
+        write = begin_step(key, current, _now_ms() + timeout_ms)
+        if write is None:
+            break
         if current is None:
-            if txns.put_if_absent(key, TxnState(key, OPEN, deadline).to_json()) is None:
+            if txns.put_if_absent(key, write) is None:
                 break
-            continue
-        state = TxnState.parse(key, current)
-        if state.decided:
-            raise TransactionAbortedError(
-                f"transaction {key!r} is already {state.state}{_because(state)}; a task attempt cannot join it. "
-                f"Spark retries the batch under a new transaction once this one fails"
-            )
-        if state.deadline_ms >= deadline or txns.replace_if_same(key, current, TxnState(key, OPEN, deadline).to_json()):
+        elif txns.replace_if_same(key, current, write):
             break
     else:
         raise MeteorError(f"could not register a producer under transaction {key!r}: too many concurrent updates")
@@ -276,20 +212,12 @@ def commit(
     txns = grid.map(TXNS_MAP)
     for _ in range(_CAS_ATTEMPTS):
         current = txns.get(key)
-        if current is None:
-            raise MeteorError(f"cannot commit transaction {key!r}: it does not exist in map {TXNS_MAP!r}")
-        state = TxnState.parse(key, current)
-        if state.state == COMMITTED and state.producers == wanted:
-            return state
+        state = commit_check(key, current, wanted)
         if state.decided:
-            raise TransactionAbortedError(
-                f"cannot commit transaction {key!r}: it was {state.state} first{_because(state)}; its records are "
-                f"not delivered to read_committed readers. The batch fails; a restart replays it under a new "
-                f"transaction (raise transactionTimeoutMs if batches take longer than it)"
-            )
+            return state  # committed already with these producers: a retried commit
         opened = _open_entries(grid, key)
-        staged = tuple(sorted(set(offsets)))
-        decided = TxnState(key, COMMITTED, state.deadline_ms, wanted, "", _now_ms(), _lanes(grid, opened), staged)
+        decided = committed_state(state, wanted, _now_ms(), _lanes(grid, opened), offsets)
+        assert current is not None
         if txns.replace_if_same(key, current, decided.to_json()):
             _forget_open(grid, key, opened)
             sweep_if_due(grid, sweep_interval_s)
@@ -305,12 +233,11 @@ def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None =
     txns = grid.map(TXNS_MAP)
     for _ in range(_CAS_ATTEMPTS):
         current = txns.get(key)
-        if current is None:
-            return None
-        state = TxnState.parse(key, current)
-        if state.decided or (only_expired_at_ms is not None and state.deadline_ms >= only_expired_at_ms):
-            return state
-        decided = TxnState(key, ABORTED, state.deadline_ms, reason=reason, decided_ms=_now_ms())
+        step = abort_step(key, current, reason, _now_ms(), only_expired_at_ms)
+        decided = step.write
+        if decided is None:
+            return step.final
+        assert current is not None
         if txns.replace_if_same(key, current, decided.to_json()):
             logger.info("transaction %r aborted: %s", key, reason)
             _forget_open(grid, key)
@@ -323,7 +250,7 @@ def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None =
 def abort_expired(grid: Grid, key: str, now_ms: int | None = None) -> TxnState | None:
     """A reader's timeout: abort ``key`` if it is still open past its deadline; returns the final state."""
     now = _now_ms() if now_ms is None else now_ms
-    return abort(grid, key, f"timed out (open past its deadline, seen at {now} ms)", only_expired_at_ms=now)
+    return abort(grid, key, timeout_reason(now), only_expired_at_ms=now)
 
 
 def open_in(grid: Grid, stream: str, *, abort_expired: bool = True) -> bool:
@@ -361,8 +288,8 @@ def _clear_open(grid: Grid, stream: str | None, *, abort_expired: bool) -> bool:
         if stream is not None and entry_stream != stream:
             continue
         state = state_of(grid, key)
-        if abort_expired and state is not None and not state.decided and state.deadline_ms < now:
-            state = abort(grid, key, f"timed out (open past its deadline, seen at {now} ms)", only_expired_at_ms=now)
+        if abort_expired and expired(state, now):
+            state = abort(grid, key, timeout_reason(now), only_expired_at_ms=now)
         if state is not None and state.decided:
             entries.remove(entry)
             continue
@@ -388,22 +315,10 @@ def _open_entries(grid: Grid, key: str) -> dict[str, str]:
 
 
 def _lanes(grid: Grid, opened: dict[str, str]) -> tuple[tuple[str, int, int, int], ...] | None:
-    """Per lane of each stream the transaction noted, the sequences ``(after, last]`` its items can occupy: above
-    the tails noted at ``begin``, up to the tails now (every producer of a commit has flushed). Lanes that did not
-    move drop out. None when an entry predates the noted tails (then the transaction is kept until
-    ``LEGACY_RETENTION_MS``)."""
-    lanes: list[tuple[str, int, int, int]] = []
-    for entry, value in opened.items():
-        stream = entry.rpartition("\t")[2]
-        try:
-            noted = json.loads(value)["tails"]
-        except (ValueError, KeyError, TypeError):
-            return None
-        for lane, last in enumerate(_tails(grid, stream)):
-            after = int(noted[lane]) if lane < len(noted) else -1  # a lane not noted: from its start
-            if last > after:
-                lanes.append((stream, lane, after, last))
-    return tuple(lanes)
+    """``txn_decisions.committed_lanes`` with the tails of each stream the transaction noted, read now (every
+    producer of a commit has flushed)."""
+    streams = {entry.rpartition("\t")[2] for entry in opened}
+    return committed_lanes(opened, {stream: _tails(grid, stream) for stream in streams})
 
 
 def _forget_open(grid: Grid, key: str, opened: dict[str, str] | None = None) -> None:
@@ -566,7 +481,3 @@ def swept(grid: Grid) -> bool:
     """Whether transactions were ever removed from this grid's maps (the marker ``sweep`` leaves): a reader that
     finds a transactional item's producer or transaction missing then knows it was removed, not lost."""
     return grid.map(PRODUCERS_MAP).get(SWEPT_KEY) is not None
-
-
-def _because(state: TxnState) -> str:
-    return f" ({state.reason})" if state.reason else ""

@@ -91,6 +91,25 @@ def _outcome(state: transactions.TxnState | None) -> str:
     return "removed" if state is None else state.state
 
 
+def fenced_write(
+    text: str, key: str, *, epoch: int, by: str, change: Change, fenced: Callable[[ConfirmedOffset | None], FencedError]
+) -> str | None:
+    """One step of a fenced update of the offsets entry ``key`` stored as ``text``: the text to compare-and-set
+    (``change(stored)`` stamped with ``epoch`` and writer ``by``), None when ``change`` leaves the entry; refused
+    (``fenced(stored)`` raised) once a newer epoch is on it. Shared by ``fenced_update`` and the asyncio member."""
+    stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
+    if stored.epoch > epoch:
+        raise fenced(stored)
+    changed = change(stored)
+    if changed is None:
+        return None
+    return replace(changed, epoch=epoch, by=by, updated_ms=wall_ms()).encode()
+
+
+def contended(what: str, key: str) -> GroupError:
+    return GroupError(f"{what} on {key} in map {OFFSETS_MAP!r} lost the compare-and-set {MAX_CAS_ATTEMPTS} times")
+
+
 def fenced_update(
     offsets: GridMap,
     key: str,
@@ -111,17 +130,13 @@ def fenced_update(
             text = offsets.get(key)
         if text is None:
             raise fenced(None)
-        stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-        if stored.epoch > epoch:
-            raise fenced(stored)
-        changed = change(stored)
-        if changed is None:
+        new = fenced_write(text, key, epoch=epoch, by=by, change=change, fenced=fenced)
+        if new is None:
             return None
-        new = replace(changed, epoch=epoch, by=by, updated_ms=wall_ms()).encode()
         if offsets.replace_if_same(key, text, new):
             return new
         text = None
-    raise GroupError(f"{what} on {key} in map {OFFSETS_MAP!r} lost the compare-and-set {MAX_CAS_ATTEMPTS} times")
+    raise contended(what, key)
 
 
 def staging(grid: Grid, txn: str, offset: int, mark: ItemMark | None, where: str) -> Change:
@@ -129,17 +144,32 @@ def staging(grid: Grid, txn: str, offset: int, mark: ItemMark | None, where: str
     transaction's staged offset (GroupError while that one is still open: one transaction at a time per lane)."""
 
     def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
+        other = None
         if stored.txn is not None and stored.txn.key != txn:
-            settled = settle(grid, stored, where, abort_open=False)
-            if settled is None:
-                raise GroupError(
-                    f"{where} has an offset staged by transaction {stored.txn.key!r}, still open; commit or abort "
-                    f"it before staging offsets in transaction {txn!r}"
-                )
-            stored = settled
-        return replace(stored, txn=StagedOffset(txn, offset, mark))
+            other = transactions.state_of(grid, stored.txn.key)
+        return staged_onto(stored, txn, offset, mark, where, other)
 
     return change
+
+
+def staged_onto(
+    stored: ConfirmedOffset,
+    txn: str,
+    offset: int,
+    mark: ItemMark | None,
+    where: str,
+    other: transactions.TxnState | None,
+) -> ConfirmedOffset:
+    """``stored`` with ``offset`` staged under ``txn``; another transaction's staged offset is settled first by
+    ``other``, its state (GroupError while it is still open: one transaction at a time per lane)."""
+    if stored.txn is not None and stored.txn.key != txn:
+        if other is not None and not other.decided:
+            raise GroupError(
+                f"{where} has an offset staged by transaction {stored.txn.key!r}, still open; commit or abort "
+                f"it before staging offsets in transaction {txn!r}"
+            )
+        stored = settled_with(stored, other, where)
+    return replace(stored, txn=StagedOffset(txn, offset, mark))
 
 
 def applying(txn: str) -> Change:
