@@ -12,6 +12,15 @@ from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.request_reply import AsyncRequester, AsyncResponder
 from meteor_spark.aio.subscriber import AsyncSubscriber
+from meteor_spark.aio.transactional import AsyncTransactionalPublisher
 from meteor_spark.grid.aio_client import AsyncGrid
 
-__all__ = ["AsyncGrid", "AsyncGroupMember", "AsyncPublisher", "AsyncRequester", "AsyncResponder", "AsyncSubscriber"]
+__all__ = [
+    "AsyncGrid",
+    "AsyncGroupMember",
+    "AsyncPublisher",
+    "AsyncRequester",
+    "AsyncResponder",
+    "AsyncSubscriber",
+    "AsyncTransactionalPublisher",
+]

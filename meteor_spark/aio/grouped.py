@@ -6,7 +6,9 @@ group offset past the lane's end is ``OffsetOutOfRangeError``, the item mark sto
 the item now at its sequence (``LaneTruncatedError``, or with ``skip_data_loss`` the group's offset moved back to
 the lane's oldest record, counted); a lane no longer assigned is dropped, and if it had delivered records not
 confirmed, the next ``confirm()`` says so (``FencedError``); leases are re-validated before delivering; a lane paused
-by a threaded member's delayed ``nack`` is not read before its instant. ``confirm`` is the threaded one's, awaited.
+by a delayed ``nack`` (this member's, ``meteor_spark.aio.nack``, or another's) is not read before its instant.
+``confirm``, ``deactivate`` / ``reactivate`` (``leave`` / ``rejoin``) and what a transaction needs of a subscriber
+(``delivered_unconfirmed``, ``mark_confirmed``, ``rewind``) are the threaded one's, awaited.
 """
 
 from __future__ import annotations
@@ -22,14 +24,20 @@ from meteor_spark.errors import (
     ConfigError,
     FencedError,
     GroupError,
+    MeteorError,
     NotAssignedError,
     OffsetOutOfRangeError,
 )
 from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.grid.aio_client import AsyncGrid
-from meteor_spark.grid.item_marks import CHANGED, SAME, verdict_of
-from meteor_spark.groups.protocol import check_lane, truncated_lane_error, unconfirmed_lost_error
+from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, verdict_of
+from meteor_spark.groups.protocol import (
+    check_lane,
+    lost_in_transaction_error,
+    truncated_lane_error,
+    unconfirmed_lost_error,
+)
 from meteor_spark.groups.redelivery import now_ms
 
 __all__ = ["GroupedLanes"]
@@ -252,3 +260,65 @@ class GroupedLanes:
     def metrics(self) -> dict[str, int]:
         """The group member's figures, which ``Subscriber.metrics()`` adds for a grouped subscriber."""
         return self.member.metrics()
+
+    # -- leaving and rejoining (Subscriber.deactivate / reactivate) ---------------------------------------------
+
+    async def leave(self) -> None:
+        """``Subscriber.deactivate``: confirm what was handed out (with auto-confirm), leave the group (its lanes
+        go to the other members), stop reading every lane."""
+        if self.auto_confirm is not None:
+            try:
+                await self.confirm_automatically()
+            except MeteorError as exc:
+                logger.warning("auto-confirm of stream %r group %r on leaving failed: %s", self.stream, self.group, exc)
+        for lane in list(self._lanes):
+            self._drop(lane, "deactivated")
+        await self.member.close()
+
+    async def rejoin(self, member: AsyncGroupMember, grid: AsyncGrid, ring_names: list[str]) -> None:
+        """``Subscriber.reactivate``: join again with a new member (a closed one cannot rejoin)."""
+        self.member = member
+        await member.start()
+        await self.sync(grid, ring_names)
+
+    # -- transactions (AsyncTransactionalPublisher.send_offsets) ------------------------------------------------
+
+    def delivered_unconfirmed(self) -> list[tuple[int, int, int | None, ItemMark | None]]:
+        """``Subscriber.delivered_unconfirmed``: ``(lane, position, epoch, mark)`` of every lane with records
+        delivered since its last confirm (``FencedError``: lanes lost with such records: abort)."""
+        todo = [(lane, s.position, s.epoch, s.position_mark) for lane, s in sorted(self._lanes.items()) if s.dirty]
+        lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
+        if lost:
+            raise lost_in_transaction_error(self.stream, self.group, lost)
+        return todo
+
+    def mark_confirmed(self, positions: dict[int, int]) -> None:
+        """``Subscriber.mark_confirmed``: ``positions`` are the group's offsets now (a committed transaction)."""
+        for lane, position in positions.items():
+            state = self._lanes.get(lane)
+            if state is not None and state.position == position:
+                state.dirty = False
+
+    async def rewind(self) -> dict[int, int]:
+        """``Subscriber.rewind``: every held lane back to the group's confirmed offset, locally (after an abort),
+        a committed transaction's offset not applied yet counting. Returns lane -> position now."""
+        lanes = sorted(self._lanes)
+        for lane in lanes:
+            try:
+                await self.member.settle_staged(lane)
+            except (FencedError, NotAssignedError):
+                continue  # lost: the poll that notices drops the lane
+        confirmed = await self.member.known_offsets(lanes)
+        moved: dict[int, int] = {}
+        for lane in lanes:
+            state = self._lanes.get(lane)
+            offset = confirmed.get(lane)
+            if state is None or offset is None:
+                continue
+            if state.position != offset or state.dirty:
+                orphan = state.reset(offset)
+                if orphan is not None:
+                    orphan.cancel()
+                state.dirty = False
+            moved[lane] = offset
+        return moved

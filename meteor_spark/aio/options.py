@@ -20,8 +20,6 @@ SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
         name: "shared groups are not supported by the asyncio API yet; use the threaded SharedSubscriber"
         for name in ("shared", "acquisition_timeout_ms", "max_deliveries")
     },
-    "dead_letter_after": "nack and dead letters by distance are the threaded Subscriber's (an asyncio member "
-    "of an exclusive group follows a pause another member's nack stored)",
     "metrics": "Prometheus export is the threaded clients'; read AsyncSubscriber.metrics()",
     "topics": "topic filtering and ephemeral streams are the threaded Subscriber's",
     "subscription_ttl_ms": "ephemeral streams are refused by the asyncio API",

@@ -18,12 +18,14 @@ group assigns it, ``await confirm()`` stores delivered positions (fenced: ``Fenc
 over), ``auto_confirm_interval_ms`` confirms at the start of a poll and on close, and close releases the leases
 (``meteor_spark.aio.grouped``).
 
-Differences from the threaded subscriber, by scope: no shared groups, no ``nack`` / ``dead_letter_after`` and no
-transactions (``send_offsets``) for a group member; a ``read_committed`` reader does not abort transactions open
-past their deadline (threaded readers and the Spark source do: until one does, the lane waits at such a
-transaction); after a lost connection a lane whose tail was lost and refilled raises ``LaneTruncatedError``
-(``skip_data_loss`` does not re-read it from its oldest record); no topics, ephemeral streams, receivers or
-Prometheus export.
+A group member also has ``await nack(records, delay_ms=...)`` and ``dead_letter_after`` (``meteor_spark.aio.nack``),
+``await deactivate()`` / ``await reactivate()``, and takes part in transactions
+(``meteor_spark.aio.transactional.AsyncTransactionalPublisher.send_offsets``). A ``read_committed`` reader aborts a
+transaction it finds open past its deadline, as threaded readers do (``meteor_spark.aio.views.TxnSnapshot``).
+
+Differences from the threaded subscriber, by scope: no shared groups; after a lost connection a lane whose tail was
+lost and refilled raises ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from its oldest record); no
+topics, ephemeral streams, receivers or Prometheus export.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, cast
 
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
+from meteor_spark.aio.nack import AsyncNack, check_group_settings, group_settings
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
@@ -58,6 +61,7 @@ from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
+from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
 from meteor_spark.validate import check_int, check_timeout
 
@@ -94,6 +98,8 @@ class AsyncSubscriber:
         lease_ms: grouped: lease length, i.e. failover time after a crash (default 5 s).
         auto_confirm_interval_ms: grouped: confirm what earlier polls handed out at the start of a poll, at most
             every that many ms, and on close (``meteor_spark.consumer.auto_confirm``); None = only ``confirm()``.
+        dead_letter_after: grouped: the group setting of ``Subscriber``'s (a record ``nack``-ed more than this many
+            records behind the furthest one the group delivered on its lane goes to ``dead_letter_stream``).
         **options: those of the threaded ``Subscriber``, with the same meaning and checks:
             ``initial_offset_scheme``, ``skip_data_loss``, ``max_poll_records``, ``max_items_per_read``,
             ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer``,
@@ -119,6 +125,7 @@ class AsyncSubscriber:
         member_id: str | None = None,
         lease_ms: int = 5000,
         auto_confirm_interval_ms: int | None = None,
+        dead_letter_after: int | None = None,
         **options: Any,
     ) -> None:
         check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
@@ -133,6 +140,9 @@ class AsyncSubscriber:
         self._member_args: dict[str, Any] = {"member_id": member_id, "lease_ms": lease_ms}
         if group is not None:  # checked now, like the threaded subscriber's, before anything connects
             AsyncGroupMember.check(group, member_id, lease_ms)
+        self._wanted = check_group_settings(group, dead_letter_after, self.options.corrupt_policy.dead_letter_stream)
+        self._nack: AsyncNack | None = None
+        self._active = True
         self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
         self._grouped: GroupedLanes | None = None
         self.poll_timeout_ms = poll_timeout_ms
@@ -189,9 +199,7 @@ class AsyncSubscriber:
     async def _join(self, grid: AsyncGrid, reads: LaneReads) -> None:
         """Join the group (take the lanes it assigns now) and start reading them."""
         assert self.group is not None
-        member = AsyncGroupMember(
-            grid, self.info, self.group, on_change=lambda _assignment: self._wake(), **self._member_args
-        )
+        member = AsyncGroupMember(grid, self.info, self.group, on_change=self._changed, **self._member_args)
         self._grouped = GroupedLanes(
             member,
             reads.lanes,
@@ -201,6 +209,9 @@ class AsyncSubscriber:
             auto_confirm=self._auto_confirm,
         )
         await self._grouped.join(grid, list(self.info.ring_names))
+        settings = await group_settings(grid, self.stream, self.group, self._wanted)
+        letters = None if settings is None else await _dead_letter_publisher(grid, settings.dead_letter_stream)
+        self._nack = AsyncNack(member, reads.lanes, reads.bounds, settings, letters)
 
     def _wake(self) -> None:
         if self._grouped is not None:
@@ -218,7 +229,7 @@ class AsyncSubscriber:
         if self._closed:
             return
         grouped = self._grouped
-        if grouped is not None and grouped.auto_confirm is not None and self._grid is not None:
+        if grouped is not None and grouped.auto_confirm is not None and self._grid is not None and self._active:
             try:
                 await grouped.confirm_automatically()
             except MeteorError as exc:
@@ -233,6 +244,8 @@ class AsyncSubscriber:
                 await grouped.member.close()
             if reads is not None and reads.dead_letters is not None:
                 await reads.dead_letters.close()
+            if self._nack is not None and self._nack.letters is not None:
+                await self._nack.letters.close()
         finally:
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
@@ -263,6 +276,9 @@ class AsyncSubscriber:
         deadline = time.monotonic() + timeout_ms / 1000.0
         reads = self._lane_reads()
         async with self._poll_lock:
+            if not self._active:  # deactivated: nothing to read until reactivate
+                await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+                return RecordBatch.empty()
             grouped = self._grouped
             if grouped is not None:
                 if grouped.auto_confirm is not None and grouped.auto_confirm.due():
@@ -395,10 +411,80 @@ class AsyncSubscriber:
             )
         await grouped.confirm(offset, lane, self.info.lanes)
 
+    async def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
+        """Grouped: ``Subscriber.nack`` (``meteor_spark.aio.nack``): redeliver from the first of ``records`` in each
+        of their lanes, not before ``delay_ms`` from now, for this group only; with ``dead_letter_after``, records
+        nacked too far behind are dead-lettered instead. Errors: ``Subscriber.nack``'s."""
+        nack = self._grouped_part("nack")
+        async with self._poll_lock:  # not between a poll's delivery and its auto-confirm
+            await nack.nack(records, delay_ms)
+        self._wake()
+
+    async def deactivate(self) -> None:
+        """Grouped: ``Subscriber.deactivate``: leave the group (its lanes go to other members); ``poll`` returns
+        nothing until ``reactivate``. Confirm first (auto-confirm does it): unconfirmed records are read again."""
+        self._grouped_part("deactivate")
+        async with self._poll_lock:
+            if self._active and self._grouped is not None:
+                self._active = False
+                await self._grouped.leave()
+
+    async def reactivate(self) -> None:
+        """Grouped: ``Subscriber.reactivate``: join the group again after ``deactivate``."""
+        self._grouped_part("reactivate")
+        async with self._poll_lock:
+            if self._active or self._grouped is None or self._grid is None:
+                return
+            old = self._grouped.member
+            member = AsyncGroupMember(
+                self._grid,
+                self.info,
+                old.group,
+                member_id=old.member_id,
+                lease_ms=old.lease_ms,
+                on_change=self._changed,
+            )
+            await self._grouped.rejoin(member, self._grid, list(self.info.ring_names))
+            if self._nack is not None:
+                self._nack.member = member
+            self._active = True
+
+    def _changed(self, _assignment: object) -> None:
+        self._wake()
+
+    def _grouped_part(self, what: str) -> AsyncNack:
+        if self.group is None:
+            raise GroupError(
+                f"{what} needs a subscriber group: an ungrouped subscriber keeps its position locally; create it "
+                f"with group=... to store offsets in the grid"
+            )
+        if self._nack is None:
+            raise MeteorError(f"the AsyncSubscriber of stream {self.stream!r} is not started: use `async with`")
+        return self._nack
+
+    def delivered_unconfirmed(self) -> list[tuple[int, int, int | None, ItemMark | None]]:
+        """Grouped: what a transaction stages (``Subscriber.delivered_unconfirmed``)."""
+        self._grouped_part("send_offsets")
+        assert self._grouped is not None
+        return self._grouped.delivered_unconfirmed()
+
+    def mark_confirmed(self, positions: dict[int, int]) -> None:
+        """Note that ``positions`` (lane -> position) are the group's offsets now (a committed transaction)."""
+        if self._grouped is not None:
+            self._grouped.mark_confirmed(positions)
+
+    async def rewind(self) -> dict[int, int]:
+        """Grouped: ``Subscriber.rewind``: every held lane back to the group's confirmed offset, locally (what an
+        aborted transaction's records came from is delivered again). Returns lane -> position now."""
+        self._grouped_part("rewind")
+        assert self._grouped is not None
+        async with self._poll_lock:
+            return await self._grouped.rewind()
+
     @property
     def member(self) -> AsyncGroupMember | None:
-        """Grouped: the ``AsyncGroupMember`` (None when ungrouped)."""
-        return None if self._grouped is None else self._grouped.member
+        """Grouped: the ``AsyncGroupMember`` (None when ungrouped or deactivated)."""
+        return None if self._grouped is None or not self._active else self._grouped.member
 
     @property
     def truncated_lanes(self) -> int:
@@ -424,20 +510,21 @@ class AsyncSubscriber:
         return out
 
     def metrics(self) -> dict[str, int]:
-        """The threaded ``Subscriber.metrics()`` counters (nack and dead-letter ones stay 0); grouped, also the
-        member's lease figures and the lanes it holds."""
+        """The threaded ``Subscriber.metrics()`` counters; grouped, also the member's lease figures and the lanes it
+        holds."""
         refusals = self.refusals
+        nack = self._nack
         return {
             "delivered_records": self.delivered_records,
             "skipped_items": self.skipped_items,
             "corrupt_items": refusals.corrupt_items,
             "undecodable_records": refusals.undecodable_records,
-            "nacked_records": 0,
-            "delayed_records": 0,
-            "dead_lettered_records": 0,
+            "nacked_records": 0 if nack is None else nack.nacked_records,
+            "delayed_records": 0 if nack is None else nack.delayed_records,
+            "dead_lettered_records": 0 if nack is None else nack.dead_lettered_records,
             "filtered_records": 0,
             **self.item_gate.counters(),
-            **({} if self._grouped is None else self._grouped.metrics()),
+            **({} if self._grouped is None or not self._active else self._grouped.metrics()),
         }
 
     @property

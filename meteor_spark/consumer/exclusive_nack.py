@@ -45,7 +45,18 @@ from meteor_spark.groups.store import OFFSETS_MAP
 
 logger = logging.getLogger("meteor_spark.consumer.subscriber")
 
-__all__ = ["ExclusiveNack"]
+__all__ = [
+    "ExclusiveNack",
+    "check_nack_range",
+    "dead_letter_after_needs_group",
+    "distance_letters",
+    "distance_span",
+    "log_dead_letters",
+    "nack_not_assigned",
+    "nacked_by_lane",
+    "rewind_of",
+    "too_far",
+]
 
 
 class ExclusiveNack(SubscriberFields):
@@ -70,21 +81,13 @@ class ExclusiveNack(SubscriberFields):
         self._distance_letters = None
         if self.group is None:
             if dead_letter_after is not None:
-                raise ConfigError(
-                    "dead_letter_after needs a group: it is a group setting (the distance behind the group's most "
-                    "recently consumed record); give the subscriber a group, or leave dead_letter_after unset"
-                )
+                raise dead_letter_after_needs_group()
             return
         settings = exclusive_settings(
             self._grid.map(OFFSETS_MAP), self.stream, self.group, dead_letter_after, dead_letter_stream
         )
         if settings is None:
             return
-        if settings.dead_letter_stream == self.stream:
-            raise ConfigError(
-                f"dead_letter_stream={self.stream!r} is the stream being read: dead letters would be read again; "
-                f"name another stream"
-            )
         self.dead_letter_after = settings.dead_letter_after
         self.group_dead_letter_stream = settings.dead_letter_stream
         self._distance_letters = dead_letter_publisher(self._grid, settings.dead_letter_stream)
@@ -121,38 +124,15 @@ class ExclusiveNack(SubscriberFields):
 
     def _nacked_by_lane(self, records: Record | Iterable[Record]) -> dict[int, list[Record]]:
         """``records`` per lane, lowest offsets first, each checked: delivered to this subscriber, not confirmed."""
-        if isinstance(records, Record):
-            records = [records]
-        try:
-            chosen = list(records)
-        except TypeError:
-            raise ConfigError(f"nack takes a record, a batch or an iterable of records, got {records!r}") from None
-        by_lane: dict[int, list[Record]] = {}
-        for record in chosen:
-            if not isinstance(record, Record) or record.stream != self.stream:
-                raise ConfigError(
-                    f"nack takes records this subscriber of stream {self.stream!r} delivered, got {record!r}"
-                )
-            by_lane.setdefault(record.lane, []).append(record)
+        assert self.group is not None
+        by_lane = nacked_by_lane(records, self.stream)
         for lane, nacked in by_lane.items():
-            nacked.sort(key=lambda r: r.offset)
             with self._lock:
                 state = self._lanes.get(lane)
                 last = -1 if state is None else state.last_delivered
             if state is None:
-                raise NotAssignedError(
-                    f"nack: lane {lane} of stream {self.stream!r} is not read by this member of group {self.group!r} "
-                    f"(lost or never assigned); nothing was written"
-                )
-            confirmed = self._member.known_offsets([lane]).get(lane)
-            first, final = nacked[0].offset, nacked[-1].offset
-            if final > last or (confirmed is not None and first < confirmed):
-                raise ConfigError(
-                    f"nack: records of stream {self.stream!r} lane {lane} from offset {first} to {final} were not all "
-                    f"delivered and unconfirmed (delivered up to {last}, group {self.group!r} confirmed up to "
-                    f"{confirmed}); nack only records this subscriber delivered and has not confirmed; nothing was "
-                    f"written"
-                )
+                raise nack_not_assigned(self.stream, self.group, lane)
+            check_nack_range(self.stream, self.group, lane, nacked, last, self._member.known_offsets([lane]).get(lane))
         return by_lane
 
     def _nack_lane(self, lane: int, nacked: list[Record], delay: int) -> None:
@@ -165,9 +145,7 @@ class ExclusiveNack(SubscriberFields):
         letters = self._too_far(lane, nacked, high)
         if letters:
             self._dead_letter(lane, letters)
-        remaining = nacked[len(letters) :]
-        target = remaining[0].offset if remaining else letters[-1].offset + 1
-        until = not_before(delay) if remaining else 0
+        remaining, target, until = rewind_of(nacked, letters, delay)
         self._member.hold(lane, target, not_before_ms=until, high=high, epoch=epoch)
         with self._lock:
             current = self._lanes.get(lane)
@@ -185,43 +163,124 @@ class ExclusiveNack(SubscriberFields):
     def _too_far(self, lane: int, nacked: list[Record], high: int) -> list[Record]:
         """The leading nacked records more than ``dead_letter_after`` behind ``high``, read from the ring as stored
         (values and keys as bytes, whatever the deserializers made of them)."""
-        limit = self.dead_letter_after
-        if limit is None or records_between(nacked[0].offset, high, lambda _seq: 1 << 16) <= limit:
-            return []  # even at the most records an item can hold, near enough: no read needed
-        first_seq = sequence_of(nacked[0].offset)
-        end_seq = max(sequence_of(high), sequence_of(nacked[-1].offset) + 1)
+        span = distance_span(nacked, high, self.dead_letter_after)
+        if span is None:
+            return []
         raw: dict[int, bytes] = {}
-        for items, sequences in read_range(self._grid, self.info, lane, first_seq, end_seq):
+        for items, sequences in read_range(self._grid, self.info, lane, *span):
             raw.update(zip(sequences, items, strict=True))
-        counts = {seq: item_count(item, stream=self.stream, lane=lane, sequence=seq) for seq, item in raw.items()}
-        far = []
-        for record in nacked:
-            if records_between(record.offset, high, counts.__getitem__) - 1 <= limit:
-                break
-            seq = sequence_of(record.offset)
-            view = decode_item(raw[seq], stream=self.stream, lane=lane, sequence=seq)
-            index = index_of(record.offset)
-            far.append(BatchPart(self.stream, lane, seq, view, index, index + 1).records()[0])
-        return far
+        assert self.dead_letter_after is not None
+        return too_far(self.stream, lane, nacked, high, self.dead_letter_after, raw)
 
     def _dead_letter(self, lane: int, letters: list[Record]) -> None:
         """Publish ``letters`` to the group's dead-letter stream and wait for the grid's acknowledgement."""
-        assert self.group is not None
-        reason = (
-            f"nacked more than dead_letter_after={self.dead_letter_after} records behind the most recently consumed "
-            f"record of its lane in group {self.group!r}"
-        )
-        tagged = [dead_letter_for_record(r, reason) for r in letters]
-        tagged = [replace(r, headers=(*r.headers, (HEADER_SOURCE_GROUP, self.group.encode()))) for r in tagged]
+        assert self.group is not None and self.dead_letter_after is not None
+        tagged, reason = distance_letters(letters, self.group, self.dead_letter_after)
         self._distance_letters.publish_many(tagged).result()
         self.dead_lettered_records += len(letters)
-        logger.warning(
-            "stream %r lane %d group %r: %d record(s) dead-lettered to %r: %s (first: offset %d)",
-            self.stream,
-            lane,
-            self.group,
-            len(letters),
-            self.group_dead_letter_stream,
-            reason,
-            letters[0].offset,
+        log_dead_letters(self.stream, lane, self.group, letters, self.group_dead_letter_stream, reason)
+
+
+# -- the decisions of a nack, shared with the asyncio member (meteor_spark.aio.nack) -------------------------------
+
+
+def dead_letter_after_needs_group() -> ConfigError:
+    return ConfigError(
+        "dead_letter_after needs a group: it is a group setting (the distance behind the group's most recently "
+        "consumed record); give the subscriber a group, or leave dead_letter_after unset"
+    )
+
+
+def nacked_by_lane(records: Record | Iterable[Record], stream: str) -> dict[int, list[Record]]:
+    """``records`` (a record, a batch or an iterable of them, all of ``stream``) per lane, lowest offsets first."""
+    if isinstance(records, Record):
+        records = [records]
+    try:
+        chosen = list(records)
+    except TypeError:
+        raise ConfigError(f"nack takes a record, a batch or an iterable of records, got {records!r}") from None
+    by_lane: dict[int, list[Record]] = {}
+    for record in chosen:
+        if not isinstance(record, Record) or record.stream != stream:
+            raise ConfigError(f"nack takes records this subscriber of stream {stream!r} delivered, got {record!r}")
+        by_lane.setdefault(record.lane, []).append(record)
+    for nacked in by_lane.values():
+        nacked.sort(key=lambda r: r.offset)
+    return by_lane
+
+
+def nack_not_assigned(stream: str, group: str, lane: int) -> NotAssignedError:
+    return NotAssignedError(
+        f"nack: lane {lane} of stream {stream!r} is not read by this member of group {group!r} "
+        f"(lost or never assigned); nothing was written"
+    )
+
+
+def check_nack_range(
+    stream: str, group: str, lane: int, nacked: list[Record], last: int, confirmed: int | None
+) -> None:
+    """``ConfigError`` unless every nacked record was delivered (up to ``last``) and not confirmed."""
+    first, final = nacked[0].offset, nacked[-1].offset
+    if final > last or (confirmed is not None and first < confirmed):
+        raise ConfigError(
+            f"nack: records of stream {stream!r} lane {lane} from offset {first} to {final} were not all "
+            f"delivered and unconfirmed (delivered up to {last}, group {group!r} confirmed up to "
+            f"{confirmed}); nack only records this subscriber delivered and has not confirmed; nothing was "
+            f"written"
         )
+
+
+def rewind_of(nacked: list[Record], letters: list[Record], delay: int) -> tuple[list[Record], int, int]:
+    """After ``letters`` (the leading nacked records dead-lettered): the records nacked for redelivery, the offset
+    the lane is rewound to, and the wall-clock instant it pauses until (0: at once)."""
+    remaining = nacked[len(letters) :]
+    target = remaining[0].offset if remaining else letters[-1].offset + 1
+    return remaining, target, not_before(delay) if remaining else 0
+
+
+def distance_span(nacked: list[Record], high: int, limit: int | None) -> tuple[int, int] | None:
+    """The ring sequences ``[first, end)`` to read to measure the nacked records' distance to ``high``; None when
+    no read is needed (no ``dead_letter_after``, or near enough even at the most records an item can hold)."""
+    if limit is None or records_between(nacked[0].offset, high, lambda _seq: 1 << 16) <= limit:
+        return None
+    return sequence_of(nacked[0].offset), max(sequence_of(high), sequence_of(nacked[-1].offset) + 1)
+
+
+def too_far(stream: str, lane: int, nacked: list[Record], high: int, limit: int, raw: dict[int, bytes]) -> list[Record]:
+    """The leading nacked records more than ``limit`` records behind ``high``, decoded from ``raw`` (the ring
+    items of ``distance_span``: sequence -> item) as stored."""
+    counts = {seq: item_count(item, stream=stream, lane=lane, sequence=seq) for seq, item in raw.items()}
+    far = []
+    for record in nacked:
+        if records_between(record.offset, high, counts.__getitem__) - 1 <= limit:
+            break
+        seq = sequence_of(record.offset)
+        view = decode_item(raw[seq], stream=stream, lane=lane, sequence=seq)
+        index = index_of(record.offset)
+        far.append(BatchPart(stream, lane, seq, view, index, index + 1).records()[0])
+    return far
+
+
+def distance_letters(letters: list[Record], group: str, limit: int) -> tuple[list[Record], str]:
+    """The dead letters of records nacked too far behind (headers naming the source and the group), and why."""
+    reason = (
+        f"nacked more than dead_letter_after={limit} records behind the most recently consumed record of its lane "
+        f"in group {group!r}"
+    )
+    tagged = [dead_letter_for_record(r, reason) for r in letters]
+    return [replace(r, headers=(*r.headers, (HEADER_SOURCE_GROUP, group.encode()))) for r in tagged], reason
+
+
+def log_dead_letters(
+    stream: str, lane: int, group: str, letters: list[Record], target: str | None, reason: str
+) -> None:
+    logger.warning(
+        "stream %r lane %d group %r: %d record(s) dead-lettered to %r: %s (first: offset %d)",
+        stream,
+        lane,
+        group,
+        len(letters),
+        target,
+        reason,
+        letters[0].offset,
+    )

@@ -28,7 +28,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import check_lane, oldest_in
 from meteor_spark.grid.timestamps import MAX_TIMESTAMP_MS, offset_for_timestamp
-from meteor_spark.groups.protocol import unconfirmed_lost_error
+from meteor_spark.groups.protocol import lost_in_transaction_error, unconfirmed_lost_error
 from meteor_spark.validate import check_int
 
 
@@ -133,10 +133,7 @@ class SubscriberOffsets(SubscriberFields):
             todo = [(lane, s.position, s.epoch, s.position_mark) for lane, s in sorted(self._lanes.items()) if s.dirty]
             lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
         if lost:
-            raise FencedError(
-                f"stream {self.stream!r} lane(s) {sorted(lost)} of group {self.group!r} were lost after delivering "
-                f"records not confirmed yet; their new holders read them again: abort the transaction"
-            )
+            raise lost_in_transaction_error(self.stream, self.group, lost)
         return todo
 
     def mark_confirmed(self, positions: dict[int, int]) -> None:

@@ -23,7 +23,13 @@ from meteor_spark.groups.leases import canonical, decode_entry
 from meteor_spark.groups.redelivery import check_dead_letter_after
 from meteor_spark.groups.store import GROUP_FORMAT, OFFSETS_MAP
 
-__all__ = ["ExclusiveSettings", "exclusive_settings", "exclusive_settings_key"]
+__all__ = [
+    "ExclusiveSettings",
+    "agreed_settings",
+    "exclusive_settings",
+    "exclusive_settings_key",
+    "wanted_settings",
+]
 
 
 def exclusive_settings_key(stream: str, group: str) -> str:
@@ -67,27 +73,44 @@ def exclusive_settings(
         ConfigError: ``dead_letter_after`` invalid or without a dead-letter stream, the dead-letter stream is the
             stream read, or the group stores other values than this member gives.
     """
-    check_dead_letter_after(dead_letter_after, dead_letter_stream)
+    wanted = wanted_settings(dead_letter_after, dead_letter_stream)
     key = exclusive_settings_key(stream, group)
     text = offsets.get(key)
-    if text is None and dead_letter_after is not None:
-        assert dead_letter_stream is not None
-        wanted = ExclusiveSettings(dead_letter_after, dead_letter_stream)
+    if text is None and wanted is not None:
         text = offsets.put_if_absent(key, wanted.encode())
-        if text is None:
-            return wanted
-    if text is None:
+    return agreed_settings(text, wanted, stream, group)
+
+
+def wanted_settings(dead_letter_after: int | None, dead_letter_stream: str | None) -> ExclusiveSettings | None:
+    """The settings a member gives, checked (None: it gives none)."""
+    check_dead_letter_after(dead_letter_after, dead_letter_stream)
+    if dead_letter_after is None:
         return None
+    assert dead_letter_stream is not None
+    return ExclusiveSettings(dead_letter_after, dead_letter_stream)
+
+
+def agreed_settings(
+    text: str | None, wanted: ExclusiveSettings | None, stream: str, group: str
+) -> ExclusiveSettings | None:
+    """The group's settings from the stored ``text`` (None: nothing stored, so ``wanted`` was just stored, or the
+    group has none), refused when this member ``wanted`` others (the threaded and asyncio members' one rule)."""
+    if text is None:
+        return wanted
+    key = exclusive_settings_key(stream, group)
     stored = ExclusiveSettings.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-    if dead_letter_after is not None and (
-        dead_letter_after != stored.dead_letter_after or dead_letter_stream != stored.dead_letter_stream
-    ):
+    if wanted is not None and wanted != stored:
         raise ConfigError(
             f"group {group!r} of stream {stream!r} has dead_letter_after={stored.dead_letter_after} with "
             f"dead_letter_stream={stored.dead_letter_stream!r}, but this member asks for "
-            f"dead_letter_after={dead_letter_after} with dead_letter_stream={dead_letter_stream!r}. They are group "
-            f"settings, stored by the member that gave them first: leave dead_letter_after out to use the group's, "
-            f"or forget the group's state (meteor_spark.groups.admin.forget_groups(grid, {stream!r}, {group!r})) "
-            f"to start it again with new ones"
+            f"dead_letter_after={wanted.dead_letter_after} with dead_letter_stream={wanted.dead_letter_stream!r}. "
+            f"They are group settings, stored by the member that gave them first: leave dead_letter_after out to "
+            f"use the group's, or forget the group's state (meteor_spark.groups.admin.forget_groups(grid, "
+            f"{stream!r}, {group!r})) to start it again with new ones"
+        )
+    if stored.dead_letter_stream == stream:
+        raise ConfigError(
+            f"dead_letter_stream={stream!r} is the stream being read: dead letters would be read again; name "
+            f"another stream"
         )
     return stored

@@ -272,6 +272,15 @@ def unconfirmed_lost_error(stream: str, group: str | None, lost: Mapping[int, in
     )
 
 
+def lost_in_transaction_error(stream: str, group: str | None, lost: Mapping[int, int | None]) -> FencedError:
+    """What ``send_offsets`` says of lanes lost after delivering records not confirmed yet: their new holders read
+    those records again, so the transaction must abort (threaded and asyncio subscribers)."""
+    return FencedError(
+        f"stream {stream!r} lane(s) {sorted(lost)} of group {group!r} were lost after delivering records not "
+        f"confirmed yet; their new holders read them again: abort the transaction"
+    )
+
+
 def truncated_lane_error(
     stream: str, lane: int, group: str | None, confirmed: int, restart: int, sequence: int, seek: str
 ) -> LaneTruncatedError:
