@@ -7,12 +7,10 @@ the errors) is ``meteor_spark.groups.protocol``'s; this module only makes the gr
 ``meteor_spark.grid.aio_client``. The renewal that the threaded member runs on a thread is a task on the loop:
 a member is alive while that task renews its heartbeat and leases.
 
-It has the threaded member's whole offset API: ``confirm`` / ``seek``, ``hold`` (a ``nack``'s rewind and pause),
-and the transactional ``stage`` / ``apply_staged`` / ``settle_staged`` (``meteor_spark.groups.txn_offsets``'
-``fenced_write`` / ``staged_onto`` / ``settled_with`` with the transaction states read or decided by
-``meteor_spark.aio.txn_grid``). Taking a lane whose offsets entry carries an offset staged by a transaction still
-open aborts that transaction first, as a threaded member does (a zombie's commit then fails). ``want="all"`` (hold
-every lane, stand by for lanes held by others, probed every 200 ms, no announcements) is the threaded one's too.
+It has the threaded member's whole offset API: ``confirm`` / ``seek``, ``hold`` (a ``nack``), and ``stage`` /
+``apply_staged`` / ``settle_staged`` (``txn_offsets``' decisions, transaction states read or decided by
+``meteor_spark.aio.txn_grid``); taking a lane whose offset an open transaction staged aborts it first, and
+``want="all"`` (hold every lane, stand by for lanes held by others) is the threaded one's too.
 """
 
 from __future__ import annotations
@@ -63,7 +61,16 @@ from meteor_spark.groups.store import (
     lane_key,
     member_key,
 )
-from meteor_spark.groups.txn_offsets import Change, applying, contended, fenced_write, settled_with, staged_onto
+from meteor_spark.groups.txn_offsets import (
+    StateChange,
+    applying,
+    contended,
+    fenced_write,
+    given,
+    settled_with,
+    settling,
+    staged_onto,
+)
 
 __all__ = ["AsyncGroupMember"]
 
@@ -288,36 +295,29 @@ class AsyncGroupMember:
     ) -> None:
         """``GroupMember.stage``: ``offset`` staged on a held lane in transaction ``txn`` (same errors)."""
         check_offset("stage", offset, self._where(lane))
-        key = lane_key(self.stream, self.group, lane)
-        text = self._offset_texts.get(lane) or await self._offsets.get(key)
-        stored = None if text is None else ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
-        other = None
-        if stored is not None and stored.txn is not None and stored.txn.key != txn:
-            other = await txn_grid.state_of(self._grid, stored.txn.key)
         where = self._where(lane)
-        await self._update_entry(lane, "stage", epoch, lambda s: staged_onto(s, txn, offset, mark, where, other))
+        await self._update_entry(lane, "stage", epoch, lambda s, other: staged_onto(s, txn, offset, mark, where, other))
 
     async def apply_staged(self, lane: int, txn: str) -> None:
         """``GroupMember.apply_staged``: after ``txn`` committed, the lane's offset moved to the one it staged."""
-        await self._update_entry(lane, "apply", None, applying(txn))
+        await self._update_entry(lane, "apply", None, lambda s, _state: applying(txn)(s), staged_state=False)
 
     async def settle_staged(self, lane: int, txn: str | None = None) -> None:
         """``GroupMember.settle_staged``: the offset staged on a held lane (by ``txn``, or any) settled once its
-        transaction is decided; left while it is open."""
-        self._epoch_of(lane)
-        stored = self._stored(lane)
-        if stored is None or stored.txn is None or (txn is not None and stored.txn.key != txn):
-            return
-        state = await txn_grid.state_of(self._grid, stored.txn.key)
-        if state is not None and not state.decided:
-            return
-        where = self._where(lane)
-        await self._update_entry(
-            lane, "settle", None, lambda s: None if s.txn is None else settled_with(s, state, where)
-        )
+        transaction is decided (``txn_offsets.settled_with``); left while it is open."""
+        await self._update_entry(lane, "settle", None, settling(txn, self._where(lane)))
 
-    async def _update_entry(self, lane: int, what: str, read_epoch: int | None, change: Change) -> None:
-        """``GroupMember._update_entry``: the fenced compare-and-set of ``txn_offsets.fenced_write``, awaited."""
+    async def _update_entry(
+        self,
+        lane: int,
+        what: str,
+        read_epoch: int | None,
+        change: StateChange,
+        *,
+        staged_state: bool = True,
+    ) -> None:
+        """``GroupMember._update_entry`` awaited (``txn_offsets.fenced_write``); ``change`` also gets the state of
+        the transaction of an offset staged on the entry, read at each attempt (unless ``staged_state`` is False)."""
         epoch = self._epoch_of(lane)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, -1, read_epoch, self.member_id, epoch)
@@ -332,7 +332,11 @@ class AsyncGroupMember:
                 text = await self._offsets.get(key)
             if text is None:
                 raise fenced(None)
-            new = fenced_write(text, key, epoch=epoch, by=self.member_id, change=change, fenced=fenced)
+            staged = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}").txn
+            state = None
+            if staged_state and staged is not None:
+                state = await txn_grid.state_of(self._grid, staged.key)
+            new = fenced_write(text, key, epoch=epoch, by=self.member_id, change=given(change, state), fenced=fenced)
             if new is None:
                 return
             if await self._offsets.replace_if_same(key, text, new):

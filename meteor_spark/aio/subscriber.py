@@ -31,6 +31,7 @@ topics, ephemeral streams, receivers or Prometheus export.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -275,10 +276,13 @@ class AsyncSubscriber:
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         reads = self._lane_reads()
-        async with self._poll_lock:
-            if not self._active:  # deactivated: nothing to read until reactivate
-                await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        if not self._active and self._grouped is not None:  # deactivated: nothing to read until reactivate
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._grouped.wakeup.wait(), max(0.0, deadline - time.monotonic()))
+            if not self._active:
+                self._grouped.wakeup.clear()
                 return RecordBatch.empty()
+        async with self._poll_lock:
             grouped = self._grouped
             if grouped is not None:
                 if grouped.auto_confirm is not None and grouped.auto_confirm.due():
@@ -428,6 +432,7 @@ class AsyncSubscriber:
             if self._active and self._grouped is not None:
                 self._active = False
                 await self._grouped.leave()
+                self._grouped.wakeup.clear()  # set by the member leaving; reactivate (or close) sets it again
 
     async def reactivate(self) -> None:
         """Grouped: ``Subscriber.reactivate``: join the group again after ``deactivate``."""
@@ -448,6 +453,7 @@ class AsyncSubscriber:
             if self._nack is not None:
                 self._nack.member = member
             self._active = True
+        self._wake()
 
     def _changed(self, _assignment: object) -> None:
         self._wake()

@@ -90,7 +90,9 @@ class TxnSnapshot:
 
     async def prefetch(self, items: Sequence[Any], sequences: Sequence[int], *, stream: str, lane: int) -> None:
         """Read the transaction entries the gate will ask for about ``items``: each transactional producer's
-        transaction key and its transaction (unless already decided), and the maps' swept marker."""
+        transaction key and its transaction (unless already decided), and the maps' swept marker. Transactions
+        open past their deadline are aborted, and stale open entries cleared now and then, as ``ItemGate`` does."""
+        await txn_grid.clear_stale_if_due(self._grid)
         producers = set()
         for item, sequence in zip(items, sequences, strict=True):
             try:
@@ -116,4 +118,3 @@ class TxnSnapshot:
                 decided = await txn_grid.abort_expired(self._grid, key)  # as a threaded reader's gate does
                 states[index] = None if decided is None else decided.to_json()
         self._maps[TXNS_MAP] = dict(zip(names, states, strict=True))
-        await txn_grid.clear_stale_if_due(self._grid)

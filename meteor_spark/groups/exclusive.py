@@ -72,6 +72,7 @@ from meteor_spark.errors import (
     GroupError,
 )
 from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
+from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamInfo
@@ -96,7 +97,7 @@ from meteor_spark.groups.store import (
     member_key,
     read_offset,
 )
-from meteor_spark.groups.txn_offsets import Change, applying, fenced_update, settle, staging
+from meteor_spark.groups.txn_offsets import Change, applying, fenced_update, settling, staging
 
 __all__ = ["GroupMember"]
 
@@ -391,10 +392,11 @@ class GroupMember(LaneBalancer):
         """Settle the offset staged on a held lane (by ``txn``, or by any transaction when None) once its
         transaction is decided: rolled forward if it committed, dropped if it aborted; left while it is open."""
 
+        settle_it = settling(txn, self._where(lane))
+
         def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
-            if stored.txn is None or (txn is not None and stored.txn.key != txn):
-                return None
-            return settle(self._grid, stored, self._where(lane), abort_open=False)
+            staged = stored.txn
+            return settle_it(stored, None if staged is None else transactions.state_of(self._grid, staged.key))
 
         self._update_entry(lane, "settle", None, change)
 

@@ -42,6 +42,8 @@ from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, OFFSETS_MAP, ConfirmedOf
 
 #: What a fenced update changes: the stored entry -> the new one, None to leave it as it is.
 Change = Callable[[ConfirmedOffset], "ConfirmedOffset | None"]
+#: The same, given the state of the transaction of the offset staged on the entry (None: none, or removed).
+StateChange = Callable[[ConfirmedOffset, "transactions.TxnState | None"], "ConfirmedOffset | None"]
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +172,24 @@ def staged_onto(
             )
         stored = settled_with(stored, other, where)
     return replace(stored, txn=StagedOffset(txn, offset, mark))
+
+
+def settling(txn: str | None, where: str) -> StateChange:
+    """The change ``settle_staged`` makes, given the staged transaction's state: the offset staged (by ``txn``, or by
+    any transaction when None) settled once its transaction is decided, left while it is open."""
+
+    def change(stored: ConfirmedOffset, state: transactions.TxnState | None) -> ConfirmedOffset | None:
+        staged = stored.txn
+        if staged is None or (txn is not None and staged.key != txn) or (state is not None and not state.decided):
+            return None
+        return settled_with(stored, state, where)
+
+    return change
+
+
+def given(change: StateChange, state: transactions.TxnState | None) -> Change:
+    """``change`` with the staged transaction's state read beforehand (the asyncio member reads it awaited)."""
+    return lambda stored: change(stored, state)
 
 
 def applying(txn: str) -> Change:

@@ -148,7 +148,9 @@ def test_deactivate_hands_the_lanes_over_and_reactivate_takes_a_share_back(
         ):
             await held_by(a, b, {0})
             await a.deactivate()
+            started = time.monotonic()
             assert a.member is None and a.lanes == [] and len(await a.poll(100)) == 0
+            assert time.monotonic() - started >= 0.09  # poll waits its timeout while deactivated
             await held_by(b, a, {0, 1})
             await a.reactivate()
             await held_by(a, b, {0})
