@@ -1,5 +1,6 @@
-"""The asyncio API: ``AsyncPublisher`` and ``AsyncSubscriber`` on the official asyncio Hazelcast client, and
-request/reply on them (``AsyncRequester`` / ``AsyncResponder``).
+"""The asyncio API: ``AsyncPublisher`` and ``AsyncSubscriber`` on the official asyncio Hazelcast client,
+request/reply on them (``AsyncRequester`` / ``AsyncResponder``), and consume-transform-produce transactions
+(``AsyncTransactionalPublisher``).
 
 They run on the caller's event loop with no thread of their own, and keep the threaded API's semantics, options and
 errors by reusing its socket-free pieces (the ring-item format, the idempotent search, the item gate, the
