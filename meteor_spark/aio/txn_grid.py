@@ -5,35 +5,54 @@ commit records, when a reader aborts an expired transaction) is ``meteor_spark.g
 the synchronous steps; this module only reads and compare-and-sets the same map entries, awaited, so asyncio and
 threaded transactions and readers decide each other's transactions by the same rules.
 
-Left to the synchronous side: the sweep that removes decided transactions (``transactions.sweep``, run by threaded
-committers and aborters, every ``read_committed`` threaded reader and Spark planning); an asyncio-only deployment
-keeps its decided transactions in the maps until one of those runs.
+The sweep (``transactions.sweep``: decided transactions removed once no reader can need them, their producers, old
+batch ids, stale open entries) runs here too, awaited, by asyncio committers and aborters at most every
+``SWEEP_INTERVAL_S`` per connection (``sweep_if_due``), by the same rules (``txn_decisions``' ``retention_verdict``,
+``moved_past``, ``late_open_entries``, ``producers_to_remove``, ``batches_to_remove``, ``txn_retention.names_staged``),
+reading the same snapshots in the same order and removing by ``remove_if_same``: the maps stay bounded by what the
+rings hold with asyncio writers alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 
 from meteor_spark.errors import MeteorError
 from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
-from meteor_spark.grid.transaction_state import OPEN_MAP, PRODUCERS_MAP, TXNS_MAP, TxnState
+from meteor_spark.grid.transaction_state import (
+    BATCHES_MAP,
+    COMMITTED,
+    OPEN_MAP,
+    PRODUCERS_MAP,
+    SWEPT_KEY,
+    TXNS_MAP,
+    TxnState,
+)
 from meteor_spark.grid.transactions import SWEEP_INTERVAL_S
 from meteor_spark.grid.txn_decisions import (
     abort_step,
+    batches_to_remove,
     begin_step,
     commit_check,
     committed_lanes,
     committed_state,
     expired,
+    late_open_entries,
+    moved_past,
     open_entry,
     open_entry_value,
+    parse_states,
+    producers_to_remove,
+    retention_verdict,
     timeout_reason,
 )
+from meteor_spark.grid.txn_retention import STAGED_OFFSETS_MAP, names_staged
 
-__all__ = ["abort", "abort_expired", "begin", "clear_stale_if_due", "commit", "state_of"]
+__all__ = ["abort", "abort_expired", "begin", "clear_stale_if_due", "commit", "state_of", "sweep", "sweep_if_due"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +128,7 @@ async def commit(grid: AsyncGrid, key: str, producers: list[int], *, offsets: li
         assert current is not None
         if await txns.replace_if_same(key, current, decided.to_json()):
             await _forget_open(grid, key, opened)
+            await sweep_if_due(grid)
             return decided
     raise MeteorError(f"could not commit transaction {key!r}: too many concurrent updates")
 
@@ -125,6 +145,8 @@ async def abort(grid: AsyncGrid, key: str, reason: str, *, only_expired_at_ms: i
         if await txns.replace_if_same(key, current, step.write.to_json()):
             logger.info("transaction %r aborted: %s", key, reason)
             await _forget_open(grid, key)
+            if only_expired_at_ms is None:
+                await sweep_if_due(grid)
             return step.write
     raise MeteorError(f"could not abort transaction {key!r}: too many concurrent updates")
 
@@ -155,3 +177,94 @@ async def clear_stale_if_due(grid: AsyncGrid) -> None:
                 await entries.remove(entry)
     except MeteorError as exc:
         logger.warning("clearing stale open transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
+
+
+# --------------------------------------------------------------------------------------------------- the sweep
+
+_last_sweep: dict[int, float] = {}
+_absent_before: dict[int, set[str]] = {}
+
+
+async def sweep_if_due(grid: AsyncGrid) -> None:
+    """``sweep`` unless this process swept this connection within ``SWEEP_INTERVAL_S``; never raises (logged, tried
+    again at the next interval)."""
+    now = time.monotonic()
+    last = _last_sweep.get(id(grid))
+    if last is not None and now - last < SWEEP_INTERVAL_S:
+        return
+    _last_sweep[id(grid)] = now
+    try:
+        await sweep(grid)
+    except MeteorError as exc:
+        logger.warning("removing decided transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
+
+
+async def sweep(grid: AsyncGrid, *, now_ms: int | None = None) -> int:
+    """Remove what no reader can still need from the transaction maps; returns the transactions removed."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    producers_map, open_map = await grid.map(PRODUCERS_MAP), await grid.map(OPEN_MAP)
+    batches_map, txns_map = await grid.map(BATCHES_MAP), await grid.map(TXNS_MAP)
+    producers = await producers_map.entries()
+    batches = await batches_map.entries()
+    open_keys = list(await open_map.entries())
+    raw = await txns_map.entries()
+    states = parse_states(raw)
+    absent, late = late_open_entries(open_keys, states, _absent_before.get(id(grid), set()))
+    for entry in late:
+        await open_map.remove(entry)
+    _absent_before[id(grid)] = absent
+    for entry in open_keys:
+        key = entry.rpartition("\t")[0]
+        state = states.get(key)
+        if state is not None and expired(state, now):
+            state = await abort(grid, key, timeout_reason(now), only_expired_at_ms=now) or state
+            states[key], raw[key] = state, state.to_json()
+        elif state is not None and state.decided:
+            await open_map.remove(entry)
+    oldest: dict[tuple[str, int], int | None] = {}
+    removable = [key for key, state in states.items() if await _removable(grid, state, now, oldest)]
+    if removable and producers.get(SWEPT_KEY) is None:
+        await producers_map.put(SWEPT_KEY, json.dumps({"first_ms": now}))
+    removed = {key for key in removable if await txns_map.remove_if_same(key, raw[key])}
+    for producer, key in producers_to_remove(producers, raw, removed):
+        await producers_map.remove_if_same(producer, key)
+    for batch_key, key in batches_to_remove(batches, states, removed):
+        await batches_map.remove_if_same(batch_key, key)
+    if removed:
+        committed = sum(1 for key in removed if states[key].state == COMMITTED)
+        logger.info(
+            "transaction maps swept (asyncio): %d committed, %d aborted removed", committed, len(removed) - committed
+        )
+    return len(removed)
+
+
+async def _removable(grid: AsyncGrid, state: TxnState, now: int, oldest: dict[tuple[str, int], int | None]) -> bool:
+    verdict = retention_verdict(state, now)
+    if verdict is not None:
+        return verdict
+    assert state.lanes is not None
+    if state.offsets:
+        texts = await (await grid.map(STAGED_OFFSETS_MAP)).get_all(list(state.offsets))
+        if names_staged(texts.values(), state.key):
+            return False
+    for stream, lane, _, last in state.lanes:
+        where = (stream, lane)
+        if where not in oldest:
+            oldest[where] = await _lane_oldest(grid, stream, lane)
+        if not moved_past(oldest[where], last):
+            return False
+    return True
+
+
+async def _lane_oldest(grid: AsyncGrid, stream: str, lane: int) -> int | None:
+    """``txn_retention.lane_oldest``, awaited: the lane's oldest servable sequence (``reading.oldest_in``: one
+    single-item read from sequence 0), None when the stream or lane no longer exists."""
+    text = await (await grid.map(STREAMS_MAP)).get(stream)
+    if text is None:
+        return None
+    names = parse_metadata(stream, text).ring_names
+    if lane >= len(names):
+        return None
+    ring = await grid.ring(names[lane])
+    batch = await ring.read_many(0, 0, 1)
+    return batch.sequences[0] if batch.sequences else await ring.tail() + 1

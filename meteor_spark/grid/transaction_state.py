@@ -8,7 +8,20 @@ from dataclasses import dataclass
 
 from meteor_spark.errors import MeteorError
 
-__all__ = ["ABORTED", "BATCHES_MAP", "COMMITTED", "OPEN", "OPEN_MAP", "PRODUCERS_MAP", "TXNS_MAP", "TxnState"]
+__all__ = [
+    "ABORTED",
+    "ABORTED_RETENTION_MS",
+    "BATCHES_MAP",
+    "COMMITTED",
+    "KEEP_BATCHES",
+    "LEGACY_RETENTION_MS",
+    "OPEN",
+    "OPEN_MAP",
+    "PRODUCERS_MAP",
+    "SWEPT_KEY",
+    "TXNS_MAP",
+    "TxnState",
+]
 
 TXNS_MAP = "meteor.txns"
 PRODUCERS_MAP = "meteor.txn.producers"
@@ -18,6 +31,16 @@ OPEN_MAP = "meteor.txn.open"
 OPEN = "open"
 COMMITTED = "committed"
 ABORTED = "aborted"
+
+#: How long an aborted transaction's record is kept (a late commit or task attempt is told it was aborted).
+ABORTED_RETENTION_MS = 600_000
+#: Committed transactions stored before their lanes were recorded (no ``lanes``) are removed this long after their
+#: deadline (Kafka's ``transactional.id.expiration.ms`` default, 7 days).
+LEGACY_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: Batch ids of each sink and query kept in ``meteor.txn.batches``.
+KEEP_BATCHES = 100
+#: The sweep marker's key in ``meteor.txn.producers`` (producer ids are decimal: never this).
+SWEPT_KEY = "@swept"
 
 
 @dataclass(frozen=True)

@@ -68,26 +68,67 @@ from meteor_spark.grid.client import Grid, result
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
 from meteor_spark.grid.transaction_state import (
     ABORTED,
+    ABORTED_RETENTION_MS,
     BATCHES_MAP,
     COMMITTED,
+    KEEP_BATCHES,
+    LEGACY_RETENTION_MS,
+    OPEN,
     OPEN_MAP,
     PRODUCERS_MAP,
+    SWEPT_KEY,
     TXNS_MAP,
     TxnState,
 )
-from meteor_spark.grid.transaction_state import OPEN as OPEN  # re-exported: readers name it from here
 from meteor_spark.grid.txn_decisions import (
     abort_step,
+    batches_to_remove,
     begin_step,
     commit_check,
     committed_lanes,
     committed_state,
     expired,
+    late_open_entries,
+    moved_past,
     open_entry,
     open_entry_value,
+    parse_states,
+    producers_to_remove,
+    retention_verdict,
     timeout_reason,
 )
-from meteor_spark.grid.txn_retention import lane_oldest, old_batches, still_staged
+from meteor_spark.grid.txn_retention import lane_oldest, still_staged
+
+__all__ = [  # the stored record and the maps' names are transaction_state's, named from here too
+    "ABORTED",
+    "ABORTED_RETENTION_MS",
+    "BATCHES_MAP",
+    "COMMITTED",
+    "DEFAULT_TIMEOUT_MS",
+    "KEEP_BATCHES",
+    "LEGACY_RETENTION_MS",
+    "OPEN",
+    "OPEN_MAP",
+    "PRODUCERS_MAP",
+    "SWEEP_INTERVAL_S",
+    "SWEPT_KEY",
+    "TXNS_MAP",
+    "BatchCommittedError",
+    "SweepReport",
+    "TxnState",
+    "abort",
+    "abort_expired",
+    "begin",
+    "clear_stale_if_due",
+    "commit",
+    "open_in",
+    "state_of",
+    "sweep",
+    "sweep_if_due",
+    "swept",
+    "take_batch",
+    "transaction_of_producer",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,17 +137,8 @@ DEFAULT_TIMEOUT_MS = 60_000
 
 _CAS_ATTEMPTS = 100
 
-#: How long an aborted transaction's record is kept (a late commit or task attempt is told it was aborted).
-ABORTED_RETENTION_MS = 600_000
-#: Committed transactions stored before their lanes were recorded (no ``lanes``) are removed this long after their
-#: deadline (Kafka's ``transactional.id.expiration.ms`` default, 7 days).
-LEGACY_RETENTION_MS = 7 * 24 * 3600 * 1000
-#: Batch ids of each sink and query kept in ``meteor.txn.batches``.
-KEEP_BATCHES = 100
 #: At most one sweep per this many seconds per process and grid (``sweep_if_due``).
 SWEEP_INTERVAL_S = 30.0
-#: The sweep marker's key in ``meteor.txn.producers`` (producer ids are decimal: never this).
-SWEPT_KEY = "@swept"
 
 
 def _now_ms() -> int:
@@ -382,7 +414,7 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     batches = batches_map.entries()
     open_keys = open_map.keys()
     raw = txns_map.entries()
-    states = _parse_states(raw)
+    states = parse_states(raw)
     open_removed = _sweep_open_entries(grid, open_keys, states, raw, now)
     oldest: dict[tuple[str, int], int | None] = {}
     removable = [key for key, state in states.items() if _removable(grid, state, now, oldest)]
@@ -390,15 +422,11 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
         producers_map.put(SWEPT_KEY, json.dumps({"first_ms": now}))
     removed = {key for key in removable if txns_map.remove_if_same(key, raw[key])}
     producers_removed = 0
-    for producer, key in producers.items():
-        if producer != SWEPT_KEY and (key not in raw or key in removed):
-            producers_removed += producers_map.remove_if_same(producer, key)
+    for producer, key in producers_to_remove(producers, raw, removed):
+        producers_removed += producers_map.remove_if_same(producer, key)
     batches_removed = 0
-    for batch_key in old_batches(batches, KEEP_BATCHES):
-        key = batches[batch_key]
-        state = states.get(key)
-        if (state is None or state.decided or key in removed) and batches_map.remove_if_same(batch_key, key):
-            batches_removed += 1
+    for batch_key, key in batches_to_remove(batches, states, removed):
+        batches_removed += batches_map.remove_if_same(batch_key, key)
     committed = sum(1 for key in removed if states[key].state == COMMITTED)
     report = SweepReport(
         committed,
@@ -413,18 +441,6 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     return report
 
 
-def _parse_states(raw: dict[str, str]) -> dict[str, TxnState]:
-    """The transactions of a snapshot of map ``meteor.txns``; one that does not parse is logged and left in place:
-    the sweep removes only what it can judge."""
-    states: dict[str, TxnState] = {}
-    for key, text in raw.items():
-        try:
-            states[key] = TxnState.parse(key, text)
-        except MeteorError as exc:
-            logger.warning("%s; left in place", exc)
-    return states
-
-
 def _sweep_open_entries(
     grid: Grid, open_keys: list[str], states: dict[str, TxnState], raw: dict[str, str], now: int
 ) -> int:
@@ -436,10 +452,8 @@ def _sweep_open_entries(
     """
     open_map = grid.map(OPEN_MAP)
     open_removed = 0
-    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
-    for entry in absent & _absent_before.get(id(grid), set()):
-        # Its transaction was missing at the previous sweep too: not a begin() between its two writes, but an
-        # entry written for a transaction already decided and removed (a late task attempt).
+    absent, late = late_open_entries(open_keys, states, _absent_before.get(id(grid), set()))
+    for entry in late:
         if open_map.remove(entry) is not None:
             open_removed += 1
     _absent_before[id(grid)] = absent
@@ -448,7 +462,7 @@ def _sweep_open_entries(
         state = states.get(key)
         if state is None:
             continue
-        if not state.decided and state.deadline_ms < now:
+        if expired(state, now):
             state = abort_expired(grid, key, now) or state
             states[key] = state
             raw[key] = state.to_json()
@@ -459,20 +473,17 @@ def _sweep_open_entries(
 
 
 def _removable(grid: Grid, state: TxnState, now: int, oldest: dict[tuple[str, int], int | None]) -> bool:
-    if state.state == ABORTED:
-        return now - (state.decided_ms or state.deadline_ms) >= ABORTED_RETENTION_MS
-    if state.state != COMMITTED:
-        return False
-    if state.lanes is None:
-        return now - state.deadline_ms >= LEGACY_RETENTION_MS
+    verdict = retention_verdict(state, now)
+    if verdict is not None:
+        return verdict
+    assert state.lanes is not None
     if state.offsets and still_staged(grid, state.key, state.offsets):
         return False
     for stream, lane, _, last in state.lanes:
         where = (stream, lane)
         if where not in oldest:
             oldest[where] = lane_oldest(grid, stream, lane)
-        first = oldest[where]
-        if first is not None and first <= last:
+        if not moved_past(oldest[where], last):
             return False
     return True
 

@@ -11,23 +11,43 @@ the deadline, which lane ranges a commit records) are here, once.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from meteor_spark.errors import MeteorError, TransactionAbortedError
-from meteor_spark.grid.transaction_state import ABORTED, COMMITTED, OPEN, TXNS_MAP, TxnState
+from meteor_spark.grid.transaction_state import (
+    ABORTED,
+    ABORTED_RETENTION_MS,
+    COMMITTED,
+    KEEP_BATCHES,
+    LEGACY_RETENTION_MS,
+    OPEN,
+    SWEPT_KEY,
+    TXNS_MAP,
+    TxnState,
+)
+from meteor_spark.grid.txn_retention import old_batches
+
+logger = logging.getLogger("meteor_spark.grid.transactions")
 
 __all__ = [
     "AbortStep",
     "abort_step",
+    "batches_to_remove",
     "because",
     "begin_step",
     "commit_check",
     "committed_lanes",
     "committed_state",
     "expired",
+    "late_open_entries",
+    "moved_past",
     "open_entry",
     "open_entry_value",
+    "parse_states",
+    "producers_to_remove",
+    "retention_verdict",
     "timeout_reason",
 ]
 
@@ -142,3 +162,67 @@ def committed_lanes(
             if last > after:
                 lanes.append((stream, lane, after, last))
     return tuple(lanes)
+
+
+# --------------------------------------------------------------------------------------------------- the sweep
+
+
+def parse_states(raw: Mapping[str, str]) -> dict[str, TxnState]:
+    """The transactions of a snapshot of map ``meteor.txns``; one that does not parse is logged and left in place:
+    the sweep removes only what it can judge."""
+    states: dict[str, TxnState] = {}
+    for key, text in raw.items():
+        try:
+            states[key] = TxnState.parse(key, text)
+        except MeteorError as exc:
+            logger.warning("%s; left in place", exc)
+    return states
+
+
+def late_open_entries(
+    open_keys: Iterable[str], states: Mapping[str, TxnState], absent_before: set[str]
+) -> tuple[set[str], set[str]]:
+    """``meteor.txn.open`` entries whose transaction is missing now, and those missing at the previous sweep too:
+    not a ``begin`` between its two writes, but an entry written for a transaction already decided and removed (a
+    late task attempt), to remove."""
+    absent = {entry for entry in open_keys if entry.rpartition("\t")[0] not in states}
+    return absent, absent & absent_before
+
+
+def retention_verdict(state: TxnState, now_ms: int) -> bool | None:
+    """Whether the sweep may remove ``state`` by its state and age alone; None for a committed transaction with
+    recorded lanes: removable once no staged offset names it and every lane it wrote moved past it (``moved_past``)."""
+    if state.state == ABORTED:
+        return now_ms - (state.decided_ms or state.deadline_ms) >= ABORTED_RETENTION_MS
+    if state.state != COMMITTED:
+        return False
+    if state.lanes is None:
+        return now_ms - state.deadline_ms >= LEGACY_RETENTION_MS
+    return None
+
+
+def moved_past(oldest: int | None, last: int) -> bool:
+    """A lane whose oldest servable sequence is ``oldest`` (None: the lane is gone) no longer serves sequence
+    ``last``."""
+    return oldest is None or oldest > last
+
+
+def producers_to_remove(
+    producers: Mapping[str, str], raw: Mapping[str, str], removed: set[str]
+) -> list[tuple[str, str]]:
+    """``(producer, transaction key)`` entries of ``meteor.txn.producers`` whose transaction is gone."""
+    return [(p, key) for p, key in producers.items() if p != SWEPT_KEY and (key not in raw or key in removed)]
+
+
+def batches_to_remove(
+    batches: Mapping[str, str], states: Mapping[str, TxnState], removed: set[str]
+) -> list[tuple[str, str]]:
+    """``(batch key, transaction key)`` entries of ``meteor.txn.batches`` beyond the last ``KEEP_BATCHES`` of their
+    sink and query whose transaction is decided or gone."""
+    out = []
+    for batch_key in old_batches(dict(batches), KEEP_BATCHES):
+        key = batches[batch_key]
+        state = states.get(key)
+        if state is None or state.decided or key in removed:
+            out.append((batch_key, key))
+    return out

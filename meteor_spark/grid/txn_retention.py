@@ -19,7 +19,12 @@ STAGED_OFFSETS_MAP = "meteor.group.offsets"
 def still_staged(grid: Grid, key: str, offsets: Iterable[str]) -> bool:
     """Whether an entry ``offsets`` of ``meteor.group.offsets`` still names transaction ``key`` as the one of its
     staged offset (not yet applied: whoever settles it must still find the transaction committed)."""
-    for text in grid.map(STAGED_OFFSETS_MAP).get_all(list(offsets)).values():
+    return names_staged(grid.map(STAGED_OFFSETS_MAP).get_all(list(offsets)).values(), key)
+
+
+def names_staged(texts: Iterable[str], key: str) -> bool:
+    """Whether one of the offsets entries ``texts`` names transaction ``key`` as the one of its staged offset."""
+    for text in texts:
         try:
             staged = json.loads(text).get("txn")
         except (ValueError, AttributeError):

@@ -1,7 +1,7 @@
 """asyncio transactions (``AsyncTransactionalPublisher``) against the real client and real TCP: commit and abort seen
 by a ``read_committed`` asyncio reader, consume-transform-produce with ``send_offsets`` where the asyncio loop process
 is SIGKILLed mid-transaction and a survivor finishes the work (lost 0 / duplicated 0, printed), and a transaction
-left open past its deadline aborted by an asyncio ``read_committed`` reader.
+left open past its deadline aborted by an asyncio ``read_committed`` reader, and the asyncio sweep.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.aio import AsyncPublisher, AsyncSubscriber, AsyncTransactionalPublisher
+from meteor_spark.aio import AsyncPublisher, AsyncSubscriber, AsyncTransactionalPublisher, txn_grid
 from meteor_spark.errors import ConfigError, FencedError, NotAssignedError, TransactionAbortedError
 from meteor_spark.format.offsets import sequence_of
 from meteor_spark.format.records import Record
 from meteor_spark.grid import transactions
+from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.groups.store import OFFSETS_MAP, read_offset
@@ -184,3 +185,31 @@ def test_an_asyncio_read_committed_reader_aborts_a_transaction_open_past_its_dea
     print(f"\n[fault] abandoned transaction: aborted after {time.monotonic() - started:.2f} s, read {got}", flush=True)
     assert got == ["after"]
     assert state is not None and state.state == transactions.ABORTED and "timed out" in state.reason
+
+
+def test_the_asyncio_sweep_removes_decided_transactions_by_the_threaded_rules(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    async def scenario() -> tuple[str, str, int]:
+        async with AsyncTransactionalPublisher(grid_settings, StreamConfig(unique_name, lanes=1)) as txn:
+            await txn.publish(b"kept")
+            committed = txn.transaction
+            await txn.commit()
+            await txn.publish(b"dropped")
+            aborted = txn.transaction
+            await txn.abort()
+        agrid = await AsyncGrid.start(grid_settings)
+        try:
+            later = int(time.time() * 1000) + transactions.ABORTED_RETENTION_MS + 1
+            removed = await txn_grid.sweep(agrid, now_ms=later)
+        finally:
+            await agrid.close()
+        assert committed is not None and aborted is not None
+        return committed, aborted, removed
+
+    committed, aborted, removed = _run(scenario())
+    assert removed >= 1
+    assert transactions.state_of(grid, aborted) is None  # aborted, past its retention: removed
+    assert transactions.state_of(grid, committed) is not None  # its record is still readable: kept
+    producers = grid.map(transactions.PRODUCERS_MAP).entries()
+    assert aborted not in producers.values() and committed in producers.values()
