@@ -17,6 +17,7 @@ import asyncio
 import logging
 
 from meteor_spark.aio.group_member import AsyncGroupMember
+from meteor_spark.aio.nack import AsyncNack, dead_letter_publisher, group_settings
 from meteor_spark.aio.views import RingBounds
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, confirm_point
@@ -32,6 +33,7 @@ from meteor_spark.format.offsets import InitialOffsetScheme, first_offset_of
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, verdict_of
+from meteor_spark.groups.exclusive_settings import ExclusiveSettings
 from meteor_spark.groups.protocol import (
     check_lane,
     lost_in_transaction_error,
@@ -71,10 +73,13 @@ class GroupedLanes:
         self.truncated_lanes = 0
         self.truncations: list[tuple[int, int, int]] = []
         self.wakeup = asyncio.Event()
+        self.active = True  # False between deactivate and reactivate
+        self.nack: AsyncNack | None = None  # set by join
 
-    async def join(self, grid: AsyncGrid, ring_names: list[str]) -> None:
+    async def join(self, grid: AsyncGrid, ring_names: list[str], wanted: ExclusiveSettings | None) -> None:
         """Start the member (it takes the lanes it should hold now), then read them; NONE needs every lane's
-        confirmed offset (``GroupError`` naming the lanes without one)."""
+        confirmed offset (``GroupError`` naming the lanes without one). Then the group's settings (``wanted``: what
+        this member gives) and the ``nack`` part (``meteor_spark.aio.nack``)."""
         await self.member.start()
         if self._scheme is InitialOffsetScheme.NONE:
             known = await self.member.known_offsets(range(self.member.lanes))
@@ -85,6 +90,9 @@ class GroupedLanes:
                     f"{self.stream!r} lane(s) {missing}; confirm or seek the group first, or use EARLIEST/LATEST"
                 )
         await self.sync(grid, ring_names)
+        settings = await group_settings(grid, self.stream, self.group, wanted)
+        letters = None if settings is None else await dead_letter_publisher(grid, settings.dead_letter_stream)
+        self.nack = AsyncNack(self.member, self._lanes, self._bounds, settings, letters)
 
     async def sync(self, grid: AsyncGrid, ring_names: list[str]) -> None:
         """Follow the member's assignment: drop lanes no longer held, start the new ones (or those held again
@@ -258,14 +266,26 @@ class GroupedLanes:
         self.auto_confirm.done()
 
     def metrics(self) -> dict[str, int]:
-        """The group member's figures, which ``Subscriber.metrics()`` adds for a grouped subscriber."""
-        return self.member.metrics()
+        """The figures ``Subscriber.metrics()`` has for a grouped subscriber: the nack counters, and while active the
+        group member's."""
+        nack = self.nack
+        figures = {} if nack is None else nack.metrics()
+        return figures if not self.active else {**figures, **self.member.metrics()}
+
+    async def close(self) -> None:
+        """Leave (releasing the leases) and close the dead-letter publisher of ``dead_letter_after``."""
+        await self.member.close()
+        if self.nack is not None and self.nack.letters is not None:
+            await self.nack.letters.close()
 
     # -- leaving and rejoining (Subscriber.deactivate / reactivate) ---------------------------------------------
 
     async def leave(self) -> None:
         """``Subscriber.deactivate``: confirm what was handed out (with auto-confirm), leave the group (its lanes
         go to the other members), stop reading every lane."""
+        if not self.active:
+            return
+        self.active = False
         if self.auto_confirm is not None:
             try:
                 await self.confirm_automatically()
@@ -274,12 +294,25 @@ class GroupedLanes:
         for lane in list(self._lanes):
             self._drop(lane, "deactivated")
         await self.member.close()
+        self.wakeup.clear()  # set by the member leaving; reactivate (or close) sets it again
 
-    async def rejoin(self, member: AsyncGroupMember, grid: AsyncGrid, ring_names: list[str]) -> None:
-        """``Subscriber.reactivate``: join again with a new member (a closed one cannot rejoin)."""
-        self.member = member
-        await member.start()
+    async def rejoin(self, grid: AsyncGrid, ring_names: list[str]) -> None:
+        """``Subscriber.reactivate``: join again as a new member with the same id (a closed one cannot rejoin)."""
+        if self.active:
+            return
+        old = self.member
+        self.member = AsyncGroupMember(
+            grid, old.info, old.group, member_id=old.member_id, lease_ms=old.lease_ms, on_change=self._changed
+        )
+        if self.nack is not None:
+            self.nack.member = self.member
+        await self.member.start()
         await self.sync(grid, ring_names)
+        self.active = True
+        self.wakeup.set()
+
+    def _changed(self, _assignment: object) -> None:
+        self.wakeup.set()
 
     # -- transactions (AsyncTransactionalPublisher.send_offsets) ------------------------------------------------
 

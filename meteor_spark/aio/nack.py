@@ -33,9 +33,10 @@ from meteor_spark.consumer.exclusive_nack import (
     too_far,
 )
 from meteor_spark.consumer.lane_state import LaneState
-from meteor_spark.errors import DataLossError
+from meteor_spark.errors import DataLossError, StreamNotFoundError
 from meteor_spark.format.records import Record
 from meteor_spark.grid.aio_client import AsyncGrid
+from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.exclusive_settings import (
     ExclusiveSettings,
     agreed_settings,
@@ -45,7 +46,7 @@ from meteor_spark.groups.exclusive_settings import (
 from meteor_spark.groups.redelivery import check_delay
 from meteor_spark.groups.store import OFFSETS_MAP
 
-__all__ = ["AsyncNack", "check_group_settings", "group_settings"]
+__all__ = ["AsyncNack", "check_group_settings", "dead_letter_publisher", "group_settings"]
 
 #: Ring items asked for by one read while measuring a distance.
 _ITEMS_PER_READ = 100
@@ -76,6 +77,15 @@ async def group_settings(
     return agreed_settings(text, wanted, stream, group)
 
 
+async def dead_letter_publisher(grid: AsyncGrid, name: str) -> AsyncPublisher:
+    """An ``AsyncPublisher`` to the dead-letter stream ``name``, created with the default configuration when
+    missing (``refusals.dead_letter_publisher``'s twin; also ``on_corrupt``'s)."""
+    try:
+        return await AsyncPublisher(grid, name).start()
+    except StreamNotFoundError:
+        return await AsyncPublisher(grid, StreamConfig(name)).start()
+
+
 class AsyncNack:
     """The ``nack`` of one asyncio group member (see the module docs). ``lanes`` / ``bounds`` are the
     subscriber's dicts (``LaneReads``), read and reset in place on the loop."""
@@ -99,6 +109,13 @@ class AsyncNack:
         self.nacked_records = 0
         self.delayed_records = 0
         self.dead_lettered_records = 0
+
+    def metrics(self) -> dict[str, int]:
+        return {
+            "nacked_records": self.nacked_records,
+            "delayed_records": self.delayed_records,
+            "dead_lettered_records": self.dead_lettered_records,
+        }
 
     async def nack(self, records: Record | Iterable[Record], delay_ms: int) -> None:
         """``Subscriber.nack``: checked first (nothing written on a ``ConfigError``), then lane by lane."""

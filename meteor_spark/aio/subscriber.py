@@ -41,9 +41,8 @@ from typing import Any, cast
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
-from meteor_spark.aio.nack import AsyncNack, check_group_settings, group_settings
+from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
-from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.aio.views import TxnSnapshot
 from meteor_spark.consumer.auto_confirm import AutoConfirm
@@ -55,7 +54,6 @@ from meteor_spark.errors import (
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
-    StreamNotFoundError,
 )
 from meteor_spark.format.offsets import first_offset_of, sequence_of
 from meteor_spark.format.records import Record, RecordBatch
@@ -142,8 +140,6 @@ class AsyncSubscriber:
         if group is not None:  # checked now, like the threaded subscriber's, before anything connects
             AsyncGroupMember.check(group, member_id, lease_ms)
         self._wanted = check_group_settings(group, dead_letter_after, self.options.corrupt_policy.dead_letter_stream)
-        self._nack: AsyncNack | None = None
-        self._active = True
         self._auto_confirm = None if auto_confirm_interval_ms is None else AutoConfirm(auto_confirm_interval_ms)
         self._grouped: GroupedLanes | None = None
         self.poll_timeout_ms = poll_timeout_ms
@@ -187,7 +183,7 @@ class AsyncSubscriber:
                 await self._join(grid, self._reads)
             target = self.options.corrupt_policy.dead_letter_stream
             if target is not None:
-                self._reads.dead_letters = await _dead_letter_publisher(grid, target)
+                self._reads.dead_letters = await dead_letter_publisher(grid, target)
         except BaseException:
             if self._grouped is not None:
                 await self._grouped.member.close()
@@ -200,7 +196,9 @@ class AsyncSubscriber:
     async def _join(self, grid: AsyncGrid, reads: LaneReads) -> None:
         """Join the group (take the lanes it assigns now) and start reading them."""
         assert self.group is not None
-        member = AsyncGroupMember(grid, self.info, self.group, on_change=self._changed, **self._member_args)
+        member = AsyncGroupMember(
+            grid, self.info, self.group, on_change=lambda _assignment: self._wake(), **self._member_args
+        )
         self._grouped = GroupedLanes(
             member,
             reads.lanes,
@@ -209,10 +207,7 @@ class AsyncSubscriber:
             skip_data_loss=self.options.skip_data_loss,
             auto_confirm=self._auto_confirm,
         )
-        await self._grouped.join(grid, list(self.info.ring_names))
-        settings = await group_settings(grid, self.stream, self.group, self._wanted)
-        letters = None if settings is None else await _dead_letter_publisher(grid, settings.dead_letter_stream)
-        self._nack = AsyncNack(member, reads.lanes, reads.bounds, settings, letters)
+        await self._grouped.join(grid, list(self.info.ring_names), self._wanted)
 
     def _wake(self) -> None:
         if self._grouped is not None:
@@ -230,7 +225,7 @@ class AsyncSubscriber:
         if self._closed:
             return
         grouped = self._grouped
-        if grouped is not None and grouped.auto_confirm is not None and self._grid is not None and self._active:
+        if grouped is not None and grouped.auto_confirm is not None and self._grid is not None and grouped.active:
             try:
                 await grouped.confirm_automatically()
             except MeteorError as exc:
@@ -242,11 +237,9 @@ class AsyncSubscriber:
             reads.cancel()
         try:
             if grouped is not None:
-                await grouped.member.close()
+                await grouped.close()
             if reads is not None and reads.dead_letters is not None:
                 await reads.dead_letters.close()
-            if self._nack is not None and self._nack.letters is not None:
-                await self._nack.letters.close()
         finally:
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
@@ -276,10 +269,10 @@ class AsyncSubscriber:
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         reads = self._lane_reads()
-        if not self._active and self._grouped is not None:  # deactivated: nothing to read until reactivate
+        if self._grouped is not None and not self._grouped.active:  # deactivated: nothing to read until reactivate
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._grouped.wakeup.wait(), max(0.0, deadline - time.monotonic()))
-            if not self._active:
+            if not self._grouped.active:
                 self._grouped.wakeup.clear()
                 return RecordBatch.empty()
         async with self._poll_lock:
@@ -419,7 +412,8 @@ class AsyncSubscriber:
         """Grouped: ``Subscriber.nack`` (``meteor_spark.aio.nack``): redeliver from the first of ``records`` in each
         of their lanes, not before ``delay_ms`` from now, for this group only; with ``dead_letter_after``, records
         nacked too far behind are dead-lettered instead. Errors: ``Subscriber.nack``'s."""
-        nack = self._grouped_part("nack")
+        nack = self._group_part("nack").nack
+        assert nack is not None
         async with self._poll_lock:  # not between a poll's delivery and its auto-confirm
             await nack.nack(records, delay_ms)
         self._wake()
@@ -427,70 +421,46 @@ class AsyncSubscriber:
     async def deactivate(self) -> None:
         """Grouped: ``Subscriber.deactivate``: leave the group (its lanes go to other members); ``poll`` returns
         nothing until ``reactivate``. Confirm first (auto-confirm does it): unconfirmed records are read again."""
-        self._grouped_part("deactivate")
+        grouped = self._group_part("deactivate")
         async with self._poll_lock:
-            if self._active and self._grouped is not None:
-                self._active = False
-                await self._grouped.leave()
-                self._grouped.wakeup.clear()  # set by the member leaving; reactivate (or close) sets it again
+            await grouped.leave()
 
     async def reactivate(self) -> None:
         """Grouped: ``Subscriber.reactivate``: join the group again after ``deactivate``."""
-        self._grouped_part("reactivate")
+        grouped = self._group_part("reactivate")
+        assert self._grid is not None
         async with self._poll_lock:
-            if self._active or self._grouped is None or self._grid is None:
-                return
-            old = self._grouped.member
-            member = AsyncGroupMember(
-                self._grid,
-                self.info,
-                old.group,
-                member_id=old.member_id,
-                lease_ms=old.lease_ms,
-                on_change=self._changed,
-            )
-            await self._grouped.rejoin(member, self._grid, list(self.info.ring_names))
-            if self._nack is not None:
-                self._nack.member = member
-            self._active = True
-        self._wake()
+            await grouped.rejoin(self._grid, list(self.info.ring_names))
 
-    def _changed(self, _assignment: object) -> None:
-        self._wake()
-
-    def _grouped_part(self, what: str) -> AsyncNack:
+    def _group_part(self, what: str) -> GroupedLanes:
         if self.group is None:
             raise GroupError(
                 f"{what} needs a subscriber group: an ungrouped subscriber keeps its position locally; create it "
                 f"with group=... to store offsets in the grid"
             )
-        if self._nack is None:
+        if self._grouped is None:
             raise MeteorError(f"the AsyncSubscriber of stream {self.stream!r} is not started: use `async with`")
-        return self._nack
+        return self._grouped
 
     def delivered_unconfirmed(self) -> list[tuple[int, int, int | None, ItemMark | None]]:
         """Grouped: what a transaction stages (``Subscriber.delivered_unconfirmed``)."""
-        self._grouped_part("send_offsets")
-        assert self._grouped is not None
-        return self._grouped.delivered_unconfirmed()
+        return self._group_part("send_offsets").delivered_unconfirmed()
 
     def mark_confirmed(self, positions: dict[int, int]) -> None:
         """Note that ``positions`` (lane -> position) are the group's offsets now (a committed transaction)."""
-        if self._grouped is not None:
-            self._grouped.mark_confirmed(positions)
+        self._group_part("send_offsets").mark_confirmed(positions)
 
     async def rewind(self) -> dict[int, int]:
         """Grouped: ``Subscriber.rewind``: every held lane back to the group's confirmed offset, locally (what an
         aborted transaction's records came from is delivered again). Returns lane -> position now."""
-        self._grouped_part("rewind")
-        assert self._grouped is not None
+        grouped = self._group_part("rewind")
         async with self._poll_lock:
-            return await self._grouped.rewind()
+            return await grouped.rewind()
 
     @property
     def member(self) -> AsyncGroupMember | None:
         """Grouped: the ``AsyncGroupMember`` (None when ungrouped or deactivated)."""
-        return None if self._grouped is None or not self._active else self._grouped.member
+        return None if self._grouped is None or not self._grouped.active else self._grouped.member
 
     @property
     def truncated_lanes(self) -> int:
@@ -519,18 +489,17 @@ class AsyncSubscriber:
         """The threaded ``Subscriber.metrics()`` counters; grouped, also the member's lease figures and the lanes it
         holds."""
         refusals = self.refusals
-        nack = self._nack
         return {
             "delivered_records": self.delivered_records,
             "skipped_items": self.skipped_items,
             "corrupt_items": refusals.corrupt_items,
             "undecodable_records": refusals.undecodable_records,
-            "nacked_records": 0 if nack is None else nack.nacked_records,
-            "delayed_records": 0 if nack is None else nack.delayed_records,
-            "dead_lettered_records": 0 if nack is None else nack.dead_lettered_records,
+            "nacked_records": 0,
+            "delayed_records": 0,
+            "dead_lettered_records": 0,
             "filtered_records": 0,
             **self.item_gate.counters(),
-            **({} if self._grouped is None or not self._active else self._grouped.metrics()),
+            **({} if self._grouped is None else self._grouped.metrics()),
         }
 
     @property
@@ -554,12 +523,3 @@ class AsyncSubscriber:
     def __repr__(self) -> str:
         kind = "ungrouped" if self.group is None else f"group {self.group!r}"
         return f"AsyncSubscriber(stream={self.stream!r}, {kind}, lanes={self.lanes})"
-
-
-async def _dead_letter_publisher(grid: AsyncGrid, name: str) -> AsyncPublisher:
-    """An ``AsyncPublisher`` to the dead-letter stream ``name``, created with the default configuration when
-    missing (``refusals.dead_letter_publisher``'s twin)."""
-    try:
-        return await AsyncPublisher(grid, name).start()
-    except StreamNotFoundError:
-        return await AsyncPublisher(grid, StreamConfig(name)).start()
