@@ -137,6 +137,14 @@ class SharedAcquire(SharedArchive):
     _items_per_read: int
     _home: int
     _contended: bool
+    _closed: bool
+
+    def _check_poll(self, timeout_ms: object) -> None:
+        """A poll of a closed member, or with a timeout that is not a number >= 0, is refused."""
+        if self._closed:
+            raise MeteorError(f"the shared subscriber of stream {self.stream!r} is closed; create a new one")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
 
     def _settings_steps(self, choices: MemberChoices) -> Steps[GroupSettings]:
         """The group's settings (stored by its first member; a clash is a ``ConfigError``), set on this member."""

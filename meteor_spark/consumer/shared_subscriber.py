@@ -21,7 +21,6 @@ from meteor_spark.consumer.shared_acquire import SharedAcquire, check_member_opt
 from meteor_spark.consumer.shared_groups import RECHECK_S
 from meteor_spark.consumer.shared_steps import run_steps
 from meteor_spark.consumer.topics import refuse_on_ephemeral
-from meteor_spark.errors import ConfigError, MeteorError
 from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.offsets import InitialOffsetScheme
 from meteor_spark.format.records import Record, RecordBatch
@@ -164,10 +163,7 @@ class SharedSubscriber(SharedAcquire):
             FormatError: a ring item cannot be decoded.
             GridError: the grid failed (nothing was acquired by the failing step).
         """
-        if self._closed:
-            raise MeteorError(f"the shared subscriber of stream {self.stream!r} is closed; create a new one")
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        self._check_poll(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
             while True:
