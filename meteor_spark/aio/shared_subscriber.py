@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.consumer.refusals import Refusals
-from meteor_spark.consumer.shared_acquire import SharedAcquire, check_member_options
+from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
 from meteor_spark.consumer.shared_groups import RECHECK_S
 from meteor_spark.consumer.shared_steps import Steps
 from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
@@ -45,14 +45,6 @@ __all__ = ["AsyncSharedSubscriber", "run_steps_async"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: Keyword arguments of the threaded subscribers that have no meaning for a shared member, and why (the threaded
-#: ``SharedSubscriber``'s list: the same ``ConfigError``).
-_UNSUPPORTED = {
-    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
-    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
-    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
-}
 
 
 async def run_steps_async(steps: Steps[T]) -> T:
@@ -123,7 +115,7 @@ class AsyncSharedSubscriber(SharedAcquire):
             )
         self._choices = check_member_options(
             "AsyncSharedSubscriber",
-            _UNSUPPORTED,
+            UNSUPPORTED,
             others,
             group=group,
             initial_offset_scheme=initial_offset_scheme,

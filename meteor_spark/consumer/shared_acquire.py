@@ -53,7 +53,14 @@ from meteor_spark.validate import check_int
 
 logger = logging.getLogger("meteor_spark.consumer.shared_subscriber")
 
-__all__ = ["MemberChoices", "SharedAcquire", "check_member_options"]
+__all__ = ["UNSUPPORTED", "MemberChoices", "SharedAcquire", "check_member_options"]
+
+#: Subscriber arguments that have no meaning for a shared group, and why (a ``ConfigError`` naming them).
+UNSUPPORTED = {
+    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
+    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
+    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
+}
 
 #: Decoded ring items kept per lane (items never change, so the cache needs no invalidation).
 _CACHE_ITEMS = 2048

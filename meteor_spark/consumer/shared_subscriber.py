@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
-from meteor_spark.consumer.shared_acquire import SharedAcquire, check_member_options
+from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
 from meteor_spark.consumer.shared_groups import RECHECK_S
 from meteor_spark.consumer.shared_steps import run_steps
 from meteor_spark.consumer.topics import refuse_on_ephemeral
@@ -35,13 +35,6 @@ from meteor_spark.metrics import registry_of as metrics_registry
 logger = logging.getLogger(__name__)
 
 __all__ = ["SharedSubscriber"]
-
-#: Subscriber arguments that have no meaning for a shared group, and why.
-_UNSUPPORTED = {
-    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
-    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
-    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
-}
 
 
 class SharedSubscriber(SharedAcquire):
@@ -115,7 +108,7 @@ class SharedSubscriber(SharedAcquire):
     ) -> None:
         choices = check_member_options(
             "SharedSubscriber",
-            _UNSUPPORTED,
+            UNSUPPORTED,
             others,
             group=group,
             initial_offset_scheme=initial_offset_scheme,
