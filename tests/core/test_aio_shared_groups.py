@@ -13,7 +13,7 @@ import json
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -21,12 +21,14 @@ from meteor_spark.aio import AsyncSharedSubscriber, AsyncSubscriber
 from meteor_spark.consumer.shared_groups import SharedRecord
 from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.errors import ArgumentTypeError, ConfigError, FencedError
-from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT, HEADER_SOURCE_GROUP
-from meteor_spark.format.records import Record
+from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT, HEADER_SOURCE_GROUP, HEADER_SOURCE_STREAM
+from meteor_spark.format.records import Record, encode_batch
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.producer.publisher import Publisher
 from tests.core.processes import Child
+
+FOREIGN = b"this is not a meteor ring item"
 
 
 def _run(coroutine: Any) -> Any:
@@ -215,6 +217,42 @@ def test_an_acquisition_that_times_out_goes_to_another_member_and_close_releases
             assert time.monotonic() - t0 < 0.5
             await stuck.ack(third)
             print(f"acquisition timeout: redelivered to another member after {waited:.2f} s (lock 0.6 s)")
+
+    _run(scenario())
+
+
+def test_undecodable_items_and_refused_records_follow_on_corrupt(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=1))
+    ring = grid.ring(info.ring_names[0])
+    ring.add(encode_batch([b'{"n": 1}'], producer_id=1, producer_seq=0))
+    ring.add(FOREIGN)
+    ring.add(encode_batch([b"not json", b'{"n": 3}'], producer_id=1, producer_seq=1))
+    dlq = unique_name + "-dlq"
+
+    async def scenario() -> None:
+        async with AsyncSharedSubscriber(
+            grid_settings,
+            info.name,
+            group="q",
+            on_corrupt="dead_letter",
+            dead_letter_stream=dlq,
+            value_deserializer="json",
+        ) as member:
+            got: list[Record] = []
+            while len(got) < 2:
+                got.extend(await member.poll(2000))
+            assert [cast(Any, r.value) for r in got] == [{"n": 1}, {"n": 3}]  # json: dicts
+            await member.ack(got)
+            counts = member.metrics()
+            assert counts["corrupt_items"] == 1 and counts["undecodable_records"] == 1 and counts["held_records"] == 0
+        async with AsyncSubscriber(grid_settings, dlq, initial_offset_scheme="EARLIEST") as reader:
+            letters: list[Record] = []
+            while len(letters) < 2:
+                letters.extend(await reader.poll(2000))
+        assert sorted(r.value for r in letters) == sorted([FOREIGN, b"not json"])
+        assert all(dict(r.headers)[HEADER_SOURCE_STREAM] == info.name.encode() for r in letters)
 
     _run(scenario())
 
