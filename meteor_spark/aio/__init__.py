@@ -11,7 +11,16 @@ clients also take a ``"host:port[,host:port]"`` string or a ``GridSettings`` and
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.request_reply import AsyncRequester, AsyncResponder
+from meteor_spark.aio.shared_subscriber import AsyncSharedSubscriber
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.grid.aio_client import AsyncGrid
 
-__all__ = ["AsyncGrid", "AsyncGroupMember", "AsyncPublisher", "AsyncRequester", "AsyncResponder", "AsyncSubscriber"]
+__all__ = [
+    "AsyncGrid",
+    "AsyncGroupMember",
+    "AsyncPublisher",
+    "AsyncRequester",
+    "AsyncResponder",
+    "AsyncSharedSubscriber",
+    "AsyncSubscriber",
+]

@@ -16,9 +16,11 @@ PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
 
 #: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.
 SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
+    "shared": "shared=False is the default: leave it out (shared=True makes an AsyncSharedSubscriber)",
     **{
-        name: "shared groups are not supported by the asyncio API yet; use the threaded SharedSubscriber"
-        for name in ("shared", "acquisition_timeout_ms", "max_deliveries")
+        name: "only for shared groups; use AsyncSharedSubscriber(members_or_grid, stream, group=..., ...) or "
+        "AsyncSubscriber(..., group=..., shared=True)"
+        for name in ("acquisition_timeout_ms", "max_deliveries")
     },
     "dead_letter_after": "nack and dead letters by distance are the threaded Subscriber's (an asyncio member "
     "of an exclusive group follows a pause another member's nack stored)",

@@ -109,6 +109,16 @@ class AsyncSubscriber:
         ...         await sub.confirm(record)
     """
 
+    def __new__(cls, *args: Any, shared: bool = False, **options: Any) -> Any:
+        """``shared=True`` makes an ``AsyncSharedSubscriber`` (``meteor_spark.aio.shared_subscriber``) from the same
+        arguments: a type of its own, as the threaded ``SharedSubscriber`` is not a ``Subscriber`` (no positions,
+        records settled one by one)."""
+        if shared:
+            from meteor_spark.aio.shared_subscriber import AsyncSharedSubscriber
+
+            return AsyncSharedSubscriber(*args, **options)
+        return super().__new__(cls)
+
     def __init__(
         self,
         members_or_grid: object,
