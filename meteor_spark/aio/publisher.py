@@ -14,8 +14,11 @@ up in its lane by producer id and sequence (``meteor_spark.producer.idempotence.
 retrier's search, driven here with awaited reads) and sent again only when absent, backing off, until
 ``delivery_timeout_ms``; its records then fail with the threaded publisher's ``PublishTimeoutError``.
 
-Not supported (refused when the stream is opened, ``meteor_spark.aio.streams.refuse_unsupported``): streams with a
-deduplication window and ephemeral streams; ``publish_arrow`` and Prometheus export are the threaded client's.
+Typed streams (``value_format="avro"``, ``value_serializer="avro"`` / ``AvroValues``): the threaded Avro serializer
+with the registry entry read ahead (``meteor_spark.aio.typed``). ``metrics=``: Prometheus export as the threaded
+publisher's (``meteor_spark.metrics``). Not supported (refused when the stream is opened,
+``meteor_spark.aio.streams.refuse_unsupported``): streams with a deduplication window and ephemeral streams;
+``publish_arrow`` is the threaded client's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from meteor_spark.aio.calls import (
@@ -39,6 +42,7 @@ from meteor_spark.aio.calls import (
 )
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.typed import typed_serializer
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -47,6 +51,7 @@ from meteor_spark.errors import (
     PublisherClosedError,
     PublishTimeoutError,
 )
+from meteor_spark.format.avro import is_typed_setting
 from meteor_spark.format.item_encoding import ItemFraming
 from meteor_spark.format.item_encoding import encode_items as encode_ring_items
 from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
@@ -57,6 +62,8 @@ from meteor_spark.format.serializers import serializer
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import sticky_run, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import (
@@ -99,7 +106,8 @@ class AsyncPublisher:
         **options: those of the threaded ``Publisher``, with the same meaning and checks: ``linger_ms``,
             ``max_batch_records``, ``max_batch_bytes``, ``max_buffered_records``, ``max_block_ms``,
             ``max_items_per_call``, ``max_call_bytes``, ``compression``, ``compression_threshold``, ``idempotent``,
-            ``delivery_timeout_ms``, ``value_serializer``, ``key_serializer``, ``transactional``.
+            ``delivery_timeout_ms``, ``value_serializer`` (also ``"avro"`` / ``AvroValues``), ``key_serializer``,
+            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``).
 
     Examples:
         >>> async with AsyncPublisher("127.0.0.1:5701", StreamConfig("orders", lanes=4)) as pub:   # doctest: +SKIP
@@ -110,13 +118,18 @@ class AsyncPublisher:
         check_option_names(
             "AsyncPublisher",
             options,
-            (*_OPTIONS, "value_serializer", "key_serializer", "transactional"),
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics"),
             PUBLISHER_ONLY_THREADED,
         )
         transactional = options.pop("transactional", False)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
-        self._value_serializer = serializer(options.pop("value_serializer", None), "value_serializer")
+        self._registry = metrics_registry(options.pop("metrics", None))
+        self._value_setting = options.pop("value_serializer", None)  # a typed stream's codec is resolved at start
+        typed = is_typed_setting(self._value_setting)
+        self._value_serializer = None if typed else serializer(self._value_setting, "value_serializer")
+        self._record_header: tuple[str, bytes] | None = None
+        self._detach_metrics: Callable[[], None] | None = None
         self._key_serializer = serializer(options.pop("key_serializer", None), "key_serializer")
         self._transactional = transactional
         self._overrides = {name: options.get(name) for name in _OPTIONS}
@@ -151,6 +164,8 @@ class AsyncPublisher:
             check_item_fits(self.settings, grid.settings)
             self.stream = self.info.name
             self._max_record_bytes = grid.settings.max_record_bytes
+            self._value_serializer = await typed_serializer(grid, self.info, self._value_setting)
+            self._record_header = getattr(self._value_serializer, "record_header", None)
             self.producer_id = await producer_id_of(grid)
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._lanes = list(
@@ -164,6 +179,7 @@ class AsyncPublisher:
         self._room = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
         self._max_buffered = self.settings.max_buffered_records
+        self._detach_metrics = attach_metrics(self._registry, self)
         return self
 
     async def _lane_at_start(self, lane: int, ring: AsyncRing) -> Lane:
@@ -225,6 +241,8 @@ class AsyncPublisher:
             self._outstanding = 0
             raise
         finally:
+            if self._detach_metrics is not None:
+                self._detach_metrics()
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
 
@@ -327,12 +345,7 @@ class AsyncPublisher:
             and self._value_serializer is None
         ):
             if len(value) > self._max_record_bytes:
-                where = (
-                    "the record"
-                    if position is None
-                    else f"record {position} (0-based) of the {count} given to publish_many"
-                )
-                raise size_refusal(self.stream, len(value), where, self._max_record_bytes)
+                raise size_refusal(self.stream, len(value), _where(position, count), self._max_record_bytes)
             return value
         fields: dict[str, Any] = {}
         if key is not None:
@@ -351,18 +364,15 @@ class AsyncPublisher:
                 )
             item = Record(value, **fields)
         if self._value_serializer is not None or self._key_serializer is not None:
-            item = serialized(item, self._value_serializer, self._key_serializer, self.stream, position, count)
+            item = serialized(
+                item, self._value_serializer, self._key_serializer, self.stream, position, count, self._record_header
+            )
         if topic is not None or message_id is not None:
             item = routed(item, topic, message_id)
         rec = checked_record(item)
         size = record_bytes(rec)
         if size > self._max_record_bytes:
-            where = (
-                "the record"
-                if position is None
-                else f"record {position} (0-based) of the {count} given to publish_many"
-            )
-            raise size_refusal(self.stream, size, where, self._max_record_bytes)
+            raise size_refusal(self.stream, size, _where(position, count), self._max_record_bytes)
         if rec.lane >= len(self._lanes):
             raise ConfigError(
                 f"record lane {rec.lane} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1}); "
@@ -576,3 +586,8 @@ class AsyncPublisher:
 
     def __repr__(self) -> str:
         return f"AsyncPublisher(stream={self.stream!r}, producer_id={self.producer_id:x})"
+
+
+def _where(position: int | None, count: int) -> str:
+    """How a size refusal names the record: ``publish``'s one, or its place in ``publish_many``'s."""
+    return "the record" if position is None else f"record {position} (0-based) of the {count} given to publish_many"

@@ -49,7 +49,7 @@ async def open_stream_async(grid: AsyncGrid, config: StreamConfig | str, *, crea
 
 def refuse_unsupported(info: StreamInfo, client: str) -> None:
     """``ConfigError`` for a stream whose features the asyncio clients do not carry out yet: a deduplication
-    window (message-id claims), ephemeral streams (topic registrations) and typed streams (schemas). Refused at
+    window (message-id claims) and ephemeral streams (topic registrations). Refused at
     open, so nothing is published or read without its stream's guarantees."""
     config = info.config
     if config.dedup_window_ms:
@@ -61,12 +61,6 @@ def refuse_unsupported(info: StreamInfo, client: str) -> None:
         raise ConfigError(
             f"{client}: stream {info.name!r} is ephemeral (records only for registered topics), which the asyncio "
             f"API does not support; use the threaded Publisher / Subscriber for it"
-        )
-    if config.value_format:
-        raise ConfigError(
-            f"{client}: stream {info.name!r} is typed (value_format={config.value_format!r}: values encoded with its "
-            f"schemas in the grid), which the asyncio API does not encode or decode yet; use the threaded Publisher / "
-            f"Subscriber for it"
         )
 
 

@@ -22,8 +22,9 @@ Differences from the threaded subscriber, by scope: no shared groups, no ``nack`
 transactions (``send_offsets``) for a group member; a ``read_committed`` reader does not abort transactions open
 past their deadline (threaded readers and the Spark source do: until one does, the lane waits at such a
 transaction); after a lost connection a lane whose tail was lost and refilled raises ``LaneTruncatedError``
-(``skip_data_loss`` does not re-read it from its oldest record); no topics, ephemeral streams, receivers or
-Prometheus export.
+(``skip_data_loss`` does not re-read it from its oldest record); no topics, ephemeral streams or receivers.
+Typed streams decode as the threaded reader does (``meteor_spark.aio.typed``); ``metrics=`` exports the threaded
+families, the lag gauge refreshed on the loop (``meteor_spark.aio.exported``).
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
+from meteor_spark.aio.exported import LagWatch, refreshed_lag
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
@@ -53,12 +56,14 @@ from meteor_spark.errors import (
     OffsetOutOfRangeError,
     StreamNotFoundError,
 )
-from meteor_spark.format.offsets import first_offset_of, sequence_of
+from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["AsyncSubscriber"]
@@ -121,8 +126,15 @@ class AsyncSubscriber:
         auto_confirm_interval_ms: int | None = None,
         **options: Any,
     ) -> None:
-        check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
+        check_option_names(
+            "AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms", "metrics"), SUBSCRIBER_ONLY_THREADED
+        )
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
+        self._registry = metrics_registry(options.pop("metrics", None))
+        self._lag_watch: LagWatch | None = None
+        self._detach_metrics: Callable[[], None] | None = None
+        self._value_setting = options.get("value_deserializer")  # a typed stream's codec is resolved at start
+        self._schemas: SchemaView | None = None
         self.options = SubscriberOptions.parse(**options)
         if group is None and (auto_confirm_interval_ms is not None or member_id is not None):
             raise ConfigError(
@@ -162,6 +174,7 @@ class AsyncSubscriber:
             refuse_unsupported(self.info, "AsyncSubscriber")
             self.stream = self.info.name
             self.options.check_stream(self.stream)
+            self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
             snapshot = TxnSnapshot(grid, self._known)
             self._snapshot = snapshot
             self.item_gate = ItemGate(
@@ -184,6 +197,9 @@ class AsyncSubscriber:
                 await grid.close()
             raise
         self._grid, self._owns_grid = grid, owned
+        if self._registry is not None:
+            self._lag_watch = LagWatch(self._reads, self.stream)
+            self._detach_metrics = attach_metrics(self._registry, self)
         return self
 
     async def _join(self, grid: AsyncGrid, reads: LaneReads) -> None:
@@ -224,6 +240,10 @@ class AsyncSubscriber:
             except MeteorError as exc:
                 logger.warning("auto-confirm of stream %r group %r on close failed: %s", self.stream, self.group, exc)
         self._closed = True
+        if self._lag_watch is not None:
+            self._lag_watch.stop()
+        if self._detach_metrics is not None:
+            self._detach_metrics()
         self._wake()
         reads = self._reads
         if reads is not None:
@@ -328,8 +348,10 @@ class AsyncSubscriber:
         if not taken:
             return RecordBatch.empty()
         decoded = None
-        if options.value_deserializer is not None or options.key_deserializer is not None:
-            decoded = self.refusals.decode(taken, options.value_deserializer, options.key_deserializer)
+        if self._value_deserializer is not None or options.key_deserializer is not None:
+            if self._schemas is not None:
+                await self._schemas.refresh_if_due()  # versions registered since it started (aio/typed.py)
+            decoded = self.refusals.decode(taken, self._value_deserializer, options.key_deserializer)
             if reads.dead_letters is not None:
                 letters = self.refusals.dead_letters_of(decoded)
                 if letters:
@@ -415,13 +437,11 @@ class AsyncSubscriber:
 
     async def lag(self) -> dict[int, int]:
         """Ring items behind each lane's end, from the next record to deliver."""
-        out = {}
-        reads = self._lane_reads()
-        for lane, state in reads.lanes.items():
-            bounds = reads.bounds[lane]
-            await bounds.refresh()
-            out[lane] = max(0, bounds.tail() + 1 - sequence_of(state.position))
-        return out
+        return await refreshed_lag(self._lane_reads())
+
+    def exported_lag(self) -> dict[int, int]:
+        """The lag as last refreshed on the loop, for Prometheus (``meteor_spark.aio.exported``)."""
+        return {} if self._lag_watch is None else self._lag_watch.lag
 
     def metrics(self) -> dict[str, int]:
         """The threaded ``Subscriber.metrics()`` counters (nack and dead-letter ones stay 0); grouped, also the

@@ -1,0 +1,156 @@
+"""The asyncio clients on typed streams and with Prometheus export, against the real client and real TCP: Avro
+values crossing between the asyncio and the threaded clients both ways over two schema versions, the threaded
+checks and on_corrupt, and the asyncio clients' series in a registry's text exposition.
+
+Each test runs its coroutine with ``asyncio.run`` (no pytest-asyncio needed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, cast
+
+import prometheus_client
+import pytest
+
+from meteor_spark.aio import AsyncPublisher, AsyncSubscriber
+from meteor_spark.consumer.subscriber import Subscriber
+from meteor_spark.errors import ConfigError, SerializationError
+from meteor_spark.format.avro import SCHEMA_HEADER, AvroValues
+from meteor_spark.format.offsets import sequence_of
+from meteor_spark.format.records import Record
+from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.schemas import register_schema
+from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.producer.publisher import Publisher
+from meteor_spark.testing import wait_until
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 60))
+
+
+def _order(*fields: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": "Order", "namespace": "shop", "fields": list(fields)}
+
+
+ID = {"name": "id", "type": "long"}
+CUSTOMER = {"name": "customer", "type": "string"}
+AMOUNT = {"name": "amount", "type": "double", "default": 0.0}
+V1 = _order(ID, CUSTOMER)
+V2 = _order(ID, CUSTOMER, AMOUNT)
+
+
+@dataclass
+class Order:
+    id: int
+    customer: str
+    amount: float = 0.0
+
+
+async def _poll(sub: AsyncSubscriber, count: int, timeout_s: float = 10.0) -> list[Record]:
+    got: list[Record] = []
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while len(got) < count:
+        assert asyncio.get_running_loop().time() < deadline, f"{len(got)} of {count} records"
+        got.extend(await sub.poll(100))
+    return got
+
+
+def test_typed_values_cross_asyncio_and_threaded_clients_over_two_versions(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    config = StreamConfig(unique_name, lanes=2, value_format="avro")
+    register_schema(grid, unique_name, V1)
+    with Publisher(grid, config) as threaded_v1:
+        threaded_v1.publish({"id": 1, "customer": "ann"})
+
+    async def publish_v1() -> None:
+        async with AsyncPublisher(grid_settings, unique_name) as pub_v1:
+            await pub_v1.publish({"id": 2, "customer": "bob"})
+            with pytest.raises(SerializationError, match="customer"):
+                await pub_v1.publish({"id": 3, "customer": 42})
+
+    async def publish_v2_and_read() -> None:
+        async with AsyncPublisher(grid_settings, unique_name) as pub_v2:
+            await pub_v2.publish(Order(4, "cy", 9.5))
+        async with AsyncSubscriber(
+            grid_settings, unique_name, initial_offset_scheme="earliest", value_deserializer=AvroValues(into=Order)
+        ) as sub:
+            got = await _poll(sub, 4)
+            orders = [cast(Order, r.value) for r in got]
+            assert sorted((o.id, o.amount) for o in orders) == [(1, 0.0), (2, 0.0), (4, 9.5), (5, 1.5)]
+            assert {dict(r.headers)[SCHEMA_HEADER] for r in got} == {b"1", b"2"}
+
+    _run(publish_v1())
+    register_schema(grid, unique_name, V2)
+    with Publisher(grid, unique_name) as threaded_v2:
+        threaded_v2.publish({"id": 5, "customer": "dee", "amount": 1.5})
+    _run(publish_v2_and_read())
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as threaded:
+        got: list[Record] = []
+        wait_until(lambda: got.extend(threaded.poll(50)) or len(got) >= 4, 10, message="4 records")
+    values: dict[int, Any] = {cast(dict[str, Any], r.value)["id"]: r.value for r in got}
+    assert sorted(values) == [1, 2, 4, 5]
+    assert values[2] == {"id": 2, "customer": "bob", "amount": 0.0}
+    assert values[4] == {"id": 4, "customer": "cy", "amount": 9.5}
+
+
+def test_an_undecodable_typed_record_is_skipped_by_on_corrupt(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    register_schema(grid, unique_name, V1)
+    Publisher(grid, StreamConfig(unique_name, value_format="avro")).close()
+    with Publisher(grid, unique_name, value_serializer="bytes") as raw:
+        raw.publish(Record(b"\xff\xff\xff", headers=((SCHEMA_HEADER, b"1"),)))
+        raw.publish(Record(b"no header"))
+    with Publisher(grid, unique_name) as typed:
+        typed.publish({"id": 1, "customer": "ann"})
+
+    async def scenario() -> None:
+        async with AsyncSubscriber(
+            grid_settings, unique_name, initial_offset_scheme="earliest", on_corrupt="skip"
+        ) as sub:
+            got = await _poll(sub, 1)
+            assert [cast(Any, r.value) for r in got] == [{"id": 1, "customer": "ann"}]
+            assert sequence_of(got[0].offset) == 2
+            assert sub.metrics()["undecodable_records"] == 2
+
+    _run(scenario())
+
+
+def test_a_typed_setting_on_a_stream_without_schema_is_refused(grid_settings: GridSettings, unique_name: str) -> None:
+    async def scenario() -> None:
+        with pytest.raises(ConfigError, match="has no schema; register one first"):
+            await AsyncPublisher(grid_settings, StreamConfig(unique_name, value_format="avro")).start()
+        with pytest.raises(ConfigError, match="has no schema"):
+            await AsyncSubscriber(grid_settings, unique_name, value_deserializer="avro").start()
+
+    _run(scenario())
+
+
+def test_the_asyncio_clients_series_in_the_text_exposition(grid_settings: GridSettings, unique_name: str) -> None:
+    registry = prometheus_client.CollectorRegistry()
+    with pytest.raises(ConfigError, match="not a prometheus_client CollectorRegistry"):
+        AsyncPublisher(grid_settings, unique_name, metrics="yes")
+
+    async def scenario() -> None:
+        async with (
+            AsyncPublisher(grid_settings, StreamConfig(unique_name, lanes=2), metrics=registry) as pub,
+            AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="earliest", metrics=registry) as sub,
+        ):
+            await pub.publish_many([b"r%d" % n for n in range(10)])
+            await _poll(sub, 4)
+            text = prometheus_client.generate_latest(registry).decode()
+            assert f'meteor_publisher_records_total{{stream="{unique_name}"}} 10.0' in text
+            assert f'meteor_publisher_buffered_records{{stream="{unique_name}"}} 0.0' in text
+            delivered = sub.metrics()["delivered_records"]
+            assert f'meteor_subscriber_records_total{{group="",stream="{unique_name}"}} {delivered:.1f}' in text
+            lag = 'meteor_subscriber_lag_items{group="",lane="%d",stream="' + unique_name + '"}'
+            assert all(lag % lane in text for lane in (0, 1))
+        text = prometheus_client.generate_latest(registry).decode()
+        assert f'meteor_publisher_records_total{{stream="{unique_name}"}} 10.0' in text  # kept after close
+        assert "meteor_subscriber_lag_items{" not in text
+
+    _run(scenario())
