@@ -41,11 +41,11 @@ from meteor_spark.aio.calls import (
     producer_id_of,
 )
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
+from meteor_spark.aio.record_input import RecordInput
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
 from meteor_spark.aio.typed import typed_serializer
 from meteor_spark.errors import (
     ArgumentTypeError,
-    ConfigError,
     GridError,
     MeteorError,
     PublisherClosedError,
@@ -75,7 +75,7 @@ from meteor_spark.producer.idempotence import (
     timeout_error,
 )
 from meteor_spark.producer.publisher import check_item_fits
-from meteor_spark.producer.record_checks import checked_record, record_bytes, routed, serialized, size_refusal
+from meteor_spark.producer.record_checks import record_bytes
 
 __all__ = ["AsyncPublisher"]
 
@@ -128,7 +128,6 @@ class AsyncPublisher:
         self._value_setting = options.pop("value_serializer", None)  # a typed stream's codec is resolved at start
         typed = is_typed_setting(self._value_setting)
         self._value_serializer = None if typed else serializer(self._value_setting, "value_serializer")
-        self._record_header: tuple[str, bytes] | None = None
         self._detach_metrics: Callable[[], None] | None = None
         self._key_serializer = serializer(options.pop("key_serializer", None), "key_serializer")
         self._transactional = transactional
@@ -165,7 +164,9 @@ class AsyncPublisher:
             self.stream = self.info.name
             self._max_record_bytes = grid.settings.max_record_bytes
             self._value_serializer = await typed_serializer(grid, self.info, self._value_setting)
-            self._record_header = getattr(self._value_serializer, "record_header", None)
+            self._input = RecordInput(
+                self.info.name, self._value_serializer, self._key_serializer, self._max_record_bytes, self.info.lanes
+            )
             self.producer_id = await producer_id_of(grid)
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._lanes = list(
@@ -326,59 +327,14 @@ class AsyncPublisher:
         position: int | None,
         count: int,
     ) -> Record | bytes:
-        """The record ``publish`` was given, serialized and checked as the threaded publisher does (a plain
-        ``bytes`` value stays as it is: the common case costs one size check)."""
+        """The record ``publish`` was given, serialized and checked (``RecordInput.checked``)."""
         if self._grid is None:
             raise PublisherClosedError(
                 f"the AsyncPublisher of stream {self.stream!r} is not started: use `async with` or `await start()`"
             )
         if self._closed:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} is closed; create a new one")
-        if (
-            type(value) is bytes
-            and key is None
-            and headers is None
-            and lane is None
-            and timestamp_ms is None
-            and topic is None
-            and message_id is None
-            and self._value_serializer is None
-        ):
-            if len(value) > self._max_record_bytes:
-                raise size_refusal(self.stream, len(value), _where(position, count), self._max_record_bytes)
-            return value
-        fields: dict[str, Any] = {}
-        if key is not None:
-            fields["key"] = key
-        if headers is not None:
-            fields["headers"] = tuple(headers)
-        if lane is not None:
-            fields["lane"] = lane
-        if timestamp_ms is not None:
-            fields["timestamp_ms"] = timestamp_ms
-        item: Any = value
-        if fields:
-            if isinstance(value, Record):
-                raise ArgumentTypeError(
-                    f"publish got a Record and {', '.join(sorted(fields))}: set them on the Record, or pass a value"
-                )
-            item = Record(value, **fields)
-        if self._value_serializer is not None or self._key_serializer is not None:
-            item = serialized(
-                item, self._value_serializer, self._key_serializer, self.stream, position, count, self._record_header
-            )
-        if topic is not None or message_id is not None:
-            item = routed(item, topic, message_id)
-        rec = checked_record(item)
-        size = record_bytes(rec)
-        if size > self._max_record_bytes:
-            raise size_refusal(self.stream, size, _where(position, count), self._max_record_bytes)
-        if rec.lane >= len(self._lanes):
-            raise ConfigError(
-                f"record lane {rec.lane} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1}); "
-                f"use -1 to choose by key"
-            )
-        return rec
+        return self._input.checked(value, key, headers, lane, timestamp_ms, topic, message_id, position, count)
 
     async def _admit(self, n: int) -> None:
         """Wait until ``n`` more records fit under ``max_buffered_records`` (a bulk larger than the bound goes when
@@ -586,8 +542,3 @@ class AsyncPublisher:
 
     def __repr__(self) -> str:
         return f"AsyncPublisher(stream={self.stream!r}, producer_id={self.producer_id:x})"
-
-
-def _where(position: int | None, count: int) -> str:
-    """How a size refusal names the record: ``publish``'s one, or its place in ``publish_many``'s."""
-    return "the record" if position is None else f"record {position} (0-based) of the {count} given to publish_many"
