@@ -16,8 +16,9 @@ retrier's search, driven here with awaited reads) and sent again only when absen
 
 Typed streams (``value_format="avro"``, ``value_serializer="avro"`` / ``AvroValues``): the threaded Avro serializer
 with the registry entry read ahead (``meteor_spark.aio.typed``). ``metrics=``: Prometheus export as the threaded
-publisher's (``meteor_spark.metrics``). Not supported (refused when the stream is opened,
-``meteor_spark.aio.streams.refuse_unsupported``): streams with a deduplication window and ephemeral streams;
+publisher's (``meteor_spark.metrics``). Ephemeral streams: records no live entity wants are dropped before they
+are queued and counted, their offset ``NOT_STORED`` (``meteor_spark.aio.topics``). Not supported (refused when the
+stream is opened, ``meteor_spark.aio.streams.refuse_unsupported``): streams with a deduplication window;
 ``publish_arrow`` is the threaded client's.
 """
 
@@ -43,6 +44,7 @@ from meteor_spark.aio.calls import (
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.record_input import RecordInput
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.topics import AsyncTopicGate
 from meteor_spark.aio.typed import typed_serializer
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -62,6 +64,7 @@ from meteor_spark.format.serializers import serializer
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.grid.subscriptions import NOT_STORED
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import sticky_run, sticky_runs
@@ -76,6 +79,7 @@ from meteor_spark.producer.idempotence import (
 )
 from meteor_spark.producer.publisher import check_item_fits
 from meteor_spark.producer.record_checks import record_bytes
+from meteor_spark.producer.topic_gate import check_refresh_ms, refuse_refresh_on_persistent
 
 __all__ = ["AsyncPublisher"]
 
@@ -107,7 +111,7 @@ class AsyncPublisher:
             ``max_batch_records``, ``max_batch_bytes``, ``max_buffered_records``, ``max_block_ms``,
             ``max_items_per_call``, ``max_call_bytes``, ``compression``, ``compression_threshold``, ``idempotent``,
             ``delivery_timeout_ms``, ``value_serializer`` (also ``"avro"`` / ``AvroValues``), ``key_serializer``,
-            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``).
+            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``), ``subscription_refresh_ms``.
 
     Examples:
         >>> async with AsyncPublisher("127.0.0.1:5701", StreamConfig("orders", lanes=4)) as pub:   # doctest: +SKIP
@@ -118,13 +122,16 @@ class AsyncPublisher:
         check_option_names(
             "AsyncPublisher",
             options,
-            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics"),
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics", "subscription_refresh_ms"),
             PUBLISHER_ONLY_THREADED,
         )
         transactional = options.pop("transactional", False)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         self._registry = metrics_registry(options.pop("metrics", None))
+        self._refresh_ms = options.pop("subscription_refresh_ms", None)
+        check_refresh_ms(self._refresh_ms)
+        self._gate: AsyncTopicGate | None = None
         self._value_setting = options.pop("value_serializer", None)  # a typed stream's codec is resolved at start
         typed = is_typed_setting(self._value_setting)
         self._value_serializer = None if typed else serializer(self._value_setting, "value_serializer")
@@ -159,6 +166,9 @@ class AsyncPublisher:
         try:
             self.info: StreamInfo = await open_stream_async(grid, self._config)
             refuse_unsupported(self.info, "AsyncPublisher")
+            refuse_refresh_on_persistent(self.info, self._refresh_ms)
+            if self.info.config.ephemeral:
+                self._gate = AsyncTopicGate(grid, self.info.name, self._refresh_ms)
             self.settings = PublisherSettings.parse(self.info.config, self._overrides)
             check_item_fits(self.settings, grid.settings)
             self.stream = self.info.name
@@ -288,6 +298,10 @@ class AsyncPublisher:
         """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
+        if self._gate is not None and not await self._gate.wants(record):
+            dropped = self._loop.create_future()  # no live entity wants it (ephemeral): not stored, counted
+            dropped.set_result(NOT_STORED)
+            return dropped
         if self._outstanding < self._max_buffered:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
@@ -308,10 +322,20 @@ class AsyncPublisher:
         items = list(records)
         n = len(items)
         checked = [self._record(item, None, None, None, None, None, None, i, n) for i, item in enumerate(items)]
+        if self._gate is None:
+            return await self._publish_checked(checked)
+        kept = await self._gate.split(checked)  # ephemeral: only what some live entity wants is stored
+        offsets = [NOT_STORED] * n
+        for position, offset in zip(kept, await self._publish_checked([checked[i] for i in kept]), strict=True):
+            offsets[position] = offset
+        self._gate.count(n - len(kept))
+        return offsets
+
+    async def _publish_checked(self, checked: list[Record | bytes]) -> list[int]:
         if not checked:
             return []
-        await self._admit(n)
-        sink = Sink(asyncio.get_running_loop().create_future(), n, False)
+        await self._admit(len(checked))
+        sink = Sink(asyncio.get_running_loop().create_future(), len(checked), False)
         self._queue(checked, sink)
         return await sink.future
 
@@ -523,8 +547,8 @@ class AsyncPublisher:
     # ------------------------------------------------------------------------------------------------ figures
 
     def metrics(self) -> dict[str, int]:
-        """The threaded ``Publisher.metrics()`` counters (the deduplication and ephemeral ones stay 0: such streams
-        are refused)."""
+        """The threaded ``Publisher.metrics()`` counters (the deduplication ones stay 0: such streams are
+        refused)."""
         return {
             "records_sent": self.records_sent,
             "items_sent": self.items_sent,
@@ -537,7 +561,7 @@ class AsyncPublisher:
             "duplicates_refused": 0,
             "dedup_takeovers": 0,
             "dedup_lease_lost": 0,
-            "dropped_records": 0,
+            "dropped_records": 0 if self._gate is None else self._gate.dropped,
         }
 
     def __repr__(self) -> str:

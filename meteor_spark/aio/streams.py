@@ -49,18 +49,13 @@ async def open_stream_async(grid: AsyncGrid, config: StreamConfig | str, *, crea
 
 def refuse_unsupported(info: StreamInfo, client: str) -> None:
     """``ConfigError`` for a stream whose features the asyncio clients do not carry out yet: a deduplication
-    window (message-id claims) and ephemeral streams (topic registrations). Refused at
-    open, so nothing is published or read without its stream's guarantees."""
+    window (message-id claims). Refused at open, so nothing is published or read without its stream's
+    guarantees."""
     config = info.config
     if config.dedup_window_ms:
         raise ConfigError(
             f"{client}: stream {info.name!r} has a deduplication window (dedup_window_ms={config.dedup_window_ms}), "
             f"whose message-id claims the asyncio API does not make; use the threaded Publisher / Subscriber for it"
-        )
-    if config.ephemeral:
-        raise ConfigError(
-            f"{client}: stream {info.name!r} is ephemeral (records only for registered topics), which the asyncio "
-            f"API does not support; use the threaded Publisher / Subscriber for it"
         )
 
 

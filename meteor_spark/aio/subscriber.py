@@ -22,7 +22,8 @@ Differences from the threaded subscriber, by scope: no shared groups, no ``nack`
 transactions (``send_offsets``) for a group member; a ``read_committed`` reader does not abort transactions open
 past their deadline (threaded readers and the Spark source do: until one does, the lane waits at such a
 transaction); after a lost connection a lane whose tail was lost and refilled raises ``LaneTruncatedError``
-(``skip_data_loss`` does not re-read it from its oldest record); no topics, ephemeral streams or receivers.
+(``skip_data_loss`` does not re-read it from its oldest record); no receivers. ``topics=`` and ephemeral streams
+follow the threaded rules (``meteor_spark.aio.topics``), ungrouped only on an ephemeral stream.
 Typed streams decode as the threaded reader does (``meteor_spark.aio.typed``); ``metrics=`` exports the threaded
 families, the lag gauge refreshed on the loop (``meteor_spark.aio.exported``).
 """
@@ -34,6 +35,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any, cast
 
 from meteor_spark.aio.exported import LagWatch, refreshed_lag
@@ -43,12 +45,14 @@ from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.topics import AsyncTopics
 from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
+from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ConfigError,
     GroupError,
@@ -62,6 +66,7 @@ from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.groups.balancing import default_member_id
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int, check_timeout
@@ -101,8 +106,9 @@ class AsyncSubscriber:
             every that many ms, and on close (``meteor_spark.consumer.auto_confirm``); None = only ``confirm()``.
         **options: those of the threaded ``Subscriber``, with the same meaning and checks:
             ``initial_offset_scheme``, ``skip_data_loss``, ``max_poll_records``, ``max_items_per_read``,
-            ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer``,
-            ``key_deserializer``, ``isolation``.
+            ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer`` (also
+            ``"avro"`` / ``AvroValues``), ``key_deserializer``, ``isolation``, ``metrics``, ``topics``,
+            ``subscription_ttl_ms``.
 
     Examples:
         >>> async with AsyncSubscriber("127.0.0.1:5701", "orders") as sub:  # doctest: +SKIP
@@ -127,10 +133,14 @@ class AsyncSubscriber:
         **options: Any,
     ) -> None:
         check_option_names(
-            "AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms", "metrics"), SUBSCRIBER_ONLY_THREADED
+            "AsyncSubscriber",
+            options,
+            (*_OPTIONS, "poll_timeout_ms", "metrics", "topics", "subscription_ttl_ms"),
+            SUBSCRIBER_ONLY_THREADED,
         )
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
         self._registry = metrics_registry(options.pop("metrics", None))
+        self._topics = AsyncTopics(options.pop("topics", None), options.pop("subscription_ttl_ms", None))
         self._lag_watch: LagWatch | None = None
         self._detach_metrics: Callable[[], None] | None = None
         self._value_setting = options.get("value_deserializer")  # a typed stream's codec is resolved at start
@@ -175,6 +185,9 @@ class AsyncSubscriber:
             self.stream = self.info.name
             self.options.check_stream(self.stream)
             self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
+            member_id = self._member_args["member_id"] or default_member_id()
+            scheme = await self._topics.open(grid, self.info, self.options.scheme, self.group, member_id)
+            self.options = replace(self.options, scheme=scheme)  # an ephemeral stream is read from the lanes' ends
             snapshot = TxnSnapshot(grid, self._known)
             self._snapshot = snapshot
             self.item_gate = ItemGate(
@@ -191,6 +204,7 @@ class AsyncSubscriber:
             if target is not None:
                 self._reads.dead_letters = await _dead_letter_publisher(grid, target)
         except BaseException:
+            await self._topics.close()
             if self._grouped is not None:
                 await self._grouped.member.close()
             if owned:
@@ -253,6 +267,7 @@ class AsyncSubscriber:
                 await grouped.member.close()
             if reads is not None and reads.dead_letters is not None:
                 await reads.dead_letters.close()
+            await self._topics.close()
         finally:
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
@@ -281,8 +296,16 @@ class AsyncSubscriber:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:  # empty with time left: every record read was passed over by ``topics``
+            batch = await self._poll_until(deadline)
+            if batch or self._closed or time.monotonic() >= deadline:
+                return batch
+
+    async def _poll_until(self, deadline: float) -> RecordBatch:
+        """``poll``'s steps until records, an error or the deadline (the poll lock held)."""
         reads = self._lane_reads()
         async with self._poll_lock:
+            await self._topics.renew()  # an ephemeral reader's registration, kept while it polls
             grouped = self._grouped
             if grouped is not None:
                 if grouped.auto_confirm is not None and grouped.auto_confirm.due():
@@ -303,7 +326,7 @@ class AsyncSubscriber:
                 if remaining <= 0 or self._closed:
                     break
                 waits = reads.outstanding()
-                wait = min(remaining, self.item_gate.hold_left())
+                wait = min(remaining, self.item_gate.hold_left(), await self._topics.renew())
                 if grouped is not None:
                     wait = min(wait, grouped.pause_left())
                     waits.append(asyncio.ensure_future(grouped.wakeup.wait()))
@@ -360,7 +383,7 @@ class AsyncSubscriber:
         out, records, orphans = deliver_taken(reads.lanes, taken, decoded)
         for orphan in orphans:
             orphan.cancel()
-        batch = RecordBatch(out, records)
+        batch = self._topics.hand_out(RecordBatch(out, records), decoded is not None)
         self.delivered_records += len(batch)
         return batch
 
@@ -386,6 +409,8 @@ class AsyncSubscriber:
         if offset > first_offset_of(end):
             oldest = min(bounds.head(), end)
             raise OffsetOutOfRangeError(self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end))
+        if offset < state.position:
+            refuse_on_ephemeral(self.info, f"seek back to offset {offset} on lane {lane}")
         async with self._poll_lock:
             if self._grouped is not None:
                 await self._grouped.member.seek(lane, offset)  # grouped: the group's offset, fenced
@@ -455,7 +480,7 @@ class AsyncSubscriber:
             "nacked_records": 0,
             "delayed_records": 0,
             "dead_lettered_records": 0,
-            "filtered_records": 0,
+            "filtered_records": self._topics.filtered_records,
             **self.item_gate.counters(),
             **({} if self._grouped is None else self._grouped.metrics()),
         }

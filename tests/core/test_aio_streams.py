@@ -1,6 +1,7 @@
-"""The asyncio clients on typed streams and with Prometheus export, against the real client and real TCP: Avro
-values crossing between the asyncio and the threaded clients both ways over two schema versions, the threaded
-checks and on_corrupt, and the asyncio clients' series in a registry's text exposition.
+"""The asyncio clients on typed and ephemeral streams and with Prometheus export, against the real client and real
+TCP: Avro values crossing between the asyncio and the threaded clients both ways over two schema versions, the
+threaded checks and on_corrupt; asyncio and threaded entities of an ephemeral stream each getting what their topics
+match once, what nobody wants dropped and counted; the asyncio clients' series in a registry's text exposition.
 
 Each test runs its coroutine with ``asyncio.run`` (no pytest-asyncio needed).
 """
@@ -23,6 +24,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.schemas import register_schema
 from meteor_spark.grid.streams import StreamConfig
+from meteor_spark.grid.subscriptions import NOT_STORED, live_subscriptions
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -152,5 +154,63 @@ def test_the_asyncio_clients_series_in_the_text_exposition(grid_settings: GridSe
         text = prometheus_client.generate_latest(registry).decode()
         assert f'meteor_publisher_records_total{{stream="{unique_name}"}} 10.0' in text  # kept after close
         assert "meteor_subscriber_lag_items{" not in text
+
+    _run(scenario())
+
+
+def test_ephemeral_entities_asyncio_and_threaded_each_get_their_topics_once(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    config = StreamConfig(unique_name, lanes=2, ephemeral=True)
+    threaded = Subscriber(grid, config, topics="orders.eu.*")
+
+    async def scenario() -> dict[str, list[str]]:
+        async with (
+            AsyncSubscriber(grid_settings, unique_name, topics="orders.*.created") as created,
+            AsyncSubscriber(grid_settings, unique_name, topics=["orders.#"], subscription_ttl_ms=3000) as orders,
+            AsyncPublisher(grid_settings, unique_name, subscription_refresh_ms=50) as pub,
+        ):
+            assert len({s.entity for s in live_subscriptions(grid, unique_name)}) == 3
+            assert await pub.publish(b"1", topic="orders.eu.created") >= 0
+            assert await pub.publish(b"2", topic="audit.login") == NOT_STORED
+            offsets = await pub.publish_many(
+                [Record(b"3", topic="orders.us.created"), Record(b"4", topic="orders.eu.paid"), b"5"]
+            )
+            assert offsets[0] >= 0 and offsets[1] >= 0 and offsets[2] == NOT_STORED
+            assert pub.metrics()["dropped_records"] == 2
+            got = {"created": await _poll(created, 2), "orders": await _poll(orders, 3)}
+            assert not await created.poll(200) and not await orders.poll(0)  # nothing twice
+            assert created.metrics()["filtered_records"] == 1  # orders.eu.paid read and passed over
+            with pytest.raises(ConfigError, match=r"seek back to offset 0 .* is ephemeral"):
+                await created.seek(0, lane=got["created"][0].lane)
+        return {name: sorted(bytes(r.value).decode() for r in records) for name, records in got.items()}
+
+    try:
+        got = _run(scenario())
+        assert got == {"created": ["1", "3"], "orders": ["1", "3", "4"]}
+        assert len(live_subscriptions(grid, unique_name)) == 1  # the asyncio entities left on close
+        seen: list[Record] = []
+        wait_until(lambda: seen.extend(threaded.poll(50)) or len(seen) >= 2, 10, message="2 records")
+        assert sorted(bytes(r.value).decode() for r in seen) == ["1", "4"] and not threaded.poll(100)
+    finally:
+        threaded.close()
+        grid.map(f"meteor.subscriptions::{unique_name}").clear()
+
+
+def test_ephemeral_options_are_checked_as_the_threaded_ones(grid_settings: GridSettings, unique_name: str) -> None:
+    async def scenario() -> None:
+        async with AsyncPublisher(grid_settings, StreamConfig(unique_name)):
+            pass
+        with pytest.raises(ConfigError, match=r"subscription_refresh_ms: stream .* is not ephemeral"):
+            await AsyncPublisher(grid_settings, unique_name, subscription_refresh_ms=100).start()
+        with pytest.raises(ConfigError, match="subscription_ttl_ms"):
+            await AsyncSubscriber(grid_settings, unique_name, subscription_ttl_ms=5).start()
+        with pytest.raises(ConfigError, match=r"subscription_ttl_ms: stream .* is not ephemeral"):
+            await AsyncSubscriber(grid_settings, unique_name, subscription_ttl_ms=5000).start()
+        ephemeral = StreamConfig(f"{unique_name}-e", ephemeral=True)
+        with pytest.raises(ConfigError, match=r"initial_offset_scheme EARLIEST: stream .* is ephemeral"):
+            await AsyncSubscriber(grid_settings, ephemeral, initial_offset_scheme="earliest").start()
+        with pytest.raises(ConfigError, match="ephemeral, whose group members save their positions"):
+            await AsyncSubscriber(grid_settings, ephemeral, group="g").start()
 
     _run(scenario())
