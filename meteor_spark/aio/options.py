@@ -9,7 +9,7 @@ from meteor_spark.errors import ConfigError
 
 #: Options of the threaded Publisher the AsyncPublisher does not take, and why.
 PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
-    "dedup_owner": "streams with a deduplication window are refused by the asyncio API",
+    "dedup_owner": "it names the Spark sink's task attempts; an AsyncPublisher claims message ids as itself",
 }
 
 #: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.

@@ -17,9 +17,10 @@ retrier's search, driven here with awaited reads) and sent again only when absen
 Typed streams (``value_format="avro"``, ``value_serializer="avro"`` / ``AvroValues``): the threaded Avro serializer
 with the registry entry read ahead (``meteor_spark.aio.typed``). ``metrics=``: Prometheus export as the threaded
 publisher's (``meteor_spark.metrics``). Ephemeral streams: records no live entity wants are dropped before they
-are queued and counted, their offset ``NOT_STORED`` (``meteor_spark.aio.topics``). Not supported (refused when the
-stream is opened, ``meteor_spark.aio.streams.refuse_unsupported``): streams with a deduplication window;
-``publish_arrow`` is the threaded client's.
+are queued and counted, their offset ``NOT_STORED`` (``meteor_spark.aio.topics``). Deduplication windows: a record's
+``message_id`` is claimed in the threaded publisher's claims map before it is queued (``DuplicateMessageError``
+naming the first copy's offset, whichever publisher stored it; ``meteor_spark.aio.claims``). ``publish_arrow`` is
+the threaded client's.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from meteor_spark.aio.calls import (
     item_columns,
     producer_id_of,
 )
+from meteor_spark.aio.claims import AsyncDedup, check_dedup
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.record_input import RecordInput
-from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.streams import open_stream_async
 from meteor_spark.aio.topics import AsyncTopicGate
 from meteor_spark.aio.typed import typed_serializer
 from meteor_spark.errors import (
@@ -132,6 +134,7 @@ class AsyncPublisher:
         self._refresh_ms = options.pop("subscription_refresh_ms", None)
         check_refresh_ms(self._refresh_ms)
         self._gate: AsyncTopicGate | None = None
+        self._dedup: AsyncDedup | None = None
         self._value_setting = options.pop("value_serializer", None)  # a typed stream's codec is resolved at start
         typed = is_typed_setting(self._value_setting)
         self._value_serializer = None if typed else serializer(self._value_setting, "value_serializer")
@@ -165,7 +168,6 @@ class AsyncPublisher:
         grid, owned = await connect_async(self._target)
         try:
             self.info: StreamInfo = await open_stream_async(grid, self._config)
-            refuse_unsupported(self.info, "AsyncPublisher")
             refuse_refresh_on_persistent(self.info, self._refresh_ms)
             if self.info.config.ephemeral:
                 self._gate = AsyncTopicGate(grid, self.info.name, self._refresh_ms)
@@ -182,6 +184,10 @@ class AsyncPublisher:
             self._lanes = list(
                 await asyncio.gather(*(self._lane_at_start(lane, ring) for lane, ring in enumerate(rings)))
             )
+            if self.info.config.dedup_window_ms:
+                check_dedup(self.info, self._transactional)
+                floor = lambda lane: self._lanes[lane].next_start  # noqa: E731  (at or below its next write)
+                self._dedup = await AsyncDedup.open(grid, self.info, self.settings, self.producer_id, rings, floor)
         except BaseException:
             if owned:
                 await grid.close()
@@ -240,6 +246,8 @@ class AsyncPublisher:
         self._closed = True
         try:
             await self.flush(timeout_s)
+            if self._dedup is not None and not await self._dedup.drain(timeout_s):
+                logger.warning("publisher %x: claims still being marked written at close", self.producer_id)
         except PublishTimeoutError as exc:
             for lane in self._lanes:
                 if lane.task is not None:
@@ -302,6 +310,8 @@ class AsyncPublisher:
             dropped = self._loop.create_future()  # no live entity wants it (ephemeral): not stored, counted
             dropped.set_result(NOT_STORED)
             return dropped
+        if self._dedup is not None and isinstance(record, Record) and record.message_id is not None:
+            return await self._dedup.queued([record], self._lane_of, self._enqueue, single=True)
         if self._outstanding < self._max_buffered:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
@@ -334,10 +344,20 @@ class AsyncPublisher:
     async def _publish_checked(self, checked: list[Record | bytes]) -> list[int]:
         if not checked:
             return []
-        await self._admit(len(checked))
-        sink = Sink(asyncio.get_running_loop().create_future(), len(checked), False)
-        self._queue(checked, sink)
-        return await sink.future
+        if self._dedup is not None:  # ids claimed first (aio/claims.py)
+            return cast(list[int], await (await self._dedup.queued(checked, self._lane_of, self._enqueue)))
+        return cast(list[int], await (await self._enqueue(checked)))
+
+    async def _enqueue(self, records: list[Record | bytes], single: bool = False) -> asyncio.Future[Any]:
+        """Admit and queue ``records``; the future of their offset (``single``) or offsets."""
+        await self._admit(len(records))
+        sink = Sink(self._loop.create_future(), len(records), single)
+        self._queue(records, sink)
+        return sink.future
+
+    def _lane_of(self, rec: Record) -> int:
+        """A record's lane: explicit, else by key, else -1 (the sticky lane)."""
+        return rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(self._lanes))
 
     def _record(
         self,
@@ -399,7 +419,7 @@ class AsyncPublisher:
                 lane = -1
                 if type(rec) is not bytes:
                     assert isinstance(rec, Record)
-                    lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
+                    lane = self._lane_of(rec)
                 if lane < 0:
                     lane = self._spread(1)[0][0]
                 by_lane.setdefault(lane, []).append(index)
@@ -547,8 +567,7 @@ class AsyncPublisher:
     # ------------------------------------------------------------------------------------------------ figures
 
     def metrics(self) -> dict[str, int]:
-        """The threaded ``Publisher.metrics()`` counters (the deduplication ones stay 0: such streams are
-        refused)."""
+        """The threaded ``Publisher.metrics()`` counters."""
         return {
             "records_sent": self.records_sent,
             "items_sent": self.items_sent,
@@ -558,9 +577,9 @@ class AsyncPublisher:
             "unknown_outcomes": self.unknown_outcomes,
             "recovered_calls": self.recovered_calls,
             "resent_calls": self.resent_calls,
-            "duplicates_refused": 0,
-            "dedup_takeovers": 0,
-            "dedup_lease_lost": 0,
+            "duplicates_refused": 0 if self._dedup is None else self._dedup.refused,
+            "dedup_takeovers": 0 if self._dedup is None else self._dedup.taken_over,
+            "dedup_lease_lost": 0 if self._dedup is None else self._dedup.lease_lost,
             "dropped_records": 0 if self._gate is None else self._gate.dropped,
         }
 

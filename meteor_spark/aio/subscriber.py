@@ -44,7 +44,7 @@ from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.publisher import AsyncPublisher
-from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.streams import open_stream_async
 from meteor_spark.aio.topics import AsyncTopics
 from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
@@ -181,7 +181,6 @@ class AsyncSubscriber:
         grid, owned = await connect_async(self._target)
         try:
             self.info: StreamInfo = await open_stream_async(grid, self._config)
-            refuse_unsupported(self.info, "AsyncSubscriber")
             self.stream = self.info.name
             self.options.check_stream(self.stream)
             self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)

@@ -1,7 +1,9 @@
-"""The asyncio clients on typed and ephemeral streams and with Prometheus export, against the real client and real
-TCP: Avro values crossing between the asyncio and the threaded clients both ways over two schema versions, the
-threaded checks and on_corrupt; asyncio and threaded entities of an ephemeral stream each getting what their topics
-match once, what nobody wants dropped and counted; the asyncio clients' series in a registry's text exposition.
+"""The asyncio clients on streams with a deduplication window, typed and ephemeral streams, and with Prometheus
+export, against the real client and real TCP: a message id refused across asyncio and threaded publishers naming
+the first copy's offset, a dead publisher's pending claim taken over after its lease; Avro values crossing between
+the asyncio and the threaded clients both ways over two schema versions, the threaded checks and on_corrupt;
+asyncio and threaded entities of an ephemeral stream each getting what their topics match once, what nobody wants
+dropped and counted; the asyncio clients' series in a registry's text exposition.
 
 Each test runs its coroutine with ``asyncio.run`` (no pytest-asyncio needed).
 """
@@ -9,6 +11,8 @@ Each test runs its coroutine with ``asyncio.run`` (no pytest-asyncio needed).
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,7 +21,7 @@ import pytest
 
 from meteor_spark.aio import AsyncPublisher, AsyncSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import ConfigError, SerializationError
+from meteor_spark.errors import ConfigError, DuplicateMessageError, SerializationError
 from meteor_spark.format.avro import SCHEMA_HEADER, AvroValues
 from meteor_spark.format.offsets import sequence_of
 from meteor_spark.format.records import Record
@@ -25,6 +29,7 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.schemas import register_schema
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.grid.subscriptions import NOT_STORED, live_subscriptions
+from meteor_spark.producer.dedup import PENDING, WRITTEN, dedup_map_name
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -214,3 +219,62 @@ def test_ephemeral_options_are_checked_as_the_threaded_ones(grid_settings: GridS
             await AsyncSubscriber(grid_settings, ephemeral, group="g").start()
 
     _run(scenario())
+
+
+def test_a_message_id_is_refused_across_asyncio_and_threaded_publishers(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    config = StreamConfig(unique_name, lanes=2, dedup_window_ms=60_000)
+    with Publisher(grid, config) as threaded:
+        first = threaded.publish(b"threaded", message_id="order-1")
+
+    async def scenario() -> tuple[int, int]:
+        async with AsyncPublisher(grid_settings, unique_name) as pub:
+            with pytest.raises(DuplicateMessageError) as refused:
+                await pub.publish(b"copy", message_id="order-1")
+            assert (refused.value.message_id, refused.value.first_offset) == ("order-1", first)
+            assert "'order-1'" in str(refused.value) and f"offset {first}" in str(refused.value)
+            second = await pub.publish(b"asyncio", message_id="order-2")
+            many = await pub.publish_many([Record(b"m%d" % i, message_id=f"m{i}") for i in range(10)] + [b"plain"])
+            with pytest.raises(DuplicateMessageError, match=r"appears twice .* \(records 0 and 2"):
+                await pub.publish_many([Record(b"x", message_id="n1"), b"y", Record(b"z", message_id="n1")])
+            with pytest.raises(DuplicateMessageError) as again:
+                await pub.publish_many([Record(b"new", message_id="n2"), Record(b"old", message_id="m7")])
+            assert again.value.first_offset == many[7]
+            await pub.publish(b"n2", message_id="n2")  # all or nothing: the refused call gave its claim back
+            assert pub.metrics()["duplicates_refused"] == 2
+        return second, many[3]
+
+    second, m3 = _run(scenario())
+    claims = grid.map(dedup_map_name(unique_name))
+    assert json.loads(claims.get("order-2") or "{}")["state"] == WRITTEN  # close waited for the marks
+    with Publisher(grid, unique_name) as threaded:
+        for mid, offset in (("order-2", second), ("m3", m3)):
+            with pytest.raises(DuplicateMessageError) as refused:
+                threaded.publish(b"copy", message_id=mid)
+            assert refused.value.first_offset == offset
+
+
+def test_a_dead_publishers_pending_claim_is_taken_over_after_its_lease(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    Publisher(grid, StreamConfig(unique_name, lanes=2, dedup_window_ms=60_000)).close()
+    dead = {"at": int(time.time() * 1000), "by": 0xDEAD, "from": 0, "lane": 0, "lease": 300, "state": PENDING}
+    grid.map(dedup_map_name(unique_name)).put("order-9", json.dumps(dead, sort_keys=True, separators=(",", ":")))
+
+    async def scenario() -> int:
+        async with AsyncPublisher(grid_settings, unique_name, max_block_ms=10_000) as pub:
+            started = time.monotonic()
+            offset = await pub.publish(b"retry", message_id="order-9")
+            print(f"\npending claim of a dead publisher: taken over after {time.monotonic() - started:.2f} s")
+            assert pub.metrics()["dedup_takeovers"] == 1
+            with pytest.raises(DuplicateMessageError):
+                await pub.publish(b"again", message_id="order-9")
+        return offset
+
+    offset = _run(scenario())
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
+        got: list[Record] = []
+        wait_until(lambda: got.extend(sub.poll(50)) or len(got) >= 1, 10, message="1 record")
+        assert not sub.poll(200)
+    assert [(r.value, r.offset) for r in got] == [(b"retry", offset)]
