@@ -9,9 +9,7 @@ from meteor_spark.errors import ConfigError
 
 #: Options of the threaded Publisher the AsyncPublisher does not take, and why.
 PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
-    "metrics": "Prometheus export is the threaded clients'; read AsyncPublisher.metrics()",
-    "dedup_owner": "streams with a deduplication window are refused by the asyncio API",
-    "subscription_refresh_ms": "ephemeral streams are refused by the asyncio API",
+    "dedup_owner": "it names the Spark sink's task attempts; an AsyncPublisher claims message ids as itself",
 }
 
 #: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.
@@ -24,9 +22,6 @@ SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
     },
     "dead_letter_after": "nack and dead letters by distance are the threaded Subscriber's (an asyncio member "
     "of an exclusive group follows a pause another member's nack stored)",
-    "metrics": "Prometheus export is the threaded clients'; read AsyncSubscriber.metrics()",
-    "topics": "topic filtering and ephemeral streams are the threaded Subscriber's",
-    "subscription_ttl_ms": "ephemeral streams are refused by the asyncio API",
 }
 
 
