@@ -10,8 +10,9 @@ lane wakes ``poll`` when items arrive, rechecked every ``RECHECK_S`` for timeout
 published by an ``AsyncPublisher`` and acknowledged before a record is marked done, and the lifecycle (``async
 with``; ``close`` releases what the member holds).
 
-Not taken by the asyncio member: ``metrics=`` (Prometheus export is the threaded clients'; ``metrics()`` gives the
-counters), typed, ephemeral and deduplicated streams (as every asyncio client: ``aio.streams.refuse_unsupported``),
+As the threaded member: a typed stream's values are decoded with its schemas (``meteor_spark.aio.typed``, the
+registry entry read again at most once a second before a poll's records are decoded), an ephemeral stream is
+refused (its records are not acknowledged), and ``metrics=`` exports the member's counters to Prometheus. Not taken:
 ``hand_over`` / ``settle_spans`` (the Spark source's).
 """
 
@@ -22,22 +23,27 @@ import inspect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
 from meteor_spark.aio.publisher import AsyncPublisher
-from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.streams import open_stream_async
+from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
 from meteor_spark.consumer.shared_groups import RECHECK_S
 from meteor_spark.consumer.shared_steps import Steps
-from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
+from meteor_spark.consumer.topics import refuse_on_ephemeral
+from meteor_spark.errors import MeteorError, StreamNotFoundError
+from meteor_spark.format.avro import is_typed_setting
 from meteor_spark.format.offsets import InitialOffsetScheme
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer, deserializer
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.shared_state import SHARE_MAP
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int
 
 __all__ = ["AsyncSharedSubscriber", "run_steps_async"]
@@ -108,11 +114,8 @@ class AsyncSharedSubscriber(SharedAcquire):
         skip_data_loss: bool = False,
         **others: Any,
     ) -> None:
-        if others.pop("metrics", None) is not None:
-            raise ConfigError(
-                "AsyncSharedSubscriber(metrics=...): Prometheus export is the threaded clients'; read "
-                "AsyncSharedSubscriber.metrics()"
-            )
+        self._registry = metrics_registry(others.pop("metrics", None))
+        self._detach_metrics: Callable[[], None] | None = None
         self._choices = check_member_options(
             "AsyncSharedSubscriber",
             UNSUPPORTED,
@@ -130,7 +133,11 @@ class AsyncSharedSubscriber(SharedAcquire):
             skip_data_loss=skip_data_loss,
         )
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
-        self._value_deserializer = deserializer(value_deserializer, "value_deserializer")
+        self._value_setting = value_deserializer  # a typed stream's codec is resolved at start
+        self._value_deserializer = (
+            None if is_typed_setting(value_deserializer) else deserializer(value_deserializer, "value_deserializer")
+        )
+        self._schemas: SchemaView | None = None
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self.poll_timeout_ms = poll_timeout_ms
         self._target = members_or_grid
@@ -157,7 +164,8 @@ class AsyncSharedSubscriber(SharedAcquire):
         grid, owned = await connect_async(self._target)
         try:
             self.info = await open_stream_async(grid, self._config)
-            refuse_unsupported(self.info, "AsyncSharedSubscriber")
+            refuse_on_ephemeral(self.info, "a shared group (acknowledged records)")
+            self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._grid = grid
             self._set_up(self._choices, await grid.map(SHARE_MAP), rings)
@@ -171,6 +179,7 @@ class AsyncSharedSubscriber(SharedAcquire):
                 await grid.close()
             raise
         self._owns_grid, self._started = owned, True
+        self._detach_metrics = attach_metrics(self._registry, self)
         return self
 
     async def __aenter__(self) -> AsyncSharedSubscriber:
@@ -189,6 +198,8 @@ class AsyncSharedSubscriber(SharedAcquire):
         self._wakeup.set()
         for task in self._wakers.values():
             task.cancel()
+        if self._detach_metrics is not None:
+            self._detach_metrics()
         try:
             if self._started:
                 await run_steps_async(self._release_held())
@@ -199,6 +210,11 @@ class AsyncSharedSubscriber(SharedAcquire):
             finally:
                 if self._owns_grid and self._grid is not None:
                     await self._grid.close()
+
+    def _schemas_caught_up(self) -> Any:
+        """``SchemaView.catch_up`` (awaited by the steps' driver): records refused for a version registered since the
+        view was read are decoded again."""
+        return False if self._schemas is None else self._schemas.catch_up()
 
     def _publish_letters(self, records: list[Record]) -> Any:
         """Dead letters published with the member's ``AsyncPublisher`` (awaited by the steps' driver until the grid

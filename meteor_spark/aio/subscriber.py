@@ -61,7 +61,8 @@ from meteor_spark.errors import (
     StreamNotFoundError,
 )
 from meteor_spark.format.offsets import first_offset_of
-from meteor_spark.format.records import Record, RecordBatch
+from meteor_spark.format.records import BatchPart, Record, RecordBatch
+from meteor_spark.format.serializers import DecodedLane
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
@@ -381,9 +382,7 @@ class AsyncSubscriber:
             return RecordBatch.empty()
         decoded = None
         if self._value_deserializer is not None or options.key_deserializer is not None:
-            if self._schemas is not None:
-                await self._schemas.refresh_if_due()  # versions registered since it started (aio/typed.py)
-            decoded = self.refusals.decode(taken, self._value_deserializer, options.key_deserializer)
+            decoded = await self._decode(taken)
             if reads.dead_letters is not None:
                 letters = self.refusals.dead_letters_of(decoded)
                 if letters:
@@ -395,6 +394,19 @@ class AsyncSubscriber:
         batch = self._topics.hand_out(RecordBatch(out, records), decoded is not None)
         self.delivered_records += len(batch)
         return batch
+
+    async def _decode(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
+        """``Refusals.decode``; once more when records were refused for a schema version the view did not hold yet
+        (registered since it was read: ``SchemaView.catch_up`` read it)."""
+        before = dict(taken)
+        value, key = self._value_deserializer, self.options.key_deserializer
+        decoded = self.refusals.decode(taken, value, key)
+        refused = any(lane.refused or lane.stopped is not None for lane in decoded.values())
+        if refused and self._schemas is not None and await self._schemas.catch_up():
+            taken.clear()
+            taken.update(before)
+            decoded = self.refusals.decode(taken, value, key)
+        return decoded
 
     # ------------------------------------------------------------------------------------------------ positions
 

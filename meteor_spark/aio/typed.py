@@ -7,16 +7,14 @@ of ``meteor.schemas``). Rather than copying them, the asyncio clients await that
 ``AvroValues(version=..., into=...)``, no setting on a ``value_format="avro"`` stream), the checks, the header
 (``meteor.schema``), the projection onto the reader's version and the errors are the threaded ones.
 
-A subscriber meets versions registered after it started: ``refresh_if_due`` reads the entry again, at most once
-per ``typed_values.REFRESH_MS``, before the records of a poll are decoded, and the deserializer looks a version it
-has not seen up in the view at most once per ``REFRESH_MS`` too (its own rule). A record written with a version
-registered within about that time of being read may therefore be refused as unknown and settled by
-``on_corrupt``, as a threaded reader may within its one-second window.
+A subscriber meets versions registered after it started: the deserializer asks the view for the entry when a
+record carries a version it does not know; the view notes it, and the subscriber, finding records refused, awaits
+``SchemaView.catch_up`` (the entry read again) and decodes them once more. So a new version costs one registry read,
+when its first record arrives, and is never refused for being new, as with the threaded reader.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, cast
 
 from meteor_spark.format.serializers import Deserializer, Serializer
@@ -25,7 +23,7 @@ from meteor_spark.grid.client import Grid
 from meteor_spark.grid.schemas import SCHEMAS_MAP
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.grid.typed_values import (
-    REFRESH_MS,
+    AvroDeserializer,
     value_codec_setting,
     value_deserializer_for,
     value_serializer_for,
@@ -36,24 +34,39 @@ __all__ = ["SchemaView", "typed_deserializer", "typed_serializer"]
 
 class SchemaView:
     """One stream's ``meteor.schemas`` entry as last read (``refresh``), answering the synchronous
-    ``grid.map(SCHEMAS_MAP).get(stream)`` of the threaded codecs."""
+    ``grid.map(SCHEMAS_MAP).get(stream)`` of the threaded codecs.
+
+    A deserializer asks (``get``) only when a record carries a version it does not know; the view cannot read the
+    grid then, so it notes the question and ``catch_up`` answers it on the loop: the entry read again, the codec told
+    to look again, and the caller decodes those records once more."""
 
     def __init__(self, grid: AsyncGrid, stream: str) -> None:
         self._grid = grid
         self.stream = stream
         self._entry: str | None = None
-        self._read_at = 0.0
+        self._asked = False
+        self._codec: AvroDeserializer | None = None
 
     async def refresh(self) -> None:
         """Read the stream's registry entry again."""
         registry = await self._grid.map(SCHEMAS_MAP)
         self._entry = await registry.get(self.stream)
-        self._read_at = time.monotonic()
+        self._asked = False
 
-    async def refresh_if_due(self) -> None:
-        """``refresh`` when the entry was read more than ``REFRESH_MS`` ago (a version registered since)."""
-        if time.monotonic() - self._read_at >= REFRESH_MS / 1000:
-            await self.refresh()
+    def watch(self, codec: AvroDeserializer) -> None:
+        """``codec`` reads this view; its questions from now on are the ones ``catch_up`` answers."""
+        self._codec = codec
+        self._asked = False
+
+    async def catch_up(self) -> bool:
+        """True when the codec asked for a version the view did not hold since its last read: the entry has been
+        read again and the codec looks again at its next record (decode the refused records again)."""
+        if not self._asked:
+            return False
+        await self.refresh()
+        if self._codec is not None:
+            self._codec.forget_misses()
+        return True
 
     def map(self, name: str) -> SchemaView:
         if name != SCHEMAS_MAP:
@@ -63,6 +76,7 @@ class SchemaView:
     def get(self, key: str) -> str | None:
         if key != self.stream:
             raise AssertionError(f"a SchemaView holds stream {self.stream!r}'s entry, not {key!r}'s")
+        self._asked = True
         return self._entry
 
 
@@ -79,10 +93,13 @@ async def typed_serializer(grid: AsyncGrid, info: StreamInfo, setting: Any) -> S
 async def typed_deserializer(
     grid: AsyncGrid, info: StreamInfo, setting: Any
 ) -> tuple[Deserializer | None, SchemaView | None]:
-    """``value_deserializer_for`` on an ``AsyncGrid``, and the ``SchemaView`` a typed stream's deserializer reads
-    (to ``refresh_if_due`` before each poll's records are decoded); ``(codec, None)`` for an untyped setting."""
-    if value_codec_setting(setting, info) is None:
+    """``value_deserializer_for`` on an ``AsyncGrid``: a typed stream's Avro deserializer and the ``SchemaView`` it
+    reads (``catch_up`` after a poll's records were refused); ``(codec, None)`` for an untyped setting."""
+    typed = value_codec_setting(setting, info)
+    if typed is None:
         return value_deserializer_for(cast(Grid, None), info, setting), None
     view = SchemaView(grid, info.name)
     await view.refresh()
-    return value_deserializer_for(cast(Grid, view), info, setting), view
+    codec = AvroDeserializer(cast(Grid, view), info.name, typed)
+    view.watch(codec)
+    return codec, view

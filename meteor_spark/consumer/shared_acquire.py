@@ -446,6 +446,11 @@ class SharedAcquire(SharedArchive):
         for seq, bad in corrupt:
             self.refusals.passed_item(lane, seq, bad.error)
 
+    def _schemas_caught_up(self) -> Any:
+        """False: a threaded member's deserializer reads the schema registry itself; the asyncio member answers
+        with its ``SchemaView.catch_up`` (awaited)."""
+        return False
+
     def _deserialize(
         self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
     ) -> Steps[tuple[list[BatchPart], list[SharedRecord]]]:
@@ -454,6 +459,9 @@ class SharedAcquire(SharedArchive):
         them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
         nothing before them is handed out, the ``DeserializationError`` is raised."""
         decoded_lanes = self.refusals.decode({lane: parts}, self._value_deserializer, self._key_deserializer)
+        failed = decoded_lanes[lane].refused or decoded_lanes[lane].stopped is not None
+        if failed and (yield self._schemas_caught_up):  # a version registered since the asyncio member's last read
+            decoded_lanes = self.refusals.decode({lane: parts}, self._value_deserializer, self._key_deserializer)
         letters = self.refusals.dead_letters_of(decoded_lanes)
         if letters:
             yield lambda: self._publish_letters(letters)

@@ -15,15 +15,17 @@ import time
 from collections import Counter
 from typing import Any, cast
 
+import prometheus_client
 import pytest
 
-from meteor_spark.aio import AsyncSharedSubscriber, AsyncSubscriber
+from meteor_spark.aio import AsyncPublisher, AsyncSharedSubscriber, AsyncSubscriber
 from meteor_spark.consumer.shared_groups import SharedRecord
 from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.errors import ArgumentTypeError, ConfigError, FencedError
 from meteor_spark.format.corrupt import HEADER_DELIVERY_COUNT, HEADER_SOURCE_GROUP, HEADER_SOURCE_STREAM
 from meteor_spark.format.records import Record, encode_batch
 from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.grid.schemas import register_schema
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.producer.publisher import Publisher
 from tests.core.processes import Child
@@ -372,9 +374,56 @@ def test_bad_options_give_the_threaded_members_errors(
             await AsyncSharedSubscriber(grid_settings, unique_name, group="g2", acquisition_timeout_ms=30000).start()
 
     _run(at_start())
-    with pytest.raises(ConfigError, match="Prometheus export is the threaded clients'"):
-        AsyncSharedSubscriber(grid_settings, unique_name, group="q", metrics=True)
+    with pytest.raises(ConfigError, match="not a prometheus_client CollectorRegistry"):
+        AsyncSharedSubscriber(grid_settings, unique_name, group="q", metrics="yes")
     with pytest.raises(ConfigError, match="only for shared groups; use AsyncSharedSubscriber"):
         AsyncSubscriber(grid_settings, unique_name, group="q", max_deliveries=3)
     with pytest.raises(ConfigError, match="poll_timeout_ms"):
         AsyncSubscriber(grid_settings, unique_name, group="q", shared=True, poll_timeout_ms=0)
+
+
+def test_a_typed_stream_decodes_its_metrics_are_exported_and_an_ephemeral_one_is_refused(
+    grid: Grid, grid_settings: GridSettings, unique_name: str
+) -> None:
+    """As the threaded member: Avro values decoded with the stream's schemas (a version registered after the member
+    started included), the counters in a registry's text exposition (kept after close), an ephemeral stream refused
+    (its records are not acknowledged)."""
+    order = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
+    order_v2 = {**order, "fields": [*order["fields"], {"name": "note", "type": "string", "default": ""}]}
+    register_schema(grid, unique_name, order)
+    registry = prometheus_client.CollectorRegistry()
+
+    async def scenario() -> list[Any]:
+        async with (
+            AsyncPublisher(grid_settings, StreamConfig(unique_name, lanes=2, value_format="avro")) as publisher,
+            AsyncSharedSubscriber(grid_settings, unique_name, group="typed", metrics=registry) as member,
+        ):
+            await publisher.publish_many([{"id": n} for n in range(3)])
+            values: list[Any] = []
+            deadline = time.monotonic() + 10
+            while len(values) < 3:
+                assert time.monotonic() < deadline, values
+                batch = await member.poll(100)
+                values.extend(record.value for record in batch)
+                await member.ack(batch)
+            register_schema(grid, unique_name, order_v2)
+            with Publisher(grid, unique_name) as threaded:
+                threaded.publish({"id": 3, "note": "v2"})
+            while len(values) < 4:
+                assert time.monotonic() < deadline, values
+                batch = await member.poll(100)
+                values.extend(record.value for record in batch)
+                await member.ack(batch)
+            text = prometheus_client.generate_latest(registry).decode()
+            assert f'meteor_shared_acked_records_total{{group="typed",stream="{unique_name}"}} 4.0' in text
+        text = prometheus_client.generate_latest(registry).decode()
+        assert f'meteor_shared_acked_records_total{{group="typed",stream="{unique_name}"}} 4.0' in text
+        with pytest.raises(ConfigError, match="ephemeral"):
+            await AsyncSharedSubscriber(
+                grid_settings, StreamConfig(unique_name + "-eph", ephemeral=True), group="q"
+            ).start()
+        return values
+
+    values = _run(scenario())
+    assert sorted(values, key=lambda v: v["id"]) == [{"id": n} for n in range(4)]  # v2's record read as v1, the
+    # reader's version (the latest when it started), not refused though v2 was registered after the member read
