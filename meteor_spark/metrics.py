@@ -4,7 +4,9 @@
 default registry (``metrics=registry`` to another ``CollectorRegistry``); ``start_http_server(port)`` serves a
 registry for scraping. The clients keep counting in plain integers on their own threads (they always did, for
 ``Publisher.metrics()`` / ``Subscriber.metrics()``); one collector per registry reads those integers when Prometheus
-scrapes, so the record path makes no prometheus_client call at all.
+scrapes, so the record path makes no prometheus_client call at all. The asyncio clients (``AsyncPublisher`` /
+``AsyncSubscriber(..., metrics=...)``) export the same families; an asyncio subscriber's lag gauge is the one it
+refreshes on its event loop every second (``meteor_spark.aio.exported``), not a read at scrape.
 
 Series (labels ``stream``; subscribers and groups also ``group``, ``""`` when ungrouped; lag also ``lane``):
 
@@ -255,7 +257,9 @@ def _samples(client: Any, *, with_lag: bool) -> Iterator[Sample]:
         yield "meteor_group_lanes_held", labels, figures.get("lanes_held", 0)
     if with_lag:
         try:
-            lag = client.lag()
+            # an asyncio subscriber's lag is refreshed on its own loop and read here as kept (aio/exported.py)
+            kept = getattr(client, "exported_lag", None)
+            lag = client.lag() if kept is None else kept()
         except MeteorError as exc:  # a scrape must not fail because the grid is unreachable right now
             logger.debug("no lag for stream %r: %s", stream, exc)
             return

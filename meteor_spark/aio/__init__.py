@@ -12,6 +12,7 @@ clients also take a ``"host:port[,host:port]"`` string or a ``GridSettings`` and
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.request_reply import AsyncRequester, AsyncResponder
+from meteor_spark.aio.shared_subscriber import AsyncSharedSubscriber
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.aio.transactional import AsyncTransactionalPublisher
 from meteor_spark.grid.aio_client import AsyncGrid
@@ -22,6 +23,7 @@ __all__ = [
     "AsyncPublisher",
     "AsyncRequester",
     "AsyncResponder",
+    "AsyncSharedSubscriber",
     "AsyncSubscriber",
     "AsyncTransactionalPublisher",
 ]

@@ -9,20 +9,17 @@ from meteor_spark.errors import ConfigError
 
 #: Options of the threaded Publisher the AsyncPublisher does not take, and why.
 PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
-    "metrics": "Prometheus export is the threaded clients'; read AsyncPublisher.metrics()",
-    "dedup_owner": "streams with a deduplication window are refused by the asyncio API",
-    "subscription_refresh_ms": "ephemeral streams are refused by the asyncio API",
+    "dedup_owner": "it names the Spark sink's task attempts; an AsyncPublisher claims message ids as itself",
 }
 
 #: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.
 SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
+    "shared": "shared=False is the default: leave it out (shared=True makes an AsyncSharedSubscriber)",
     **{
-        name: "shared groups are not supported by the asyncio API yet; use the threaded SharedSubscriber"
-        for name in ("shared", "acquisition_timeout_ms", "max_deliveries")
+        name: "only for shared groups; use AsyncSharedSubscriber(members_or_grid, stream, group=..., ...) or "
+        "AsyncSubscriber(..., group=..., shared=True)"
+        for name in ("acquisition_timeout_ms", "max_deliveries")
     },
-    "metrics": "Prometheus export is the threaded clients'; read AsyncSubscriber.metrics()",
-    "topics": "topic filtering and ephemeral streams are the threaded Subscriber's",
-    "subscription_ttl_ms": "ephemeral streams are refused by the asyncio API",
 }
 
 

@@ -14,8 +14,13 @@ up in its lane by producer id and sequence (``meteor_spark.producer.idempotence.
 retrier's search, driven here with awaited reads) and sent again only when absent, backing off, until
 ``delivery_timeout_ms``; its records then fail with the threaded publisher's ``PublishTimeoutError``.
 
-Not supported (refused when the stream is opened, ``meteor_spark.aio.streams.refuse_unsupported``): streams with a
-deduplication window and ephemeral streams; ``publish_arrow`` and Prometheus export are the threaded client's.
+Typed streams (``value_format="avro"``, ``value_serializer="avro"`` / ``AvroValues``): the threaded Avro serializer
+with the registry entry read ahead (``meteor_spark.aio.typed``). ``metrics=``: Prometheus export as the threaded
+publisher's (``meteor_spark.metrics``). Ephemeral streams: records no live entity wants are dropped before they
+are queued and counted, their offset ``NOT_STORED`` (``meteor_spark.aio.topics``). Deduplication windows: a record's
+``message_id`` is claimed in the threaded publisher's claims map before it is queued (``DuplicateMessageError``
+naming the first copy's offset, whichever publisher stored it; ``meteor_spark.aio.claims``). ``publish_arrow`` is
+the threaded client's.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from meteor_spark.aio.calls import (
@@ -37,16 +42,20 @@ from meteor_spark.aio.calls import (
     item_columns,
     producer_id_of,
 )
+from meteor_spark.aio.claims import AsyncDedup, check_dedup
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
-from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.record_input import RecordInput
+from meteor_spark.aio.streams import open_stream_async
+from meteor_spark.aio.topics import AsyncTopicGate
+from meteor_spark.aio.typed import typed_serializer
 from meteor_spark.errors import (
     ArgumentTypeError,
-    ConfigError,
     GridError,
     MeteorError,
     PublisherClosedError,
     PublishTimeoutError,
 )
+from meteor_spark.format.avro import is_typed_setting
 from meteor_spark.format.item_encoding import ItemFraming
 from meteor_spark.format.item_encoding import encode_items as encode_ring_items
 from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
@@ -57,6 +66,9 @@ from meteor_spark.format.serializers import serializer
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.grid.subscriptions import NOT_STORED
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import sticky_run, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import (
@@ -68,7 +80,8 @@ from meteor_spark.producer.idempotence import (
     timeout_error,
 )
 from meteor_spark.producer.publisher import check_item_fits
-from meteor_spark.producer.record_checks import checked_record, record_bytes, routed, serialized, size_refusal
+from meteor_spark.producer.record_checks import record_bytes
+from meteor_spark.producer.topic_gate import check_refresh_ms, refuse_refresh_on_persistent
 
 __all__ = ["AsyncPublisher"]
 
@@ -99,7 +112,8 @@ class AsyncPublisher:
         **options: those of the threaded ``Publisher``, with the same meaning and checks: ``linger_ms``,
             ``max_batch_records``, ``max_batch_bytes``, ``max_buffered_records``, ``max_block_ms``,
             ``max_items_per_call``, ``max_call_bytes``, ``compression``, ``compression_threshold``, ``idempotent``,
-            ``delivery_timeout_ms``, ``value_serializer``, ``key_serializer``, ``transactional``.
+            ``delivery_timeout_ms``, ``value_serializer`` (also ``"avro"`` / ``AvroValues``), ``key_serializer``,
+            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``), ``subscription_refresh_ms``.
 
     Examples:
         >>> async with AsyncPublisher("127.0.0.1:5701", StreamConfig("orders", lanes=4)) as pub:   # doctest: +SKIP
@@ -110,13 +124,21 @@ class AsyncPublisher:
         check_option_names(
             "AsyncPublisher",
             options,
-            (*_OPTIONS, "value_serializer", "key_serializer", "transactional"),
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics", "subscription_refresh_ms"),
             PUBLISHER_ONLY_THREADED,
         )
         transactional = options.pop("transactional", False)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
-        self._value_serializer = serializer(options.pop("value_serializer", None), "value_serializer")
+        self._registry = metrics_registry(options.pop("metrics", None))
+        self._refresh_ms = options.pop("subscription_refresh_ms", None)
+        check_refresh_ms(self._refresh_ms)
+        self._gate: AsyncTopicGate | None = None
+        self._dedup: AsyncDedup | None = None
+        self._value_setting = options.pop("value_serializer", None)  # a typed stream's codec is resolved at start
+        typed = is_typed_setting(self._value_setting)
+        self._value_serializer = None if typed else serializer(self._value_setting, "value_serializer")
+        self._detach_metrics: Callable[[], None] | None = None
         self._key_serializer = serializer(options.pop("key_serializer", None), "key_serializer")
         self._transactional = transactional
         self._overrides = {name: options.get(name) for name in _OPTIONS}
@@ -146,16 +168,26 @@ class AsyncPublisher:
         grid, owned = await connect_async(self._target)
         try:
             self.info: StreamInfo = await open_stream_async(grid, self._config)
-            refuse_unsupported(self.info, "AsyncPublisher")
+            refuse_refresh_on_persistent(self.info, self._refresh_ms)
+            if self.info.config.ephemeral:
+                self._gate = AsyncTopicGate(grid, self.info.name, self._refresh_ms)
             self.settings = PublisherSettings.parse(self.info.config, self._overrides)
             check_item_fits(self.settings, grid.settings)
             self.stream = self.info.name
             self._max_record_bytes = grid.settings.max_record_bytes
+            self._value_serializer = await typed_serializer(grid, self.info, self._value_setting)
+            self._input = RecordInput(
+                self.info.name, self._value_serializer, self._key_serializer, self._max_record_bytes, self.info.lanes
+            )
             self.producer_id = await producer_id_of(grid)
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._lanes = list(
                 await asyncio.gather(*(self._lane_at_start(lane, ring) for lane, ring in enumerate(rings)))
             )
+            if self.info.config.dedup_window_ms:
+                check_dedup(self.info, self._transactional)
+                floor = lambda lane: self._lanes[lane].next_start  # noqa: E731  (at or below its next write)
+                self._dedup = await AsyncDedup.open(grid, self.info, self.settings, self.producer_id, rings, floor)
         except BaseException:
             if owned:
                 await grid.close()
@@ -164,6 +196,7 @@ class AsyncPublisher:
         self._room = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
         self._max_buffered = self.settings.max_buffered_records
+        self._detach_metrics = attach_metrics(self._registry, self)
         return self
 
     async def _lane_at_start(self, lane: int, ring: AsyncRing) -> Lane:
@@ -213,6 +246,8 @@ class AsyncPublisher:
         self._closed = True
         try:
             await self.flush(timeout_s)
+            if self._dedup is not None and not await self._dedup.drain(timeout_s):
+                logger.warning("publisher %x: claims still being marked written at close", self.producer_id)
         except PublishTimeoutError as exc:
             for lane in self._lanes:
                 if lane.task is not None:
@@ -225,6 +260,8 @@ class AsyncPublisher:
             self._outstanding = 0
             raise
         finally:
+            if self._detach_metrics is not None:
+                self._detach_metrics()
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
 
@@ -269,6 +306,12 @@ class AsyncPublisher:
         """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
+        if self._gate is not None and not await self._gate.wants(record):
+            dropped = self._loop.create_future()  # no live entity wants it (ephemeral): not stored, counted
+            dropped.set_result(NOT_STORED)
+            return dropped
+        if self._dedup is not None and isinstance(record, Record) and record.message_id is not None:
+            return await self._dedup.queued([record], self._lane_of, self._enqueue, single=True)
         if self._outstanding < self._max_buffered:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
@@ -289,12 +332,32 @@ class AsyncPublisher:
         items = list(records)
         n = len(items)
         checked = [self._record(item, None, None, None, None, None, None, i, n) for i, item in enumerate(items)]
+        if self._gate is None:
+            return await self._publish_checked(checked)
+        kept = await self._gate.split(checked)  # ephemeral: only what some live entity wants is stored
+        offsets = [NOT_STORED] * n
+        for position, offset in zip(kept, await self._publish_checked([checked[i] for i in kept]), strict=True):
+            offsets[position] = offset
+        self._gate.count(n - len(kept))
+        return offsets
+
+    async def _publish_checked(self, checked: list[Record | bytes]) -> list[int]:
         if not checked:
             return []
-        await self._admit(n)
-        sink = Sink(asyncio.get_running_loop().create_future(), n, False)
-        self._queue(checked, sink)
-        return await sink.future
+        if self._dedup is not None:  # ids claimed first (aio/claims.py)
+            return cast(list[int], await (await self._dedup.queued(checked, self._lane_of, self._enqueue)))
+        return cast(list[int], await (await self._enqueue(checked)))
+
+    async def _enqueue(self, records: list[Record | bytes], single: bool = False) -> asyncio.Future[Any]:
+        """Admit and queue ``records``; the future of their offset (``single``) or offsets."""
+        await self._admit(len(records))
+        sink = Sink(self._loop.create_future(), len(records), single)
+        self._queue(records, sink)
+        return sink.future
+
+    def _lane_of(self, rec: Record) -> int:
+        """A record's lane: explicit, else by key, else -1 (the sticky lane)."""
+        return rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(self._lanes))
 
     def _record(
         self,
@@ -308,67 +371,14 @@ class AsyncPublisher:
         position: int | None,
         count: int,
     ) -> Record | bytes:
-        """The record ``publish`` was given, serialized and checked as the threaded publisher does (a plain
-        ``bytes`` value stays as it is: the common case costs one size check)."""
+        """The record ``publish`` was given, serialized and checked (``RecordInput.checked``)."""
         if self._grid is None:
             raise PublisherClosedError(
                 f"the AsyncPublisher of stream {self.stream!r} is not started: use `async with` or `await start()`"
             )
         if self._closed:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} is closed; create a new one")
-        if (
-            type(value) is bytes
-            and key is None
-            and headers is None
-            and lane is None
-            and timestamp_ms is None
-            and topic is None
-            and message_id is None
-            and self._value_serializer is None
-        ):
-            if len(value) > self._max_record_bytes:
-                where = (
-                    "the record"
-                    if position is None
-                    else f"record {position} (0-based) of the {count} given to publish_many"
-                )
-                raise size_refusal(self.stream, len(value), where, self._max_record_bytes)
-            return value
-        fields: dict[str, Any] = {}
-        if key is not None:
-            fields["key"] = key
-        if headers is not None:
-            fields["headers"] = tuple(headers)
-        if lane is not None:
-            fields["lane"] = lane
-        if timestamp_ms is not None:
-            fields["timestamp_ms"] = timestamp_ms
-        item: Any = value
-        if fields:
-            if isinstance(value, Record):
-                raise ArgumentTypeError(
-                    f"publish got a Record and {', '.join(sorted(fields))}: set them on the Record, or pass a value"
-                )
-            item = Record(value, **fields)
-        if self._value_serializer is not None or self._key_serializer is not None:
-            item = serialized(item, self._value_serializer, self._key_serializer, self.stream, position, count)
-        if topic is not None or message_id is not None:
-            item = routed(item, topic, message_id)
-        rec = checked_record(item)
-        size = record_bytes(rec)
-        if size > self._max_record_bytes:
-            where = (
-                "the record"
-                if position is None
-                else f"record {position} (0-based) of the {count} given to publish_many"
-            )
-            raise size_refusal(self.stream, size, where, self._max_record_bytes)
-        if rec.lane >= len(self._lanes):
-            raise ConfigError(
-                f"record lane {rec.lane} does not exist in stream {self.stream!r} (lanes 0..{len(self._lanes) - 1}); "
-                f"use -1 to choose by key"
-            )
-        return rec
+        return self._input.checked(value, key, headers, lane, timestamp_ms, topic, message_id, position, count)
 
     async def _admit(self, n: int) -> None:
         """Wait until ``n`` more records fit under ``max_buffered_records`` (a bulk larger than the bound goes when
@@ -409,7 +419,7 @@ class AsyncPublisher:
                 lane = -1
                 if type(rec) is not bytes:
                     assert isinstance(rec, Record)
-                    lane = rec.lane if rec.lane >= 0 else -1 if rec.key is None else lane_for_key(rec.key, len(lanes))
+                    lane = self._lane_of(rec)
                 if lane < 0:
                     lane = self._spread(1)[0][0]
                 by_lane.setdefault(lane, []).append(index)
@@ -557,8 +567,7 @@ class AsyncPublisher:
     # ------------------------------------------------------------------------------------------------ figures
 
     def metrics(self) -> dict[str, int]:
-        """The threaded ``Publisher.metrics()`` counters (the deduplication and ephemeral ones stay 0: such streams
-        are refused)."""
+        """The threaded ``Publisher.metrics()`` counters."""
         return {
             "records_sent": self.records_sent,
             "items_sent": self.items_sent,
@@ -568,10 +577,10 @@ class AsyncPublisher:
             "unknown_outcomes": self.unknown_outcomes,
             "recovered_calls": self.recovered_calls,
             "resent_calls": self.resent_calls,
-            "duplicates_refused": 0,
-            "dedup_takeovers": 0,
-            "dedup_lease_lost": 0,
-            "dropped_records": 0,
+            "duplicates_refused": 0 if self._dedup is None else self._dedup.refused,
+            "dedup_takeovers": 0 if self._dedup is None else self._dedup.taken_over,
+            "dedup_lease_lost": 0 if self._dedup is None else self._dedup.lease_lost,
+            "dropped_records": 0 if self._gate is None else self._gate.dropped,
         }
 
     def __repr__(self) -> str:

@@ -7,7 +7,7 @@ threaded ``open_stream``; only the awaiting is here.
 
 from __future__ import annotations
 
-from meteor_spark.errors import ConfigError, GridOperationError
+from meteor_spark.errors import GridOperationError
 from meteor_spark.grid.aio_client import AsyncGrid
 from meteor_spark.grid.streams import (
     STREAMS_MAP,
@@ -45,29 +45,6 @@ async def open_stream_async(grid: AsyncGrid, config: StreamConfig | str, *, crea
                 raise
             raise conflict from exc
     return info
-
-
-def refuse_unsupported(info: StreamInfo, client: str) -> None:
-    """``ConfigError`` for a stream whose features the asyncio clients do not carry out yet: a deduplication
-    window (message-id claims), ephemeral streams (topic registrations) and typed streams (schemas). Refused at
-    open, so nothing is published or read without its stream's guarantees."""
-    config = info.config
-    if config.dedup_window_ms:
-        raise ConfigError(
-            f"{client}: stream {info.name!r} has a deduplication window (dedup_window_ms={config.dedup_window_ms}), "
-            f"whose message-id claims the asyncio API does not make; use the threaded Publisher / Subscriber for it"
-        )
-    if config.ephemeral:
-        raise ConfigError(
-            f"{client}: stream {info.name!r} is ephemeral (records only for registered topics), which the asyncio "
-            f"API does not support; use the threaded Publisher / Subscriber for it"
-        )
-    if config.value_format:
-        raise ConfigError(
-            f"{client}: stream {info.name!r} is typed (value_format={config.value_format!r}: values encoded with its "
-            f"schemas in the grid), which the asyncio API does not encode or decode yet; use the threaded Publisher / "
-            f"Subscriber for it"
-        )
 
 
 async def delete_ungrouped_stream_async(grid: AsyncGrid, name: str) -> bool:

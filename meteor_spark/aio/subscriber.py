@@ -23,9 +23,12 @@ A group member also has ``await nack(records, delay_ms=...)`` and ``dead_letter_
 (``meteor_spark.aio.transactional.AsyncTransactionalPublisher.send_offsets``). A ``read_committed`` reader aborts a
 transaction it finds open past its deadline, as threaded readers do (``meteor_spark.aio.views.TxnSnapshot``).
 
-Differences from the threaded subscriber, by scope: no shared groups; after a lost connection a lane whose tail was
-lost and refilled raises ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from its oldest record); no
-topics, ephemeral streams, receivers or Prometheus export.
+Differences from the threaded subscriber, by scope: no shared groups (``shared=True`` makes an
+``AsyncSharedSubscriber``); after a lost connection a lane whose tail was lost and refilled raises
+``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from its oldest record); no receivers. ``topics=``
+and ephemeral streams follow the threaded rules (``meteor_spark.aio.topics``), ungrouped only on an ephemeral stream.
+Typed streams decode as the threaded reader does (``meteor_spark.aio.typed``); ``metrics=`` exports the threaded
+families, the lag gauge refreshed on the loop (``meteor_spark.aio.exported``).
 """
 
 from __future__ import annotations
@@ -35,33 +38,42 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import replace
 from typing import Any, cast
 
+from meteor_spark.aio.exported import LagWatch, refreshed_lag
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
-from meteor_spark.aio.streams import open_stream_async, refuse_unsupported
+from meteor_spark.aio.streams import open_stream_async
+from meteor_spark.aio.topics import AsyncTopics
+from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
+from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import (
     ConfigError,
     GroupError,
     MeteorError,
     OffsetOutOfRangeError,
 )
-from meteor_spark.format.offsets import first_offset_of, sequence_of
-from meteor_spark.format.records import Record, RecordBatch
+from meteor_spark.format.offsets import first_offset_of
+from meteor_spark.format.records import BatchPart, Record, RecordBatch
+from meteor_spark.format.serializers import DecodedLane
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.item_gate import ItemGate, KnownTransactions
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
+from meteor_spark.groups.balancing import default_member_id
+from meteor_spark.metrics import attach as attach_metrics
+from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int, check_timeout
 
 __all__ = ["AsyncSubscriber"]
@@ -101,8 +113,9 @@ class AsyncSubscriber:
             records behind the furthest one the group delivered on its lane goes to ``dead_letter_stream``).
         **options: those of the threaded ``Subscriber``, with the same meaning and checks:
             ``initial_offset_scheme``, ``skip_data_loss``, ``max_poll_records``, ``max_items_per_read``,
-            ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer``,
-            ``key_deserializer``, ``isolation``.
+            ``max_bytes_per_read``, ``on_corrupt``, ``dead_letter_stream``, ``value_deserializer`` (also
+            ``"avro"`` / ``AvroValues``), ``key_deserializer``, ``isolation``, ``metrics``, ``topics``,
+            ``subscription_ttl_ms``.
 
     Examples:
         >>> async with AsyncSubscriber("127.0.0.1:5701", "orders") as sub:  # doctest: +SKIP
@@ -113,6 +126,16 @@ class AsyncSubscriber:
         ...         handle(record)
         ...         await sub.confirm(record)
     """
+
+    def __new__(cls, *args: Any, shared: bool = False, **options: Any) -> Any:
+        """``shared=True`` makes an ``AsyncSharedSubscriber`` (``meteor_spark.aio.shared_subscriber``) from the same
+        arguments: a type of its own, as the threaded ``SharedSubscriber`` is not a ``Subscriber`` (no positions,
+        records settled one by one)."""
+        if shared:
+            from meteor_spark.aio.shared_subscriber import AsyncSharedSubscriber
+
+            return AsyncSharedSubscriber(*args, **options)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -127,8 +150,19 @@ class AsyncSubscriber:
         dead_letter_after: int | None = None,
         **options: Any,
     ) -> None:
-        check_option_names("AsyncSubscriber", options, (*_OPTIONS, "poll_timeout_ms"), SUBSCRIBER_ONLY_THREADED)
+        check_option_names(
+            "AsyncSubscriber",
+            options,
+            (*_OPTIONS, "poll_timeout_ms", "metrics", "topics", "subscription_ttl_ms"),
+            SUBSCRIBER_ONLY_THREADED,
+        )
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
+        self._registry = metrics_registry(options.pop("metrics", None))
+        self._topics = AsyncTopics(options.pop("topics", None), options.pop("subscription_ttl_ms", None))
+        self._lag_watch: LagWatch | None = None
+        self._detach_metrics: Callable[[], None] | None = None
+        self._value_setting = options.get("value_deserializer")  # a typed stream's codec is resolved at start
+        self._schemas: SchemaView | None = None
         self.options = SubscriberOptions.parse(**options)
         if group is None and (auto_confirm_interval_ms is not None or member_id is not None):
             raise ConfigError(
@@ -166,9 +200,12 @@ class AsyncSubscriber:
         grid, owned = await connect_async(self._target)
         try:
             self.info: StreamInfo = await open_stream_async(grid, self._config)
-            refuse_unsupported(self.info, "AsyncSubscriber")
             self.stream = self.info.name
             self.options.check_stream(self.stream)
+            self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
+            member_id = self._member_args["member_id"] or default_member_id()
+            scheme = await self._topics.open(grid, self.info, self.options.scheme, self.group, member_id)
+            self.options = replace(self.options, scheme=scheme)  # an ephemeral stream is read from the lanes' ends
             snapshot = TxnSnapshot(grid, self._known)
             self._snapshot = snapshot
             self.item_gate = ItemGate(
@@ -185,12 +222,16 @@ class AsyncSubscriber:
             if target is not None:
                 self._reads.dead_letters = await dead_letter_publisher(grid, target)
         except BaseException:
+            await self._topics.close()
             if self._grouped is not None:
                 await self._grouped.member.close()
             if owned:
                 await grid.close()
             raise
         self._grid, self._owns_grid = grid, owned
+        if self._registry is not None:
+            self._lag_watch = LagWatch(self._reads, self.stream)
+            self._detach_metrics = attach_metrics(self._registry, self)
         return self
 
     async def _join(self, grid: AsyncGrid, reads: LaneReads) -> None:
@@ -231,6 +272,10 @@ class AsyncSubscriber:
             except MeteorError as exc:
                 logger.warning("auto-confirm of stream %r group %r on close failed: %s", self.stream, self.group, exc)
         self._closed = True
+        if self._lag_watch is not None:
+            self._lag_watch.stop()
+        if self._detach_metrics is not None:
+            self._detach_metrics()
         self._wake()
         reads = self._reads
         if reads is not None:
@@ -240,6 +285,7 @@ class AsyncSubscriber:
                 await grouped.close()
             if reads is not None and reads.dead_letters is not None:
                 await reads.dead_letters.close()
+            await self._topics.close()
         finally:
             if self._owns_grid and self._grid is not None:
                 await self._grid.close()
@@ -268,6 +314,13 @@ class AsyncSubscriber:
             raise MeteorError(f"the subscriber of stream {self.stream!r} is closed; create a new one")
         check_timeout("poll timeout_ms", timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:  # empty with time left: every record read was passed over by ``topics``
+            batch = await self._poll_until(deadline)
+            if batch or self._closed or time.monotonic() >= deadline:
+                return batch
+
+    async def _poll_until(self, deadline: float) -> RecordBatch:
+        """``poll``'s steps until records, an error or the deadline (the poll lock held)."""
         reads = self._lane_reads()
         if self._grouped is not None and not self._grouped.active:  # deactivated: nothing to read until reactivate
             with contextlib.suppress(asyncio.TimeoutError):
@@ -276,6 +329,7 @@ class AsyncSubscriber:
                 self._grouped.wakeup.clear()
                 return RecordBatch.empty()
         async with self._poll_lock:
+            await self._topics.renew()  # an ephemeral reader's registration, kept while it polls
             grouped = self._grouped
             if grouped is not None:
                 if grouped.auto_confirm is not None and grouped.auto_confirm.due():
@@ -296,7 +350,7 @@ class AsyncSubscriber:
                 if remaining <= 0 or self._closed:
                     break
                 waits = reads.outstanding()
-                wait = min(remaining, self.item_gate.hold_left())
+                wait = min(remaining, self.item_gate.hold_left(), await self._topics.renew())
                 if grouped is not None:
                     wait = min(wait, grouped.pause_left())
                     waits.append(asyncio.ensure_future(grouped.wakeup.wait()))
@@ -341,8 +395,8 @@ class AsyncSubscriber:
         if not taken:
             return RecordBatch.empty()
         decoded = None
-        if options.value_deserializer is not None or options.key_deserializer is not None:
-            decoded = self.refusals.decode(taken, options.value_deserializer, options.key_deserializer)
+        if self._value_deserializer is not None or options.key_deserializer is not None:
+            decoded = await self._decode(taken)
             if reads.dead_letters is not None:
                 letters = self.refusals.dead_letters_of(decoded)
                 if letters:
@@ -351,9 +405,22 @@ class AsyncSubscriber:
         out, records, orphans = deliver_taken(reads.lanes, taken, decoded)
         for orphan in orphans:
             orphan.cancel()
-        batch = RecordBatch(out, records)
+        batch = self._topics.hand_out(RecordBatch(out, records), decoded is not None)
         self.delivered_records += len(batch)
         return batch
+
+    async def _decode(self, taken: dict[int, list[BatchPart]]) -> dict[int, DecodedLane]:
+        """``Refusals.decode``; once more when records were refused for a schema version the view did not hold yet
+        (registered since it was read: ``SchemaView.catch_up`` read it)."""
+        before = dict(taken)
+        value, key = self._value_deserializer, self.options.key_deserializer
+        decoded = self.refusals.decode(taken, value, key)
+        refused = any(lane.refused or lane.stopped is not None for lane in decoded.values())
+        if refused and self._schemas is not None and await self._schemas.catch_up():
+            taken.clear()
+            taken.update(before)
+            decoded = self.refusals.decode(taken, value, key)
+        return decoded
 
     # ------------------------------------------------------------------------------------------------ positions
 
@@ -377,6 +444,8 @@ class AsyncSubscriber:
         if offset > first_offset_of(end):
             oldest = min(bounds.head(), end)
             raise OffsetOutOfRangeError(self.stream, lane, offset, first_offset_of(oldest), first_offset_of(end))
+        if offset < state.position:
+            refuse_on_ephemeral(self.info, f"seek back to offset {offset} on lane {lane}")
         async with self._poll_lock:
             if self._grouped is not None:
                 await self._grouped.member.seek(lane, offset)  # grouped: the group's offset, fenced
@@ -477,13 +546,11 @@ class AsyncSubscriber:
 
     async def lag(self) -> dict[int, int]:
         """Ring items behind each lane's end, from the next record to deliver."""
-        out = {}
-        reads = self._lane_reads()
-        for lane, state in reads.lanes.items():
-            bounds = reads.bounds[lane]
-            await bounds.refresh()
-            out[lane] = max(0, bounds.tail() + 1 - sequence_of(state.position))
-        return out
+        return await refreshed_lag(self._lane_reads())
+
+    def exported_lag(self) -> dict[int, int]:
+        """The lag as last refreshed on the loop, for Prometheus (``meteor_spark.aio.exported``)."""
+        return {} if self._lag_watch is None else self._lag_watch.lag
 
     def metrics(self) -> dict[str, int]:
         """The threaded ``Subscriber.metrics()`` counters; grouped, also the member's lease figures and the lanes it
@@ -497,7 +564,7 @@ class AsyncSubscriber:
             "nacked_records": 0,
             "delayed_records": 0,
             "dead_lettered_records": 0,
-            "filtered_records": 0,
+            "filtered_records": self._topics.filtered_records,
             **self.item_gate.counters(),
             **({} if self._grouped is None else self._grouped.metrics()),
         }

@@ -8,7 +8,9 @@ loop and no threads of meteor's):
 - round trip with one record in flight: publish, and a subscriber on another client connection receives it
   (p50 / p99), the next record published only then;
 - request/reply with one request in flight: a requester (``Requester`` / ``AsyncRequester``) and a responder
-  (``Responder`` / ``AsyncResponder``) on two client connections of this process, p50 / p99 of ``request``.
+  (``Responder`` / ``AsyncResponder``) on two client connections of this process, p50 / p99 of ``request``;
+- a shared-group member (``SharedSubscriber`` / ``AsyncSharedSubscriber``) alone on a 4-lane stream of published
+  records: records acquired and acknowledged per second (``poll`` then ``ack`` of each batch).
 
 Ceilings measured in the same run: raw ``add_all`` of pre-encoded 1000-record items through the threaded client and
 through the asyncio client (no meteor logic), and a raw ring round trip (add, then a ``read_many`` of that item) of
@@ -25,11 +27,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncRequester, AsyncResponder, AsyncSubscriber
+from meteor_spark.aio import (
+    AsyncGrid,
+    AsyncPublisher,
+    AsyncRequester,
+    AsyncResponder,
+    AsyncSharedSubscriber,
+    AsyncSubscriber,
+)
 from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid, best_of_rounds
 from meteor_spark.bench.pubsub import WARM_UP_ROUND_TRIPS, ceilings, payloads, percentiles, round_trips, values_of
 from meteor_spark.consumer.request_reply import Requester, Responder
+from meteor_spark.consumer.shared_subscriber import SharedSubscriber
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.format.item_encoding import encode_columns
 from meteor_spark.format.records import Record
@@ -41,6 +51,8 @@ from meteor_spark.tables import render_table
 
 RECORD_BYTES = 100
 BULK = 10_000
+#: Records a shared-group member acquires and acknowledges per side and round (at most ``--records``).
+SHARED_RECORDS = 20_000
 
 
 @dataclass(frozen=True)
@@ -97,7 +109,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 lowest=lambda name: name.endswith("_ms"),
             )
         )
+        figures["shared"] = best_of_rounds(
+            settings.rounds,
+            {
+                "threaded": lambda: _shared_threaded(grid, pool, settings),
+                "asyncio": lambda: asyncio.run(_shared_asyncio(grid, grid_settings, pool, settings)),
+            },
+        )
     return figures
+
+
+def _shared_stream(grid: Grid, pool: list[bytes], settings: AioBenchOptions, side: str) -> tuple[str, int]:
+    """A fresh 4-lane stream holding the records a shared member works through."""
+    name = f"bench-aio-shared-{side}-{os.getpid()}-{time.time_ns()}"
+    values = values_of(pool, min(settings.records, SHARED_RECORDS))
+    with Publisher(grid, StreamConfig(name, lanes=4, capacity=100_000), max_buffered_records=1_000_000) as pub:
+        pub.publish_many(values)
+        pub.flush()
+    return name, len(values)
+
+
+def _shared_threaded(grid: Grid, pool: list[bytes], settings: AioBenchOptions) -> dict[str, float]:
+    """A threaded shared member alone: records acquired and acknowledged per second."""
+    name, total = _shared_stream(grid, pool, settings, "threaded")
+    try:
+        with SharedSubscriber(grid, name, group="bench") as member:
+            start, done = time.perf_counter(), 0
+            while done < total:
+                batch = member.poll(5000)
+                member.ack(batch)
+                done += len(batch)
+            return {"shared_records_s": total / (time.perf_counter() - start)}
+    finally:
+        delete_stream(grid, name)
+
+
+async def _shared_asyncio(
+    grid: Grid, grid_settings: GridSettings, pool: list[bytes], settings: AioBenchOptions
+) -> dict[str, float]:
+    """An asyncio shared member alone: records acquired and acknowledged per second."""
+    name, total = _shared_stream(grid, pool, settings, "asyncio")
+    try:
+        async with AsyncSharedSubscriber(grid_settings, name, group="bench") as member:
+            start, done = time.perf_counter(), 0
+            while done < total:
+                batch = await member.poll(5000)
+                await member.ack(batch)
+                done += len(batch)
+            return {"shared_records_s": total / (time.perf_counter() - start)}
+    finally:
+        delete_stream(grid, name)
 
 
 async def _async_ceilings(grid_settings: GridSettings, pool: list[bytes], settings: AioBenchOptions) -> dict[str, Any]:
@@ -278,9 +339,25 @@ def render(figures: dict[str, Any]) -> str:
                 f"{side['rr_p50_ms'] / threaded['rr_p50_ms']:.2f}",
             ),
         ]
+    rows += _shared_rows(figures.get("shared"))
     table = render_table(("scenario (100-byte records)", "result", "vs its ceiling", "vs threaded"), rows)
     note = (
         "ceilings: each client's raw add_all of pre-encoded 1000-record items and raw ring add + read_many round "
         "trip (no meteor logic); 'vs its ceiling' divides by the ceiling of the same client"
     )
     return "\n".join([table, note])
+
+
+def _shared_rows(shared: dict[str, dict[str, float]] | None) -> list[tuple[str, str, str, str]]:
+    """The shared-group member's rows (none in figures from before they were measured)."""
+    if shared is None:
+        return []
+    return [
+        (
+            f"{label}: shared group member, poll + ack",
+            f"{shared[label]['shared_records_s']:,.0f} rec/s",
+            "",
+            f"{shared[label]['shared_records_s'] / shared['threaded']['shared_records_s']:.2f}",
+        )
+        for label in ("threaded", "asyncio")
+    ]

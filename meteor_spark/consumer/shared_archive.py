@@ -22,6 +22,7 @@ from meteor_spark.consumer.shared_groups import (
     UndecodableItem,
     shared_record,
 )
+from meteor_spark.consumer.shared_steps import Steps
 from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import BatchPart
 from meteor_spark.format.wire import ItemView
@@ -31,6 +32,14 @@ from meteor_spark.groups.shared_state import LaneShare
 __all__ = ["SharedArchive"]
 
 
+class _NotCached(Exception):
+    """A ring item ``_distance_floor``'s walk needs that is not cached yet."""
+
+    def __init__(self, sequence: int) -> None:
+        super().__init__(sequence)
+        self.sequence = sequence
+
+
 class SharedArchive(SharedBookkeeping):
     """Archiving while acquiring (see the module docs); every attribute is the ``SharedSubscriber``'s."""
 
@@ -38,23 +47,36 @@ class SharedArchive(SharedBookkeeping):
     max_deliveries: int | None
     distance_dead_letters: int
 
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | UndecodableItem | None:  # pragma: no cover
-        raise NotImplementedError  # SharedSubscriber's: the cached ring item
+    def _item(self, lane: int, seq: int, fresh: bool) -> Steps[ItemView | UndecodableItem | None]:  # pragma: no cover
+        raise NotImplementedError  # SharedAcquire's: the cached ring item
 
-    def _record_count(self, lane: int, seq: int) -> int:
-        """Records in the ring item ``seq`` of ``lane`` (cached; an undecodable item counts as one)."""
-        view = self._item(lane, seq, False)
+    def _record_count(self, lane: int, seq: int, counts: dict[int, int]) -> int:
+        """Records in the ring item ``seq`` of ``lane`` (an undecodable item counts as one), from ``counts`` (what
+        this walk read) or the cache; else ``_NotCached`` (``_distance_floor`` reads it and walks again)."""
+        if seq in counts:
+            return counts[seq]
+        with self._lock:
+            view = self._items[lane].get(seq)
+        if view is None:
+            raise _NotCached(seq)
         return view.count if isinstance(view, ItemView) else 1
 
-    def _distance_floor(self, lane: int, share: LaneShare) -> int:
+    def _distance_floor(self, lane: int, share: LaneShare) -> Steps[int]:
         """The lowest offset of ``lane`` not yet more than ``dead_letter_after`` records behind the most recently
         acquired record (the one before ``next``): available records below it are archived. ``start`` (nothing
-        to archive) without the setting or without available records."""
+        to archive) without the setting or without available records. ``redelivery.distance_floor`` walks the
+        cached items; an item it needs that is not cached is read (a step) and the walk starts again."""
         if self.dead_letter_after is None or not share.available():
             return share.start
-        return distance_floor(
-            share.start, share.next, self.dead_letter_after, lambda seq: self._record_count(lane, seq)
-        )
+        counts: dict[int, int] = {}  # at most dead_letter_after + 1 items: the walk's length
+        while True:
+            try:
+                return distance_floor(
+                    share.start, share.next, self.dead_letter_after, lambda seq: self._record_count(lane, seq, counts)
+                )
+            except _NotCached as missing:
+                view = yield from self._item(lane, missing.sequence, False)
+                counts[missing.sequence] = view.count if isinstance(view, ItemView) else 1
 
     def _distance_reason(self) -> str:
         return (
@@ -67,7 +89,7 @@ class SharedArchive(SharedBookkeeping):
 
     def _hand_out(
         self, lane: int, token: str, slices: list[tuple[BatchPart, int]], archive: dict[tuple[int, int], str]
-    ) -> tuple[list[BatchPart], list[SharedRecord]]:
+    ) -> Steps[tuple[list[BatchPart], list[SharedRecord]]]:
         """Record the acquired records as held, dead-letter the archived ones (``archive``: range -> reason),
         return the others."""
         parts: list[BatchPart] = []
@@ -93,7 +115,7 @@ class SharedArchive(SharedBookkeeping):
                 parts.append(part)
                 out.extend(shared)
         for reason, archived in letters.items():
-            self._archive(archived, reason)
+            yield from self._archive(archived, reason)
             if reason == self._distance_reason():
                 self.distance_dead_letters += len(archived)
         return parts, out

@@ -85,6 +85,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from meteor_spark.consumer.shared_steps import Steps, oldest_steps
 from meteor_spark.consumer.shared_takeup import SharedTakeUp
 from meteor_spark.errors import (
     ConfigError,
@@ -100,8 +101,6 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import Record
 from meteor_spark.format.wire import ItemView
-from meteor_spark.grid.client import GridMap, Ring
-from meteor_spark.grid.reading import oldest_in
 from meteor_spark.groups.leases import ExpiryObserver
 from meteor_spark.groups.redelivery import check_dead_letter_after, check_delay, not_before
 from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, GroupSettings, LaneShare, settings_key
@@ -196,8 +195,6 @@ class SharedBookkeeping(SharedTakeUp):
     refused_records: int
     renewed_records: int
     delayed_records: int
-    _map: GridMap
-    _rings: list[Ring]
     _keys: list[str]
     _lock: Any  # an RLock over the entries' texts and what this member holds
     _texts: dict[int, str]  # lane -> entry text last read or written
@@ -209,6 +206,11 @@ class SharedBookkeeping(SharedTakeUp):
     _acquisitions: int
     _dead_letters: Any  # the dead-letter publisher, None without a dead-letter stream
 
+    def _publish_letters(self, records: list[Record]) -> Any:  # pragma: no cover - the members'
+        """Publish ``records`` to the dead-letter stream and return once the grid acknowledged them (or an
+        awaitable doing so): the one call whose client differs between the threaded and the asyncio member."""
+        raise NotImplementedError
+
     def _where(self, lane: int) -> str:
         return f"stream {self.stream!r} lane {lane} of shared group {self.group!r}"
 
@@ -218,7 +220,7 @@ class SharedBookkeeping(SharedTakeUp):
         max_deliveries: int | None,
         dead_letter_stream: str | None,
         dead_letter_after: int | None = None,
-    ) -> GroupSettings:
+    ) -> Steps[GroupSettings]:
         """The group's stored settings; the first member stores its own (defaults for what it leaves out). A value
         this member gives that differs from the stored one is refused: a lock duration per member would let
         records of a dead member come back after whichever survivor's timeout."""
@@ -241,9 +243,9 @@ class SharedBookkeeping(SharedTakeUp):
             dead_letter_stream,
             dead_letter_after,
         )
-        text = self._map.get(key)
+        text = yield lambda: self._map.get(key)
         if text is None:
-            text = self._map.put_if_absent(key, wanted.encode())
+            text = yield lambda: self._map.put_if_absent(key, wanted.encode())
             if text is None:
                 logger.info("shared group %r of stream %r created with %s", self.group, self.stream, wanted)
                 return wanted
@@ -269,7 +271,7 @@ class SharedBookkeeping(SharedTakeUp):
             )
         return stored
 
-    def _read(self, lane: int, *, own_write: bool = False) -> tuple[str, LaneShare]:
+    def _read(self, lane: int, *, own_write: bool = False) -> Steps[tuple[str, LaneShare]]:
         """The lane's entry: with ``own_write``, the text this member wrote last if its last step on the lane was a
         successful write (the compare-and-set then checks it is still current); else read from the grid. A lane not
         taken up since the grid last lost a connection is read from the grid and checked against the ring first
@@ -280,31 +282,30 @@ class SharedBookkeeping(SharedTakeUp):
             mine = self._texts.get(lane) if own_write and taken_up and self._own_write.get(lane) else None
         if mine is not None:
             return mine, LaneShare.decode(mine, f"{key} in map {SHARE_MAP!r}")
-        text, share = self._fetch(lane)
-        return (text, share) if taken_up else self._take_up(lane, text, share)
+        text, share = yield from self._fetch(lane)
+        return (text, share) if taken_up else (yield from self._take_up(lane, text, share))
 
-    def _fetch(self, lane: int) -> tuple[str, LaneShare]:
+    def _fetch(self, lane: int) -> Steps[tuple[str, LaneShare]]:
         """The lane's entry read from the grid (created at the initial offset scheme's offset when missing)."""
         key = self._keys[lane]
-        text = self._map.get(key)
+        text = yield lambda: self._map.get(key)
         if text is None:
             ring = self._rings[lane]
-            nxt = ring.tail() + 1
-            start = resolve_initial(
-                self.scheme, True, None, lambda: min(oldest_in(ring), nxt), nxt, where=self._where(lane)
-            )
+            nxt = (yield lambda: ring.tail()) + 1
+            oldest = min((yield from oldest_steps(ring)), nxt)
+            start = resolve_initial(self.scheme, True, None, lambda: oldest, nxt, where=self._where(lane))
             fresh = LaneShare.initial(start).encode()
-            text = self._map.put_if_absent(key, fresh) or fresh
+            text = (yield lambda: self._map.put_if_absent(key, fresh)) or fresh
         with self._lock:
             self._texts[lane] = text
             self._own_write[lane] = False
         return text, LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
 
-    def _write(self, lane: int, key: str, text: str, share: LaneShare) -> bool:
+    def _write(self, lane: int, key: str, text: str, share: LaneShare) -> Steps[bool]:
         new = share.encode()
         if new == text:
             return True
-        if not self._map.replace_if_same(key, text, new):
+        if not (yield lambda: self._map.replace_if_same(key, text, new)):
             with self._lock:
                 self._own_write[lane] = False
             return False
@@ -329,12 +330,13 @@ class SharedBookkeeping(SharedTakeUp):
             for seq in [s for s in cache if s < below]:
                 del cache[seq]
 
-    def _archive(self, records: list[SharedRecord], reason: str) -> None:
+    def _archive(self, records: list[SharedRecord], reason: str) -> Steps[None]:
         """Publish ``records`` to the dead-letter stream (acknowledged by the grid), then mark them done."""
         assert self._dead_letters is not None
-        self._dead_letters.publish_many(
-            [dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason) for r in records]
-        ).result()
+        letters: list[Record] = [
+            dead_letter_for_delivery(r, group=self.group, deliveries=r.delivery_count, reason=reason) for r in records
+        ]
+        yield lambda: self._publish_letters(letters)
         self.dead_lettered_records += len(records)
         logger.warning(
             "stream %r group %r: %d record(s) dead-lettered to %r: %s (first: lane %d offset %d)",
@@ -346,43 +348,24 @@ class SharedBookkeeping(SharedTakeUp):
             records[0].lane,
             records[0].offset,
         )
-        self._settle(records, DONE, "archive")
+        yield from self._settle(records, DONE, "archive")
 
     # ------------------------------------------------------------------------------------------------ settling
 
-    def ack(self, records: Record | Iterable[Record]) -> None:
-        """Acknowledge records (a record, a batch or any iterable of records this member holds): done, never
-        delivered again.
+    def _ack(self, records: Record | Iterable[Record]) -> Steps[None]:
+        """``ack``'s steps (the members' ``ack`` documents it)."""
+        self.acked_records += yield from self._settle(records, DONE, "ack")
 
-        Raises:
-            ConfigError: a record this member does not hold (never handed out to it, or settled already);
-                nothing was written.
-            FencedError: some records' acquisition timed out and they were released or taken by another member:
-                nothing was written for those (the others were acknowledged); they are processed again elsewhere.
-        """
-        self.acked_records += self._settle(records, DONE, "ack")
-
-    def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
-        """Release records for redelivery (to any member), delivery count kept: at once, or with ``delay_ms`` no
-        earlier than that from now (wall clock, stored in the lane's entry: it holds when this member dies; the
-        lane's other records are handed out meanwhile). Errors as ``ack``.
-
-        Raises:
-            ConfigError: ``delay_ms`` negative, not an integer, or above ``redelivery.MAX_NACK_DELAY_MS``; nothing
-                was written.
-        """
+    def _nack(self, records: Record | Iterable[Record], delay_ms: int) -> Steps[None]:
+        """``nack``'s steps: the delay checked before anything is written."""
         delay = check_delay(delay_ms)
-        settled = self._settle(records, AVAILABLE, "nack", not_before(delay))
+        settled = yield from self._settle(records, AVAILABLE, "nack", not_before(delay))
         self.released_records += settled
         if delay:
             self.delayed_records += settled
 
-    def reject(self, records: Record | Iterable[Record]) -> None:
-        """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
-
-        Raises:
-            ConfigError: no ``dead_letter_stream``, or a record this member does not hold.
-        """
+    def _reject(self, records: Record | Iterable[Record]) -> Steps[None]:
+        """``reject``'s steps: archived (dead letter first) with the delivery count each record was handed out with."""
         chosen = self._records(records, "reject")
         if self._dead_letters is None:
             raise ConfigError(
@@ -395,20 +378,11 @@ class SharedBookkeeping(SharedTakeUp):
                 r if isinstance(r, SharedRecord) else shared_record(r, self._held[r.lane][r.offset].deliveries)
                 for r in chosen
             ]
-        self._archive(letters, "rejected by member " + self.member_id)
+        yield from self._archive(letters, "rejected by member " + self.member_id)
         self.rejected_records += len(chosen)
 
-    def renew(self, records: Record | Iterable[Record]) -> None:
-        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
-        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
-        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
-        per lane.
-
-        Raises:
-            ConfigError: a record this member does not hold; nothing was written.
-            FencedError: some records' lock had already ended and they were released or taken by another member:
-                nothing was written for those (the others were renewed); they are processed again elsewhere.
-        """
+    def _renew(self, records: Record | Iterable[Record]) -> Steps[None]:
+        """``renew``'s steps: one compare-and-set per lane moving the records to a fresh token of this member."""
         chosen = self._records(records, "renew")
         self._check_held(chosen, "renew")
         by_lane = self._spans_by_lane(chosen)
@@ -416,7 +390,9 @@ class SharedBookkeeping(SharedTakeUp):
         for lane, spans in sorted(by_lane.items()):
             self._acquisitions += 1
             token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            lost = self._change_lane(lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new))
+            lost = yield from self._change_lane(
+                lane, spans, lambda share, runs, old, new=token: share.renew(runs, old, new)
+            )
             self._observers[lane].see(token, token)
             with self._lock:
                 held_lane = self._held[lane]
@@ -464,14 +440,14 @@ class SharedBookkeeping(SharedTakeUp):
                 del self._held[lane][offset]
         return spans
 
-    def settle_spans(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
+    def _settle_spans(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> Steps[list[tuple[int, int]]]:
         """Settle the records ``[first, end)`` acquired under ``token`` (``(first, end, token)`` each, from
         ``hand_over``, possibly by an earlier member) to ``DONE`` or ``AVAILABLE``, with one compare-and-set; this
         member forgets them. Returns the ranges refused: not held by that acquisition any more (settled already,
         or timed out and released or taken by another member)."""
         if state not in (DONE, AVAILABLE):
             raise ValueError(f"settle_spans takes DONE or AVAILABLE, got {state!r}")
-        lost = self._settle_lane(lane, spans, state)
+        lost = yield from self._settle_lane(lane, spans, state)
         with self._lock:
             held = self._held[lane]
             for first, end, _ in spans:
@@ -511,7 +487,7 @@ class SharedBookkeeping(SharedTakeUp):
                 f"handed out to it, or settled already; nothing was written"
             )
 
-    def _settle(self, records: Record | Iterable[Record], state: str, what: str, later: int = 0) -> int:
+    def _settle(self, records: Record | Iterable[Record], state: str, what: str, later: int = 0) -> Steps[int]:
         """Move held records to ``state`` (one compare-and-set per lane; released ones not available before the
         wall-clock instant ``later`` when it is set); returns how many were settled."""
         chosen = self._records(records, what)
@@ -520,7 +496,7 @@ class SharedBookkeeping(SharedTakeUp):
         refused: dict[int, list[tuple[int, int]]] = {}
         settled = 0
         for lane, spans in sorted(by_lane.items()):
-            lost = self._settle_lane(lane, spans, state, later)
+            lost = yield from self._settle_lane(lane, spans, state, later)
             with self._lock:
                 for offset, _, _ in spans:
                     self._held[lane].pop(offset, None)
@@ -541,11 +517,15 @@ class SharedBookkeeping(SharedTakeUp):
 
     def _settle_lane(
         self, lane: int, spans: list[tuple[int, int, str]], state: str, later: int = 0
-    ) -> list[tuple[int, int]]:
+    ) -> Steps[list[tuple[int, int]]]:
         """One compare-and-set on ``lane``'s entry; returns the ranges refused (no longer held)."""
-        return self._change_lane(lane, spans, lambda share, runs, token: share.settle(runs, token, state, later))
+        return (
+            yield from self._change_lane(
+                lane, spans, lambda share, runs, token: share.settle(runs, token, state, later)
+            )
+        )
 
-    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> list[tuple[int, int]]:
+    def _change_lane(self, lane: int, spans: list[tuple[int, int, str]], step: Any) -> Steps[list[tuple[int, int]]]:
         """Apply ``step(share, runs, token) -> (share, refused)`` to the records ``spans`` (``(first, end,
         token)``) of ``lane`` with one compare-and-set; returns the ranges refused (no longer held)."""
         by_token: dict[str, list[tuple[int, int]]] = {}
@@ -560,7 +540,7 @@ class SharedBookkeeping(SharedTakeUp):
             text = self._texts.get(lane)
         for _ in range(MAX_CAS_ATTEMPTS):
             if text is None:
-                text, share = self._read(lane)
+                text, share = yield from self._read(lane)
             else:
                 share = LaneShare.decode(text, f"{key} in map {SHARE_MAP!r}")
             refused: list[tuple[int, int]] = []
@@ -570,7 +550,7 @@ class SharedBookkeeping(SharedTakeUp):
                     singles = [(f, e) for f, e, t in spans if t == token and first <= f < end]
                     share, lost_singles = step(share, singles, token)
                     refused.extend(lost_singles)
-            if self._write(lane, key, text, share):
+            if (yield from self._write(lane, key, text, share)):
                 return refused
             text = None
         raise GroupError(

@@ -2,8 +2,10 @@
 
 The group's semantics (acquisitions, timeouts, delivery counts, dead letters, guarantees) are described in
 ``meteor_spark.consumer.shared_groups``, which also holds the member's side of the group's state (``SharedBookkeeping``:
-lane entries, settings, settling). Here: the poll loop (acquire per lane with one compare-and-set, read and cache
-ring items, pass over undecodable ones, deserialize, hand out) and the member's lifecycle.
+lane entries, settings, settling). The poll loop's steps
+(acquire per lane with one compare-and-set, read and cache ring items, pass over undecodable ones, deserialize, hand
+out) are ``meteor_spark.consumer.shared_acquire``'s, shared with the asyncio member; here they run on the caller's
+thread (``shared_steps.run_steps``), with the waiting and the member's lifecycle.
 """
 
 from __future__ import annotations
@@ -11,72 +13,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
-from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
-from meteor_spark.consumer.shared_archive import SharedArchive
-from meteor_spark.consumer.shared_groups import (
-    MAX_WINDOW_ITEMS,
-    RECHECK_S,
-    HeldSpan,
-    SharedRecord,
-    UndecodableItem,
-    corrupt_mode,
-    corrupt_policy,
-    shared_record,
-)
+from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
+from meteor_spark.consumer.shared_groups import RECHECK_S
+from meteor_spark.consumer.shared_steps import run_steps
 from meteor_spark.consumer.topics import refuse_on_ephemeral
-from meteor_spark.errors import (
-    ArgumentTypeError,
-    ConfigError,
-    DataLossError,
-    FormatError,
-    GroupError,
-    MeteorError,
-)
 from meteor_spark.format.avro import AvroValues
-from meteor_spark.format.offsets import (
-    InitialOffsetScheme,
-    first_offset_of,
-    index_of,
-    make_offset,
-    sequence_of,
-)
-from meteor_spark.format.records import BatchPart, Record, RecordBatch
+from meteor_spark.format.offsets import InitialOffsetScheme
+from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer, deserializer
-from meteor_spark.format.wire import ItemView, decode_item
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, GridMap, Ring
-from meteor_spark.grid.item_marks import ItemMark
-from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.grid.typed_values import value_deserializer_for
-from meteor_spark.groups.balancing import default_member_id
-from meteor_spark.groups.leases import ExpiryObserver
-from meteor_spark.groups.redelivery import now_ms
-from meteor_spark.groups.shared_state import AVAILABLE, DONE, SHARE_MAP, LaneShare
-from meteor_spark.groups.store import MAX_CAS_ATTEMPTS, lane_key
+from meteor_spark.groups.shared_state import SHARE_MAP
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
-from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["SharedSubscriber"]
 
-#: Decoded ring items kept per lane (items never change, so the cache needs no invalidation).
-_CACHE_ITEMS = 2048
 
-#: Subscriber arguments that have no meaning for a shared group, and why.
-_UNSUPPORTED = {
-    "lease_ms": "shared members hold no leases; acquisitions time out after acquisition_timeout_ms",
-    "max_bytes_per_read": "reads are sized in ring items (max_items_per_read)",
-    "auto_confirm_interval_ms": "records are settled one by one with ack/nack/reject",
-}
-
-
-class SharedSubscriber(SharedArchive):
+class SharedSubscriber(SharedAcquire):
     """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
     by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
     deprecated spelling of this constructor.
@@ -145,90 +106,43 @@ class SharedSubscriber(SharedArchive):
         skip_data_loss: bool = False,
         **others: Any,
     ) -> None:
-        # long: one constructor on purpose: the options are checked (a ConfigError naming each) before the group's
-        # settings are read or stored in the grid, then the member's state is set in one place.
-        given = sorted(name for name, value in others.items() if value is not None and value is not False)
-        unknown = [name for name in given if name not in _UNSUPPORTED]
-        if unknown:
-            raise TypeError(f"SharedSubscriber() got unexpected keyword argument(s) {', '.join(unknown)}")
-        if given:
-            raise ConfigError(
-                "not supported by a shared group member (SharedSubscriber): "
-                + "; ".join(f"{name} ({_UNSUPPORTED[name]})" for name in given)
-                + ". Drop them, or use an exclusive group (Subscriber)"
-            )
-        if not isinstance(group, str) or not group:
-            raise ConfigError(f"SharedSubscriber needs a group: a non-empty group name, got {group!r}")
-        if not isinstance(skip_data_loss, bool):
-            raise ArgumentTypeError(f"skip_data_loss must be True or False, got {skip_data_loss!r}")
-        self.scheme = InitialOffsetScheme.parse(initial_offset_scheme)
-        check_int("max_poll_records", max_poll_records, 1, 1 << 31)
-        check_int("max_items_per_read", max_items_per_read, 1, MAX_BATCH_ITEMS)
-        mode = corrupt_mode(on_corrupt)
+        choices = check_member_options(
+            "SharedSubscriber",
+            UNSUPPORTED,
+            others,
+            group=group,
+            initial_offset_scheme=initial_offset_scheme,
+            max_poll_records=max_poll_records,
+            max_items_per_read=max_items_per_read,
+            member_id=member_id,
+            acquisition_timeout_ms=acquisition_timeout_ms,
+            max_deliveries=max_deliveries,
+            dead_letter_stream=dead_letter_stream,
+            dead_letter_after=dead_letter_after,
+            on_corrupt=on_corrupt,
+            skip_data_loss=skip_data_loss,
+        )
         registry = metrics_registry(metrics)
-        if acquisition_timeout_ms is not None:
-            check_int("acquisition_timeout_ms", acquisition_timeout_ms, 1, (1 << 31) - 1)
-        if dead_letter_stream is not None and (not isinstance(dead_letter_stream, str) or not dead_letter_stream):
-            raise ConfigError(f"dead_letter_stream must be a non-empty stream name, got {dead_letter_stream!r}")
-        if max_deliveries is not None:
-            check_int("max_deliveries", max_deliveries, 1, 1 << 15)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
         refuse_on_ephemeral(self.info, "a shared group (acknowledged records)")
-        self.stream = self.info.name
-        self.group = group
-        self.member_id = member_id or default_member_id()
-        self.max_poll_records = max_poll_records
-        self._map: GridMap = grid.map(SHARE_MAP)
-        settings = self._group_settings(acquisition_timeout_ms, max_deliveries, dead_letter_stream, dead_letter_after)
-        self.settings = settings
-        self.acquisition_timeout_ms = settings.acquisition_timeout_ms
-        self.max_deliveries = settings.max_deliveries
-        self.dead_letter_after = settings.dead_letter_after
-        self.dead_letter_stream = settings.dead_letter_stream
-        dead_letter_stream = settings.dead_letter_stream
-        self.corrupt_policy = corrupt_policy(mode, dead_letter_stream)
+        self._set_up(choices, grid.map(SHARE_MAP), [grid.ring(name) for name in self.info.ring_names])
+        settings = run_steps(self._settings_steps(choices))
         self._value_deserializer = value_deserializer_for(grid, self.info, value_deserializer)
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
-        # Hazelcast refuses a read of more items than the ring holds.
-        self._items_per_read = min(max_items_per_read, self.info.config.capacity)
-        self._rings: list[Ring] = [grid.ring(name) for name in self.info.ring_names]
-        self._keys = [lane_key(self.stream, group, lane) for lane in range(self.info.lanes)]
-        self._incarnation = uuid.uuid4().hex[:4]
-        self._acquisitions = 0
-        self._observers = {lane: ExpiryObserver() for lane in range(self.info.lanes)}
-        self._lock = threading.RLock()
         self._poll_lock = threading.Lock()
         self._wakeup = threading.Event()
         self._wakers: dict[int, Any] = {}
-        self._texts: dict[int, str] = {}  # lane -> entry text last read or written
-        self._own_write: dict[int, bool] = {}  # lane -> this member's last step on the entry was a write
-        self.skip_data_loss = skip_data_loss
-        self.truncated_lanes = 0
-        self.truncations: list[tuple[int, int, int]] = []
-        self._checked: dict[int, int] = {}  # lane -> Grid.connection_losses when the lane was last taken up
-        self._marks: dict[int, OrderedDict[int, ItemMark]] = {lane: OrderedDict() for lane in range(self.info.lanes)}
-        self._items: dict[int, OrderedDict[int, ItemView | UndecodableItem]] = {
-            lane: OrderedDict() for lane in range(self.info.lanes)
-        }
-        self._held: dict[int, dict[int, HeldSpan]] = {lane: {} for lane in range(self.info.lanes)}
-        # The lane this member tries first: it moves on by one lane per poll (no lane starves), except after a
-        # poll that lost a compare-and-set there: members that collided fall out of step and spread over the lanes.
-        self._home = uuid.uuid4().int % self.info.lanes
-        self._contended = False
         self._closed = False
-        self.delivered_records = 0
-        self.acked_records = 0
-        self.released_records = 0
-        self.rejected_records = 0
-        self.dead_lettered_records = 0
-        self.refused_records = 0
-        self.renewed_records = 0
-        self.delayed_records = 0
-        self.distance_dead_letters = 0
-        self._dead_letters = None if dead_letter_stream is None else dead_letter_publisher(grid, dead_letter_stream)
-        self.refusals = Refusals(grid, self.stream, self.corrupt_policy)
+        target = settings.dead_letter_stream
+        self._dead_letters = None if target is None else dead_letter_publisher(grid, target)
+        self.refusals = Refusals(None, self.stream, self.corrupt_policy)
         self._detach_metrics = attach_metrics(registry, self)
+
+    def _publish_letters(self, records: list[Record]) -> None:
+        """Dead letters published with the member's ``Publisher``, returning once the grid acknowledged them."""
+        assert self._dead_letters is not None
+        self._dead_letters.publish_many(records).result()
 
     # ------------------------------------------------------------------------------------------------ polling
 
@@ -242,264 +156,17 @@ class SharedSubscriber(SharedArchive):
             FormatError: a ring item cannot be decoded.
             GridError: the grid failed (nothing was acquired by the failing step).
         """
-        if self._closed:
-            raise MeteorError(f"the shared subscriber of stream {self.stream!r} is closed; create a new one")
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ConfigError(f"poll timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        self._check_poll(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
             while True:
                 self._wakeup.clear()
-                batch = self._acquire_round()
+                batch = run_steps(self._acquire_round())
                 remaining = deadline - time.monotonic()
                 if batch or remaining <= 0:
                     return batch
                 self._arm_wakers()
                 self._wakeup.wait(min(remaining, RECHECK_S))
-
-    def _acquire_round(self) -> RecordBatch:
-        """One pass over the lanes, from this member's home lane on, until ``max_poll_records`` are acquired."""
-        lanes = self.info.lanes
-        order = [(self._home + i) % lanes for i in range(lanes)]
-        budget = self.max_poll_records
-        parts: list[BatchPart] = []
-        records: list[Record] = []
-        for lane in order:
-            if budget <= 0:
-                break
-            self._contended = False
-            try:
-                got_parts, got_records = self._acquire(lane, budget)
-            except MeteorError:
-                if not records:
-                    raise
-                break  # hand out what other lanes gave first; the next poll meets the error again
-            if lane == self._home and not (got_records and self._contended):
-                self._home = (lane + 1) % lanes  # the next poll starts at the next lane: no lane starves
-            if got_records:
-                parts.extend(got_parts)
-                records.extend(got_records)
-                budget -= len(got_records)
-        self.delivered_records += len(records)
-        return RecordBatch(parts, records) if records else RecordBatch.empty()
-
-    def _acquire(self, lane: int, budget: int) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """One lane: acquire up to ``budget`` records (released or timed-out ones first, then fresh ones) with one
-        compare-and-set, dead-letter those past ``max_deliveries``, and return the rest to hand out."""
-        key = self._keys[lane]
-        own = True  # first try the text this member wrote last (usually still current): saves a round trip
-        for _ in range(MAX_CAS_ATTEMPTS):
-            text, share = self._read(lane, own_write=own)
-            expired = self._timed_out(lane, share)
-            share = share.expire(expired)
-            self._acquisitions += 1
-            token = f"{self.member_id}:{self._incarnation}:{self._acquisitions}"
-            picks, archive, fresh_end, slices, corrupt = self._pick(lane, share, budget)
-            if not picks and not archive and fresh_end is None:
-                if own and self._own_write.get(lane):
-                    own = False  # what this member wrote may be stale: look at the entry before giving up
-                    continue
-                if expired:  # nothing to take, but the timed-out acquisitions are released for everyone
-                    self._write(lane, key, text, share)
-                return [], []
-            ranges = picks + [(first, end, deliveries) for first, end, deliveries, _ in archive]
-            acquired = share.acquire(ranges, token, fresh_end)
-            if fresh_end is not None:
-                acquired = acquired.marked(self._mark_before(lane, fresh_end))
-            if not self._write(lane, key, text, acquired):
-                own = False
-                self._contended = True
-                continue
-            if expired:
-                logger.info(
-                    "stream %r lane %d group %r: acquisitions %s timed out; their records are available again",
-                    self.stream,
-                    lane,
-                    self.group,
-                    sorted(expired),
-                )
-            self._observers[lane].see(token, token)
-            if corrupt:
-                self._pass_over(lane, token, corrupt)
-            parts, out = self._hand_out(lane, token, slices, {(f, e): why for f, e, _, why in archive})
-            if out and (self._value_deserializer is not None or self._key_deserializer is not None):
-                return self._deserialize(lane, parts, out)
-            return parts, out
-        raise GroupError(
-            f"acquiring records of {self._where(lane)} lost the compare-and-set {MAX_CAS_ATTEMPTS} times in a row "
-            f"to other members; poll again"
-        )
-
-    def _pick(
-        self, lane: int, share: LaneShare, budget: int
-    ) -> tuple[
-        list[tuple[int, int, int]],
-        list[tuple[int, int, int, str]],
-        int | None,
-        list[tuple[BatchPart, int]],
-        list[tuple[int, UndecodableItem]],
-    ]:
-        """What to acquire: ``(first, end, deliveries)`` ranges to hand out, ranges to archive with the reason
-        (delivered ``max_deliveries`` times already, or fallen more than ``dead_letter_after`` behind:
-        ``shared_archive``), the new ``next`` for fresh records (or None), the record slices ``(part, deliveries)``
-        of both (archived ones included), and the undecodable items inside those ranges (``on_corrupt`` skip or
-        dead_letter: acquired with the rest, then passed over). Records nacked with a delay that has not passed
-        are left where they are."""
-        picks: list[tuple[int, int, int]] = []
-        archive: list[tuple[int, int, int, str]] = []
-        slices: list[tuple[BatchPart, int]] = []
-        corrupt: list[tuple[int, UndecodableItem]] = []
-        now, floor = now_ms(), self._distance_floor(lane, share)
-        for span in share.available():
-            if budget <= 0:
-                break
-            if span.first < floor:  # fallen too far behind: archived, delayed or not
-                got, end, bad = self._records_in(lane, span.first, min(span.end, floor), None)
-                corrupt.extend(bad)
-                if got or bad:
-                    archive.append((span.first, end, span.deliveries, self._distance_reason()))
-                    slices.extend((part, span.deliveries) for part in got)
-                if end >= span.end or end == span.first:
-                    continue
-                span = span.cut(end, span.end)
-            if not span.ready(now):
-                continue  # nacked with a delay that has not passed yet
-            give_up = self.max_deliveries is not None and span.deliveries >= self.max_deliveries
-            deliveries = span.deliveries if give_up else span.deliveries + 1
-            got, end, bad = self._records_in(lane, span.first, span.end, None if give_up else budget)
-            corrupt.extend(bad)
-            if not got and not bad:
-                continue
-            if give_up:
-                archive.append((span.first, end, deliveries, self._deliveries_reason(deliveries)))
-            else:
-                picks.append((span.first, end, deliveries))
-            slices.extend((part, deliveries) for part in got)
-            if not give_up:
-                budget -= sum(part.size for part in got)
-        fresh_end = None
-        if budget > 0 and sequence_of(share.next) - sequence_of(share.start) < MAX_WINDOW_ITEMS:
-            limit = first_offset_of(sequence_of(share.start) + MAX_WINDOW_ITEMS)
-            got, end, bad = self._records_in(lane, share.next, limit, budget, fresh=True)
-            corrupt.extend(bad)
-            if got or bad:
-                fresh_end = end
-                slices.extend((part, 1) for part in got)
-        return picks, archive, fresh_end, slices, corrupt
-
-    def _records_in(
-        self, lane: int, first: int, end: int, budget: int | None, *, fresh: bool = False
-    ) -> tuple[list[BatchPart], int, list[tuple[int, UndecodableItem]]]:
-        """The records of ``lane`` in ``[first, end)`` as parts, at most ``budget`` of them, the offset where what
-        they cover ends (the next record's offset), and the undecodable items covered. Fresh reads stop at the
-        lane's end instead of waiting.
-
-        An undecodable item with ``on_corrupt="error"`` ends the range before it (the records before it are handed
-        out); met first, it raises its ``FormatError`` (the lane stops there for this member).
-        """
-        parts: list[BatchPart] = []
-        bad: list[tuple[int, UndecodableItem]] = []
-        seq = sequence_of(first)
-        covered = first
-        while covered < end and (budget is None or budget > 0):
-            view = self._item(lane, seq, fresh)
-            if view is None:
-                break  # fresh records: the lane ends here for now
-            if isinstance(view, UndecodableItem):
-                if self.corrupt_policy.is_error:
-                    if parts or bad:
-                        break
-                    raise view.error
-                bad.append((seq, view))
-                covered = first_offset_of(seq + 1)
-                seq += 1
-                continue
-            lo = index_of(covered) if seq == sequence_of(covered) else 0
-            hi = view.count if sequence_of(end) > seq else min(view.count, index_of(end))
-            if budget is not None:
-                hi = min(hi, lo + budget)
-            if hi > lo:
-                parts.append(BatchPart(self.stream, lane, seq, view, lo, hi))
-                if budget is not None:
-                    budget -= hi - lo
-            covered = first_offset_of(seq + 1) if hi >= view.count else make_offset(seq, hi)
-            seq += 1
-            if hi < view.count:
-                break
-        return parts, covered, bad
-
-    def _item(self, lane: int, seq: int, fresh: bool) -> ItemView | UndecodableItem | None:
-        """The decoded ring item ``seq`` of ``lane`` (cached; an undecodable one as ``UndecodableItem``); None past
-        the lane's end."""
-        cache = self._items[lane]
-        with self._lock:
-            view = cache.get(seq)
-        if view is not None:
-            return view
-        ring = self._rings[lane]
-        # Hazelcast (and the embedded grid) clamp a read into [head, tail + 1]; an empty answer says nothing about
-        # where the lane ends (its next sequence is 0), so a position past the end shows once items are written.
-        batch = ring.read_many(seq, 0, self._items_per_read)
-        if not batch.sequences:
-            if fresh:
-                return None
-            raise DataLossError(
-                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(oldest_in(ring))
-            )
-        if batch.sequences[0] > seq:
-            raise DataLossError(
-                self.stream, lane, requested=first_offset_of(seq), oldest_available=first_offset_of(batch.sequences[0])
-            )
-        if batch.sequences[0] < seq:  # clamped, and items were written below seq since
-            raise self._past_end(lane, seq, ring.tail() + 1)
-        self._remember_marks(lane, batch.items, batch.sequences)
-        views = [
-            self._decode(lane, item, sequence) for item, sequence in zip(batch.items, batch.sequences, strict=True)
-        ]
-        with self._lock:
-            cache.update(zip(batch.sequences, views, strict=True))
-            while len(cache) > _CACHE_ITEMS:
-                cache.popitem(last=False)
-        return views[0]
-
-    def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | UndecodableItem:
-        try:
-            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
-        except FormatError as exc:
-            return UndecodableItem(bytes(item), exc)
-
-    def _pass_over(self, lane: int, token: str, corrupt: list[tuple[int, UndecodableItem]]) -> None:
-        """Undecodable items this member acquired (``on_corrupt`` skip or dead_letter): dead-lettered first when
-        so chosen (acknowledged by the grid), then marked done for the group, counted and logged. A member dying
-        in between leaves them acquired: they time out and are passed over again (at-least-once dead letters)."""
-        for seq, bad in corrupt:
-            self.refusals.dead_letter_item(lane, seq, bad.raw, bad.error)
-        self._change_lane(
-            lane,
-            [(first_offset_of(seq), first_offset_of(seq + 1), token) for seq, _ in corrupt],
-            lambda share, runs, old: share.settle(runs, old, DONE),
-        )
-        for seq, bad in corrupt:
-            self.refusals.passed_item(lane, seq, bad.error)
-
-    def _deserialize(
-        self, lane: int, parts: list[BatchPart], out: list[SharedRecord]
-    ) -> tuple[list[BatchPart], list[SharedRecord]]:
-        """Deserialize the records handed out of one lane. Refused records go through ``on_corrupt``: with skip
-        or dead_letter they are marked done (dead letters published first); with error they and the records after
-        them are released (delivery count kept: ``max_deliveries`` ends a record that always fails) and, when
-        nothing before them is handed out, the ``DeserializationError`` is raised."""
-        decoded = self.refusals.deserialize({lane: parts}, self._value_deserializer, self._key_deserializer)[lane]
-        deliveries = {r.offset: r.delivery_count for r in out}
-        records = [shared_record(r, deliveries[r.offset]) for r in decoded.records]
-        if decoded.refused:
-            self._settle([raw for raw, _ in decoded.refused], DONE, "pass over a refused record")
-        if decoded.stopped is not None:
-            offset, error = decoded.stopped
-            self._settle([r for r in out if r.offset >= offset], AVAILABLE, "release a refused record")
-            if not records:
-                raise error
-        return decoded.parts, records
 
     # ------------------------------------------------------------------------------------------------ waiting
 
@@ -509,45 +176,67 @@ class SharedSubscriber(SharedArchive):
             waker = self._wakers.get(lane)
             if waker is not None and not waker.done():
                 continue
-            with self._lock:
-                text = self._texts.get(lane)
-            if text is None:
+            nxt = self._waker_sequence(lane)
+            if nxt is None:
                 continue
-            share = LaneShare.decode(text, self._keys[lane])
-            nxt = sequence_of(share.next)
-            if nxt - sequence_of(share.start) >= MAX_WINDOW_ITEMS:
-                continue  # the window is full: only settling (seen at the next recheck) makes room
-            with self._lock:
-                if nxt in self._items[lane]:
-                    continue
             future = self._rings[lane].read_many_async(nxt, 1, 1)
             future.add_done_callback(lambda _f: self._wakeup.set())
             self._wakers[lane] = future
 
+    # ------------------------------------------------------------------------------------------------ settling
+
+    def ack(self, records: Record | Iterable[Record]) -> None:
+        """Acknowledge records (a record, a batch or any iterable of records this member holds): done, never
+        delivered again.
+
+        Raises:
+            ConfigError: a record this member does not hold (never handed out to it, or settled already);
+                nothing was written.
+            FencedError: some records' acquisition timed out and they were released or taken by another member:
+                nothing was written for those (the others were acknowledged); they are processed again elsewhere.
+        """
+        run_steps(self._ack(records))
+
+    def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
+        """Release records for redelivery (to any member), delivery count kept: at once, or with ``delay_ms`` no
+        earlier than that from now (wall clock, stored in the lane's entry: it holds when this member dies; the
+        lane's other records are handed out meanwhile). Errors as ``ack``.
+
+        Raises:
+            ConfigError: ``delay_ms`` negative, not an integer, or above ``redelivery.MAX_NACK_DELAY_MS``; nothing
+                was written.
+        """
+        run_steps(self._nack(records, delay_ms))
+
+    def reject(self, records: Record | Iterable[Record]) -> None:
+        """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
+
+        Raises:
+            ConfigError: no ``dead_letter_stream``, or a record this member does not hold.
+        """
+        run_steps(self._reject(records))
+
+    def renew(self, records: Record | Iterable[Record]) -> None:
+        """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
+        for another ``acquisition_timeout_ms`` from now, delivery count unchanged. For a record whose processing
+        takes longer than the lock: renew it before the lock ends, then settle it as usual. One compare-and-set
+        per lane.
+
+        Raises:
+            ConfigError: a record this member does not hold; nothing was written.
+            FencedError: some records' lock had already ended and they were released or taken by another member:
+                nothing was written for those (the others were renewed); they are processed again elsewhere.
+        """
+        run_steps(self._renew(records))
+
+    def settle_spans(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
+        """Settle the records ``[first, end)`` acquired under ``token`` (``(first, end, token)`` each, from
+        ``hand_over``, possibly by an earlier member) to ``DONE`` or ``AVAILABLE``, with one compare-and-set; this
+        member forgets them. Returns the ranges refused: not held by that acquisition any more (settled already,
+        or timed out and released or taken by another member)."""
+        return run_steps(self._settle_spans(lane, spans, state))
+
     # ------------------------------------------------------------------------------------------------ lifecycle
-
-    def held(self) -> int:
-        """Records handed out to this member and not settled yet."""
-        with self._lock:
-            return sum(len(held) for held in self._held.values())
-
-    def metrics(self) -> dict[str, int]:
-        """Counters since creation."""
-        return {
-            "delivered_records": self.delivered_records,
-            "acked_records": self.acked_records,
-            "released_records": self.released_records,
-            "rejected_records": self.rejected_records,
-            "dead_lettered_records": self.dead_lettered_records,
-            "refused_records": self.refused_records,
-            "renewed_records": self.renewed_records,
-            "delayed_records": self.delayed_records,
-            "distance_dead_letters": self.distance_dead_letters,
-            "truncated_lanes": self.truncated_lanes,
-            "held_records": self.held(),
-            "corrupt_items": self.refusals.corrupt_items,
-            "undecodable_records": self.refusals.undecodable_records,
-        }
 
     def close(self) -> None:
         """Release every record still held (available to other members at once), close the dead-letter publisher.
@@ -557,17 +246,7 @@ class SharedSubscriber(SharedArchive):
         self._closed = True
         self._wakeup.set()
         try:
-            with self._lock:
-                held = [
-                    Record(b"", offset=offset, lane=lane, stream=self.stream)
-                    for lane, records in self._held.items()
-                    for offset in records
-                ]
-            if held:
-                try:
-                    self._settle(held, AVAILABLE, "release on close")
-                except MeteorError as exc:  # they time out instead
-                    logger.warning("closing the shared subscriber of stream %r: %s", self.stream, exc)
+            run_steps(self._release_held())
         finally:
             if self._detach_metrics is not None:
                 self._detach_metrics()

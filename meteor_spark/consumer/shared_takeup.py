@@ -34,11 +34,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from meteor_spark.consumer.shared_steps import Steps, check_mark_steps, oldest_steps
 from meteor_spark.errors import GroupError, LaneTruncatedError, OffsetOutOfRangeError
 from meteor_spark.format.offsets import first_offset_of, sequence_of
-from meteor_spark.grid.client import Grid, GridMap, Ring
-from meteor_spark.grid.item_marks import CHANGED, PAST_END, SAME, ItemMark, check_mark, mark_of
-from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.item_marks import CHANGED, PAST_END, SAME, ItemMark, mark_of
 from meteor_spark.groups.shared_state import LaneShare
 from meteor_spark.groups.store import MAX_CAS_ATTEMPTS
 
@@ -58,9 +57,9 @@ class SharedTakeUp:
     skip_data_loss: bool
     truncated_lanes: int
     truncations: list[tuple[int, int, int]]
-    _grid: Grid
-    _map: GridMap
-    _rings: list[Ring]
+    _grid: Any  # a Grid or an AsyncGrid: only its connection_losses is read here
+    _map: Any  # the share map: GridMap (threaded) or AsyncGridMap (asyncio), called through steps
+    _rings: list[Any]  # Ring or AsyncRing, called through steps
     _keys: list[str]
     _lock: Any
     _texts: dict[int, str]
@@ -69,16 +68,16 @@ class SharedTakeUp:
     _items: dict[int, OrderedDict[int, Any]]
     _marks: dict[int, OrderedDict[int, ItemMark]]
 
-    def _fetch(self, lane: int) -> tuple[str, LaneShare]:  # pragma: no cover - SharedBookkeeping's
+    def _fetch(self, lane: int) -> Steps[tuple[str, LaneShare]]:  # pragma: no cover - SharedBookkeeping's
         raise NotImplementedError
 
     def _taken_up(self, lane: int) -> bool:
         """The lane was taken up since the grid last lost a connection."""
         return self._checked.get(lane) == self._grid.connection_losses
 
-    def _take_up(self, lane: int, text: str, share: LaneShare) -> tuple[str, LaneShare]:
+    def _take_up(self, lane: int, text: str, share: LaneShare) -> Steps[tuple[str, LaneShare]]:
         """Check the entry ``text`` just read against the ring (one single-item read); returns the entry to go on
-        with (the one read, or the one reset to the lane's oldest record).
+        with (the one read, or the one reset to the lane's oldest record). Steps (``shared_steps``).
 
         Raises:
             LaneTruncatedError: the lane was truncated and refilled under the group's position (no opt-in).
@@ -90,34 +89,35 @@ class SharedTakeUp:
             if after_loss:
                 self._forget_items(lane)
             ring = self._rings[lane]
-            verdict = SAME if share.mark is None else check_mark(ring, share.mark)[0]
-            end = ring.tail() + 1
+            verdict = SAME if share.mark is None else (yield from check_mark_steps(ring, share.mark))
+            end = (yield ring.tail) + 1
             past_end = sequence_of(share.next) > end
             # Past the end at a first look: the stream re-created under the group, as before marks (after a lost
             # connection, a lane ending below the item the group handed out last lost its tail).
             if past_end and verdict != CHANGED and (verdict != PAST_END or not after_loss):
-                raise self._past_end(lane, sequence_of(share.next), end)
+                raise (yield from self._past_end(lane, sequence_of(share.next), end))
             if verdict not in (CHANGED, PAST_END):
                 self._checked[lane] = losses
                 return text, share
             assert share.mark is not None
-            oldest = first_offset_of(min(oldest_in(ring), end))
+            oldest = first_offset_of(min((yield from oldest_steps(ring)), end))
             if not self.skip_data_loss:
                 raise self._truncation_error(lane, share, oldest, share.mark)
-            if self._reset(lane, text, share, oldest):
+            if (yield from self._reset(lane, text, share, oldest)):
                 self._checked[lane] = losses
                 return self._texts[lane], LaneShare.initial(oldest)
-            text, share = self._fetch(lane)  # another member changed it (perhaps reset it): check again
+            text, share = yield from self._fetch(lane)  # another member changed it (perhaps reset it): check again
         raise GroupError(
             f"resetting the truncated lane {lane} of stream {self.stream!r} shared group {self.group!r} lost the "
             f"compare-and-set {MAX_CAS_ATTEMPTS} times in a row to other members; poll again"
         )
 
-    def _reset(self, lane: int, text: str, share: LaneShare, oldest: int) -> bool:
+    def _reset(self, lane: int, text: str, share: LaneShare, oldest: int) -> Steps[bool]:
         """With ``skip_data_loss``: one compare-and-set from ``text`` to the lane starting again at ``oldest``
         (counted and logged when it wins)."""
         fresh = LaneShare.initial(oldest).encode()
-        if not self._map.replace_if_same(self._keys[lane], text, fresh):
+        key = self._keys[lane]
+        if not (yield lambda: self._map.replace_if_same(key, text, fresh)):
             return False
         with self._lock:
             self._texts[lane] = fresh
@@ -155,8 +155,8 @@ class SharedTakeUp:
             ),
         )
 
-    def _past_end(self, lane: int, seq: int, end: int) -> OffsetOutOfRangeError:
-        oldest = min(oldest_in(self._rings[lane]), end)
+    def _past_end(self, lane: int, seq: int, end: int) -> Steps[OffsetOutOfRangeError]:
+        oldest = min((yield from oldest_steps(self._rings[lane])), end)
         return OffsetOutOfRangeError(
             self.stream,
             lane,

@@ -44,7 +44,15 @@ from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TopicReading", "entity_of", "part_topics", "refuse_on_ephemeral"]
+__all__ = [
+    "TopicReading",
+    "entity_of",
+    "ephemeral_scheme",
+    "filtered_batch",
+    "part_topics",
+    "refuse_on_ephemeral",
+    "registration",
+]
 
 
 def refuse_on_ephemeral(info: Any, what: str) -> None:
@@ -84,6 +92,62 @@ def part_topics(part: BatchPart) -> list[str]:
     return out
 
 
+def filtered_batch(batch: RecordBatch, matcher: TopicMatcher, decoded: bool) -> RecordBatch:
+    """The records of ``batch`` whose topic ``matcher`` matches, in runs of their parts (``decoded``: the batch
+    carries deserialized records, kept in step with the parts)."""
+    records: list[Record] | None = list(batch) if decoded else None
+    parts: list[BatchPart] = []
+    kept_records: list[Record] = []
+    at = 0
+    for part in batch.parts:
+        topics = part_topics(part) if records is None else [r.topic for r in records[at : at + part.size]]
+        run_start = None
+        for i, topic in enumerate([*topics, None]):
+            wanted = topic is not None and matcher.matches(topic)
+            if wanted and run_start is None:
+                run_start = i
+            elif not wanted and run_start is not None:
+                base = part.start
+                parts.append(BatchPart(part.stream, part.lane, part.sequence, part.item, base + run_start, base + i))
+                if records is not None:
+                    kept_records.extend(records[at + run_start : at + i])
+                run_start = None
+        at += part.size
+    return RecordBatch(parts, kept_records if records is not None else None)
+
+
+def ephemeral_scheme(info: Any, scheme: InitialOffsetScheme, ttl_ms: int | None) -> InitialOffsetScheme:
+    """Where a reader of the stream ``info`` describes starts, after checking ``subscription_ttl_ms`` and the
+    initial offset scheme against it: LATEST on an ephemeral stream (the lanes' ends), ``scheme`` otherwise.
+
+    Raises:
+        ConfigError: a TTL out of range or on a persistent stream, or a scheme other than LATEST on an ephemeral one.
+    """
+    if ttl_ms is not None:
+        check_int("subscription_ttl_ms", ttl_ms, MIN_SUBSCRIPTION_TTL_MS, 3_600_000)
+    if not info.config.ephemeral:
+        if ttl_ms is not None:
+            raise ConfigError(
+                f"subscription_ttl_ms: stream {info.name!r} is not ephemeral; only readers of ephemeral "
+                f"streams register, leave it unset"
+            )
+        return scheme
+    if scheme not in (InitialOffsetScheme.AUTO, InitialOffsetScheme.LATEST):
+        raise ConfigError(
+            f"initial_offset_scheme {scheme.name}: stream {info.name!r} is ephemeral, so a reader starts "
+            f"at the lanes' ends (nothing published before it subscribed is delivered); leave it unset or LATEST"
+        )
+    return InitialOffsetScheme.LATEST
+
+
+def registration(
+    entity: str, member_id: str, matcher: TopicMatcher | None, ttl_ms: int | None
+) -> tuple[Subscription, int]:
+    """A reading member's registry entry (its patterns, ``#`` without ``topics``) and its TTL."""
+    patterns = ("#",) if matcher is None else matcher.patterns
+    return Subscription(entity, member_id, patterns), DEFAULT_SUBSCRIPTION_TTL_MS if ttl_ms is None else ttl_ms
+
+
 class TopicReading(SubscriberFields):
     """The topic side of a ``Subscriber`` (see the module docs); every attribute is the ``Subscriber``'s."""
 
@@ -107,21 +171,9 @@ class TopicReading(SubscriberFields):
         self._stale_offsets = {}
         self._subscription = None
         self._matcher = None if topics is None else TopicMatcher(topics, "topics")
-        if ttl_ms is not None:
-            check_int("subscription_ttl_ms", ttl_ms, MIN_SUBSCRIPTION_TTL_MS, 3_600_000)
+        self.scheme = ephemeral_scheme(self.info, self.scheme, ttl_ms)
         if not self.ephemeral:
-            if ttl_ms is not None:
-                raise ConfigError(
-                    f"subscription_ttl_ms: stream {self.stream!r} is not ephemeral; only readers of ephemeral "
-                    f"streams register, leave it unset"
-                )
             return
-        if self.scheme not in (InitialOffsetScheme.AUTO, InitialOffsetScheme.LATEST):
-            raise ConfigError(
-                f"initial_offset_scheme {self.scheme.name}: stream {self.stream!r} is ephemeral, so a reader starts "
-                f"at the lanes' ends (nothing published before it subscribed is delivered); leave it unset or LATEST"
-            )
-        self.scheme = InitialOffsetScheme.LATEST
         entity = entity_of(self.group, member_id)
         if self.group is not None and not any(s.entity == entity for s in live_subscriptions(self._grid, self.stream)):
             offsets = self._grid.map(OFFSETS_MAP)
@@ -129,13 +181,8 @@ class TopicReading(SubscriberFields):
                 stored = read_offset(offsets, self.stream, self.group, lane)
                 if stored is not None and stored.offset is not None:
                     self._stale_offsets[lane] = stored.offset
-        patterns = ("#",) if self._matcher is None else self._matcher.patterns
-        self._subscription = SubscriptionLease(
-            self._grid,
-            self.stream,
-            Subscription(entity, member_id, patterns),
-            DEFAULT_SUBSCRIPTION_TTL_MS if ttl_ms is None else ttl_ms,
-        )
+        subscription, ttl = registration(entity, member_id, self._matcher, ttl_ms)
+        self._subscription = SubscriptionLease(self._grid, self.stream, subscription, ttl)
 
     @property
     def _decoded_records(self) -> bool:
@@ -195,29 +242,8 @@ class TopicReading(SubscriberFields):
         return batch
 
     def _filtered(self, batch: RecordBatch) -> RecordBatch:
-        matcher = self._matcher
-        assert matcher is not None
-        records: list[Record] | None = list(batch) if self._decoded_records else None
-        parts: list[BatchPart] = []
-        kept_records: list[Record] = []
-        at = 0
-        for part in batch.parts:
-            topics = part_topics(part) if records is None else [r.topic for r in records[at : at + part.size]]
-            run_start = None
-            for i, topic in enumerate([*topics, None]):
-                wanted = topic is not None and matcher.matches(topic)
-                if wanted and run_start is None:
-                    run_start = i
-                elif not wanted and run_start is not None:
-                    base = part.start
-                    parts.append(
-                        BatchPart(part.stream, part.lane, part.sequence, part.item, base + run_start, base + i)
-                    )
-                    if records is not None:
-                        kept_records.extend(records[at + run_start : at + i])
-                    run_start = None
-            at += part.size
-        return RecordBatch(parts, kept_records if records is not None else None)
+        assert self._matcher is not None
+        return filtered_batch(batch, self._matcher, self._decoded_records)
 
     def _save_positions(self, lanes: list[int]) -> set[int]:
         """Grouped, ephemeral: store each lane's new position in the group (fenced); the lanes refused."""

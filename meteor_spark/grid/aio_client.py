@@ -119,6 +119,10 @@ class AsyncGridMap:
     async def entries(self) -> dict[str, str]:
         return dict(await self._call("entry_set", self._proxy.entry_set()))
 
+    async def set_ttl(self, key: str, ttl_s: float) -> None:
+        """A new time to live for an existing entry (a claim marked written: ``replace`` drops its TTL)."""
+        await self._call("set_ttl", self._proxy.set_ttl(key, ttl_s))
+
 
 class AsyncGrid:
     """A connection of the asyncio client to a Hazelcast cluster (embedded or real).

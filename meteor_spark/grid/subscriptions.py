@@ -65,34 +65,54 @@ class Subscription:
 
 def live_subscriptions(grid: Grid, stream: str) -> list[Subscription]:
     """The members registered on ``stream`` now (their TTL not run out), sorted by entity and member."""
-    found = [Subscription.decode(text) for text in grid.map(subscriptions_map(stream)).entries().values()]
+    return parse_subscriptions(grid.map(subscriptions_map(stream)).entries())
+
+
+def parse_subscriptions(entries: dict[str, str]) -> list[Subscription]:
+    """The registry map's entries as subscriptions (unreadable ones left out), sorted by entity and member."""
+    found = [Subscription.decode(text) for text in entries.values()]
     return sorted((s for s in found if s is not None), key=lambda s: (s.entity, s.member))
 
 
-class SubscriptionLease:
-    """A reading member's entry in the registry, renewed while it polls (``renew_if_due``), removed on ``close``."""
+class RenewalSchedule:
+    """When a reading member's registry entry is put again: its key, text and TTL, renewed once a third of the TTL
+    has passed. The decisions of ``SubscriptionLease`` and of the asyncio reader's lease (``meteor_spark.aio.topics``),
+    which only make the grid calls."""
 
-    def __init__(self, grid: Grid, stream: str, subscription: Subscription, ttl_ms: int) -> None:
-        self._map = grid.map(subscriptions_map(stream))
+    def __init__(self, subscription: Subscription, ttl_ms: int) -> None:
         self.subscription = subscription
         self.key = f"{subscription.entity}|{subscription.member}"
-        self._text = subscription.encode()
-        self._ttl_s = ttl_ms / 1000.0
-        self._every_s = self._ttl_s / 3.0
+        self.text = subscription.encode()
+        self.ttl_s = ttl_ms / 1000.0
+        self._every_s = self.ttl_s / 3.0
         self._next = 0.0
-        self.renew_if_due()
 
-    def renew_if_due(self) -> None:
-        """Put the entry again with a fresh TTL when a third of it has passed (one grid call then, none else)."""
-        now = time.monotonic()
-        if now < self._next:
-            return
-        self._map.set(self.key, self._text, ttl_s=self._ttl_s)
-        self._next = now + self._every_s
+    def due(self) -> bool:
+        """Whether the entry must be put again now."""
+        return time.monotonic() >= self._next
+
+    def renewed(self) -> None:
+        """The entry was just put with a fresh TTL."""
+        self._next = time.monotonic() + self._every_s
 
     def seconds_to_renewal(self) -> float:
         """How long a waiting poll may sleep before the entry needs renewing."""
         return max(0.0, self._next - time.monotonic())
+
+
+class SubscriptionLease(RenewalSchedule):
+    """A reading member's entry in the registry, renewed while it polls (``renew_if_due``), removed on ``close``."""
+
+    def __init__(self, grid: Grid, stream: str, subscription: Subscription, ttl_ms: int) -> None:
+        super().__init__(subscription, ttl_ms)
+        self._map = grid.map(subscriptions_map(stream))
+        self.renew_if_due()
+
+    def renew_if_due(self) -> None:
+        """Put the entry again with a fresh TTL when a third of it has passed (one grid call then, none else)."""
+        if self.due():
+            self._map.set(self.key, self.text, ttl_s=self.ttl_s)
+            self.renewed()
 
     def close(self) -> None:
         """Leave the registry now (publishers notice within their refresh interval); a failure is logged, the TTL

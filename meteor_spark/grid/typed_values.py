@@ -6,9 +6,11 @@ turns ``"avro"``, an ``AvroValues`` or (on a stream declared ``value_format="avr
 The serializer carries the header its records get (``record_header``: ``meteor.schema`` = its version); the
 deserializer reads each record's header (``from_record``) to pick the writer's version, and projects the value
 onto the reader's version (the latest when the client started, or the pinned one). A version the reader has not
-seen yet (registered after it started) is looked up in the registry, at most once per ``REFRESH_MS``; a record
-whose version is still unknown, that has no version, or whose bytes do not decode raises, and the subscriber's
-``on_corrupt`` policy settles it.
+seen yet (registered after it started) is looked up in the registry when a record first carries it, then at most
+once per ``REFRESH_MS`` for that version; versions past ``MAX_VERSIONS`` cannot exist and are never looked up, so a
+damaged header costs at most one registry read per possible version a second. A record whose version is still
+unknown, that has no version, or whose bytes do not decode raises, and the subscriber's ``on_corrupt`` policy
+settles it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from meteor_spark.errors import ConfigError, DeserializationError
 from meteor_spark.format.avro import SCHEMA_HEADER, AvroSchema, AvroValues, is_typed_setting, schema_version_of
 from meteor_spark.format.serializers import Deserializer, Serializer, deserializer, serializer
 from meteor_spark.grid.client import Grid
-from meteor_spark.grid.schemas import Subject, get_subject, require_subject
+from meteor_spark.grid.schemas import MAX_VERSIONS, Subject, get_subject, require_subject
 from meteor_spark.grid.streams import StreamInfo
 
 __all__ = [
@@ -31,7 +33,7 @@ __all__ = [
     "value_serializer_for",
 ]
 
-#: How often a reader meeting an unknown schema version asks the registry again, at most.
+#: How often a reader asks the registry again for one version it did not find there, at most.
 REFRESH_MS = 1000
 
 
@@ -80,7 +82,7 @@ class AvroDeserializer:
         self._into = setting.into
         self._writers: dict[int, AvroSchema] = {}
         self._take(subject)
-        self._asked_at = time.monotonic()
+        self._missed: dict[int, float] = {}  # version -> when it was last looked up in vain (<= MAX_VERSIONS keys)
 
     def _take(self, subject: Subject) -> None:
         for version in subject.versions:
@@ -88,13 +90,24 @@ class AvroDeserializer:
 
     def _writer(self, version: int) -> AvroSchema | None:
         found = self._writers.get(version)
-        if found is None and time.monotonic() - self._asked_at >= REFRESH_MS / 1000:
-            self._asked_at = time.monotonic()
-            subject = get_subject(self._grid, self._stream)
-            if subject is not None:
-                self._take(subject)
-            found = self._writers.get(version)
+        if found is not None or not 1 <= version <= MAX_VERSIONS:
+            return found
+        now = time.monotonic()
+        if now - self._missed.get(version, -REFRESH_MS) < REFRESH_MS / 1000:
+            return None
+        subject = get_subject(self._grid, self._stream)
+        if subject is not None:
+            self._take(subject)
+        found = self._writers.get(version)
+        if found is None:
+            self._missed[version] = now
+        else:
+            self._missed.pop(version, None)
         return found
+
+    def forget_misses(self) -> None:
+        """Look versions up again at their next record (the registry was just read again by the caller)."""
+        self._missed.clear()
 
     def from_record(self, data: bytes, headers: tuple[tuple[str, bytes], ...]) -> Any:
         """The value of a stored record, decoded (raises ``DeserializationError`` when it cannot be)."""

@@ -74,22 +74,32 @@ def claim_records(
 ) -> tuple[list[Claim], list[int]]:
     """Claim the ids of ``publish_many``'s records, all at once; a repeat within the call is refused first. Each
     record with an id gets its claim's lane (``recs`` changed in place). Returns the claims and their positions."""
+    wanted, positions = ids_to_claim(dedup.stream, recs, lane_of, len(dedup.rings))
+    claims = [claim for claim in dedup.claim_many(wanted) if claim is not None]
+    return claims, positions
+
+
+def ids_to_claim(
+    stream: str, recs: list[Any], lane_of: Callable[[Record], int], lanes: int
+) -> tuple[list[tuple[str, int]], list[int]]:
+    """The ``(message id, lane)`` pairs of ``publish_many``'s records to claim (records without an id, or plain
+    values, left out) and their positions; a repeat within the call is refused. Each record with an id gets its
+    claim's lane (``recs`` changed in place). The threaded and the asyncio publisher's step before claiming."""
     first: dict[str, int] = {}
     wanted: list[tuple[str, int]] = []
     positions: list[int] = []
     for position, rec in enumerate(recs):
-        mid = rec.message_id
+        mid = rec.message_id if isinstance(rec, Record) else None
         if mid is None:
             continue
         if mid in first:
-            raise _repeated(dedup.stream, mid, "publish_many", "records", first[mid], position)
+            raise _repeated(stream, mid, "publish_many", "records", first[mid], position)
         first[mid] = position
-        lane = id_lane(lane_of(rec), mid, len(dedup.rings))
+        lane = id_lane(lane_of(rec), mid, lanes)
         recs[position] = replace(rec, lane=lane)
         wanted.append((mid, lane))
         positions.append(position)
-    claims = [claim for claim in dedup.claim_many(wanted) if claim is not None]
-    return claims, positions
+    return wanted, positions
 
 
 def claim_rows(dedup: DedupWindow, bulk: ArrowInput, skip: bool) -> tuple[ArrowInput, list[Claim], int]:

@@ -78,8 +78,8 @@ from meteor_spark.producer.record_checks import (
     size_refusal,
 )
 from meteor_spark.producer.sender import Sender
-from meteor_spark.producer.topic_gate import TopicGate, merged_bulk
-from meteor_spark.validate import check_int, check_timeout
+from meteor_spark.producer.topic_gate import TopicGate, check_refresh_ms, merged_bulk, refuse_refresh_on_persistent
+from meteor_spark.validate import check_timeout
 
 __all__ = ["ArrowPublishFuture", "LaneWritten", "PublishCallback", "Publisher", "PublisherSettings", "RecordFuture"]
 
@@ -163,8 +163,7 @@ class Publisher:
         require_grid(grid)
         if not isinstance(tracing, bool):
             raise ArgumentTypeError(f"tracing must be True or False, got {tracing!r}")
-        if subscription_refresh_ms is not None:
-            check_int("subscription_refresh_ms", subscription_refresh_ms, 1, 3_600_000)
+        check_refresh_ms(subscription_refresh_ms)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
@@ -174,11 +173,7 @@ class Publisher:
         self._record_header: tuple[str, bytes] | None = getattr(self._value_serializer, "record_header", None)
         self._key_serializer = serializer(key_serializer, "key_serializer")
         self._serializing = self._value_serializer is not None or self._key_serializer is not None
-        if subscription_refresh_ms is not None and not self.info.config.ephemeral:
-            raise ConfigError(
-                f"subscription_refresh_ms: stream {self.info.name!r} is not ephemeral, so its publishers keep every "
-                f"record and read no registry; leave it unset"
-            )
+        refuse_refresh_on_persistent(self.info, subscription_refresh_ms)
         self.settings = PublisherSettings.parse(
             self.info.config,
             {

@@ -17,11 +17,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from meteor_spark.errors import ConfigError
 from meteor_spark.format.records import Record
 from meteor_spark.format.routing import TOPIC_HEADER
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.subscriptions import DEFAULT_REFRESH_MS, NOT_STORED, SubscriptionView
 from meteor_spark.producer.futures import BulkFuture, Outcomes, PublishCallback, RecordFuture, call_back
+from meteor_spark.validate import check_int
 
 # One settled outcome shared by every dropped record's future: record 0 "stored" at offset NOT_STORED.
 _DROPPED = Outcomes(threading.Lock())
@@ -37,6 +39,22 @@ def dropped_future() -> RecordFuture:
 def topic_of(record: Any) -> str:
     """The topic of a record as the publisher holds it (a plain value has none)."""
     return record.topic if isinstance(record, Record) else ""
+
+
+def check_refresh_ms(refresh_ms: int | None) -> None:
+    """``subscription_refresh_ms``'s range, checked before the stream is opened."""
+    if refresh_ms is not None:
+        check_int("subscription_refresh_ms", refresh_ms, 1, 3_600_000)
+
+
+def refuse_refresh_on_persistent(info: Any, refresh_ms: int | None) -> None:
+    """``ConfigError`` for ``subscription_refresh_ms`` on a stream (``info``: its ``StreamInfo``) that is not
+    ephemeral: its publishers read no registry."""
+    if refresh_ms is not None and not info.config.ephemeral:
+        raise ConfigError(
+            f"subscription_refresh_ms: stream {info.name!r} is not ephemeral, so its publishers keep every "
+            f"record and read no registry; leave it unset"
+        )
 
 
 class TopicGate:

@@ -153,10 +153,10 @@ def test_bad_options_are_config_errors_naming_them(grid_settings: GridSettings, 
         AsyncSubscriber(grid_settings, unique_name, max_pol_records=5)
     with pytest.raises(ConfigError, match="on_corrupt=dead_letter needs dead_letter_stream"):
         AsyncSubscriber(grid_settings, unique_name, on_corrupt="dead_letter")
-    with pytest.raises(ConfigError, match=r"AsyncSubscriber\(shared=...\): shared groups are not supported"):
-        AsyncSubscriber(grid_settings, unique_name, group="g", shared=True)
-    with pytest.raises(ConfigError, match=r"AsyncPublisher\(metrics=...\): Prometheus export"):
-        AsyncPublisher(grid_settings, unique_name, metrics=True)
+    with pytest.raises(ConfigError, match=r"AsyncSubscriber\(max_deliveries=...\): only for shared groups"):
+        AsyncSubscriber(grid_settings, unique_name, group="g", max_deliveries=3)
+    with pytest.raises(ConfigError, match="is not a prometheus_client CollectorRegistry"):
+        AsyncPublisher(grid_settings, unique_name, metrics="yes")
     with pytest.raises(ConfigError, match="unknown option 'lingerms'"):
         AsyncPublisher(grid_settings, unique_name, lingerms=5)
     with pytest.raises(ArgumentTypeError, match="members_or_grid"):

@@ -28,6 +28,7 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
             "rr_p99_ms",
         }
         assert all(value > 0 for value in figures[side].values())
+    assert all(figures["shared"][side]["shared_records_s"] > 0 for side in ("threaded", "asyncio"))
     ceiling = figures["ceiling"]
     assert ceiling["raw_add_all_records_s"] > 0 and ceiling["raw_async_add_all_records_s"] > 0
     assert ceiling["raw_round_trip"]["p50_ms"] > 0 and ceiling["raw_async_round_trip"]["p50_ms"] > 0
@@ -38,6 +39,7 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         "other client receives",
         "request -> reply",
         "vs threaded",
+        "shared group member, poll + ack",
     ):
         assert text in printed
 

@@ -269,3 +269,24 @@ def test_a_shared_group_member_gets_decoded_values(grid: Grid, unique_name: str)
         wait_until(lambda: got.extend(member.poll(50)) or len(got) >= 4, 10, message="4 records")
         member.ack(got)
     assert sorted(r.value["id"] for r in got) == [0, 1, 2, 3]
+
+
+def test_a_version_registered_after_the_reader_started_is_decoded_at_once(grid: Grid, unique_name: str) -> None:
+    """A record of a version registered after the reader read the registry is looked up when it first arrives,
+    not refused for being new (before, a reader that had looked within the last second raised
+    ``DeserializationError`` under the default ``on_corrupt``); a version that cannot exist is refused."""
+    register_schema(grid, unique_name, V1)
+    with (
+        Subscriber(grid, StreamConfig(unique_name, value_format="avro"), initial_offset_scheme="earliest") as sub,
+        Publisher(grid, unique_name) as v1,
+    ):
+        v1.publish({"id": 1, "customer": "ann"})
+        assert len(_poll(sub, 1)) == 1
+        register_schema(grid, unique_name, V2)
+        with Publisher(grid, unique_name) as v2:
+            v2.publish({"id": 2, "customer": "bob", "amount": 2.5})
+        assert [r.value["id"] for r in _poll(sub, 1)] == [2]
+        with Publisher(grid, unique_name, value_serializer="bytes") as raw:
+            raw.publish(Record(b"\x00", headers=((SCHEMA_HEADER, b"7777"),)))
+        with pytest.raises(DeserializationError, match="schema version 7777 is not registered"):
+            _poll(sub, 1)
