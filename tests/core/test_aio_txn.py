@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from meteor_spark.aio import AsyncPublisher, AsyncSubscriber, AsyncTransactionalPublisher, txn_grid
-from meteor_spark.errors import ConfigError, FencedError, NotAssignedError, TransactionAbortedError
+from meteor_spark.errors import ConfigError, FencedError, GroupError, NotAssignedError, TransactionAbortedError
 from meteor_spark.format.offsets import sequence_of
 from meteor_spark.format.records import Record
 from meteor_spark.grid import transactions
@@ -60,6 +60,9 @@ def test_options_and_commit_and_abort(grid_settings: GridSettings, unique_name: 
             await txn.abort()
             assert txn.aborted == 1
             await txn.publish(b"dropped-on-close")  # close aborts an open transaction
+            async with AsyncSubscriber(grid_settings, unique_name) as ungrouped:
+                with pytest.raises(GroupError, match="send_offsets needs a subscriber group"):
+                    await txn.send_offsets(ungrouped)
         assert key is not None
         return await _read_committed(grid_settings, unique_name, 3)
 
