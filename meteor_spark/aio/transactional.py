@@ -23,6 +23,7 @@ commit has its staged offsets rolled forward.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
@@ -131,6 +132,13 @@ class AsyncTransactionalPublisher:
         await self.begin()
         assert self._publisher is not None
         return await self._publisher.publish(record, **options)
+
+    async def publish_async(self, record: Any, **options: Any) -> asyncio.Future[int]:
+        """Queue one record in the transaction (``AsyncPublisher.publish_async``: the threaded
+        ``TransactionalPublisher.publish``'s queueing, many records in few calls); ``commit`` flushes them."""
+        await self.begin()
+        assert self._publisher is not None
+        return await self._publisher.publish_async(record, **options)
 
     async def publish_many(self, records: Iterable[Any]) -> list[int]:
         """Publish records in the transaction (``AsyncPublisher.publish_many``)."""

@@ -52,10 +52,11 @@ def test_options_and_commit_and_abort(grid_settings: GridSettings, unique_name: 
     async def scenario() -> list[str]:
         async with AsyncTransactionalPublisher(grid_settings, StreamConfig(unique_name, lanes=2)) as txn:
             await txn.publish(b"kept-1")
-            await txn.publish_many([b"kept-2", b"kept-3"])
+            await txn.publish_many([b"kept-2"])
+            queued = await txn.publish_async(b"kept-3")  # stored by commit's flush at the latest
             key = txn.transaction
             await txn.commit()
-            assert txn.transaction is None and txn.committed == 1
+            assert queued.done() and txn.transaction is None and txn.committed == 1
             await txn.publish(b"dropped")
             await txn.abort()
             assert txn.aborted == 1
