@@ -26,6 +26,7 @@ from meteor_spark.format.records import Record
 from meteor_spark.grid import transactions
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncGridMap, AsyncRing
 from meteor_spark.grid.client import Grid
+from meteor_spark.grid.steps import drive_async
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.producer.claimed import ids_to_claim
 from meteor_spark.producer.dedup import Claim, DedupRules, claim_lease_ms
@@ -35,28 +36,12 @@ from meteor_spark.producer.dedup_steps import (
     PauseStep,
     ReleaseStep,
     RingStep,
-    Steps,
     TxnStep,
 )
 
-__all__ = ["AsyncDedup", "check_dedup", "drive_async"]
+__all__ = ["AsyncDedup", "check_dedup"]
 
 logger = logging.getLogger("meteor_spark.producer.publisher")
-
-
-async def drive_async(steps: Steps[Any], do: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
-    """``dedup_steps.drive`` with each step awaited."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            value, error = await do(step), None
-        except Exception as exc:
-            value, error = None, exc
 
 
 def check_dedup(info: StreamInfo, transactional: bool) -> None:

@@ -3,12 +3,12 @@ twin, ``AsyncSubscriber(..., group=..., shared=True)`` makes one).
 
 Every decision is the threaded member's own code: the option checks (``shared_acquire.check_member_options``), the
 group settings, the poll loop, timeouts, delivery counts, dead letters, take-up checks and settling are generators
-of grid calls (``meteor_spark.consumer.shared_steps``) that ``run_steps_async`` drives here, awaiting each call on
-the ``AsyncGridMap`` / ``AsyncRing`` of an ``AsyncGrid``. The entries it writes are the same, so threaded and
-asyncio members share one group. What is the asyncio member's own: waiting (a task parked on a one-item read per
-lane wakes ``poll`` when items arrive, rechecked every ``RECHECK_S`` for timeouts and releases), dead letters
-published by an ``AsyncPublisher`` and acknowledged before a record is marked done, and the lifecycle (``async
-with``; ``close`` releases what the member holds).
+of grid calls (``meteor_spark.consumer.shared_steps``) that ``meteor_spark.grid.steps.drive_async`` drives here,
+awaiting each call on the ``AsyncGridMap`` / ``AsyncRing`` of an ``AsyncGrid``. The entries it writes are the same,
+so threaded and asyncio members share one group. What is the asyncio member's own: waiting (a task parked on a
+one-item read per lane wakes ``poll`` when items arrive, rechecked every ``RECHECK_S`` for timeouts and releases),
+dead letters published by an ``AsyncPublisher`` and acknowledged before a record is marked done, and the lifecycle
+(``async with``; ``close`` releases what the member holds).
 
 As the threaded member: a typed stream's values are decoded with its schemas (``meteor_spark.aio.typed``, the
 registry entry read again at most once a second before a poll's records are decoded), an ephemeral stream is
@@ -19,7 +19,6 @@ refused (its records are not acknowledged), and ``metrics=`` exports the member'
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections import deque
@@ -32,7 +31,6 @@ from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
 from meteor_spark.consumer.shared_groups import RECHECK_S
-from meteor_spark.consumer.shared_steps import Steps
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import MeteorError, StreamNotFoundError
 from meteor_spark.format.avro import is_typed_setting
@@ -40,36 +38,18 @@ from meteor_spark.format.offsets import InitialOffsetScheme
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer, deserializer
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
+from meteor_spark.grid.steps import drive_async
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.shared_state import SHARE_MAP
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.validate import check_int
 
-__all__ = ["AsyncSharedSubscriber", "run_steps_async"]
+__all__ = ["AsyncSharedSubscriber"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-async def run_steps_async(steps: Steps[T]) -> T:
-    """Run ``steps`` on the event loop: each call's result is awaited when it is awaitable (the asyncio grid's
-    calls, an ``AsyncPublisher``'s), then sent back; an error is thrown into the steps."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            call = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            value = call()
-            if inspect.isawaitable(value):
-                value = await value
-            error = None
-        except Exception as exc:  # thrown into the steps, where their own handlers decide
-            value, error = None, exc
 
 
 class AsyncSharedSubscriber(SharedAcquire):
@@ -169,7 +149,7 @@ class AsyncSharedSubscriber(SharedAcquire):
             rings = [await grid.ring(name) for name in self.info.ring_names]
             self._grid = grid
             self._set_up(self._choices, await grid.map(SHARE_MAP), rings)
-            settings = await run_steps_async(self._settings_steps(self._choices))
+            settings = await drive_async(self._settings_steps(self._choices))
             if settings.dead_letter_stream is not None:
                 self._dead_letters = await self._dead_letter_publisher(grid, settings.dead_letter_stream)
             self.refusals = Refusals(None, self.stream, self.corrupt_policy)
@@ -202,7 +182,7 @@ class AsyncSharedSubscriber(SharedAcquire):
             self._detach_metrics()
         try:
             if self._started:
-                await run_steps_async(self._release_held())
+                await drive_async(self._release_held())
         finally:
             try:
                 if self._dead_letters is not None:
@@ -246,7 +226,7 @@ class AsyncSharedSubscriber(SharedAcquire):
         async with self._poll_lock:
             while True:
                 self._wakeup.clear()
-                batch = await run_steps_async(self._acquire_round())
+                batch = await drive_async(self._acquire_round())
                 remaining = deadline - time.monotonic()
                 if batch or remaining <= 0 or self._closed:
                     return batch
@@ -288,20 +268,20 @@ class AsyncSharedSubscriber(SharedAcquire):
     async def ack(self, records: Record | Iterable[Record]) -> None:
         """``SharedSubscriber.ack``: done, never delivered again; ``ConfigError`` for a record not held,
         ``FencedError`` for records whose acquisition timed out and were taken (nothing written for them)."""
-        await run_steps_async(self._ack(records))
+        await drive_async(self._ack(records))
 
     async def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
         """``SharedSubscriber.nack``: released for redelivery to any member, at once or no earlier than ``delay_ms``
         from now (stored in the lane's entry); delivery count kept."""
-        await run_steps_async(self._nack(records, delay_ms))
+        await drive_async(self._nack(records, delay_ms))
 
     async def reject(self, records: Record | Iterable[Record]) -> None:
         """``SharedSubscriber.reject``: published to the dead-letter stream (acknowledged), then marked done."""
-        await run_steps_async(self._reject(records))
+        await drive_async(self._reject(records))
 
     async def renew(self, records: Record | Iterable[Record]) -> None:
         """``SharedSubscriber.renew``: the lock of held records starts again (another ``acquisition_timeout_ms``)."""
-        await run_steps_async(self._renew(records))
+        await drive_async(self._renew(records))
 
     def __repr__(self) -> str:
         member = getattr(self, "member_id", self._choices.member_id)

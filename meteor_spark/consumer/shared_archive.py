@@ -22,10 +22,10 @@ from meteor_spark.consumer.shared_groups import (
     UndecodableItem,
     shared_record,
 )
-from meteor_spark.consumer.shared_steps import Steps
 from meteor_spark.format.offsets import first_offset_of, make_offset
 from meteor_spark.format.records import BatchPart
 from meteor_spark.format.wire import ItemView
+from meteor_spark.grid.steps import Steps
 from meteor_spark.groups.redelivery import distance_floor
 from meteor_spark.groups.shared_state import LaneShare
 

@@ -2,11 +2,10 @@
 
 Every decision of a shared group (what to acquire, timeouts, delivery counts, dead letters, take-up checks) is
 written once, in generators that *yield* each grid call as a zero-argument callable and receive its answer back.
-A driver runs them: ``run_steps`` calls each callable and sends the result in (the threaded ``SharedSubscriber``);
-``meteor_spark.aio.shared_subscriber.run_steps_async`` awaits what a callable returns when it is awaitable (the
-asyncio member, whose map and rings are ``AsyncGridMap`` / ``AsyncRing``: the same method names, awaited). An error
-a call raises is thrown into the generator at the yield, so the steps' own ``try`` blocks see it with either
-driver.
+A driver runs them (``meteor_spark.grid.steps``): ``drive`` calls each callable and sends the result in (the
+threaded ``SharedSubscriber``); ``drive_async`` awaits what a callable returns when it is awaitable (the asyncio
+member, whose map and rings are ``AsyncGridMap`` / ``AsyncRing``: the same method names, awaited). An error a call
+raises is thrown into the generator at the yield, so the steps' own ``try`` blocks see it with either driver.
 
 The few composite reads the steps need (the oldest servable sequence of a ring, the item under a stored item mark)
 are written here as steps over the pure parts of ``meteor_spark.grid.reading`` and ``meteor_spark.grid.item_marks``.
@@ -14,33 +13,12 @@ are written here as steps over the pure parts of ``meteor_spark.grid.reading`` a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any
 
 from meteor_spark.grid.item_marks import ItemMark, verdict_of
+from meteor_spark.grid.steps import Steps
 
-__all__ = ["Steps", "check_mark_steps", "oldest_steps", "run_steps"]
-
-T = TypeVar("T")
-
-#: Steps returning ``T``: each yielded value is a grid call to make (a callable taking no argument), and the
-#: generator receives its result.
-Steps = Generator[Callable[[], Any], Any, T]
-
-
-def run_steps(steps: Steps[T]) -> T:
-    """Run ``steps`` synchronously: each call is made on the caller's thread, its result (or error) sent back."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            call = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            value, error = call(), None
-        except Exception as exc:  # thrown into the steps, where their own handlers decide
-            value, error = None, exc
+__all__ = ["check_mark_steps", "oldest_steps"]
 
 
 def oldest_steps(ring: Any) -> Steps[int]:

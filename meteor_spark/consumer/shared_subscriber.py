@@ -5,7 +5,7 @@ The group's semantics (acquisitions, timeouts, delivery counts, dead letters, gu
 lane entries, settings, settling). The poll loop's steps
 (acquire per lane with one compare-and-set, read and cache ring items, pass over undecodable ones, deserialize, hand
 out) are ``meteor_spark.consumer.shared_acquire``'s, shared with the asyncio member; here they run on the caller's
-thread (``shared_steps.run_steps``), with the waiting and the member's lifecycle.
+thread (``meteor_spark.grid.steps.drive``), with the waiting and the member's lifecycle.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from typing import Any
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
 from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
 from meteor_spark.consumer.shared_groups import RECHECK_S
-from meteor_spark.consumer.shared_steps import run_steps
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.offsets import InitialOffsetScheme
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer, deserializer
 from meteor_spark.grid.client import Grid
+from meteor_spark.grid.steps import drive
 from meteor_spark.grid.streams import StreamConfig, StreamInfo, open_stream
 from meteor_spark.grid.typed_values import value_deserializer_for
 from meteor_spark.groups.shared_state import SHARE_MAP
@@ -127,7 +127,7 @@ class SharedSubscriber(SharedAcquire):
         self.info: StreamInfo = open_stream(grid, stream)
         refuse_on_ephemeral(self.info, "a shared group (acknowledged records)")
         self._set_up(choices, grid.map(SHARE_MAP), [grid.ring(name) for name in self.info.ring_names])
-        settings = run_steps(self._settings_steps(choices))
+        settings = drive(self._settings_steps(choices))
         self._value_deserializer = value_deserializer_for(grid, self.info, value_deserializer)
         self._key_deserializer = deserializer(key_deserializer, "key_deserializer")
         self._poll_lock = threading.Lock()
@@ -161,7 +161,7 @@ class SharedSubscriber(SharedAcquire):
         with self._poll_lock:
             while True:
                 self._wakeup.clear()
-                batch = run_steps(self._acquire_round())
+                batch = drive(self._acquire_round())
                 remaining = deadline - time.monotonic()
                 if batch or remaining <= 0:
                     return batch
@@ -195,7 +195,7 @@ class SharedSubscriber(SharedAcquire):
             FencedError: some records' acquisition timed out and they were released or taken by another member:
                 nothing was written for those (the others were acknowledged); they are processed again elsewhere.
         """
-        run_steps(self._ack(records))
+        drive(self._ack(records))
 
     def nack(self, records: Record | Iterable[Record], *, delay_ms: int = 0) -> None:
         """Release records for redelivery (to any member), delivery count kept: at once, or with ``delay_ms`` no
@@ -206,7 +206,7 @@ class SharedSubscriber(SharedAcquire):
             ConfigError: ``delay_ms`` negative, not an integer, or above ``redelivery.MAX_NACK_DELAY_MS``; nothing
                 was written.
         """
-        run_steps(self._nack(records, delay_ms))
+        drive(self._nack(records, delay_ms))
 
     def reject(self, records: Record | Iterable[Record]) -> None:
         """Give up on records: published to the dead-letter stream at once, then marked done; errors as ``ack``.
@@ -214,7 +214,7 @@ class SharedSubscriber(SharedAcquire):
         Raises:
             ConfigError: no ``dead_letter_stream``, or a record this member does not hold.
         """
-        run_steps(self._reject(records))
+        drive(self._reject(records))
 
     def renew(self, records: Record | Iterable[Record]) -> None:
         """Renew the lock of records this member holds (Kafka's RENEW, KIP-1222): they stay acquired by this member
@@ -227,14 +227,14 @@ class SharedSubscriber(SharedAcquire):
             FencedError: some records' lock had already ended and they were released or taken by another member:
                 nothing was written for those (the others were renewed); they are processed again elsewhere.
         """
-        run_steps(self._renew(records))
+        drive(self._renew(records))
 
     def settle_spans(self, lane: int, spans: list[tuple[int, int, str]], state: str) -> list[tuple[int, int]]:
         """Settle the records ``[first, end)`` acquired under ``token`` (``(first, end, token)`` each, from
         ``hand_over``, possibly by an earlier member) to ``DONE`` or ``AVAILABLE``, with one compare-and-set; this
         member forgets them. Returns the ranges refused: not held by that acquisition any more (settled already,
         or timed out and released or taken by another member)."""
-        return run_steps(self._settle_spans(lane, spans, state))
+        return drive(self._settle_spans(lane, spans, state))
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -246,7 +246,7 @@ class SharedSubscriber(SharedAcquire):
         self._closed = True
         self._wakeup.set()
         try:
-            run_steps(self._release_held())
+            drive(self._release_held())
         finally:
             if self._detach_metrics is not None:
                 self._detach_metrics()

@@ -75,15 +75,14 @@ from meteor_spark.errors import (
 from meteor_spark.format.records import decode_batch
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap, Ring, result
+from meteor_spark.grid.steps import Steps, drive
 from meteor_spark.producer.dedup_steps import (
     ClaimAllStep,
     MapStep,
     PauseStep,
     ReleaseStep,
     RingStep,
-    Steps,
     TxnStep,
-    drive,
 )
 from meteor_spark.producer.idempotence import STALE_SEQUENCE, outcome_unknown
 

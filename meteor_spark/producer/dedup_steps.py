@@ -1,20 +1,18 @@
 """The grid steps of the deduplication rules (``meteor_spark.producer.dedup.DedupRules``): what a rule asks of the
 grid, as values. The rules are generators yielding these; a driver carries each one out and sends its result back
-(or throws its error in): ``drive`` with synchronous calls (the threaded ``DedupWindow``), ``aio.claims`` awaited.
+(or throws its error in): ``meteor_spark.grid.steps.drive`` with synchronous calls (the threaded ``DedupWindow``),
+``drive_async`` awaited (``aio.claims``).
 So one set of rules serves the threaded and the asyncio publisher."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from meteor_spark.producer.dedup import Claim
 
-__all__ = ["ClaimAllStep", "MapStep", "PauseStep", "ReleaseStep", "RingStep", "Steps", "TxnStep", "drive"]
-
-T = TypeVar("T")
+__all__ = ["ClaimAllStep", "MapStep", "PauseStep", "ReleaseStep", "RingStep", "TxnStep"]
 
 
 @dataclass(frozen=True)
@@ -64,22 +62,3 @@ class TxnStep:
     the driver can."""
 
     txn: str
-
-
-Steps = Generator[Any, Any, T]
-
-
-def drive(steps: Steps[T], do: Callable[[Any], Any]) -> T:
-    """Run ``steps`` to its result, carrying out each step it yields with ``do`` (an error ``do`` raises is thrown
-    into the steps, which may handle it)."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            value, error = do(step), None
-        except Exception as exc:
-            value, error = None, exc
