@@ -42,13 +42,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import Any, cast
 
-from meteor_spark.aio.exported import LagWatch, refreshed_lag
+from meteor_spark.aio.exported import LagWatch
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async
+from meteor_spark.aio.subscriber_figures import SubscriberFigures
 from meteor_spark.aio.topics import AsyncTopics
 from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
@@ -94,7 +95,7 @@ _OPTIONS = (
 )
 
 
-class AsyncSubscriber:
+class AsyncSubscriber(SubscriberFigures):
     """Reads records from a stream from asyncio code: ungrouped (every lane, local positions) or as a member of an
     exclusive group (``group=``: the lanes the group assigns, positions confirmed in the grid).
 
@@ -370,10 +371,6 @@ class AsyncSubscriber:
                 self._issue_reads(reads)  # prefetch while the caller works on this batch
             return batch
 
-    def _lane_reads(self) -> LaneReads:
-        assert self._reads is not None, "started subscribers have their lanes"
-        return self._reads
-
     def _issue_reads(self, reads: LaneReads) -> None:
         if not self._closed:
             reads.issue(None if self._grouped is None else self._grouped.paused)
@@ -541,51 +538,6 @@ class AsyncSubscriber:
     def lanes(self) -> list[int]:
         """The lanes this subscriber reads now."""
         return [] if self._reads is None else sorted(self._reads.lanes)
-
-    # ------------------------------------------------------------------------------------------------ figures
-
-    async def lag(self) -> dict[int, int]:
-        """Ring items behind each lane's end, from the next record to deliver."""
-        return await refreshed_lag(self._lane_reads())
-
-    def exported_lag(self) -> dict[int, int]:
-        """The lag as last refreshed on the loop, for Prometheus (``meteor_spark.aio.exported``)."""
-        return {} if self._lag_watch is None else self._lag_watch.lag
-
-    def metrics(self) -> dict[str, int]:
-        """The threaded ``Subscriber.metrics()`` counters; grouped, also the member's lease figures and the lanes it
-        holds."""
-        refusals = self.refusals
-        return {
-            "delivered_records": self.delivered_records,
-            "skipped_items": self.skipped_items,
-            "corrupt_items": refusals.corrupt_items,
-            "undecodable_records": refusals.undecodable_records,
-            "nacked_records": 0,
-            "delayed_records": 0,
-            "dead_lettered_records": 0,
-            "filtered_records": self._topics.filtered_records,
-            **self.item_gate.counters(),
-            **({} if self._grouped is None else self._grouped.metrics()),
-        }
-
-    @property
-    def skipped_items(self) -> int:
-        """Ring items skipped because they were gone before they were read (``skip_data_loss``)."""
-        return 0 if self._reads is None else self._reads.skipped_items
-
-    @property
-    def skips(self) -> list[tuple[int, int, int]]:
-        """Each skip: (lane, first offset lost, the oldest offset read on from)."""
-        return [] if self._reads is None else list(self._reads.skips)
-
-    @property
-    def corrupt_items(self) -> int:
-        return self.refusals.corrupt_items
-
-    @property
-    def undecodable_records(self) -> int:
-        return self.refusals.undecodable_records
 
     def __repr__(self) -> str:
         kind = "ungrouped" if self.group is None else f"group {self.group!r}"
