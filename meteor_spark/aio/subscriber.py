@@ -26,7 +26,8 @@ transaction it finds open past its deadline, as threaded readers do (``meteor_sp
 Differences from the threaded subscriber, by scope: no shared groups (``shared=True`` makes an
 ``AsyncSharedSubscriber``); after a lost connection a lane whose tail was lost and refilled raises
 ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from its oldest record); no receivers. ``topics=``
-and ephemeral streams follow the threaded rules (``meteor_spark.aio.topics``), ungrouped only on an ephemeral stream.
+and ephemeral streams follow the threaded rules (``meteor_spark.aio.topics``), for an ungrouped reader and an
+exclusive group's member alike.
 Typed streams decode as the threaded reader does (``meteor_spark.aio.typed``); ``metrics=`` exports the threaded
 families, the lag gauge refreshed on the loop (``meteor_spark.aio.exported``).
 """
@@ -103,6 +104,8 @@ class AsyncSubscriber(SubscriberFigures):
         members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own, closed with the
             subscriber) or an ``AsyncGrid`` (shared, left open).
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        shared: True makes an ``AsyncSharedSubscriber`` instead (``__new__``); False, the default, is accepted as
+            the threaded ``Subscriber`` accepts it.
         poll_timeout_ms: how long each poll of ``async for`` waits for records (default 1,000 ms): the iteration
             notices ``close`` within it.
         group: exclusive group name; None = ungrouped.
@@ -143,6 +146,7 @@ class AsyncSubscriber(SubscriberFigures):
         members_or_grid: object,
         stream: StreamConfig | str,
         *,
+        shared: bool = False,
         poll_timeout_ms: int = 1000,
         group: str | None = None,
         member_id: str | None = None,
@@ -204,8 +208,11 @@ class AsyncSubscriber(SubscriberFigures):
             self.stream = self.info.name
             self.options.check_stream(self.stream)
             self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
-            member_id = self._member_args["member_id"] or default_member_id()
-            scheme = await self._topics.open(grid, self.info, self.options.scheme, self.group, member_id)
+            member_id = self._member_args["member_id"] = self._member_args["member_id"] or default_member_id()
+            auto_confirm = self._auto_confirm is not None
+            scheme = await self._topics.open(
+                grid, self.info, self.options.scheme, self.group, member_id, auto_confirm=auto_confirm
+            )
             self.options = replace(self.options, scheme=scheme)  # an ephemeral stream is read from the lanes' ends
             snapshot = TxnSnapshot(grid, self._known)
             self._snapshot = snapshot
@@ -248,6 +255,7 @@ class AsyncSubscriber(SubscriberFigures):
             scheme=self.options.scheme,
             skip_data_loss=self.options.skip_data_loss,
             auto_confirm=self._auto_confirm,
+            stale_offsets=self._topics.stale_offsets,
         )
         await self._grouped.join(grid, list(self.info.ring_names), self._wanted)
 
@@ -402,7 +410,8 @@ class AsyncSubscriber(SubscriberFigures):
         out, records, orphans = deliver_taken(reads.lanes, taken, decoded)
         for orphan in orphans:
             orphan.cancel()
-        batch = self._topics.hand_out(RecordBatch(out, records), decoded is not None)
+        save = None if self._grouped is None else self._grouped.save_positions
+        batch = await self._topics.hand_out(RecordBatch(out, records), decoded is not None, save)
         self.delivered_records += len(batch)
         return batch
 
