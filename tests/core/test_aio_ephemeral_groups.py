@@ -1,8 +1,9 @@
 """Asyncio members of an exclusive group on an ephemeral (at-most-once) stream, against the real client and real TCP:
 the group is one consuming entity beside a threaded ungrouped one, each record delivered once to the group (split
 between its two asyncio members, the lanes' positions stored in the group before a poll hands records out) and once
-to the other entity; a group whose members all left starts again at the lanes' ends when one comes back; what an
-ephemeral stream refuses (confirm, auto-confirm). ``shared=False`` is accepted as the threaded Subscriber takes it.
+to the other entity; a group whose members all left starts again at the lanes' ends when one comes back (asyncio,
+then threaded after the asyncio member left); what an ephemeral stream refuses (confirm, auto-confirm).
+``shared=False`` is accepted as the threaded Subscriber takes it.
 
 Each test runs its coroutine with ``asyncio.run``; waiting is the members' own polls with a deadline.
 """
@@ -25,6 +26,7 @@ from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.grid.subscriptions import live_subscriptions
 from meteor_spark.groups.store import OFFSETS_MAP, read_offset
+from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
 
@@ -113,9 +115,16 @@ def test_an_asyncio_group_that_was_gone_starts_again_at_the_end(
 
     try:
         _run(scenario())
+        with Publisher(grid, stream) as pub:
+            pub.publish_many([b"while g was gone again"] * 2).result(10)
+            with Subscriber(grid, stream, group="g", lease_ms=1000) as threaded:  # the same rules, threaded
+                pub.publish(b"threaded g")
+                got: list[Record] = []
+                wait_until(lambda: got.extend(threaded.poll(50)) or len(got) >= 1, 20, message="1 record")
+                assert [r.value for r in got] == [b"threaded g"] and not threaded.poll(200)
         seen: list[Record] = []
-        wait_until(lambda: seen.extend(other.poll(50)) or len(seen) >= 5, 20, message="5 records to the other entity")
-        assert len(seen) == 5 and not other.poll(200)
+        wait_until(lambda: seen.extend(other.poll(50)) or len(seen) >= 8, 20, message="8 records to the other entity")
+        assert len(seen) == 8 and not other.poll(200)
     finally:
         other.close()
 
