@@ -40,10 +40,15 @@ def ephemeral(grid: Grid, unique_name: str) -> Iterator[StreamConfig]:
     grid.map(f"meteor.subscriptions::{unique_name}").clear()
 
 
+def _id(sub: AsyncSubscriber) -> str:
+    assert sub.member is not None, "a started group member"
+    return sub.member.member_id
+
+
 async def _poll(subs: list[AsyncSubscriber], count: int, timeout_s: float = 20.0) -> dict[str, list[bytes]]:
     """Poll every member until ``count`` records came in all, then once more (nothing further may come); the values
     by member id."""
-    got: dict[str, list[bytes]] = {str(sub._member_args["member_id"]): [] for sub in subs}
+    got: dict[str, list[bytes]] = {_id(sub): [] for sub in subs}
     deadline = time.monotonic() + timeout_s
     while sum(map(len, got.values())) < count:
         assert time.monotonic() < deadline, f"{sum(map(len, got.values()))} of {count} records"
@@ -106,12 +111,12 @@ def test_an_asyncio_group_that_was_gone_starts_again_at_the_end(
         async with AsyncPublisher(grid_settings, stream) as pub:
             async with AsyncSubscriber(grid_settings, stream, group="g", lease_ms=1000) as member:
                 await pub.publish(b"while g lived")
-                assert (await _poll([member], 1))[str(member._member_args["member_id"])] == [b"while g lived"]
+                assert (await _poll([member], 1))[_id(member)] == [b"while g lived"]
             await pub.publish_many([b"while g was gone"] * 3)  # stored for `other` only
             async with AsyncSubscriber(grid_settings, stream, group="g", lease_ms=1000) as revived:
                 await pub.publish(b"after g came back")
                 got = await _poll([revived], 1)
-                assert got[str(revived._member_args["member_id"])] == [b"after g came back"]
+                assert got[_id(revived)] == [b"after g came back"]
 
     try:
         _run(scenario())
