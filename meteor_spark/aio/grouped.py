@@ -7,6 +7,9 @@ the item now at its sequence (``LaneTruncatedError``, or with ``skip_data_loss``
 the lane's oldest record, counted); a lane no longer assigned is dropped, and if it had delivered records not
 confirmed, the next ``confirm()`` says so (``FencedError``); leases are re-validated before delivering; a lane paused
 by a delayed ``nack`` (this member's, ``meteor_spark.aio.nack``, or another's) is not read before its instant.
+On an ephemeral stream (``meteor_spark.consumer.topics``' rules) a lane whose offset is still the one stored when
+the group was gone starts at its end (``stale_offsets``), ``save_positions`` stores the lanes' positions before a
+poll hands their records out, and ``confirm`` is refused.
 ``confirm``, ``deactivate`` / ``reactivate`` (``leave`` / ``rejoin``) and what a transaction needs of a subscriber
 (``delivered_unconfirmed``, ``mark_confirmed``, ``rewind``) are the threaded one's, awaited.
 """
@@ -21,6 +24,7 @@ from meteor_spark.aio.nack import AsyncNack, dead_letter_publisher, group_settin
 from meteor_spark.aio.views import RingBounds
 from meteor_spark.consumer.auto_confirm import AutoConfirm
 from meteor_spark.consumer.lane_state import LaneState, confirm_point
+from meteor_spark.consumer.topics import ephemeral_lane_start, refuse_on_ephemeral
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -60,6 +64,7 @@ class GroupedLanes:
         scheme: InitialOffsetScheme | str,
         skip_data_loss: bool,
         auto_confirm: AutoConfirm | None,
+        stale_offsets: dict[int, int] | None = None,
     ) -> None:
         self.member = member
         self.stream = member.stream
@@ -69,6 +74,7 @@ class GroupedLanes:
         self._scheme = scheme
         self._skip_data_loss = skip_data_loss
         self.auto_confirm = auto_confirm
+        self._stale = {} if stale_offsets is None else dict(stale_offsets)  # ephemeral: the gone group's offsets
         self._unconfirmed_lost: dict[int, int | None] = {}
         self.truncated_lanes = 0
         self.truncations: list[tuple[int, int, int]] = []
@@ -130,6 +136,7 @@ class GroupedLanes:
         nxt = tail + 1
         oldest = min(head if head <= tail else nxt, nxt)
         position = await self.member.initial_offset(lane, self._scheme, oldest, nxt)
+        position = await self._ephemeral_start(lane, position, nxt)
         self._bounds[lane] = bounds
         state = LaneState(self.stream, lane, bounds, await ring.capacity(), position, epoch, grid.connection_losses)  # type: ignore[arg-type]
         state.not_before, _ = self.member.hold_of(lane)  # a delayed nack's pause holds for every member
@@ -149,6 +156,44 @@ class GroupedLanes:
         else:
             await self._check_resume(state, bounds, oldest)
         return state
+
+    async def _ephemeral_start(self, lane: int, position: int, next_seq: int) -> int:
+        """``TopicReading._lane_start``: the lane's end when the group's offset is still the stale one, the group's
+        offset moved there (fenced)."""
+        start = ephemeral_lane_start(self._stale.pop(lane, None), position, next_seq)
+        if start != position:
+            await self.member.seek(lane, start)
+            logger.info(
+                "ephemeral stream %r lane %d: group %r had no live member, starting at the end (offset %d, not %d)",
+                self.stream,
+                lane,
+                self.group,
+                start,
+                position,
+            )
+        return start
+
+    async def save_positions(self, lanes: list[int]) -> set[int]:
+        """Ephemeral: store each of ``lanes``' position in the group (fenced) before its records are handed out;
+        the lanes refused (lost meanwhile: their records are not handed out here)."""
+        lost: set[int] = set()
+        for lane in lanes:
+            state = self._lanes.get(lane)
+            if state is None:
+                lost.add(lane)
+                continue
+            position = state.position
+            try:
+                await self.member.confirm(lane, position, epoch=state.epoch, mark=state.position_mark)
+            except (FencedError, NotAssignedError) as exc:
+                logger.info(
+                    "ephemeral stream %r lane %d lost before hand-out, not delivered: %s", self.stream, lane, exc
+                )
+                lost.add(lane)
+                continue
+            if state.position == position:
+                state.dirty = False
+        return lost
 
     async def _check_resume(self, state: LaneState, bounds: RingBounds, oldest: int) -> None:
         """``LaneReader._check_resume``: the stored item mark against the item now at its sequence (one read)."""
@@ -216,7 +261,8 @@ class GroupedLanes:
 
     async def confirm(self, offset: int | Record | None, lane: int | None, lanes: int) -> None:
         """``Subscriber.confirm``'s arguments: nothing (every delivered position), a ``Record``, or an offset with
-        its lane (which a one-lane stream may leave out)."""
+        its lane (which a one-lane stream may leave out). Refused on an ephemeral stream (no acknowledgement)."""
+        refuse_on_ephemeral(self.member.info, "confirm")
         if offset is None:
             await self.confirm_all()
             return

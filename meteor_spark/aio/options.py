@@ -14,7 +14,6 @@ PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
 
 #: Options of the threaded Subscriber the AsyncSubscriber does not take, and why.
 SUBSCRIBER_ONLY_THREADED: Mapping[str, str] = {
-    "shared": "shared=False is the default: leave it out (shared=True makes an AsyncSharedSubscriber)",
     **{
         name: "only for shared groups; use AsyncSharedSubscriber(members_or_grid, stream, group=..., ...) or "
         "AsyncSubscriber(..., group=..., shared=True)"

@@ -26,7 +26,8 @@ transaction it finds open past its deadline, as threaded readers do (``meteor_sp
 Differences from the threaded subscriber, by scope: no shared groups (``shared=True`` makes an
 ``AsyncSharedSubscriber``); after a lost connection a lane whose tail was lost and refilled raises
 ``LaneTruncatedError`` (``skip_data_loss`` does not re-read it from its oldest record); no receivers. ``topics=``
-and ephemeral streams follow the threaded rules (``meteor_spark.aio.topics``), ungrouped only on an ephemeral stream.
+and ephemeral streams follow the threaded rules (``meteor_spark.aio.topics``), for an ungrouped reader and an
+exclusive group's member alike.
 Typed streams decode as the threaded reader does (``meteor_spark.aio.typed``); ``metrics=`` exports the threaded
 families, the lag gauge refreshed on the loop (``meteor_spark.aio.exported``).
 """
@@ -42,13 +43,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import Any, cast
 
-from meteor_spark.aio.exported import LagWatch, refreshed_lag
+from meteor_spark.aio.exported import LagWatch
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
 from meteor_spark.aio.lane_reads import LaneReads
 from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async
+from meteor_spark.aio.subscriber_figures import SubscriberFigures
 from meteor_spark.aio.topics import AsyncTopics
 from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.aio.views import TxnSnapshot
@@ -94,7 +96,7 @@ _OPTIONS = (
 )
 
 
-class AsyncSubscriber:
+class AsyncSubscriber(SubscriberFigures):
     """Reads records from a stream from asyncio code: ungrouped (every lane, local positions) or as a member of an
     exclusive group (``group=``: the lanes the group assigns, positions confirmed in the grid).
 
@@ -102,6 +104,8 @@ class AsyncSubscriber:
         members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own, closed with the
             subscriber) or an ``AsyncGrid`` (shared, left open).
         stream: a ``StreamConfig`` (created when missing) or the name of an existing stream.
+        shared: True makes an ``AsyncSharedSubscriber`` instead (``__new__``); False, the default, is accepted as
+            the threaded ``Subscriber`` accepts it.
         poll_timeout_ms: how long each poll of ``async for`` waits for records (default 1,000 ms): the iteration
             notices ``close`` within it.
         group: exclusive group name; None = ungrouped.
@@ -142,6 +146,7 @@ class AsyncSubscriber:
         members_or_grid: object,
         stream: StreamConfig | str,
         *,
+        shared: bool = False,
         poll_timeout_ms: int = 1000,
         group: str | None = None,
         member_id: str | None = None,
@@ -203,8 +208,11 @@ class AsyncSubscriber:
             self.stream = self.info.name
             self.options.check_stream(self.stream)
             self._value_deserializer, self._schemas = await typed_deserializer(grid, self.info, self._value_setting)
-            member_id = self._member_args["member_id"] or default_member_id()
-            scheme = await self._topics.open(grid, self.info, self.options.scheme, self.group, member_id)
+            member_id = self._member_args["member_id"] = self._member_args["member_id"] or default_member_id()
+            auto_confirm = self._auto_confirm is not None
+            scheme = await self._topics.open(
+                grid, self.info, self.options.scheme, self.group, member_id, auto_confirm=auto_confirm
+            )
             self.options = replace(self.options, scheme=scheme)  # an ephemeral stream is read from the lanes' ends
             snapshot = TxnSnapshot(grid, self._known)
             self._snapshot = snapshot
@@ -247,6 +255,7 @@ class AsyncSubscriber:
             scheme=self.options.scheme,
             skip_data_loss=self.options.skip_data_loss,
             auto_confirm=self._auto_confirm,
+            stale_offsets=self._topics.stale_offsets,
         )
         await self._grouped.join(grid, list(self.info.ring_names), self._wanted)
 
@@ -370,10 +379,6 @@ class AsyncSubscriber:
                 self._issue_reads(reads)  # prefetch while the caller works on this batch
             return batch
 
-    def _lane_reads(self) -> LaneReads:
-        assert self._reads is not None, "started subscribers have their lanes"
-        return self._reads
-
     def _issue_reads(self, reads: LaneReads) -> None:
         if not self._closed:
             reads.issue(None if self._grouped is None else self._grouped.paused)
@@ -405,7 +410,8 @@ class AsyncSubscriber:
         out, records, orphans = deliver_taken(reads.lanes, taken, decoded)
         for orphan in orphans:
             orphan.cancel()
-        batch = self._topics.hand_out(RecordBatch(out, records), decoded is not None)
+        save = None if self._grouped is None else self._grouped.save_positions
+        batch = await self._topics.hand_out(RecordBatch(out, records), decoded is not None, save)
         self.delivered_records += len(batch)
         return batch
 
@@ -541,51 +547,6 @@ class AsyncSubscriber:
     def lanes(self) -> list[int]:
         """The lanes this subscriber reads now."""
         return [] if self._reads is None else sorted(self._reads.lanes)
-
-    # ------------------------------------------------------------------------------------------------ figures
-
-    async def lag(self) -> dict[int, int]:
-        """Ring items behind each lane's end, from the next record to deliver."""
-        return await refreshed_lag(self._lane_reads())
-
-    def exported_lag(self) -> dict[int, int]:
-        """The lag as last refreshed on the loop, for Prometheus (``meteor_spark.aio.exported``)."""
-        return {} if self._lag_watch is None else self._lag_watch.lag
-
-    def metrics(self) -> dict[str, int]:
-        """The threaded ``Subscriber.metrics()`` counters; grouped, also the member's lease figures and the lanes it
-        holds."""
-        refusals = self.refusals
-        return {
-            "delivered_records": self.delivered_records,
-            "skipped_items": self.skipped_items,
-            "corrupt_items": refusals.corrupt_items,
-            "undecodable_records": refusals.undecodable_records,
-            "nacked_records": 0,
-            "delayed_records": 0,
-            "dead_lettered_records": 0,
-            "filtered_records": self._topics.filtered_records,
-            **self.item_gate.counters(),
-            **({} if self._grouped is None else self._grouped.metrics()),
-        }
-
-    @property
-    def skipped_items(self) -> int:
-        """Ring items skipped because they were gone before they were read (``skip_data_loss``)."""
-        return 0 if self._reads is None else self._reads.skipped_items
-
-    @property
-    def skips(self) -> list[tuple[int, int, int]]:
-        """Each skip: (lane, first offset lost, the oldest offset read on from)."""
-        return [] if self._reads is None else list(self._reads.skips)
-
-    @property
-    def corrupt_items(self) -> int:
-        return self.refusals.corrupt_items
-
-    @property
-    def undecodable_records(self) -> int:
-        return self.refusals.undecodable_records
 
     def __repr__(self) -> str:
         kind = "ungrouped" if self.group is None else f"group {self.group!r}"

@@ -10,25 +10,39 @@ Subscriber side (``AsyncTopics``): ``topics=`` filters what a poll hands out (``
 counted in ``filtered_records``); on an ephemeral stream the reader starts at the lanes' ends
 (``consumer.topics.ephemeral_scheme``), registers its patterns (``consumer.topics.registration``) and renews the
 entry while it polls (``grid.subscriptions.RenewalSchedule``), removing it on close. A member of an exclusive group
-on an ephemeral stream is the threaded ``Subscriber``'s: saving the group's positions before hand-out is not built
-on the asyncio member, so it is refused by name.
+there follows the threaded ``Subscriber``'s rules: when its group had no live member as it joined, the group's
+stored offsets are kept as stale (``consumer.topics.entity_was_gone`` / ``stale_offsets``; ``GroupedLanes`` starts
+a lane still at its stale offset at the lane's end), and a poll saves the grouped lanes' positions before handing
+their records out, leaving out a lane whose save is refused (``GroupedLanes.save_positions``,
+``consumer.topics.without_lanes``). ``auto_confirm_interval_ms`` is refused there, as ``confirm`` is.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from meteor_spark.consumer.topics import entity_of, ephemeral_scheme, filtered_batch, registration
-from meteor_spark.errors import ConfigError, GridError
+from meteor_spark.consumer.topics import (
+    entity_of,
+    entity_was_gone,
+    ephemeral_scheme,
+    filtered_batch,
+    refuse_on_ephemeral,
+    registration,
+    stale_offsets,
+    without_lanes,
+)
+from meteor_spark.errors import GridError
 from meteor_spark.format.offsets import InitialOffsetScheme
 from meteor_spark.format.records import RecordBatch
 from meteor_spark.format.routing import TopicMatcher
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncGridMap
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamInfo
-from meteor_spark.grid.subscriptions import DEFAULT_REFRESH_MS, RenewalSchedule, subscriptions_map
+from meteor_spark.grid.subscriptions import DEFAULT_REFRESH_MS, RenewalSchedule, parse_subscriptions, subscriptions_map
+from meteor_spark.groups.store import OFFSETS_MAP, ConfirmedOffset, lane_key
 from meteor_spark.producer.topic_gate import TopicGate
 
 __all__ = ["AsyncTopicGate", "AsyncTopics", "RegistrySnapshot"]
@@ -103,25 +117,35 @@ class AsyncTopics:
         self._ttl_ms = ttl_ms
         self._schedule: RenewalSchedule | None = None
         self._map: AsyncGridMap | None = None
+        self.ephemeral = False
+        #: Ephemeral, grouped: lane -> the group's offset stored when it had no live member (for ``GroupedLanes``).
+        self.stale_offsets: dict[int, int] = {}
         self.filtered_records = 0
 
     async def open(
-        self, grid: AsyncGrid, info: StreamInfo, scheme: InitialOffsetScheme, group: str | None, member_id: str
+        self,
+        grid: AsyncGrid,
+        info: StreamInfo,
+        scheme: InitialOffsetScheme,
+        group: str | None,
+        member_id: str,
+        *,
+        auto_confirm: bool = False,
     ) -> InitialOffsetScheme:
-        """Check the options against the stream; on an ephemeral one register before anything is read. Returns
-        where the lanes start."""
+        """Check the options against the stream; on an ephemeral one, read a gone group's stale offsets, then
+        register, before anything is read. Returns where the lanes start."""
         scheme = ephemeral_scheme(info, scheme, self._ttl_ms)
         if not info.config.ephemeral:
             return scheme
-        if group is not None:
-            raise ConfigError(
-                f"AsyncSubscriber(group={group!r}): stream {info.name!r} is ephemeral, whose group members save "
-                f"their positions before each hand-out; the asyncio member does not: read it ungrouped, or with "
-                f"the threaded Subscriber"
-            )
-        subscription, ttl_ms = registration(entity_of(None, member_id), member_id, self.matcher, self._ttl_ms)
-        self._schedule = RenewalSchedule(subscription, ttl_ms)
+        if auto_confirm:
+            refuse_on_ephemeral(info, "auto_confirm_interval_ms")
+        self.ephemeral = True
+        entity = entity_of(group, member_id)
         self._map = await grid.map(subscriptions_map(info.name))
+        if group is not None and entity_was_gone(entity, parse_subscriptions(await self._map.entries())):
+            self.stale_offsets = await _stored_offsets(grid, info, group)
+        subscription, ttl_ms = registration(entity, member_id, self.matcher, self._ttl_ms)
+        self._schedule = RenewalSchedule(subscription, ttl_ms)
         await self.renew()
         return scheme
 
@@ -135,13 +159,22 @@ class AsyncTopics:
             schedule.renewed()
         return schedule.seconds_to_renewal()
 
-    def hand_out(self, batch: RecordBatch, decoded: bool) -> RecordBatch:
-        """The records of ``batch`` matching ``topics`` (``decoded``: the batch carries deserialized records)."""
-        if not batch or self.matcher is None or self.matcher.match_all:
+    async def hand_out(
+        self, batch: RecordBatch, decoded: bool, save: Callable[[list[int]], Awaitable[set[int]]] | None
+    ) -> RecordBatch:
+        """The records of ``batch`` matching ``topics`` (``decoded``: the batch carries deserialized records); on an
+        ephemeral stream, grouped (``save``: ``GroupedLanes.save_positions``), the lanes' positions saved first and
+        a lane whose save is refused left out."""
+        if not batch:
             return batch
-        kept = filtered_batch(batch, self.matcher, decoded)
-        self.filtered_records += len(batch) - len(kept)
-        return kept
+        lanes = sorted({part.lane for part in batch.parts})
+        if self.matcher is not None and not self.matcher.match_all:
+            kept = filtered_batch(batch, self.matcher, decoded)
+            self.filtered_records += len(batch) - len(kept)
+            batch = kept
+        if self.ephemeral and save is not None:
+            batch = without_lanes(batch, await save(lanes), decoded)
+        return batch
 
     async def close(self) -> None:
         """Leave the registry now; a failure is logged, the TTL removes the entry anyway."""
@@ -151,3 +184,14 @@ class AsyncTopics:
                 await self._map.remove(schedule.key)
             except GridError as exc:
                 logger.warning("could not remove subscription %r (it expires with its TTL): %s", schedule.key, exc)
+
+
+async def _stored_offsets(grid: AsyncGrid, info: StreamInfo, group: str) -> dict[int, int]:
+    """``stale_offsets`` of ``group`` on every lane of the stream, read with one ``get_all``."""
+    keys = {lane: lane_key(info.name, group, lane) for lane in range(info.lanes)}
+    texts = await (await grid.map(OFFSETS_MAP)).get_all(list(keys.values()))
+    stored = {
+        lane: None if texts.get(key) is None else ConfirmedOffset.decode(texts[key], f"{key} in map {OFFSETS_MAP!r}")
+        for lane, key in keys.items()
+    }
+    return stale_offsets(stored)

@@ -24,6 +24,7 @@ one (its group), and delivery is at most once:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from meteor_spark.consumer.lane_state import SubscriberFields
@@ -39,7 +40,7 @@ from meteor_spark.grid.subscriptions import (
     SubscriptionLease,
     live_subscriptions,
 )
-from meteor_spark.groups.store import OFFSETS_MAP, read_offset
+from meteor_spark.groups.store import OFFSETS_MAP, ConfirmedOffset, read_offset
 from meteor_spark.validate import check_int
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,15 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "TopicReading",
     "entity_of",
+    "entity_was_gone",
+    "ephemeral_lane_start",
     "ephemeral_scheme",
     "filtered_batch",
     "part_topics",
     "refuse_on_ephemeral",
     "registration",
+    "stale_offsets",
+    "without_lanes",
 ]
 
 
@@ -148,6 +153,37 @@ def registration(
     return Subscription(entity, member_id, patterns), DEFAULT_SUBSCRIPTION_TTL_MS if ttl_ms is None else ttl_ms
 
 
+def entity_was_gone(entity: str, live: Iterable[Subscription]) -> bool:
+    """Whether no member of ``entity`` is registered (``live``: the registry read before this member registers):
+    a group joining then had no live member, so the offsets it stored are from a previous life."""
+    return not any(s.entity == entity for s in live)
+
+
+def stale_offsets(stored: Mapping[int, ConfirmedOffset | None]) -> dict[int, int]:
+    """lane -> the group's stored offset, of the lanes that have one (``stored``: read when the group was gone)."""
+    return {lane: entry.offset for lane, entry in stored.items() if entry is not None and entry.offset is not None}
+
+
+def ephemeral_lane_start(stale: int | None, position: int, next_seq: int) -> int:
+    """Where a grouped reader of an ephemeral stream starts a lane it takes up: ``position`` (the group's offset),
+    or the lane's end when that offset is still ``stale`` (the one stored when the group was gone: nobody of the
+    revived group moved it, and what was stored meanwhile is not the group's)."""
+    end = first_offset_of(next_seq)
+    if stale is None or stale != position or position >= end:
+        return position
+    return end
+
+
+def without_lanes(batch: RecordBatch, lost: set[int], decoded: bool) -> RecordBatch:
+    """``batch`` without the records of the ``lost`` lanes (``decoded``: the batch carries deserialized records,
+    kept in step with its parts)."""
+    if not lost:
+        return batch
+    kept = [part for part in batch.parts if part.lane not in lost]
+    records = [record for record in batch if record.lane not in lost] if decoded else None
+    return RecordBatch(kept, records)
+
+
 class TopicReading(SubscriberFields):
     """The topic side of a ``Subscriber`` (see the module docs); every attribute is the ``Subscriber``'s."""
 
@@ -175,12 +211,12 @@ class TopicReading(SubscriberFields):
         if not self.ephemeral:
             return
         entity = entity_of(self.group, member_id)
-        if self.group is not None and not any(s.entity == entity for s in live_subscriptions(self._grid, self.stream)):
+        if self.group is not None and entity_was_gone(entity, live_subscriptions(self._grid, self.stream)):
             offsets = self._grid.map(OFFSETS_MAP)
-            for lane in range(self.info.lanes):
-                stored = read_offset(offsets, self.stream, self.group, lane)
-                if stored is not None and stored.offset is not None:
-                    self._stale_offsets[lane] = stored.offset
+            lanes = range(self.info.lanes)
+            self._stale_offsets = stale_offsets(
+                {lane: read_offset(offsets, self.stream, self.group, lane) for lane in lanes}
+            )
         subscription, ttl = registration(entity, member_id, self._matcher, ttl_ms)
         self._subscription = SubscriptionLease(self._grid, self.stream, subscription, ttl)
 
@@ -203,12 +239,10 @@ class TopicReading(SubscriberFields):
             lease.close()
 
     def _lane_start(self, lane: int, position: int, next_seq: int) -> int:
-        """Where a grouped reader starts a lane it takes up: ``position`` (the group's offset), or on an
-        ephemeral stream whose group was gone when this member joined, the lane's end if the offset is the one
-        stored then (nobody of the revived group moved it)."""
-        stale = self._stale_offsets.pop(lane, None)
-        end = first_offset_of(next_seq)
-        if stale is None or stale != position or position >= end:
+        """Where a grouped reader starts a lane it takes up (``ephemeral_lane_start``), the group's offset moved
+        there when it is the lane's end."""
+        end = ephemeral_lane_start(self._stale_offsets.pop(lane, None), position, next_seq)
+        if end == position:
             return position
         self._member.seek(lane, end)
         logger.info(
@@ -233,12 +267,9 @@ class TopicReading(SubscriberFields):
             self.filtered_records += before - len(batch)
             self.delivered_records -= before - len(batch)
         if self.ephemeral and self._member is not None:
-            lost = self._save_positions(lanes)
-            if lost:
-                kept = [p for p in batch.parts if p.lane not in lost]
-                records = [r for r in batch if r.lane not in lost] if self._decoded_records else None
-                self.delivered_records -= len(batch) - sum(p.size for p in kept)
-                batch = RecordBatch(kept, records)
+            before = len(batch)
+            batch = without_lanes(batch, self._save_positions(lanes), self._decoded_records)
+            self.delivered_records -= before - len(batch)
         return batch
 
     def _filtered(self, batch: RecordBatch) -> RecordBatch:

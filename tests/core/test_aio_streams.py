@@ -215,8 +215,6 @@ def test_ephemeral_options_are_checked_as_the_threaded_ones(grid_settings: GridS
         ephemeral = StreamConfig(f"{unique_name}-e", ephemeral=True)
         with pytest.raises(ConfigError, match=r"initial_offset_scheme EARLIEST: stream .* is ephemeral"):
             await AsyncSubscriber(grid_settings, ephemeral, initial_offset_scheme="earliest").start()
-        with pytest.raises(ConfigError, match="ephemeral, whose group members save their positions"):
-            await AsyncSubscriber(grid_settings, ephemeral, group="g").start()
 
     _run(scenario())
 
