@@ -328,7 +328,9 @@ class LaneReader(TopicReading):
             ),
         )
 
-    def _issue_reads(self) -> None:
+    def _issue_reads(self) -> int:
+        """Start a read on every lane that has none outstanding and may read; returns how many were started."""
+        issued = 0
         with self._lock:
             self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
@@ -348,6 +350,8 @@ class LaneReader(TopicReading):
                 state.pending_seq = state.fetch_seq
                 state.pending_losses = losses
                 future.add_done_callback(self._on_read_done)
+                issued += 1
+        return issued
 
     def _on_read_done(self, _future: Any) -> None:
         self._wakeup.set()

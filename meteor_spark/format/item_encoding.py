@@ -277,6 +277,8 @@ def _encode_item(
     stamps = p.timestamps
     if isinstance(stamps, (int, np.integer)):
         base_ts = max_ts = int(stamps)
+    elif count == 1:  # one record (publish_async, one in flight): a numpy reduction costs more than the item
+        base_ts = max_ts = int(stamps[0])
     else:
         stamps = np.asarray(stamps, dtype=I64)
         base_ts = int(stamps.min())
