@@ -372,9 +372,12 @@ class LaneReader(TopicReading):
                     # the count rises first); read again once the lane's last item is verified.
                     state.connection_lost(self._grid.connection_losses)
                     continue
-                where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
                 try:
-                    batch = Ring.to_batch(result(future, where))
+                    if future.is_success():  # the usual answer: no message to format
+                        batch = Ring.to_batch(future.result())
+                    else:
+                        where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
+                        batch = Ring.to_batch(result(future, where))
                 except GridOperationError:
                     # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
                     # the lane now ends before the position, that is a position past the end, not a grid failure.
