@@ -13,7 +13,10 @@ Scenarios (the targets on a 2-core machine in brackets):
 - (c) round-trip latency: request/reply over two streams with one message in flight, the responder in a third
   process; p50/p99 [p50 <= 0.4 ms, p99 <= 1.5 ms]. Measured twice: a hand-written loop (publish, then poll the reply
   stream), and ``meteor_spark.consumer.request_reply`` (``Requester.request`` and a ``Responder``: correlation ids, a
-  reply stream per requester, the reply handed from the requester's receiver thread to the waiting caller).
+  reply stream per requester, the reply handed from the requester's receiver thread to the waiting caller). And one
+  hop: ``publish_async`` and a ``Subscriber`` on a second client connection, one record in flight, with this
+  process's CPU per round trip, next to the same on the grid client alone (``add_all``, a ``read_many`` parked on the
+  other connection, the next one started) [p50 <= 0.3 ms, p99 <= 1 ms].
 
 Ceilings measured in the same run: encoding + LZ4 of the same records in memory (CPU bound, no grid), raw
 ``add_all`` / ``read_many`` of the same pre-encoded ring items through the client (the grid and the client, no
@@ -40,6 +43,7 @@ import pyarrow as pa
 
 from meteor_spark.bench import check_at_least_one, given
 from meteor_spark.bench.harness import bench_grid
+from meteor_spark.bench.one_hop import hop_rows, one_hop
 from meteor_spark.consumer.request_reply import Requester, Responder
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import ConfigError
@@ -414,11 +418,21 @@ def _latency(grid: Grid, grid_settings: GridSettings, settings: PubSubBenchOptio
         delete_stream(grid, requests.name)
         delete_stream(grid, replies.name)
     out["helper"] = _helper_latency(grid, grid_settings, settings, base + "-helper")
+    out["one_hop"], out["parked"] = one_hop(grid, base + "-hop", lambda hop: _with_cpu(settings.round_trips, hop))
     ring = grid.ring(base + "-raw")
     out["raw_add_read"] = round_trips(settings.round_trips, lambda payload: ring.read_many(ring.add(payload), 1, 1))
     ring.destroy()
     out["raw_request_reply"] = _raw_request_reply(grid, grid_settings, settings, base + "-raw")
     return out
+
+
+def _with_cpu(count: int, round_trip: Callable[[bytes], object]) -> dict[str, float]:
+    """``round_trips`` and this process's CPU per round trip (user + system, warm-up ones included)."""
+    before = os.times()
+    figures = round_trips(count, round_trip)
+    after = os.times()
+    cpu = after.user + after.system - before.user - before.system
+    return {**figures, "cpu_us": cpu * 1e6 / (count + WARM_UP_ROUND_TRIPS)}
 
 
 def _raw_request_reply(
@@ -544,6 +558,7 @@ def _latency_rows(lat: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             "<= 0.4 / <= 1.5 ms",
         ),
         ("ceiling: raw request/reply p50 / p99", f"{raw_rr['p50_ms']:.2f} / {raw_rr['p99_ms']:.2f} ms", "", ""),
+        *(hop_rows(lat) if "one_hop" in lat else []),
         (
             "ceiling: raw add + read p50 / p99",
             f"{lat['raw_add_read']['p50_ms']:.2f} / {lat['raw_add_read']['p99_ms']:.2f} ms",

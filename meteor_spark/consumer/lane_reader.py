@@ -328,7 +328,9 @@ class LaneReader(TopicReading):
             ),
         )
 
-    def _issue_reads(self) -> None:
+    def _issue_reads(self) -> int:
+        """Start a read on every lane that has none outstanding and may read; returns how many were started."""
+        issued = 0
         with self._lock:
             self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
@@ -348,6 +350,8 @@ class LaneReader(TopicReading):
                 state.pending_seq = state.fetch_seq
                 state.pending_losses = losses
                 future.add_done_callback(self._on_read_done)
+                issued += 1
+        return issued
 
     def _on_read_done(self, _future: Any) -> None:
         self._wakeup.set()
@@ -368,9 +372,12 @@ class LaneReader(TopicReading):
                     # the count rises first); read again once the lane's last item is verified.
                     state.connection_lost(self._grid.connection_losses)
                     continue
-                where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
                 try:
-                    batch = Ring.to_batch(result(future, where))
+                    if future.is_success():  # the usual answer: no message to format
+                        batch = Ring.to_batch(future.result())
+                    else:
+                        where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
+                        batch = Ring.to_batch(result(future, where))
                 except GridOperationError:
                     # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
                     # the lane now ends before the position, that is a position past the end, not a grid failure.

@@ -191,6 +191,14 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
 def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFraming) -> list[bytes]:
     """Frame the ring items of one ``add_all`` call, each from its prepared pieces (see ``encode_prepared``);
     item ``i`` gets producer sequence ``framing.producer_seq + i``. The framing is checked once per call."""
+    return encode_items_and_lane_max(items, framing)[0]
+
+
+def encode_items_and_lane_max(
+    items: Sequence[Sequence[PreparedColumns]], framing: ItemFraming
+) -> tuple[list[bytes], int]:
+    """``encode_items``, and the ``lane_max_ts`` written into the last item: the lane's largest timestamp once
+    the call is stored, which the publisher's next call continues (without reading it back from the header)."""
     if framing.compression not in COMPRESSIONS:
         raise ConfigError(f"compression {framing.compression!r} is not supported; use one of {', '.join(COMPRESSIONS)}")
     lz4_from = framing.compression_threshold if framing.compression == "lz4" else None
@@ -203,7 +211,7 @@ def encode_items(items: Sequence[Sequence[PreparedColumns]], framing: ItemFramin
             pieces[0] if len(pieces) == 1 else _joined(pieces), flags, lz4_from, producer_id, first_seq + i, lane_max
         )
         out.append(item)
-    return out
+    return out, lane_max
 
 
 def _joined(pieces: Sequence[PreparedColumns]) -> PreparedColumns:
@@ -277,6 +285,8 @@ def _encode_item(
     stamps = p.timestamps
     if isinstance(stamps, (int, np.integer)):
         base_ts = max_ts = int(stamps)
+    elif count == 1:  # one record (publish_async, one in flight): a numpy reduction costs more than the item
+        base_ts = max_ts = int(stamps[0])
     else:
         stamps = np.asarray(stamps, dtype=I64)
         base_ts = int(stamps.min())

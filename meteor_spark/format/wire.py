@@ -241,7 +241,7 @@ def _decode_v1(view: memoryview, where: str, version: int) -> ItemView:
         hkey_lengths = reader.array(I32, n_headers, "header key lengths")
         hvalue_lengths = reader.array(I32, n_headers, "header value lengths")
     reader.non_negative(value_lengths, "value length")
-    value_data = reader.blob(int(value_lengths.sum()), "values")
+    value_data = reader.blob(int(value_lengths[0] if count == 1 else value_lengths.sum()), "values")
     key_data = None
     if key_lengths is not None:
         if count and int(key_lengths.min()) < -1:
@@ -299,7 +299,8 @@ class _BodyReader:
         return self._take(size, what)
 
     def non_negative(self, lengths: np.ndarray, what: str) -> None:
-        if len(lengths) and int(lengths.min()) < 0:
+        # One length (an item of one record) is read directly: a numpy reduction costs more than the decoding.
+        if len(lengths) and int(lengths[0] if len(lengths) == 1 else lengths.min()) < 0:
             raise FormatError(f"{self.where}: negative {what} in the item")
 
     def finish(self) -> None:

@@ -74,18 +74,27 @@ def translate_errors(what: str) -> Iterator[None]:
     """Translate Hazelcast client errors raised inside the block into ``meteor_spark.errors``."""
     try:
         yield
-    except GridError:
-        raise
-    except hz_errors.HazelcastError as exc:
+    except (hz_errors.HazelcastError, OSError, AssertionError) as exc:
+        translated = _translated(exc, what)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def _translated(exc: BaseException, what: str) -> GridError | None:
+    """The ``meteor_spark.errors`` error for a Hazelcast client error raised doing ``what`` (None: not one)."""
+    if isinstance(exc, GridError):
+        return None
+    if isinstance(exc, hz_errors.HazelcastError):
         if isinstance(exc, _CONNECTION_ERRORS):
-            raise GridConnectionError(f"{what}: the grid is unreachable ({exc})") from exc
+            return GridConnectionError(f"{what}: the grid is unreachable ({exc})")
         code = getattr(exc, "error_code", None)
-        raise GridOperationError(f"{what}: {exc}", code=_code_of(exc) if code is None else code) from exc
-    except (OSError, AssertionError) as exc:
-        # The client validates arguments with AssertionError (check_true); an OSError is a dead socket.
-        if isinstance(exc, OSError):
-            raise GridConnectionError(f"{what}: the grid is unreachable ({exc})") from exc
-        raise GridOperationError(f"{what}: {exc}") from exc
+        return GridOperationError(f"{what}: {exc}", code=_code_of(exc) if code is None else code)
+    if isinstance(exc, OSError):  # a dead socket
+        return GridConnectionError(f"{what}: the grid is unreachable ({exc})")
+    if isinstance(exc, AssertionError):  # the client validates arguments with AssertionError (check_true)
+        return GridOperationError(f"{what}: {exc}")
+    return None
 
 
 def client_shut_down(error: BaseException) -> bool:
@@ -111,9 +120,15 @@ def wait(future: Future[T], timeout_s: float | None) -> bool:
 
 
 def result(future: Future[T], what: str) -> T:
-    """The future's value, with errors translated."""
-    with translate_errors(what):
+    """The future's value, with errors translated. A plain try (not ``translate_errors``' generator): it runs for
+    every grid answer a publisher or a subscriber takes in, twice per one-record round trip."""
+    try:
         return future.result()
+    except (hz_errors.HazelcastError, OSError, AssertionError) as exc:
+        translated = _translated(exc, what)
+        if translated is None:
+            raise
+        raise translated from exc
 
 
 @dataclass(frozen=True)

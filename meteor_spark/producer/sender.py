@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 
 from meteor_spark.errors import GridError, MeteorError
-from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items
-from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
+from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items_and_lane_max
+from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.format.offsets import INDEX_BITS
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.client import Ring, result, translate_errors
@@ -183,8 +183,7 @@ class Sender:
             self.transactional,
             lane_max,
         )
-        items = encode_items(by_item, framing)
-        self._lane_max[lane] = item_lane_max_timestamp(items[-1], stream=self.stream, lane=lane, sequence=-1)
+        items, self._lane_max[lane] = encode_items_and_lane_max(by_item, framing)
         return PendingCall(call, items)
 
     def _read_last(self, lane: int) -> Future[Any]:

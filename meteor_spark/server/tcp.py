@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from itertools import islice
-from typing import Any
+from typing import Any, cast
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
 from meteor_spark.server.engine import Engine
@@ -127,7 +127,8 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # Duck-typed: uvloop's transports have asyncio.Transport's methods without subclassing it.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.endpoint.remote = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

@@ -37,7 +37,10 @@ def test_quick_bench_reports_every_scenario() -> None:
     assert set(figures["one_publisher"]) >= {"publish_async_records_s", "publish_async_kept_records_s"}
     assert all(value > 0 for value in figures["one_publisher"].values())
     latency = figures["latency"]
-    assert all(latency[key]["p50_ms"] > 0 for key in ("meteor", "helper", "raw_request_reply", "raw_add_read"))
+    keys = ("meteor", "helper", "raw_request_reply", "raw_add_read", "one_hop", "parked")
+    assert all(latency[key]["p50_ms"] > 0 for key in keys)
+    assert latency["one_hop"]["cpu_us"] > 0 and latency["parked"]["cpu_us"] > 0
     printed = pubsub.render(figures)
     for text in ("deliveries", "Meteor's constant payload", "p50 / p99", "Requester / Responder", "raw request/reply"):
         assert text in printed
+    assert "publish -> poll, other connection" in printed and "add_all + parked read_many" in printed

@@ -191,13 +191,13 @@ def test_producer_sequences_rise_in_ring_order_while_two_threads_encode_calls_of
     publishing thread). The items must still carry rising producer sequences in ring order: a reader drops an item
     whose sequence is not above the last one it passed on as a re-sent copy, so interleaved sequences lost real
     records."""
-    encode = sender.encode_items
+    encode = sender.encode_items_and_lane_max
 
-    def slow_encode(*args: Any, **kwargs: Any) -> list[bytes]:
+    def slow_encode(*args: Any, **kwargs: Any) -> tuple[list[bytes], int]:
         time.sleep(0.001)  # lets the other encoder run in between, as a busy machine does
         return encode(*args, **kwargs)
 
-    monkeypatch.setattr(sender, "encode_items", slow_encode)
+    monkeypatch.setattr(sender, "encode_items_and_lane_max", slow_encode)
     chunks = [[b"t%d-%05d" % (t, i) for i in range(j, j + 400)] for t in range(2) for j in range(0, 2000, 400)]
     with Publisher(grid, StreamConfig(unique_name), max_batch_records=10, max_call_bytes=2048) as pub:
         workers = [
