@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
@@ -22,7 +23,15 @@ from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
 from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.producer.batching import PublisherSettings
-from meteor_spark.producer.idempotence import call_search
+from meteor_spark.producer.idempotence import (
+    FIRST_BACKOFF_S,
+    MAX_BACKOFF_S,
+    StoredCallLost,
+    call_search,
+    lost_call_error,
+    outcome_unknown,
+    timeout_error,
+)
 from meteor_spark.producer.publisher import random_producer_id
 
 logger = logging.getLogger("meteor_spark.aio.publisher")
@@ -207,6 +216,36 @@ async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_s
             else:
                 answer = await (ring.head() if step[0] == "head" else ring.tail())
         except GridError as exc:
+            error = exc
+
+
+async def recover_call(
+    stream: str,
+    ring: AsyncRing,
+    call: Attempts,
+    start: int,
+    producer_id: int,
+    first_seq: int,
+    deadline: float,
+    error: BaseException,
+) -> tuple[int | None, int]:
+    """Search the lane for a call whose answer was lost, backing off while the grid is unreachable; returns
+    ``(its first item's sequence or None, where to search from next time)``. The errors are the threaded
+    retrier's: ``PublishTimeoutError`` past ``deadline``, ``DataLossError`` when the call's items were overwritten."""
+    backoff = FIRST_BACKOFF_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise timeout_error(stream, call, error, reason=None)
+        await asyncio.sleep(min(backoff, left))
+        backoff = min(MAX_BACKOFF_S, backoff * 2)
+        try:
+            return await find_call_async(ring, start, producer_id, first_seq)
+        except StoredCallLost as exc:
+            raise lost_call_error(stream, call, exc) from exc
+        except GridError as exc:
+            if not outcome_unknown(exc):
+                raise
             error = exc
 
 

@@ -38,9 +38,9 @@ from meteor_spark.aio.calls import (
     Run,
     Sink,
     cut_call,
-    find_call_async,
     item_columns,
     producer_id_of,
+    recover_call,
 )
 from meteor_spark.aio.claims import AsyncDedup, check_dedup
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, check_option_names
@@ -63,6 +63,7 @@ from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import serializer
+from meteor_spark.format.trace_context import PublishTracing, publish_tracing
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing, connect_async
 from meteor_spark.grid.streams import StreamConfig, StreamInfo
@@ -71,14 +72,7 @@ from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
 from meteor_spark.producer.accumulator import sticky_run, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
-from meteor_spark.producer.idempotence import (
-    FIRST_BACKOFF_S,
-    MAX_BACKOFF_S,
-    StoredCallLost,
-    lost_call_error,
-    outcome_unknown,
-    timeout_error,
-)
+from meteor_spark.producer.idempotence import outcome_unknown
 from meteor_spark.producer.publisher import check_item_fits
 from meteor_spark.producer.record_checks import record_bytes
 from meteor_spark.producer.topic_gate import check_refresh_ms, refuse_refresh_on_persistent
@@ -113,7 +107,9 @@ class AsyncPublisher:
             ``max_batch_records``, ``max_batch_bytes``, ``max_buffered_records``, ``max_block_ms``,
             ``max_items_per_call``, ``max_call_bytes``, ``compression``, ``compression_threshold``, ``idempotent``,
             ``delivery_timeout_ms``, ``value_serializer`` (also ``"avro"`` / ``AvroValues``), ``key_serializer``,
-            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``), ``subscription_refresh_ms``.
+            ``transactional``, ``metrics`` (True or a ``CollectorRegistry``), ``subscription_refresh_ms``,
+            ``tracing`` (with OpenTelemetry installed and a span current, each publish call starts a PRODUCER span
+            and its records carry its ``traceparent``, as the threaded publisher's: ``format/trace_context.py``).
 
     Examples:
         >>> async with AsyncPublisher("127.0.0.1:5701", StreamConfig("orders", lanes=4)) as pub:   # doctest: +SKIP
@@ -124,9 +120,13 @@ class AsyncPublisher:
         check_option_names(
             "AsyncPublisher",
             options,
-            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics", "subscription_refresh_ms"),
+            (*_OPTIONS, "value_serializer", "key_serializer", "transactional", "metrics", "subscription_refresh_ms")
+            + ("tracing",),
             PUBLISHER_ONLY_THREADED,
         )
+        tracing = options.pop("tracing", True)
+        if not isinstance(tracing, bool):
+            raise ArgumentTypeError(f"tracing must be True or False, got {tracing!r}")
         transactional = options.pop("transactional", False)
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
@@ -141,6 +141,8 @@ class AsyncPublisher:
         self._detach_metrics: Callable[[], None] | None = None
         self._key_serializer = serializer(options.pop("key_serializer", None), "key_serializer")
         self._transactional = transactional
+        self._tracing = tracing
+        self._trace: PublishTracing | None = None  # set at start, for the stream's name
         self._overrides = {name: options.get(name) for name in _OPTIONS}
         self._target = members_or_grid
         self._config = stream
@@ -174,6 +176,7 @@ class AsyncPublisher:
             self.settings = PublisherSettings.parse(self.info.config, self._overrides)
             check_item_fits(self.settings, grid.settings)
             self.stream = self.info.name
+            self._trace = publish_tracing(self.stream) if self._tracing else None
             self._max_record_bytes = grid.settings.max_record_bytes
             self._value_serializer = await typed_serializer(grid, self.info, self._value_setting)
             self._input = RecordInput(
@@ -306,6 +309,11 @@ class AsyncPublisher:
         """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
         Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``)."""
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
+        if self._trace is not None and self._trace.active():
+            return await self._trace.publish_one_async(record, self._publish_one)
+        return await self._publish_one(record)
+
+    async def _publish_one(self, record: Record | bytes) -> asyncio.Future[int]:
         if self._gate is not None and not await self._gate.wants(record):
             dropped = self._loop.create_future()  # no live entity wants it (ephemeral): not stored, counted
             dropped.set_result(NOT_STORED)
@@ -332,6 +340,12 @@ class AsyncPublisher:
         items = list(records)
         n = len(items)
         checked = [self._record(item, None, None, None, None, None, None, i, n) for i, item in enumerate(items)]
+        if self._trace is not None and checked and self._trace.active():
+            return await self._trace.publish_many_async(checked, self._publish_many)
+        return await self._publish_many(checked)
+
+    async def _publish_many(self, checked: list[Record | bytes]) -> list[int]:
+        n = len(checked)
         if self._gate is None:
             return await self._publish_checked(checked)
         kept = await self._gate.split(checked)  # ephemeral: only what some live entity wants is stored
@@ -523,7 +537,9 @@ class AsyncPublisher:
                 call.sent = True
                 self.unknown_outcomes += 1
                 error: BaseException = exc
-            found, start = await self._recover(call, start, first_seq, deadline, error)
+            found, start = await recover_call(
+                self.stream, self._lanes[lane].ring, call, start, self.producer_id, first_seq, deadline, error
+            )
             if found is not None:
                 self.recovered_calls += 1
                 state.next_start = found + len(items)
@@ -535,28 +551,6 @@ class AsyncPublisher:
                 lane,
                 call.attempts + 1,
             )
-
-    async def _recover(
-        self, call: Attempts, start: int, first_seq: int, deadline: float, error: BaseException
-    ) -> tuple[int | None, int]:
-        """Search the lane for a call whose answer was lost, backing off while the grid is unreachable; returns
-        ``(its first item's sequence or None, where to search from next time)``."""
-        ring = self._lanes[call.lane].ring
-        backoff = FIRST_BACKOFF_S
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise timeout_error(self.stream, call, error, reason=None)
-            await asyncio.sleep(min(backoff, left))
-            backoff = min(MAX_BACKOFF_S, backoff * 2)
-            try:
-                return await find_call_async(ring, start, self.producer_id, first_seq)
-            except StoredCallLost as exc:
-                raise lost_call_error(self.stream, call, exc) from exc
-            except GridError as exc:
-                if not outcome_unknown(exc):
-                    raise
-                error = exc
 
     async def _completed(self, n: int) -> None:
         assert self._room is not None

@@ -31,7 +31,7 @@ current span, one read of the current context per call (an empty context answers
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,6 +57,7 @@ _NOT_LOOKED = object()
 _otel: Any = _NOT_LOOKED  # the API's modules, looked for once: a namespace, or None when the API is not installed
 
 F = TypeVar("F")
+T = TypeVar("T")
 
 
 def _api() -> Any:
@@ -176,32 +177,65 @@ class PublishTracing:
 
         future.add_done_callback(done)
 
-    def publish_one(self, item: object, queue: Callable[[Any], F]) -> F:
-        """``queue(item)`` with ``item`` carrying a PRODUCER span's context, the span ending with its outcome."""
+    def _traced_one(self, item: object) -> tuple[Span | None, Any]:
+        """``item`` carrying a new PRODUCER span's context, and the span; ``(None, item)`` when it cannot take one."""
         if not _traceable(item):
-            return queue(item)
+            return None, item
         message_id = item.message_id if isinstance(item, Record) else None
         span, headers = self._start({} if message_id is None else {"messaging.message.id": message_id})
+        return span, _with_headers(item, headers)
+
+    def _traced_many(self, items: list[Any]) -> tuple[Span, list[Any]]:
+        """Every record of ``items`` without a ``traceparent`` of its own carrying one PRODUCER span's context (the
+        bulk's), and the span."""
+        span, headers = self._start({"messaging.batch.message_count": len(items)})
+        return span, [_with_headers(item, headers) for item in items]
+
+    def _queued(self, span: Span | None, queue: Callable[[], F]) -> F:
+        if span is None:
+            return queue()
         try:
-            future = queue(_with_headers(item, headers))
+            future = queue()
         except BaseException as exc:
             _end(self._api, span, exc)
             raise
         self._finish_when_done(span, future)
         return future
 
+    def publish_one(self, item: object, queue: Callable[[Any], F]) -> F:
+        """``queue(item)`` with ``item`` carrying a PRODUCER span's context, the span ending with its outcome."""
+        span, traced = self._traced_one(item)
+        return self._queued(span, lambda: queue(traced))
+
     def publish_many(self, items: list[Any], queue: Callable[[list[Any]], F]) -> F:
         """``queue(items)`` with every record that has no ``traceparent`` of its own carrying one PRODUCER span's
         context (the bulk's), the span ending when the whole bulk settled."""
-        span, headers = self._start({"messaging.batch.message_count": len(items)})
-        traced = [_with_headers(item, headers) for item in items]
+        span, traced = self._traced_many(items)
+        return self._queued(span, lambda: queue(traced))
+
+    async def publish_one_async(self, item: object, queue: Callable[[Any], Awaitable[F]]) -> F:
+        """``publish_one`` for an asyncio publisher: ``await queue(item)`` gives the record's future."""
+        span, traced = self._traced_one(item)
+        if span is None:
+            return await queue(traced)
         try:
-            future = queue(traced)
+            future = await queue(traced)
         except BaseException as exc:
             _end(self._api, span, exc)
             raise
         self._finish_when_done(span, future)
         return future
+
+    async def publish_many_async(self, items: list[Any], publish: Callable[[list[Any]], Awaitable[T]]) -> T:
+        """``publish_many`` for an asyncio publisher: ``await publish(items)`` stores them all; the span ends then."""
+        span, traced = self._traced_many(items)
+        try:
+            result = await publish(traced)
+        except BaseException as exc:
+            _end(self._api, span, exc)
+            raise
+        _end(self._api, span, None)
+        return result
 
 
 def publish_tracing(stream: str) -> PublishTracing | None:

@@ -308,3 +308,48 @@ def test_a_plain_value_published_inside_a_span_is_traced(grid: Grid, unique_name
     context = request.get_span_context()
     current = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
     assert [(r.value, traceparent(r)) for r in _read(grid, unique_name, 2)] == [(b"inside", current), (b"after", None)]
+
+
+def test_an_asyncio_publishers_records_carry_the_current_span(grid_settings: GridSettings, unique_name: str) -> None:
+    """The ``AsyncPublisher`` injects as the threaded one does: the span current in the coroutine (a request
+    handler's, say) rides in ``publish`` / ``publish_async`` / ``publish_many`` records, a caller's ``traceparent``
+    wins, ``tracing=False`` adds nothing; an ``AsyncSubscriber``'s records give the consumer span its parent."""
+    import asyncio
+
+    from meteor_spark.aio import AsyncPublisher, AsyncSubscriber
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter := InMemorySpanExporter()))
+    tracer = provider.get_tracer("test")
+
+    async def scenario() -> tuple[Any, list[Record]]:
+        async with (
+            AsyncPublisher(grid_settings, StreamConfig(unique_name, lanes=1)) as pub,
+            AsyncPublisher(grid_settings, unique_name, tracing=False) as untraced,
+        ):
+            await pub.publish(b"before")
+            with tracer.start_as_current_span("request") as request:
+                await pub.publish(b"inside")
+                await (await pub.publish_async(Record(b"own", headers=((TRACEPARENT_HEADER, OWN),))))
+                await pub.publish_many([b"m1", Record(b"m2", headers=((TRACEPARENT_HEADER, OWN),))])
+                await untraced.publish(b"untraced")
+        got: list[Record] = []
+        async with AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="earliest") as sub:
+            while len(got) < 6:
+                got.extend(await sub.poll(100))
+        return request.get_span_context(), got
+
+    context, records = asyncio.run(asyncio.wait_for(scenario(), 60))
+    current = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+    assert [(r.value, traceparent(r)) for r in records] == [
+        (b"before", None),
+        (b"inside", current),
+        (b"own", OWN.decode()),
+        (b"m1", current),
+        (b"m2", OWN.decode()),
+        (b"untraced", None),
+    ]
+    with consume_span(records[1], tracer=tracer) as span:
+        assert span is not None and span.get_span_context().trace_id == context.trace_id
+    (processed,) = exporter.get_finished_spans()[1:]
+    assert processed.parent is not None and processed.parent.span_id == context.span_id
