@@ -106,7 +106,8 @@ def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.R
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-#: Columns repeating one value, by (column, value, rows): at most ``_REPEATED_MAX`` kept, the oldest dropped first.
+#: Columns repeating one value, by (column, value, rows): at most ``_REPEATED_MAX``; a full cache is emptied (one
+#: atomic ``clear``, safe for readers converting in several threads) and refills with the sizes in use.
 _REPEATED: dict[tuple[str, Any, int], pa.Array] = {}
 _REPEATED_MAX = 16
 
@@ -118,7 +119,7 @@ def _repeated(column: str, value: Any, n: int, build: Callable[[], pa.Array]) ->
     if array is None:
         array = build()
         if len(_REPEATED) >= _REPEATED_MAX:
-            del _REPEATED[next(iter(_REPEATED))]
+            _REPEATED.clear()
         _REPEATED[key] = array
     return array
 
