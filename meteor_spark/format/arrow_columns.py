@@ -6,7 +6,7 @@ path). Both work column-wise on buffers, never record by record.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -80,7 +80,12 @@ def items_to_arrow(
 
 
 def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.RecordBatch:
-    """Build the Arrow batch of the given parts column-wise (numpy on the items' length columns, one copy of data)."""
+    """Build the Arrow batch of the given parts column-wise (numpy on the items' length columns, one copy of data).
+
+    Columns that are the same for every row of a batch (one stream, one lane, no keys: the usual case) are built
+    once per size and reused by the next batches (``_REPEATED``): Arrow arrays are immutable, and a reader's
+    batches mostly share one size.
+    """
     schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
     parts = [p for p in parts if p.stop > p.start]
     if not parts:
@@ -88,18 +93,45 @@ def parts_to_arrow(parts: Sequence[ItemSlice], *, include_headers: bool) -> pa.R
     counts = np.array([p.size for p in parts], dtype=np.int64)
     n = int(counts.sum())
     starts_in_batch = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    lane_values = np.repeat(np.array([p.lane for p in parts], dtype=_I32), counts)
     columns = [
         _keys_array(parts, n),
         _values_array(parts, n),
         _stream_array(parts, n, counts),
-        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(lane_values)]),
+        _lane_array(parts, n, counts),
         _offsets_array(parts, n, counts, starts_in_batch),
         _timestamps_array(parts, n, starts_in_batch),
     ]
     if include_headers:
         columns.append(_headers_array(parts, n))
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+#: Columns repeating one value, by (column, value, rows): at most ``_REPEATED_MAX``; a full cache is emptied (one
+#: atomic ``clear``, safe for readers converting in several threads) and refills with the sizes in use.
+_REPEATED: dict[tuple[str, Any, int], pa.Array] = {}
+_REPEATED_MAX = 16
+
+
+def _repeated(column: str, value: Any, n: int, build: Callable[[], pa.Array]) -> pa.Array:
+    """The cached ``column`` of ``n`` rows all holding ``value`` (built by ``build`` the first time)."""
+    key = (column, value, n)
+    array = _REPEATED.get(key)
+    if array is None:
+        array = build()
+        if len(_REPEATED) >= _REPEATED_MAX:
+            _REPEATED.clear()
+        _REPEATED[key] = array
+    return array
+
+
+def _lane_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray) -> pa.Array:
+    """The ``lane`` column: one lane (always, for the Spark reader) is a cached constant column."""
+    lanes = {p.lane for p in parts}
+    if len(lanes) == 1:
+        lane = next(iter(lanes))
+        return _repeated("lane", lane, n, lambda: pa.array(np.full(n, lane, dtype=_I32)))
+    lane_values = np.repeat(np.array([p.lane for p in parts], dtype=_I32), counts)
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(lane_values)])
 
 
 def _values_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
@@ -116,7 +148,7 @@ def _values_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
 def _keys_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
     """The ``key`` column: null where a record has no key (length -1, or an item without keys at all)."""
     if not any(p.item.key_lengths is not None for p in parts):
-        return pa.nulls(n, pa.binary())
+        return _repeated("key", None, n, lambda: pa.nulls(n, pa.binary()))
     key_lengths_list = []
     key_chunks = []
     for p in parts:
@@ -134,17 +166,21 @@ def _keys_array(parts: Sequence[ItemSlice], n: int) -> pa.Array:
 
 def _stream_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray) -> pa.Array:
     """The ``stream`` column. One stream (the usual case) is its name repeated, built from buffers without a
-    Python string per row, unless the repeated bytes would overflow Arrow's int32 offsets."""
+    Python string per row (once per batch size: ``_repeated``), unless the repeated bytes would overflow Arrow's
+    int32 offsets."""
     stream_names = {p.stream for p in parts}
     if len(stream_names) != 1:
         return pa.array(np.repeat(np.array([p.stream for p in parts], dtype=object), counts), pa.string())
-    encoded = next(iter(stream_names)).encode("utf-8")
-    stream_offsets = np.arange(n + 1, dtype=np.int64) * len(encoded)
-    if stream_offsets[-1] > _MAX_I32:
-        return pa.array([encoded.decode("utf-8")] * n, pa.string())
-    return pa.Array.from_buffers(
-        pa.string(), n, [None, pa.py_buffer(stream_offsets.astype(_I32)), pa.py_buffer(encoded * n)]
-    )
+    name = next(iter(stream_names))
+    return _repeated("stream", name, n, lambda: _one_string(name, n))
+
+
+def _one_string(name: str, n: int) -> pa.Array:
+    encoded = name.encode("utf-8")
+    if len(encoded) * n > _MAX_I32:
+        return pa.array([name] * n, pa.string())
+    stream_offsets = np.arange(n + 1, dtype=_I32) * np.int32(len(encoded))
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(stream_offsets), pa.py_buffer(encoded * n)])
 
 
 def _offsets_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray, starts_in_batch: np.ndarray) -> pa.Array:
@@ -155,19 +191,23 @@ def _offsets_array(parts: Sequence[ItemSlice], n: int, counts: np.ndarray, start
 
 
 def _timestamps_array(parts: Sequence[ItemSlice], n: int, starts_in_batch: np.ndarray) -> pa.Array:
-    """The ``timestamp`` column, ms turned into Spark's µs; legacy items without timestamps give nulls."""
+    """The ``timestamp`` column, ms turned into Spark's µs, written in place (an item whose records share one
+    timestamp fills its rows with it, no per-item array); legacy items without timestamps give nulls."""
     ts = np.empty(n, dtype=np.int64)
     ts_valid: np.ndarray | None = None
     for p, pos in zip(parts, starts_in_batch.tolist(), strict=True):
-        stamps = p.item.timestamps(p.start, p.stop)
-        if stamps is None:
+        it = p.item
+        rows = ts[pos : pos + p.size]
+        if it.base_timestamp_ms is None:
             if ts_valid is None:
                 ts_valid = np.ones(n, dtype=bool)
             ts_valid[pos : pos + p.size] = False
-            ts[pos : pos + p.size] = 0
+            rows[:] = 0
+        elif it.timestamp_deltas is None:
+            rows[:] = it.base_timestamp_ms * 1000
         else:
-            ts[pos : pos + p.size] = stamps
-    ts *= 1000
+            np.add(it.timestamp_deltas[p.start : p.stop], it.base_timestamp_ms, out=rows)
+            rows *= 1000
     return pa.Array.from_buffers(
         TIMESTAMP_TYPE, n, [_validity(ts_valid), pa.py_buffer(ts)], null_count=_null_count(ts_valid)
     )
@@ -201,18 +241,21 @@ def _null_count(valid: np.ndarray | None) -> int:
 def _binary_array(
     type_: pa.DataType, n: int, lengths: np.ndarray, chunks: list[Any], valid: np.ndarray | None
 ) -> pa.Array:
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
+    """A binary (or string) array of ``n`` rows: offsets summed straight into Arrow's int32 (the total, checked
+    first, is the chunks' bytes: ``lengths`` are theirs, nulls counted 0), the chunks' bytes joined once."""
+    total = sum(memoryview(chunk).nbytes for chunk in chunks)
     if total > _MAX_I32:
         raise SizeLimitError(
             f"{total} bytes of data do not fit one Arrow binary column (2 GiB); convert fewer items at a time"
         )
+    offsets = np.empty(n + 1, dtype=_I32)
+    offsets[0] = 0
+    np.cumsum(lengths, dtype=_I32, out=offsets[1:])
     data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     return pa.Array.from_buffers(
         type_,
         n,
-        [_validity(valid), pa.py_buffer(offsets.astype(_I32)), pa.py_buffer(data)],
+        [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
         null_count=_null_count(valid),
     )
 

@@ -48,11 +48,12 @@ from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import GridSettings, Ring, result
 from meteor_spark.grid.item_gate import DELIVER, READ_UNCOMMITTED, RECHECK_S, WAIT, ItemGate, KnownTransactions
 from meteor_spark.grid.item_marks import CHANGED, GONE, SAME, ItemMark, verdict_of
-from meteor_spark.grid.reading import oldest_in, read_range
+from meteor_spark.grid.reading import oldest_in
 from meteor_spark.grid.streams import STREAMS_MAP
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.group_handoff import LaneHandoff, record_task
 from meteor_spark.spark.pushdown import keep_keys
+from meteor_spark.spark.read_ahead import read_ahead
 from meteor_spark.spark.typed_columns import decode_values
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -341,13 +342,15 @@ def _mark_reads(ranges: Sequence[LaneRange]) -> dict[int, Any]:
 
 
 def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[bytes], list[int]]]:
-    return read_range(
+    """The grid reads of ``[start, end)`` with the next ones already sent (``read_ahead``; ``read_range``'s
+    answers, data loss and errors included)."""
+    return read_ahead(
         grid_for(part.grid),
         part.info,
         part.lane,
         start,
         end,
-        max_items_per_call=ITEMS_PER_READ,
+        items_per_read=ITEMS_PER_READ,
         skip_data_loss=not part.fail_on_data_loss,
     )
 
