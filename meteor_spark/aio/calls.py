@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
+from typing import Any, cast
 
 from meteor_spark.errors import GridError
 from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
@@ -62,10 +62,33 @@ class Sink:
         if self.left == 0 and not self.future.done():
             self.future.set_result(self.offsets[0] if self.single else self.offsets)
 
-    def failed(self, error: BaseException) -> None:
+    def failed(self, error: BaseException, lo: int = 0, hi: int | None = None) -> None:
+        """The call failed with ``error`` (the first error ends the whole call: ``lo`` / ``hi`` do not matter)."""
         if not self.future.done():
             self.future.set_exception(error)
             self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
+
+
+class Singles:
+    """The sink of a run of one-record calls (plain values of ``publish_async``): a future per record, so a burst of
+    such calls shares one ``Run`` (``Lane.append_single``) and costs per record about what ``publish_many`` does."""
+
+    __slots__ = ("futures",)
+
+    def __init__(self) -> None:
+        self.futures: list[asyncio.Future[Any]] = []
+
+    def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
+        for k, future in enumerate(self.futures[lo:hi]):
+            if not future.done():
+                future.set_result(first_offset + k)
+
+    def failed(self, error: BaseException, lo: int = 0, hi: int | None = None) -> None:
+        """Records ``[lo, hi)`` failed with ``error`` (each record is a call of its own)."""
+        for future in self.futures[lo:hi]:
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
 
 
 class Run:
@@ -88,7 +111,7 @@ class Run:
         headers: list[tuple[tuple[str, bytes], ...]] | None,
         stamps: list[int],
         sizes: Iterable[int],
-        sink: Sink,
+        sink: Sink | Singles,
         sink_start: int = 0,
         indices: list[int] | None = None,
     ) -> None:
@@ -121,6 +144,20 @@ class Lane:
     task: asyncio.Task[None] | None = None
     next_start: int = 0
     lane_max: int = NO_TIMESTAMP
+    singles: Run | None = None  # the run one-record calls append to while it is the queue's last
+
+    def append_single(self, value: bytes, stamp: int, future: asyncio.Future[Any]) -> None:
+        """Queue the plain value of a one-record call: appended to the lane's run of such records while that run is
+        the last in the queue (records of a run already cut keep their indices: runs only grow), else a new run."""
+        run = self.singles
+        if run is None or not self.queue or self.queue[-1] is not run:
+            run = self.singles = Run([], None, None, [], (), Singles())
+            self.queue.append(run)
+        run.values.append(value)
+        run.stamps.append(stamp)
+        run.cum.append((run.cum[-1] if run.cum else 0) + len(value))
+        cast(Singles, run.sink).futures.append(future)
+        self.queued += 1
 
 
 @dataclass

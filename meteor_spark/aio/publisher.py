@@ -256,7 +256,7 @@ class AsyncPublisher:
                 if lane.task is not None:
                     lane.task.cancel()
                 for run in lane.queue:
-                    run.sink.failed(exc)
+                    run.sink.failed(exc, run.pos)
                     self.failed_records += len(run.values) - run.pos
                 lane.queue.clear()
                 lane.queued = 0
@@ -324,9 +324,14 @@ class AsyncPublisher:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
             await self._admit(1)
-        sink = Sink(self._loop.create_future(), 1, True)
-        self._queue([record], sink)
-        return sink.future
+        future: asyncio.Future[int] = self._loop.create_future()
+        if type(record) is bytes:  # a plain value: onto its lane's run of one-record calls (Lane.append_single)
+            lane = self._spread(1, len(record))[0][0]
+            self._lanes[lane].append_single(record, int(time.time() * 1000), future)
+            self._keep_sending(lane)
+        else:
+            self._queue([record], Sink(future, 1, True))
+        return future
 
     async def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> list[int]:
         """Publish many records at once and wait until all are stored; their offsets, in order. A record that
@@ -452,10 +457,13 @@ class AsyncPublisher:
             state = lanes[lane]
             state.queue.append(run)
             state.queued += len(run.values)
-            if state.task is None or state.task.done():
-                state.task = self._loop.create_task(
-                    self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}"
-                )
+            self._keep_sending(lane)
+
+    def _keep_sending(self, lane: int) -> None:
+        """Make sure ``lane`` has its sending task."""
+        state = self._lanes[lane]
+        if state.task is None or state.task.done():
+            state.task = self._loop.create_task(self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}")
 
     def _spread(self, n: int, nbytes: int = 0) -> list[tuple[int, int, int]]:
         """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records (``nbytes`` in all; 0: unknown) in sticky
@@ -482,11 +490,17 @@ class AsyncPublisher:
                 last = await self._store(lane, items, first_seq, records)
             except (MeteorError, OSError) as exc:
                 for item in taken:
-                    for run, _, _ in item:
-                        run.sink.failed(exc)
+                    for run, lo, hi in item:
+                        run.sink.failed(exc, lo, hi)
                 self.failed_records += records
                 await self._completed(records)
                 continue
+            except asyncio.CancelledError:  # close gave up waiting: these records' calls never answered
+                unknown = PublishTimeoutError(f"stream {self.stream!r}: closed while a call was in flight")
+                for item in taken:
+                    for run, lo, hi in item:
+                        run.sink.failed(unknown, lo, hi)
+                raise
             first = last - len(items) + 1
             self.calls += 1
             self.items_sent += len(items)

@@ -21,6 +21,7 @@ from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
     FormatError,
+    GridOperationError,
     GroupError,
     SizeLimitError,
     StreamNotFoundError,
@@ -121,6 +122,60 @@ def test_mixed_records_are_cut_by_the_batching_limits_and_routed_to_their_lanes(
         assert len(got[b"routed"].headers) == 1  # its routing header, written once
 
     _run(scenario())
+
+
+def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
+    grid_settings: GridSettings, unique_name: str
+) -> None:
+    """Plain values of ``publish_async`` queue onto their lane's run of one-record calls while it is the queue's
+    last (a burst costs per record what ``publish_many`` does): each future still gets its own record's offset,
+    interleaved keyed records and bulks keep their places, and a call that fails fails only its own records."""
+
+    async def scenario() -> None:
+        async with AsyncPublisher(
+            grid_settings, StreamConfig(unique_name, lanes=2), max_batch_records=50, max_items_per_call=3
+        ) as pub:
+            futures: dict[bytes, asyncio.Future[int]] = {}
+            for n in range(700):  # more than a call holds: the drain cuts runs that are still growing
+                futures[b"p%d" % n] = await pub.publish_async(b"p%d" % n)
+                if n % 97 == 0:
+                    futures[b"k%d" % n] = await pub.publish_async(Record(b"k%d" % n, key=b"key"))
+                if n % 250 == 0:
+                    await asyncio.sleep(0)  # the lane's task runs: the run it was filling is cut
+            bulk = await pub.publish_many([b"b%d" % n for n in range(30)])
+            offsets = {value: await future for value, future in futures.items()}
+            offsets.update({b"b%d" % n: offset for n, offset in enumerate(bulk)})
+            assert pub.metrics()["calls"] > 5
+        async with AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="EARLIEST") as sub:
+            got = {r.value: r.offset for r in await _collect(sub, len(offsets))}
+        assert got == offsets
+
+    async def one_call_fails() -> None:
+        async with AsyncPublisher(
+            grid_settings, StreamConfig(unique_name + "-1", lanes=1), max_batch_records=10, max_items_per_call=1
+        ) as pub:
+            lane = pub._lanes[0]
+            original, calls = lane.ring.add_all, [0]
+
+            async def second_refused(items: Any, overflow_policy: int = 0) -> int:
+                calls[0] += 1
+                if calls[0] == 2:
+                    raise GridOperationError("refused by the test")
+                return await original(items, overflow_policy)
+
+            lane.ring.add_all = second_refused  # type: ignore[method-assign]
+            futures = [await pub.publish_async(b"v%d" % n) for n in range(30)]  # one run, three calls of 10
+            await asyncio.wait(futures)
+        failed = [n for n, f in enumerate(futures) if f.exception() is not None]
+        assert failed == list(range(10, 20)) and calls[0] == 3
+        assert all(isinstance(futures[n].exception(), GridOperationError) for n in failed)
+        assert [futures[n].result() for n in (0, 29)] == [
+            0,
+            (1 << 16) | 9,
+        ]  # the refused call stored nothing: the third is item 1
+
+    _run(scenario())
+    _run(one_call_fails())
 
 
 def test_async_and_threaded_clients_read_each_other(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
