@@ -191,8 +191,7 @@ class GroupedLanes:
                 )
                 lost.add(lane)
                 continue
-            if state.position == position:
-                state.dirty = False
+            state.confirmed_at(position)
         return lost
 
     async def _check_resume(self, state: LaneState, bounds: RingBounds, oldest: int) -> None:
@@ -289,8 +288,8 @@ class GroupedLanes:
                 lost_now[lane] = epoch
                 continue
             state = self._lanes.get(lane)
-            if state is not None and state.position == position:
-                state.dirty = False
+            if state is not None:
+                state.confirmed_at(position)
         lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
         lost.update(lost_now)
         if lost:
@@ -375,8 +374,8 @@ class GroupedLanes:
         """``Subscriber.mark_confirmed``: ``positions`` are the group's offsets now (a committed transaction)."""
         for lane, position in positions.items():
             state = self._lanes.get(lane)
-            if state is not None and state.position == position:
-                state.dirty = False
+            if state is not None:
+                state.confirmed_at(position)
 
     async def rewind(self) -> dict[int, int]:
         """``Subscriber.rewind``: every held lane back to the group's confirmed offset, locally (after an abort),
@@ -394,10 +393,8 @@ class GroupedLanes:
             offset = confirmed.get(lane)
             if state is None or offset is None:
                 continue
-            if state.position != offset or state.dirty:
-                orphan = state.reset(offset)
-                if orphan is not None:
-                    orphan.cancel()
-                state.dirty = False
+            orphan = state.back_at(offset)
+            if orphan is not None:
+                orphan.cancel()
             moved[lane] = offset
         return moved

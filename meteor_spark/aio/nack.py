@@ -143,12 +143,9 @@ class AsyncNack:
         await self.member.hold(lane, target, not_before_ms=until, high=high, epoch=epoch)
         current = self._lanes.get(lane)
         if current is not None and current.epoch == epoch:
-            orphan = current.reset(target)
+            orphan = current.held_at(target, until)
             if orphan is not None:
                 orphan.cancel()
-            current.not_before = until
-            current.last_delivered = target - 1
-            current.dirty = False
         self.nacked_records += len(remaining)
         if until:
             self.delayed_records += len(remaining)

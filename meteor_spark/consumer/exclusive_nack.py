@@ -150,12 +150,9 @@ class ExclusiveNack(SubscriberFields):
         with self._lock:
             current = self._lanes.get(lane)
             if current is not None and current.epoch == epoch:
-                orphan = current.reset(target)
+                orphan = current.held_at(target, until)
                 if orphan is not None:
                     self._orphans.append(orphan)
-                current.not_before = until
-                current.last_delivered = target - 1
-                current.dirty = False
         self.nacked_records += len(remaining)
         if until:
             self.delayed_records += len(remaining)

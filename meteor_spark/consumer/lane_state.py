@@ -141,6 +141,27 @@ class LaneState:
         self.verify = self.truncated = None
         return orphan
 
+    def confirmed_at(self, position: int) -> None:
+        """The group's offset is now ``position``: nothing is left to confirm, unless the lane moved on since."""
+        if self.position == position:
+            self.dirty = False
+
+    def back_at(self, offset: int) -> Any:
+        """Back at the group's ``offset`` (an aborted transaction's rewind): moved there unless it is there with
+        nothing delivered since; nothing left to confirm. Returns the outstanding read, now orphaned (or None)."""
+        orphan = self.reset(offset) if self.position != offset or self.dirty else None
+        self.dirty = False
+        return orphan
+
+    def held_at(self, target: int, not_before_ms: int) -> Any:
+        """Rewound to ``target`` by a nack, not read before ``not_before_ms`` (0: at once); the group's offset was
+        written there, so nothing is left to confirm. Returns the outstanding read, now orphaned."""
+        orphan = self.reset(target)
+        self.not_before = not_before_ms
+        self.last_delivered = target - 1
+        self.dirty = False
+        return orphan
+
     def mark_before_fetch(self) -> ItemMark | None:
         """The mark of the item just before ``fetch_seq`` (the last one read, delivered or passed over), which must
         still be there after a lost connection; None when this lane knows none (nothing read since it started)."""

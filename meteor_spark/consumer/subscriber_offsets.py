@@ -105,8 +105,8 @@ class SubscriberOffsets(SubscriberFields):
                     continue
                 with self._lock:
                     state = self._lanes.get(lane_)
-                    if state is not None and state.position == position:
-                        state.dirty = False
+                    if state is not None:
+                        state.confirmed_at(position)
             with self._lock:
                 lost, self._unconfirmed_lost = self._unconfirmed_lost, {}
             lost.update(lost_now)
@@ -141,8 +141,8 @@ class SubscriberOffsets(SubscriberFields):
         with self._lock:
             for lane, position in positions.items():
                 state = self._lanes.get(lane)
-                if state is not None and state.position == position:
-                    state.dirty = False
+                if state is not None:
+                    state.confirmed_at(position)
 
     def rewind(self) -> dict[int, int]:
         """Move every held lane back to the group's confirmed offset, locally (the group's offsets are not
@@ -167,11 +167,9 @@ class SubscriberOffsets(SubscriberFields):
                 offset = confirmed.get(lane)
                 if state is None or offset is None:
                     continue
-                if state.position != offset or state.dirty:
-                    orphan = state.reset(offset)
-                    if orphan is not None:
-                        self._orphans.append(orphan)
-                    state.dirty = False
+                orphan = state.back_at(offset)
+                if orphan is not None:
+                    self._orphans.append(orphan)
                 moved[lane] = offset
         return moved
 

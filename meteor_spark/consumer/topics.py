@@ -295,6 +295,6 @@ class TopicReading(SubscriberFields):
                 lost.add(lane)
                 continue
             with self._lock:
-                if state is not None and state.position == todo[0]:
-                    state.dirty = False
+                if state is not None:
+                    state.confirmed_at(todo[0])
         return lost
