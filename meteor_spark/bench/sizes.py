@@ -307,7 +307,8 @@ def render(figures: dict[str, Any]) -> str:
             "measured in this one warm process (--warm)"
             if settings.get("process") == "warm"
             else "every side in a fresh client process per run (the allocator column: meteor_spark.allocator's "
-            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults: the fastest run's, while timed"
+            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults and client CPU (all its threads, per MB "
+            "moved): the fastest run's, while timed"
         )
         + "; lane sweep: one warm process",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
@@ -325,6 +326,7 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
     for p in points:
         ceiling = p["ceiling_records_s"]
         faults = p.get("minor_faults")
+        cpu = p.get("cpu_ms_per_mb")
         rows.append(
             (
                 size_label(p["record_bytes"]),
@@ -341,6 +343,9 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
                 else " / ".join(
                     f"{faults[side]:,}" for side in ("ceiling", "publish_many", "publish_async", "consume")
                 ),
+                "-"
+                if not cpu
+                else " / ".join(f"{cpu[side]:.2f}" for side in ("ceiling", "publish_many", "publish_async", "consume")),
             )
         )
     return render_table(
@@ -355,6 +360,7 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
             "ratio",
             "one subscriber, Records",
             "minor faults: raw / many / async / subscriber",
+            "client CPU ms/MB: raw / many / async / subscriber",
         ),
         rows,
     )

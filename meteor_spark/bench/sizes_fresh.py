@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
+import time
 from typing import Any
 
 from meteor_spark.allocator import OPT_OUT_ENV, tune_allocator
@@ -35,7 +36,7 @@ def size_points(settings: GridSettings, options: Any, size: int, modes: tuple[bo
     falls on both."""
     n = sizes_measure.records_for(options, size)
     shape = Shape.of(options.publisher_settings(), size)
-    best: dict[bool, dict[str, tuple[float, int]]] = {tuned: {} for tuned in modes}
+    best: dict[bool, dict[str, tuple[float, int, float]]] = {tuned: {} for tuned in modes}
     context = multiprocessing.get_context("spawn")
     for _ in range(options.repeats):
         for tuned in modes:
@@ -43,16 +44,16 @@ def size_points(settings: GridSettings, options: Any, size: int, modes: tuple[bo
             try:
                 for side in SIDES:
                     with context.Pool(1) as pool:
-                        seconds, faults = pool.apply(_run_side, (side, settings, options, size, stream, tuned))
-                    if side not in best[tuned] or seconds < best[tuned][side][0]:
-                        best[tuned][side] = (seconds, faults)
+                        measured = pool.apply(_run_side, (side, settings, options, size, stream, tuned))
+                    if side not in best[tuned] or measured[0] < best[tuned][side][0]:
+                        best[tuned][side] = measured
             finally:
                 with Grid(settings) as grid:
                     delete_stream(grid, stream.name)
     return [_point(size, n, shape, tuned, best[tuned]) for tuned in modes]
 
 
-def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, tuple[float, int]]) -> dict[str, Any]:
+def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, tuple[float, int, float]]) -> dict[str, Any]:
     return {
         "record_bytes": size,
         "records": n,
@@ -63,15 +64,21 @@ def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, tuple[flo
         "publish_many_records_s": n / best["publish_many"][0],
         "publish_async_records_s": max(1, n // 4) / best["publish_async"][0],
         "consume_records_s": n / best["consume"][0],
-        "minor_faults": {side: faults for side, (_, faults) in best.items()},
+        "minor_faults": {side: faults for side, (_, faults, _) in best.items()},
+        # CPU seconds of the client process per MB moved (all its threads): the figure a shared machine's load
+        # disturbs least.
+        "cpu_ms_per_mb": {
+            side: 1000 * cpu / ((max(1, n // 4) if side == "publish_async" else n) * size / 1e6)
+            for side, (_, _, cpu) in best.items()
+        },
     }
 
 
 def _run_side(
     side: str, settings: GridSettings, options: Any, size: int, stream: StreamConfig, tuned: bool
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
     """In the fresh process: connect (which applies the allocator settings unless opted out), prepare the values,
-    then time ``side``; (seconds, minor page faults while timed)."""
+    then time ``side``; (seconds, minor page faults and CPU seconds while timed)."""
     if not tuned:
         os.environ[OPT_OUT_ENV] = "off"
     n = sizes_measure.records_for(options, size)
@@ -98,9 +105,11 @@ def _run_side(
             delete_stream(grid, async_stream.name)
 
 
-def _timed(measure: Any, scale: float = 1.0) -> tuple[float, int]:
-    """``measure()``'s seconds (scaled: the ceiling's padded calls carry a few more records than ``n``) and the
-    minor page faults of this process meanwhile."""
+def _timed(measure: Any, scale: float = 1.0) -> tuple[float, int, float]:
+    """``measure()``'s seconds (scaled: the ceiling's padded calls carry a few more records than ``n``), the
+    minor page faults of this process meanwhile and its CPU seconds (all threads; scaled the same way)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    cpu = time.process_time()
     seconds = measure()
-    return seconds / scale, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    cpu = time.process_time() - cpu
+    return seconds / scale, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, cpu / scale

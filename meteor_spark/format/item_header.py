@@ -12,11 +12,12 @@ neither decompress nor checksum the body, and need neither LZ4 nor the body's co
 from __future__ import annotations
 
 import struct
-import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from meteor_spark.errors import FormatError, UnsupportedFormatVersionError
+from meteor_spark.format.checksum import crc32
 from meteor_spark.format.offsets import MAX_RECORDS_PER_ITEM
 
 MAGIC = b"MTRB"
@@ -52,14 +53,18 @@ def pack_item(
     producer_seq: int,
     lane_max: int,
     body_len: int,
-    stored: bytes,
+    stored: Sequence[Any],
 ) -> bytes:
-    """A current-version item: its header (CRC over the header's first bytes and ``stored``) then ``stored``."""
+    """A current-version item: its header (CRC over the header's first bytes and the stored bytes) then the stored
+    bytes, given as pieces (buffers, in order): checksummed piece by piece, then joined once, with the header."""
+    stored_len = sum(map(len, stored))
     prefix = HEADER.pack(
-        MAGIC, FORMAT_VERSION, flags, 0, count, base_ts, producer_id, producer_seq, lane_max, body_len, len(stored), 0
+        MAGIC, FORMAT_VERSION, flags, 0, count, base_ts, producer_id, producer_seq, lane_max, body_len, stored_len, 0
     )
-    crc = zlib.crc32(stored, zlib.crc32(memoryview(prefix)[:CRC_COVERED]))
-    return b"".join((prefix[:CRC_COVERED], U32.pack(crc), stored))
+    crc = crc32(memoryview(prefix)[:CRC_COVERED])
+    for piece in stored:
+        crc = crc32(piece, crc)
+    return b"".join([memoryview(prefix)[:CRC_COVERED], U32.pack(crc), *stored])
 
 
 def open_item(
@@ -115,7 +120,7 @@ def read_header(view: memoryview, where: str, version: int, *, check_crc: bool) 
             f"{where}: truncated or padded ring item: the header announces {stored_len} body bytes, "
             f"{len(stored)} follow"
         )
-    if check_crc and zlib.crc32(stored, zlib.crc32(view[: size - 4])) != crc:
+    if check_crc and crc32(stored, crc32(view[: size - 4])) != crc:
         raise FormatError(f"{where}: checksum mismatch: the ring item is corrupt")
     if flags & ~KNOWN_FLAGS:
         raise FormatError(f"{where}: unknown flags 0x{flags & ~KNOWN_FLAGS:02x} in a version {version} item")

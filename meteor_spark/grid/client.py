@@ -35,6 +35,7 @@ from meteor_spark.compat import (
     invoke,
     on_connection_closed,
 )
+from meteor_spark.compat_data import byte_array_wrapper, read_items_as_bytes
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -152,6 +153,10 @@ class Ring:
     def __init__(self, proxy: Any, name: str) -> None:
         self._proxy = proxy
         self.name = name
+        # Items handed to add_all already serialized (one copy instead of the client's three passes), or None.
+        self._as_data = byte_array_wrapper(proxy)
+        if self._as_data is not None:
+            read_items_as_bytes(proxy, self._as_data)  # items read as bytes, in one copy
 
     def capacity(self) -> int:
         return result(self._proxy.capacity(), f"capacity of ring {self.name!r}")
@@ -186,7 +191,10 @@ class Ring:
         return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
 
     def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> Future[int]:
-        return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
+        wrap = self._as_data
+        if wrap is None:
+            return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
+        return self._proxy.add_all([wrap(i) for i in items], overflow_policy)
 
     def read_many_async(self, start: int, min_count: int, max_count: int) -> Future[Any]:
         """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""

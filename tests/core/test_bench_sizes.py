@@ -114,9 +114,11 @@ def test_the_size_sweep_runs_each_side_in_a_fresh_process_with_and_without_the_a
     for point in figures["sizes"]:
         assert set(point["minor_faults"]) == {"ceiling", "publish_many", "consume", "publish_async"}
         assert all(faults >= 0 for faults in point["minor_faults"].values())
+        assert set(point["cpu_ms_per_mb"]) == set(point["minor_faults"])
+        assert all(cpu >= 0 for cpu in point["cpu_ms_per_mb"].values())
         assert point["publish_many_records_s"] > 0 and point["consume_records_s"] > 0
     printed = sizes.render(figures)
-    assert "fresh client process" in printed and "minor faults" in printed
+    assert "fresh client process" in printed and "minor faults" in printed and "client CPU ms/MB" in printed
 
 
 def test_the_allocator_choice_is_checked() -> None:
