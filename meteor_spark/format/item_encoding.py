@@ -344,25 +344,26 @@ def _encode_item(
 
 
 #: Bodies from this size on are probed before LZ4 compresses them whole (``_may_shrink``).
-PROBE_FROM = 64 * 1024
-#: The probe: this many samples of this many bytes, spread over the body.
+PROBE_FROM = 48 * 1024
+#: The probe: this many samples spread over the body, each 1/48 of it and at most ``PROBE_BYTES``.
 PROBE_SAMPLES = 3
 PROBE_BYTES = 8 * 1024
 
 
 def _may_shrink(pieces: Sequence[Any], body_len: int) -> bool:
     """Whether LZ4 may save 1/16 of a body given as pieces: True for bodies below ``PROBE_FROM``; above, True
-    when any of ``PROBE_SAMPLES`` samples of ``PROBE_BYTES`` (spread over the body) shrinks by 1/16.
+    when any of ``PROBE_SAMPLES`` samples spread over the body shrinks by 1/16.
 
     Why: LZ4 over a body it cannot shrink (random or already compressed values) cost 0.96 ms per MiB, more than
-    the rest of publishing such records; a sample of each region costs about 2 % of that. A body some sample
-    shrinks is compressed whole and kept only when it saves 1/16, as for small bodies.
+    the rest of publishing such records; the samples cost at most 1/16 of that (2 % for a 1 MiB body). A body
+    some sample shrinks is compressed whole and kept only when it saves 1/16, as small bodies are.
     """
     if body_len < PROBE_FROM:
         return True
     compress = lz4.block.compress
+    size = min(PROBE_BYTES, body_len // (16 * PROBE_SAMPLES))
     for k in range(PROBE_SAMPLES):
-        sample = _window(pieces, body_len * (2 * k + 1) // (2 * PROBE_SAMPLES), PROBE_BYTES)
+        sample = _window(pieces, body_len * (2 * k + 1) // (2 * PROBE_SAMPLES), size)
         if len(compress(sample, store_size=False)) <= len(sample) - (len(sample) >> 4):
             return True
     return False
