@@ -69,12 +69,14 @@ def read_items_as_bytes(proxy: Any, wrap: Callable[[Any], Any]) -> bool:
     to_object = getattr(proxy, "_to_object", None)
     if to_object is None:
         return False
-    head = bytes(wrap(b"").buffer[:8])
+    one = bytes(wrap(b"x").buffer)
+    head = one[:8]
+    byte_order: Any = "big" if one[8:12] == (1).to_bytes(4, "big") else "little"
 
     def item_as_bytes(data: Any) -> Any:
         buffer = data.buffer
-        if buffer[:8] == head:
-            return bytes(buffer[12:]) if not isinstance(buffer, bytes) else buffer[12:]
+        if buffer[:8] == head and int.from_bytes(buffer[8:12], byte_order) == len(buffer) - 12:
+            return buffer[12:] if isinstance(buffer, bytes) else bytes(buffer[12:])
         return to_object(data)
 
     proxy._to_object = item_as_bytes

@@ -98,5 +98,7 @@ def test_items_reach_the_grid_client_already_serialized(grid: Grid, unique_name:
         last = ring.add_all(items)
         batch = ring.read_many(last - 2, 3, 3)
         assert [bytes(i) for i in batch.items] == [bytes(i) for i in items]
+        assert {type(i) for i in batch.items} == {bytes}  # deserialized in one copy (compat_data)
+        assert ring._proxy._to_object(ring._proxy._to_data("not a byte array")) == "not a byte array"
     finally:
         ring.destroy()
