@@ -14,7 +14,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
-import time
 from typing import Any
 
 from meteor_spark.allocator import OPT_OUT_ENV, tune_allocator
@@ -107,9 +106,8 @@ def _run_side(
 
 def _timed(measure: Any, scale: float = 1.0) -> tuple[float, int, float]:
     """``measure()``'s seconds (scaled: the ceiling's padded calls carry a few more records than ``n``), the
-    minor page faults of this process meanwhile and its CPU seconds (all threads; scaled the same way)."""
+    minor page faults of this process meanwhile (a publisher's start included) and its CPU seconds over the timed
+    window (``Seconds.cpu``, all threads; scaled the same way)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    cpu = time.process_time()
     seconds = measure()
-    cpu = time.process_time() - cpu
-    return seconds / scale, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, cpu / scale
+    return seconds / scale, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, seconds.cpu / scale

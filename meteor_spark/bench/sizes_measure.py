@@ -61,16 +61,37 @@ def unique_name(prefix: str) -> str:
 # ------------------------------------------------------------------------------------------------ measuring
 
 
-def raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> float:
+class Seconds(float):
+    """The wall seconds of a timed run, with this process's CPU seconds (all its threads) over the same window as
+    ``cpu``: what a shared machine's load disturbs least, and nothing from before the timing (connecting, a
+    publisher's start)."""
+
+    cpu: float
+
+    def __new__(cls, wall: float, cpu: float) -> Seconds:
+        made = super().__new__(cls, wall)
+        made.cpu = cpu
+        return made
+
+    @staticmethod
+    def start() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
+
+    @classmethod
+    def since(cls, start: tuple[float, float]) -> Seconds:
+        return cls(time.perf_counter() - start[0], time.process_time() - start[1])
+
+
+def raw_add_all(grid: Grid, calls_per_ring: list[list[list[bytes]]]) -> Seconds:
     """Seconds to append pre-encoded calls to one fresh ring per entry, one call in flight per ring."""
     rings = [grid.ring(unique_name("raw")) for _ in calls_per_ring]
     try:
-        start = time.perf_counter()
+        start = Seconds.start()
         for round_calls in zip(*calls_per_ring, strict=True):
             futures = [ring.add_all_async(call) for ring, call in zip(rings, round_calls, strict=True)]
             for future in futures:
                 future.result()
-        return time.perf_counter() - start
+        return Seconds.since(start)
     finally:
         for ring in rings:
             ring.destroy()
@@ -104,39 +125,39 @@ def ceiling_rate(grid: Grid, values: list[bytes], shape: Shape, lanes: int, repe
     return records / best_seconds(repeats, lambda: raw_add_all(grid, calls))
 
 
-def publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> float:
+def publish_many(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[Any]) -> Seconds:
     with Publisher(grid, stream, max_buffered_records=max(100_000, 2 * PUBLISH_MANY_CHUNK), **overrides) as pub:
-        start = time.perf_counter()
+        start = Seconds.start()
         for i in range(0, len(values), PUBLISH_MANY_CHUNK):
             pub.publish_many(values[i : i + PUBLISH_MANY_CHUNK])
         pub.flush()
-        return time.perf_counter() - start
+        return Seconds.since(start)
 
 
-def publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> float:
+def publish_async(grid: Grid, stream: StreamConfig, overrides: dict[str, Any], values: list[bytes]) -> Seconds:
     with Publisher(grid, stream, **overrides) as pub:
         publish = pub.publish_async
-        start = time.perf_counter()
+        start = Seconds.start()
         for value in values:
             last = publish(value)
         pub.flush()
-        elapsed = time.perf_counter() - start
+        elapsed = Seconds.since(start)
         last.result()
         return elapsed
 
 
-def consume(grid: Grid, stream: str, expected: int) -> float:
+def consume(grid: Grid, stream: str, expected: int) -> Seconds:
     """Seconds for one subscriber to turn every record of ``stream`` into a ``Record`` object."""
     with Subscriber(grid, stream, initial_offset_scheme="earliest") as sub:
         seen = 0
-        start = time.perf_counter()
-        deadline = start + 600
+        start = Seconds.start()
+        deadline = start[0] + 600
         while seen < expected:
             for _record in sub.poll(1000):
                 seen += 1
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"the subscriber saw {seen} of {expected} records of {stream!r} in 600 s")
-        return time.perf_counter() - start
+        return Seconds.since(start)
 
 
 def stream_for(prefix: str, lanes: int, records: int, shape: Shape) -> StreamConfig:
