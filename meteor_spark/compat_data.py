@@ -8,9 +8,10 @@ those passes were a good part of publishing's cost. ``byte_array_wrapper`` gives
 ``Data`` in one copy: the serialized form of a byte array is an 8-byte head (partition hash, type id) then the
 length and the bytes, and the service passes a ``Data`` through as it is. The head and the length's byte order are
 taken from the client's own serialization of two probes, and the wrapper is used only when both agree with that
-layout (a partitioning strategy that hashes the content would not). Version-guarded and checked like
-``meteor_spark.compat``'s couplings (``COUPLINGS``, ``problems``; ``tests/test_compat.py``); ``hazelcast`` is
-imported only inside functions.
+layout (a partitioning strategy that hashes the content would not). Reads the other way: ``read_items_as_bytes``
+has a ring proxy deserialize its items into ``bytes`` in one copy. Version-guarded and checked like
+``meteor_spark.compat``'s couplings (``COUPLINGS``, ``problems``; ``tests/core/test_large_records.py``);
+``hazelcast`` is imported only inside functions.
 """
 
 from __future__ import annotations
