@@ -43,8 +43,16 @@ def test_bench_spark_runs_and_reports_every_figure(spark: Any) -> None:
             assert row[f"{side}_vs_ceiling_range"] == (ratios[0], ratios[1])
             assert row[f"{side}_vs_ceiling"] == pytest.approx((ratios[0] + ratios[1]) / 2)
             assert row[f"{side}_records_per_s"] > 0 and row[f"{side}_ceiling_records_per_s"] > 0
+        # CPU per record of every path, split by kind of process (read from /proc: Linux, where CI runs).
+        cpu = figures["cpu"][f"{lanes}_lanes"]
+        assert set(cpu) == {"write", "write ceiling", "read", "read ceiling"}
+        for by_kind in cpu.values():
+            assert set(by_kind) == {"jvm", "python", "member", "driver", "total"}
+            assert by_kind["total"] == pytest.approx(sum(v for k, v in by_kind.items() if k != "total"))
+            assert by_kind["jvm"] > 0 and by_kind["python"] > 0
     printed = bench_spark.render(figures)
     assert "read, 2 lane(s)" in printed and "RUNS" in printed
+    assert "write ceiling, 2 lane(s)" in printed and "CPU NS/RECORD" in printed
     assert spark.range(3).count() == 3  # the shared session is still usable
 
 

@@ -24,6 +24,11 @@ one ratio instead of on one side of the medians), printed with the lowest and hi
 how far one run can be trusted. Both writes read the same cached DataFrame with the same partitions, in the same
 Python workers.
 
+Next to the table, CPU time per record of every path, split by process (``process_cpu``: the JVM, the Python
+workers, the grid member, the driver), medians of the runs: the share of a path that is Spark's own (the JVM, and
+PySpark's Python worker, which the ceilings pay as well) and what the connector adds on top (the difference in
+Python workers and member against the ceiling). CPU per record varies far less than wall time on a shared machine.
+
 Targets on 2 cores: read >= 4,000,000 records/s and >= 80% of its ceiling; write >= 2,000,000 records/s; 4 lanes
 no worse than 1 lane.
 """
@@ -49,7 +54,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from meteor_spark.bench.jobs.session import bench_session
+from meteor_spark.bench.jobs import process_cpu
+from meteor_spark.bench.jobs.session import bench_member_session
 from meteor_spark.config import grid_options
 from meteor_spark.format.arrow_columns import ARROW_SCHEMA
 from meteor_spark.grid.client import Grid, GridSettings
@@ -66,6 +72,8 @@ READ_TARGET = 4_000_000
 WRITE_TARGET = 2_000_000
 #: Rows sent through every path before measuring, so the JVM has compiled them (runs of at least this many rows).
 VOLUME_WARM_UP_ROWS = 500_000
+#: The paths whose CPU per record is measured, in the order the CPU table prints them.
+CPU_PATHS = ("write", "write ceiling", "read", "read ceiling")
 
 
 def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat: int = 5) -> dict[str, Any]:
@@ -73,7 +81,7 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
     load_before = os.getloadavg()
     # The same quiet, local[2] settings as the demo (conf/spark-defaults.conf, conf/log4j2.properties), with more
     # driver memory for the cached write input.
-    with bench_session("meteor-bench-spark", {"spark.driver.memory": "3g"}) as (spark, settings):
+    with bench_member_session("meteor-bench-spark", {"spark.driver.memory": "3g"}) as (spark, settings, server):
         spark.dataSource.register(SyntheticSource)
         spark.dataSource.register(NoopArrowSink)
         input_tasks = partitions or default_partitions()
@@ -84,7 +92,7 @@ def run(records: int, lane_counts: Sequence[int], partitions: int | None, repeat
         )
         try:
             rows.count()
-            figures = _measure(spark, settings, rows, records, lane_counts, partitions, input_tasks, repeat)
+            figures = _measure(spark, settings, rows, records, lane_counts, partitions, input_tasks, repeat, server.pid)
         finally:
             rows.unpersist()
         figures["load_average"] = (load_before[0], os.getloadavg()[0])
@@ -100,6 +108,7 @@ def _measure(
     partitions: int | None,
     input_tasks: int,
     repeat: int,
+    member_pid: int | None,
 ) -> dict[str, Any]:
     """The warm-up, then ``repeat`` runs of every path per lane count, over the cached 100-byte ``rows``."""
     options = grid_options(settings)
@@ -124,15 +133,18 @@ def _measure(
             .load()
         )
 
-    figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}}
+    figures: dict[str, Any] = {"records": records, "repeat": repeat, "samples": {}, "cpu": {}}
     with Grid(settings) as grid:
         figures["warm_up_s"] = _warm_up(
             spark, grid, rows, options, records, max(lane_counts), meteor_read, ceiling_read
         )
         for lanes in lane_counts:
-            samples = _lane_samples(grid, rows, options, records, lanes, repeat, meteor_read, ceiling_read)
+            samples, cpu = _lane_samples(
+                grid, rows, options, records, lanes, repeat, meteor_read, ceiling_read, member_pid
+            )
             figures["samples"][f"{lanes}_lanes"] = samples
             figures[f"{lanes}_lanes"] = _medians(samples)
+            figures["cpu"][f"{lanes}_lanes"] = _cpu_medians(cpu)
     return figures
 
 
@@ -180,15 +192,25 @@ def _lane_samples(
     repeat: int,
     meteor_read: Callable[[str], Any],
     ceiling_read: Callable[[int], Any],
-) -> dict[str, list[float]]:
+    member_pid: int | None,
+) -> tuple[dict[str, list[float]], dict[str, list[dict[str, float]]]]:
     """``repeat`` runs of the four paths (meteor and ceiling, write and read) on a fresh stream of ``lanes``
-    lanes each: records/s per path and run."""
+    lanes each: records/s per path and run, and per path and run the CPU per record of each kind of process
+    (``process_cpu``; the whole job or query, start-up included)."""
     samples: dict[str, list[float]] = {
         "read_records_per_s": [],
         "read_ceiling_records_per_s": [],
         "write_records_per_s": [],
         "write_ceiling_records_per_s": [],
     }
+    cpu: dict[str, list[dict[str, float]]] = {path: [] for path in CPU_PATHS}
+
+    def timed(path: str, action: Callable[[], Any]) -> Any:
+        before = process_cpu.sample(member_pid)
+        outcome = action()
+        cpu[path].append(process_cpu.per_record(before, process_cpu.sample(member_pid), records))
+        return outcome
+
     for run_index in range(repeat):
         name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
         capacity = max(10_000, 4 * records // 1000)
@@ -198,22 +220,32 @@ def _lane_samples(
             write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
             # Sides alternate which goes first, so neither always runs right after the other's job.
             if run_index % 2:
-                write_s = _timed(write)
-                write_ceiling_s = _timed(write_ceiling)
+                write_s = timed("write", functools.partial(_timed, write))
+                write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
             else:
-                write_ceiling_s = _timed(write_ceiling)
-                write_s = _timed(write)
-            read_s, read_rows = _stream_seconds(meteor_read(name))
+                write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
+                write_s = timed("write", functools.partial(_timed, write))
+            read_s, read_rows = timed("read", functools.partial(_read_stream, meteor_read, name))
             if read_rows != records:
                 raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
-            ceiling_s, ceiling_rows = _stream_seconds(ceiling_read(records))
+            ceiling_s, ceiling_rows = timed("read ceiling", lambda: _stream_seconds(ceiling_read(records)))
         finally:
             delete_stream(grid, name)
         samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
         samples["write_records_per_s"].append(records / write_s)
         samples["read_records_per_s"].append(read_rows / read_s)
         samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
-    return samples
+    return samples, cpu
+
+
+def _cpu_medians(cpu: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per path, the median over its runs of each kind's CPU ns per record (empty where ``/proc`` is not
+    readable)."""
+    return {
+        path: {kind: statistics.median(run[kind] for run in runs) for kind in runs[0]}
+        for path, runs in cpu.items()
+        if runs and runs[0]
+    }
 
 
 def _medians(samples: dict[str, list[float]]) -> dict[str, Any]:
@@ -236,6 +268,10 @@ def _timed(action: Callable[[], Any]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+def _read_stream(read: Callable[[str], Any], stream: str) -> tuple[float, int]:
+    return _stream_seconds(read(stream))
 
 
 def _stream_seconds(df: Any) -> tuple[float, int]:
@@ -280,8 +316,25 @@ def render(figures: dict[str, Any]) -> str:
             f"{figures['warm_up_s']:.1f} s; load average {before:.2f} before, {after:.2f} after",
             "records/s: medians; of ceiling: the median of each run's ratio to the ceiling measured beside it; "
             "runs: the lowest and highest run's ratio",
+            *_render_cpu(figures.get("cpu", {})),
         ]
     )
+
+
+def _render_cpu(cpu: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """The CPU table: per lane count and path, ns of CPU per record by kind of process (medians of the runs)."""
+    rows = [
+        [f"{path}, {key.split('_')[0]} lane(s)", *(f"{by_kind[kind]:,.0f}" for kind in (*process_cpu.KINDS, "total"))]
+        for key, paths in cpu.items()
+        for path, by_kind in paths.items()
+    ]
+    if not rows:
+        return []
+    return [
+        render_table(["CPU NS/RECORD", "JVM", "PYTHON", "MEMBER", "DRIVER", "TOTAL"], rows, right=[1, 2, 3, 4, 5]),
+        "CPU: every process of the job or query, start-up included (jvm: Spark's own work; python: the Python "
+        "workers, the data source's Python side with PySpark's around it; member: the embedded grid)",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- the ceilings

@@ -1,0 +1,92 @@
+"""CPU time of a Spark benchmark's processes by kind, read from ``/proc``: what a run costs the JVM (Spark's own
+work: reading the input, Arrow batches to and from Python, the sink), the Python workers (the data source's
+Python side and PySpark's worker around it), the grid member and the driver process.
+
+Wall time on a shared 2-core machine moves by tens of percent between runs; CPU time per record moves far less,
+and split by process it says how much of a path is Spark's and how much is the connector's, which a throughput
+ratio alone cannot.
+
+Attribution: the driver is this process; its descendants named ``java`` are the JVM (own user + system time
+only); every other descendant is a Python worker (own time plus that of the children it reaped). The JVM starts
+the Python workers (the daemon, planner and source-runner workers) and reaps those that exit, so the time of its
+reaped children is counted to the Python workers too, not to Spark. The member is given by pid (the embedded grid
+runs in its own process). Where ``/proc`` cannot be read (not Linux), ``sample`` returns None and the benchmark
+prints no CPU figures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+#: The kinds a sample splits CPU time into, in the order the benchmark prints them.
+KINDS = ("jvm", "python", "member", "driver")
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def sample(member_pid: int | None) -> dict[str, float] | None:
+    """CPU seconds used so far per kind (``KINDS``); None where ``/proc`` is not readable."""
+    table = _processes()
+    if table is None:
+        return None
+    me = os.getpid()
+    seconds = dict.fromkeys(KINDS, 0.0)
+    for pid in _descendants(table, me):
+        if pid == member_pid:
+            continue
+        _parent, name, own, reaped = table[pid]
+        if name == "java":
+            seconds["jvm"] += own
+            seconds["python"] += reaped  # the Python workers it started and reaped
+        else:
+            seconds["python"] += own + reaped
+    if me in table:
+        seconds["driver"] += table[me][2]
+    if member_pid is not None and member_pid in table:
+        seconds["member"] += table[member_pid][2]
+    return seconds
+
+
+def per_record(before: Mapping[str, float] | None, after: Mapping[str, float] | None, records: int) -> dict[str, float]:
+    """Nanoseconds of CPU per record per kind between two samples, plus ``total``; empty without samples."""
+    if before is None or after is None or records <= 0:
+        return {}
+    figures = {kind: 1e9 * max(0.0, after[kind] - before[kind]) / records for kind in KINDS}
+    figures["total"] = sum(figures.values())
+    return figures
+
+
+def _processes() -> dict[int, tuple[int, str, float, float]] | None:
+    """pid -> (parent pid, name, own CPU seconds, reaped children's CPU seconds) of every process visible."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    table: dict[int, tuple[int, str, float, float]] = {}
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                text = stat.read()
+        except OSError:  # exited while listed
+            continue
+        # The name is in parentheses and may hold spaces; the fields after it are space-separated.
+        name = text[text.find("(") + 1 : text.rfind(")")]
+        fields = text[text.rfind(")") + 2 :].split()
+        utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+        table[int(entry)] = (int(fields[1]), name, (utime + stime) / _TICKS_PER_S, (cutime + cstime) / _TICKS_PER_S)
+    return table
+
+
+def _descendants(table: Mapping[int, tuple[int, str, float, float]], root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (parent, *_rest) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, frontier = [], list(children.get(root, ()))
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier.extend(children.get(pid, ()))
+    return found
