@@ -79,8 +79,8 @@ async def _durable(ctx: RequestContext) -> None:
 
 
 @handles(m.MAP_GET)
-async def get(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"response": _maps(ctx).get(req["name"], req["key"])}
+def get(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": ctx.engine.maps.get(req["name"], req["key"])}
 
 
 @handles(m.MAP_CONTAINS_KEY)
@@ -145,7 +145,8 @@ async def _put_like(ctx: RequestContext, req: dict[str, Any], op: Callable[..., 
         waited = await parked(ctx, lambda: op(*args))
         assert not isinstance(waited, _TimedOut)
         result = waited
-    await _durable(ctx)
+    if ctx.engine.persistence is not None:
+        await _durable(ctx)
     return result
 
 
@@ -183,7 +184,8 @@ async def _keyed(ctx: RequestContext, req: dict[str, Any], attempt: Callable[[Lo
     owner = _owner(ctx, req)
     result = await parked(ctx, lambda: attempt(owner))
     assert not isinstance(result, _TimedOut)
-    await _durable(ctx)
+    if ctx.engine.persistence is not None:
+        await _durable(ctx)
     return result
 
 

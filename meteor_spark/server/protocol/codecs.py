@@ -17,9 +17,10 @@ engine values too (``RaftGroupId``, ``SimpleEntryView``: one class each, so hand
 
 from __future__ import annotations
 
+import operator
 import struct
 import uuid as uuid_module
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ _EMPTY = b""
 _BEGIN: OutFrame = (BEGIN_DATA_STRUCTURE, _EMPTY)
 _END: OutFrame = (END_DATA_STRUCTURE, _EMPTY)
 _NULL: OutFrame = (IS_NULL, _EMPTY)
+_CONTENT: Callable[[Frame], Any] = operator.attrgetter("content")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -130,8 +132,33 @@ class VarType:
     def decode(self, cursor: FrameCursor) -> Any:
         raise NotImplementedError
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        """The value of one frame, for a type that is always exactly one frame (``String``, ``Data``, nullable ones);
+        None for the others. The message layer compiles a message's decoder from these, so a request of such
+        parameters is read without a cursor or a call per parameter type."""
+        return None
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        """(flags, content) of the one frame a value travels in, for the same types; None for the others."""
+        return None
+
     def __str__(self) -> str:
         return self.name
+
+
+def _utf8(frame: Frame) -> str:
+    try:
+        return str(frame.content, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
+
+
+def _utf8_frame(value: str) -> tuple[int, bytes]:
+    return 0, value.encode("utf-8")
+
+
+def _bytes_frame(value: bytes | bytearray | memoryview) -> tuple[int, bytes | bytearray | memoryview]:
+    return 0, value
 
 
 class _String(VarType):
@@ -147,6 +174,12 @@ class _String(VarType):
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        return _utf8
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        return _utf8_frame
+
 
 class _Bytes(VarType):
     """``Data`` (a serialized object, kept as raw bytes) and ``byte[]`` share one frame layout."""
@@ -159,6 +192,12 @@ class _Bytes(VarType):
 
     def decode(self, cursor: FrameCursor) -> bytes:
         return cursor.next().content
+
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        return _CONTENT
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        return _bytes_frame
 
 
 class _FixedList(VarType):
@@ -210,6 +249,26 @@ class _Nullable(VarType):
             cursor.index += 1
             return None
         return self.inner.decode(cursor)
+
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        inner = self.inner.frame_reader()
+        if inner is None:
+            return None
+
+        def read(frame: Frame) -> Any:
+            return None if frame.flags & IS_NULL else inner(frame)
+
+        return read
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        inner = self.inner.frame_writer()
+        if inner is None:
+            return None
+
+        def write(value: Any) -> tuple[int, bytes | bytearray | memoryview]:
+            return _NULL if value is None else inner(value)
+
+        return write
 
 
 class _ListMultiFrame(VarType):
