@@ -237,7 +237,7 @@ def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
     if read is not None:
         fast = read(frames)
         if fast is not None:
-            return fast  # type: ignore[no-any-return]
+            return fast
     values: dict[str, Any] = {}
     spec._req_fixed.unpack(frames[0].content, REQUEST_FIXED_OFFSET, values)  # type: ignore[attr-defined]
     if spec._req_var:  # type: ignore[attr-defined]
@@ -255,7 +255,7 @@ def encode_response(
     header = (spec.request_type + 1, correlation_id, 0)
     write = spec._write_response  # type: ignore[attr-defined]
     if write is not None:
-        return write(header, values if values is not None and not kw else _merge(values, kw))  # type: ignore[no-any-return]
+        return write(header, values if values is not None and not kw else _merge(values, kw))
     return _encode(
         _RESPONSE_INITIAL,
         header,
