@@ -168,9 +168,11 @@ class Maps:
         existing: _Record | None,
     ) -> None:
         """Store ``value`` under ``key`` with Hazelcast's per-write TTL rules and fire ADDED or UPDATED."""
-        now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
-        ttl = self._pick_ttl(store, ttl_ms)
-        max_idle = self._pick_max_idle(store, max_idle_ms)
+        clock = self._clock
+        now_wall, now_mono = clock.now_ms(), clock.monotonic_ms()
+        config = store.config
+        ttl = config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
+        max_idle = config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
         if existing is None:
             record = _Record(value, now_wall, now_wall, now_wall, ttl, max_idle, now_mono, now_mono)
             store.records[key] = record
@@ -182,8 +184,12 @@ class Maps:
             record.ttl_base_mono = record.accessed_mono = now_mono
             record.ttl_ms, record.max_idle_ms = ttl, max_idle
             record.version += 1
-        self._track_expiry(store, key, record)
-        self._journal_put(name, key, record)
+        if ttl > 0 or max_idle > 0:
+            store.expiring.add(key)
+        elif store.expiring:
+            store.expiring.discard(key)
+        if self.journal is not None:
+            self._journal_put(name, key, record)
         if existing is None:
             self._fire(name, EntryEventType.ADDED, key, value, None)
         else:
@@ -308,7 +314,8 @@ class Maps:
     ) -> bytes | None:
         """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
         store = self._store(name)
-        self._check_lock(name, store, key, caller)
+        if store.locks:  # no call at all for a map without locks (the common case)
+            self._check_lock(name, store, key, caller)
         return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
 
     def set(

@@ -9,8 +9,10 @@ A handler serves one message type::
 It gets the decoded request parameters by spec name and returns the response parameters by spec name (or None for an
 empty response). It raises ``meteor_spark.server.errors.ServerError`` subclasses for Hazelcast error responses.
 
-A handler that never waits may be a plain function (``def``): the dispatcher calls it and answers, with no coroutine
-to create and drive (measured on ``Map.get``, the member's most frequent small request).
+A handler that usually does not wait may be a plain function (``def``): the dispatcher calls it and answers, with no
+coroutine to create and drive (measured on ``Map.get`` and ``Map.put``, the member's most frequent small requests).
+When it must wait (a lock in the way, a durable write), it returns a coroutine instead of the response, which the
+dispatcher drives as it drives an ``async`` handler's.
 
 Ordering: a handler runs synchronously until its first real suspension, so it must mutate engine state before its
 first ``await`` - a client's successive calls then apply in the order they were sent. Handlers that do not suspend
@@ -288,18 +290,21 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
         except BaseException as exc:
             _fail(ctx, exc)
             return spec.name
-        _respond(ctx, result)  # type: ignore[arg-type]
-        return spec.name
-    coro = entry.handler(ctx, request)
+        if type(result) is not types.CoroutineType:
+            _respond(ctx, result)  # type: ignore[arg-type]
+            return spec.name
+        coro: Any = result
+    else:
+        coro = entry.handler(ctx, request)
     try:
-        suspended = coro.send(None)  # type: ignore[union-attr]
+        suspended = coro.send(None)
     except StopIteration as stop:
         _respond(ctx, stop.value)
         return spec.name
     except BaseException as exc:
         _fail(ctx, exc)
         return spec.name
-    task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))  # type: ignore[arg-type]
+    task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))
     connection.track(task)
     return spec.name
 
