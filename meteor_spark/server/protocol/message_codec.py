@@ -238,6 +238,11 @@ def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
         fast = read(frames)
         if fast is not None:
             return fast
+    return decode_request_generic(spec, frames)
+
+
+def decode_request_generic(spec: MessageSpec, frames: list[Frame]) -> dict[str, Any]:
+    """``decode_request`` without the compiled decoder: every message's general path (and the tests' reference)."""
     values: dict[str, Any] = {}
     spec._req_fixed.unpack(frames[0].content, REQUEST_FIXED_OFFSET, values)  # type: ignore[attr-defined]
     if spec._req_var:  # type: ignore[attr-defined]
@@ -256,12 +261,20 @@ def encode_response(
     write = spec._write_response  # type: ignore[attr-defined]
     if write is not None:
         return write(header, values if values is not None and not kw else _merge(values, kw))
+    return encode_response_generic(spec, correlation_id, _merge(values, kw))
+
+
+def encode_response_generic(
+    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any]
+) -> list[bytes | bytearray | memoryview]:
+    """``encode_response`` without the compiled encoder: every message's general path (and the tests' reference)."""
+    header = (spec.response_type, correlation_id, 0)
     return _encode(
         _RESPONSE_INITIAL,
         header,
         spec._resp_fixed,  # type: ignore[attr-defined]
         spec._resp_var,  # type: ignore[attr-defined]
-        _merge(values, kw),
+        values,
         UNFRAGMENTED,
     )
 
