@@ -5,12 +5,12 @@ values, messages an older peer shortened) to it."""
 from __future__ import annotations
 
 import pytest
-from test_codecs import ALL_SPECS, Samples
 
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages_data as md
 from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
+from tests.server.test_codecs import ALL_SPECS, Samples
 
 COMPILED_READERS = [spec for spec in ALL_SPECS if spec._read_request is not None]  # type: ignore[attr-defined]
 COMPILED_WRITERS = [spec for spec in ALL_SPECS if spec._write_response is not None]  # type: ignore[attr-defined]
