@@ -188,6 +188,8 @@ class ClientConnection(asyncio.Protocol):
             if self._backlog_bytes > BACKLOG_HIGH_WATER and not self._reading_paused and self.transport is not None:
                 self._reading_paused = True
                 self.transport.pause_reading()
+        elif len(messages) == 1:
+            self._serve_one(messages[0])
         elif messages:
             self._serve(messages)
 
@@ -347,7 +349,7 @@ class ClientConnection(asyncio.Protocol):
     def _enqueue(self, chunks: Chunks) -> None:
         if self.closed:
             return
-        size = _size(chunks)
+        size = sum(map(len, chunks))
         fd = self._fd
         if fd is not None and not self._queue and not self._writing_paused and len(chunks) <= _IOV_MAX:
             # Nothing queued before them (the usual case): hand the chunks to the kernel as they are, without the

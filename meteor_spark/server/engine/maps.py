@@ -236,11 +236,14 @@ class Maps:
     # ------------------------------------------------------------------ reads
 
     def get(self, name: str, key: bytes) -> bytes | None:
-        store = self._store(name)
+        store = self._stores.get(name) or self._store(name)
         record = self._live(name, store, key)
         if record is None:
             return None
-        self._touch(record)
+        clock = self._clock
+        record.hits += 1
+        record.accessed_wall = clock.now_ms()
+        record.accessed_mono = clock.monotonic_ms()
         return record.value
 
     def contains_key(self, name: str, key: bytes) -> bool:

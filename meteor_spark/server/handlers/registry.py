@@ -291,7 +291,14 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
             _fail(ctx, exc)
             return spec.name
         if type(result) is not types.CoroutineType:
-            _respond(ctx, result)  # type: ignore[arg-type]
+            if connection.closed:
+                return spec.name
+            try:
+                chunks = encode_response(spec, correlation_id, result or _NO_VALUES)  # type: ignore[arg-type]
+            except Exception:
+                _respond(ctx, result)  # type: ignore[arg-type]  # reports the handler's bad response
+                return spec.name
+            connection.send(chunks)
             return spec.name
         coro: Any = result
     else:
