@@ -28,11 +28,14 @@ from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
     END_DATA_STRUCTURE,
+    HEADER_SIZE,
     IS_NULL,
     Frame,
 )
 
 OutFrame = tuple[int, bytes | bytearray | memoryview]
+ChunkWriter = Callable[[list[bytes | bytearray | memoryview], Any, int], None]
+_FRAME_HEADER = struct.Struct("<iH")  # a frame's length (header included) and flags
 
 _EMPTY = b""
 _BEGIN: OutFrame = (BEGIN_DATA_STRUCTURE, _EMPTY)
@@ -142,6 +145,23 @@ class VarType:
         """(flags, content) of the one frame a value travels in, for the same types; None for the others."""
         return None
 
+    def chunk_writer(self) -> ChunkWriter | None:
+        """Appends a value's frames as wire chunks (frame headers packed, contents as they are), the last frame's
+        flags or-ed with the third argument (``IS_FINAL`` for a message's last parameter); None for the types
+        that only have the general path. The message layer compiles responses of such parameters from these."""
+        frame_writer = self.frame_writer()
+        if frame_writer is None:
+            return None
+        pack = _FRAME_HEADER.pack
+
+        def write(chunks: list[bytes | bytearray | memoryview], value: Any, last_flags: int) -> None:
+            flags, content = frame_writer(value)
+            chunks.append(pack(len(content) + HEADER_SIZE, flags | last_flags))
+            if content:
+                chunks.append(content)
+
+        return write
+
     def __str__(self) -> str:
         return self.name
 
@@ -207,6 +227,14 @@ class _FixedList(VarType):
         self.name = name
         self.item = item
         self._struct = struct.Struct("<" + item.fmt)
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        def write(value: Sequence[Any]) -> tuple[int, bytes | bytearray | memoryview]:
+            out: list[OutFrame] = []
+            self.encode(out, value)
+            return out[0]
+
+        return write
 
     def encode(self, out: list[OutFrame], value: Sequence[Any]) -> None:
         if self.item.name in ("long", "int") and value:
@@ -291,6 +319,22 @@ class _ListMultiFrame(VarType):
             for element in value:
                 item.encode(out, element)
         out.append(_END)
+
+    def chunk_writer(self) -> ChunkWriter | None:
+        if not isinstance(self.item, _Bytes):
+            return None
+        pack = _FRAME_HEADER.pack
+        begin = pack(HEADER_SIZE, BEGIN_DATA_STRUCTURE)
+
+        def write(chunks: list[bytes | bytearray | memoryview], value: Sequence[Any], last_flags: int) -> None:
+            chunks.append(begin)
+            for element in value:  # a ring's items, in read_many answers: one header and the item itself each
+                chunks.append(pack(len(element) + HEADER_SIZE, 0))
+                if element:
+                    chunks.append(element)
+            chunks.append(pack(HEADER_SIZE, END_DATA_STRUCTURE | last_flags))
+
+        return write
 
     def decode(self, cursor: FrameCursor) -> list[Any]:
         _expect_begin(cursor, self.name)

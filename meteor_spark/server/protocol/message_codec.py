@@ -136,8 +136,10 @@ def _frames_writer(
     Frame header, message header, fixed parameters and the variable parameter's frame header are packed by one
     ``struct`` call into one chunk, followed by the value's bytes themselves (never copied).
     """
-    if not fixed.plain or len(var) > 1:
+    if not fixed.plain:
         return None
+    if len(var) > 1:
+        return _chunks_writer(initial_header, fixed, var, flags)
     names = tuple(param.name for param in fixed.params)
     initial_size = initial_header.size + fixed.size
     if not var:
@@ -154,7 +156,7 @@ def _frames_writer(
         return write_fixed
     frame_writer = var[0].type.frame_writer()  # type: ignore[union-attr]
     if frame_writer is None:
-        return None
+        return _chunks_writer(initial_header, fixed, var, flags)
     var_name = var[0].name
     head = struct.Struct(initial_header.format + fixed.struct.format[1:] + "iH")
 
@@ -168,6 +170,34 @@ def _frames_writer(
             initial_size, flags, *header, *fixed_values, len(content) + HEADER_SIZE, frame_flags | IS_FINAL
         )
         return [first, content] if content else [first]
+
+    return write
+
+
+def _chunks_writer(
+    initial_header: struct.Struct, fixed: FixedBlock, var: Sequence[Param], flags: int
+) -> ChunksWriter | None:
+    """An encoder compiled from a message's parameters when each variable one can write its own chunks (single
+    frames, lists of ``Data``: a ``read_many`` answer), else None: the initial frame packed by one ``struct`` call,
+    then each parameter's frame headers and contents appended straight to the chunks (no list of frames between)."""
+    writers = [param.type.chunk_writer() for param in var]  # type: ignore[union-attr]
+    if not var or any(writer is None for writer in writers):
+        return None
+    names = tuple(param.name for param in fixed.params)
+    initial_size = initial_header.size + fixed.size
+    initial = struct.Struct(initial_header.format + fixed.struct.format[1:])
+    plan = tuple(zip((param.name for param in var), writers, [0] * (len(var) - 1) + [IS_FINAL], strict=True))
+
+    def write(header: tuple[int, int, int], values: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
+        try:
+            chunks: list[bytes | bytearray | memoryview] = [
+                initial.pack(initial_size, flags, *header, *[values[name] for name in names])
+            ]
+            for name, writer, last_flags in plan:
+                writer(chunks, values[name], last_flags)  # type: ignore[misc]
+        except KeyError as exc:
+            raise ValueError(f"missing parameter {exc.args[0]!r}") from None
+        return chunks
 
     return write
 
