@@ -121,12 +121,6 @@ class Maps:
         """The waiters key notified whenever the lock on ``key`` is released."""
         return ("map", name, key)
 
-    def _pick_ttl(self, store: _Store, ttl_ms: int) -> int:
-        return store.config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
-
-    def _pick_max_idle(self, store: _Store, max_idle_ms: int) -> int:
-        return store.config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
-
     def _live(self, name: str, store: _Store, key: bytes) -> _Record | None:
         """The record under ``key`` unless absent or expired (an expired one is purged, firing EXPIRED)."""
         record = store.records.get(key)
@@ -184,10 +178,7 @@ class Maps:
             record.ttl_base_mono = record.accessed_mono = now_mono
             record.ttl_ms, record.max_idle_ms = ttl, max_idle
             record.version += 1
-        if ttl > 0 or max_idle > 0:
-            store.expiring.add(key)
-        elif store.expiring:
-            store.expiring.discard(key)
+        self._track_expiry(store, key, record)
         if self.journal is not None:
             self._journal_put(name, key, record)
         if existing is None:
@@ -396,7 +387,7 @@ class Maps:
         record = self._live(name, store, key)
         if record is None:
             return False
-        record.ttl_ms = self._pick_ttl(store, ttl_ms)
+        record.ttl_ms = store.config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
         record.ttl_base_mono = self._clock.monotonic_ms()
         record.version += 1  # Hazelcast counts a TTL change as an update of the entry
         self._track_expiry(store, key, record)
