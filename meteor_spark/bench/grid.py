@@ -4,7 +4,8 @@ Measured against a member in its own process (``EmbeddedGrid(process=True)``), t
 
 - ring ingest: ``add_all`` of batches of 64 KiB items (MB/s; latency per call p50/p99);
 - ring read: ``read_many`` of the same batches (MB/s; p50/p99 per call);
-- map: small ``put`` / ``get`` round trips (ops/s; p50/p99), when the member serves maps;
+- map: small ``put`` / ``get`` round trips (ops/s; p50/p99), when the member serves maps, and the member process's
+  CPU per request (user + system, from ``/proc``: what a shared machine's noisy latencies hide);
 - ceiling: the same bytes through a plain loopback TCP socket to/from another process, and a small-message
   ping-pong round trip, measured in the same run. Ratios are ours / ceiling.
 
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
         ):
             ingest, read = _ring(grid, ring_name, settings, batches)
-            map_figures = _map(grid, settings.map_ops)
+            map_figures = _map(grid, settings.map_ops, member_pid=member.pid)
         cluster_figures = None if cluster is None else _cluster(cluster, settings, batches, items_total)
     finally:
         if cluster is not None:
@@ -200,7 +201,21 @@ def _timed(call: Callable[[int], Any], count: int, batch_bytes: int, inflight: i
     return Throughput(count * batch_bytes / MB / elapsed, _pct(latencies, 50) * 1e3, _pct(latencies, 99) * 1e3)
 
 
-def _map(grid: Grid, ops: int, name: str = "bench.grid.map") -> dict[str, Any]:
+def _process_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) process ``pid`` used so far, from ``/proc`` (None off Linux or without a pid)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _map(grid: Grid, ops: int, name: str = "bench.grid.map", member_pid: int | None = None) -> dict[str, Any]:
+    """Map put / get round trips; with ``member_pid`` (the embedded member's process) also its CPU per request,
+    which the wall-clock latencies of a shared machine hide."""
     grid_map: Any = grid.client.get_map(name).blocking()
     value = bytearray(b"v" * 100)
     try:
@@ -209,6 +224,7 @@ def _map(grid: Grid, ops: int, name: str = "bench.grid.map") -> dict[str, Any]:
         return {"map": f"not available ({type(exc).__name__}: {str(exc)[:80]})"}
     puts: list[float] = []
     gets: list[float] = []
+    member_cpu = _process_cpu_s(member_pid)
     started = time.perf_counter()
     for index in range(ops):
         t0 = time.perf_counter()
@@ -219,7 +235,12 @@ def _map(grid: Grid, ops: int, name: str = "bench.grid.map") -> dict[str, Any]:
         puts.append(t1 - t0)
         gets.append(t2 - t1)
     elapsed = time.perf_counter() - started
+    member_cpu_after = _process_cpu_s(member_pid)
+    cpu: dict[str, float] = {}
+    if member_cpu is not None and member_cpu_after is not None:
+        cpu["map_member_cpu_us"] = (member_cpu_after - member_cpu) / (2 * ops) * 1e6
     return {
+        **cpu,
         "map_ops_s": 2 * ops / elapsed,
         "map_put_p50_us": _pct(puts, 50) * 1e6,
         "map_put_p99_us": _pct(puts, 99) * 1e6,
@@ -338,6 +359,8 @@ def render(figures: dict[str, Any]) -> str:
                 ratio(figures["ceiling_rtt_p50_us"], figures["map_get_p50_us"]),
             )
         )
+        if "map_member_cpu_us" in figures:
+            rows.append(("  member CPU per request", f"{figures['map_member_cpu_us']:8.1f} us", "", "", ""))
     else:
         rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
     table = render_table(("measure", "ours", "latency per call", "ceiling", "ratio"), rows)

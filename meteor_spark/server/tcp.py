@@ -188,6 +188,8 @@ class ClientConnection(asyncio.Protocol):
             if self._backlog_bytes > BACKLOG_HIGH_WATER and not self._reading_paused and self.transport is not None:
                 self._reading_paused = True
                 self.transport.pause_reading()
+        elif len(messages) == 1:
+            self._serve_one(messages[0])
         elif messages:
             self._serve(messages)
 
@@ -277,6 +279,9 @@ class ClientConnection(asyncio.Protocol):
     def _serve(self, messages: list[Message]) -> None:
         """Dispatch ``messages`` in order, their responses written together; stop early when the client is not
         reading (the rest waits in the backlog)."""
+        if len(messages) == 1:
+            self._serve_one(messages[0])
+            return
         pending: list[Any] = []
         self._pending = pending
         self._pending_bytes = 0
@@ -297,16 +302,33 @@ class ClientConnection(asyncio.Protocol):
                     if self.congested:
                         self._backlog.extend(messages[index + 1 :])
                         break
-        except ProtocolError as exc:
-            self.close(f"protocol error: {exc}")
-        except Exception:  # a bug must cost one connection, never the member
-            logger.exception("unexpected error serving %s; closing that connection", self.endpoint.remote)
-            self.close("internal error")
+        except Exception as exc:
+            self._failed(exc)
         finally:
             self._pending = None
             self._pending_bytes = 0
             if pending and not self.closed:
                 self._enqueue(pending)
+
+    def _serve_one(self, message: Message) -> None:
+        """Dispatch one request (what a client waiting for each answer sends): its response goes to the socket as
+        the handler sends it, with no gathering list; ``_enqueue`` marks the connection congested if the kernel
+        did not take it all."""
+        try:
+            name = registry.dispatch(self.server.engine, self.server.member, self.endpoint, message)
+        except Exception as exc:
+            self._failed(exc)
+            return
+        requests = self.server.requests
+        requests[name] = requests.get(name, 0) + 1
+
+    def _failed(self, exc: Exception) -> None:
+        """A malformed request closes its connection; a bug costs that one connection, never the member."""
+        if isinstance(exc, ProtocolError):
+            self.close(f"protocol error: {exc}")
+            return
+        logger.error("unexpected error serving %s; closing that connection", self.endpoint.remote, exc_info=exc)
+        self.close("internal error")
 
     def _resume_input(self) -> None:
         """Serve the backlog, then read again - unless the client is still (or again) not reading."""
@@ -327,8 +349,27 @@ class ClientConnection(asyncio.Protocol):
     def _enqueue(self, chunks: Chunks) -> None:
         if self.closed:
             return
+        size = sum(map(len, chunks))
+        fd = self._fd
+        if fd is not None and not self._queue and not self._writing_paused and len(chunks) <= _IOV_MAX:
+            # Nothing queued before them (the usual case): hand the chunks to the kernel as they are, without the
+            # queue's bookkeeping; only what the kernel does not take is queued.
+            try:
+                written = _WRITEV(fd, chunks)  # type: ignore[misc]
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError as exc:
+                logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
+                self.abort()
+                return
+            if written:
+                self.last_activity = time.monotonic()
+                if written == size:
+                    return
+                chunks = _after(chunks, written)
+                size -= written
         self._queue.extend(chunks)
-        self._queued += _size(chunks)
+        self._queued += size
         self._drain()
         if self._queued > OUTPUT_HIGH_WATER and not self.congested:
             self.congested = True
@@ -424,6 +465,17 @@ class ClientConnection(asyncio.Protocol):
 
 def _size(chunks: Iterable[bytes | bytearray | memoryview]) -> int:
     return sum(map(len, chunks))
+
+
+def _after(chunks: Chunks, written: int) -> Chunks:
+    """What is left of ``chunks`` once their first ``written`` bytes were written (views: no copy)."""
+    for index, chunk in enumerate(chunks):
+        size = len(chunk)
+        if written < size:
+            rest: Chunks = [memoryview(chunk)[written:]] if written else [chunk]
+            return rest + chunks[index + 1 :]
+        written -= size
+    return []
 
 
 class MemberServer:

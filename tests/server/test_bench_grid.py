@@ -22,6 +22,8 @@ def test_quick_grid_bench_reports_figures() -> None:
     for key in ("ring_ingest_mb_s", "ring_read_mb_s", "ceiling_send_mb_s", "ceiling_recv_mb_s", "ceiling_rtt_p50_us"):
         assert figures[key] > 0 and math.isfinite(figures[key]), key
     assert "map_ops_s" in figures or "not available" in figures["map"]
+    if "map_ops_s" in figures and Path("/proc/self/stat").exists():
+        assert figures["map_member_cpu_us"] >= 0
     table = bench.render(figures)
     assert "ring ingest (add_all)" in table and "ceiling" in table
 

@@ -121,12 +121,6 @@ class Maps:
         """The waiters key notified whenever the lock on ``key`` is released."""
         return ("map", name, key)
 
-    def _pick_ttl(self, store: _Store, ttl_ms: int) -> int:
-        return store.config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
-
-    def _pick_max_idle(self, store: _Store, max_idle_ms: int) -> int:
-        return store.config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
-
     def _live(self, name: str, store: _Store, key: bytes) -> _Record | None:
         """The record under ``key`` unless absent or expired (an expired one is purged, firing EXPIRED)."""
         record = store.records.get(key)
@@ -168,9 +162,11 @@ class Maps:
         existing: _Record | None,
     ) -> None:
         """Store ``value`` under ``key`` with Hazelcast's per-write TTL rules and fire ADDED or UPDATED."""
-        now_wall, now_mono = self._clock.now_ms(), self._clock.monotonic_ms()
-        ttl = self._pick_ttl(store, ttl_ms)
-        max_idle = self._pick_max_idle(store, max_idle_ms)
+        clock = self._clock
+        now_wall, now_mono = clock.now_ms(), clock.monotonic_ms()
+        config = store.config
+        ttl = config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
+        max_idle = config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
         if existing is None:
             record = _Record(value, now_wall, now_wall, now_wall, ttl, max_idle, now_mono, now_mono)
             store.records[key] = record
@@ -183,7 +179,8 @@ class Maps:
             record.ttl_ms, record.max_idle_ms = ttl, max_idle
             record.version += 1
         self._track_expiry(store, key, record)
-        self._journal_put(name, key, record)
+        if self.journal is not None:
+            self._journal_put(name, key, record)
         if existing is None:
             self._fire(name, EntryEventType.ADDED, key, value, None)
         else:
@@ -230,11 +227,14 @@ class Maps:
     # ------------------------------------------------------------------ reads
 
     def get(self, name: str, key: bytes) -> bytes | None:
-        store = self._store(name)
+        store = self._stores.get(name) or self._store(name)
         record = self._live(name, store, key)
         if record is None:
             return None
-        self._touch(record)
+        clock = self._clock
+        record.hits += 1
+        record.accessed_wall = clock.now_ms()
+        record.accessed_mono = clock.monotonic_ms()
         return record.value
 
     def contains_key(self, name: str, key: bytes) -> bool:
@@ -308,7 +308,8 @@ class Maps:
     ) -> bytes | None:
         """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
         store = self._store(name)
-        self._check_lock(name, store, key, caller)
+        if store.locks:  # no call at all for a map without locks (the common case)
+            self._check_lock(name, store, key, caller)
         return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
 
     def set(
@@ -386,7 +387,7 @@ class Maps:
         record = self._live(name, store, key)
         if record is None:
             return False
-        record.ttl_ms = self._pick_ttl(store, ttl_ms)
+        record.ttl_ms = store.config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
         record.ttl_base_mono = self._clock.monotonic_ms()
         record.version += 1  # Hazelcast counts a TTL change as an update of the entry
         self._track_expiry(store, key, record)

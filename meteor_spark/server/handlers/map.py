@@ -8,7 +8,7 @@ when configured) before it is acknowledged.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from meteor_spark.server.engine.map_types import EntryEvent, LockOwner, WouldBlock
@@ -79,8 +79,8 @@ async def _durable(ctx: RequestContext) -> None:
 
 
 @handles(m.MAP_GET)
-async def get(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"response": _maps(ctx).get(req["name"], req["key"])}
+def get(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+    return {"response": ctx.engine.maps.get(req["name"], req["key"])}
 
 
 @handles(m.MAP_CONTAINS_KEY)
@@ -137,16 +137,42 @@ async def is_locked(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ writes
 
 
-async def _put_like(ctx: RequestContext, req: dict[str, Any], op: Callable[..., T]) -> T:
+def _put_like(
+    ctx: RequestContext, req: dict[str, Any], op: Callable[..., T], respond: Callable[[T], dict[str, Any]]
+) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    """A map write, answered at once in the common case (no lock in the way, no persistence to wait for); else a
+    coroutine the dispatcher drives (the handlers are plain functions: no coroutine for the common case)."""
     args = (req["name"], req["key"], req["value"], _owner(ctx, req), req["ttl"], req.get("max_idle", -1))
     try:
         result = op(*args)  # the hot path of every map write: no closure, no extra coroutine unless it must wait
     except WouldBlock:
-        waited = await parked(ctx, lambda: op(*args))
-        assert not isinstance(waited, _TimedOut)
-        result = waited
+        return _put_when_free(ctx, op, args, respond)
+    if ctx.engine.persistence is not None:
+        return _durable_response(ctx, respond(result))
+    return respond(result)
+
+
+async def _put_when_free(
+    ctx: RequestContext, op: Callable[..., T], args: tuple[Any, ...], respond: Callable[[T], dict[str, Any]]
+) -> dict[str, Any]:
+    """A write another owner's lock made wait: retried once the lock is released, then made durable."""
+    waited = await parked(ctx, lambda: op(*args))
+    assert not isinstance(waited, _TimedOut)
     await _durable(ctx)
-    return result
+    return respond(waited)
+
+
+async def _durable_response(ctx: RequestContext, response: dict[str, Any]) -> dict[str, Any]:
+    await _durable(ctx)
+    return response
+
+
+def _value_response(value: bytes | None) -> dict[str, Any]:
+    return {"response": value}
+
+
+def _empty_response(_: object) -> dict[str, Any]:
+    return {"response": None}
 
 
 # The "...WithMaxIdle" variants differ only by their max_idle parameter (``_put_like`` reads it when present), and a
@@ -155,35 +181,34 @@ async def _put_like(ctx: RequestContext, req: dict[str, Any], op: Callable[..., 
 
 @handles(m.MAP_PUT)
 @handles(m.MAP_PUT_WITH_MAX_IDLE)
-async def put(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"response": await _put_like(ctx, req, _maps(ctx).put)}
+def put(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    return _put_like(ctx, req, ctx.engine.maps.put, _value_response)
 
 
 @handles(m.MAP_SET)
 @handles(m.MAP_SET_WITH_MAX_IDLE)
-async def set_(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    await _put_like(ctx, req, _maps(ctx).set)
-    return {"response": None}
+def set_(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    return _put_like(ctx, req, ctx.engine.maps.set, _empty_response)
 
 
 @handles(m.MAP_PUT_TRANSIENT)
 @handles(m.MAP_PUT_TRANSIENT_WITH_MAX_IDLE)
-async def put_transient(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    await _put_like(ctx, req, _maps(ctx).put_transient)
-    return {"response": None}
+def put_transient(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    return _put_like(ctx, req, ctx.engine.maps.put_transient, _empty_response)
 
 
 @handles(m.MAP_PUT_IF_ABSENT)
 @handles(m.MAP_PUT_IF_ABSENT_WITH_MAX_IDLE)
-async def put_if_absent(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
-    return {"response": await _put_like(ctx, req, _maps(ctx).put_if_absent)}
+def put_if_absent(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    return _put_like(ctx, req, ctx.engine.maps.put_if_absent, _value_response)
 
 
 async def _keyed(ctx: RequestContext, req: dict[str, Any], attempt: Callable[[LockOwner], T]) -> T:
     owner = _owner(ctx, req)
     result = await parked(ctx, lambda: attempt(owner))
     assert not isinstance(result, _TimedOut)
-    await _durable(ctx)
+    if ctx.engine.persistence is not None:
+        await _durable(ctx)
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
 from meteor_spark.server.engine.ringbuffer import (
@@ -9,6 +10,7 @@ from meteor_spark.server.engine.ringbuffer import (
     ReadManyState,
     Ringbuffer,
     RingService,
+    RingStore,
     check_read_many_arguments,
     refuse_filter,
 )
@@ -45,23 +47,29 @@ async def remaining_capacity(ctx: RequestContext, req: dict[str, Any]) -> dict[s
     return {"response": _ring(ctx, req).remaining_capacity()}
 
 
-async def _acknowledge(ring: Ringbuffer, sequence: int) -> dict[str, Any]:
-    """The response to a write, once it is as durable as the fsync policy promises (at once without a store)."""
+def _acknowledge(ring: Ringbuffer, sequence: int) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
+    """The response to a write: at once without a store (a plain handler, no coroutine, on the publish path),
+    else a coroutine answering once the write is as durable as the fsync policy promises."""
     if ring.store is not None and sequence >= 0:
-        await ring.store.commit()
+        return _durable_acknowledgement(ring.store, sequence)
+    return {"response": sequence}
+
+
+async def _durable_acknowledgement(store: RingStore, sequence: int) -> dict[str, Any]:
+    await store.commit()
     return {"response": sequence}
 
 
 @handles(m.RINGBUFFER_ADD)
-async def add(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+def add(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
     ring = _ring(ctx, req)
-    return await _acknowledge(ring, ring.add(req["value"], req["overflow_policy"]))
+    return _acknowledge(ring, ring.add(req["value"], req["overflow_policy"]))
 
 
 @handles(m.RINGBUFFER_ADD_ALL)
-async def add_all(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
+def add_all(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
     ring = _ring(ctx, req)
-    return await _acknowledge(ring, ring.add_all(req["value_list"], req["overflow_policy"]))
+    return _acknowledge(ring, ring.add_all(req["value_list"], req["overflow_policy"]))
 
 
 @handles(m.RINGBUFFER_READ_ONE)

@@ -17,9 +17,10 @@ engine values too (``RaftGroupId``, ``SimpleEntryView``: one class each, so hand
 
 from __future__ import annotations
 
+import operator
 import struct
 import uuid as uuid_module
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,16 +28,20 @@ from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.frames import (
     BEGIN_DATA_STRUCTURE,
     END_DATA_STRUCTURE,
+    HEADER_SIZE,
     IS_NULL,
     Frame,
 )
 
 OutFrame = tuple[int, bytes | bytearray | memoryview]
+ChunkWriter = Callable[[list[bytes | bytearray | memoryview], Any, int], None]
+_FRAME_HEADER = struct.Struct("<iH")  # a frame's length (header included) and flags
 
 _EMPTY = b""
 _BEGIN: OutFrame = (BEGIN_DATA_STRUCTURE, _EMPTY)
 _END: OutFrame = (END_DATA_STRUCTURE, _EMPTY)
 _NULL: OutFrame = (IS_NULL, _EMPTY)
+_CONTENT: Callable[[Frame], Any] = operator.attrgetter("content")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -130,8 +135,50 @@ class VarType:
     def decode(self, cursor: FrameCursor) -> Any:
         raise NotImplementedError
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        """The value of one frame, for a type that is always exactly one frame (``String``, ``Data``, nullable ones);
+        None for the others. The message layer compiles a message's decoder from these, so a request of such
+        parameters is read without a cursor or a call per parameter type."""
+        return None
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        """(flags, content) of the one frame a value travels in, for the same types; None for the others."""
+        return None
+
+    def chunk_writer(self) -> ChunkWriter | None:
+        """Appends a value's frames as wire chunks (frame headers packed, contents as they are), the last frame's
+        flags or-ed with the third argument (``IS_FINAL`` for a message's last parameter); None for the types
+        that only have the general path. The message layer compiles responses of such parameters from these."""
+        frame_writer = self.frame_writer()
+        if frame_writer is None:
+            return None
+        pack = _FRAME_HEADER.pack
+
+        def write(chunks: list[bytes | bytearray | memoryview], value: Any, last_flags: int) -> None:
+            flags, content = frame_writer(value)
+            chunks.append(pack(len(content) + HEADER_SIZE, flags | last_flags))
+            if content:
+                chunks.append(content)
+
+        return write
+
     def __str__(self) -> str:
         return self.name
+
+
+def _utf8(frame: Frame) -> str:
+    try:
+        return str(frame.content, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
+
+
+def _utf8_frame(value: str) -> tuple[int, bytes]:
+    return 0, value.encode("utf-8")
+
+
+def _bytes_frame(value: bytes | bytearray | memoryview) -> tuple[int, bytes | bytearray | memoryview]:
+    return 0, value
 
 
 class _String(VarType):
@@ -147,6 +194,12 @@ class _String(VarType):
         except UnicodeDecodeError as exc:
             raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        return _utf8
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        return _utf8_frame
+
 
 class _Bytes(VarType):
     """``Data`` (a serialized object, kept as raw bytes) and ``byte[]`` share one frame layout."""
@@ -160,6 +213,12 @@ class _Bytes(VarType):
     def decode(self, cursor: FrameCursor) -> bytes:
         return cursor.next().content
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        return _CONTENT
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        return _bytes_frame
+
 
 class _FixedList(VarType):
     """A list of fixed-size items packed in one frame (``LongArray``, ``List_Long``, ``List_UUID``...)."""
@@ -168,6 +227,14 @@ class _FixedList(VarType):
         self.name = name
         self.item = item
         self._struct = struct.Struct("<" + item.fmt)
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        def write(value: Sequence[Any]) -> tuple[int, bytes | bytearray | memoryview]:
+            out: list[OutFrame] = []
+            self.encode(out, value)
+            return out[0]
+
+        return write
 
     def encode(self, out: list[OutFrame], value: Sequence[Any]) -> None:
         if self.item.name in ("long", "int") and value:
@@ -211,6 +278,32 @@ class _Nullable(VarType):
             return None
         return self.inner.decode(cursor)
 
+    def frame_reader(self) -> Callable[[Frame], Any] | None:
+        inner = self.inner.frame_reader()
+        if inner is None:
+            return None
+
+        def read(frame: Frame) -> Any:
+            return None if frame.flags & IS_NULL else inner(frame)
+
+        return read
+
+    def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
+        inner = self.inner.frame_writer()
+        if inner is None:
+            return None
+        if inner is _bytes_frame:  # nullable Data, the most common response: one call instead of two
+
+            def write_bytes(value: Any) -> tuple[int, bytes | bytearray | memoryview]:
+                return _NULL if value is None else (0, value)
+
+            return write_bytes
+
+        def write(value: Any) -> tuple[int, bytes | bytearray | memoryview]:
+            return _NULL if value is None else inner(value)
+
+        return write
+
 
 class _ListMultiFrame(VarType):
     def __init__(self, item: VarType) -> None:
@@ -226,6 +319,22 @@ class _ListMultiFrame(VarType):
             for element in value:
                 item.encode(out, element)
         out.append(_END)
+
+    def chunk_writer(self) -> ChunkWriter | None:
+        if not isinstance(self.item, _Bytes):
+            return None
+        pack = _FRAME_HEADER.pack
+        begin = pack(HEADER_SIZE, BEGIN_DATA_STRUCTURE)
+
+        def write(chunks: list[bytes | bytearray | memoryview], value: Sequence[Any], last_flags: int) -> None:
+            chunks.append(begin)
+            for element in value:  # a ring's items, in read_many answers: one header and the item itself each
+                chunks.append(pack(len(element) + HEADER_SIZE, 0))
+                if element:
+                    chunks.append(element)
+            chunks.append(pack(HEADER_SIZE, END_DATA_STRUCTURE | last_flags))
+
+        return write
 
     def decode(self, cursor: FrameCursor) -> list[Any]:
         _expect_begin(cursor, self.name)

@@ -11,18 +11,20 @@ in declaration order; ``MessageSpec`` derives that layout, and ``decode_request`
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param
 from meteor_spark.server.protocol.frames import (
+    HEADER_SIZE,
     IS_EVENT,
     IS_FINAL,
     REQUEST_FIXED_OFFSET,
     RESPONSE_FIXED_OFFSET,
     UNFRAGMENTED,
+    Frame,
     Message,
     encode_frames,
 )
@@ -61,6 +63,10 @@ class MessageSpec:
         object.__setattr__(self, "_req_var", tuple(x for x in self.request if not x.is_fixed))
         object.__setattr__(self, "_resp_fixed", FixedBlock([x for x in self.response if x.is_fixed]))
         object.__setattr__(self, "_resp_var", tuple(x for x in self.response if not x.is_fixed))
+        request_reader = _frames_reader(self._req_fixed, self._req_var, REQUEST_FIXED_OFFSET)  # type: ignore[attr-defined]
+        response_writer = _frames_writer(_RESPONSE_INITIAL, self._resp_fixed, self._resp_var, UNFRAGMENTED)  # type: ignore[attr-defined]
+        object.__setattr__(self, "_read_request", request_reader)
+        object.__setattr__(self, "_write_response", response_writer)
 
     @property
     def response_type(self) -> int:
@@ -86,6 +92,114 @@ def message(
 
 def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
     return EventSpec(name, type_id, tuple(params))
+
+
+FramesReader = Callable[[list[Frame]], dict[str, Any] | None]
+ChunksWriter = Callable[[tuple[int, int, int], Mapping[str, Any]], list[bytes | bytearray | memoryview]]
+
+
+def _frames_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> FramesReader | None:
+    """A decoder compiled from a message's parameters when each variable one is a single frame (``String``,
+    ``Data``, nullable ones: most requests), else None.
+
+    It reads the fixed parameters with one ``struct`` call and each variable one straight from its frame: no cursor,
+    no call per parameter type. It returns None, and the caller takes the general path, for a message that is
+    shorter than the declaration (an older peer omitting optional parameters), so the result is always the same.
+    """
+    readers = [param.type.frame_reader() for param in var]  # type: ignore[union-attr]
+    if not fixed.plain or any(reader is None for reader in readers) or any(param.optional for param in var):
+        return None
+    fixed_names = tuple(param.name for param in fixed.params)
+    unpack_from = fixed.struct.unpack_from
+    least = offset + fixed.size
+    plan = tuple(zip(range(1, len(var) + 1), (param.name for param in var), readers, strict=True))
+    count = len(var) + 1
+
+    def read(frames: list[Frame]) -> dict[str, Any] | None:
+        content = frames[0].content
+        if len(content) < least or len(frames) < count:
+            return None
+        values = dict(zip(fixed_names, unpack_from(content, offset), strict=True))
+        for index, name, reader in plan:
+            values[name] = reader(frames[index])  # type: ignore[misc]
+        return values
+
+    return read
+
+
+def _frames_writer(
+    initial_header: struct.Struct, fixed: FixedBlock, var: Sequence[Param], flags: int
+) -> ChunksWriter | None:
+    """An encoder compiled from a message's parameters when they are fixed ones and at most one single-frame
+    variable one (a ``Data`` or nullable ``Data`` response: most responses), else None.
+
+    Frame header, message header, fixed parameters and the variable parameter's frame header are packed by one
+    ``struct`` call into one chunk, followed by the value's bytes themselves (never copied).
+    """
+    if not fixed.plain:
+        return None
+    if len(var) > 1:
+        return _chunks_writer(initial_header, fixed, var, flags)
+    names = tuple(param.name for param in fixed.params)
+    initial_size = initial_header.size + fixed.size
+    if not var:
+        whole = struct.Struct(initial_header.format + fixed.struct.format[1:])
+
+        def write_fixed(
+            header: tuple[int, int, int], values: Mapping[str, Any]
+        ) -> list[bytes | bytearray | memoryview]:
+            try:
+                return [whole.pack(initial_size, flags | IS_FINAL, *header, *[values[name] for name in names])]
+            except KeyError as exc:
+                raise ValueError(f"missing fixed parameter {exc.args[0]!r}") from None
+
+        return write_fixed
+    frame_writer = var[0].type.frame_writer()  # type: ignore[union-attr]
+    if frame_writer is None:
+        return _chunks_writer(initial_header, fixed, var, flags)
+    var_name = var[0].name
+    head = struct.Struct(initial_header.format + fixed.struct.format[1:] + "iH")
+
+    def write(header: tuple[int, int, int], values: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
+        try:
+            frame_flags, content = frame_writer(values[var_name])
+            fixed_values = [values[name] for name in names]
+        except KeyError as exc:
+            raise ValueError(f"missing parameter {exc.args[0]!r}") from None
+        first = head.pack(
+            initial_size, flags, *header, *fixed_values, len(content) + HEADER_SIZE, frame_flags | IS_FINAL
+        )
+        return [first, content] if content else [first]
+
+    return write
+
+
+def _chunks_writer(
+    initial_header: struct.Struct, fixed: FixedBlock, var: Sequence[Param], flags: int
+) -> ChunksWriter | None:
+    """An encoder compiled from a message's parameters when each variable one can write its own chunks (single
+    frames, lists of ``Data``: a ``read_many`` answer), else None: the initial frame packed by one ``struct`` call,
+    then each parameter's frame headers and contents appended straight to the chunks (no list of frames between)."""
+    writers = [param.type.chunk_writer() for param in var]  # type: ignore[union-attr]
+    if not var or any(writer is None for writer in writers):
+        return None
+    names = tuple(param.name for param in fixed.params)
+    initial_size = initial_header.size + fixed.size
+    initial = struct.Struct(initial_header.format + fixed.struct.format[1:])
+    plan = tuple(zip((param.name for param in var), writers, [0] * (len(var) - 1) + [IS_FINAL], strict=True))
+
+    def write(header: tuple[int, int, int], values: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
+        try:
+            chunks: list[bytes | bytearray | memoryview] = [
+                initial.pack(initial_size, flags, *header, *[values[name] for name in names])
+            ]
+            for name, writer, last_flags in plan:
+                writer(chunks, values[name], last_flags)  # type: ignore[misc]
+        except KeyError as exc:
+            raise ValueError(f"missing parameter {exc.args[0]!r}") from None
+        return chunks
+
+    return write
 
 
 def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, Any]) -> None:
@@ -148,8 +262,18 @@ def decode_request(spec: MessageSpec, msg: Message) -> dict[str, Any]:
     Raises:
         ProtocolError: the message does not match the spec (too short, missing frames, bad structure).
     """
-    values: dict[str, Any] = {}
     frames = msg.frames
+    read = spec._read_request  # type: ignore[attr-defined]
+    if read is not None:
+        fast = read(frames)
+        if fast is not None:
+            return fast
+    return decode_request_generic(spec, frames)
+
+
+def decode_request_generic(spec: MessageSpec, frames: list[Frame]) -> dict[str, Any]:
+    """``decode_request`` without the compiled decoder: every message's general path (and the tests' reference)."""
+    values: dict[str, Any] = {}
     spec._req_fixed.unpack(frames[0].content, REQUEST_FIXED_OFFSET, values)  # type: ignore[attr-defined]
     if spec._req_var:  # type: ignore[attr-defined]
         _decode_var(FrameCursor(frames), spec._req_var, values)  # type: ignore[attr-defined]
@@ -163,13 +287,24 @@ def encode_response(
 
     Values the spec does not declare are ignored (one handler may serve messages whose responses differ).
     """
+    header = (spec.request_type + 1, correlation_id, 0)
+    write = spec._write_response  # type: ignore[attr-defined]
+    if write is not None:
+        return write(header, values if values is not None and not kw else _merge(values, kw))
+    return encode_response_generic(spec, correlation_id, _merge(values, kw))
+
+
+def encode_response_generic(
+    spec: MessageSpec, correlation_id: int, values: Mapping[str, Any]
+) -> list[bytes | bytearray | memoryview]:
+    """``encode_response`` without the compiled encoder: every message's general path (and the tests' reference)."""
     header = (spec.response_type, correlation_id, 0)
     return _encode(
         _RESPONSE_INITIAL,
         header,
         spec._resp_fixed,  # type: ignore[attr-defined]
         spec._resp_var,  # type: ignore[attr-defined]
-        _merge(values, kw),
+        values,
         UNFRAGMENTED,
     )
 
