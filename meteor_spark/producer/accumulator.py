@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from time import time_ns as _time_ns
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,6 +41,10 @@ __all__ = ["Accumulator", "LaneQueue"]
 
 #: ``RecordFuture`` instances without ``__init__`` (``Accumulator.append_value`` sets the two attributes itself).
 _new_record_future = object.__new__
+
+
+def _no_sender(call: Call) -> None:
+    raise RuntimeError("the accumulator has no sender to send a call with")
 
 
 class Accumulator:
@@ -73,6 +79,9 @@ class Accumulator:
         self.producer_seq = 0
         #: The sender was woken and has not looked at the lanes since (``nudge_sender``).
         self.sender_nudged = False
+        #: Sends a call claimed by ``append_value`` from the publishing thread (the sender's ``send``, set when it
+        #: starts).
+        self.send_now: Callable[[Call], None] = _no_sender
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -142,7 +151,7 @@ class Accumulator:
             state = self.lanes[self.sticky if lane < 0 else lane]
             segments = state.segments
             segment = segments[-1] if segments else None
-            if segment is None or not segment.open:  # (an Arrow segment is never open)
+            if segment is None or not segment.open or segment.plain:  # (an Arrow segment is never open)
                 segment = state.open_segment()
             future = RecordFuture(segment, segment.n)
             size = segment.add_single(record, stamp)
@@ -158,14 +167,18 @@ class Accumulator:
                 return future, None
             return future, (self.claim(state) if self.queued(state, 1, size) else None)
 
-    def append_value(self, value: bytes, size: int, stamp: int) -> tuple[RecordFuture, Call | None]:
-        """``append`` of a plain value (``size`` bytes) on the sticky lane without a callback: ``publish_async``'s
-        hot path, which runs a million times a second. Answers as ``append``, in one lock acquisition and one Python
-        frame: the lock is taken with ``acquire`` / ``release`` (a ``with`` block costs twice as much), the future is
-        made without running ``RecordFuture.__init__``, and a segment without keys or headers takes the value with
-        ``Segment.add_single``'s steps inlined. Anything else (a segment with keys or headers, an Arrow or closed
-        segment) takes the general steps; a full buffer or a closing publisher goes through ``admit`` as ever.
+    def append_value(self, value: bytes, size: int) -> RecordFuture:
+        """``append`` of a plain value (``size`` bytes) on the sticky lane without a callback, stamped now:
+        ``publish_async``'s hot path, which runs a million times a second. Returns its future, and sends the lane's
+        call itself (``send_now``, outside the lock) when the lane was idle and nothing lingers.
+
+        One lock acquisition and one Python frame: the lock is taken with ``acquire`` / ``release`` (a ``with`` block
+        costs twice as much), the future is made without running ``RecordFuture.__init__``, the value goes into a
+        segment of plain values (``Segment.plain``) whose stamps stay ``time_ns()`` readings (the division to
+        milliseconds is done per piece when it is encoded), and no tuple is built for the caller to unpack. A full
+        buffer or a closing publisher goes through ``admit`` as ever.
         """
+        stamp = _time_ns()
         lock = self.lock
         lock.acquire()
         try:
@@ -176,19 +189,15 @@ class Accumulator:
             state = self.lanes[self.sticky]
             segments = state.segments
             segment = segments[-1] if segments else None
-            if segment is None or not segment.open or segment.keys is not None or segment.headers is not None:
-                segment = state.open_segment()
-                future = RecordFuture(segment, segment.n)
-                segment.add_single(value, stamp)
-            else:
-                segment.singles = True
-                future = _new_record_future(RecordFuture)
-                future._segment = segment
-                future._index = index = segment.n
-                segment.values.append(value)
-                segment.stamps.append(stamp)
-                segment.n = index + 1
-                segment.nbytes += size
+            if segment is None or not segment.plain or not segment.open:
+                segment = state.open_plain()
+            future = _new_record_future(RecordFuture)
+            future._segment = segment
+            future._index = index = segment.n
+            segment.values.append(value)
+            segment.stamps.append(stamp)
+            segment.n = index + 1
+            segment.nbytes += size
             if state.in_flight and state.queued:
                 state.queued += 1
                 state.queued_bytes += size
@@ -199,10 +208,14 @@ class Accumulator:
                     and not state.encoding
                 ):
                     self.nudge_sender()  # a whole call waits behind the one in flight: the sender encodes it ahead
-                return future, None
-            return future, (self.claim(state) if self.queued(state, 1, size) else None)
+                return future
+            if not self.queued(state, 1, size):
+                return future
+            call = self.claim(state)
         finally:
             lock.release()
+        self.send_now(call)
+        return future
 
     def nudge_sender(self) -> None:
         """Wake the sender thread to look at the lanes again (lock held), once until it has looked.
