@@ -37,7 +37,8 @@ class Segment(Outcomes):
     ``stamps`` are ``time.time_ns()`` readings, turned into milliseconds for a whole piece at once when it is encoded
     (``prepare``): the division per record cost the publishing thread more than the rest of its bookkeeping. No
     other record goes into such a segment (``LaneQueue.open_segment`` starts a new one after it), so a segment's
-    stamps are all of one unit.
+    stamps are all of one unit. ``nbytes`` (read for Arrow segments) is not kept for a plain segment: the lane's
+    ``queued_bytes`` counts its records.
     """
 
     __slots__ = (
