@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, cast
 
-from meteor_spark.errors import GridError
+from meteor_spark.errors import GridError, MeteorError
 from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
 from meteor_spark.format.item_header import NO_TIMESTAMP
+from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import (
@@ -158,6 +159,21 @@ class Lane:
         run.cum.append((run.cum[-1] if run.cum else 0) + len(value))
         cast(Singles, run.sink).futures.append(future)
         self.queued += 1
+
+
+async def lane_at_start(stream: str, lane: int, ring: AsyncRing) -> Lane:
+    """A lane's state when a publisher starts: the first sequence its next call can occupy, and its last item's
+    running maximum timestamp (an undecodable last item adds nothing, as in the threaded sender)."""
+    tail = await ring.tail()
+    state = Lane(ring, next_start=tail + 1)
+    if tail >= 0:
+        batch = await ring.read_many(tail, 0, 1)
+        if batch.items:
+            try:
+                state.lane_max = lane_max_after(batch.items[0], stream=stream, lane=lane, sequence=tail)
+            except MeteorError as exc:
+                logger.warning("stream %r lane %d: %s; the lane's largest timestamp starts anew", stream, lane, exc)
+    return state
 
 
 @dataclass

@@ -7,6 +7,32 @@ from collections.abc import Iterable, Mapping
 
 from meteor_spark.errors import ConfigError
 
+#: The AsyncPublisher's options that override the stream's batching settings (``PublisherSettings.parse``).
+PUBLISHER_SETTINGS = (
+    "linger_ms",
+    "max_batch_records",
+    "max_batch_bytes",
+    "max_buffered_records",
+    "max_block_ms",
+    "max_items_per_call",
+    "max_call_bytes",
+    "compression",
+    "compression_threshold",
+    "idempotent",
+    "delivery_timeout_ms",
+)
+
+#: Every option the AsyncPublisher takes.
+PUBLISHER_OPTIONS = (
+    *PUBLISHER_SETTINGS,
+    "value_serializer",
+    "key_serializer",
+    "transactional",
+    "metrics",
+    "subscription_refresh_ms",
+    "tracing",
+)
+
 #: Options of the threaded Publisher the AsyncPublisher does not take, and why.
 PUBLISHER_ONLY_THREADED: Mapping[str, str] = {
     "dedup_owner": "it names the Spark sink's task attempts; an AsyncPublisher claims message ids as itself",

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowColumns
     from meteor_spark.producer.accumulator import LaneQueue
 
+_NS_PER_MS = 1_000_000
+
 
 class Segment(Outcomes):
     """Records queued for one lane, in order: Python lists (single publishes, ``publish_many``) or Arrow arrays.
@@ -30,6 +32,13 @@ class Segment(Outcomes):
     it)``, the position an array of ``count`` positions when the run's records are not contiguous in their bulk
     (a keyed ``publish_many`` scatters a call's records over the lanes). Single records have ``RecordFuture`` s
     instead, which read the segment's outcomes (``Outcomes``, whose ``lock`` is the accumulator's).
+
+    ``plain``: the segment holds only plain values of ``publish_async`` (``Accumulator.append_value``), and their
+    ``stamps`` are ``time.time_ns()`` readings, turned into milliseconds for a whole piece at once when it is encoded
+    (``prepare``): the division per record cost the publishing thread more than the rest of its bookkeeping. No
+    other record goes into such a segment (``LaneQueue.open_segment`` starts a new one after it), so a segment's
+    stamps are all of one unit. ``nbytes`` (read for Arrow segments) is not kept for a plain segment: the lane's
+    ``queued_bytes`` counts its records.
     """
 
     __slots__ = (
@@ -41,6 +50,7 @@ class Segment(Outcomes):
         "n",
         "nbytes",
         "open",
+        "plain",
         "pos",
         "stamps",
         "targets",
@@ -58,6 +68,7 @@ class Segment(Outcomes):
         self.pos = 0
         self.nbytes = 0
         self.open = True
+        self.plain = False
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None
@@ -232,6 +243,10 @@ class Segment(Outcomes):
     def prepare(self, start: int, stop: int) -> PreparedColumns:
         if self.arrow is not None:
             return self.arrow.prepare(start, stop)
+        if self.plain:
+            return prepare_columns(
+                self.values[start:stop], timestamps=np.array(self.stamps[start:stop], dtype=np.int64) // _NS_PER_MS
+            )
         return prepare_columns(
             self.values[start:stop],
             keys=None if self.keys is None else self.keys[start:stop],

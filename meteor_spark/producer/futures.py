@@ -213,7 +213,12 @@ class RecordFuture:
     lock ``_condition`` and register in ``_waiters``, which this class provides. The condition, waiter list and
     callback list are created on first use, under the publisher's lock (``Outcomes.watch``), which is also the lock
     the outcome is settled under, so no completion is ever missed.
+
+    ``_segment`` and ``_index`` are slots (a million futures a second are made: slots are cheaper to fill than a
+    fresh instance dictionary); the ``__dict__`` slot holds what ``Outcomes.watch`` adds, made only when it does.
     """
+
+    __slots__ = ("__dict__", "__weakref__", "_index", "_segment")
 
     def __init__(self, segment: Outcomes, index: int) -> None:
         self._segment = segment

@@ -47,11 +47,25 @@ class LaneQueue:
         self.previous_done = False
 
     def open_segment(self) -> Segment:
+        """The lane's last segment when further records may join it, else a new one (lock held). A segment of plain
+        ``publish_async`` values (``Segment.plain``) takes no other record: it is closed and a new one started."""
         if self.segments:
             last = self.segments[-1]
             if last.open and last.arrow is None:
-                return last
+                if not last.plain:
+                    return last
+                last.close()
         segment = Segment(self.lock)
+        self.segments.append(segment)
+        return segment
+
+    def open_plain(self) -> Segment:
+        """A new segment for plain ``publish_async`` values, after the lane's others (lock held; the last one was
+        not such a segment open for more)."""
+        if self.segments:
+            self.segments[-1].close()
+        segment = Segment(self.lock)
+        segment.plain = segment.singles = True
         self.segments.append(segment)
         return segment
 

@@ -28,7 +28,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from time import time_ns as _time_ns
 from typing import Any
 
 import pyarrow as pa
@@ -202,7 +201,6 @@ class Publisher:
         # Bound once: publish_async runs a million times a second.
         self._append = self._acc.append
         self._append_value = self._acc.append_value
-        self._send = self._sender.send
         #: A plain value goes straight to the accumulator (``publish_async``'s hot path): nothing to serialize, no
         #: topic gate to ask.
         self._plain = not self._serializing and self._gate is None
@@ -295,10 +293,7 @@ class Publisher:
             size = len(record)
             if size > self._max_record_bytes:
                 self._refuse_size(size, "the record")
-            future, call = self._append_value(record, size, _time_ns() // 1_000_000)
-            if call is not None:
-                self._send(call)
-            return future
+            return self._append_value(record, size)
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:

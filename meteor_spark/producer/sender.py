@@ -72,6 +72,7 @@ class Sender:
         self, accumulator: Accumulator, rings: Sequence[Any], producer_id: int, *, transactional: bool = False
     ) -> None:
         self.acc = accumulator
+        accumulator.send_now = self.send
         self.transactional = transactional
         self.rings = list(rings)
         self.stream = accumulator.stream

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -17,7 +18,7 @@ from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.streams import Batching, StreamConfig
 from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
-from meteor_spark.producer.calls import Segment
+from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
 from meteor_spark.validate import check_int
 
@@ -316,30 +317,43 @@ def test_check_int_rejects_bools_and_names_the_range() -> None:
         check_int("lanes", "3", 1, 8)
 
 
-def test_append_value_queues_plain_values_in_order_and_shares_a_segment_with_keyed_records() -> None:
+def test_append_value_queues_plain_values_in_order_in_segments_of_their_own() -> None:
     acc = _accumulator()
-    first, call = acc.append_value(b"a", 1, 10)
-    assert call is not None and call.n_records == 1  # an idle lane without linger: the caller sends it
-    second, behind = acc.append_value(b"bb", 2, 11)
-    assert behind is None  # the lane is in flight: its completion sends what queued behind
+    sent: list[Call] = []
+    acc.send_now = sent.append
+    before = time.time_ns()
+    first = acc.append_value(b"a", 1)
+    assert [call.n_records for call in sent] == [1]  # an idle lane without linger: the caller sends it
+    second = acc.append_value(b"bb", 2)
+    assert len(sent) == 1  # the lane is in flight: its completion sends what queued behind
     keyed, _ = acc.append(Record(b"k", key=b"x"), 0, 12, None)
-    third, _ = acc.append_value(b"c", 1, 13)  # the segment has keys now: the general steps, same segment
-    segment = acc.lanes[0].segments[-1]
-    assert [f._segment for f in (second, keyed, third)] == [segment] * 3
-    assert [f._index for f in (second, keyed, third)] == [0, 1, 2]
-    assert (segment.values, segment.keys, segment.stamps) == ([b"bb", b"k", b"c"], [None, b"x", None], [11, 12, 13])
+    third = acc.append_value(b"c", 1)  # after a keyed record: a plain segment of its own again
+    after = time.time_ns()
+    plain, mixed, last = list(acc.lanes[0].segments)
+    assert [(f._segment, f._index) for f in (second, keyed, third)] == [(plain, 0), (mixed, 0), (last, 0)]
+    assert (plain.plain, mixed.plain, last.plain) == (True, False, True)
+    assert (plain.open, mixed.open, last.open) == (False, False, True)
+    assert (plain.values, mixed.values, mixed.keys, last.values) == ([b"bb"], [b"k"], [b"x"], [b"c"])
+    assert before <= plain.stamps[0] <= last.stamps[0] <= after and mixed.stamps == [12]
     assert isinstance(first, RecordFuture) and not first.done()
     state = acc.lanes[0]
     assert (state.queued, state.queued_bytes, acc.outstanding) == (3, 5, 4)
+    with acc.lock:
+        state.in_flight = False
+        call = acc.claim(state)
+    prepared = [piece.segment.prepare(piece.start, piece.stop) for piece in call.pieces]
+    stamps = [int(t) for p in prepared for t in p.timestamps]  # type: ignore[union-attr]
+    assert stamps == [plain.stamps[0] // 1_000_000, 12, last.stamps[0] // 1_000_000]  # milliseconds on the wire
 
 
 def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
     acc = _accumulator(items_per_call=1, max_batch_records=2)  # a whole call: 2 records
     notified: list[int] = []
     acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
-    acc.append_value(b"a", 1, 0)  # claimed: in flight
+    acc.send_now = lambda call: None
+    acc.append_value(b"a", 1)  # claimed: in flight
     for value in (b"b", b"c", b"d", b"e"):
-        acc.append_value(value, 1, 0)
+        acc.append_value(value, 1)
     assert notified == [1], "one wake-up for the whole call queued behind, not one per record"
     with acc.lock:
         calls, ahead = acc.next_calls()  # type: ignore[misc]
