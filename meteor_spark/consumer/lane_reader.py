@@ -80,7 +80,7 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import BatchPart, RecordBatch
 from meteor_spark.format.serializers import DecodedLane, Deserializer
-from meteor_spark.grid.client import Ring, result
+from meteor_spark.grid.client import result
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark
 from meteor_spark.grid.reading import oldest_in
@@ -345,7 +345,7 @@ class LaneReader(TopicReading):
                 if state.not_before > now:
                     continue  # paused by a delayed nack until then
                 count = state.read_count(self._items_per_read, self._bytes_per_read)
-                future = state.ring.read_many_async(state.read_start(), 1, count)
+                future = state.ring.read_batch_async(state.read_start(), 1, count)
                 state.pending = future
                 state.pending_seq = state.fetch_seq
                 state.pending_losses = losses
@@ -374,10 +374,10 @@ class LaneReader(TopicReading):
                     continue
                 try:
                     if future.is_success():  # the usual answer: no message to format
-                        batch = Ring.to_batch(future.result())
+                        batch = future.result()
                     else:
                         where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
-                        batch = Ring.to_batch(result(future, where))
+                        batch = result(future, where)
                 except GridOperationError:
                     # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
                     # the lane now ends before the position, that is a position past the end, not a grid failure.

@@ -1,0 +1,111 @@
+"""The ring read path's private couplings to hazelcast-python-client (compat.py's twin, apart for its size).
+
+``Ringbuffer.read_many`` of the public API costs a parked read three futures and their locks (the cached capacity
+as an ``ImmediateFuture``, a continuation, the invocation's own), a chained callback, a ``ReadResult`` and a
+serializer call per item. ``read_many_async`` below sends the same request (``ringbuffer_read_many_codec``, no
+filter) on the ring's partition through the client's invocation service, so routing, retries, timeouts and errors
+are the client's own, and decodes the answer once, on the reactor thread: byte-array items are sliced out of their
+``Data`` in one copy, any other item goes through the client's serializer as before. The one-record round trip
+(``meteor bench pubsub``'s one hop) pays it per hop.
+
+It skips only the client-side check that ``max_count`` is at most the ring's capacity: the caller clamps the count
+to the capacity it read (``LaneState.read_count``), and a member refuses a larger count anyway.
+
+Importing this module imports no ``hazelcast``: each function imports what it touches. Its coupling is checked
+with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+#: hazelcast-python-client versions the read path was written for (and checked against: ``check_read_path``).
+READ_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+def read_many_async(
+    proxy: Any, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]
+) -> Any:
+    """Start ``read_many(start, min_count, max_count)`` on the ring ``proxy`` (a client ``Ringbuffer``); the
+    future's value is ``make(items, sequences, next_sequence)``, built on the reactor thread as the answer arrives.
+    Errors are the client's own (the caller translates them)."""
+    from hazelcast.invocation import Invocation
+    from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+
+    decode = proxy.__dict__.get("_meteor_read_decoder")
+    if decode is None:
+        decode = proxy.__dict__.setdefault("_meteor_read_decoder", _decoder(proxy))
+    request = codec.encode_request(proxy.name, start, min_count, max_count, None)
+
+    def handler(message: Any) -> T:
+        response = codec.decode_response(message)
+        items = [decode(data) for data in response["items"]]
+        sequences = response["item_seqs"]
+        if sequences is None:  # a member that does not send them: the items follow each other from the first
+            first = response["next_seq"] - len(items)
+            sequences = list(range(first, first + len(items)))
+        return make(items, sequences, response["next_seq"])
+
+    invocation = Invocation(request, partition_id=proxy._partition_id, response_handler=handler)
+    proxy._invocation_service.invoke(invocation)
+    return invocation.future
+
+
+def _decoder(proxy: Any) -> Callable[[Any], Any]:
+    """The ring item decoder of ``proxy``'s client: a byte array (what meteor stores) is copied out of its ``Data``
+    as the client's ``ByteArraySerializer`` would (a ``bytearray``), anything else goes through its serializer."""
+    from hazelcast.serialization.data import DATA_OFFSET, TYPE_OFFSET
+    from hazelcast.serialization.serialization_const import CONSTANT_TYPE_BYTE_ARRAY
+
+    to_object = proxy._to_object
+    order: Literal["big", "little"] = "big" if proxy._context.serialization_service._is_big_endian else "little"
+    length_at, items_at = DATA_OFFSET, DATA_OFFSET + 4
+    byte_array = CONSTANT_TYPE_BYTE_ARRAY.to_bytes(4, "big", signed=True)
+
+    def decode(data: Any) -> Any:
+        buffer = data.buffer
+        if buffer[TYPE_OFFSET:DATA_OFFSET] != byte_array:
+            return to_object(data)
+        size = int.from_bytes(buffer[length_at:items_at], order, signed=True)
+        if size < 0:
+            return to_object(data)  # a null array: the serializer's answer (None)
+        return bytearray(buffer[items_at : items_at + size])
+
+    return decode
+
+
+def check_read_path() -> None:
+    """The private details ``read_many_async`` relies on are still there (``compat.COUPLINGS``)."""
+    from hazelcast.invocation import Invocation
+    from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+    from hazelcast.proxy.base import PartitionSpecificProxy
+    from hazelcast.proxy.ringbuffer import Ringbuffer
+    from hazelcast.serialization import data, serialization_const, serializer
+    from hazelcast.serialization.service import SerializationServiceV1
+
+    assert "response_handler" in inspect.signature(Invocation.__init__).parameters, "Invocation() lost response_handler"
+    assert list(inspect.signature(codec.encode_request).parameters) == [
+        "name",
+        "start_sequence",
+        "min_count",
+        "max_count",
+        "filter",
+    ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+    decode = inspect.getsource(codec.decode_response)
+    for key in ('"items"', '"item_seqs"', '"next_seq"'):
+        assert key in decode, f"ringbuffer_read_many_codec.decode_response no longer gives {key}"
+    proxy_source = inspect.getsource(PartitionSpecificProxy)
+    assert "self._partition_id" in proxy_source and "self._invocation_service.invoke" in proxy_source, (
+        "PartitionSpecificProxy no longer invokes on self._partition_id through self._invocation_service"
+    )
+    assert issubclass(Ringbuffer, PartitionSpecificProxy), "Ringbuffer is no longer a PartitionSpecificProxy"
+    assert "self._to_object" in inspect.getsource(Ringbuffer), "Ringbuffer no longer has _to_object"
+    assert "self._is_big_endian" in inspect.getsource(SerializationServiceV1.__init__), "no _is_big_endian"
+    assert (data.TYPE_OFFSET, data.DATA_OFFSET) == (4, 8), "the Data header moved"
+    assert serialization_const.CONSTANT_TYPE_BYTE_ARRAY == -12, "the byte-array type id changed"
+    reader = inspect.getsource(serializer.ByteArraySerializer.read)
+    assert "read_byte_array" in reader, "ByteArraySerializer no longer reads a length-prefixed byte array"
