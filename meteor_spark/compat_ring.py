@@ -5,7 +5,8 @@ as an ``ImmediateFuture``, a continuation, the invocation's own), a chained call
 serializer call per item. ``read_many_async`` below sends the same request (``ringbuffer_read_many_codec``, no
 filter) on the ring's partition through the client's invocation service, so routing, retries, timeouts and errors
 are the client's own, and decodes the answer once, on the reactor thread: byte-array items are sliced out of their
-``Data`` in one copy, any other item goes through the client's serializer as before. The one-record round trip
+``Data`` in one copy, any other item goes through the client's serializer as before. The request is encoded once per
+ring and copied per read with its start sequence and counts patched in. The one-record round trip
 (``meteor bench pubsub``'s one hop) pays it per hop.
 
 It skips only the client-side check that ``max_count`` is at most the ring's capacity: the caller clamps the count
@@ -18,6 +19,7 @@ with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
 from __future__ import annotations
 
 import inspect
+import struct
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -26,6 +28,9 @@ T = TypeVar("T")
 #: hazelcast-python-client versions the read path was written for (and checked against: ``check_read_path``).
 READ_WRITTEN_FOR = ((5, 7), (5, 8))
 
+#: The request's start sequence, min count and max count, as ``ringbuffer_read_many_codec`` lays them out.
+_COUNTS = struct.Struct("<qii")
+
 
 def read_many_async(
     proxy: Any, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]
@@ -33,26 +38,51 @@ def read_many_async(
     """Start ``read_many(start, min_count, max_count)`` on the ring ``proxy`` (a client ``Ringbuffer``); the
     future's value is ``make(items, sequences, next_sequence)``, built on the reactor thread as the answer arrives.
     Errors are the client's own (the caller translates them)."""
-    from hazelcast.invocation import Invocation
-    from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+    path = proxy.__dict__.get("_meteor_read_path")
+    if path is None:
+        path = proxy.__dict__.setdefault("_meteor_read_path", _ReadPath(proxy))
+    return path.read(start, min_count, max_count, make)
 
-    decode = proxy.__dict__.get("_meteor_read_decoder")
-    if decode is None:
-        decode = proxy.__dict__.setdefault("_meteor_read_decoder", _decoder(proxy))
-    request = codec.encode_request(proxy.name, start, min_count, max_count, None)
 
-    def handler(message: Any) -> T:
-        response = codec.decode_response(message)
-        items = [decode(data) for data in response["items"]]
-        sequences = response["item_seqs"]
-        if sequences is None:  # a member that does not send them: the items follow each other from the first
-            first = response["next_seq"] - len(items)
-            sequences = list(range(first, first + len(items)))
-        return make(items, sequences, response["next_seq"])
+class _ReadPath:
+    """One ring's read request, encoded once (name, no filter) and copied per read with its three numbers
+    patched in, and the decoder of its answers."""
 
-    invocation = Invocation(request, partition_id=proxy._partition_id, response_handler=handler)
-    proxy._invocation_service.invoke(invocation)
-    return invocation.future
+    __slots__ = ("_codec", "_decode", "_invocation", "_invoke", "_message", "_numbers_at", "_partition", "_template")
+
+    def __init__(self, proxy: Any) -> None:
+        from hazelcast.invocation import Invocation
+        from hazelcast.protocol.client_message import OutboundMessage
+        from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+
+        self._codec = codec
+        self._template = bytes(codec.encode_request(proxy.name, 0, 0, 0, None).buf)
+        self._numbers_at = codec._REQUEST_START_SEQUENCE_OFFSET
+        self._decode = _decoder(proxy)
+        self._invocation = Invocation
+        self._message = OutboundMessage
+        self._invoke = proxy._invocation_service.invoke
+        self._partition = proxy._partition_id
+
+    def read(self, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]) -> Any:
+        buf = bytearray(self._template)
+        _COUNTS.pack_into(buf, self._numbers_at, start, min_count, max_count)
+        decode_response, decode = self._codec.decode_response, self._decode
+
+        def handler(message: Any) -> T:
+            response = decode_response(message)
+            items = [decode(data) for data in response["items"]]
+            sequences = response["item_seqs"]
+            if sequences is None:  # a member that does not send them: the items follow each other from the first
+                first = response["next_seq"] - len(items)
+                sequences = list(range(first, first + len(items)))
+            return make(items, sequences, response["next_seq"])
+
+        invocation = self._invocation(
+            self._message(buf, True, True), partition_id=self._partition, response_handler=handler
+        )
+        self._invoke(invocation)
+        return invocation.future
 
 
 def _decoder(proxy: Any) -> Callable[[Any], Any]:
@@ -95,6 +125,15 @@ def check_read_path() -> None:
         "max_count",
         "filter",
     ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+    assert "OutboundMessage(buf, True, True)" in inspect.getsource(codec.encode_request), (
+        "read_many's request is no longer a retryable message with data: the template's copy would differ"
+    )
+    laid_out = (codec._REQUEST_MIN_COUNT_OFFSET, codec._REQUEST_MAX_COUNT_OFFSET, codec._REQUEST_INITIAL_FRAME_SIZE)
+    at = codec._REQUEST_START_SEQUENCE_OFFSET
+    assert laid_out == (at + 8, at + 12, at + 16), "read_many's fixed fields moved: the request template patches them"
+    assert _COUNTS.pack(1, 2, 3) == bytes(codec.encode_request("r", 1, 2, 3, None).buf[at : at + 16]), (
+        "read_many's start sequence / min count / max count are no longer little-endian long, int, int"
+    )
     decode = inspect.getsource(codec.decode_response)
     for key in ('"items"', '"item_seqs"', '"next_seq"'):
         assert key in decode, f"ringbuffer_read_many_codec.decode_response no longer gives {key}"
