@@ -225,6 +225,28 @@ class LaneReader(TopicReading):
             "subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
         )
 
+    def _take_in(self) -> bool:
+        """Take answered reads in and settle what they stopped at (undecodable items, truncated lanes); True when
+        records or an error are ready to hand out. One scan of the lanes tells which settling steps have work: a
+        poll that finds nothing to settle (nearly every one) takes the reader lock twice, not five times."""
+        self._harvest()
+        bad = truncated = ready = False
+        with self._lock:
+            for state in self._lanes.values():
+                if state.bad is not None:
+                    bad = True
+                if state.truncated is not None:
+                    truncated = True
+                if state.buffered or state.error is not None:
+                    ready = True
+        if not (bad or truncated):
+            return ready
+        if bad:
+            self._settle_bad_items()
+        if truncated:
+            self._settle_truncations()
+        return self._has_buffered() or self._has_error()
+
     def _has_buffered(self) -> bool:
         with self._lock:
             return any(state.buffered for state in self._lanes.values())
@@ -332,7 +354,8 @@ class LaneReader(TopicReading):
         """Start a read on every lane that has none outstanding and may read; returns how many were started."""
         issued = 0
         with self._lock:
-            self._orphans = [f for f in self._orphans if not f.done()]
+            if self._orphans:
+                self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
             now = now_ms()
             for state in self._lanes.values():
