@@ -565,7 +565,7 @@ def _check_connection_closed() -> None:
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
-    Coupling("ring read path (Ring.read_batch_async, compat_ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
+    Coupling("ring read and append paths (compat_ring, grid.Ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
         _HAZELCAST,

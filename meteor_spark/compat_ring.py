@@ -1,4 +1,5 @@
-"""The ring read path's private couplings to hazelcast-python-client (compat.py's twin, apart for its size).
+"""The ring read and append paths' private couplings to hazelcast-python-client (compat.py's twin, apart for its
+size).
 
 ``Ringbuffer.read_many`` of the public API costs a parked read three futures and their locks (the cached capacity
 as an ``ImmediateFuture``, a continuation, the invocation's own), a chained callback, a ``ReadResult`` and a
@@ -11,6 +12,14 @@ ring and copied per read with its start sequence and counts patched in. The one-
 
 It skips only the client-side check that ``max_count`` is at most the ring's capacity: the caller clamps the count
 to the capacity it read (``LaneState.read_count``), and a member refuses a larger count anyway.
+
+``Ringbuffer.add_all`` of the public API serializes each item through an output stream (a ``Data`` per item, after
+``Ring.add_all_async`` copied it into a ``bytearray``), then copies it again into the request. ``add_all_async``
+below writes each byte item once, straight into a copy of the ring's encoded request, framed as the client's
+``ByteArraySerializer`` and ``ringbuffer_add_all_codec`` would frame it (not retryable, as upstream: a resent append
+would store the items twice), and sends it the same way. Each ring's first append compares that framing with the
+client's own encoding of a sample item and uses the public path for good where they differ (another serialization
+config); anything but ``bytes`` / ``bytearray`` items, an empty or too large call take the public path too.
 
 Importing this module imports no ``hazelcast``: each function imports what it touches. Its coupling is checked
 with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
@@ -30,6 +39,12 @@ READ_WRITTEN_FOR = ((5, 7), (5, 8))
 
 #: The request's start sequence, min count and max count, as ``ringbuffer_read_many_codec`` lays them out.
 _COUNTS = struct.Struct("<qii")
+
+#: One item's frame header (length, flags) and its ``Data`` header (partition hash 0, the byte-array type id).
+_ITEM_FRAME = struct.Struct("<iH")
+_ITEM_DATA = struct.Struct(">ii")
+_BYTE_ARRAY_TYPE = -12
+_POLICY = struct.Struct("<i")
 
 
 def read_many_async(
@@ -85,6 +100,77 @@ class _ReadPath:
         return invocation.future
 
 
+def add_all_async(proxy: Any, items: Any, overflow_policy: int) -> Any:
+    """Start ``add_all(items, overflow_policy)`` on the ring ``proxy``; the future's value is the sequence of the last
+    item (-1 when the ``FAIL`` policy refused them). Errors are the client's own (the caller translates them)."""
+    path = proxy.__dict__.get("_meteor_add_path")
+    if path is None:
+        path = proxy.__dict__.setdefault("_meteor_add_path", _AddPath(proxy))
+    if path.framing_matches and 0 < len(items) < path.max_items and all(type(i) in _BYTE_TYPES for i in items):
+        return path.add_all(items, overflow_policy)
+    return proxy.add_all([bytearray(item) for item in items], overflow_policy)
+
+
+_BYTE_TYPES = (bytes, bytearray)
+
+
+class _AddPath:
+    """One ring's add_all request up to its item list, encoded once, and how an item is framed in it."""
+
+    __slots__ = (
+        "_decode",
+        "_end",
+        "_invocation",
+        "_invoke",
+        "_length",
+        "_message",
+        "_partition",
+        "_policy_at",
+        "_template",
+        "framing_matches",
+        "max_items",
+    )
+
+    def __init__(self, proxy: Any) -> None:
+        from hazelcast.invocation import Invocation
+        from hazelcast.protocol.client_message import OutboundMessage
+        from hazelcast.protocol.codec import ringbuffer_add_all_codec as codec
+        from hazelcast.proxy.ringbuffer import MAX_BATCH_SIZE
+
+        big = proxy._context.serialization_service._is_big_endian
+        self._length = struct.Struct(">i" if big else "<i")
+        encoded = bytes(codec.encode_request(proxy.name, [], 0).buf)
+        self._template, self._end = encoded[: -_ITEM_FRAME.size], encoded[-_ITEM_FRAME.size :]  # the list's end
+        self._policy_at = codec._REQUEST_OVERFLOW_POLICY_OFFSET
+        self._decode = codec.decode_response
+        self._invocation = Invocation
+        self._message = OutboundMessage
+        self._invoke = proxy._invocation_service.invoke
+        self._partition = proxy._partition_id
+        self.max_items = MAX_BATCH_SIZE + 1
+        sample = bytearray(b"meteor")
+        expected = bytes(codec.encode_request(proxy.name, [proxy._to_data(sample)], 0).buf)
+        self.framing_matches = self._encode([sample], 0) == expected
+
+    def _encode(self, items: Any, overflow_policy: int) -> bytearray:
+        buf = bytearray(self._template)
+        _POLICY.pack_into(buf, self._policy_at, overflow_policy)
+        frame, data, length = _ITEM_FRAME.pack, _ITEM_DATA.pack, self._length.pack
+        for item in items:
+            buf += frame(_ITEM_FRAME.size + 12 + len(item), 0)
+            buf += data(0, _BYTE_ARRAY_TYPE)
+            buf += length(len(item))
+            buf += item
+        buf += self._end
+        return buf
+
+    def add_all(self, items: Any, overflow_policy: int) -> Any:
+        message = self._message(self._encode(items, overflow_policy), False, True)  # not retryable, as upstream
+        invocation = self._invocation(message, partition_id=self._partition, response_handler=self._decode)
+        self._invoke(invocation)
+        return invocation.future
+
+
 def _decoder(proxy: Any) -> Callable[[Any], Any]:
     """The ring item decoder of ``proxy``'s client: a byte array (what meteor stores) is copied out of its ``Data``
     as the client's ``ByteArraySerializer`` would (a ``bytearray``), anything else goes through its serializer."""
@@ -109,7 +195,8 @@ def _decoder(proxy: Any) -> Callable[[Any], Any]:
 
 
 def check_read_path() -> None:
-    """The private details ``read_many_async`` relies on are still there (``compat.COUPLINGS``)."""
+    """The private details ``read_many_async`` and ``add_all_async`` rely on are still there (``compat.COUPLINGS``;
+    the append path also compares its framing with the client's encoding at run time)."""
     from hazelcast.invocation import Invocation
     from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
     from hazelcast.proxy.base import PartitionSpecificProxy
@@ -146,5 +233,14 @@ def check_read_path() -> None:
     assert "self._is_big_endian" in inspect.getsource(SerializationServiceV1.__init__), "no _is_big_endian"
     assert (data.TYPE_OFFSET, data.DATA_OFFSET) == (4, 8), "the Data header moved"
     assert serialization_const.CONSTANT_TYPE_BYTE_ARRAY == -12, "the byte-array type id changed"
+    from hazelcast.protocol.codec import ringbuffer_add_all_codec as add_codec
+    from hazelcast.proxy import ringbuffer
+
+    add = inspect.getsource(add_codec.encode_request)
+    assert "OutboundMessage(buf, False, True)" in add and "ListMultiFrameCodec.encode(buf, value_list" in add, (
+        "add_all's request changed shape (its item list, or it became retryable): the append path copies it"
+    )
+    assert isinstance(add_codec._REQUEST_OVERFLOW_POLICY_OFFSET, int), "add_all's overflow policy offset is gone"
+    assert isinstance(ringbuffer.MAX_BATCH_SIZE, int), "hazelcast.proxy.ringbuffer.MAX_BATCH_SIZE is gone"
     reader = inspect.getsource(serializer.ByteArraySerializer.read)
     assert "read_byte_array" in reader, "ByteArraySerializer no longer reads a length-prefixed byte array"

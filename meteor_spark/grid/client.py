@@ -35,6 +35,7 @@ from meteor_spark.compat import (
     invoke,
     on_connection_closed,
 )
+from meteor_spark.compat_ring import add_all_async as ring_add_all_async
 from meteor_spark.compat_ring import read_many_async as ring_read_many_async
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -187,7 +188,9 @@ class Ring:
         return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
 
     def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> Future[int]:
-        return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
+        """Start appending ``items``; the future's value is what ``add_all`` returns (errors untranslated: ``result``).
+        Byte items are written once, straight into the request (``meteor_spark.compat_ring``)."""
+        return ring_add_all_async(self._proxy, items, overflow_policy)
 
     def read_many_async(self, start: int, min_count: int, max_count: int) -> Future[Any]:
         """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""
