@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from meteor_spark.compat_ring import READ_WRITTEN_FOR, check_read_path
+
 logger = logging.getLogger(__name__)
 
 
@@ -563,6 +565,7 @@ def _check_connection_closed() -> None:
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
+    Coupling("ring read and append paths (compat_ring, grid.Ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
         _HAZELCAST,

@@ -80,7 +80,7 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import BatchPart, RecordBatch
 from meteor_spark.format.serializers import DecodedLane, Deserializer
-from meteor_spark.grid.client import Ring, result
+from meteor_spark.grid.client import result
 from meteor_spark.grid.item_gate import ItemGate
 from meteor_spark.grid.item_marks import CHANGED, SAME, ItemMark, check_mark
 from meteor_spark.grid.reading import oldest_in
@@ -225,6 +225,28 @@ class LaneReader(TopicReading):
             "subscriber of stream %r group %r: stopped reading lane %d (%s)", self.stream, self.group, lane, why
         )
 
+    def _take_in(self) -> bool:
+        """Take answered reads in and settle what they stopped at (undecodable items, truncated lanes); True when
+        records or an error are ready to hand out. One scan of the lanes tells which settling steps have work: a
+        poll that finds nothing to settle (nearly every one) takes the reader lock twice, not five times."""
+        self._harvest()
+        bad = truncated = ready = False
+        with self._lock:
+            for state in self._lanes.values():
+                if state.bad is not None:
+                    bad = True
+                if state.truncated is not None:
+                    truncated = True
+                if state.buffered or state.error is not None:
+                    ready = True
+        if not (bad or truncated):
+            return ready
+        if bad:
+            self._settle_bad_items()
+        if truncated:
+            self._settle_truncations()
+        return self._has_buffered() or self._has_error()
+
     def _has_buffered(self) -> bool:
         with self._lock:
             return any(state.buffered for state in self._lanes.values())
@@ -332,7 +354,8 @@ class LaneReader(TopicReading):
         """Start a read on every lane that has none outstanding and may read; returns how many were started."""
         issued = 0
         with self._lock:
-            self._orphans = [f for f in self._orphans if not f.done()]
+            if self._orphans:
+                self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
             now = now_ms()
             for state in self._lanes.values():
@@ -345,7 +368,7 @@ class LaneReader(TopicReading):
                 if state.not_before > now:
                     continue  # paused by a delayed nack until then
                 count = state.read_count(self._items_per_read, self._bytes_per_read)
-                future = state.ring.read_many_async(state.read_start(), 1, count)
+                future = state.ring.read_batch_async(state.read_start(), 1, count)
                 state.pending = future
                 state.pending_seq = state.fetch_seq
                 state.pending_losses = losses
@@ -374,10 +397,10 @@ class LaneReader(TopicReading):
                     continue
                 try:
                     if future.is_success():  # the usual answer: no message to format
-                        batch = Ring.to_batch(future.result())
+                        batch = future.result()
                     else:
                         where = f"read stream {self.stream!r} lane {state.lane} at sequence {state.fetch_seq}"
-                        batch = Ring.to_batch(result(future, where))
+                        batch = result(future, where)
                 except GridOperationError:
                     # A read parked on a ring that was destroyed meanwhile fails (DistributedObjectDestroyed). When
                     # the lane now ends before the position, that is a position past the end, not a grid failure.

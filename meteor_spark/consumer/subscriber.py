@@ -339,19 +339,12 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
             renewal = self._renew_subscription()
             if self._active:
                 self._sync_assignment()
-                self._harvest()
-                self._settle_bad_items()
-                self._settle_truncations()
-                if self._has_buffered() or self._has_error():
+                if self._take_in():
                     break
                 # A read answered at once is taken in now; with none started, the pass above saw everything (an
                 # answer arriving from here on sets the wake-up cleared before it, so the wait returns at once).
-                if self._issue_reads():
-                    self._harvest()
-                    self._settle_bad_items()
-                    self._settle_truncations()
-                    if self._has_buffered() or self._has_error():
-                        break
+                if self._issue_reads() and self._take_in():
+                    break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

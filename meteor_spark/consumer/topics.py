@@ -258,15 +258,17 @@ class TopicReading(SubscriberFields):
     def _hand_out(self, batch: RecordBatch) -> RecordBatch:
         """What ``poll`` hands out of ``batch``: the records matching ``topics``, with, on an ephemeral stream,
         the grouped lanes' positions saved first (a lane whose save is refused is not handed out)."""
-        if not batch:
+        filtering = self._matcher is not None and not self._matcher.match_all
+        saving = self.ephemeral and self._member is not None
+        if not batch or not (filtering or saving):
             return batch
         lanes = sorted({part.lane for part in batch.parts})
-        if self._matcher is not None and not self._matcher.match_all:
+        if filtering:
             before = len(batch)
             batch = self._filtered(batch)
             self.filtered_records += before - len(batch)
             self.delivered_records -= before - len(batch)
-        if self.ephemeral and self._member is not None:
+        if saving:
             before = len(batch)
             batch = without_lanes(batch, self._save_positions(lanes), self._decoded_records)
             self.delivered_records -= before - len(batch)

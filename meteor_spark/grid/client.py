@@ -35,7 +35,9 @@ from meteor_spark.compat import (
     invoke,
     on_connection_closed,
 )
-from meteor_spark.compat_data import byte_array_wrapper, read_items_as_bytes
+from meteor_spark.compat_ring import add_all_async as ring_add_all_async
+from meteor_spark.compat_ring import read_items_as_bytes
+from meteor_spark.compat_ring import read_many_async as ring_read_many_async
 from meteor_spark.errors import (
     ArgumentTypeError,
     ConfigError,
@@ -153,10 +155,7 @@ class Ring:
     def __init__(self, proxy: Any, name: str) -> None:
         self._proxy = proxy
         self.name = name
-        # Items handed to add_all already serialized (one copy instead of the client's three passes), or None.
-        self._as_data = byte_array_wrapper(proxy)
-        if self._as_data is not None:
-            read_items_as_bytes(proxy, self._as_data)  # items read as bytes, in one copy
+        read_items_as_bytes(proxy)  # read items become bytes in one copy (meteor_spark.compat_ring)
 
     def capacity(self) -> int:
         return result(self._proxy.capacity(), f"capacity of ring {self.name!r}")
@@ -191,14 +190,19 @@ class Ring:
         return result(self.add_all_async(items, overflow_policy), f"add_all to ring {self.name!r}")
 
     def add_all_async(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> Future[int]:
-        wrap = self._as_data
-        if wrap is None:
-            return self._proxy.add_all([bytearray(i) for i in items], overflow_policy)
-        return self._proxy.add_all([wrap(i) for i in items], overflow_policy)
+        """Start appending ``items``; the future's value is what ``add_all`` returns (errors untranslated: ``result``).
+        Byte items are written once, straight into the request (``meteor_spark.compat_ring``)."""
+        return ring_add_all_async(self._proxy, items, overflow_policy)
 
     def read_many_async(self, start: int, min_count: int, max_count: int) -> Future[Any]:
         """Start a read; the future's value is a hazelcast ReadResult. Use ``to_batch`` on it."""
         return self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
+
+    def read_batch_async(self, start: int, min_count: int, max_count: int) -> Future[ReadBatch]:
+        """Start a read whose future's value is the ``ReadBatch`` itself, decoded on the client's reactor thread
+        (``meteor_spark.compat_ring``: one future and one pass over the items instead of the public path's three
+        futures, a ``ReadResult`` and ``to_batch``); what a subscriber's parked read per lane uses."""
+        return ring_read_many_async(self._proxy, start, min_count, min(max_count, MAX_BATCH_ITEMS), ReadBatch)
 
     def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
         """Read up to ``max_count`` items from ``start`` (clamped by the grid to ``[head, tail + 1]``)."""

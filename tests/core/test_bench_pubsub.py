@@ -40,6 +40,7 @@ def test_quick_bench_reports_every_scenario() -> None:
     keys = ("meteor", "helper", "raw_request_reply", "raw_add_read", "one_hop", "parked")
     assert all(latency[key]["p50_ms"] > 0 for key in keys)
     assert latency["one_hop"]["cpu_us"] > 0 and latency["parked"]["cpu_us"] > 0
+    assert latency["one_hop"]["poll_cpu_us"] > 0 and latency["parked"]["read_cpu_us"] > 0
     printed = pubsub.render(figures)
     for text in ("deliveries", "Meteor's constant payload", "p50 / p99", "Requester / Responder", "raw request/reply"):
         assert text in printed

@@ -10,7 +10,7 @@ from typing import Any
 import lz4.block
 import pytest
 
-from meteor_spark import compat_data
+from meteor_spark import compat_ring
 from meteor_spark.format import item_encoding
 from meteor_spark.format.checksum import IMPLEMENTATION, crc32
 from meteor_spark.format.item_encoding import PROBE_FROM, encode_columns
@@ -85,20 +85,17 @@ def test_read_values_are_bytes_that_outlive_the_item() -> None:
     assert [r.value for r in records] == values
 
 
-def test_items_reach_the_grid_client_already_serialized(grid: Grid, unique_name: str) -> None:
-    assert compat_data.problems() == []
+def test_items_reach_the_grid_and_come_back_as_bytes(grid: Grid, unique_name: str) -> None:
+    compat_ring.check_read_path()
     ring = grid.ring(unique_name)
-    wrap = compat_data.byte_array_wrapper(ring._proxy)
-    assert wrap is not None
-    for size in (0, 1, 300, 70_000):
-        item = os.urandom(size)
-        assert bytes(wrap(item).buffer) == bytes(ring._proxy._to_data(bytearray(item)).buffer)
     items: list[Any] = [os.urandom(20_000), bytearray(os.urandom(10)), memoryview(os.urandom(70_000))]
     try:
         last = ring.add_all(items)
         batch = ring.read_many(last - 2, 3, 3)
         assert [bytes(i) for i in batch.items] == [bytes(i) for i in items]
-        assert {type(i) for i in batch.items} == {bytes}  # deserialized in one copy (compat_data)
+        assert {type(i) for i in batch.items} == {bytes}  # deserialized in one copy (compat_ring)
+        parked = ring.read_batch_async(last - 2, 3, 3).result()
+        assert parked.items == batch.items and parked.sequences == batch.sequences
         assert ring._proxy._to_object(ring._proxy._to_data("not a byte array")) == "not a byte array"
     finally:
         ring.destroy()

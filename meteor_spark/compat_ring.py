@@ -1,0 +1,264 @@
+"""The ring read and append paths' private couplings to hazelcast-python-client (compat.py's twin, apart for its
+size).
+
+``Ringbuffer.read_many`` of the public API costs a parked read three futures and their locks (the cached capacity
+as an ``ImmediateFuture``, a continuation, the invocation's own), a chained callback, a ``ReadResult`` and a
+serializer call per item. ``read_many_async`` below sends the same request (``ringbuffer_read_many_codec``, no
+filter) on the ring's partition through the client's invocation service, so routing, retries, timeouts and errors
+are the client's own, and decodes the answer once, on the reactor thread: byte-array items are sliced out of their
+``Data`` in one copy, into ``bytes`` (``read_items_as_bytes`` has the public reads do the same), any other item
+goes through the client's serializer as before. The request is encoded once per
+ring and copied per read with its start sequence and counts patched in. The one-record round trip
+(``meteor bench pubsub``'s one hop) pays it per hop.
+
+It skips only the client-side check that ``max_count`` is at most the ring's capacity: the caller clamps the count
+to the capacity it read (``LaneState.read_count``), and a member refuses a larger count anyway.
+
+``Ringbuffer.add_all`` of the public API serializes each item through an output stream (a ``Data`` per item, after
+``Ring.add_all_async`` copied it into a ``bytearray``), then copies it again into the request. ``add_all_async``
+below writes each byte item once, straight into a copy of the ring's encoded request, framed as the client's
+``ByteArraySerializer`` and ``ringbuffer_add_all_codec`` would frame it (not retryable, as upstream: a resent append
+would store the items twice), and sends it the same way. Each ring's first append compares that framing with the
+client's own encoding of a sample item and uses the public path for good where they differ (another serialization
+config); anything but ``bytes`` / ``bytearray`` items, an empty or too large call take the public path too.
+
+Importing this module imports no ``hazelcast``: each function imports what it touches. Its coupling is checked
+with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import struct
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+#: hazelcast-python-client versions the read path was written for (and checked against: ``check_read_path``).
+READ_WRITTEN_FOR = ((5, 7), (5, 8))
+
+#: The request's start sequence, min count and max count, as ``ringbuffer_read_many_codec`` lays them out.
+_COUNTS = struct.Struct("<qii")
+
+#: One item's frame header (length, flags) and its ``Data`` header (partition hash 0, the byte-array type id).
+_ITEM_FRAME = struct.Struct("<iH")
+_ITEM_DATA = struct.Struct(">ii")
+_BYTE_ARRAY_TYPE = -12
+_POLICY = struct.Struct("<i")
+
+
+def read_many_async(
+    proxy: Any, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]
+) -> Any:
+    """Start ``read_many(start, min_count, max_count)`` on the ring ``proxy`` (a client ``Ringbuffer``); the
+    future's value is ``make(items, sequences, next_sequence)``, built on the reactor thread as the answer arrives.
+    Errors are the client's own (the caller translates them)."""
+    path = proxy.__dict__.get("_meteor_read_path")
+    if path is None:
+        path = proxy.__dict__.setdefault("_meteor_read_path", _ReadPath(proxy))
+    return path.read(start, min_count, max_count, make)
+
+
+class _ReadPath:
+    """One ring's read request, encoded once (name, no filter) and copied per read with its three numbers
+    patched in, and the decoder of its answers."""
+
+    __slots__ = ("_codec", "_decode", "_invocation", "_invoke", "_message", "_numbers_at", "_partition", "_template")
+
+    def __init__(self, proxy: Any) -> None:
+        from hazelcast.invocation import Invocation
+        from hazelcast.protocol.client_message import OutboundMessage
+        from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+
+        self._codec = codec
+        self._template = bytes(codec.encode_request(proxy.name, 0, 0, 0, None).buf)
+        self._numbers_at = codec._REQUEST_START_SEQUENCE_OFFSET
+        self._decode = _decoder(proxy)
+        self._invocation = Invocation
+        self._message = OutboundMessage
+        self._invoke = proxy._invocation_service.invoke
+        self._partition = proxy._partition_id
+
+    def read(self, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]) -> Any:
+        buf = bytearray(self._template)
+        _COUNTS.pack_into(buf, self._numbers_at, start, min_count, max_count)
+        decode_response, decode = self._codec.decode_response, self._decode
+
+        def handler(message: Any) -> T:
+            response = decode_response(message)
+            items = [decode(data) for data in response["items"]]
+            sequences = response["item_seqs"]
+            if sequences is None:  # a member that does not send them: the items follow each other from the first
+                first = response["next_seq"] - len(items)
+                sequences = list(range(first, first + len(items)))
+            return make(items, sequences, response["next_seq"])
+
+        invocation = self._invocation(
+            self._message(buf, True, True), partition_id=self._partition, response_handler=handler
+        )
+        self._invoke(invocation)
+        return invocation.future
+
+
+def add_all_async(proxy: Any, items: Any, overflow_policy: int) -> Any:
+    """Start ``add_all(items, overflow_policy)`` on the ring ``proxy``; the future's value is the sequence of the last
+    item (-1 when the ``FAIL`` policy refused them). Errors are the client's own (the caller translates them)."""
+    path = proxy.__dict__.get("_meteor_add_path")
+    if path is None:
+        path = proxy.__dict__.setdefault("_meteor_add_path", _AddPath(proxy))
+    if path.framing_matches and 0 < len(items) < path.max_items and all(type(i) in _BYTE_TYPES for i in items):
+        return path.add_all(items, overflow_policy)
+    return proxy.add_all([bytearray(item) for item in items], overflow_policy)
+
+
+_BYTE_TYPES = (bytes, bytearray)
+
+
+class _AddPath:
+    """One ring's add_all request up to its item list, encoded once, and how an item is framed in it."""
+
+    __slots__ = (
+        "_decode",
+        "_end",
+        "_invocation",
+        "_invoke",
+        "_length",
+        "_message",
+        "_partition",
+        "_policy_at",
+        "_template",
+        "framing_matches",
+        "max_items",
+    )
+
+    def __init__(self, proxy: Any) -> None:
+        from hazelcast.invocation import Invocation
+        from hazelcast.protocol.client_message import OutboundMessage
+        from hazelcast.protocol.codec import ringbuffer_add_all_codec as codec
+        from hazelcast.proxy.ringbuffer import MAX_BATCH_SIZE
+
+        big = proxy._context.serialization_service._is_big_endian
+        self._length = struct.Struct(">i" if big else "<i")
+        encoded = bytes(codec.encode_request(proxy.name, [], 0).buf)
+        self._template, self._end = encoded[: -_ITEM_FRAME.size], encoded[-_ITEM_FRAME.size :]  # the list's end
+        self._policy_at = codec._REQUEST_OVERFLOW_POLICY_OFFSET
+        self._decode = codec.decode_response
+        self._invocation = Invocation
+        self._message = OutboundMessage
+        self._invoke = proxy._invocation_service.invoke
+        self._partition = proxy._partition_id
+        self.max_items = MAX_BATCH_SIZE + 1
+        sample = bytearray(b"meteor")
+        expected = bytes(codec.encode_request(proxy.name, [proxy._to_data(sample)], 0).buf)
+        self.framing_matches = self._encode([sample], 0) == expected
+
+    def _encode(self, items: Any, overflow_policy: int) -> bytearray:
+        buf = bytearray(self._template)
+        _POLICY.pack_into(buf, self._policy_at, overflow_policy)
+        frame, data, length = _ITEM_FRAME.pack, _ITEM_DATA.pack, self._length.pack
+        for item in items:
+            buf += frame(_ITEM_FRAME.size + 12 + len(item), 0)
+            buf += data(0, _BYTE_ARRAY_TYPE)
+            buf += length(len(item))
+            buf += item
+        buf += self._end
+        return buf
+
+    def add_all(self, items: Any, overflow_policy: int) -> Any:
+        message = self._message(self._encode(items, overflow_policy), False, True)  # not retryable, as upstream
+        invocation = self._invocation(message, partition_id=self._partition, response_handler=self._decode)
+        self._invoke(invocation)
+        return invocation.future
+
+
+def read_items_as_bytes(proxy: Any) -> None:
+    """Have the ring ``proxy``'s public reads (``Ringbuffer.read_many``, which deserializes through the proxy's
+    ``_to_object``) decode byte-array items as ``read_many_async`` does: into ``bytes``, in one copy, instead of the
+    client's zero-filled ``bytearray`` filled through two more copies. Set once on the proxy object the client keeps
+    for the ring's name, so every reader of the ring through this client shares it."""
+    _decoder(proxy)
+
+
+def _decoder(proxy: Any) -> Callable[[Any], Any]:
+    """The ring item decoder of ``proxy``'s client, made once per proxy and installed as its ``_to_object``: a byte
+    array (what meteor stores) is sliced out of its ``Data`` in one copy, into ``bytes``; anything else (another
+    type, a null array, a length that does not match the buffer) goes through the client's own serializer."""
+    made = proxy.__dict__.get("_meteor_decode")
+    if made is not None:
+        return made  # type: ignore[no-any-return]
+    from hazelcast.serialization.data import DATA_OFFSET, TYPE_OFFSET
+    from hazelcast.serialization.serialization_const import CONSTANT_TYPE_BYTE_ARRAY
+
+    to_object = proxy._to_object
+    order: Literal["big", "little"] = "big" if proxy._context.serialization_service._is_big_endian else "little"
+    length_at, items_at = DATA_OFFSET, DATA_OFFSET + 4
+    byte_array = CONSTANT_TYPE_BYTE_ARRAY.to_bytes(4, "big", signed=True)
+
+    def decode(data: Any) -> Any:
+        buffer = data.buffer
+        if buffer[TYPE_OFFSET:DATA_OFFSET] != byte_array:
+            return to_object(data)
+        size = int.from_bytes(buffer[length_at:items_at], order, signed=True)
+        if size != len(buffer) - items_at:
+            return to_object(data)  # a null array (the serializer's None), or not the layout expected
+        return buffer[items_at:] if type(buffer) is bytes else bytes(memoryview(buffer)[items_at:])
+
+    decode = proxy.__dict__.setdefault("_meteor_decode", decode)
+    proxy._to_object = decode
+    return decode
+
+
+def check_read_path() -> None:
+    """The private details ``read_many_async`` and ``add_all_async`` rely on are still there (``compat.COUPLINGS``;
+    the append path also compares its framing with the client's encoding at run time)."""
+    from hazelcast.invocation import Invocation
+    from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+    from hazelcast.proxy.base import PartitionSpecificProxy
+    from hazelcast.proxy.ringbuffer import Ringbuffer
+    from hazelcast.serialization import data, serialization_const, serializer
+    from hazelcast.serialization.service import SerializationServiceV1
+
+    assert "response_handler" in inspect.signature(Invocation.__init__).parameters, "Invocation() lost response_handler"
+    assert list(inspect.signature(codec.encode_request).parameters) == [
+        "name",
+        "start_sequence",
+        "min_count",
+        "max_count",
+        "filter",
+    ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+    assert "OutboundMessage(buf, True, True)" in inspect.getsource(codec.encode_request), (
+        "read_many's request is no longer a retryable message with data: the template's copy would differ"
+    )
+    laid_out = (codec._REQUEST_MIN_COUNT_OFFSET, codec._REQUEST_MAX_COUNT_OFFSET, codec._REQUEST_INITIAL_FRAME_SIZE)
+    at = codec._REQUEST_START_SEQUENCE_OFFSET
+    assert laid_out == (at + 8, at + 12, at + 16), "read_many's fixed fields moved: the request template patches them"
+    assert _COUNTS.pack(1, 2, 3) == bytes(codec.encode_request("r", 1, 2, 3, None).buf[at : at + 16]), (
+        "read_many's start sequence / min count / max count are no longer little-endian long, int, int"
+    )
+    decode = inspect.getsource(codec.decode_response)
+    for key in ('"items"', '"item_seqs"', '"next_seq"'):
+        assert key in decode, f"ringbuffer_read_many_codec.decode_response no longer gives {key}"
+    proxy_source = inspect.getsource(PartitionSpecificProxy)
+    assert "self._partition_id" in proxy_source and "self._invocation_service.invoke" in proxy_source, (
+        "PartitionSpecificProxy no longer invokes on self._partition_id through self._invocation_service"
+    )
+    assert issubclass(Ringbuffer, PartitionSpecificProxy), "Ringbuffer is no longer a PartitionSpecificProxy"
+    assert "self._to_object" in inspect.getsource(Ringbuffer), "Ringbuffer no longer has _to_object"
+    assert 'deserialize_list_in_place(response["items"], self._to_object)' in inspect.getsource(Ringbuffer.read_many), (
+        "Ringbuffer.read_many no longer deserializes its items through the proxy's `_to_object`"
+    )
+    assert "self._is_big_endian" in inspect.getsource(SerializationServiceV1.__init__), "no _is_big_endian"
+    assert (data.TYPE_OFFSET, data.DATA_OFFSET) == (4, 8), "the Data header moved"
+    assert serialization_const.CONSTANT_TYPE_BYTE_ARRAY == -12, "the byte-array type id changed"
+    from hazelcast.protocol.codec import ringbuffer_add_all_codec as add_codec
+    from hazelcast.proxy import ringbuffer
+
+    add = inspect.getsource(add_codec.encode_request)
+    assert "OutboundMessage(buf, False, True)" in add and "ListMultiFrameCodec.encode(buf, value_list" in add, (
+        "add_all's request changed shape (its item list, or it became retryable): the append path copies it"
+    )
+    assert isinstance(add_codec._REQUEST_OVERFLOW_POLICY_OFFSET, int), "add_all's overflow policy offset is gone"
+    assert isinstance(ringbuffer.MAX_BATCH_SIZE, int), "hazelcast.proxy.ringbuffer.MAX_BATCH_SIZE is gone"
+    reader = inspect.getsource(serializer.ByteArraySerializer.read)
+    assert "read_byte_array" in reader, "ByteArraySerializer no longer reads a length-prefixed byte array"
