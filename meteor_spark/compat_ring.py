@@ -186,7 +186,7 @@ def _decoder(proxy: Any) -> Callable[[Any], Any]:
     type, a null array, a length that does not match the buffer) goes through the client's own serializer."""
     made = proxy.__dict__.get("_meteor_decode")
     if made is not None:
-        return made  # type: ignore[no-any-return]
+        return made
     from hazelcast.serialization.data import DATA_OFFSET, TYPE_OFFSET
     from hazelcast.serialization.serialization_const import CONSTANT_TYPE_BYTE_ARRAY
 
