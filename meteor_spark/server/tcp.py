@@ -354,16 +354,10 @@ class ClientConnection(asyncio.Protocol):
         if fd is not None and not self._queue and not self._writing_paused and len(chunks) <= _IOV_MAX:
             # Nothing queued before them (the usual case): hand the chunks to the kernel as they are, without the
             # queue's bookkeeping; only what the kernel does not take is queued.
-            try:
-                written = _WRITEV(fd, chunks)  # type: ignore[misc]
-            except (BlockingIOError, InterruptedError):
-                written = 0
-            except OSError as exc:
-                logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
-                self.abort()
+            written = self._writev(fd, chunks)
+            if written is None:
                 return
             if written:
-                self.last_activity = time.monotonic()
                 if written == size:
                     return
                 chunks = _after(chunks, written)
@@ -374,6 +368,21 @@ class ClientConnection(asyncio.Protocol):
         if self._queued > OUTPUT_HIGH_WATER and not self.congested:
             self.congested = True
             logger.debug("client %s reads slower than the member answers; holding its requests", self.endpoint.remote)
+
+    def _writev(self, fd: int, chunks: Chunks) -> int | None:
+        """Hand ``chunks`` to the kernel in one ``writev``: the bytes it took (0 when the socket is full), or None
+        when the connection failed, which closes it."""
+        try:
+            written: int = _WRITEV(fd, chunks)  # type: ignore[misc]
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
+            self.abort()
+            return None
+        if written:
+            self.last_activity = time.monotonic()
+        return written
 
     def _drain(self) -> None:
         """Give the kernel as much of the queue as it takes; when it is full, hand one piece to the transport,
@@ -389,16 +398,10 @@ class ClientConnection(asyncio.Protocol):
                 transport.writelines(chunks)
                 break
             batch = list(queue) if len(queue) <= _IOV_MAX else list(islice(queue, _IOV_MAX))
-            try:
-                written = _WRITEV(fd, batch)  # type: ignore[misc]
-            except (BlockingIOError, InterruptedError):
-                written = 0
-            except OSError as exc:
-                logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
-                self.abort()
+            written = self._writev(fd, batch)
+            if written is None:
                 return
             if written:
-                self.last_activity = time.monotonic()
                 if written == self._queued:  # the usual case: the kernel took everything
                     queue.clear()
                     self._queued = 0
