@@ -267,4 +267,8 @@ async def _lane_oldest(grid: AsyncGrid, stream: str, lane: int) -> int | None:
         return None
     ring = await grid.ring(names[lane])
     batch = await ring.read_many(0, 0, 1)
-    return batch.sequences[0] if batch.sequences else await ring.tail() + 1
+    if batch.sequences:
+        return batch.sequences[0]
+    end = await ring.tail() + 1  # read again after the tail: records appended meanwhile lie below it
+    batch = await ring.read_many(0, 0, 1)
+    return batch.sequences[0] if batch.sequences else end

@@ -23,12 +23,14 @@ __all__ = ["check_mark_steps", "oldest_steps"]
 
 def oldest_steps(ring: Any) -> Steps[int]:
     """``meteor_spark.grid.reading.oldest_in`` as steps: one read of one item from sequence 0 (the grid clamps it to
-    the oldest sequence it serves), the ring's tail when it holds nothing."""
+    the oldest sequence it serves); when it holds nothing, the ring's tail, then the same read again (records
+    appended meanwhile lie below ``tail + 1``: the oldest is the first of them)."""
     batch = yield lambda: ring.read_many(0, 0, 1)
     if batch.sequences:
         return int(batch.sequences[0])
     tail = yield lambda: ring.tail()
-    return int(tail) + 1
+    batch = yield lambda: ring.read_many(0, 0, 1)
+    return int(batch.sequences[0]) if batch.sequences else int(tail) + 1
 
 
 def check_mark_steps(ring: Any, mark: ItemMark) -> Steps[str]:

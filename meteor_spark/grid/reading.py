@@ -148,11 +148,18 @@ def oldest_sequence(grid: Grid, info: StreamInfo, lane: int) -> int:
 
 
 def oldest_in(ring: Ring) -> int:
-    """``oldest_sequence`` of one ring."""
+    """``oldest_sequence`` of one ring.
+
+    An empty answer is not answered with ``tail + 1`` as read afterwards: records appended between the read and the
+    tail's would lie below that, and a reader starting there (a group member taking an empty lane up as the first
+    records arrive) would skip them for good. The read is made again after the tail: an item found then is the
+    oldest; none means the ring was still empty, so ``tail + 1`` is where its first item will go."""
     batch = ring.read_many(0, 0, 1)
     if batch.sequences:
         return batch.sequences[0]
-    return ring.tail() + 1
+    end = ring.tail() + 1
+    batch = ring.read_many(0, 0, 1)
+    return batch.sequences[0] if batch.sequences else end
 
 
 #: ``read_range(grid, info, lane, start_seq, end_seq, *, max_items_per_call=100, skip_data_loss=False)`` (the

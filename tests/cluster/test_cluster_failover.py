@@ -364,14 +364,16 @@ def test_group_offsets_never_go_backwards_and_nothing_confirmed_is_lost(core_run
         if (confirmed := run.group_confirmed.get(r.lane)) is not None and r.offset < confirmed
     }
     unconsumed = len(run.stored) - len(below)
-    confirmed_lost = len(below - set(run.group_delivered))
+    never = sorted(below - set(run.group_delivered))
+    confirmed_lost = len(never)
     delivered_twice = sum(1 for count in run.group_delivered.values() if count > 1)
     summary = (
         f"subscriber group (2 members, poll + confirm), both kills: confirmed offsets {run.group_confirmed}, "
         f"{run.group_samples} samples, went backwards {len(run.group_regressions)} {run.group_regressions[:3]}; "
         f"records {len(run.stored):,}, delivered {sum(run.group_delivered.values()):,} (again after a "
-        f"failover: {delivered_twice}), confirmed but never delivered {confirmed_lost}, left unconfirmed "
-        f"{unconsumed}; timeouts {run.timeouts}"
+        f"failover: {delivered_twice}), confirmed but never delivered {confirmed_lost} (lane, sequence, index) "
+        f"{[(lane, offset >> 16, offset & 0xFFFF) for lane, offset in never[:5]]}, left unconfirmed {unconsumed}; "
+        f"timeouts {run.timeouts}"
     )
     print(f"[fault] {summary}", flush=True)
     assert not run.group_regressions, summary
