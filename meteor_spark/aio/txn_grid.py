@@ -22,6 +22,8 @@ import time
 
 from meteor_spark.errors import MeteorError
 from meteor_spark.grid.aio_client import AsyncGrid
+from meteor_spark.grid.reading import oldest_steps
+from meteor_spark.grid.steps import drive_async
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
 from meteor_spark.grid.transaction_state import (
     BATCHES_MAP,
@@ -257,8 +259,8 @@ async def _removable(grid: AsyncGrid, state: TxnState, now: int, oldest: dict[tu
 
 
 async def _lane_oldest(grid: AsyncGrid, stream: str, lane: int) -> int | None:
-    """``txn_retention.lane_oldest``, awaited: the lane's oldest servable sequence (``reading.oldest_in``: one
-    single-item read from sequence 0), None when the stream or lane no longer exists."""
+    """``txn_retention.lane_oldest``, awaited: the lane's oldest servable sequence (``reading.oldest_steps``), None
+    when the stream or lane no longer exists."""
     text = await (await grid.map(STREAMS_MAP)).get(stream)
     if text is None:
         return None
@@ -266,9 +268,4 @@ async def _lane_oldest(grid: AsyncGrid, stream: str, lane: int) -> int | None:
     if lane >= len(names):
         return None
     ring = await grid.ring(names[lane])
-    batch = await ring.read_many(0, 0, 1)
-    if batch.sequences:
-        return batch.sequences[0]
-    end = await ring.tail() + 1  # read again after the tail: records appended meanwhile lie below it
-    batch = await ring.read_many(0, 0, 1)
-    return batch.sequences[0] if batch.sequences else end
+    return await drive_async(oldest_steps(ring))

@@ -28,7 +28,6 @@ from meteor_spark.consumer.shared_groups import (
     corrupt_policy,
     shared_record,
 )
-from meteor_spark.consumer.shared_steps import oldest_steps
 from meteor_spark.errors import ArgumentTypeError, ConfigError, DataLossError, FormatError, GroupError, MeteorError
 from meteor_spark.format.corrupt import dead_letter_record
 from meteor_spark.format.offsets import (
@@ -43,6 +42,7 @@ from meteor_spark.format.serializers import Deserializer
 from meteor_spark.format.wire import ItemView, decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS
 from meteor_spark.grid.item_marks import ItemMark
+from meteor_spark.grid.reading import oldest_steps
 from meteor_spark.grid.steps import Steps
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.groups.balancing import default_member_id

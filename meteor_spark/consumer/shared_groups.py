@@ -85,7 +85,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from meteor_spark.consumer.shared_steps import oldest_steps
 from meteor_spark.consumer.shared_takeup import SharedTakeUp
 from meteor_spark.errors import (
     ConfigError,
@@ -101,6 +100,7 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import Record
 from meteor_spark.format.wire import ItemView
+from meteor_spark.grid.reading import oldest_steps
 from meteor_spark.grid.steps import Steps
 from meteor_spark.groups.leases import ExpiryObserver
 from meteor_spark.groups.redelivery import check_dead_letter_after, check_delay, not_before

@@ -7,8 +7,9 @@ threaded ``SharedSubscriber``); ``drive_async`` awaits what a callable returns w
 member, whose map and rings are ``AsyncGridMap`` / ``AsyncRing``: the same method names, awaited). An error a call
 raises is thrown into the generator at the yield, so the steps' own ``try`` blocks see it with either driver.
 
-The few composite reads the steps need (the oldest servable sequence of a ring, the item under a stored item mark)
-are written here as steps over the pure parts of ``meteor_spark.grid.reading`` and ``meteor_spark.grid.item_marks``.
+The composite reads the steps need are steps too: the oldest servable sequence of a ring is
+``meteor_spark.grid.reading.oldest_steps`` (which ``oldest_in`` drives), and the item under a stored item mark is
+written here over the pure parts of ``meteor_spark.grid.item_marks``.
 """
 
 from __future__ import annotations
@@ -18,19 +19,7 @@ from typing import Any
 from meteor_spark.grid.item_marks import ItemMark, verdict_of
 from meteor_spark.grid.steps import Steps
 
-__all__ = ["check_mark_steps", "oldest_steps"]
-
-
-def oldest_steps(ring: Any) -> Steps[int]:
-    """``meteor_spark.grid.reading.oldest_in`` as steps: one read of one item from sequence 0 (the grid clamps it to
-    the oldest sequence it serves); when it holds nothing, the ring's tail, then the same read again (records
-    appended meanwhile lie below ``tail + 1``: the oldest is the first of them)."""
-    batch = yield lambda: ring.read_many(0, 0, 1)
-    if batch.sequences:
-        return int(batch.sequences[0])
-    tail = yield lambda: ring.tail()
-    batch = yield lambda: ring.read_many(0, 0, 1)
-    return int(batch.sequences[0]) if batch.sequences else int(tail) + 1
+__all__ = ["check_mark_steps"]
 
 
 def check_mark_steps(ring: Any, mark: ItemMark) -> Steps[str]:

@@ -34,10 +34,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from meteor_spark.consumer.shared_steps import check_mark_steps, oldest_steps
+from meteor_spark.consumer.shared_steps import check_mark_steps
 from meteor_spark.errors import GroupError, LaneTruncatedError, OffsetOutOfRangeError
 from meteor_spark.format.offsets import first_offset_of, sequence_of
 from meteor_spark.grid.item_marks import CHANGED, PAST_END, SAME, ItemMark, mark_of
+from meteor_spark.grid.reading import oldest_steps
 from meteor_spark.grid.steps import Steps
 from meteor_spark.groups.shared_state import LaneShare
 from meteor_spark.groups.store import MAX_CAS_ATTEMPTS

@@ -15,11 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from meteor_spark.errors import ConfigError, DataLossError, FormatError, OffsetOutOfRangeError
 from meteor_spark.format.item_header import item_count
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring
+from meteor_spark.grid.steps import Steps, drive
 from meteor_spark.grid.streams import StreamInfo
 
 logger = logging.getLogger(__name__)
@@ -148,18 +150,25 @@ def oldest_sequence(grid: Grid, info: StreamInfo, lane: int) -> int:
 
 
 def oldest_in(ring: Ring) -> int:
-    """``oldest_sequence`` of one ring.
+    """``oldest_sequence`` of one ring (``oldest_steps``, run on the caller's thread)."""
+    return drive(oldest_steps(ring))
+
+
+def oldest_steps(ring: Any) -> Steps[int]:
+    """The oldest sequence ``ring`` serves, as steps (``meteor_spark.grid.steps``: driven by ``oldest_in``, by the
+    shared members' steps, and awaited over an ``AsyncRing``): one read of one item from sequence 0, which the grid
+    clamps to the oldest sequence it serves.
 
     An empty answer is not answered with ``tail + 1`` as read afterwards: records appended between the read and the
     tail's would lie below that, and a reader starting there (a group member taking an empty lane up as the first
     records arrive) would skip them for good. The read is made again after the tail: an item found then is the
     oldest; none means the ring was still empty, so ``tail + 1`` is where its first item will go."""
-    batch = ring.read_many(0, 0, 1)
+    batch = yield lambda: ring.read_many(0, 0, 1)
     if batch.sequences:
-        return batch.sequences[0]
-    end = ring.tail() + 1
-    batch = ring.read_many(0, 0, 1)
-    return batch.sequences[0] if batch.sequences else end
+        return int(batch.sequences[0])
+    tail = yield lambda: ring.tail()
+    batch = yield lambda: ring.read_many(0, 0, 1)
+    return int(batch.sequences[0]) if batch.sequences else int(tail) + 1
 
 
 #: ``read_range(grid, info, lane, start_seq, end_seq, *, max_items_per_call=100, skip_data_loss=False)`` (the

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.consumer.shared_steps import oldest_steps
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.grid.client import Grid, ReadBatch, Ring
-from meteor_spark.grid.reading import oldest_in
+from meteor_spark.grid.reading import oldest_in, oldest_steps
 from meteor_spark.grid.steps import drive
 from meteor_spark.grid.streams import StreamConfig, open_stream
 from meteor_spark.groups import admin
