@@ -15,8 +15,10 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import Any, cast
+from itertools import accumulate, islice
+from typing import Any
+
+import numpy as np
 
 from meteor_spark.errors import GridError, MeteorError
 from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
@@ -36,6 +38,8 @@ from meteor_spark.producer.idempotence import (
 from meteor_spark.producer.publisher import random_producer_id
 
 logger = logging.getLogger("meteor_spark.aio.publisher")
+
+_NS_PER_MS = 1_000_000
 
 
 class Sink:
@@ -72,17 +76,22 @@ class Sink:
 
 class Singles:
     """The sink of a run of one-record calls (plain values of ``publish_async``): a future per record, so a burst of
-    such calls shares one ``Run`` (``Lane.append_single``) and costs per record about what ``publish_many`` does."""
+    such calls shares one ``Run`` (``Lane.open_singles``) and costs per record about what ``publish_many`` does."""
 
     __slots__ = ("futures",)
 
-    def __init__(self) -> None:
-        self.futures: list[asyncio.Future[Any]] = []
+    def __init__(self, futures: list[asyncio.Future[Any]]) -> None:
+        self.futures = futures
 
     def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
-        for k, future in enumerate(self.futures[lo:hi]):
-            if not future.done():
-                future.set_result(first_offset + k)
+        futures = self.futures[lo:hi]
+        try:
+            for future, offset in zip(futures, range(first_offset, first_offset + hi - lo), strict=True):
+                future.set_result(offset)
+        except asyncio.InvalidStateError:  # a caller cancelled its future: the others still get their offsets
+            for k, future in enumerate(futures):
+                if not future.done():
+                    future.set_result(first_offset + k)
 
     def failed(self, error: BaseException, lo: int = 0, hi: int | None = None) -> None:
         """Records ``[lo, hi)`` failed with ``error`` (each record is a call of its own)."""
@@ -99,11 +108,27 @@ class Run:
 
     Attributes:
         values, keys, headers, stamps: the records' columns (``keys`` / ``headers`` None: none has any).
-        cum: ``cum[i]`` = the sizes of records ``0..i`` together.
+        cum: ``cum[i]`` = the sizes of records ``0..i`` together; a run of one-record calls extends it only when it
+            is cut (``sized``), not on every append.
         sink, sink_start, indices: where the records' offsets go: positions ``sink_start + i``, or ``indices[i]``.
+        futures: a run of one-record calls' futures (its ``Singles`` sink's list), else empty.
+        ns_stamps: ``stamps`` are ``time.time_ns()`` readings (a run of one-record calls), made milliseconds per
+            ring item when it is encoded (``item_columns``), not per record.
     """
 
-    __slots__ = ("cum", "headers", "indices", "keys", "pos", "sink", "sink_start", "stamps", "values")
+    __slots__ = (
+        "cum",
+        "futures",
+        "headers",
+        "indices",
+        "keys",
+        "ns_stamps",
+        "pos",
+        "sink",
+        "sink_start",
+        "stamps",
+        "values",
+    )
 
     def __init__(
         self,
@@ -125,47 +150,78 @@ class Run:
         self.sink_start = sink_start
         self.indices = indices
         self.pos = 0
+        self.futures: list[asyncio.Future[Any]] = []
+        self.ns_stamps = False
 
-    def bytes_between(self, lo: int, hi: int) -> int:
-        return self.cum[hi - 1] - (self.cum[lo - 1] if lo else 0)
+    @classmethod
+    def of_singles(cls) -> Run:
+        """An empty run for one-record calls of plain values: a future per record, stamps in nanoseconds."""
+        futures: list[asyncio.Future[Any]] = []
+        run = cls([], None, None, [], (), Singles(futures))
+        run.futures = futures
+        run.ns_stamps = True
+        return run
+
+    def sized(self) -> None:
+        """Extend ``cum`` over the records appended since it was last extended."""
+        known = len(self.cum)
+        if known < len(self.values):
+            below = self.cum[-1] if known else 0
+            self.cum += islice(accumulate(map(len, self.values[known:]), initial=below), 1, None)
+
+    def ms_stamps(self, lo: int, hi: int) -> list[int]:
+        """Records ``[lo, hi)``'s timestamps in milliseconds."""
+        stamps = self.stamps[lo:hi]
+        return [stamp // _NS_PER_MS for stamp in stamps] if self.ns_stamps else stamps
 
 
 #: A piece of a ring item: records ``[lo, hi)`` of a run.
 Piece = tuple[Run, int, int]
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class Lane:
     """One lane of the publisher: its queue, the task sending it, where its next call lands and its largest
-    timestamp so far (the time index every item carries)."""
+    timestamp so far (the time index every item carries).
+
+    ``singles`` is the run that one-record calls of plain values append to (``AsyncPublisher.publish_async``); it is
+    always the queue's last run, and it is closed (set to None) when another run is queued after it, when the queue
+    is cut empty, or once a call took records from it: a run that keeps receiving records while calls are cut from
+    it would hold every value it ever carried.
+    """
 
     ring: AsyncRing
+    number: int = 0  # the lane's number in its stream
     queue: deque[Run] = field(default_factory=deque)
     queued: int = 0  # records in the queue not yet cut into a call
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # None once the sending task has emptied the queue
     next_start: int = 0
     lane_max: int = NO_TIMESTAMP
-    singles: Run | None = None  # the run one-record calls append to while it is the queue's last
+    singles: Run | None = None
 
-    def append_single(self, value: bytes, stamp: int, future: asyncio.Future[Any]) -> None:
-        """Queue the plain value of a one-record call: appended to the lane's run of such records while that run is
-        the last in the queue (records of a run already cut keep their indices: runs only grow), else a new run."""
-        run = self.singles
-        if run is None or not self.queue or self.queue[-1] is not run:
-            run = self.singles = Run([], None, None, [], (), Singles())
-            self.queue.append(run)
-        run.values.append(value)
-        run.stamps.append(stamp)
-        run.cum.append((run.cum[-1] if run.cum else 0) + len(value))
-        cast(Singles, run.sink).futures.append(future)
-        self.queued += 1
+    def open_singles(self) -> Run:
+        """A new run for one-record calls, queued last."""
+        run = self.singles = Run.of_singles()
+        self.queue.append(run)
+        return run
+
+    def append_run(self, run: Run) -> None:
+        """Queue ``run`` (records of one ``publish`` / ``publish_many`` call) after the others."""
+        self.queue.append(run)
+        self.queued += len(run.values)
+        self.singles = None
+
+    def after_cut(self) -> None:
+        """Close the run of one-record calls once a call took records from it (see the class docs)."""
+        if self.singles is not None and (self.singles.pos or not self.queue):
+            self.singles = None
 
 
 async def lane_at_start(stream: str, lane: int, ring: AsyncRing) -> Lane:
     """A lane's state when a publisher starts: the first sequence its next call can occupy, and its last item's
     running maximum timestamp (an undecodable last item adds nothing, as in the threaded sender)."""
     tail = await ring.tail()
-    state = Lane(ring, next_start=tail + 1)
+    state = Lane(ring, lane, next_start=tail + 1)
     if tail >= 0:
         batch = await ring.read_many(tail, 0, 1)
         if batch.items:
@@ -203,6 +259,7 @@ def cut_call(queue: deque[Run], settings: PublisherSettings) -> list[list[Piece]
         count = item_bytes = 0
         while queue and count < max_records:
             run = queue[0]
+            run.sized()
             lo = run.pos
             below = run.cum[lo - 1] if lo else 0
             room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
@@ -232,22 +289,25 @@ def item_columns(pieces: list[Piece]) -> PreparedColumns:
         run, lo, hi = pieces[0]
         keys = None if run.keys is None else run.keys[lo:hi]
         headers = None if run.headers is None else run.headers[lo:hi]
-        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=run.stamps[lo:hi])
+        stamps: list[int] | np.ndarray = run.stamps[lo:hi]
+        if run.ns_stamps:
+            stamps = np.array(stamps, dtype=np.int64) // _NS_PER_MS
+        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=stamps)
     values: list[bytes] = []
-    stamps: list[int] = []
+    all_stamps: list[int] = []
     keyed = any(run.keys is not None for run, _, _ in pieces)
     with_headers = any(run.headers is not None for run, _, _ in pieces)
     all_keys: list[bytes | None] = []
     all_headers: list[tuple[tuple[str, bytes], ...]] = []
     for run, lo, hi in pieces:
         values += run.values[lo:hi]
-        stamps += run.stamps[lo:hi]
+        all_stamps += run.ms_stamps(lo, hi)
         if keyed:
             all_keys += [None] * (hi - lo) if run.keys is None else run.keys[lo:hi]
         if with_headers:
             all_headers += [()] * (hi - lo) if run.headers is None else run.headers[lo:hi]
     return prepare_columns(
-        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=stamps
+        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=all_stamps
     )
 
 

@@ -29,6 +29,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
+from time import time_ns as _time_ns
 from typing import Any, cast
 
 from meteor_spark.aio.calls import (
@@ -180,6 +182,14 @@ class AsyncPublisher:
         self._room = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
         self._max_buffered = self.settings.max_buffered_records
+        self._one_lane = len(self._lanes) == 1
+        # asyncio.Future made directly where the loop's create_future is the standard one (one Python frame less a
+        # record); a loop with a future type of its own keeps its create_future.
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            partial(asyncio.Future, loop=self._loop)
+            if getattr(type(self._loop), "create_future", None) is asyncio.BaseEventLoop.create_future
+            else self._loop.create_future
+        )
         self._context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
         self._plain = self._value_serializer is None and self._gate is None
         self._detach_metrics = attach_metrics(self._registry, self)
@@ -228,6 +238,7 @@ class AsyncPublisher:
                     self.failed_records += len(run.values) - run.pos
                 lane.queue.clear()
                 lane.queued = 0
+                lane.singles = None
             self._outstanding = 0
             raise
         finally:
@@ -296,12 +307,17 @@ class AsyncPublisher:
                 self._outstanding += 1
             else:
                 await self._admit(1)
-            future: asyncio.Future[int] = self._loop.create_future()
-            target = 0 if len(self._lanes) == 1 else self._spread(1, len(value))[0][0]
-            state = self._lanes[target]
-            state.append_single(value, int(time.time() * 1000), future)
-            if state.task is None or state.task.done():
-                self._keep_sending(target)
+            future: asyncio.Future[int] = self._new_future()
+            state = self._lanes[0] if self._one_lane else self._lanes[self._spread(1, len(value))[0][0]]
+            run = state.singles
+            if run is None:
+                run = state.open_singles()
+            run.values.append(value)
+            run.stamps.append(_time_ns())
+            run.futures.append(future)
+            state.queued += 1
+            if state.task is None:
+                self._keep_sending(state)
             return future
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
         if self._trace is not None and self._trace.active():
@@ -319,11 +335,15 @@ class AsyncPublisher:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
             await self._admit(1)
-        future: asyncio.Future[int] = self._loop.create_future()
-        if type(record) is bytes:  # a plain value: onto its lane's run of one-record calls (Lane.append_single)
-            lane = self._spread(1, len(record))[0][0]
-            self._lanes[lane].append_single(record, int(time.time() * 1000), future)
-            self._keep_sending(lane)
+        future: asyncio.Future[int] = self._new_future()
+        if type(record) is bytes:  # a plain value: onto its lane's run of one-record calls (Lane.singles)
+            state = self._lanes[self._spread(1, len(record))[0][0]]
+            run = state.singles or state.open_singles()
+            run.values.append(record)
+            run.stamps.append(_time_ns())
+            run.futures.append(future)
+            state.queued += 1
+            self._keep_sending(state)
         else:
             self._queue([record], Sink(future, 1, True))
         return future
@@ -450,14 +470,13 @@ class AsyncPublisher:
                 )
         for lane, run in runs.items():
             state = lanes[lane]
-            state.queue.append(run)
-            state.queued += len(run.values)
-            self._keep_sending(lane)
+            state.append_run(run)
+            self._keep_sending(state)
 
-    def _keep_sending(self, lane: int) -> None:
-        """Make sure ``lane`` has its sending task."""
-        state = self._lanes[lane]
+    def _keep_sending(self, state: Lane) -> None:
+        """Make sure the lane ``state`` has its sending task."""
         if state.task is None or state.task.done():
+            lane = state.number
             state.task = self._loop.create_task(self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}")
 
     def _spread(self, n: int, nbytes: int = 0) -> list[tuple[int, int, int]]:
@@ -471,13 +490,21 @@ class AsyncPublisher:
     # ------------------------------------------------------------------------------------------------ sending
 
     async def _drain(self, lane: int) -> None:
-        """Send the lane's queue, one ``add_all`` at a time, until it is empty."""
+        """Send the lane's queue, one ``add_all`` at a time, until it is empty (then the lane has no task)."""
         state = self._lanes[lane]
+        try:
+            await self._send_queue(lane, state)
+        finally:
+            if state.task is asyncio.current_task():
+                state.task = None
+
+    async def _send_queue(self, lane: int, state: Lane) -> None:
         settings = self.settings
         while state.queue:
             if settings.linger_ms > 0 and state.queued < settings.max_batch_records:
                 await asyncio.sleep(settings.linger_ms / 1000.0)
             taken = cut_call(state.queue, settings)
+            state.after_cut()
             records = sum(hi - lo for item in taken for _, lo, hi in item)
             state.queued -= records
             try:

@@ -178,6 +178,35 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
     _run(one_call_fails())
 
 
+def test_a_run_of_one_record_calls_stops_growing_once_cut_and_a_cancelled_future_spares_the_others(
+    grid_settings: GridSettings, unique_name: str
+) -> None:
+    """Records published after a call took some of a lane's run of one-record calls go into a new run (a run that
+    kept growing while calls are cut from it would hold every value it ever carried), and a caller's cancelled
+    future does not keep the run's other records from their offsets."""
+
+    async def scenario() -> None:
+        async with AsyncPublisher(
+            grid_settings, StreamConfig(unique_name), max_batch_records=5, max_items_per_call=1
+        ) as pub:
+            lane = pub._lanes[0]
+            first = [await pub.publish_async(b"a%d" % n) for n in range(7)]
+            run = lane.singles
+            first[2].cancel()
+            await asyncio.sleep(0)  # the lane's task sends 5 of the run's 7 records
+            later = [await pub.publish_async(b"b%d" % n) for n in range(5)]
+            assert lane.singles is not run and lane.queue[-1] is not run
+            await pub.flush()
+            offsets = [f.result() for n, f in enumerate(first) if n != 2] + [await f for f in later]
+            assert len(set(offsets)) == 11 and lane.task is None and not lane.queue
+        async with AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="EARLIEST") as sub:
+            got = {r.value: r.offset for r in await _collect(sub, 12)}
+        kept = [b"a%d" % n for n in range(7) if n != 2] + [b"b%d" % n for n in range(5)]
+        assert [got[value] for value in kept] == offsets
+
+    _run(scenario())
+
+
 def test_async_and_threaded_clients_read_each_other(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:
     with Publisher(grid, StreamConfig(unique_name, lanes=2)) as threaded:
         threaded.publish_many([f"t{n}".encode() for n in range(20)]).result(10)
