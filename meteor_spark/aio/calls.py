@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from meteor_spark.aio.record_future import PublishFuture, RunOutcomes
 from meteor_spark.errors import GridError, MeteorError
-from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
-from meteor_spark.format.item_header import NO_TIMESTAMP
+from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items, prepare_columns
+from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
+from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.producer.batching import PublisherSettings
@@ -74,33 +76,6 @@ class Sink:
             self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
 
 
-class Singles:
-    """The sink of a run of one-record calls (plain values of ``publish_async``): a future per record, so a burst of
-    such calls shares one ``Run`` (``Lane.open_singles``) and costs per record about what ``publish_many`` does."""
-
-    __slots__ = ("futures",)
-
-    def __init__(self, futures: list[asyncio.Future[Any]]) -> None:
-        self.futures = futures
-
-    def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
-        futures = self.futures[lo:hi]
-        try:
-            for future, offset in zip(futures, range(first_offset, first_offset + hi - lo), strict=True):
-                future.set_result(offset)
-        except asyncio.InvalidStateError:  # a caller cancelled its future: the others still get their offsets
-            for k, future in enumerate(futures):
-                if not future.done():
-                    future.set_result(first_offset + k)
-
-    def failed(self, error: BaseException, lo: int = 0, hi: int | None = None) -> None:
-        """Records ``[lo, hi)`` failed with ``error`` (each record is a call of its own)."""
-        for future in self.futures[lo:hi]:
-            if not future.done():
-                future.set_exception(error)
-                future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
-
-
 class Run:
     """Records of one ``publish`` / ``publish_many`` call queued on one lane, in order, and how far the lane's calls
     have taken them (``pos``). Columns, not record objects: cutting a run into ring items costs per item, not per
@@ -111,18 +86,19 @@ class Run:
         cum: ``cum[i]`` = the sizes of records ``0..i`` together; a run of one-record calls extends it only when it
             is cut (``sized``), not on every append.
         sink, sink_start, indices: where the records' offsets go: positions ``sink_start + i``, or ``indices[i]``.
-        futures: a run of one-record calls' futures (its ``Singles`` sink's list), else empty.
+        outcomes: a run of one-record calls' ``RunOutcomes`` (also its sink: each record's future reads its outcome
+            there), else None.
         ns_stamps: ``stamps`` are ``time.time_ns()`` readings (a run of one-record calls), made milliseconds per
             ring item when it is encoded (``item_columns``), not per record.
     """
 
     __slots__ = (
         "cum",
-        "futures",
         "headers",
         "indices",
         "keys",
         "ns_stamps",
+        "outcomes",
         "pos",
         "sink",
         "sink_start",
@@ -137,7 +113,7 @@ class Run:
         headers: list[tuple[tuple[str, bytes], ...]] | None,
         stamps: list[int],
         sizes: Iterable[int],
-        sink: Sink | Singles,
+        sink: Sink | RunOutcomes,
         sink_start: int = 0,
         indices: list[int] | None = None,
     ) -> None:
@@ -150,15 +126,17 @@ class Run:
         self.sink_start = sink_start
         self.indices = indices
         self.pos = 0
-        self.futures: list[asyncio.Future[Any]] = []
+        self.outcomes: RunOutcomes | None = None
         self.ns_stamps = False
 
     @classmethod
-    def of_singles(cls) -> Run:
-        """An empty run for one-record calls of plain values: a future per record, stamps in nanoseconds."""
-        futures: list[asyncio.Future[Any]] = []
-        run = cls([], None, None, [], (), Singles(futures))
-        run.futures = futures
+    def of_singles(cls, loop: asyncio.AbstractEventLoop) -> Run:
+        """An empty run for one-record calls of plain values: their outcomes for their ``PublishFuture`` s, stamps
+        in nanoseconds."""
+        values: list[bytes] = []
+        outcomes = RunOutcomes(loop, values)
+        run = cls(values, None, None, [], (), outcomes)
+        run.outcomes = outcomes
         run.ns_stamps = True
         return run
 
@@ -199,11 +177,22 @@ class Lane:
     lane_max: int = NO_TIMESTAMP
     singles: Run | None = None
 
-    def open_singles(self) -> Run:
+    def open_singles(self, loop: asyncio.AbstractEventLoop) -> Run:
         """A new run for one-record calls, queued last."""
-        run = self.singles = Run.of_singles()
+        run = self.singles = Run.of_singles(loop)
         self.queue.append(run)
         return run
+
+    def append_plain(self, loop: asyncio.AbstractEventLoop, value: bytes) -> PublishFuture:
+        """Queue the plain value of a one-record call on ``singles``; its future (``AsyncPublisher.publish_async``
+        does the same inline)."""
+        run = self.singles or self.open_singles(loop)
+        future = PublishFuture()
+        future._outcomes, future._index = run.outcomes, len(run.values)  # type: ignore[assignment]
+        run.values.append(value)
+        run.stamps.append(time.time_ns())
+        self.queued += 1
+        return future
 
     def append_run(self, run: Run) -> None:
         """Queue ``run`` (records of one ``publish`` / ``publish_many`` call) after the others."""
@@ -309,6 +298,32 @@ def item_columns(pieces: list[Piece]) -> PreparedColumns:
     return prepare_columns(
         values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=all_stamps
     )
+
+
+def encode_call(stream: str, lane: Lane, taken: list[list[Piece]], framing: ItemFraming) -> list[bytes]:
+    """One call's ring items (``framing`` carries the lane's running maximum timestamp), that maximum moved on to the
+    last item's."""
+    prepared = [[item_columns(item)] for item in taken]
+    items = encode_items(prepared, framing)
+    written = item_lane_max_timestamp(items[-1], stream=stream, lane=lane.number, sequence=-1)
+    lane.lane_max = NO_TIMESTAMP if written is None else written  # None only for the older formats
+    return items
+
+
+def settle_pieces(taken: list[list[Piece]], first: int) -> None:
+    """A call's records were stored, its first item at sequence ``first``: each piece's records get their offsets."""
+    for i, item in enumerate(taken):
+        index = 0
+        for run, lo, hi in item:
+            run.sink.stored(run, lo, hi, make_offset(first + i, index))
+            index += hi - lo
+
+
+def fail_pieces(taken: list[list[Piece]], error: BaseException) -> None:
+    """A call's records failed with ``error``."""
+    for item in taken:
+        for run, lo, hi in item:
+            run.sink.failed(error, lo, hi)
 
 
 async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:

@@ -16,6 +16,7 @@ import pytest
 
 from meteor_spark import compat_asyncio
 from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncSubscriber
+from meteor_spark.aio.record_future import OffsetFuture
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -135,7 +136,7 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
         async with AsyncPublisher(
             grid_settings, StreamConfig(unique_name, lanes=2), max_batch_records=50, max_items_per_call=3
         ) as pub:
-            futures: dict[bytes, asyncio.Future[int]] = {}
+            futures: dict[bytes, OffsetFuture] = {}
             for n in range(700):  # more than a call holds: the drain cuts runs that are still growing
                 futures[b"p%d" % n] = await pub.publish_async(b"p%d" % n)
                 if n % 97 == 0:
@@ -165,7 +166,7 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
 
             lane.ring.add_all = second_refused  # type: ignore[method-assign]
             futures = [await pub.publish_async(b"v%d" % n) for n in range(30)]  # one run, three calls of 10
-            await asyncio.wait(futures)
+            await asyncio.gather(*futures, return_exceptions=True)  # a PublishFuture is a future to asyncio
         failed = [n for n, f in enumerate(futures) if f.exception() is not None]
         assert failed == list(range(10, 20)) and calls[0] == 3
         assert all(isinstance(futures[n].exception(), GridOperationError) for n in failed)
