@@ -22,6 +22,8 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         assert set(figures[side]) == {
             "publish_async_records_s",
             "publish_many_records_s",
+            "publish_async_cpu_us",
+            "publish_many_cpu_us",
             "p50_ms",
             "p99_ms",
             "rr_p50_ms",
@@ -40,6 +42,8 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         "request -> reply",
         "vs threaded",
         "shared group member, poll + ack",
+        "us CPU",
+        "asyncio: publish_async / publish_many",
     ):
         assert text in printed
 
