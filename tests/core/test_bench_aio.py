@@ -23,6 +23,8 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
             "publish_async_records_s",
             "publish_many_records_s",
             "publish_async_cpu_us",
+            "publish_async_dropped_records_s",
+            "publish_async_dropped_cpu_us",
             "publish_many_cpu_us",
             "p50_ms",
             "p99_ms",
@@ -44,6 +46,7 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         "shared group member, poll + ack",
         "us CPU",
         "asyncio: publish_async / publish_many",
+        "publish_async, futures dropped",
     ):
         assert text in printed
 
