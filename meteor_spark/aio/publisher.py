@@ -272,7 +272,7 @@ class AsyncPublisher:
         future = await self.publish_async(
             value, key=key, headers=headers, lane=lane, timestamp_ms=timestamp_ms, topic=topic, message_id=message_id
         )
-        return await future
+        return await (future.asyncio_future() if type(future) is _PublishFuture else future)  # no frame of its own
 
     async def publish_async(
         self,

@@ -40,13 +40,14 @@ class OffsetFuture(Protocol):
 
 class RunOutcomes:
     """The outcomes of one run of one-record calls: settled pieces ``[start, start + count)`` (sorted by start) with
-    their first offset or their error, and the futures waited on (``watchers``) until their record is settled.
+    their first offset or their error, and an asyncio future per record someone waits on (``waiters``, made on
+    demand: ``future_of``), settled with the record.
 
     ``values`` is the run's list of values (its length is the run's); dropped once every record is settled, so a
     future kept by a caller holds its run's outcomes, not its values.
     """
 
-    __slots__ = ("counts", "errors", "firsts", "loop", "settled", "starts", "values", "watchers")
+    __slots__ = ("counts", "errors", "firsts", "loop", "settled", "starts", "values", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, values: list[bytes]) -> None:
         self.loop = loop
@@ -56,7 +57,7 @@ class RunOutcomes:
         self.firsts: list[int] = []
         self.errors: list[BaseException | None] = []
         self.settled = 0
-        self.watchers: list[PublishFuture] = []
+        self.waiters: dict[int, asyncio.Future[int]] = {}
 
     def outcome(self, index: int) -> tuple[int, BaseException | None] | None:
         """Record ``index``'s ``(offset, error)``, or None while it is not settled."""
@@ -64,6 +65,19 @@ class RunOutcomes:
         if k < 0 or index >= self.starts[k] + self.counts[k]:
             return None
         return self.firsts[k] + index - self.starts[k], self.errors[k]
+
+    def future_of(self, index: int) -> asyncio.Future[int]:
+        """An asyncio future of record ``index``'s offset: the one already waited on, or a new one (done at once
+        when the record is settled)."""
+        future = self.waiters.get(index)
+        if future is None:
+            future = self.loop.create_future()
+            outcome = self.outcome(index) if self.starts else None
+            if outcome is None:
+                self.waiters[index] = future
+            else:
+                _settle_future(future, *outcome)
+        return future
 
     # The sink interface of aio/calls.py (Sink.stored / Sink.failed).
 
@@ -85,12 +99,31 @@ class RunOutcomes:
         self.settled += hi - lo
         if self.settled >= len(self.values):
             self.values = ()
-        if self.watchers:
-            waiting = self.watchers
-            self.watchers = [future for future in waiting if not lo <= future._index < hi]
-            for future in waiting:
-                if lo <= future._index < hi:
-                    future._wake()
+        waiters = self.waiters
+        if waiters:  # the fewer of the waiters and the settled records is looked through
+            ready = (
+                [i for i in waiters if lo <= i < hi]
+                if len(waiters) < hi - lo
+                else [i for i in range(lo, hi) if i in waiters]
+            )
+            if error is None:
+                for index in ready:
+                    future = waiters.pop(index)
+                    if not future.done():
+                        future.set_result(first + index - lo)
+            else:
+                for index in ready:
+                    _settle_future(waiters.pop(index), -1, error)
+
+
+def _settle_future(future: asyncio.Future[int], offset: int, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(offset)
+    else:
+        future.set_exception(error)
+        future.exception()  # retrieved: a future only called back does not log "never retrieved"
 
 
 class PublishFuture:
@@ -118,8 +151,10 @@ class PublishFuture:
         if self.done():
             return False
         self.__dict__["_cancelled"] = True
-        self._outcomes.watchers = [future for future in self._outcomes.watchers if future is not self]
-        self._wake(msg)
+        waiter = self._outcomes.waiters.pop(self._index, None)
+        if waiter is not None:
+            waiter.cancel(msg)
+        self._call_back()
         return True
 
     def result(self) -> int:
@@ -139,11 +174,18 @@ class PublishFuture:
             raise asyncio.InvalidStateError("Result is not set.")
         return outcome
 
+    def asyncio_future(self) -> asyncio.Future[int]:
+        """An asyncio future of the same offset (``AsyncPublisher.publish`` awaits it: no frame of this class)."""
+        return self._outcomes.future_of(self._index)
+
     def add_done_callback(self, fn: Callable[[Any], object], /, *, context: contextvars.Context | None = None) -> None:
         if self.done():
             self._outcomes.loop.call_soon(fn, self, context=context)
             return
-        self._watch().setdefault("_callbacks", []).append((fn, context))
+        callbacks = self.__dict__.setdefault("_callbacks", [])
+        if not callbacks:
+            self._outcomes.future_of(self._index).add_done_callback(self._call_back)
+        callbacks.append((fn, context))
 
     def remove_done_callback(self, fn: Callable[[Any], object], /) -> int:
         callbacks = self.__dict__.get("_callbacks", [])
@@ -153,10 +195,8 @@ class PublishFuture:
 
     def __await__(self) -> Generator[Any, None, int]:
         if not self.done():
-            waiter = self._outcomes.loop.create_future()
-            self._watch().setdefault("_waiters", []).append(waiter)
             try:
-                yield from waiter
+                return (yield from self._outcomes.future_of(self._index))
             except asyncio.CancelledError:  # the awaiting task was cancelled: so is this future, as asyncio's
                 self.cancel()
                 raise
@@ -164,25 +204,10 @@ class PublishFuture:
 
     __iter__ = __await__
 
-    def _watch(self) -> dict[str, Any]:
-        """This future's waiter state, with the future among its run's watchers."""
-        state = self.__dict__
-        if not state.get("_watched", False):
-            state["_watched"] = True
-            self._outcomes.watchers.append(self)
-        return state
-
-    def _wake(self, msg: Any | None = None) -> None:
-        """The record is settled (or this future cancelled): wake its awaits, schedule its callbacks."""
-        state = self.__dict__
-        for waiter in state.pop("_waiters", ()):
-            if not waiter.done():
-                if state.get("_cancelled", False):
-                    waiter.cancel(msg)
-                else:
-                    waiter.set_result(None)
+    def _call_back(self, _settled: object = None) -> None:
+        """Schedule the callbacks (the record is settled, or this future cancelled)."""
         loop = self._outcomes.loop
-        for fn, context in state.pop("_callbacks", ()):
+        for fn, context in self.__dict__.pop("_callbacks", ()):
             loop.call_soon(fn, self, context=context)
 
     def __repr__(self) -> str:

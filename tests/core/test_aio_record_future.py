@@ -71,7 +71,7 @@ def test_cancelling_the_future_or_its_awaiting_task() -> None:
             await task
         assert futures[1].cancelled()
         outcomes.stored(None, 0, 3, 7)  # the records are stored all the same
-        assert await futures[2] == 9 and futures[1].cancelled() and not outcomes.watchers
+        assert await futures[2] == 9 and futures[1].cancelled() and not outcomes.waiters
         with pytest.raises(asyncio.CancelledError):
             futures[0].result()
 
