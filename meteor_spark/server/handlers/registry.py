@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import struct
 import types
 import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
@@ -35,8 +36,9 @@ from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
 from meteor_spark.server.fidelity import MIMICKED_VERSION
 from meteor_spark.server.protocol.errors import encode_error
-from meteor_spark.server.protocol.frames import Message
+from meteor_spark.server.protocol.frames import HEADER_SIZE, REQUEST_FIXED_OFFSET, Message
 from meteor_spark.server.protocol.message_codec import (
+    BytesReader,
     EventSpec,
     MessageSpec,
     decode_request,
@@ -59,6 +61,8 @@ class HandlerEntry:
     needs_auth: bool = True
     plain: bool = False
     """The handler is a plain function: its return value is the response."""
+    read_bytes: BytesReader | None = None
+    """The request's decoder straight from the bytes it arrived in (``message_codec._bytes_reader``), if compiled."""
 
 
 #: message type -> (spec, handler); filled by ``@handles`` when the handler modules are imported.
@@ -75,7 +79,13 @@ def handles(spec: MessageSpec, *, needs_auth: bool = True) -> Callable[[Handler]
                 f"message 0x{spec.request_type:06X} ({spec.name}) already has handler {existing.handler.__qualname__}"
             )
         plain = not inspect.iscoroutinefunction(handler)
-        HANDLERS[spec.request_type] = HandlerEntry(spec, handler, needs_auth, plain)
+        HANDLERS[spec.request_type] = HandlerEntry(
+            spec,
+            handler,
+            needs_auth,
+            plain,
+            spec._read_bytes,  # type: ignore[attr-defined]
+        )
         return handler
 
     return register
@@ -281,8 +291,45 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
             )
         )
         return "unknown"
+    return _handle(engine, member, endpoint, entry, decode_request(entry.spec, msg), correlation_id, partition_id)
+
+
+def dispatch_whole(engine: Engine, member: MemberSettings, endpoint: Endpoint, data: bytes) -> str | None:
+    """Serve ``data`` when it holds exactly one whole request of an authenticated client that its compiled bytes
+    reader decodes (the usual read of a client waiting for each answer), with no frames cut; None when it does not,
+    and nothing was done: the caller then cuts the bytes into messages and serves them with ``dispatch``.
+
+    Raises:
+        ProtocolError: a parameter is malformed (the caller closes the connection).
+    """
+    if len(data) < HEADER_SIZE + REQUEST_FIXED_OFFSET or not endpoint.authenticated:
+        return None
+    message_type, correlation_id, partition_id = _WHOLE_HEADER.unpack_from(data, HEADER_SIZE)
+    entry = HANDLERS.get(message_type)
+    if entry is None or entry.read_bytes is None:
+        return None
+    request = entry.read_bytes(data)
+    if request is None:
+        return None
+    return _handle(engine, member, endpoint, entry, request, correlation_id, partition_id)
+
+
+#: The request header (type, correlation id, partition id) after the initial frame's header.
+_WHOLE_HEADER = struct.Struct("<iqi")
+
+
+def _handle(
+    engine: Engine,
+    member: MemberSettings,
+    endpoint: Endpoint,
+    entry: HandlerEntry,
+    request: dict[str, Any],
+    correlation_id: int,
+    partition_id: int,
+) -> str:
+    """Run a decoded request's handler and answer it (at once, or from the task a waiting handler becomes)."""
     spec = entry.spec
-    request = decode_request(spec, msg)
+    connection = endpoint.connection
     ctx = RequestContext(engine, member, endpoint, correlation_id, partition_id, spec)
     if entry.plain:
         try:

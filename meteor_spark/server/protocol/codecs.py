@@ -145,6 +145,11 @@ class VarType:
         """(flags, content) of the one frame a value travels in, for the same types; None for the others."""
         return None
 
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        """The value of one frame from its flags and content, for the same types as ``frame_reader``: a request
+        that arrived whole in one read is decoded straight from the received bytes, without ``Frame`` objects."""
+        return None
+
     def chunk_writer(self) -> ChunkWriter | None:
         """Appends a value's frames as wire chunks (frame headers packed, contents as they are), the last frame's
         flags or-ed with the third argument (``IS_FINAL`` for a message's last parameter); None for the types
@@ -173,6 +178,17 @@ def _utf8(frame: Frame) -> str:
         raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
 
 
+def _utf8_content(flags: int, content: bytes) -> str:
+    try:
+        return str(content, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
+
+
+def _bytes_content(flags: int, content: bytes) -> bytes:
+    return content
+
+
 def _utf8_frame(value: str) -> tuple[int, bytes]:
     return 0, value.encode("utf-8")
 
@@ -197,6 +213,9 @@ class _String(VarType):
     def frame_reader(self) -> Callable[[Frame], Any] | None:
         return _utf8
 
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        return _utf8_content
+
     def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
         return _utf8_frame
 
@@ -215,6 +234,9 @@ class _Bytes(VarType):
 
     def frame_reader(self) -> Callable[[Frame], Any] | None:
         return _CONTENT
+
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        return _bytes_content
 
     def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
         return _bytes_frame
@@ -285,6 +307,16 @@ class _Nullable(VarType):
 
         def read(frame: Frame) -> Any:
             return None if frame.flags & IS_NULL else inner(frame)
+
+        return read
+
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        inner = self.inner.content_reader()
+        if inner is None:
+            return None
+
+        def read(flags: int, content: bytes) -> Any:
+            return None if flags & IS_NULL else inner(flags, content)
 
         return read
 
