@@ -178,9 +178,14 @@ class Maps:
             record.ttl_base_mono = record.accessed_mono = now_mono
             record.ttl_ms, record.max_idle_ms = ttl, max_idle
             record.version += 1
-        self._track_expiry(store, key, record)
+        if ttl > 0 or max_idle > 0:
+            store.expiring.add(key)
+        elif store.expiring:
+            store.expiring.discard(key)
         if self.journal is not None:
             self._journal_put(name, key, record)
+        if name not in self._listeners.names:
+            return  # no event object for a map nobody listens to (every write of the common case)
         if existing is None:
             self._fire(name, EntryEventType.ADDED, key, value, None)
         else:
@@ -307,10 +312,13 @@ class Maps:
         self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
     ) -> bytes | None:
         """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
-        store = self._store(name)
+        store = self._stores.get(name) or self._store(name)
         if store.locks:  # no call at all for a map without locks (the common case)
             self._check_lock(name, store, key, caller)
-        return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
+        existing = self._live(name, store, key)
+        old = existing.value if existing is not None else None
+        self._write(name, store, key, value, ttl_ms, max_idle_ms, existing)
+        return old
 
     def set(
         self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1

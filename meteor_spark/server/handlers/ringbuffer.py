@@ -91,25 +91,34 @@ async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(m.RINGBUFFER_READ_MANY)
-async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
+def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any] | None]:
+    """Answered at once when the items are there (a plain handler: no coroutine on a poll that finds records);
+    else a long poll, a coroutine parked until an add brings them."""
     if req["filter"] is not None:
         raise refuse_filter(req["filter"])
     start, min_count, max_count = req["start_sequence"], req["min_count"], req["max_count"]
     check_read_many_arguments(start, min_count, max_count)
-    ring = _ring(ctx, req)
+    ring = ctx.engine.rings.get(req["name"])
     state = ReadManyState(start, min_count, max_count)
-    key = RingService.waiter_key(req["name"])
+    if ring.read_many(state):
+        return _read_many_response(state)
+    return _read_many_parked(ctx, ring, state, RingService.waiter_key(req["name"]))
 
+
+async def _read_many_parked(
+    ctx: RequestContext, ring: Ringbuffer, state: ReadManyState, key: tuple[str, str]
+) -> dict[str, Any] | None:
     def answer() -> dict[str, Any] | None:
         RingService.check_not_destroyed(ring)
         return _read_many_response(state) if ring.read_many(state) else None
 
-    while not ring.read_many(state):
+    while True:
         await ctx.park(key, answer=answer)
         if ctx.answered:
             return None
         RingService.check_not_destroyed(ring)
-    return _read_many_response(state)
+        if ring.read_many(state):
+            return _read_many_response(state)
 
 
 def _read_many_response(state: ReadManyState) -> dict[str, Any]:
