@@ -14,7 +14,7 @@ from meteor_spark.server.engine.ringbuffer import (
     check_read_many_arguments,
     refuse_filter,
 )
-from meteor_spark.server.handlers.registry import RequestContext, handles
+from meteor_spark.server.handlers.registry import Parked, RequestContext, handles
 from meteor_spark.server.protocol import messages as m
 
 
@@ -91,9 +91,9 @@ async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(m.RINGBUFFER_READ_MANY)
-def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any] | None]:
-    """Answered at once when the items are there (a plain handler: no coroutine on a poll that finds records);
-    else a long poll, a coroutine parked until an add brings them."""
+def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Parked:
+    """Answered at once when the items are there; else parked (``answer_when``) until an add brings them, and
+    answered from inside that add: a plain handler, with no coroutine either way."""
     if req["filter"] is not None:
         raise refuse_filter(req["filter"])
     start, min_count, max_count = req["start_sequence"], req["min_count"], req["max_count"]
@@ -102,23 +102,12 @@ def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Coro
     state = ReadManyState(start, min_count, max_count)
     if ring.read_many(state):
         return _read_many_response(state)
-    return _read_many_parked(ctx, ring, state, RingService.waiter_key(req["name"]))
 
-
-async def _read_many_parked(
-    ctx: RequestContext, ring: Ringbuffer, state: ReadManyState, key: tuple[str, str]
-) -> dict[str, Any] | None:
     def answer() -> dict[str, Any] | None:
         RingService.check_not_destroyed(ring)
         return _read_many_response(state) if ring.read_many(state) else None
 
-    while True:
-        await ctx.park(key, answer=answer)
-        if ctx.answered:
-            return None
-        RingService.check_not_destroyed(ring)
-        if ring.read_many(state):
-            return _read_many_response(state)
+    return ctx.answer_when(RingService.waiter_key(req["name"]), answer)
 
 
 def _read_many_response(state: ReadManyState) -> dict[str, Any]:
