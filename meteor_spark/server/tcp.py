@@ -190,11 +190,10 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------- registry.Connection
 
     def send(self, chunks: Chunks) -> None:
-        if self.closed:
-            return
-        if self._pending is not None:
-            self._pending.extend(chunks)
-            self._pending_bytes += sum(map(len, chunks))
+        if self._pending is not None:  # a batch of requests is being served: its responses leave together
+            if not self.closed:
+                self._pending.extend(chunks)
+                self._pending_bytes += sum(map(len, chunks))
             return
         self._enqueue(chunks)
 
@@ -335,10 +334,15 @@ class ClientConnection(asyncio.Protocol):
         if fd is not None and not self._queue and not self._writing_paused and len(chunks) <= _IOV_MAX:
             # Nothing queued before them (the usual case): hand the chunks to the kernel as they are, without the
             # queue's bookkeeping; only what the kernel does not take is queued.
-            written = self._writev(fd, chunks)
-            if written is None:
+            try:
+                written: int = _WRITEV(fd, chunks)  # type: ignore[misc]
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError as exc:
+                self._write_failed(exc)
                 return
             if written:
+                self.last_activity = time.monotonic()
                 if written == size:
                     return
                 chunks = _after(chunks, written)
@@ -358,12 +362,15 @@ class ClientConnection(asyncio.Protocol):
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as exc:
-            logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
-            self.abort()
+            self._write_failed(exc)
             return None
         if written:
             self.last_activity = time.monotonic()
         return written
+
+    def _write_failed(self, exc: OSError) -> None:
+        logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
+        self.abort()
 
     def _drain(self) -> None:
         """Give the kernel as much of the queue as it takes; when it is full, hand one piece to the transport,

@@ -233,9 +233,13 @@ class Maps:
 
     def get(self, name: str, key: bytes) -> bytes | None:
         store = self._stores.get(name) or self._store(name)
-        record = self._live(name, store, key)
+        record = store.records.get(key)
         if record is None:
             return None
+        if record.ttl_ms > 0 or record.max_idle_ms > 0:  # only a record that can expire needs the expiry check
+            record = self._live(name, store, key)
+            if record is None:
+                return None
         clock = self._clock
         record.hits += 1
         record.accessed_wall = clock.now_ms()

@@ -40,6 +40,7 @@ from meteor_spark.server.protocol.errors import encode_error
 from meteor_spark.server.protocol.frames import HEADER_SIZE, REQUEST_FIXED_OFFSET, Message
 from meteor_spark.server.protocol.message_codec import (
     BytesReader,
+    ChunksWriter,
     EventSpec,
     MessageSpec,
     decode_request,
@@ -76,6 +77,8 @@ class HandlerEntry:
     """The handler is a plain function: its return value is the response."""
     read_bytes: BytesReader | None = None
     """The request's decoder straight from the bytes it arrived in (``message_codec._bytes_reader``), if compiled."""
+    write_response: ChunksWriter | None = None
+    """The response's compiled encoder (``message_codec._frames_writer``), called without ``encode_response``."""
 
 
 #: message type -> (spec, handler); filled by ``@handles`` when the handler modules are imported.
@@ -92,13 +95,8 @@ def handles(spec: MessageSpec, *, needs_auth: bool = True) -> Callable[[Handler]
                 f"message 0x{spec.request_type:06X} ({spec.name}) already has handler {existing.handler.__qualname__}"
             )
         plain = not inspect.iscoroutinefunction(handler)
-        HANDLERS[spec.request_type] = HandlerEntry(
-            spec,
-            handler,
-            needs_auth,
-            plain,
-            spec._read_bytes,  # type: ignore[attr-defined]
-        )
+        read_bytes, write_response = spec._read_bytes, spec._write_response  # type: ignore[attr-defined]
+        HANDLERS[spec.request_type] = HandlerEntry(spec, handler, needs_auth, plain, read_bytes, write_response)
         return handler
 
     return register
@@ -391,8 +389,13 @@ def _handle(
         if type(result) is not types.CoroutineType:
             if result is PARKED or connection.closed:
                 return spec.name
+            write = entry.write_response
+            values = result or _NO_VALUES
             try:
-                chunks = encode_response(spec, correlation_id, result or _NO_VALUES)  # type: ignore[arg-type]
+                if write is not None:
+                    chunks = write((spec.request_type + 1, correlation_id, 0), values)  # type: ignore[arg-type]
+                else:
+                    chunks = encode_response(spec, correlation_id, values)  # type: ignore[arg-type]
             except Exception:
                 _respond(ctx, result)  # type: ignore[arg-type]  # reports the handler's bad response
                 return spec.name
