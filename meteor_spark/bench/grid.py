@@ -264,11 +264,10 @@ def _ring_hop(writer: Grid, reader: Grid, name: str, ops: int, member_pid: int |
     with ``member_pid``, the member's CPU per round (add + parked read_many + that probe)."""
     ring, reading = writer.ring(name), reader.ring(name)
     item = os.urandom(100)
-    ring.add(item)
+    first = ring.add(item) + 1
     hops: list[float] = []
     member_cpu = _process_cpu_s(member_pid)
-    for _ in range(ops):
-        sequence = reading.tail() + 1
+    for sequence in range(first, first + ops):
         parked = reading.read_many_async(sequence, 1, 1)
         reading.tail()
         started = time.perf_counter()
