@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.server.errors import ProtocolError
-from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param
+from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param, bytes_content
 from meteor_spark.server.protocol.frames import (
     HEADER_SIZE,
     IS_EVENT,
@@ -148,7 +148,10 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
     fixed_at = HEADER_SIZE + offset
     first_final = 0 if var else IS_FINAL
     finals = [0] * (len(var) - 1) + [IS_FINAL] if var else []
-    plan = tuple(zip((param.name for param in var), readers, finals, strict=True))
+    # A Data parameter is its frame's content as it is: no call at all (None in the plan).
+    calls = [None if reader is bytes_content else reader for reader in readers]
+    plan = tuple(zip((param.name for param in var), calls, finals, strict=True))
+    header = HEADER_SIZE
 
     def read(data: bytes) -> dict[str, Any] | None:
         end = len(data)
@@ -160,12 +163,13 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
         values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=True))
         pos = length
         for name, reader, final in plan:
-            if end - pos < HEADER_SIZE:
+            if end - pos < header:
                 return None
             length, flags = frame_header(data, pos)
-            if length < HEADER_SIZE or end - pos < length or flags & IS_FINAL != final:
+            if length < header or end - pos < length or flags & IS_FINAL != final:
                 return None
-            values[name] = reader(flags, data[pos + HEADER_SIZE : pos + length])  # type: ignore[misc]
+            content = data[pos + header : pos + length]
+            values[name] = content if reader is None else reader(flags, content)
             pos += length
         return values if pos == end else None
 
