@@ -6,6 +6,8 @@ Measured against a member in its own process (``EmbeddedGrid(process=True)``), t
 - ring read: ``read_many`` of the same batches (MB/s; p50/p99 per call);
 - map: small ``put`` / ``get`` round trips (ops/s; p50/p99), when the member serves maps, and the member process's
   CPU per request (user + system, from ``/proc``: what a shared machine's noisy latencies hide);
+- ring hop: one small ``add`` completing a ``read_many`` another client parked before it (the member's hop of the
+  publish -> poll round trip; p50/p99, and the member's CPU per round);
 - ceiling: the same bytes through a plain loopback TCP socket to/from another process, and a small-message
   ping-pong round trip, measured in the same run. Ratios are ours / ceiling.
 
@@ -107,6 +109,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ):
             ingest, read = _ring(grid, ring_name, settings, batches)
             map_figures = _map(grid, settings.map_ops, member_pid=member.pid)
+            with Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as reader:
+                map_figures.update(_ring_hop(grid, reader, "bench.grid.hop", settings.map_ops, member.pid))
         cluster_figures = None if cluster is None else _cluster(cluster, settings, batches, items_total)
     finally:
         if cluster is not None:
@@ -143,11 +147,15 @@ def _cluster(grid: Grid, settings: GridBenchOptions, batches: int, items_total: 
     ring_name, map_name = f"bench.grid.ring.{suffix}", f"bench.grid.map.{suffix}"
     grid.add_ring_config(ring_name, capacity=items_total + 1, backups=1)
     members = grid.members()
+    hop_name = f"bench.grid.hop.{suffix}"
     try:
         ingest, read = _ring(grid, ring_name, settings, batches)
         map_figures = _map(grid, settings.map_ops, map_name)
+        with Grid(GridSettings(members=settings.members, cluster_name=settings.cluster_name)) as reader:
+            map_figures.update(_ring_hop(grid, reader, hop_name, settings.map_ops))
     finally:
         grid.ring(ring_name).destroy()
+        grid.ring(hop_name).destroy()
         grid.client.get_map(map_name).blocking().destroy()
     return {
         "members": len(members),
@@ -247,6 +255,31 @@ def _map(grid: Grid, ops: int, name: str = "bench.grid.map", member_pid: int | N
         "map_get_p50_us": _pct(gets, 50) * 1e6,
         "map_get_p99_us": _pct(gets, 99) * 1e6,
     }
+
+
+def _ring_hop(writer: Grid, reader: Grid, name: str, ops: int, member_pid: int | None = None) -> dict[str, float]:
+    """One small ``add`` from ``writer`` completing a ``read_many`` that ``reader`` (another client) parked before
+    it: the member's hop of the publish -> poll round trip. Before each add a ``tail`` on the reader's connection
+    proves its read reached the member (a connection's requests are served in order), so every read is parked;
+    with ``member_pid``, the member's CPU per round (add + parked read_many + that probe)."""
+    ring, reading = writer.ring(name), reader.ring(name)
+    item = os.urandom(100)
+    first = ring.add(item) + 1
+    hops: list[float] = []
+    member_cpu = _process_cpu_s(member_pid)
+    for sequence in range(first, first + ops):
+        parked = reading.read_many_async(sequence, 1, 1)
+        reading.tail()
+        started = time.perf_counter()
+        added = ring.add_async(item)
+        parked.result()
+        hops.append(time.perf_counter() - started)
+        added.result()
+    member_cpu_after = _process_cpu_s(member_pid)
+    figures = {"ring_hop_p50_us": _pct(hops, 50) * 1e6, "ring_hop_p99_us": _pct(hops, 99) * 1e6}
+    if member_cpu is not None and member_cpu_after is not None:
+        figures["ring_hop_member_cpu_us"] = (member_cpu_after - member_cpu) / ops * 1e6
+    return figures
 
 
 def _pct(values: list[float], percent: int) -> float:
@@ -361,6 +394,19 @@ def render(figures: dict[str, Any]) -> str:
         )
         if "map_member_cpu_us" in figures:
             rows.append(("  member CPU per request", f"{figures['map_member_cpu_us']:8.1f} us", "", "", ""))
+    if "ring_hop_p50_us" in figures:
+        rows.append(
+            (
+                "add -> parked read_many",
+                "",
+                f"p50 {figures['ring_hop_p50_us']:5.0f} us p99 {figures['ring_hop_p99_us']:6.0f} us",
+                "",
+                "",
+            )
+        )
+        if "ring_hop_member_cpu_us" in figures:
+            cpu = f"{figures['ring_hop_member_cpu_us']:8.1f} us"
+            rows.append(("  member CPU per round", cpu, "add + parked read_many + a tail probe", "", ""))
     else:
         rows.append(("map put+get", figures.get("map", "not available"), "", "", ""))
     table = render_table(("measure", "ours", "latency per call", "ceiling", "ratio"), rows)
@@ -390,6 +436,8 @@ COMPARED = (
     ("  put p99", "map_put_p99_us", "us", "{:.0f}"),
     ("  get p50", "map_get_p50_us", "us", "{:.0f}"),
     ("  get p99", "map_get_p99_us", "us", "{:.0f}"),
+    ("add -> parked read_many p50", "ring_hop_p50_us", "us", "{:.0f}"),
+    ("add -> parked read_many p99", "ring_hop_p99_us", "us", "{:.0f}"),
 )
 
 

@@ -39,12 +39,11 @@ import logging
 import os
 import socket
 import time
-import uuid
-from collections.abc import Iterable
 from itertools import islice
 from typing import Any, cast
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
+from meteor_spark.server.connection_info import ConnectionInfo
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import ProtocolError
 from meteor_spark.server.handlers import registry
@@ -73,30 +72,6 @@ DEFAULT_AUTH_TIMEOUT_S = 10.0
 
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 _WRITEV = getattr(os, "writev", None)  # None on Windows: chunks then go through the transport
-
-
-@dataclasses.dataclass(frozen=True)
-class ConnectionInfo:
-    """A snapshot of one client connection, for inspection and tests.
-
-    Attributes:
-        remote: the client's ``host:port``.
-        client_name, client_uuid: who authenticated on it (``""`` / None before authentication).
-        queued_bytes: response bytes waiting in the member for the client to read (beyond the kernel's buffer).
-        transport_bytes: bytes in the asyncio transport's own buffer (at most one hand-off piece).
-        congested: the member stopped serving this client until it reads (back-pressure).
-        backlog: received requests waiting to be served because of the back-pressure.
-        idle_s: seconds since the member last received from, or could write to, the client.
-    """
-
-    remote: str
-    client_name: str
-    client_uuid: uuid.UUID | None
-    queued_bytes: int
-    transport_bytes: int
-    congested: bool
-    backlog: int
-    idle_s: float
 
 
 class ClientConnection(asyncio.Protocol):
@@ -175,6 +150,15 @@ class ClientConnection(asyncio.Protocol):
         if self.reader.message_limit and self.endpoint.authenticated:
             self.reader.max_frame_size = MAX_FRAME_SIZE
             self.reader.message_limit = 0
+        if type(data) is bytes and not self.congested and not self._backlog and self.reader.between_messages():
+            try:  # one whole request (a client waiting for each answer): served without cutting frames
+                name = registry.dispatch_whole(self.server.engine, self.server.member, self.endpoint, data)
+            except Exception as exc:
+                self._failed(exc)
+                return
+            if name is not None:
+                self.server.requests[name] = self.server.requests.get(name, 0) + 1
+                return
         try:
             messages = self.reader.feed(data)
         except ProtocolError as exc:
@@ -188,8 +172,6 @@ class ClientConnection(asyncio.Protocol):
             if self._backlog_bytes > BACKLOG_HIGH_WATER and not self._reading_paused and self.transport is not None:
                 self._reading_paused = True
                 self.transport.pause_reading()
-        elif len(messages) == 1:
-            self._serve_one(messages[0])
         elif messages:
             self._serve(messages)
 
@@ -208,11 +190,10 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------------------------------- registry.Connection
 
     def send(self, chunks: Chunks) -> None:
-        if self.closed:
-            return
-        if self._pending is not None:
-            self._pending.extend(chunks)
-            self._pending_bytes += _size(chunks)
+        if self._pending is not None:  # a batch of requests is being served: its responses leave together
+            if not self.closed:
+                self._pending.extend(chunks)
+                self._pending_bytes += sum(map(len, chunks))
             return
         self._enqueue(chunks)
 
@@ -319,8 +300,7 @@ class ClientConnection(asyncio.Protocol):
         except Exception as exc:
             self._failed(exc)
             return
-        requests = self.server.requests
-        requests[name] = requests.get(name, 0) + 1
+        self.server.requests[name] = self.server.requests.get(name, 0) + 1
 
     def _failed(self, exc: Exception) -> None:
         """A malformed request closes its connection; a bug costs that one connection, never the member."""
@@ -354,10 +334,15 @@ class ClientConnection(asyncio.Protocol):
         if fd is not None and not self._queue and not self._writing_paused and len(chunks) <= _IOV_MAX:
             # Nothing queued before them (the usual case): hand the chunks to the kernel as they are, without the
             # queue's bookkeeping; only what the kernel does not take is queued.
-            written = self._writev(fd, chunks)
-            if written is None:
+            try:
+                written: int = _WRITEV(fd, chunks)  # type: ignore[misc]
+            except (BlockingIOError, InterruptedError):
+                written = 0
+            except OSError as exc:
+                self._write_failed(exc)
                 return
             if written:
+                self.last_activity = time.monotonic()
                 if written == size:
                     return
                 chunks = _after(chunks, written)
@@ -377,12 +362,15 @@ class ClientConnection(asyncio.Protocol):
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as exc:
-            logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
-            self.abort()
+            self._write_failed(exc)
             return None
         if written:
             self.last_activity = time.monotonic()
         return written
+
+    def _write_failed(self, exc: OSError) -> None:
+        logger.debug("writing to %s failed (%s); closing the connection", self.endpoint.remote, exc)
+        self.abort()
 
     def _drain(self) -> None:
         """Give the kernel as much of the queue as it takes; when it is full, hand one piece to the transport,
@@ -464,10 +452,6 @@ class ClientConnection(asyncio.Protocol):
                 self.server.engine.client_disconnected(client_uuid)
             except Exception:
                 logger.exception("releasing the resources of client %s failed", client_uuid)
-
-
-def _size(chunks: Iterable[bytes | bytearray | memoryview]) -> int:
-    return sum(map(len, chunks))
 
 
 def _after(chunks: Chunks, written: int) -> Chunks:

@@ -24,8 +24,11 @@ def test_quick_grid_bench_reports_figures() -> None:
     assert "map_ops_s" in figures or "not available" in figures["map"]
     if "map_ops_s" in figures and Path("/proc/self/stat").exists():
         assert figures["map_member_cpu_us"] >= 0
+    assert figures["ring_hop_p50_us"] > 0 and math.isfinite(figures["ring_hop_p99_us"])
+    if Path("/proc/self/stat").exists():
+        assert figures["ring_hop_member_cpu_us"] >= 0
     table = bench.render(figures)
-    assert "ring ingest (add_all)" in table and "ceiling" in table
+    assert "ring ingest (add_all)" in table and "ceiling" in table and "add -> parked read_many" in table
 
 
 def test_bad_batch_is_refused_with_the_limit() -> None:
@@ -54,7 +57,7 @@ def test_members_runs_the_workload_against_a_real_member_too(tmp_path: Path) -> 
         figures = bench.run(parser.parse_args(args))
     cluster = figures["cluster"]
     assert cluster["members"] == 1 and cluster["versions"] == [member.version]
-    for key in ("ring_ingest_mb_s", "ring_read_mb_s", "map_ops_s", "map_get_p50_us"):
+    for key in ("ring_ingest_mb_s", "ring_read_mb_s", "map_ops_s", "map_get_p50_us", "ring_hop_p50_us"):
         assert cluster[key] > 0 and math.isfinite(cluster[key]), key
     table = bench.render(figures)
     print(table)

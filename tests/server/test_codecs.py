@@ -24,9 +24,10 @@ from hazelcast.serialization.data import Data
 from meteor_spark.server.handlers import supported_messages
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol import message_codec, structs
-from meteor_spark.server.protocol.codecs import FixedType, Param, StructType, VarType
+from meteor_spark.server.protocol.codecs import FixedType, Param, VarType
 from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
 from meteor_spark.server.protocol.message_codec import MessageSpec
+from meteor_spark.server.protocol.struct_type import StructType
 
 ALL_SPECS: list[MessageSpec] = [entry.spec for entry in supported_messages()]
 

@@ -63,3 +63,36 @@ def test_a_missing_parameter_still_names_it() -> None:
         message_codec.decode_request(md.MAP_GET, Message(frames[:-1]))
     with pytest.raises(ValueError, match="response"):
         message_codec.encode_response(md.MAP_GET, 1, {})
+
+
+BYTES_READERS = [spec for spec in ALL_SPECS if spec._read_bytes is not None]  # type: ignore[attr-defined]
+
+
+def test_requests_decoded_from_their_bytes_match_the_general_path() -> None:
+    assert BYTES_READERS == COMPILED_READERS
+    samples = Samples()
+    for spec in BYTES_READERS:
+        values = {param.name: samples.of(param.type) for param in spec.request}
+        data = _joined(message_codec.encode_request(spec, 9, values))
+        message = FrameReader(expect_preamble=False).feed(data)[0]
+        decoded = spec._read_bytes(data)  # type: ignore[attr-defined]
+        assert decoded == message_codec.decode_request_generic(spec, message.frames), spec.name
+
+
+def test_the_bytes_decoder_leaves_anything_but_one_whole_request_to_the_general_path() -> None:
+    read = md.MAP_PUT._read_bytes  # type: ignore[attr-defined]
+    data = _joined(message_codec.encode_request(md.MAP_PUT, 3, name="m", key=b"k", value=b"v", thread_id=1, ttl=-1))
+    assert read(data) is not None
+    frames = list(iter_frames(data))
+    # The value's frame without its final flag, then a frame more: the general path decides.
+    last = len(data) - 7
+    not_final = data[:last] + bytes([*data[last : last + 4], data[last + 4], data[last + 5] & ~0x20]) + data[last + 6 :]
+    assert read(not_final) is None
+    assert read(not_final + b"\x06\x00\x00\x00\x00\x20") is None
+    for cut in range(1, len(data)):
+        assert read(data[:cut]) is None, cut  # bytes missing
+    assert read(data + data) is None  # two requests in one read
+    assert read(data + b"\x06\x00\x00\x00\x00\x20") is None  # a frame more than declared
+    fragmented = bytes([*data[:4], data[4], data[5] & ~0x40]) + data[6:]  # END_FRAGMENT cleared
+    assert read(fragmented) is None
+    assert len(frames) == 4

@@ -24,6 +24,7 @@ from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, disp
 from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol import message_codec, structs
 from meteor_spark.server.protocol.frames import PREAMBLE, FrameReader, iter_frames
+from meteor_spark.server.protocol.struct_type import StructType
 
 pytestmark = pytest.mark.embedded_only
 
@@ -68,7 +69,7 @@ def sample(rng: random.Random, type_: Any) -> Any:
         return pairs
     if type_ is structs.FIELD_DESCRIPTOR:
         return structs.FieldDescriptor("f", 8)
-    if isinstance(type_, c.StructType):
+    if isinstance(type_, StructType):
         return type_.cls(**{param.name: sample(rng, param.type) for param in type_.params})
     raise AssertionError(type_)
 

@@ -15,6 +15,7 @@ from meteor_spark.server.engine import Engine, ManualClock
 from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
 from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
+from meteor_spark.server.protocol.errors import ERROR_RESPONSE
 from meteor_spark.server.protocol.frames import FrameReader
 
 pytestmark = pytest.mark.embedded_only
@@ -89,5 +90,57 @@ def test_a_congested_reader_is_answered_by_its_task_once_it_reads_again() -> Non
         assert len(reader.responses) == 1
         answer = message_codec.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
         assert [bytes(item) for item in answer["items"]] == [b"item-0", b"item-1"]
+
+    asyncio.run(run())
+
+
+def test_a_parked_read_stays_parked_until_enough_items_then_its_registration_is_gone() -> None:
+    async def run() -> None:
+        engine = Engine(clock=ManualClock())
+        member = MemberSettings(host="127.0.0.1", port=5701)
+        reader, writer = RecordingConnection(), RecordingConnection()
+        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=3, max_count=10, filter=None)
+        dispatch(engine, member, _endpoint(reader), read)
+        for count, item in enumerate((b"a", b"b", b"c"), start=1):
+            dispatch(
+                engine,
+                member,
+                _endpoint(writer),
+                _request(m.RINGBUFFER_ADD, count + 1, name="r", value=item, overflow_policy=0),
+            )
+            assert len(reader.responses) == (1 if count == 3 else 0)
+        answer = message_codec.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
+        assert [bytes(item) for item in answer["items"]] == [b"a", b"b", b"c"]
+        assert engine.waiters._callbacks == {}  # nothing left registered once answered
+        assert reader.tasks == []  # no task, no coroutine: a callback answered it
+
+    asyncio.run(run())
+
+
+def test_a_closed_connection_takes_its_parked_read_with_it() -> None:
+    async def run() -> None:
+        engine = Engine(clock=ManualClock())
+        reader = RecordingConnection()
+        endpoint = _endpoint(reader)
+        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), endpoint, read)
+        assert engine.waiters._callbacks != {}
+        reader.closed = True
+        endpoint.run_close_hooks()
+        assert engine.waiters._callbacks == {}
+
+    asyncio.run(run())
+
+
+def test_a_ring_destroyed_under_a_parked_read_answers_it_with_the_error() -> None:
+    async def run() -> None:
+        engine = Engine(clock=ManualClock())
+        reader = RecordingConnection()
+        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), _endpoint(reader), read)
+        engine.rings.destroy("r")
+        assert len(reader.responses) == 1
+        (holder,) = message_codec.decode_response(ERROR_RESPONSE, reader.responses[0])["error_holders"]
+        assert "DistributedObjectDestroyed" in holder.class_name
 
     asyncio.run(run())

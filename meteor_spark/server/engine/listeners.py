@@ -7,6 +7,7 @@ connection's registrations when it closes (``Endpoint.on_close``), so the engine
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from typing import Generic, TypeVar
 
 R = TypeVar("R")
@@ -17,6 +18,9 @@ class Listeners(Generic[R]):
 
     def __init__(self) -> None:
         self._by_name: dict[str, dict[uuid.UUID, R]] = {}
+        #: The names with a registration (read only): ``name in listeners.names`` is the check a service makes on
+        #: every write, without a method call, before it builds an event.
+        self.names: Mapping[str, object] = self._by_name
 
     def add(self, name: str, registration: R) -> uuid.UUID:
         """Register ``registration`` on ``name``; its new registration id."""

@@ -19,10 +19,11 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from meteor_spark.server.engine.clock import Clock, Waiters
 from meteor_spark.server.engine.listeners import Listeners
+from meteor_spark.server.engine.map_records import EntryRecord, KeyLock, MapState
 from meteor_spark.server.engine.map_types import (
     LONG_MAX,
     UNSET,
@@ -30,7 +31,6 @@ from meteor_spark.server.engine.map_types import (
     EntryEventType,
     Listener,
     LockOwner,
-    MapConfig,
     MapConfigs,
     MapJournal,
     SimpleEntryView,
@@ -49,47 +49,6 @@ def _as_recorded(duration_ms: int) -> int:
     return max(1, duration_ms // 1000) * 1000
 
 
-@dataclass(slots=True)
-class _Record:
-    value: bytes
-    created_wall: int
-    updated_wall: int
-    accessed_wall: int
-    ttl_ms: int
-    """0 = never; measured from ``ttl_base_mono`` (the last write or set_ttl)."""
-    max_idle_ms: int
-    """0 = never; measured from the last access (reads and writes)."""
-    ttl_base_mono: float
-    accessed_mono: float
-    hits: int = 0
-    version: int = 0
-
-    def expires_at_mono(self) -> float | None:
-        """When the record expires (monotonic ms): the earlier of its TTL and max-idle ends; None: never."""
-        if self.max_idle_ms <= 0:
-            return self.ttl_base_mono + self.ttl_ms if self.ttl_ms > 0 else None
-        idle_end = self.accessed_mono + self.max_idle_ms
-        return min(idle_end, self.ttl_base_mono + self.ttl_ms) if self.ttl_ms > 0 else idle_end
-
-
-@dataclass(slots=True)
-class _Lock:
-    owner: LockOwner
-    count: int
-    reference_id: int
-    expires_mono: float | None
-    acquired_wall: int
-
-
-@dataclass
-class _Store:
-    config: MapConfig
-    records: dict[bytes, _Record] = field(default_factory=dict)
-    locks: dict[bytes, _Lock] = field(default_factory=dict)
-    expiring: set[bytes] = field(default_factory=set)
-    """Keys whose record can expire, so ``sweep`` never scans the whole map."""
-
-
 class Maps:
     """Every map of the member. Not thread-safe (see ``meteor_spark.server.engine``)."""
 
@@ -97,16 +56,16 @@ class Maps:
         self._clock = clock
         self._waiters = waiters
         self._configs = configs if configs is not None else MapConfigs()
-        self._stores: dict[str, _Store] = {}
+        self._stores: dict[str, MapState] = {}
         self._listeners: Listeners[Listener] = Listeners()
         self.journal: MapJournal | None = None
 
     # ------------------------------------------------------------------ plumbing
 
-    def _store(self, name: str) -> _Store:
+    def _store(self, name: str) -> MapState:
         store = self._stores.get(name)
         if store is None:
-            store = self._stores[name] = _Store(self._configs.find(name))
+            store = self._stores[name] = MapState(self._configs.find(name))
         return store
 
     def names(self) -> list[str]:
@@ -121,7 +80,7 @@ class Maps:
         """The waiters key notified whenever the lock on ``key`` is released."""
         return ("map", name, key)
 
-    def _live(self, name: str, store: _Store, key: bytes) -> _Record | None:
+    def _live(self, name: str, store: MapState, key: bytes) -> EntryRecord | None:
         """The record under ``key`` unless absent or expired (an expired one is purged, firing EXPIRED)."""
         record = store.records.get(key)
         if record is None:
@@ -133,20 +92,20 @@ class Maps:
             return None
         return record
 
-    def _live_items(self, name: str, store: _Store) -> Iterator[tuple[bytes, _Record]]:
+    def _live_items(self, name: str, store: MapState) -> Iterator[tuple[bytes, EntryRecord]]:
         for key in list(store.records):
             record = self._live(name, store, key)
             if record is not None:
                 yield key, record
 
-    def _drop(self, name: str, store: _Store, key: bytes) -> _Record | None:
+    def _drop(self, name: str, store: MapState, key: bytes) -> EntryRecord | None:
         record = store.records.pop(key, None)
         store.expiring.discard(key)
         if record is not None and self.journal is not None:
             self.journal.map_remove(name, key)
         return record
 
-    def _touch(self, record: _Record) -> None:
+    def _touch(self, record: EntryRecord) -> None:
         record.hits += 1
         record.accessed_wall = self._clock.now_ms()
         record.accessed_mono = self._clock.monotonic_ms()
@@ -154,12 +113,12 @@ class Maps:
     def _write(
         self,
         name: str,
-        store: _Store,
+        store: MapState,
         key: bytes,
         value: bytes,
         ttl_ms: int,
         max_idle_ms: int,
-        existing: _Record | None,
+        existing: EntryRecord | None,
     ) -> None:
         """Store ``value`` under ``key`` with Hazelcast's per-write TTL rules and fire ADDED or UPDATED."""
         clock = self._clock
@@ -168,7 +127,7 @@ class Maps:
         ttl = config.time_to_live_seconds * 1000 if ttl_ms < 0 else ttl_ms
         max_idle = config.max_idle_seconds * 1000 if max_idle_ms < 0 else max_idle_ms
         if existing is None:
-            record = _Record(value, now_wall, now_wall, now_wall, ttl, max_idle, now_mono, now_mono)
+            record = EntryRecord(value, now_wall, now_wall, now_wall, ttl, max_idle, now_mono, now_mono)
             store.records[key] = record
         else:
             record = existing
@@ -178,21 +137,26 @@ class Maps:
             record.ttl_base_mono = record.accessed_mono = now_mono
             record.ttl_ms, record.max_idle_ms = ttl, max_idle
             record.version += 1
-        self._track_expiry(store, key, record)
+        if ttl > 0 or max_idle > 0:
+            store.expiring.add(key)
+        elif store.expiring:
+            store.expiring.discard(key)
         if self.journal is not None:
             self._journal_put(name, key, record)
+        if name not in self._listeners.names:
+            return  # no event object for a map nobody listens to (every write of the common case)
         if existing is None:
             self._fire(name, EntryEventType.ADDED, key, value, None)
         else:
             self._fire(name, EntryEventType.UPDATED, key, value, old_value)
 
-    def _track_expiry(self, store: _Store, key: bytes, record: _Record) -> None:
+    def _track_expiry(self, store: MapState, key: bytes, record: EntryRecord) -> None:
         if record.ttl_ms > 0 or record.max_idle_ms > 0:
             store.expiring.add(key)
         else:
             store.expiring.discard(key)
 
-    def _journal_put(self, name: str, key: bytes, record: _Record) -> None:
+    def _journal_put(self, name: str, key: bytes, record: EntryRecord) -> None:
         if self.journal is None:
             return
         expires = record.expires_at_mono()
@@ -200,14 +164,14 @@ class Maps:
         self.journal.map_put(name, key, record.value, expires_wall, record.ttl_ms, record.max_idle_ms)
 
     def _put_value(
-        self, name: str, store: _Store, key: bytes, value: bytes, ttl_ms: int, max_idle_ms: int
+        self, name: str, store: MapState, key: bytes, value: bytes, ttl_ms: int, max_idle_ms: int
     ) -> bytes | None:
         existing = self._live(name, store, key)
         old = existing.value if existing is not None else None
         self._write(name, store, key, value, ttl_ms, max_idle_ms, existing)
         return old
 
-    def _lock_of(self, name: str, store: _Store, key: bytes) -> _Lock | None:
+    def _lock_of(self, name: str, store: MapState, key: bytes) -> KeyLock | None:
         """The live lock on ``key``; a lock whose lease ended is released here (waking its waiters)."""
         lock = store.locks.get(key)
         if lock is None:
@@ -218,7 +182,7 @@ class Maps:
             return None
         return lock
 
-    def _check_lock(self, name: str, store: _Store, key: bytes, caller: LockOwner) -> None:
+    def _check_lock(self, name: str, store: MapState, key: bytes, caller: LockOwner) -> None:
         """Hazelcast's ``LockAwareOperation.shouldWait``: a non-owner's mutation waits while the key is locked."""
         lock = self._lock_of(name, store, key)
         if lock is not None and lock.owner != caller:
@@ -228,9 +192,13 @@ class Maps:
 
     def get(self, name: str, key: bytes) -> bytes | None:
         store = self._stores.get(name) or self._store(name)
-        record = self._live(name, store, key)
+        record = store.records.get(key)
         if record is None:
             return None
+        if record.ttl_ms > 0 or record.max_idle_ms > 0:  # only a record that can expire needs the expiry check
+            record = self._live(name, store, key)
+            if record is None:
+                return None
         clock = self._clock
         record.hits += 1
         record.accessed_wall = clock.now_ms()
@@ -307,10 +275,13 @@ class Maps:
         self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
     ) -> bytes | None:
         """Store and return the previous value (None if absent). Raises ``WouldBlock`` if another owner locked it."""
-        store = self._store(name)
+        store = self._stores.get(name) or self._store(name)
         if store.locks:  # no call at all for a map without locks (the common case)
             self._check_lock(name, store, key, caller)
-        return self._put_value(name, store, key, value, ttl_ms, max_idle_ms)
+        existing = self._live(name, store, key)
+        old = existing.value if existing is not None else None
+        self._write(name, store, key, value, ttl_ms, max_idle_ms, existing)
+        return old
 
     def set(
         self, name: str, key: bytes, value: bytes, caller: LockOwner, ttl_ms: int = -1, max_idle_ms: int = -1
@@ -351,7 +322,7 @@ class Maps:
         self._put_value(name, store, key, value, -1, -1)
         return True
 
-    def _remove_record(self, name: str, store: _Store, key: bytes, event_old_value: bool = True) -> bytes | None:
+    def _remove_record(self, name: str, store: MapState, key: bytes, event_old_value: bool = True) -> bytes | None:
         """Drop the entry and fire REMOVED, with the removed value as the event's old value unless
         ``event_old_value`` is False (``delete``: Hazelcast's delete never reads the value, so its event has none)."""
         existing = self._live(name, store, key)
@@ -457,7 +428,7 @@ class Maps:
         now = self._clock.monotonic_ms()
         expires = None if lease_ms < 0 else now + lease_ms
         if lock is None:
-            store.locks[key] = _Lock(caller, 1, reference_id, expires, self._clock.now_ms())
+            store.locks[key] = KeyLock(caller, 1, reference_id, expires, self._clock.now_ms())
             return
         if lock.owner != caller:
             raise WouldBlock(self.wait_key(name, key), lock.expires_mono)
@@ -572,7 +543,7 @@ class Maps:
             store.expiring.discard(key)
             return
         remaining = None if expires_wall_ms is None else expires_wall_ms - now_wall
-        record = _Record(value, now_wall, now_wall, now_wall, ttl_ms, max_idle_ms, now_mono, now_mono)
+        record = EntryRecord(value, now_wall, now_wall, now_wall, ttl_ms, max_idle_ms, now_mono, now_mono)
         if remaining is not None and ttl_ms > 0:
             # Re-anchor the TTL so the entry still expires at the recorded wall-clock time.
             record.ttl_base_mono = now_mono + remaining - ttl_ms

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -264,8 +265,10 @@ class Ringbuffer:
 
     def add(self, item: bytes, overflow_policy: int = OVERWRITE) -> int:
         """Append ``item``; its sequence, or -1 when ``FAIL`` finds no room."""
-        self._check_policy(overflow_policy)
-        self.cleanup()
+        if overflow_policy != OVERWRITE:  # the publish path: no calls for the default policy on a ring without TTL
+            self._check_policy(overflow_policy)
+        if self._expiry is not None:
+            self.cleanup()
         if overflow_policy == FAIL and self.remaining_capacity() < 1:
             return -1
         sequence = self._append(item)
@@ -275,8 +278,10 @@ class Ringbuffer:
     def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
         """Append ``items`` in order; the last sequence (the tail when ``items`` is empty), or -1 when ``FAIL``
         finds less room than ``len(items)`` (then nothing is written)."""
-        self._check_policy(overflow_policy)
-        self.cleanup()
+        if overflow_policy != OVERWRITE:
+            self._check_policy(overflow_policy)
+        if self._expiry is not None:
+            self.cleanup()
         if overflow_policy == FAIL and self.remaining_capacity() < len(items):
             return -1
         sequence = self.tail
@@ -465,7 +470,8 @@ class RingService:
             key = self.waiter_key(name)
             notify = self._notify
             store = self.store_factory(name, config) if self.store_factory is not None else None
-            ring = Ringbuffer(name, config, self._now_ms, on_change=lambda: notify(key), store=store)
+            # A partial, not a lambda: every add calls it, and it then costs one Python call (the notify) not two.
+            ring = Ringbuffer(name, config, self._now_ms, on_change=functools.partial(notify, key), store=store)
             self.rings[name] = ring
         return ring
 

@@ -142,7 +142,8 @@ def _put_like(
 ) -> dict[str, Any] | Coroutine[Any, Any, dict[str, Any]]:
     """A map write, answered at once in the common case (no lock in the way, no persistence to wait for); else a
     coroutine the dispatcher drives (the handlers are plain functions: no coroutine for the common case)."""
-    args = (req["name"], req["key"], req["value"], _owner(ctx, req), req["ttl"], req.get("max_idle", -1))
+    owner = LockOwner(ctx.endpoint.client_uuid, req["thread_id"])
+    args = (req["name"], req["key"], req["value"], owner, req["ttl"], req.get("max_idle", -1))
     try:
         result = op(*args)  # the hot path of every map write: no closure, no extra coroutine unless it must wait
     except WouldBlock:

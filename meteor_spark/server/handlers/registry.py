@@ -12,7 +12,8 @@ empty response). It raises ``meteor_spark.server.errors.ServerError`` subclasses
 A handler that usually does not wait may be a plain function (``def``): the dispatcher calls it and answers, with no
 coroutine to create and drive (measured on ``Map.get`` and ``Map.put``, the member's most frequent small requests).
 When it must wait (a lock in the way, a durable write), it returns a coroutine instead of the response, which the
-dispatcher drives as it drives an ``async`` handler's.
+dispatcher drives as it drives an ``async`` handler's; a long poll returns ``ctx.answer_when(key, answer)`` instead
+(``PARKED``): a callback answers it from the write that satisfies it, with no coroutine at all.
 
 Ordering: a handler runs synchronously until its first real suspension, so it must mutate engine state before its
 first ``await`` - a client's successive calls then apply in the order they were sent. Handlers that do not suspend
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import struct
 import types
 import uuid as uuid_module
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
@@ -35,8 +37,10 @@ from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import Authentication, ProtocolError, ServerError, UnsupportedOperation
 from meteor_spark.server.fidelity import MIMICKED_VERSION
 from meteor_spark.server.protocol.errors import encode_error
-from meteor_spark.server.protocol.frames import Message
+from meteor_spark.server.protocol.frames import HEADER_SIZE, REQUEST_FIXED_OFFSET, Message
 from meteor_spark.server.protocol.message_codec import (
+    BytesReader,
+    ChunksWriter,
     EventSpec,
     MessageSpec,
     decode_request,
@@ -46,8 +50,20 @@ from meteor_spark.server.protocol.message_codec import (
 
 logger = logging.getLogger(__name__)
 
+
+class Parked:
+    """The type of ``PARKED``."""
+
+    def __repr__(self) -> str:
+        return "PARKED"
+
+
+#: What a plain handler returns when ``RequestContext.answer_when`` will answer its request later.
+PARKED = Parked()
+
+
 Response = dict[str, Any] | None
-Handler = Callable[["RequestContext", dict[str, Any]], Coroutine[Any, Any, Response] | Response]
+Handler = Callable[["RequestContext", dict[str, Any]], Coroutine[Any, Any, Response] | Response | Parked]
 Chunks = list[bytes | bytearray | memoryview]
 _NO_VALUES: dict[str, Any] = {}
 
@@ -59,6 +75,10 @@ class HandlerEntry:
     needs_auth: bool = True
     plain: bool = False
     """The handler is a plain function: its return value is the response."""
+    read_bytes: BytesReader | None = None
+    """The request's decoder straight from the bytes it arrived in (``message_codec._bytes_reader``), if compiled."""
+    write_response: ChunksWriter | None = None
+    """The response's compiled encoder (``message_codec._frames_writer``), called without ``encode_response``."""
 
 
 #: message type -> (spec, handler); filled by ``@handles`` when the handler modules are imported.
@@ -75,7 +95,8 @@ def handles(spec: MessageSpec, *, needs_auth: bool = True) -> Callable[[Handler]
                 f"message 0x{spec.request_type:06X} ({spec.name}) already has handler {existing.handler.__qualname__}"
             )
         plain = not inspect.iscoroutinefunction(handler)
-        HANDLERS[spec.request_type] = HandlerEntry(spec, handler, needs_auth, plain)
+        read_bytes, write_response = spec._read_bytes, spec._write_response  # type: ignore[attr-defined]
+        HANDLERS[spec.request_type] = HandlerEntry(spec, handler, needs_auth, plain, read_bytes, write_response)
         return handler
 
     return register
@@ -165,7 +186,7 @@ class Endpoint:
 class RequestContext:
     """What a handler gets besides its request parameters."""
 
-    __slots__ = ("answered", "correlation_id", "endpoint", "engine", "member", "partition_id", "spec")
+    __slots__ = ("correlation_id", "endpoint", "engine", "member", "partition_id", "spec")
 
     def __init__(
         self,
@@ -182,7 +203,6 @@ class RequestContext:
         self.correlation_id = correlation_id
         self.partition_id = partition_id
         self.spec = spec
-        self.answered = False  # the response was sent by ``park``'s ``answer``: the handler's return is dropped
 
     def send_event(self, spec: EventSpec, **values: Any) -> bool:
         """Push an event for the listener this request registered (its correlation id); False if the connection
@@ -192,20 +212,12 @@ class RequestContext:
         self.endpoint.connection.send(encode_event(spec, self.correlation_id, values))
         return True
 
-    async def park(
-        self, key: Hashable, timeout_s: float | None = None, answer: Callable[[], Response] | None = None
-    ) -> bool:
+    async def park(self, key: Hashable, timeout_s: float | None = None) -> bool:
         """Wait until ``engine.waiters`` is notified for ``key``; False when ``timeout_s`` passed first.
 
         The wait is cancelled (CancelledError) when the connection closes. Callers re-check their condition
         afterwards: wake-ups may be spurious. While the client is not reading its responses, the return is held
         back until it does: the caller's response (a long poll's items) would only pile up in the member.
-
-        ``answer``, when given, is tried at the wake-up itself (inside the write that notified): when it returns a
-        response, that response is sent at once and ``answered`` is set, and the handler must return without
-        answering again. A resumed task would answer only on the event loop's next turn, after the writer's own
-        response: that turn was a good part of the latency from a write to a parked reader. ``answer`` returns
-        None (or raises) to leave the request to the handler, as without it.
         """
         if timeout_s is not None and timeout_s <= 0:
             return False  # no suspension: answered inline like any other request
@@ -213,17 +225,8 @@ class RequestContext:
         waiter: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
-            if waiter.done():
-                return
-            if answer is not None and not self.endpoint.connection.congested and not self.endpoint.closed:
-                try:
-                    response = answer()
-                except Exception:
-                    response = None  # the handler meets the same condition again and reports it
-                if response is not None:
-                    _respond(self, response)
-                    self.answered = True
-            waiter.set_result(None)
+            if not waiter.done():
+                waiter.set_result(None)
 
         waiters = self.engine.waiters
         handle = waiters.register(key, wake)
@@ -243,6 +246,62 @@ class RequestContext:
         if connection.congested:
             await connection.writable()
         return woken
+
+    def answer_when(self, key: Hashable, answer: Callable[[], Response]) -> Parked:
+        """Answer this request at the first notification of ``key`` at which ``answer`` returns a response (None:
+        not yet, wait for the next one); what a plain handler returns instead of its response (a long poll
+        without a timeout).
+
+        The answer is sent from inside the write that notified, before the writer's own response, and no coroutine
+        or task waits meanwhile: a parked poll is one registered callback, so the write -> parked read hop costs
+        the member no event-loop turn, future or task. ``answer`` raising (a ``ServerError``) answers with that
+        error. While the client is not reading its responses, a wake-up hands over to a task that answers once it
+        reads again (``writable``), as ``park`` holds back every long poll. The registration goes when the
+        connection closes.
+        """
+        waiters = self.engine.waiters
+        endpoint = self.endpoint
+        connection = endpoint.connection
+        handle = 0
+
+        def wake() -> None:
+            nonlocal handle
+            if connection.closed:
+                return
+            if connection.congested:
+                endpoint.remove_on_close(self)
+                connection.track(asyncio.ensure_future(self._answer_when_writable(key, answer)))
+                return
+            try:
+                response = answer()
+            except BaseException as exc:
+                endpoint.remove_on_close(self)
+                _fail(self, exc)
+                return
+            if response is None:
+                handle = waiters.register(key, wake)
+                return
+            endpoint.remove_on_close(self)
+            _respond(self, response)
+
+        handle = waiters.register(key, wake)
+        endpoint.on_close(self, lambda: waiters.cancel(key, handle))
+        return PARKED
+
+    async def _answer_when_writable(self, key: Hashable, answer: Callable[[], Response]) -> None:
+        """``answer_when``'s wake-up on a congested connection: the same attempt once the client reads again."""
+        await self.endpoint.connection.writable()
+        if self.endpoint.closed:
+            return
+        try:
+            response = answer()
+        except BaseException as exc:
+            _fail(self, exc)
+            return
+        if response is None:
+            self.answer_when(key, answer)
+        else:
+            _respond(self, response)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -281,8 +340,45 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
             )
         )
         return "unknown"
+    return _handle(engine, member, endpoint, entry, decode_request(entry.spec, msg), correlation_id, partition_id)
+
+
+def dispatch_whole(engine: Engine, member: MemberSettings, endpoint: Endpoint, data: bytes) -> str | None:
+    """Serve ``data`` when it holds exactly one whole request of an authenticated client that its compiled bytes
+    reader decodes (the usual read of a client waiting for each answer), with no frames cut; None when it does not,
+    and nothing was done: the caller then cuts the bytes into messages and serves them with ``dispatch``.
+
+    Raises:
+        ProtocolError: a parameter is malformed (the caller closes the connection).
+    """
+    if len(data) < HEADER_SIZE + REQUEST_FIXED_OFFSET or not endpoint.authenticated:
+        return None
+    message_type, correlation_id, partition_id = _WHOLE_HEADER.unpack_from(data, HEADER_SIZE)
+    entry = HANDLERS.get(message_type)
+    if entry is None or entry.read_bytes is None:
+        return None
+    request = entry.read_bytes(data)
+    if request is None:
+        return None
+    return _handle(engine, member, endpoint, entry, request, correlation_id, partition_id)
+
+
+#: The request header (type, correlation id, partition id) after the initial frame's header.
+_WHOLE_HEADER = struct.Struct("<iqi")
+
+
+def _handle(
+    engine: Engine,
+    member: MemberSettings,
+    endpoint: Endpoint,
+    entry: HandlerEntry,
+    request: dict[str, Any],
+    correlation_id: int,
+    partition_id: int,
+) -> str:
+    """Run a decoded request's handler and answer it (at once, or from the task a waiting handler becomes)."""
     spec = entry.spec
-    request = decode_request(spec, msg)
+    connection = endpoint.connection
     ctx = RequestContext(engine, member, endpoint, correlation_id, partition_id, spec)
     if entry.plain:
         try:
@@ -291,10 +387,15 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
             _fail(ctx, exc)
             return spec.name
         if type(result) is not types.CoroutineType:
-            if connection.closed:
+            if result is PARKED or connection.closed:
                 return spec.name
+            write = entry.write_response
+            values = result or _NO_VALUES
             try:
-                chunks = encode_response(spec, correlation_id, result or _NO_VALUES)  # type: ignore[arg-type]
+                if write is not None:
+                    chunks = write((spec.request_type + 1, correlation_id, 0), values)  # type: ignore[arg-type]
+                else:
+                    chunks = encode_response(spec, correlation_id, values)  # type: ignore[arg-type]
             except Exception:
                 _respond(ctx, result)  # type: ignore[arg-type]  # reports the handler's bad response
                 return spec.name
@@ -341,11 +442,9 @@ async def _finish(ctx: RequestContext, pending: Awaitable[Response]) -> None:
     except asyncio.CancelledError:
         return  # the connection closed under a long poll: nobody to answer
     except BaseException as exc:
-        if not ctx.answered:
-            _fail(ctx, exc)
+        _fail(ctx, exc)
         return
-    if not ctx.answered:
-        _respond(ctx, result)
+    _respond(ctx, result)
 
 
 def _respond(ctx: RequestContext, result: Response) -> None:

@@ -14,7 +14,7 @@ from meteor_spark.server.engine.ringbuffer import (
     check_read_many_arguments,
     refuse_filter,
 )
-from meteor_spark.server.handlers.registry import RequestContext, handles
+from meteor_spark.server.handlers.registry import Parked, RequestContext, handles
 from meteor_spark.server.protocol import messages as m
 
 
@@ -91,25 +91,23 @@ async def read_one(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(m.RINGBUFFER_READ_MANY)
-async def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | None:
+def read_many(ctx: RequestContext, req: dict[str, Any]) -> dict[str, Any] | Parked:
+    """Answered at once when the items are there; else parked (``answer_when``) until an add brings them, and
+    answered from inside that add: a plain handler, with no coroutine either way."""
     if req["filter"] is not None:
         raise refuse_filter(req["filter"])
     start, min_count, max_count = req["start_sequence"], req["min_count"], req["max_count"]
     check_read_many_arguments(start, min_count, max_count)
-    ring = _ring(ctx, req)
+    ring = ctx.engine.rings.get(req["name"])
     state = ReadManyState(start, min_count, max_count)
-    key = RingService.waiter_key(req["name"])
+    if ring.read_many(state):
+        return _read_many_response(state)
 
     def answer() -> dict[str, Any] | None:
         RingService.check_not_destroyed(ring)
         return _read_many_response(state) if ring.read_many(state) else None
 
-    while not ring.read_many(state):
-        await ctx.park(key, answer=answer)
-        if ctx.answered:
-            return None
-        RingService.check_not_destroyed(ring)
-    return _read_many_response(state)
+    return ctx.answer_when(RingService.waiter_key(req["name"]), answer)
 
 
 def _read_many_response(state: ReadManyState) -> dict[str, Any]:

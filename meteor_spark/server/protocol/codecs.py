@@ -145,6 +145,11 @@ class VarType:
         """(flags, content) of the one frame a value travels in, for the same types; None for the others."""
         return None
 
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        """The value of one frame from its flags and content, for the same types as ``frame_reader``: a request
+        that arrived whole in one read is decoded straight from the received bytes, without ``Frame`` objects."""
+        return None
+
     def chunk_writer(self) -> ChunkWriter | None:
         """Appends a value's frames as wire chunks (frame headers packed, contents as they are), the last frame's
         flags or-ed with the third argument (``IS_FINAL`` for a message's last parameter); None for the types
@@ -173,6 +178,18 @@ def _utf8(frame: Frame) -> str:
         raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
 
 
+def _utf8_content(flags: int, content: bytes) -> str:
+    try:
+        return str(content, "utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"String parameter is not valid UTF-8 ({exc})") from None
+
+
+def bytes_content(flags: int, content: bytes) -> bytes:
+    """A ``Data`` frame's value: its content (the compiled decoders recognise it and skip the call)."""
+    return content
+
+
 def _utf8_frame(value: str) -> tuple[int, bytes]:
     return 0, value.encode("utf-8")
 
@@ -197,6 +214,9 @@ class _String(VarType):
     def frame_reader(self) -> Callable[[Frame], Any] | None:
         return _utf8
 
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        return _utf8_content
+
     def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
         return _utf8_frame
 
@@ -215,6 +235,9 @@ class _Bytes(VarType):
 
     def frame_reader(self) -> Callable[[Frame], Any] | None:
         return _CONTENT
+
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        return bytes_content
 
     def frame_writer(self) -> Callable[[Any], tuple[int, bytes | bytearray | memoryview]] | None:
         return _bytes_frame
@@ -285,6 +308,16 @@ class _Nullable(VarType):
 
         def read(frame: Frame) -> Any:
             return None if frame.flags & IS_NULL else inner(frame)
+
+        return read
+
+    def content_reader(self) -> Callable[[int, bytes], Any] | None:
+        inner = self.inner.content_reader()
+        if inner is None:
+            return None
+
+        def read(flags: int, content: bytes) -> Any:
+            return None if flags & IS_NULL else inner(flags, content)
 
         return read
 
@@ -538,49 +571,3 @@ class FixedBlock:
         for param in self.params:
             flat.extend(param.type.to_wire(values[param.name]))  # type: ignore[union-attr]
         self.struct.pack_into(buffer, offset, *flat)
-
-
-class StructType(VarType):
-    """A custom struct (``Address``, ``MemberInfo``, ``ErrorHolder``...): BEGIN, [a frame with the fixed fields],
-    the var fields, END. Decoded into ``cls``; encoded from any object with attributes (or a mapping) named like the
-    fields."""
-
-    def __init__(self, name: str, cls: type, params: Sequence[Param]) -> None:
-        self.name = name
-        self.cls = cls
-        self.params = tuple(params)
-        self.fixed = FixedBlock([param for param in self.params if param.is_fixed])
-        self.var = tuple(param for param in self.params if not param.is_fixed)
-
-    def encode(self, out: list[OutFrame], value: Any) -> None:
-        values = _values_of(value, self.params)
-        out.append(_BEGIN)
-        if self.fixed.params:
-            buffer = bytearray(self.fixed.size)
-            self.fixed.pack_into(buffer, 0, values)
-            out.append((0, buffer))
-        for param in self.var:
-            param.type.encode(out, values[param.name])  # type: ignore[union-attr]
-        out.append(_END)
-
-    def decode(self, cursor: FrameCursor) -> Any:
-        _expect_begin(cursor, self.name)
-        values: dict[str, Any] = {}
-        if self.fixed.params:
-            self.fixed.unpack(cursor.next().content, 0, values)
-        for param in self.var:
-            frame = cursor.peek()
-            if frame is None or frame.flags & END_DATA_STRUCTURE:
-                if not param.optional:
-                    raise ProtocolError(f"{self.name} ends before its field {param.name!r}")
-                values[param.name] = param.default
-                continue
-            values[param.name] = param.type.decode(cursor)  # type: ignore[union-attr]
-        cursor.skip_to_end_frame()
-        return self.cls(**values)
-
-
-def _values_of(value: Any, params: Sequence[Param]) -> Mapping[str, Any]:
-    if isinstance(value, Mapping):
-        return value
-    return {param.name: getattr(value, param.name) for param in params}

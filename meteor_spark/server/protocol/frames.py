@@ -141,6 +141,11 @@ class FrameReader:
         self._current_bytes = 0
         self._fragments = {}
 
+    def between_messages(self) -> bool:
+        """True when nothing of a message is held (no bytes, no frames of an unfinished one): the next read starts
+        a message, so a whole one in it can be decoded from those bytes alone."""
+        return not self._buffer and not self._current and not self._large_missing and not self.expect_preamble
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[Message]:
         """Add received bytes; return the messages completed by them (possibly none)."""
         completed: list[Message] = []

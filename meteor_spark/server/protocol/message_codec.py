@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.server.errors import ProtocolError
-from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param
+from meteor_spark.server.protocol.codecs import FixedBlock, FrameCursor, OutFrame, Param, bytes_content
 from meteor_spark.server.protocol.frames import (
     HEADER_SIZE,
     IS_EVENT,
@@ -66,6 +66,7 @@ class MessageSpec:
         request_reader = _frames_reader(self._req_fixed, self._req_var, REQUEST_FIXED_OFFSET)  # type: ignore[attr-defined]
         response_writer = _frames_writer(_RESPONSE_INITIAL, self._resp_fixed, self._resp_var, UNFRAGMENTED)  # type: ignore[attr-defined]
         object.__setattr__(self, "_read_request", request_reader)
+        object.__setattr__(self, "_read_bytes", _bytes_reader(self._req_fixed, self._req_var, REQUEST_FIXED_OFFSET))  # type: ignore[attr-defined]
         object.__setattr__(self, "_write_response", response_writer)
 
     @property
@@ -95,6 +96,7 @@ def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
 
 
 FramesReader = Callable[[list[Frame]], dict[str, Any] | None]
+BytesReader = Callable[[bytes], dict[str, Any] | None]
 ChunksWriter = Callable[[tuple[int, int, int], Mapping[str, Any]], list[bytes | bytearray | memoryview]]
 
 
@@ -123,6 +125,53 @@ def _frames_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Fram
         for index, name, reader in plan:
             values[name] = reader(frames[index])  # type: ignore[misc]
         return values
+
+    return read
+
+
+def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> BytesReader | None:
+    """A decoder compiled for the same messages as ``_frames_reader``, reading a request straight from the bytes it
+    arrived in (``data``: its frames, nothing before or after), with no ``Frame`` or ``Message`` objects between.
+
+    It walks the frame headers itself and returns None, so that the caller cuts the bytes into frames and takes the
+    general path, for anything but exactly one whole unfragmented message of the declared shape: bytes missing or
+    left over, a frame shorter than its header, a final flag before the last parameter or none on it, more or fewer
+    frames than declared. The general path then decides (and reports malformed input) as before.
+    """
+    readers = [param.type.content_reader() for param in var]  # type: ignore[union-attr]
+    if not fixed.plain or any(reader is None for reader in readers) or any(param.optional for param in var):
+        return None
+    fixed_names = tuple(param.name for param in fixed.params)
+    unpack_from = fixed.struct.unpack_from
+    frame_header = _FRAME_HEADER.unpack_from
+    least = HEADER_SIZE + offset + fixed.size
+    fixed_at = HEADER_SIZE + offset
+    first_final = 0 if var else IS_FINAL
+    finals = [0] * (len(var) - 1) + [IS_FINAL] if var else []
+    # A Data parameter is its frame's content as it is: no call at all (None in the plan).
+    calls = [None if reader is bytes_content else reader for reader in readers]
+    plan = tuple(zip((param.name for param in var), calls, finals, strict=True))
+    header = HEADER_SIZE
+
+    def read(data: bytes) -> dict[str, Any] | None:
+        end = len(data)
+        if end < least:
+            return None
+        length, flags = frame_header(data, 0)
+        if length < least or length > end or flags & _WHOLE_FLAGS != UNFRAGMENTED | first_final:
+            return None
+        values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=True))
+        pos = length
+        for name, reader, final in plan:
+            if end - pos < header:
+                return None
+            length, flags = frame_header(data, pos)
+            if length < header or end - pos < length or flags & IS_FINAL != final:
+                return None
+            content = data[pos + header : pos + length]
+            values[name] = content if reader is None else reader(flags, content)
+            pos += length
+        return values if pos == end else None
 
     return read
 
@@ -212,6 +261,11 @@ def _decode_var(cursor: FrameCursor, params: Sequence[Param], into: dict[str, An
             continue
         into[param.name] = param.type.decode(cursor)  # type: ignore[union-attr]
 
+
+_FRAME_HEADER = struct.Struct("<iH")
+#: The flags of a request's initial frame that ``_bytes_reader`` checks: unfragmented, and final when it is the only
+#: frame.
+_WHOLE_FLAGS = UNFRAGMENTED | IS_FINAL
 
 #: An initial frame's frame header (length, flags) followed by the message header of each message kind.
 _RESPONSE_INITIAL = struct.Struct("<iHiqB")  # type, correlation id, backup acks

@@ -1,7 +1,7 @@
 """The protocol's custom structs (``Address``, ``MemberInfo``, ``ErrorHolder``...), declared once as data.
 
 Each struct is a frozen dataclass (the Python value) and a ``StructType`` listing its fields in the order of the
-protocol definitions (``hazelcast-client-protocol/protocol-definitions/custom/Custom.yaml``); ``codecs.StructType``
+protocol definitions (``hazelcast-client-protocol/protocol-definitions/custom/Custom.yaml``); ``struct_type.StructType``
 derives the wire layout. Structs that are engine values too (``RaftGroupId``, ``SimpleEntryView``) use the engine's
 class, so handlers pass them through. A table, apart from the codec machinery, so adding a struct touches no code.
 """
@@ -21,12 +21,12 @@ from meteor_spark.server.protocol.codecs import (
     LONG,
     STRING,
     UUID,
-    StructType,
     list_of,
     map_of,
     nullable,
     p,
 )
+from meteor_spark.server.protocol.struct_type import StructType
 
 
 @dataclass(frozen=True)
