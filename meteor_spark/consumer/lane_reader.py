@@ -106,6 +106,7 @@ class LaneReader(TopicReading):
     _next_lane: int
     _wakeup: Wakeup
     _full_lanes: bool
+    _lanes_unread: bool
     _items_per_read: int
     _bytes_per_read: int
     _value_deserializer: Deserializer | None
@@ -229,19 +230,25 @@ class LaneReader(TopicReading):
     def _take_in(self) -> bool:
         """Take answered reads in and settle what they stopped at (undecodable items, truncated lanes); True when
         records or an error are ready to hand out. One scan of the lanes tells which settling steps have work: a
-        poll that finds nothing to settle (nearly every one) takes the reader lock twice, not five times."""
-        bad = truncated = ready = False
+        poll that finds nothing to settle (nearly every one) takes the reader lock once, not five times. The same
+        scan notes whether a lane lacks a read (``_lanes_unread``): when none does, ``_issue_reads`` has nothing to
+        start, and a poll waiting for an answer skips it."""
+        bad = truncated = ready = unread = False
         with self._lock:
             self._harvest()
             for state in self._lanes.values():
+                if state.pending is None:
+                    unread = True
                 if state.bad is not None:
                     bad = True
                 if state.truncated is not None:
                     truncated = True
                 if state.buffered or state.error is not None:
                     ready = True
+            self._lanes_unread = unread
         if not (bad or truncated):
             return ready
+        self._lanes_unread = True  # settling may reset a lane (its read orphaned)
         if bad:
             self._settle_bad_items()
         if truncated:

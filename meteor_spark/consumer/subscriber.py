@@ -238,6 +238,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._orphans: list[Any] = []
         self._next_lane = 0
         self._full_lanes = False  # a lane skipped by the last _issue_reads for its full buffer
+        self._lanes_unread = True  # a lane without an outstanding read at the last _take_in
         self._member: Any = None
         self._receiver: Receiver | None = None
         self._closed = False
@@ -345,7 +346,7 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
                     break
                 # A read answered at once is taken in now; with none started, the pass above saw everything (an
                 # answer arriving from here on sets the wake-up cleared before it, so the wait returns at once).
-                if self._issue_reads() and self._take_in():
+                if self._lanes_unread and self._issue_reads() and self._take_in():
                     break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
