@@ -14,6 +14,7 @@ import inspect
 import logging
 import os
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from meteor_spark.compat_ring import READ_WRITTEN_FOR, check_read_path
+from meteor_spark.compat_ring import EVENT_WRITTEN_FOR, READ_WRITTEN_FOR, check_future_event, check_read_path
 
 logger = logging.getLogger(__name__)
 
@@ -266,8 +267,6 @@ def _write_lock(connection: Any) -> Any:
 def _may_send_directly(connection: Any) -> bool:
     """A calling thread may send on a plain socket that sent its protocol bytes (so is connected); never on TLS,
     whose socket object must not be used by two threads at once."""
-    import ssl
-
     return bool(connection.sent_protocol_bytes) and connection.live and not isinstance(connection.socket, ssl.SSLSocket)
 
 
@@ -566,6 +565,7 @@ COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
     Coupling("ring read and append paths (compat_ring, grid.Ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
+    Coupling("futures' event on bare locks (compat_ring, grid.py)", _HAZELCAST, EVENT_WRITTEN_FOR, check_future_event),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
         _HAZELCAST,

@@ -22,6 +22,11 @@ would store the items twice), and sends it the same way. Each ring's first appen
 client's own encoding of a sample item and uses the public path for good where they differ (another serialization
 config); anything but ``bytes`` / ``bytearray`` items, an empty or too large call take the public path too.
 
+Every invocation's future (``hazelcast.future.Future``) makes an ``_Event`` on a ``threading.Condition``, whose
+``__init__`` raises and catches three ``AttributeError`` on the plain lock it is given, and whose ``set`` runs
+``notify_all`` in Python; a round trip of one record makes at least two (the append, the parked read).
+``fix_future_event`` gives the client an event of the same behaviour on bare locks (``_LightEvent``).
+
 Importing this module imports no ``hazelcast``: each function imports what it touches. Its coupling is checked
 with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
 """
@@ -29,11 +34,15 @@ with the others (``compat.COUPLINGS``, ``tests/test_compat.py``).
 from __future__ import annotations
 
 import inspect
+import logging
 import struct
+import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 #: hazelcast-python-client versions the read path was written for (and checked against: ``check_read_path``).
 READ_WRITTEN_FOR = ((5, 7), (5, 8))
@@ -207,6 +216,90 @@ def _decoder(proxy: Any) -> Callable[[Any], Any]:
     decode = proxy.__dict__.setdefault("_meteor_decode", decode)
     proxy._to_object = decode
     return decode
+
+
+#: hazelcast-python-client versions the future's event was written for (``check_future_event``).
+EVENT_WRITTEN_FOR = ((5, 7), (5, 8))
+
+
+class _LightEvent:
+    """``hazelcast.future._Event`` on bare locks: ``condition`` is the mutex ``Future.add_done_callback`` holds
+    while it looks at the flag (all it uses it for), and a waiter lock, made by the first ``wait`` that finds the
+    flag clear and held until ``set`` releases it, blocks the waiters (each one releases it again for the next)."""
+
+    __slots__ = ("_flag", "_waiter", "condition")
+
+    def __init__(self) -> None:
+        self.condition = threading.Lock()
+        self._flag = False
+        self._waiter: Any = None
+
+    def set(self) -> None:
+        with self.condition:
+            self._flag = True
+            waiter = self._waiter
+        if waiter is not None:
+            waiter.release()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self) -> bool:
+        with self.condition:
+            if self._flag:
+                return True
+            waiter = self._waiter
+            if waiter is None:
+                waiter = self._waiter = threading.Lock()
+                waiter.acquire()
+        waiter.acquire()  # until set() releases it
+        waiter.release()  # and for the next waiter
+        return True
+
+
+def fix_future_event() -> bool:
+    """Have the client's futures use ``_LightEvent`` (the versions it was written for only; see the module docs);
+    returns whether it is applied."""
+    from hazelcast import future
+
+    if getattr(future, "_Event", None) is _LightEvent:
+        return True
+    if not _written_for(EVENT_WRITTEN_FOR):
+        return False  # another version may have reshaped Future: its own event stays
+    try:
+        check_future_event()
+    except AssertionError as exc:
+        logger.warning("hazelcast-python-client's Future changed (%s); keeping its own event", exc)
+        return False
+    module: Any = future
+    module._Event = _LightEvent
+    return True
+
+
+def _written_for(versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    from importlib.metadata import version
+
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version(_CLIENT).split(".")[:2])
+    return versions[0] <= (major, minor) < versions[1]
+
+
+_CLIENT = "hazelcast-python-client"
+
+
+def check_future_event() -> None:
+    """``Future`` still uses its ``_Event`` only as ``_LightEvent`` provides it (``compat.COUPLINGS``)."""
+    from hazelcast import future
+
+    original: Any = vars(future)["_Event"]
+    if original is not _LightEvent:  # once applied, the original is gone: its checks ran before
+        assert list(inspect.signature(original.__init__).parameters) == ["self"], "_Event() takes arguments now"
+        assert {"set", "is_set", "wait"} <= set(vars(original)), "_Event lost set / is_set / wait"
+        assert list(inspect.signature(original.wait).parameters) == ["self"], "_Event.wait takes a timeout now"
+    source = inspect.getsource(future.Future)
+    assert "self._event = _Event()" in source, "Future no longer makes its event as `_Event()`"
+    uses = {line.strip() for line in source.splitlines() if "_event" in line and "self._event = _Event()" not in line}
+    expected = {"self._event.set()", "self._event.wait()", "return self._event.is_set()", "with self._event.condition:"}
+    assert uses <= expected, f"Future uses its event in new ways: {sorted(uses - expected)}"
 
 
 def check_read_path() -> None:

@@ -60,12 +60,12 @@ its confirmed mark instead).
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from meteor_spark.consumer.lane_state import LaneState, Skip, choose_parts, deliver_taken
 from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.topics import TopicReading
+from meteor_spark.consumer.wakeup import Wakeup
 from meteor_spark.errors import (
     FencedError,
     GridOperationError,
@@ -104,7 +104,9 @@ class LaneReader(TopicReading):
     truncations: list[tuple[int, int, int]]
     delivered_records: int
     _next_lane: int
-    _wakeup: threading.Event
+    _wakeup: Wakeup
+    _full_lanes: bool
+    _lanes_unread: bool
     _items_per_read: int
     _bytes_per_read: int
     _value_deserializer: Deserializer | None
@@ -228,19 +230,25 @@ class LaneReader(TopicReading):
     def _take_in(self) -> bool:
         """Take answered reads in and settle what they stopped at (undecodable items, truncated lanes); True when
         records or an error are ready to hand out. One scan of the lanes tells which settling steps have work: a
-        poll that finds nothing to settle (nearly every one) takes the reader lock twice, not five times."""
-        self._harvest()
-        bad = truncated = ready = False
+        poll that finds nothing to settle (nearly every one) takes the reader lock once, not five times. The same
+        scan notes whether a lane lacks a read (``_lanes_unread``): when none does, ``_issue_reads`` has nothing to
+        start, and a poll waiting for an answer skips it."""
+        bad = truncated = ready = unread = False
         with self._lock:
+            self._harvest()
             for state in self._lanes.values():
+                if state.pending is None:
+                    unread = True
                 if state.bad is not None:
                     bad = True
                 if state.truncated is not None:
                     truncated = True
                 if state.buffered or state.error is not None:
                     ready = True
+            self._lanes_unread = unread
         if not (bad or truncated):
             return ready
+        self._lanes_unread = True  # settling may reset a lane (its read orphaned)
         if bad:
             self._settle_bad_items()
         if truncated:
@@ -353,20 +361,23 @@ class LaneReader(TopicReading):
     def _issue_reads(self) -> int:
         """Start a read on every lane that has none outstanding and may read; returns how many were started."""
         issued = 0
+        full = False
         with self._lock:
             if self._orphans:
                 self._orphans = [f for f in self._orphans if not f.done()]
             losses = self._notice_connection_losses()
-            now = now_ms()
             for state in self._lanes.values():
-                if state.pending is not None or state.buffered >= self.max_poll_records:
+                if state.pending is not None:
+                    continue
+                if state.buffered >= self.max_poll_records:
+                    full = True  # read once a batch has drained it
                     continue
                 if state.error is not None or state.bad is not None or state.truncated is not None:
                     continue  # stopped at a bad position until seek (or until the policy settles the item)
                 if self.item_gate.held(state.lane):
                     continue  # waiting at an open transaction
-                if state.not_before > now:
-                    continue  # paused by a delayed nack until then
+                if state.not_before and state.not_before > now_ms():
+                    continue  # paused by a delayed nack until then (0: never paused)
                 count = state.read_count(self._items_per_read, self._bytes_per_read)
                 future = state.ring.read_batch_async(state.read_start(), 1, count)
                 state.pending = future
@@ -374,6 +385,7 @@ class LaneReader(TopicReading):
                 state.pending_losses = losses
                 future.add_done_callback(self._on_read_done)
                 issued += 1
+            self._full_lanes = full
         return issued
 
     def _on_read_done(self, _future: Any) -> None:

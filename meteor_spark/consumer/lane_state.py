@@ -224,11 +224,14 @@ class LaneState:
     def delivered(self, sequences: list[int]) -> None:
         """The records of the items ``sequences`` were handed out up to ``position``: the position's mark is the last
         one's, and items behind it are dropped (what stays is bounded by the buffered items)."""
-        self.delivered_items = {seq: self.items[seq] for seq in sequences if seq in self.items}
+        items = self.items
         last = sequences[-1]
-        if last in self.items:
-            self.position_mark = mark_of(self.items[last], last)
-        self.items = {seq: item for seq, item in self.items.items() if seq >= last}
+        self.delivered_items = {seq: items[seq] for seq in sequences if seq in items}
+        item = items.get(last)
+        if item is not None:
+            self.position_mark = mark_of(item, last)
+        if len(items) > 1 or last not in items:  # else the one buffered item is the last delivered one: kept
+            self.items = {seq: item for seq, item in items.items() if seq >= last}
 
     def consume(self, parts: list[BatchPart]) -> None:
         """Take ``parts`` (the head of the buffer, the last one perhaps cut short) out of the buffer."""
@@ -382,8 +385,11 @@ def choose_parts(
 ) -> tuple[dict[int, list[BatchPart]], int]:
     """The buffered parts the next batch takes, lane -> parts (the last one cut to the budget): up to ``budget``
     records, lanes in rotation from ``next_lane`` so no lane starves; and the lane the next batch starts at."""
-    order = sorted(lanes)
-    rotation = [lane for lane in order if lane >= next_lane] + [lane for lane in order if lane < next_lane]
+    if len(lanes) == 1:  # one lane (a single-lane stream, or a member holding one): no rotation to work out
+        rotation = list(lanes)
+    else:
+        order = sorted(lanes)
+        rotation = [lane for lane in order if lane >= next_lane] + [lane for lane in order if lane < next_lane]
     taken: dict[int, list[BatchPart]] = {}
     for lane in rotation:
         parts: list[BatchPart] = []

@@ -28,6 +28,7 @@ from meteor_spark.consumer.refusals import Refusals
 from meteor_spark.consumer.subscriber_offsets import SubscriberOffsets
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
 from meteor_spark.consumer.topics import refuse_on_ephemeral
+from meteor_spark.consumer.wakeup import Wakeup
 from meteor_spark.errors import (
     ConfigError,
     FencedError,
@@ -231,11 +232,13 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
         self._member_id = member_id if member_id is not None else default_member_id()
         self._lock = threading.RLock()  # reader state
         self._poll_lock = threading.Lock()  # one poll at a time
-        self._wakeup = threading.Event()
+        self._wakeup = Wakeup()
         self._lanes: dict[int, LaneState] = {}
         self._unconfirmed_lost: dict[int, int | None] = {}  # lane -> epoch of records delivered, lost unconfirmed
         self._orphans: list[Any] = []
         self._next_lane = 0
+        self._full_lanes = False  # a lane skipped by the last _issue_reads for its full buffer
+        self._lanes_unread = True  # a lane without an outstanding read at the last _take_in
         self._member: Any = None
         self._receiver: Receiver | None = None
         self._closed = False
@@ -343,16 +346,18 @@ class Subscriber(SubscriberOffsets, LaneReader, ExclusiveNack):
                     break
                 # A read answered at once is taken in now; with none started, the pass above saw everything (an
                 # answer arriving from here on sets the wake-up cleared before it, so the wait returns at once).
-                if self._issue_reads() and self._take_in():
+                if self._lanes_unread and self._issue_reads() and self._take_in():
                     break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             self._wakeup.wait(min(remaining, self.item_gate.hold_left(), renewal, self._pause_left()))
+        if self._active:
+            self._issue_reads()  # the next read parks on the grid before this batch is handed out
         self._raise_stopped_lane()
         batch = self._take()
-        if self._active:
-            self._issue_reads()  # prefetch while the caller works on this batch
+        if self._active and self._full_lanes:
+            self._issue_reads()  # lanes whose full buffer the batch just drained
         return batch
 
     def _confirm_automatically(self) -> None:

@@ -36,7 +36,7 @@ from meteor_spark.compat import (
     on_connection_closed,
 )
 from meteor_spark.compat_ring import add_all_async as ring_add_all_async
-from meteor_spark.compat_ring import read_items_as_bytes
+from meteor_spark.compat_ring import fix_future_event, read_items_as_bytes
 from meteor_spark.compat_ring import read_many_async as ring_read_many_async
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 fix_reactor_waker_race()  # private client details, version-guarded in meteor_spark.compat
 fix_partial_send_copies()
+fix_future_event()
 
 T = TypeVar("T")
 
