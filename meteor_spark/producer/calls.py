@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meteor_spark.format.item_encoding import PreparedColumns, header_bytes, prepare_columns
+from meteor_spark.format.item_encoding import SMALL_ITEM_RECORDS, PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.records import Record
 from meteor_spark.producer.futures import BulkFuture, Outcomes
 
@@ -239,6 +239,17 @@ class Segment(Outcomes):
         self.stamps = []
         self.arrow = None
         self._cum = None
+
+    def small_values(self, start: int, stop: int) -> tuple[list[bytes], list[int]] | None:
+        """Records ``[start, stop)`` as their values and timestamps (ms) when they are few (``SMALL_ITEM_RECORDS``)
+        and the segment holds no keys, headers or Arrow rows: what ``encode_small_item`` frames without numpy.
+        None otherwise (``prepare`` gives their columns)."""
+        if stop - start > SMALL_ITEM_RECORDS or self.arrow is not None or self.keys is not None or self.headers:
+            return None
+        stamps = self.stamps[start:stop]
+        if self.plain:
+            stamps = [stamp // _NS_PER_MS for stamp in stamps]
+        return self.values[start:stop], stamps
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:
         if self.arrow is not None:
