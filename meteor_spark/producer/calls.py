@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meteor_spark.format.item_encoding import SMALL_ITEM_RECORDS, PreparedColumns, header_bytes, prepare_columns
+from meteor_spark.format.item_encoding import I32, SMALL_ITEM_RECORDS, PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.records import Record
 from meteor_spark.producer.futures import BulkFuture, Outcomes
 
@@ -252,17 +252,26 @@ class Segment(Outcomes):
         return self.values[start:stop], stamps
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:
+        """The columns of records ``[start, stop)``, reusing what the segment knows already: the value sizes it
+        counted to cut the call (``cumulative_bytes``, when they are values alone), and one timestamp for all when
+        the records share one (a ``publish_many``'s), which then needs no column."""
         if self.arrow is not None:
             return self.arrow.prepare(start, stop)
+        stamps = self.stamps[start:stop]
+        timestamps: np.ndarray | list[int] | int = stamps
         if self.plain:
-            return prepare_columns(
-                self.values[start:stop], timestamps=np.array(self.stamps[start:stop], dtype=np.int64) // _NS_PER_MS
-            )
+            timestamps = np.fromiter(stamps, dtype=np.int64, count=stop - start) // _NS_PER_MS
+        elif stamps and stamps.count(stamps[0]) == len(stamps):
+            timestamps = stamps[0]
+        lengths = None
+        if self._cum is not None and self.keys is None and self.headers is None:
+            lengths = np.diff(self._cum[start : stop + 1]).astype(I32)
         return prepare_columns(
             self.values[start:stop],
             keys=None if self.keys is None else self.keys[start:stop],
             headers=None if self.headers is None else self.headers[start:stop],
-            timestamps=self.stamps[start:stop],
+            timestamps=timestamps,
+            value_lengths=lengths,
         )
 
 

@@ -1,10 +1,14 @@
-"""Items of a few plain values framed without numpy (``encode_small_item``) are the bytes the general encoder
-writes: the item format does not change with the path a publisher takes."""
+"""The encoder's shortcuts write the bytes the general encoder writes: items of a few plain values framed without
+numpy (``encode_small_item``), and a segment's pieces prepared from the sizes it counted to cut them and from the one
+timestamp its records share (``Segment.prepare``). The item format does not change with the path a publisher takes."""
 
 from __future__ import annotations
 
 import os
+import threading
+from typing import Any
 
+import numpy as np
 import pytest
 
 from meteor_spark.errors import ConfigError
@@ -19,9 +23,11 @@ from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.format.records import decode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.calls import Segment
+from meteor_spark.producer.futures import BulkFuture
 from meteor_spark.producer.publisher import Publisher
 
-VALUES = {
+VALUES: dict[str, list[Any]] = {
     "one small": [b"x" * 100],
     "empty and small": [b"", b"a", b"bc"],
     "compressible": [bytes(300)] * 16,
@@ -70,7 +76,45 @@ def test_one_published_record_is_stored_as_the_general_encoders_item(grid: Grid,
     ring = grid.ring(open_stream(grid, unique_name).ring_names[0])
     stored = ring.read_many(0, 1, 1).items[0]
     stamp = decode_batch(stored, stream=unique_name, lane=0, sequence=0)[0].timestamp_ms
+    assert stamp is not None
     general = encode_items_and_lane_max(
         [[prepare_columns([b"one record"], timestamps=stamp)]], ItemFraming(producer, 0, "lz4", 1024)
     )
     assert bytes(stored) == general[0][0]
+
+
+def _segment(plain: bool) -> Segment:
+    segment = Segment(threading.Lock())
+    values = [os.urandom(n % 300) for n in range(500)]
+    if plain:
+        segment.plain = segment.singles = True
+        for i, value in enumerate(values):
+            segment.values.append(value)
+            segment.stamps.append(1_700_000_000_000_000_000 + i * 400_000)  # time_ns() readings
+            segment.n += 1
+    else:
+        segment.add_values(values[:300], 1_700_000_000_000, BulkFuture("list", 300), 0)
+        segment.add_values(values[300:], 1_700_000_000_005, BulkFuture("list", 200), 0)
+    segment.close()
+    return segment
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_segment_prepares_the_columns_of_its_records_from_what_it_counted(plain: bool) -> None:
+    segment = _segment(plain)
+    framing = ItemFraming(3, 4, "none")
+    for start, stop in ((0, 1), (0, 300), (250, 350), (300, 500)):
+        stamps = segment.stamps[start:stop]
+        expected: list[int] = [stamp // 1_000_000 for stamp in stamps] if plain else stamps
+        general = encode_items_and_lane_max(
+            [[prepare_columns(segment.values[start:stop], timestamps=expected)]], framing
+        )
+        assert encode_items_and_lane_max([[segment.prepare(start, stop)]], framing) == general  # sizes not counted
+        segment.cumulative_bytes()  # counted, as a call's cut counts them
+        assert encode_items_and_lane_max([[segment.prepare(start, stop)]], framing) == general
+        segment._cum = None
+
+
+def test_value_lengths_given_must_be_one_per_value() -> None:
+    with pytest.raises(ConfigError, match="value_lengths: got 1 lengths for 2 values"):
+        prepare_columns([b"a", b"b"], timestamps=0, value_lengths=np.array([1], dtype=np.int32))
