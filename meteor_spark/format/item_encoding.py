@@ -222,8 +222,9 @@ def encode_prepared(pieces: Sequence[PreparedColumns], framing: ItemFraming) -> 
     return encode_items([pieces], framing)[0]
 
 
-#: Items of up to this many records without keys or headers may be framed by ``encode_small_item``.
-SMALL_ITEM_RECORDS = 16
+#: Items of up to this many records without keys or headers may be framed by ``encode_small_item``: below about
+#: 300 100-byte records ``struct`` packs them faster than numpy (5 us instead of 16 for one, 21 instead of 38 for 64).
+SMALL_ITEM_RECORDS = 64
 
 
 def encode_small_item(values: Sequence[bytes], stamps: Sequence[int], framing: ItemFraming) -> tuple[bytes, int]:

@@ -14,6 +14,7 @@ import pytest
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.item_encoding import (
     PROBE_FROM,
+    SMALL_ITEM_RECORDS,
     ItemFraming,
     encode_items_and_lane_max,
     encode_small_item,
@@ -31,6 +32,7 @@ VALUES: dict[str, list[Any]] = {
     "one small": [b"x" * 100],
     "empty and small": [b"", b"a", b"bc"],
     "compressible": [bytes(300)] * 16,
+    "as many as a small item takes": [os.urandom(i % 90) for i in range(SMALL_ITEM_RECORDS)],
     "kept apart": [os.urandom(3000) for _ in range(4)],
     "probed, incompressible": [os.urandom(PROBE_FROM + 10)],
     "probed, compressible": [bytes(PROBE_FROM + 10), os.urandom(100)],
