@@ -45,6 +45,7 @@ class Segment(Outcomes):
         "_cum",
         "_starts",
         "arrow",
+        "encoded",
         "headers",
         "keys",
         "n",
@@ -66,6 +67,7 @@ class Segment(Outcomes):
         self.arrow: ArrowColumns | None = None
         self.n = 0
         self.pos = 0
+        self.encoded = 0  # records prepared for calls (``prepared``)
         self.nbytes = 0
         self.open = True
         self.plain = False
@@ -230,6 +232,17 @@ class Segment(Outcomes):
             np.cumsum(sizes, out=cum[1:])
             self._cum = cum
         return self._cum
+
+    def prepared(self, count: int) -> None:
+        """``count`` of the records were prepared for a call (any thread, the lock not held); once all of them were,
+        they are dropped (``release``). Counted, not inferred from the piece that ends the segment: two threads may
+        prepare pieces of one segment at once (a call the publishing thread claimed, the next one encoded ahead by the
+        sender thread), and the last piece may be prepared before an earlier one, which then found no records."""
+        with self.lock:
+            self.encoded += count
+            done = self.encoded >= self.n
+        if done:
+            self.release()
 
     def release(self) -> None:
         """Drop the records once the last piece is encoded: a future kept by the user keeps its segment alive, and

@@ -200,10 +200,11 @@ class Publisher:
         self._gate = TopicGate(grid, self.stream, subscription_refresh_ms) if self.info.config.ephemeral else None
         self._trace = publish_tracing(self.stream) if tracing else None
         self._append = self._acc.append  # bound once: publish_async runs a million times a second
-        if not self._serializing and self._gate is None:
+        if not self._serializing and self._gate is None and type(self).publish_async is Publisher.publish_async:
             # A plain value goes straight to the accumulator, in one frame (``plain_publish``): nothing to serialize,
-            # no topic gate to ask. A record published while a trace context is current (``PublishTracing.current``;
-            # ``bool()`` is False: without tracing none ever is) takes this method, which may trace it.
+            # no topic gate to ask, no subclass's own publish_async to keep. A record published while a trace context
+            # is current (``PublishTracing.current``; ``bool()`` is False: without tracing none ever is) takes this
+            # method, which may trace it.
             context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
             self.publish_async = plain_publisher(  # type: ignore[method-assign]
                 self._acc, self._max_record_bytes, context_now, self.publish_async

@@ -181,8 +181,7 @@ class Sender:
         for piece in pieces:
             if small is None:
                 by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
-            if piece.stop == piece.segment.n:
-                piece.segment.release()
+            piece.segment.prepared(piece.stop - piece.start)
         lane = call.state.lane
         lane_max = self._lane_max[lane]
         if lane_max is None:

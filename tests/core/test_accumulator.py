@@ -15,7 +15,7 @@ from meteor_spark.format.arrow_columns import ArrowInput
 from meteor_spark.format.item_encoding import ItemFraming, encode_prepared
 from meteor_spark.format.item_header import item_count
 from meteor_spark.format.partitioning import lane_for_key
-from meteor_spark.format.records import Record
+from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.streams import Batching, StreamConfig
 from meteor_spark.producer.accumulator import Accumulator
@@ -396,3 +396,21 @@ def test_plain_publish_hands_every_other_call_to_the_general_path() -> None:
     assert [record for record, _, _ in seen] == ["str", bytearray(b"ba"), b"cb", b"t", b"m", b"too large", b"traced"]
     assert seen[2][1] is callback and seen[3][2]["topic"] == "orders" and seen[4][2]["message_id"] == "id-1"
     assert acc.outstanding == 0 and not acc.lanes[0].segments  # nothing of them queued here
+
+
+def test_a_segment_keeps_its_records_until_every_piece_of_it_was_prepared() -> None:
+    """Two threads may encode calls of one segment at once (one the publishing thread claimed, the next one the
+    sender encodes ahead): the piece that ends the segment may be prepared first, and the records must outlive it
+    until the earlier piece was prepared too (dropping them then failed a whole call)."""
+    segment = Segment(threading.Lock())
+    values = [b"v%d" % i for i in range(10)]
+    segment.add_values(values, 7, BulkFuture("list", 10), 0)
+    segment.close()
+    late = segment.prepare(5, 10)  # the next call, encoded ahead, first
+    segment.prepared(5)
+    early = segment.prepare(0, 5)
+    segment.prepared(5)
+    framing = ItemFraming(1, 0, "none")
+    batch = decode_batch(encode_prepared([early, late], framing), stream="s", lane=0, sequence=0)
+    assert [record.value for record in batch] == values
+    assert segment.values == [] and segment.stamps == []  # every record prepared: dropped
