@@ -15,6 +15,7 @@ aborted through ``meteor_spark.grid.transactions`` or ``meteor_spark.aio.txn_gri
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -160,30 +161,47 @@ class TransactionalSteps:
             self.committed += 1
             yield from self._end_steps()
             return
-        for subscriber, lanes in self._staged.values():
-            member = subscriber.member
-            for lane in lanes:
-                try:
-                    if member is not None:
-                        yield partial(member.settle_staged, lane, key)
-                except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.debug("offset staged by aborted transaction %r left to be settled: %s", key, exc)
-            yield subscriber.rewind
+        yield from self._each_staged_steps(
+            lambda member, lane: member.settle_staged(lane, key),
+            lambda subscriber, _lanes: subscriber.rewind(),
+            logging.DEBUG,
+            key,
+            "offset staged by aborted transaction %r left to be settled: %s",
+        )
         self.aborted += 1
         yield from self._end_steps()
 
     def _apply_steps(self, key: str) -> Steps[None]:
         """Move the group's offsets to those the committed transaction staged. A failure loses nothing: whoever
         meets the staged offset next (the lane's next holder, the next ``send_offsets``) rolls it forward."""
+        yield from self._each_staged_steps(
+            lambda member, lane: member.apply_staged(lane, key),
+            lambda subscriber, lanes: subscriber.mark_confirmed(lanes),
+            logging.INFO,
+            key,
+            "offset of committed transaction %r left to be rolled forward: %s",
+        )
+
+    def _each_staged_steps(
+        self,
+        settle: Callable[[Any, int], Any],
+        then: Callable[[Any, dict[int, int]], Any],
+        level: int,
+        key: str,
+        left: str,
+    ) -> Steps[None]:
+        """``settle(member, lane)`` for every lane staged in the transaction, then ``then(subscriber, lanes)`` per
+        subscriber; a lane that cannot be settled (taken over, or a grid error) is logged at ``level`` with ``left``
+        (formatted with the transaction ``key`` and the error) and left to whoever meets its staged offset next."""
         for subscriber, lanes in self._staged.values():
             member = subscriber.member
             for lane in lanes:
                 try:
                     if member is not None:
-                        yield partial(member.apply_staged, lane, key)
+                        yield partial(settle, member, lane)
                 except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.info("offset of committed transaction %r left to be rolled forward: %s", key, exc)
-            subscriber.mark_confirmed(lanes)
+                    logger.log(level, left, key, exc)
+            yield partial(then, subscriber, lanes)
 
     def _end_steps(self) -> Steps[None]:
         publisher, self._publisher = self._publisher, None
