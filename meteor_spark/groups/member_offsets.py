@@ -166,7 +166,10 @@ class OffsetSteps:
         last, so a newer holder (which fences before it reads) makes the write fail; a lease read would cost a
         round trip and still race with a takeover right after it."""
         what = "seek" if backwards else "confirm"
-        epoch = yield from self._write_epoch_steps(what, lane, offset, read_epoch)
+        epoch = self._write_epoch(what, lane, offset, read_epoch)
+        if epoch is None:
+            yield from self._deposed_steps(what, lane, offset)
+            return
         key = self._key(lane)
         where = f"{key} in map {OFFSETS_MAP!r}"
         with self._lock:
@@ -208,25 +211,29 @@ class OffsetSteps:
             text = None
         raise contended_error(what, offset, self._where(lane), MAX_CAS_ATTEMPTS, self._RUNNER)
 
-    def _write_epoch_steps(self, what: str, lane: int, offset: int, read_epoch: int | None) -> Steps[int]:
-        """The epoch an offset write on ``lane`` goes under; refused at once when the lane was lost to another
-        member (whose lease is read for the error), or when the records were read under another epoch."""
+    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int | None:
+        """The epoch an offset write on ``lane`` goes under; None when the lane was lost to another member (refused:
+        ``_deposed_steps``); refused at once when the records were read under another epoch."""
         check_offset(what, offset, self._where(lane))
         check_lane(lane, self.lanes, self.stream)
         with self._lock:
             held = self._held.get(lane)
             deposed = self._deposed.get(lane)
         if held is None and deposed is not None:
-            key = self._key(lane)
-            text = yield partial(self._lease_map.get, key)
-            lease = None if text is None else Lease.decode(text, f"{key} in map {LEASES_MAP!r}")
-            raise self._fenced(
-                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
-            )
+            return None
         epoch = self._epoch_of(lane)
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
         return epoch
+
+    def _deposed_steps(self, what: str, lane: int, offset: int) -> Steps[None]:
+        """Refuse a write on a lane this member lost to another one, naming the holder (its lease read)."""
+        key = self._key(lane)
+        text = yield partial(self._lease_map.get, key)
+        lease = None if text is None else Lease.decode(text, f"{key} in map {LEASES_MAP!r}")
+        raise self._fenced(
+            what, lane, offset, self._deposed[lane], lease.holder if lease else None, lease.epoch if lease else None
+        )
 
     def _update_entry_steps(
         self,
