@@ -3,11 +3,11 @@
 The same protocol as the threaded ``meteor_spark.groups.exclusive.GroupMember``, with the same stored values, so
 threaded and asyncio members share one group: every decision (the lease values written, whether a lease may be
 taken, the live members and the target lanes, fencing a lane taken, what a confirm writes or why it is refused,
-the errors) is ``meteor_spark.groups.protocol``'s; this module only makes the grid calls, awaited, through
-``meteor_spark.grid.aio_client``. The renewal that the threaded member runs on a thread is a task on the loop:
-a member is alive while that task renews its heartbeat and leases.
+the errors) is ``meteor_spark.groups.protocol``'s, and every grid call is made by the threaded member's own steps
+(``meteor_spark.groups.member_steps`` and ``member_offsets``), driven here with ``drive_async`` on the
+``AsyncGridMap``s of ``meteor_spark.grid.aio_client``. The renewal that the threaded member runs on a thread is a
+task on the loop: a member is alive while that task renews its heartbeat and leases.
 
-Its grid work is ``meteor_spark.groups.member_steps``' steps, the threaded member's own, driven with ``drive_async``.
 It has the threaded member's whole offset API: ``confirm`` / ``seek``, ``hold`` (a ``nack``), and ``stage`` /
 ``apply_staged`` / ``settle_staged`` (``txn_offsets``' decisions, transaction states read or decided by
 ``meteor_spark.aio.txn_grid``); taking a lane whose offset an open transaction staged aborts it first, and
