@@ -166,14 +166,12 @@ class OffsetSteps:
         last, so a newer holder (which fences before it reads) makes the write fail; a lease read would cost a
         round trip and still race with a takeover right after it."""
         what = "seek" if backwards else "confirm"
-        epoch = self._write_epoch(what, lane, offset, read_epoch)
+        epoch, text = self._write_epoch(what, lane, offset, read_epoch)
         if epoch is None:
             yield from self._deposed_steps(what, lane, offset)
             return
-        key = self._key(lane)
+        key = lane_key(self.stream, self._settings.group, lane)
         where = f"{key} in map {OFFSETS_MAP!r}"
-        with self._lock:
-            text = self._offset_texts.get(lane)
         for _ in range(MAX_CAS_ATTEMPTS):
             if text is None:
                 text = yield partial(self._offsets.get, key)
@@ -211,20 +209,24 @@ class OffsetSteps:
             text = None
         raise contended_error(what, offset, self._where(lane), MAX_CAS_ATTEMPTS, self._RUNNER)
 
-    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int | None:
-        """The epoch an offset write on ``lane`` goes under; None when the lane was lost to another member (refused:
-        ``_deposed_steps``); refused at once when the records were read under another epoch."""
+    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> tuple[int | None, str | None]:
+        """The epoch an offset write on ``lane`` goes under (None when the lane was lost to another member:
+        refused by ``_deposed_steps``) and the entry text this member last wrote, read together; refused at once
+        when the lane is not held, or the records were read under another epoch."""
         check_offset(what, offset, self._where(lane))
         check_lane(lane, self.lanes, self.stream)
         with self._lock:
             held = self._held.get(lane)
             deposed = self._deposed.get(lane)
-        if held is None and deposed is not None:
-            return None
-        epoch = self._epoch_of(lane)
+            text = self._offset_texts.get(lane)
+        if held is None:
+            if deposed is not None:
+                return None, None
+            raise not_assigned_error(self.member_id, self._where(lane), self.assignment())
+        epoch = held.lease.epoch
         if read_epoch is not None and read_epoch != epoch:
             raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
-        return epoch
+        return epoch, text
 
     def _deposed_steps(self, what: str, lane: int, offset: int) -> Steps[None]:
         """Refuse a write on a lane this member lost to another one, naming the holder (its lease read)."""
