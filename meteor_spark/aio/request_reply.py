@@ -22,34 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import delete_ungrouped_stream_async
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.consumer.request_rules import (
-    CORRELATION_ID,
     check_request_timeout,
     closed_error,
-    error_reply,
-    header,
-    log_handler_failure,
-    log_malformed,
     new_correlation_id,
     outgoing_request,
-    reply_failure,
-    reply_record,
+    reply_outcome,
     reply_stream_name,
-    request_route,
     timeout_error,
 )
+from meteor_spark.consumer.responding import ResponderSteps
 from meteor_spark.consumer.subscriber_options import SubscriberOptions
-from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
+from meteor_spark.errors import MeteorError
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
+from meteor_spark.grid.steps import drive_async
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.validate import check_int
 
@@ -236,16 +229,8 @@ class AsyncRequester:
                 self._on_reply(reply)
 
     def _on_reply(self, reply: Record) -> None:
-        correlation_id = header(reply, CORRELATION_ID)
-        if correlation_id is None:
-            logger.warning(
-                "reply stream %r: a record without %s at offset %d; dropped",
-                self.reply_stream,
-                CORRELATION_ID,
-                reply.offset,
-            )
-            return
-        if not self._finish(correlation_id, reply, reply_failure(reply, correlation_id, self.request_stream)):
+        outcome = reply_outcome(reply, self.reply_stream, self.request_stream)
+        if outcome is not None and not self._finish(outcome[0], reply, outcome[1]):
             self.late_replies += 1
 
     async def close(self) -> None:
@@ -277,7 +262,7 @@ class AsyncRequester:
                     await self._grid.close()
 
 
-class AsyncResponder:
+class AsyncResponder(ResponderSteps):
     """Answers the requests of a stream from a task on the event loop: ``handler(request)`` gives the reply.
 
     Args:
@@ -305,11 +290,8 @@ class AsyncResponder:
         max_reply_publishers: int = 32,
         group: str | None = None,
     ) -> None:
-        if not callable(handler):
-            raise ConfigError(f"the responder's handler must be callable, got {handler!r}")
-        self._handler = handler
+        super().__init__(handler, max_reply_publishers)
         self._poll_ms = check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
-        self._max_publishers = check_int("max_reply_publishers", max_reply_publishers, 1, 1 << 16)
         SubscriberOptions.parse(initial_offset_scheme=initial_offset_scheme)  # its errors before anything connects
         self._target = members_or_grid
         self._config = request_stream
@@ -318,12 +300,8 @@ class AsyncResponder:
         self.request_stream = request_stream if isinstance(request_stream, str) else request_stream.name
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
-        self._publishers: OrderedDict[str, AsyncPublisher] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        self.answered = 0
-        self.failed = 0
-        self.malformed = 0
         self.errors = 0
 
     async def start(self) -> AsyncResponder:
@@ -369,60 +347,19 @@ class AsyncResponder:
             await self._answer(batch)
 
     async def _answer(self, batch: RecordBatch) -> None:
-        used: list[AsyncPublisher] = []
-        for request in batch:
-            route = request_route(request)
-            if route is None:
-                self.malformed += 1
-                log_malformed(self.request_stream, request)
-                continue
-            correlation_id, reply_to = route
-            try:
-                out = self._handler(request)
-                if inspect.isawaitable(out):
-                    out = await out
-                reply = reply_record(out, correlation_id)
-            except Exception as exc:
-                self.failed += 1
-                log_handler_failure(self.request_stream, correlation_id)
-                reply = error_reply(exc, correlation_id)
-            publisher = await self._publisher(reply_to.decode())
-            if publisher is None:
-                continue
-            stored = await publisher.publish_async(reply)
-            stored.add_done_callback(self._reply_stored)
-            if publisher not in used:
-                used.append(publisher)
-            self.answered += 1
-        if self.group is not None and batch:
-            for publisher in used:
-                await publisher.flush()
-            await self._subscriber.confirm()
+        await drive_async(self._answer_steps(batch))
+
+    def _open_publisher(self, stream: str) -> Awaitable[AsyncPublisher]:
+        return AsyncPublisher(self._grid, stream).start()
+
+    async def _send_reply(self, publisher: AsyncPublisher, reply: Record) -> None:
+        stored = await publisher.publish_async(reply)
+        stored.add_done_callback(self._reply_stored)
 
     def _reply_stored(self, done: asyncio.Future[int]) -> None:
         error = None if done.cancelled() else done.exception()
         if error is not None:
             logger.warning("stream %r: a reply was not stored (%s)", self.request_stream, error)
-
-    async def _publisher(self, stream: str) -> AsyncPublisher | None:
-        publishers = self._publishers
-        publisher = publishers.get(stream)
-        if publisher is not None:
-            publishers.move_to_end(stream)
-            return publisher
-        try:
-            publisher = await AsyncPublisher(self._grid, stream).start()
-        except StreamNotFoundError:
-            logger.warning(
-                "stream %r: reply stream %r does not exist (its requester closed); reply dropped",
-                self.request_stream,
-                stream,
-            )
-            return None
-        publishers[stream] = publisher
-        while len(publishers) > self._max_publishers:
-            await publishers.popitem(last=False)[1].close()
-        return publisher
 
     async def close(self) -> None:
         """Stop answering, then flush and close the reply publishers and an owned connection."""

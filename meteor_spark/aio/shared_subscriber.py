@@ -29,8 +29,8 @@ from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.streams import open_stream_async
 from meteor_spark.aio.typed import SchemaView, typed_deserializer
 from meteor_spark.consumer.refusals import Refusals
-from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
-from meteor_spark.consumer.shared_groups import RECHECK_S
+from meteor_spark.consumer.shared_acquire import member_choices
+from meteor_spark.consumer.shared_polling import SharedPolling
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.errors import MeteorError, StreamNotFoundError
 from meteor_spark.format.avro import is_typed_setting
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class AsyncSharedSubscriber(SharedAcquire):
+class AsyncSharedSubscriber(SharedPolling):
     """A member of a shared group from asyncio code: ``SharedSubscriber``'s options, checks, errors and semantics
     (see ``meteor_spark.consumer.shared_groups``), its calls awaited.
 
@@ -72,6 +72,8 @@ class AsyncSharedSubscriber(SharedAcquire):
         ...         await handle(record)
         ...         await member.ack(record)
     """
+
+    _CLOSE_ENDS_POLL = True
 
     def __init__(
         self,
@@ -96,22 +98,7 @@ class AsyncSharedSubscriber(SharedAcquire):
     ) -> None:
         self._registry = metrics_registry(others.pop("metrics", None))
         self._detach_metrics: Callable[[], None] | None = None
-        self._choices = check_member_options(
-            "AsyncSharedSubscriber",
-            UNSUPPORTED,
-            others,
-            group=group,
-            initial_offset_scheme=initial_offset_scheme,
-            max_poll_records=max_poll_records,
-            max_items_per_read=max_items_per_read,
-            member_id=member_id,
-            acquisition_timeout_ms=acquisition_timeout_ms,
-            max_deliveries=max_deliveries,
-            dead_letter_stream=dead_letter_stream,
-            dead_letter_after=dead_letter_after,
-            on_corrupt=on_corrupt,
-            skip_data_loss=skip_data_loss,
-        )
+        self._choices = member_choices("AsyncSharedSubscriber", locals())
         check_int("poll_timeout_ms", poll_timeout_ms, 1, 3_600_000)
         self._value_setting = value_deserializer  # a typed stream's codec is resolved at start
         self._value_deserializer = (
@@ -127,7 +114,7 @@ class AsyncSharedSubscriber(SharedAcquire):
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
         self._dead_letters: AsyncPublisher | None = None
-        self._wakers: dict[int, asyncio.Task[None]] = {}
+        self._wakers: dict[int, Any] = {}
         self._wakeup = asyncio.Event()
         self._poll_lock = asyncio.Lock()
         self._ready: deque[Record] = deque()
@@ -224,28 +211,18 @@ class AsyncSharedSubscriber(SharedAcquire):
         self._check_poll(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         async with self._poll_lock:
-            while True:
-                self._wakeup.clear()
-                batch = await drive_async(self._acquire_round())
-                remaining = deadline - time.monotonic()
-                if batch or remaining <= 0 or self._closed:
-                    return batch
-                self._arm_wakers()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), min(remaining, RECHECK_S))
-                except TimeoutError:
-                    pass
+            return await drive_async(self._poll_steps(deadline))
 
-    def _arm_wakers(self) -> None:
-        """One task per lane parked on a one-item read at the first offset never acquired: it wakes ``poll`` when
-        a new item arrives (or the read ends otherwise: the next poll looks again)."""
-        for lane in range(self.info.lanes):
-            waker = self._wakers.get(lane)
-            if waker is not None and not waker.done():
-                continue
-            nxt = self._waker_sequence(lane)
-            if nxt is not None:
-                self._wakers[lane] = asyncio.create_task(self._wait_for_item(lane, nxt))
+    async def _wait(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def _park(self, lane: int, sequence: int) -> asyncio.Task[None]:
+        """A task parked on a one-item read: it wakes ``poll`` when a new item arrives (or the read ends otherwise:
+        the next poll looks again)."""
+        return asyncio.create_task(self._wait_for_item(lane, sequence))
 
     async def _wait_for_item(self, lane: int, sequence: int) -> None:
         try:

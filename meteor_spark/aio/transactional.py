@@ -23,7 +23,6 @@ commit has its staged offsets rolled forward.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -32,29 +31,18 @@ from meteor_spark.aio import txn_grid
 from meteor_spark.aio.publisher import AsyncPublisher
 from meteor_spark.aio.record_future import OffsetFuture
 from meteor_spark.aio.subscriber import AsyncSubscriber
-from meteor_spark.errors import (
-    ConfigError,
-    FencedError,
-    GridError,
-    MeteorError,
-    NotAssignedError,
-    TransactionAbortedError,
-)
+from meteor_spark.consumer.transactional_steps import TransactionalSteps
 from meteor_spark.grid import transactions
 from meteor_spark.grid.aio_client import AsyncGrid, connect_async
-from meteor_spark.groups.store import lane_key
-from meteor_spark.validate import check_int
+from meteor_spark.grid.steps import drive_async
+from meteor_spark.grid.transaction_state import TxnState
 
 __all__ = ["AsyncTransactionalPublisher"]
 
-logger = logging.getLogger(__name__)
 
-_MAX_TIMEOUT_MS = 24 * 3600 * 1000
-
-
-class AsyncTransactionalPublisher:
+class AsyncTransactionalPublisher(TransactionalSteps):
     """Publishes records to one stream in transactions that can also confirm a grouped ``AsyncSubscriber``'s
-    offsets (``TransactionalPublisher``'s twin: same arguments, errors and semantics).
+    offsets (``TransactionalPublisher``'s twin: same arguments, errors and semantics, its steps driven on the loop).
 
     Args:
         members_or_grid: ``"host:port[,host:port]"``, a ``GridSettings`` (a connection of its own) or an
@@ -68,6 +56,10 @@ class AsyncTransactionalPublisher:
         aborted: transactions aborted since creation.
     """
 
+    _A_NAME = "an AsyncTransactionalPublisher"
+    _ERRORS_AT = "the publish errors"
+    _publisher: AsyncPublisher | None
+
     def __init__(
         self,
         members_or_grid: object,
@@ -76,33 +68,16 @@ class AsyncTransactionalPublisher:
         timeout_ms: int = transactions.DEFAULT_TIMEOUT_MS,
         **publisher_options: Any,
     ) -> None:
-        check_int("timeout_ms", timeout_ms, 1, _MAX_TIMEOUT_MS)
-        if "transactional" in publisher_options:
-            raise ConfigError("transactional is always True for an AsyncTransactionalPublisher; leave it out")
+        super().__init__(stream, timeout_ms, publisher_options)
         self._target = members_or_grid
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
-        self._stream = stream
-        self._timeout_ms = timeout_ms
-        self._options = publisher_options
-        self._publisher: AsyncPublisher | None = None
-        self._key: str | None = None
-        self._staged: dict[int, tuple[AsyncSubscriber, dict[int, int]]] = {}  # id(subscriber) -> it, lanes
-        self._doomed: str | None = None
-        self._closed = False
-        self.committed = 0
-        self.aborted = 0
 
     async def __aenter__(self) -> AsyncTransactionalPublisher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    @property
-    def transaction(self) -> str | None:
-        """The key of the open transaction (``meteor.txns``), None between transactions."""
-        return self._key
 
     async def _connection(self) -> AsyncGrid:
         if self._grid is None:
@@ -111,8 +86,7 @@ class AsyncTransactionalPublisher:
 
     async def begin(self) -> str:
         """Open a transaction (done by the first ``publish`` or ``send_offsets`` when not called); returns its key."""
-        if self._closed:
-            raise MeteorError("the AsyncTransactionalPublisher is closed")
+        self._check_open()
         if self._key is not None:
             return self._key
         grid = await self._connection()
@@ -154,23 +128,7 @@ class AsyncTransactionalPublisher:
             GroupError: an ungrouped subscriber. FencedError / NotAssignedError: a lane was taken over since its
             records were delivered; the transaction can then only abort (``commit`` refuses it).
         """
-        try:
-            todo = subscriber.delivered_unconfirmed()
-            if not todo:
-                return {}
-            key = await self.begin()
-            member = subscriber.member
-            assert member is not None
-            staged = self._staged.setdefault(id(subscriber), (subscriber, {}))[1]
-            for lane, position, epoch, mark in todo:
-                await member.stage(lane, position, key, epoch=epoch, mark=mark)
-                staged[lane] = position
-        except (FencedError, NotAssignedError) as exc:
-            self._doomed = str(exc)
-            if self._key is not None:
-                self._staged.setdefault(id(subscriber), (subscriber, {}))  # rewound by abort()
-            raise
-        return {lane: position for lane, position, _, _ in todo}
+        return await drive_async(self._send_offsets_steps(subscriber))
 
     async def commit(self) -> None:
         """Flush, commit (records visible to ``read_committed`` readers and staged offsets in force: one decision),
@@ -180,35 +138,7 @@ class AsyncTransactionalPublisher:
             TransactionAbortedError: the transaction was aborted first (fenced by a lane's new holder, timed out, or
                 a ``send_offsets`` was fenced); it is aborted and the subscribers rewound: read on.
         """
-        if self._key is None:
-            return
-        key, publisher, grid = self._key, self._publisher, self._grid
-        assert publisher is not None and grid is not None
-        if self._doomed is not None:
-            reason = self._doomed
-            await self.abort(f"a lane was fenced: {reason}")
-            raise TransactionAbortedError(f"transaction {key!r} aborted: {reason}")
-        try:
-            await publisher.flush()
-            failed = publisher.metrics()["failed_records"]
-            if failed:
-                await self.abort(f"{failed} of its records could not be stored")
-                raise TransactionAbortedError(
-                    f"transaction {key!r} aborted: {failed} of its records could not be stored in stream "
-                    f"{publisher.stream!r} (see the publish errors); the subscribers were rewound: read on"
-                )
-            offsets = [
-                lane_key(subscriber.stream, subscriber.group or "", lane)
-                for subscriber, lanes in self._staged.values()
-                for lane in lanes
-            ]
-            await txn_grid.commit(grid, key, [publisher.producer_id], offsets=offsets)
-        except TransactionAbortedError:
-            await self.abort("the commit found it aborted")
-            raise
-        await self._apply(key)
-        self.committed += 1
-        await self._end()
+        await drive_async(self._commit_steps())
 
     async def abort(self, reason: str = "aborted by the application") -> None:
         """Abort the open transaction: its records are never delivered to ``read_committed`` readers, its staged
@@ -219,51 +149,15 @@ class AsyncTransactionalPublisher:
             GridError: the abort could not be written; the transaction stays this publisher's: call ``abort()``
                 again (it times out meanwhile if the process dies).
         """
-        if self._key is None:
-            return
-        key, grid = self._key, self._grid
-        assert grid is not None
-        state = await txn_grid.abort(grid, key, reason)
-        if state is not None and state.state == transactions.COMMITTED:
-            logger.info("transaction %r was committed already: its offsets are applied, not rewound", key)
-            await self._apply(key)
-            self.committed += 1
-            await self._end()
-            return
-        for subscriber, lanes in self._staged.values():
-            member = subscriber.member
-            for lane in lanes:
-                try:
-                    if member is not None:
-                        await member.settle_staged(lane, key)
-                except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.debug("offset staged by aborted transaction %r left to be settled: %s", key, exc)
-            await subscriber.rewind()
-        self.aborted += 1
-        await self._end()
+        await drive_async(self._abort_steps(reason))
 
-    async def _apply(self, key: str) -> None:
-        """Move the group's offsets to those the committed transaction staged; a failure loses nothing (whoever
-        meets the staged offset next rolls it forward)."""
-        for subscriber, lanes in self._staged.values():
-            member = subscriber.member
-            for lane in lanes:
-                try:
-                    if member is not None:
-                        await member.apply_staged(lane, key)
-                except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.info("offset of committed transaction %r left to be rolled forward: %s", key, exc)
-            subscriber.mark_confirmed(lanes)
+    async def _decide_commit(self, key: str, producer_id: int, offsets: list[str]) -> TxnState:
+        assert self._grid is not None
+        return await txn_grid.commit(self._grid, key, [producer_id], offsets=offsets)
 
-    async def _end(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        self._key, self._doomed = None, None
-        self._staged = {}
-        if publisher is not None:
-            try:
-                await publisher.close()
-            except MeteorError as exc:
-                logger.warning("closing a transaction's publisher failed: %s", exc)
+    async def _decide_abort(self, key: str, reason: str) -> TxnState | None:
+        assert self._grid is not None
+        return await txn_grid.abort(self._grid, key, reason)
 
     async def close(self) -> None:
         """Abort an open transaction, then close (an owned connection too). Idempotent."""

@@ -32,7 +32,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
 
@@ -42,26 +41,22 @@ from meteor_spark.consumer.request_rules import (
     REPLY_TO,
     check_request_timeout,
     closed_error,
-    error_reply,
     header,
-    log_handler_failure,
-    log_malformed,
     new_correlation_id,
     outgoing_request,
-    reply_failure,
-    reply_record,
+    reply_outcome,
     reply_stream_name,
-    request_route,
     timeout_error,
 )
+from meteor_spark.consumer.responding import ResponderSteps
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import ConfigError, MeteorError, StreamNotFoundError
+from meteor_spark.errors import MeteorError
 from meteor_spark.format.records import Record, RecordBatch
 from meteor_spark.grid.client import Grid
+from meteor_spark.grid.steps import drive
 from meteor_spark.grid.streams import StreamConfig
 from meteor_spark.groups.admin import delete_stream
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.validate import check_int
 
 __all__ = ["CORRELATION_ID", "ERROR", "REPLY_TO", "Handler", "Requester", "Responder", "header"]
 
@@ -211,17 +206,8 @@ class Requester:
                     self._work.notify()
 
     def _on_reply(self, reply: Record) -> None:
-        correlation_id = header(reply, CORRELATION_ID)
-        if correlation_id is None:
-            logger.warning(
-                "reply stream %r: a record without %s at offset %d; dropped",
-                self.reply_stream,
-                CORRELATION_ID,
-                reply.offset,
-            )
-            return
-        failure = reply_failure(reply, correlation_id, self.request_stream)
-        if not self._finish(correlation_id, reply, failure):
+        outcome = reply_outcome(reply, self.reply_stream, self.request_stream)
+        if outcome is not None and not self._finish(outcome[0], reply, outcome[1]):
             with self._lock:
                 self.late_replies += 1
 
@@ -296,7 +282,7 @@ class Requester:
         self.close()
 
 
-class Responder:
+class Responder(ResponderSteps):
     """Answers the requests of a stream on a background thread: ``handler(request)`` gives the reply.
 
     Args:
@@ -322,66 +308,21 @@ class Responder:
         poll_timeout_ms: float = 100,
         max_reply_publishers: int = 32,
     ) -> None:
-        if not callable(handler):
-            raise ConfigError(f"the responder's handler must be callable, got {handler!r}")
+        super().__init__(handler, max_reply_publishers)
         self._grid = grid
-        self._handler = handler
-        self._max_publishers = check_int("max_reply_publishers", max_reply_publishers, 1, 1 << 16)
-        self._publishers: OrderedDict[str, Publisher] = OrderedDict()
-        self.answered = 0
-        self.failed = 0
-        self.malformed = 0
         self._subscriber = Subscriber(grid, request_stream, group=group, initial_offset_scheme=initial_offset_scheme)
         self.request_stream = self._subscriber.stream
         self.group = group
         self._receiver = self._subscriber.attach_receiver(self._answer, poll_timeout_ms, per_batch=True)
 
     def _answer(self, batch: RecordBatch) -> None:
-        used: set[str] = set()
-        for request in batch:
-            route = request_route(request)
-            if route is None:
-                self.malformed += 1
-                log_malformed(self.request_stream, request)
-                continue
-            correlation_id, reply_to = route
-            try:
-                reply = reply_record(self._handler(request), correlation_id)
-            except Exception as exc:
-                self.failed += 1
-                log_handler_failure(self.request_stream, correlation_id)
-                reply = error_reply(exc, correlation_id)
-            stream = reply_to.decode()
-            publisher = self._publisher(stream)
-            if publisher is None:
-                continue
-            publisher.publish_async(reply)
-            used.add(stream)
-            self.answered += 1
-        if self.group is not None:
-            for stream in used:
-                self._publishers[stream].flush()
-            self._subscriber.confirm()
+        drive(self._answer_steps(batch))
 
-    def _publisher(self, stream: str) -> Publisher | None:
-        publishers = self._publishers
-        publisher = publishers.get(stream)
-        if publisher is not None:
-            publishers.move_to_end(stream)
-            return publisher
-        try:
-            publisher = Publisher(self._grid, stream)
-        except StreamNotFoundError:
-            logger.warning(
-                "stream %r: reply stream %r does not exist (its requester closed); reply dropped",
-                self.request_stream,
-                stream,
-            )
-            return None
-        publishers[stream] = publisher
-        while len(publishers) > self._max_publishers:
-            publishers.popitem(last=False)[1].close()
-        return publisher
+    def _open_publisher(self, stream: str) -> Publisher:
+        return Publisher(self._grid, stream)
+
+    def _send_reply(self, publisher: Publisher, reply: Record) -> None:
+        publisher.publish_async(reply)
 
     @property
     def lanes(self) -> list[int]:

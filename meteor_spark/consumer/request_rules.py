@@ -29,6 +29,7 @@ __all__ = [
     "new_correlation_id",
     "outgoing_request",
     "reply_failure",
+    "reply_outcome",
     "reply_record",
     "reply_stream_name",
     "request_route",
@@ -104,6 +105,18 @@ def reply_failure(reply: Record, correlation_id: bytes, request_stream: str) -> 
         f"the responder of stream {request_stream!r} failed on request {correlation_id.decode(errors='replace')}: "
         f"{error.decode(errors='replace')}: {reply.value.decode(errors='replace')}"
     )
+
+
+def reply_outcome(reply: Record, reply_stream: str, request_stream: str) -> tuple[bytes, RequestError | None] | None:
+    """A reply read from the requester's stream: its correlation id and what it means (``reply_failure``); None
+    for a record without a correlation id, logged and dropped."""
+    correlation_id = header(reply, CORRELATION_ID)
+    if correlation_id is None:
+        logger.warning(
+            "reply stream %r: a record without %s at offset %d; dropped", reply_stream, CORRELATION_ID, reply.offset
+        )
+        return None
+    return correlation_id, reply_failure(reply, correlation_id, request_stream)
 
 
 def timeout_error(correlation_id: bytes, request_stream: str) -> RequestTimeoutError:

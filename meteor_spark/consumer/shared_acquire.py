@@ -54,7 +54,7 @@ from meteor_spark.validate import check_int
 
 logger = logging.getLogger("meteor_spark.consumer.shared_subscriber")
 
-__all__ = ["UNSUPPORTED", "MemberChoices", "SharedAcquire", "check_member_options"]
+__all__ = ["MEMBER_OPTIONS", "UNSUPPORTED", "MemberChoices", "SharedAcquire", "check_member_options", "member_choices"]
 
 #: Subscriber arguments that have no meaning for a shared group, and why (a ``ConfigError`` naming them).
 UNSUPPORTED = {
@@ -129,6 +129,30 @@ def check_member_options(
         mode,
         given["skip_data_loss"],
     )
+
+
+#: The options a shared member's constructor names (``SharedSubscriber``'s and ``AsyncSharedSubscriber``'s alike).
+MEMBER_OPTIONS = (
+    "group",
+    "initial_offset_scheme",
+    "max_poll_records",
+    "max_items_per_read",
+    "member_id",
+    "acquisition_timeout_ms",
+    "max_deliveries",
+    "dead_letter_stream",
+    "dead_letter_after",
+    "on_corrupt",
+    "skip_data_loss",
+)
+
+
+def member_choices(client: str, arguments: Mapping[str, Any]) -> MemberChoices:
+    """``check_member_options`` of a member constructor's ``arguments`` (its ``locals()``: the ``MEMBER_OPTIONS`` it
+    names and ``others``, the keyword arguments it did not name). Both members' public signatures list the options;
+    this reads them from there, so the forwarding is not written twice."""
+    given = {name: arguments[name] for name in MEMBER_OPTIONS}
+    return check_member_options(client, UNSUPPORTED, arguments["others"], **given)
 
 
 class SharedAcquire(SharedArchive):

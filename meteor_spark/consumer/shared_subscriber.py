@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from meteor_spark.consumer.refusals import Refusals, dead_letter_publisher
-from meteor_spark.consumer.shared_acquire import UNSUPPORTED, SharedAcquire, check_member_options
-from meteor_spark.consumer.shared_groups import RECHECK_S
+from meteor_spark.consumer.shared_acquire import member_choices
+from meteor_spark.consumer.shared_polling import SharedPolling
 from meteor_spark.consumer.topics import refuse_on_ephemeral
 from meteor_spark.format.avro import AvroValues
 from meteor_spark.format.offsets import InitialOffsetScheme
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SharedSubscriber"]
 
 
-class SharedSubscriber(SharedAcquire):
+class SharedSubscriber(SharedPolling):
     """A member of a shared group (see the module docs); not a ``Subscriber`` (no positions: records are settled one
     by one), as Kafka's ``KafkaShareConsumer`` is not a ``KafkaConsumer``. ``Subscriber(..., shared=True)`` is the
     deprecated spelling of this constructor.
@@ -106,22 +106,7 @@ class SharedSubscriber(SharedAcquire):
         skip_data_loss: bool = False,
         **others: Any,
     ) -> None:
-        choices = check_member_options(
-            "SharedSubscriber",
-            UNSUPPORTED,
-            others,
-            group=group,
-            initial_offset_scheme=initial_offset_scheme,
-            max_poll_records=max_poll_records,
-            max_items_per_read=max_items_per_read,
-            member_id=member_id,
-            acquisition_timeout_ms=acquisition_timeout_ms,
-            max_deliveries=max_deliveries,
-            dead_letter_stream=dead_letter_stream,
-            dead_letter_after=dead_letter_after,
-            on_corrupt=on_corrupt,
-            skip_data_loss=skip_data_loss,
-        )
+        choices = member_choices("SharedSubscriber", locals())
         registry = metrics_registry(metrics)
         self._grid = grid
         self.info: StreamInfo = open_stream(grid, stream)
@@ -159,29 +144,17 @@ class SharedSubscriber(SharedAcquire):
         self._check_poll(timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000.0
         with self._poll_lock:
-            while True:
-                self._wakeup.clear()
-                batch = drive(self._acquire_round())
-                remaining = deadline - time.monotonic()
-                if batch or remaining <= 0:
-                    return batch
-                self._arm_wakers()
-                self._wakeup.wait(min(remaining, RECHECK_S))
+            return drive(self._poll_steps(deadline))
 
     # ------------------------------------------------------------------------------------------------ waiting
 
-    def _arm_wakers(self) -> None:
-        """One parked read per lane at the first offset never acquired: wakes ``poll`` when new items arrive."""
-        for lane in range(self.info.lanes):
-            waker = self._wakers.get(lane)
-            if waker is not None and not waker.done():
-                continue
-            nxt = self._waker_sequence(lane)
-            if nxt is None:
-                continue
-            future = self._rings[lane].read_many_async(nxt, 1, 1)
-            future.add_done_callback(lambda _f: self._wakeup.set())
-            self._wakers[lane] = future
+    def _wait(self, seconds: float) -> None:
+        self._wakeup.wait(seconds)
+
+    def _park(self, lane: int, sequence: int) -> Any:
+        future = self._rings[lane].read_many_async(sequence, 1, 1)
+        future.add_done_callback(lambda _f: self._wakeup.set())
+        return future
 
     # ------------------------------------------------------------------------------------------------ settling
 

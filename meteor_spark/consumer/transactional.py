@@ -31,34 +31,22 @@ application calls ``abort()``, which rewinds the subscriber to the group's offse
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from meteor_spark.consumer.subscriber import Subscriber
-from meteor_spark.errors import (
-    ConfigError,
-    FencedError,
-    GridError,
-    MeteorError,
-    NotAssignedError,
-    TransactionAbortedError,
-)
+from meteor_spark.consumer.transactional_steps import TransactionalSteps
 from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid
-from meteor_spark.groups.store import lane_key
+from meteor_spark.grid.steps import drive
+from meteor_spark.grid.transaction_state import TxnState
 from meteor_spark.producer.publisher import Publisher
-from meteor_spark.validate import check_int
 
 __all__ = ["TransactionalPublisher"]
 
-logger = logging.getLogger(__name__)
 
-_MAX_TIMEOUT_MS = 24 * 3600 * 1000
-
-
-class TransactionalPublisher:
+class TransactionalPublisher(TransactionalSteps):
     """Publishes records to one stream in transactions that can also confirm a grouped subscriber's offsets.
 
     Args:
@@ -73,6 +61,8 @@ class TransactionalPublisher:
         aborted: transactions aborted since creation.
     """
 
+    _publisher: Publisher | None
+
     def __init__(
         self,
         grid: Grid,
@@ -81,30 +71,12 @@ class TransactionalPublisher:
         timeout_ms: int = transactions.DEFAULT_TIMEOUT_MS,
         **publisher_options: Any,
     ) -> None:
-        check_int("timeout_ms", timeout_ms, 1, _MAX_TIMEOUT_MS)
-        if "transactional" in publisher_options:
-            raise ConfigError("transactional is always True for a TransactionalPublisher; leave it out")
+        super().__init__(stream, timeout_ms, publisher_options)
         self._grid = grid
-        self._stream = stream
-        self._timeout_ms = timeout_ms
-        self._options = publisher_options
-        self._publisher: Publisher | None = None
-        self._key: str | None = None
-        self._staged: dict[int, tuple[Subscriber, dict[int, int]]] = {}  # id(subscriber) -> it, lane -> position
-        self._doomed: str | None = None
-        self._closed = False
-        self.committed = 0
-        self.aborted = 0
-
-    @property
-    def transaction(self) -> str | None:
-        """The key of the open transaction (``meteor.txns``), None between transactions."""
-        return self._key
 
     def begin(self) -> str:
         """Open a transaction (done by the first ``publish`` or ``send_offsets`` when not called); returns its key."""
-        if self._closed:
-            raise MeteorError("the TransactionalPublisher is closed")
+        self._check_open()
         if self._key is not None:
             return self._key
         key = f"ctp/{uuid.uuid4()}"
@@ -137,22 +109,7 @@ class TransactionalPublisher:
             GroupError: an ungrouped subscriber. FencedError / NotAssignedError: a lane was taken over since its
             records were delivered; the transaction can then only abort (``commit`` refuses it).
         """
-        try:
-            todo = subscriber.delivered_unconfirmed()
-            if not todo:
-                return {}
-            key = self.begin()
-            member = subscriber.member
-            staged = self._staged.setdefault(id(subscriber), (subscriber, {}))[1]
-            for lane, position, epoch, mark in todo:
-                member.stage(lane, position, key, epoch=epoch, mark=mark)
-                staged[lane] = position
-        except (FencedError, NotAssignedError) as exc:
-            self._doomed = str(exc)
-            if self._key is not None:
-                self._staged.setdefault(id(subscriber), (subscriber, {}))  # rewound by abort()
-            raise
-        return {lane: position for lane, position, _, _ in todo}
+        return drive(self._send_offsets_steps(subscriber))
 
     def commit(self) -> None:
         """Flush, commit (records visible to ``read_committed`` readers and staged offsets in force: one
@@ -162,35 +119,7 @@ class TransactionalPublisher:
             TransactionAbortedError: the transaction was aborted first (fenced by a lane's new holder, timed out, or
                 a ``send_offsets`` was fenced); it is aborted and the subscribers rewound: read on.
         """
-        if self._key is None:
-            return
-        key, publisher = self._key, self._publisher
-        assert publisher is not None
-        if self._doomed is not None:
-            reason = self._doomed
-            self.abort(f"a lane was fenced: {reason}")
-            raise TransactionAbortedError(f"transaction {key!r} aborted: {reason}")
-        try:
-            publisher.flush()
-            failed = publisher.metrics()["failed_records"]
-            if failed:
-                self.abort(f"{failed} of its records could not be stored")
-                raise TransactionAbortedError(
-                    f"transaction {key!r} aborted: {failed} of its records could not be stored in stream "
-                    f"{publisher.stream!r} (see the publish futures' errors); the subscribers were rewound: read on"
-                )
-            offsets = [
-                lane_key(subscriber.stream, subscriber.group or "", lane)
-                for subscriber, lanes in self._staged.values()
-                for lane in lanes
-            ]
-            transactions.commit(self._grid, key, [publisher.producer_id], offsets=offsets)
-        except TransactionAbortedError:
-            self.abort("the commit found it aborted")
-            raise
-        self._apply(key)
-        self.committed += 1
-        self._end()
+        drive(self._commit_steps())
 
     def abort(self, reason: str = "aborted by the application") -> None:
         """Abort the open transaction: its records are never delivered to ``read_committed`` readers, its staged
@@ -203,47 +132,13 @@ class TransactionalPublisher:
             GridError: the abort could not be written; the transaction stays this publisher's: call ``abort()``
                 again (it times out meanwhile if the process dies).
         """
-        if self._key is None:
-            return
-        key = self._key
-        # A grid error here propagates with the transaction kept: calling abort() again finds out how it ended.
-        state = transactions.abort(self._grid, key, reason)
-        if state is not None and state.state == transactions.COMMITTED:
-            logger.info("transaction %r was committed already: its offsets are applied, not rewound", key)
-            self._apply(key)
-            self.committed += 1
-            self._end()
-            return
-        for subscriber, lanes in self._staged.values():
-            for lane in lanes:
-                try:
-                    subscriber.member.settle_staged(lane, key)
-                except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.debug("offset staged by aborted transaction %r left to be settled: %s", key, exc)
-            subscriber.rewind()
-        self.aborted += 1
-        self._end()
+        drive(self._abort_steps(reason))
 
-    def _apply(self, key: str) -> None:
-        """Move the group's offsets to those the committed transaction staged. A failure loses nothing: whoever
-        meets the staged offset next (the lane's next holder, the next ``send_offsets``) rolls it forward."""
-        for subscriber, lanes in self._staged.values():
-            for lane in lanes:
-                try:
-                    subscriber.member.apply_staged(lane, key)
-                except (FencedError, NotAssignedError, GridError) as exc:
-                    logger.info("offset of committed transaction %r left to be rolled forward: %s", key, exc)
-            subscriber.mark_confirmed(lanes)
+    def _decide_commit(self, key: str, producer_id: int, offsets: list[str]) -> TxnState:
+        return transactions.commit(self._grid, key, [producer_id], offsets=offsets)
 
-    def _end(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        self._key, self._doomed = None, None
-        self._staged = {}
-        if publisher is not None:
-            try:
-                publisher.close()
-            except MeteorError as exc:
-                logger.warning("closing a transaction's publisher failed: %s", exc)
+    def _decide_abort(self, key: str, reason: str) -> TxnState | None:
+        return transactions.abort(self._grid, key, reason)
 
     def close(self) -> None:
         """Abort an open transaction, then close. Idempotent."""

@@ -57,14 +57,14 @@ A ``read_committed`` reader's memory (``item_gate``) is bounded separately.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from meteor_spark.errors import MeteorError, TransactionAbortedError
 from meteor_spark.grid.client import Grid, result
+from meteor_spark.grid.steps import drive
 from meteor_spark.grid.streams import STREAMS_MAP, parse_metadata
 from meteor_spark.grid.transaction_state import (
     ABORTED,
@@ -80,24 +80,17 @@ from meteor_spark.grid.transaction_state import (
     TXNS_MAP,
     TxnState,
 )
-from meteor_spark.grid.txn_decisions import (
-    abort_step,
-    batches_to_remove,
-    begin_step,
-    commit_check,
-    committed_lanes,
-    committed_state,
-    expired,
-    late_open_entries,
-    moved_past,
-    open_entry,
-    open_entry_value,
-    parse_states,
-    producers_to_remove,
-    retention_verdict,
-    timeout_reason,
+from meteor_spark.grid.txn_decisions import timeout_reason
+from meteor_spark.grid.txn_steps import (
+    TxnCalls,
+    abort_steps,
+    begin_steps,
+    clear_open_steps,
+    commit_steps,
+    due,
+    sweep_steps,
 )
-from meteor_spark.grid.txn_retention import lane_oldest, still_staged
+from meteor_spark.grid.txn_steps import now_ms as _now_ms
 
 __all__ = [  # the stored record and the maps' names are transaction_state's, named from here too
     "ABORTED",
@@ -135,14 +128,11 @@ logger = logging.getLogger(__name__)
 #: Kafka's transaction.timeout.ms default.
 DEFAULT_TIMEOUT_MS = 60_000
 
-_CAS_ATTEMPTS = 100
-
 #: At most one sweep per this many seconds per process and grid (``sweep_if_due``).
 SWEEP_INTERVAL_S = 30.0
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+#: Attempts at taking a batch over while other runs of the query race for it.
+_TAKE_ATTEMPTS = 100
 
 
 def state_of(grid: Grid, key: str) -> TxnState | None:
@@ -173,25 +163,7 @@ def begin(
     """
     if batch_key is not None:
         take_batch(grid, batch_key, key)
-    entries = grid.map(OPEN_MAP)
-    entry = open_entry(key, stream)
-    if entries.get(entry) is None:
-        # The first producer in this stream notes the lanes' tails: the transaction's items there lie above them.
-        entries.put_if_absent(entry, open_entry_value(stream, _tails(grid, stream)))
-    txns = grid.map(TXNS_MAP)
-    for _ in range(_CAS_ATTEMPTS):
-        current = txns.get(key)
-        write = begin_step(key, current, _now_ms() + timeout_ms)
-        if write is None:
-            break
-        if current is None:
-            if txns.put_if_absent(key, write) is None:
-                break
-        elif txns.replace_if_same(key, current, write):
-            break
-    else:
-        raise MeteorError(f"could not register a producer under transaction {key!r}: too many concurrent updates")
-    grid.map(PRODUCERS_MAP).put(str(producer_id), key)
+    drive(begin_steps(grid, _CALLS, key, producer_id, timeout_ms, stream))
 
 
 class BatchCommittedError(TransactionAbortedError):
@@ -205,7 +177,7 @@ def take_batch(grid: Grid, batch_key: str, key: str) -> None:
         BatchCommittedError: another run already committed the batch (publish nothing: a replay).
     """
     batches = grid.map(BATCHES_MAP)
-    for _ in range(_CAS_ATTEMPTS):
+    for _ in range(_TAKE_ATTEMPTS):
         owner = batches.get(batch_key)
         if owner == key:
             return
@@ -240,21 +212,8 @@ def commit(
             producers; nothing of it is delivered to ``read_committed`` readers.
         MeteorError: no such transaction.
     """
-    wanted = frozenset(producers)
-    txns = grid.map(TXNS_MAP)
-    for _ in range(_CAS_ATTEMPTS):
-        current = txns.get(key)
-        state = commit_check(key, current, wanted)
-        if state.decided:
-            return state  # committed already with these producers: a retried commit
-        opened = _open_entries(grid, key)
-        decided = committed_state(state, wanted, _now_ms(), _lanes(grid, opened), offsets)
-        assert current is not None
-        if txns.replace_if_same(key, current, decided.to_json()):
-            _forget_open(grid, key, opened)
-            sweep_if_due(grid, sweep_interval_s)
-            return decided
-    raise MeteorError(f"could not commit transaction {key!r}: too many concurrent updates")
+    sweep = partial(sweep_if_due, grid, sweep_interval_s)
+    return drive(commit_steps(grid, _CALLS, key, frozenset(producers), offsets, sweep))
 
 
 def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None = None) -> TxnState | None:
@@ -262,21 +221,7 @@ def abort(grid: Grid, key: str, reason: str, *, only_expired_at_ms: int | None =
 
     ``only_expired_at_ms``: abort only if the deadline lies before this time (a reader's timeout abort).
     """
-    txns = grid.map(TXNS_MAP)
-    for _ in range(_CAS_ATTEMPTS):
-        current = txns.get(key)
-        step = abort_step(key, current, reason, _now_ms(), only_expired_at_ms)
-        decided = step.write
-        if decided is None:
-            return step.final
-        assert current is not None
-        if txns.replace_if_same(key, current, decided.to_json()):
-            logger.info("transaction %r aborted: %s", key, reason)
-            _forget_open(grid, key)
-            if only_expired_at_ms is None:
-                sweep_if_due(grid)
-            return decided
-    raise MeteorError(f"could not abort transaction {key!r}: too many concurrent updates")
+    return drive(abort_steps(grid, _CALLS, key, reason, only_expired_at_ms))
 
 
 def abort_expired(grid: Grid, key: str, now_ms: int | None = None) -> TxnState | None:
@@ -290,7 +235,7 @@ def open_in(grid: Grid, stream: str, *, abort_expired: bool = True) -> bool:
     entries of transactions found decided, left behind by a decider that died, are removed here, and transactions
     found open past their deadline are aborted, unless ``abort_expired`` is False: a tool that only looks). False
     means every transactional item stored in ``stream`` before the call is decided."""
-    return _clear_open(grid, stream, abort_expired=abort_expired)
+    return drive(clear_open_steps(grid, _CALLS, stream, abort_expired=abort_expired))
 
 
 def clear_stale_if_due(grid: Grid) -> None:
@@ -298,35 +243,12 @@ def clear_stale_if_due(grid: Grid) -> None:
     grid): go through ``meteor.txn.open`` once, aborting transactions open past their deadline and removing the
     entries of decided ones, so stale entries are cleared by every kind of reader, not only by Spark planning.
     Never raises (logged, tried again at the next interval)."""
-    now = time.monotonic()
-    last = _last_clear.get(id(grid))
-    if last is not None and now - last < SWEEP_INTERVAL_S:
+    if not due(_last_clear, grid, SWEEP_INTERVAL_S):
         return
-    _last_clear[id(grid)] = now
     try:
-        _clear_open(grid, None, abort_expired=True)
+        drive(clear_open_steps(grid, _CALLS, None, abort_expired=True))
     except MeteorError as exc:
         logger.warning("clearing stale open transactions failed: %s; tried again in %.0f s", exc, SWEEP_INTERVAL_S)
-
-
-def _clear_open(grid: Grid, stream: str | None, *, abort_expired: bool) -> bool:
-    """``open_in`` for ``stream``, or for every stream (None); True when an entry of a transaction still open
-    within its deadline remains."""
-    entries = grid.map(OPEN_MAP)
-    found = False
-    now = _now_ms()
-    for entry in entries.keys():  # noqa: SIM118 - GridMap.keys() is the grid call
-        key, _, entry_stream = entry.rpartition("\t")
-        if stream is not None and entry_stream != stream:
-            continue
-        state = state_of(grid, key)
-        if abort_expired and expired(state, now):
-            state = abort(grid, key, timeout_reason(now), only_expired_at_ms=now)
-        if state is not None and state.decided:
-            entries.remove(entry)
-            continue
-        found = True
-    return found
 
 
 def _tails(grid: Grid, stream: str) -> list[int]:
@@ -339,25 +261,16 @@ def _tails(grid: Grid, stream: str) -> list[int]:
     return [result(future, f"tail of ring {ring.name!r}") for ring, future in zip(rings, futures, strict=True)]
 
 
+def _open_keys(grid: Grid) -> list[str]:
+    """Every key of ``meteor.txn.open`` (one ``keys()``: the values are read only for the entries wanted)."""
+    return grid.map(OPEN_MAP).keys()
+
+
 def _open_entries(grid: Grid, key: str) -> dict[str, str]:
     """The ``meteor.txn.open`` entries of transaction ``key``: entry key -> value."""
     entries = grid.map(OPEN_MAP)
     mine = [entry for entry in entries.keys() if entry.rpartition("\t")[0] == key]  # noqa: SIM118
     return {} if not mine else {k: v for k, v in entries.get_all(mine).items() if v is not None}
-
-
-def _lanes(grid: Grid, opened: dict[str, str]) -> tuple[tuple[str, int, int, int], ...] | None:
-    """``txn_decisions.committed_lanes`` with the tails of each stream the transaction noted, read now (every
-    producer of a commit has flushed)."""
-    streams = {entry.rpartition("\t")[2] for entry in opened}
-    return committed_lanes(opened, {stream: _tails(grid, stream) for stream in streams})
-
-
-def _forget_open(grid: Grid, key: str, opened: dict[str, str] | None = None) -> None:
-    """Remove the ``meteor.txn.open`` entries of a decided transaction."""
-    entries = grid.map(OPEN_MAP)
-    for entry in opened if opened is not None else _open_entries(grid, key):
-        entries.remove(entry)
 
 
 # --------------------------------------------------------------------------------------------------- bounded state
@@ -384,11 +297,8 @@ def sweep_if_due(grid: Grid, interval_s: float = SWEEP_INTERVAL_S) -> SweepRepor
     """``sweep`` when this process has not swept this grid for ``interval_s`` (a sweep lists the maps, so it is
     rationed; a shorter interval keeps them nearer their bound, e.g. for a soak run); never raises (a failed sweep
     is logged and tried again at the next interval)."""
-    now = time.monotonic()
-    last = _last_sweep.get(id(grid))
-    if last is not None and now - last < interval_s:
+    if not due(_last_sweep, grid, interval_s):
         return None
-    _last_sweep[id(grid)] = now
     try:
         return sweep(grid)
     except MeteorError as exc:
@@ -403,92 +313,26 @@ def sweep(grid: Grid, *, now_ms: int | None = None) -> SweepReport:
     The snapshots are taken producers and open entries first, transactions last: a transaction is created before
     its producers are registered, so a producer whose transaction is missing from the later snapshot was removed.
     """
-    now = _now_ms() if now_ms is None else now_ms
-    producers_map, open_map, batches_map, txns_map = (
-        grid.map(PRODUCERS_MAP),
-        grid.map(OPEN_MAP),
-        grid.map(BATCHES_MAP),
-        grid.map(TXNS_MAP),
-    )
-    producers = producers_map.entries()
-    batches = batches_map.entries()
-    open_keys = open_map.keys()
-    raw = txns_map.entries()
-    states = parse_states(raw)
-    open_removed = _sweep_open_entries(grid, open_keys, states, raw, now)
-    oldest: dict[tuple[str, int], int | None] = {}
-    removable = [key for key, state in states.items() if _removable(grid, state, now, oldest)]
-    if removable and producers.get(SWEPT_KEY) is None:
-        producers_map.put(SWEPT_KEY, json.dumps({"first_ms": now}))
-    removed = {key for key in removable if txns_map.remove_if_same(key, raw[key])}
-    producers_removed = 0
-    for producer, key in producers_to_remove(producers, raw, removed):
-        producers_removed += producers_map.remove_if_same(producer, key)
-    batches_removed = 0
-    for batch_key, key in batches_to_remove(batches, states, removed):
-        batches_removed += batches_map.remove_if_same(batch_key, key)
-    committed = sum(1 for key in removed if states[key].state == COMMITTED)
+    counts = drive(sweep_steps(grid, _CALLS, _now_ms() if now_ms is None else now_ms, _absent_before))
     report = SweepReport(
-        committed,
-        len(removed) - committed,
-        producers_removed,
-        batches_removed,
-        open_removed,
+        counts.committed,
+        counts.aborted,
+        counts.producers,
+        counts.batches,
+        counts.open_entries,
         {name: grid.map(name).size() for name in (TXNS_MAP, PRODUCERS_MAP, BATCHES_MAP, OPEN_MAP)},
     )
-    if removed or producers_removed or batches_removed or open_removed:
+    if counts.committed or counts.aborted or counts.producers or counts.batches or counts.open_entries:
         logger.info("transaction maps swept: %s", report)
     return report
-
-
-def _sweep_open_entries(
-    grid: Grid, open_keys: list[str], states: dict[str, TxnState], raw: dict[str, str], now: int
-) -> int:
-    """Sweep map ``meteor.txn.open`` (one entry per open transaction and task); returns the entries removed.
-
-    An entry whose transaction is missing twice in a row is a late task attempt's, written after its transaction was
-    decided and removed. An entry of an expired undecided transaction aborts it (``states`` and ``raw`` then hold
-    the aborted record, so this sweep can already count it); one of a decided transaction is no longer needed.
-    """
-    open_map = grid.map(OPEN_MAP)
-    open_removed = 0
-    absent, late = late_open_entries(open_keys, states, _absent_before.get(id(grid), set()))
-    for entry in late:
-        if open_map.remove(entry) is not None:
-            open_removed += 1
-    _absent_before[id(grid)] = absent
-    for entry in open_keys:
-        key = entry.rpartition("\t")[0]
-        state = states.get(key)
-        if state is None:
-            continue
-        if expired(state, now):
-            state = abort_expired(grid, key, now) or state
-            states[key] = state
-            raw[key] = state.to_json()
-            open_removed += 1
-        elif state.decided and open_map.remove(entry) is not None:
-            open_removed += 1
-    return open_removed
-
-
-def _removable(grid: Grid, state: TxnState, now: int, oldest: dict[tuple[str, int], int | None]) -> bool:
-    verdict = retention_verdict(state, now)
-    if verdict is not None:
-        return verdict
-    assert state.lanes is not None
-    if state.offsets and still_staged(grid, state.key, state.offsets):
-        return False
-    for stream, lane, _, last in state.lanes:
-        where = (stream, lane)
-        if where not in oldest:
-            oldest[where] = lane_oldest(grid, stream, lane)
-        if not moved_past(oldest[where], last):
-            return False
-    return True
 
 
 def swept(grid: Grid) -> bool:
     """Whether transactions were ever removed from this grid's maps (the marker ``sweep`` leaves): a reader that
     finds a transactional item's producer or transaction missing then knows it was removed, not lost."""
     return grid.map(PRODUCERS_MAP).get(SWEPT_KEY) is not None
+
+
+#: The calls the steps of ``txn_steps`` leave to this client: tails read with parallel futures, the open entries
+#: listed by ``keys()`` and read with one ``get_all``.
+_CALLS = TxnCalls(tails=_tails, open_entries=_open_entries, open_keys=_open_keys, sweep_if_due=sweep_if_due)

@@ -60,44 +60,19 @@ forget): ``meteor_spark.groups.admin``.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from meteor_spark.errors import (
-    ConfigError,
-    FencedError,
-    GridError,
-    GroupError,
-)
+from meteor_spark.errors import ConfigError, GroupError
 from meteor_spark.format.offsets import InitialOffsetScheme, resolve_initial
-from meteor_spark.grid import transactions
 from meteor_spark.grid.client import Grid, GridMap
 from meteor_spark.grid.item_marks import ItemMark
+from meteor_spark.grid.steps import drive
 from meteor_spark.grid.streams import StreamInfo
 from meteor_spark.groups.balancing import LaneBalancer, MemberSettings
-from meteor_spark.groups.leases import ExpiryObserver, Held, LeaseMap
-from meteor_spark.groups.protocol import (
-    check_lane,
-    check_offset,
-    contended_error,
-    fenced_error,
-    not_assigned_error,
-    offset_step,
-)
-from meteor_spark.groups.store import (
-    LEASES_MAP,
-    MAX_CAS_ATTEMPTS,
-    MEMBERS_MAP,
-    OFFSETS_MAP,
-    Assignment,
-    ConfirmedOffset,
-    lane_key,
-    member_key,
-    read_offset,
-)
-from meteor_spark.groups.txn_offsets import Change, applying, fenced_update, settling, staging
+from meteor_spark.groups.protocol import check_lane
+from meteor_spark.groups.store import LEASES_MAP, MEMBERS_MAP, OFFSETS_MAP, Assignment, read_offset
 
 __all__ = ["GroupMember"]
 
@@ -142,33 +117,15 @@ class GroupMember(LaneBalancer):
         want: str = "balanced",
         on_change: Callable[[Assignment], None] | None = None,
     ) -> None:
-        self._settings = MemberSettings.parse(group, member_id, lease_ms, renew_every_ms, want)
-        self.info = info
-        self.stream: str = info.config.name
-        self.lanes: int = info.config.lanes
-        self._on_change = on_change
-        self._leases = LeaseMap(grid.map(LEASES_MAP))
+        super().__init__(
+            info, MemberSettings.parse(group, member_id, lease_ms, renew_every_ms, want), on_change, threading.Lock()
+        )
+        self._lease_map: GridMap = grid.map(LEASES_MAP)
         self._grid = grid
         self._offsets: GridMap = grid.map(OFFSETS_MAP)
         self._members: GridMap = grid.map(MEMBERS_MAP)
-        self._lease_observer = ExpiryObserver()
-        self._member_observer = ExpiryObserver()
-        self._lock = threading.Lock()
-        self._held: dict[int, Held] = {}
-        self._offset_texts: dict[int, str] = {}  # lane -> offsets entry text this member last wrote
-        self._deposed: dict[int, int] = {}  # lane -> epoch this member held it with until another member took it
-        self._target_lanes: frozenset[int] = frozenset()
-        self._waiting_for: frozenset[int] = frozenset()  # target lanes held by others: probed between renewals
-        self._notified = Assignment()
-        self._generation: str | None = None  # the membership generation's text last seen or written
-        self._beat = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._closed = False
-        self._host = socket.gethostname()
-        self.lease_acquisitions = 0
-        self.lease_losses = 0
-        self.fencing_refusals = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -210,33 +167,8 @@ class GroupMember(LaneBalancer):
             held = dict(self._held)
         if held:
             self._notify(Assignment())
-        for lane, lease in held.items():
-            try:
-                self._leases.release(lane_key(self.stream, self.group, lane), lease)
-            except GridError as exc:
-                logger.warning("could not release %s on close (it will expire): %s", self._where(lane), exc)
-        with self._lock:
-            self._held.clear()
-            self._offset_texts.clear()
-        try:
-            self._members.delete(member_key(self.stream, self.group, self.member_id))
-        except GridError as exc:
-            logger.warning("could not remove heartbeat of member %r on close: %s", self.member_id, exc)
-        self._announce_safely("leave")
+        drive(self._leave_steps(held))
         logger.info("member %r left group %r of stream %r", self.member_id, self.group, self.stream)
-
-    def _announce_safely(self, change: str) -> None:
-        """Announce a join or leave; without it the others still see the change at their next renewal."""
-        try:
-            self._announce(change)
-        except GridError as exc:
-            logger.warning(
-                "member %r could not announce its %s to group %r (the others see it at their next renewal): %s",
-                self.member_id,
-                change,
-                self.group,
-                exc,
-            )
 
     def __enter__(self) -> GroupMember:
         self.start()
@@ -246,17 +178,6 @@ class GroupMember(LaneBalancer):
         self.close()
 
     # -- queries ------------------------------------------------------------------------------------------------
-
-    def metrics(self) -> dict[str, int]:
-        """Counters since creation: leases taken and lost, confirms/seeks refused by fencing; lanes held now."""
-        with self._lock:
-            held = len(self._held)
-        return {
-            "lease_acquisitions": self.lease_acquisitions,
-            "lease_losses": self.lease_losses,
-            "fencing_refusals": self.fencing_refusals,
-            "lanes_held": held,
-        }
 
     def is_current(self, lane: int) -> bool:
         """True when this member still holds ``lane`` by its own judgement: renewed within a lease period by this
@@ -286,28 +207,7 @@ class GroupMember(LaneBalancer):
         wanted = range(self.lanes) if lanes is None else lanes
         for lane in wanted:
             self._check_lane(lane)
-        with self._lock:
-            texts = {lane: self._offset_texts[lane] for lane in wanted if lane in self._offset_texts}
-        missing = [lane for lane in wanted if lane not in texts]
-        if missing:
-            keys = {lane: lane_key(self.stream, self.group, lane) for lane in missing}
-            stored = self._offsets.get_all(list(keys.values()))
-            texts.update({lane: stored[key] for lane, key in keys.items() if key in stored})
-        out: dict[int, int | None] = {}
-        for lane in wanted:
-            text = texts.get(lane)
-            where = f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}"
-            out[lane] = None if text is None else ConfirmedOffset.decode(text, where).offset
-        return out
-
-    def confirmed_mark(self, lane: int) -> ItemMark | None:
-        """The item mark stored with a held lane's confirmed offset (from memory: the text this member fenced or
-        last wrote), None when the lane is not held or its offset carries no mark."""
-        with self._lock:
-            text = self._offset_texts.get(lane)
-        if text is None:
-            return None
-        return ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}").mark
+        return drive(self._known_offsets_steps(wanted))
 
     def initial_offset(self, lane: int, scheme: InitialOffsetScheme | str, head_seq: int, next_seq: int) -> int:
         """Where to start reading a held lane: its confirmed offset, else ``scheme`` resolved now.
@@ -344,29 +244,23 @@ class GroupMember(LaneBalancer):
                 nothing was written.
             ConfigError: a negative offset.
         """
-        self._write_offset(lane, offset, backwards=False, read_epoch=epoch, mark=mark)
+        drive(self._write_offset_steps(lane, offset, backwards=False, read_epoch=epoch, mark=mark))
 
     def seek(self, lane: int, offset: int) -> None:
         """Set the group's offset of a held lane, forwards or backwards (the explicit way back). Fenced like
         ``confirm``."""
-        self._write_offset(lane, offset, backwards=True)
+        drive(self._write_offset_steps(lane, offset, backwards=True))
 
     def hold(self, lane: int, offset: int, *, not_before_ms: int, high: int | None, epoch: int | None) -> None:
         """Rewind a held lane to ``offset`` (a ``nack``): the group reads it again from there, not before the
         wall-clock instant ``not_before_ms`` (0: at once), and ``high`` (one past the furthest record delivered)
         is kept for ``dead_letter_after``. Stored in the lane's offsets entry, so the pause holds for whichever
         member reads the lane next. Fenced like ``confirm`` (``epoch``: the one the records were read under)."""
-        self._write_offset(lane, offset, backwards=True, read_epoch=epoch, not_before_ms=not_before_ms, high=high)
-
-    def hold_of(self, lane: int) -> tuple[int, int | None]:
-        """``(not_before_ms, high)`` stored with a held lane's offset (from memory: the text this member fenced or
-        last wrote); ``(0, None)`` when the lane is not held or none is stored."""
-        with self._lock:
-            text = self._offset_texts.get(lane)
-        if text is None:
-            return 0, None
-        stored = ConfirmedOffset.decode(text, f"{lane_key(self.stream, self.group, lane)} in map {OFFSETS_MAP!r}")
-        return stored.not_before_ms, stored.high
+        drive(
+            self._write_offset_steps(
+                lane, offset, backwards=True, read_epoch=epoch, not_before_ms=not_before_ms, high=high
+            )
+        )
 
     def stage(
         self, lane: int, offset: int, txn: str, *, epoch: int | None = None, mark: ItemMark | None = None
@@ -381,142 +275,17 @@ class GroupMember(LaneBalancer):
         """
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise ConfigError(f"stage: offset {offset!r} on {self._where(lane)} is invalid; offsets are integers >= 0")
-        self._update_entry(lane, "stage", epoch, staging(self._grid, txn, offset, mark, self._where(lane)))
+        drive(self._stage_steps(lane, offset, txn, epoch, mark))
 
     def apply_staged(self, lane: int, txn: str) -> None:
         """After ``txn`` committed: move the lane's offset to the one staged by ``txn`` (nothing when another
         transaction's, or nothing, is staged). Fenced: once the lane was taken over, its new holder has settled it."""
-        self._update_entry(lane, "apply", None, applying(txn))
+        drive(self._apply_steps(lane, txn))
 
     def settle_staged(self, lane: int, txn: str | None = None) -> None:
         """Settle the offset staged on a held lane (by ``txn``, or by any transaction when None) once its
         transaction is decided: rolled forward if it committed, dropped if it aborted; left while it is open."""
-
-        settle_it = settling(txn, self._where(lane))
-
-        def change(stored: ConfirmedOffset) -> ConfirmedOffset | None:
-            staged = stored.txn
-            return settle_it(stored, None if staged is None else transactions.state_of(self._grid, staged.key))
-
-        self._update_entry(lane, "settle", None, change)
-
-    def _update_entry(self, lane: int, what: str, read_epoch: int | None, change: Change) -> None:
-        """Compare-and-set the lane's offsets entry to ``change(stored)`` (None: leave it), fenced like ``confirm``."""
-        epoch = self._epoch_of(lane)
-        if read_epoch is not None and read_epoch != epoch:
-            raise self._fenced(what, lane, -1, read_epoch, self.member_id, epoch)
-        with self._lock:
-            text = self._offset_texts.get(lane)
-        new = fenced_update(
-            self._offsets,
-            lane_key(self.stream, self.group, lane),
-            epoch=epoch,
-            by=self.member_id,
-            change=change,
-            fenced=lambda stored: self._fenced(
-                what, lane, -1, epoch, None if stored is None else stored.by, None if stored is None else stored.epoch
-            ),
-            what=f"{what} on {self._where(lane)}",
-            text=text,
-        )
-        if new is not None:
-            self._remember_offset_text(lane, new)
-
-    def _write_offset(
-        self,
-        lane: int,
-        offset: int,
-        *,
-        backwards: bool,
-        read_epoch: int | None = None,
-        mark: ItemMark | None = None,
-        not_before_ms: int = 0,
-        high: int | None = None,
-    ) -> None:
-        what = "seek" if backwards else "confirm"
-        epoch = self._write_epoch(what, lane, offset, read_epoch)
-        key = lane_key(self.stream, self.group, lane)
-        # No lease read first: the compare-and-set below is what fences. The entry carries the epoch of whoever
-        # fenced it last, so a newer holder (which fences before it reads) makes this write fail; reading the
-        # lease beforehand would cost a round trip and still race with a takeover right after it.
-        where = f"{key} in map {OFFSETS_MAP!r}"
-        # The text this member last wrote (or fenced) is almost always still the stored one: CAS against it
-        # directly and read the entry only when that fails.
-        with self._lock:
-            text = self._offset_texts.get(lane)
-        for _ in range(MAX_CAS_ATTEMPTS):
-            if text is None:
-                text = self._offsets.get(key)
-            if text is None:
-                # The holder fenced the entry when it took the lane, so it only goes missing when the group was
-                # forgotten (the stream deleted): that ends this member's claim as surely as a newer epoch.
-                raise self._fenced(what, lane, offset, epoch, None, None)
-            step = offset_step(
-                text,
-                where,
-                epoch=epoch,
-                offset=offset,
-                member_id=self.member_id,
-                backwards=backwards,
-                mark=mark,
-                not_before_ms=not_before_ms,
-                high=high,
-            )
-            if step.fenced:
-                raise self._fenced(what, lane, offset, epoch, step.stored.by, step.stored.epoch)
-            if step.ignored:
-                self._remember_offset_text(lane, text)
-                if step.below:
-                    logger.debug(
-                        "ignored confirm of offset %d on %s: the group already confirmed %s",
-                        offset,
-                        self._where(lane),
-                        step.stored.offset,
-                    )
-                return
-            assert step.write is not None
-            if self._offsets.replace_if_same(key, text, step.write):
-                self._remember_offset_text(lane, step.write)
-                return
-            text = None
-        raise contended_error(what, offset, self._where(lane), MAX_CAS_ATTEMPTS, "thread")
-
-    def _write_epoch(self, what: str, lane: int, offset: int, read_epoch: int | None) -> int:
-        """The epoch an offset write on ``lane`` goes under; refused at once when the lane was lost to another
-        member, or when the records were read under another epoch."""
-        check_offset(what, offset, self._where(lane))
-        self._check_lane(lane)
-        with self._lock:
-            held = self._held.get(lane)
-            deposed = self._deposed.get(lane)
-        if held is None and deposed is not None:
-            _, lease = self._leases.read(lane_key(self.stream, self.group, lane))
-            raise self._fenced(
-                what, lane, offset, deposed, lease.holder if lease else None, lease.epoch if lease else None
-            )
-        epoch = self._epoch_of(lane)
-        if read_epoch is not None and read_epoch != epoch:
-            raise self._fenced(what, lane, offset, read_epoch, self.member_id, epoch)
-        return epoch
-
-    def _remember_offset_text(self, lane: int, text: str) -> None:
-        with self._lock:
-            if lane in self._held:
-                self._offset_texts[lane] = text
-
-    def _fenced(
-        self, what: str, lane: int, offset: int, epoch: int, holder: str | None, their_epoch: int | None
-    ) -> FencedError:
-        self.fencing_refusals += 1
-        return fenced_error(self.member_id, what, self._where(lane), offset, epoch, holder, their_epoch)
-
-    def _epoch_of(self, lane: int) -> int:
-        self._check_lane(lane)
-        with self._lock:
-            held = self._held.get(lane)
-        if held is None:
-            raise not_assigned_error(self.member_id, self._where(lane), self.assignment())
-        return held.lease.epoch
+        drive(self._settle_steps(lane, txn))
 
     def _check_lane(self, lane: int) -> None:
         check_lane(lane, self.lanes, self.stream)

@@ -98,7 +98,8 @@ def fenced_write(
 ) -> str | None:
     """One step of a fenced update of the offsets entry ``key`` stored as ``text``: the text to compare-and-set
     (``change(stored)`` stamped with ``epoch`` and writer ``by``), None when ``change`` leaves the entry; refused
-    (``fenced(stored)`` raised) once a newer epoch is on it. Shared by ``fenced_update`` and the asyncio member."""
+    (``fenced(stored)`` raised) once a newer epoch is on it. Shared by ``fenced_update`` and the members' steps
+    (``meteor_spark.groups.member_offsets``)."""
     stored = ConfirmedOffset.decode(text, f"{key} in map {OFFSETS_MAP!r}")
     if stored.epoch > epoch:
         raise fenced(stored)
@@ -188,7 +189,8 @@ def settling(txn: str | None, where: str) -> StateChange:
 
 
 def given(change: StateChange, state: transactions.TxnState | None) -> Change:
-    """``change`` with the staged transaction's state read beforehand (the asyncio member reads it awaited)."""
+    """``change`` with the staged transaction's state read beforehand (by a member's steps, synchronously or
+    awaited)."""
     return lambda stored: change(stored, state)
 
 
