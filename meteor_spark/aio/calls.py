@@ -15,12 +15,16 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import accumulate
-from typing import Any, cast
+from itertools import accumulate, islice
+from typing import Any
 
+import numpy as np
+
+from meteor_spark.aio.record_future import PublishFuture, RunOutcomes
 from meteor_spark.errors import GridError, MeteorError
-from meteor_spark.format.item_encoding import PreparedColumns, prepare_columns
-from meteor_spark.format.item_header import NO_TIMESTAMP
+from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items, prepare_columns
+from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
+from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.wire import lane_max_after
 from meteor_spark.grid.aio_client import AsyncGrid, AsyncRing
 from meteor_spark.producer.batching import PublisherSettings
@@ -36,6 +40,8 @@ from meteor_spark.producer.idempotence import (
 from meteor_spark.producer.publisher import random_producer_id
 
 logger = logging.getLogger("meteor_spark.aio.publisher")
+
+_NS_PER_MS = 1_000_000
 
 
 class Sink:
@@ -70,28 +76,6 @@ class Sink:
             self.future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
 
 
-class Singles:
-    """The sink of a run of one-record calls (plain values of ``publish_async``): a future per record, so a burst of
-    such calls shares one ``Run`` (``Lane.append_single``) and costs per record about what ``publish_many`` does."""
-
-    __slots__ = ("futures",)
-
-    def __init__(self) -> None:
-        self.futures: list[asyncio.Future[Any]] = []
-
-    def stored(self, run: Run, lo: int, hi: int, first_offset: int) -> None:
-        for k, future in enumerate(self.futures[lo:hi]):
-            if not future.done():
-                future.set_result(first_offset + k)
-
-    def failed(self, error: BaseException, lo: int = 0, hi: int | None = None) -> None:
-        """Records ``[lo, hi)`` failed with ``error`` (each record is a call of its own)."""
-        for future in self.futures[lo:hi]:
-            if not future.done():
-                future.set_exception(error)
-                future.exception()  # retrieved: a fire-and-forget publish_async does not log "never retrieved"
-
-
 class Run:
     """Records of one ``publish`` / ``publish_many`` call queued on one lane, in order, and how far the lane's calls
     have taken them (``pos``). Columns, not record objects: cutting a run into ring items costs per item, not per
@@ -99,11 +83,28 @@ class Run:
 
     Attributes:
         values, keys, headers, stamps: the records' columns (``keys`` / ``headers`` None: none has any).
-        cum: ``cum[i]`` = the sizes of records ``0..i`` together.
+        cum: ``cum[i]`` = the sizes of records ``0..i`` together; a run of one-record calls extends it only when it
+            is cut (``sized``), not on every append.
         sink, sink_start, indices: where the records' offsets go: positions ``sink_start + i``, or ``indices[i]``.
+        outcomes: a run of one-record calls' ``RunOutcomes`` (also its sink: each record's future reads its outcome
+            there), else None.
+        ns_stamps: ``stamps`` are ``time.time_ns()`` readings (a run of one-record calls), made milliseconds per
+            ring item when it is encoded (``item_columns``), not per record.
     """
 
-    __slots__ = ("cum", "headers", "indices", "keys", "pos", "sink", "sink_start", "stamps", "values")
+    __slots__ = (
+        "cum",
+        "headers",
+        "indices",
+        "keys",
+        "ns_stamps",
+        "outcomes",
+        "pos",
+        "sink",
+        "sink_start",
+        "stamps",
+        "values",
+    )
 
     def __init__(
         self,
@@ -112,7 +113,7 @@ class Run:
         headers: list[tuple[tuple[str, bytes], ...]] | None,
         stamps: list[int],
         sizes: Iterable[int],
-        sink: Sink | Singles,
+        sink: Sink | RunOutcomes,
         sink_start: int = 0,
         indices: list[int] | None = None,
     ) -> None:
@@ -125,47 +126,91 @@ class Run:
         self.sink_start = sink_start
         self.indices = indices
         self.pos = 0
+        self.outcomes: RunOutcomes | None = None
+        self.ns_stamps = False
 
-    def bytes_between(self, lo: int, hi: int) -> int:
-        return self.cum[hi - 1] - (self.cum[lo - 1] if lo else 0)
+    @classmethod
+    def of_singles(cls, loop: asyncio.AbstractEventLoop) -> Run:
+        """An empty run for one-record calls of plain values: their outcomes for their ``PublishFuture`` s, stamps
+        in nanoseconds."""
+        values: list[bytes] = []
+        outcomes = RunOutcomes(loop, values)
+        run = cls(values, None, None, [], (), outcomes)
+        run.outcomes = outcomes
+        run.ns_stamps = True
+        return run
+
+    def sized(self) -> None:
+        """Extend ``cum`` over the records appended since it was last extended."""
+        known = len(self.cum)
+        if known < len(self.values):
+            below = self.cum[-1] if known else 0
+            self.cum += islice(accumulate(map(len, self.values[known:]), initial=below), 1, None)
+
+    def ms_stamps(self, lo: int, hi: int) -> list[int]:
+        """Records ``[lo, hi)``'s timestamps in milliseconds."""
+        stamps = self.stamps[lo:hi]
+        return [stamp // _NS_PER_MS for stamp in stamps] if self.ns_stamps else stamps
 
 
 #: A piece of a ring item: records ``[lo, hi)`` of a run.
 Piece = tuple[Run, int, int]
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class Lane:
     """One lane of the publisher: its queue, the task sending it, where its next call lands and its largest
-    timestamp so far (the time index every item carries)."""
+    timestamp so far (the time index every item carries).
+
+    ``singles`` is the run that one-record calls of plain values append to (``AsyncPublisher.publish_async``); it is
+    always the queue's last run, and it is closed (set to None) when another run is queued after it, when the queue
+    is cut empty, or once a call took records from it: a run that keeps receiving records while calls are cut from
+    it would hold every value it ever carried.
+    """
 
     ring: AsyncRing
+    number: int = 0  # the lane's number in its stream
     queue: deque[Run] = field(default_factory=deque)
     queued: int = 0  # records in the queue not yet cut into a call
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[None] | None = None  # None once the sending task has emptied the queue
     next_start: int = 0
     lane_max: int = NO_TIMESTAMP
-    singles: Run | None = None  # the run one-record calls append to while it is the queue's last
+    singles: Run | None = None
 
-    def append_single(self, value: bytes, stamp: int, future: asyncio.Future[Any]) -> None:
-        """Queue the plain value of a one-record call: appended to the lane's run of such records while that run is
-        the last in the queue (records of a run already cut keep their indices: runs only grow), else a new run."""
-        run = self.singles
-        if run is None or not self.queue or self.queue[-1] is not run:
-            run = self.singles = Run([], None, None, [], (), Singles())
-            self.queue.append(run)
+    def open_singles(self, loop: asyncio.AbstractEventLoop) -> Run:
+        """A new run for one-record calls, queued last."""
+        run = self.singles = Run.of_singles(loop)
+        self.queue.append(run)
+        return run
+
+    def append_plain(self, loop: asyncio.AbstractEventLoop, value: bytes) -> PublishFuture:
+        """Queue the plain value of a one-record call on ``singles``; its future (``AsyncPublisher.publish_async``
+        does the same inline)."""
+        run = self.singles or self.open_singles(loop)
+        future = PublishFuture()
+        future._outcomes, future._index = run.outcomes, len(run.values)  # type: ignore[assignment]
         run.values.append(value)
-        run.stamps.append(stamp)
-        run.cum.append((run.cum[-1] if run.cum else 0) + len(value))
-        cast(Singles, run.sink).futures.append(future)
+        run.stamps.append(time.time_ns())
         self.queued += 1
+        return future
+
+    def append_run(self, run: Run) -> None:
+        """Queue ``run`` (records of one ``publish`` / ``publish_many`` call) after the others."""
+        self.queue.append(run)
+        self.queued += len(run.values)
+        self.singles = None
+
+    def after_cut(self) -> None:
+        """Close the run of one-record calls once a call took records from it (see the class docs)."""
+        if self.singles is not None and (self.singles.pos or not self.queue):
+            self.singles = None
 
 
 async def lane_at_start(stream: str, lane: int, ring: AsyncRing) -> Lane:
     """A lane's state when a publisher starts: the first sequence its next call can occupy, and its last item's
     running maximum timestamp (an undecodable last item adds nothing, as in the threaded sender)."""
     tail = await ring.tail()
-    state = Lane(ring, next_start=tail + 1)
+    state = Lane(ring, lane, next_start=tail + 1)
     if tail >= 0:
         batch = await ring.read_many(tail, 0, 1)
         if batch.items:
@@ -203,6 +248,7 @@ def cut_call(queue: deque[Run], settings: PublisherSettings) -> list[list[Piece]
         count = item_bytes = 0
         while queue and count < max_records:
             run = queue[0]
+            run.sized()
             lo = run.pos
             below = run.cum[lo - 1] if lo else 0
             room = min(max_item_bytes - item_bytes, max_call_bytes - call_bytes)
@@ -232,23 +278,52 @@ def item_columns(pieces: list[Piece]) -> PreparedColumns:
         run, lo, hi = pieces[0]
         keys = None if run.keys is None else run.keys[lo:hi]
         headers = None if run.headers is None else run.headers[lo:hi]
-        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=run.stamps[lo:hi])
+        stamps: list[int] | np.ndarray = run.stamps[lo:hi]
+        if run.ns_stamps:
+            stamps = np.array(stamps, dtype=np.int64) // _NS_PER_MS
+        return prepare_columns(run.values[lo:hi], keys=keys, headers=headers, timestamps=stamps)
     values: list[bytes] = []
-    stamps: list[int] = []
+    all_stamps: list[int] = []
     keyed = any(run.keys is not None for run, _, _ in pieces)
     with_headers = any(run.headers is not None for run, _, _ in pieces)
     all_keys: list[bytes | None] = []
     all_headers: list[tuple[tuple[str, bytes], ...]] = []
     for run, lo, hi in pieces:
         values += run.values[lo:hi]
-        stamps += run.stamps[lo:hi]
+        all_stamps += run.ms_stamps(lo, hi)
         if keyed:
             all_keys += [None] * (hi - lo) if run.keys is None else run.keys[lo:hi]
         if with_headers:
             all_headers += [()] * (hi - lo) if run.headers is None else run.headers[lo:hi]
     return prepare_columns(
-        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=stamps
+        values, keys=all_keys if keyed else None, headers=all_headers if with_headers else None, timestamps=all_stamps
     )
+
+
+def encode_call(stream: str, lane: Lane, taken: list[list[Piece]], framing: ItemFraming) -> list[bytes]:
+    """One call's ring items (``framing`` carries the lane's running maximum timestamp), that maximum moved on to the
+    last item's."""
+    prepared = [[item_columns(item)] for item in taken]
+    items = encode_items(prepared, framing)
+    written = item_lane_max_timestamp(items[-1], stream=stream, lane=lane.number, sequence=-1)
+    lane.lane_max = NO_TIMESTAMP if written is None else written  # None only for the older formats
+    return items
+
+
+def settle_pieces(taken: list[list[Piece]], first: int) -> None:
+    """A call's records were stored, its first item at sequence ``first``: each piece's records get their offsets."""
+    for i, item in enumerate(taken):
+        index = 0
+        for run, lo, hi in item:
+            run.sink.stored(run, lo, hi, make_offset(first + i, index))
+            index += hi - lo
+
+
+def fail_pieces(taken: list[list[Piece]], error: BaseException) -> None:
+    """A call's records failed with ``error``."""
+    for item in taken:
+        for run, lo, hi in item:
+            run.sink.failed(error, lo, hi)
 
 
 async def find_call_async(ring: AsyncRing, start: int, producer_id: int, first_seq: int) -> tuple[int | None, int]:

@@ -29,6 +29,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
+from time import time_ns as _time_ns
 from typing import Any, cast
 
 from meteor_spark.aio.calls import (
@@ -38,13 +40,17 @@ from meteor_spark.aio.calls import (
     Run,
     Sink,
     cut_call,
-    item_columns,
+    encode_call,
+    fail_pieces,
     lane_at_start,
     producer_id_of,
     recover_call,
+    settle_pieces,
 )
 from meteor_spark.aio.claims import AsyncDedup, check_dedup
 from meteor_spark.aio.options import PUBLISHER_ONLY_THREADED, PUBLISHER_OPTIONS, PUBLISHER_SETTINGS, check_option_names
+from meteor_spark.aio.record_future import OffsetFuture
+from meteor_spark.aio.record_future import PublishFuture as _PublishFuture
 from meteor_spark.aio.record_input import RecordInput
 from meteor_spark.aio.streams import open_stream_async
 from meteor_spark.aio.topics import AsyncTopicGate
@@ -58,9 +64,6 @@ from meteor_spark.errors import (
 )
 from meteor_spark.format.avro import is_typed_setting
 from meteor_spark.format.item_encoding import ItemFraming
-from meteor_spark.format.item_encoding import encode_items as encode_ring_items
-from meteor_spark.format.item_header import NO_TIMESTAMP, item_lane_max_timestamp
-from meteor_spark.format.offsets import make_offset
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.format.serializers import serializer
@@ -180,6 +183,13 @@ class AsyncPublisher:
         self._room = asyncio.Condition()
         self._loop = asyncio.get_running_loop()
         self._max_buffered = self.settings.max_buffered_records
+        self._one_lane = len(self._lanes) == 1
+        # asyncio.Future made directly where the loop's create_future is the standard one (a Python frame less)
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            partial(asyncio.Future, loop=self._loop)
+            if getattr(type(self._loop), "create_future", None) is asyncio.BaseEventLoop.create_future
+            else self._loop.create_future
+        )
         self._context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
         self._plain = self._value_serializer is None and self._gate is None
         self._detach_metrics = attach_metrics(self._registry, self)
@@ -228,6 +238,7 @@ class AsyncPublisher:
                     self.failed_records += len(run.values) - run.pos
                 lane.queue.clear()
                 lane.queued = 0
+                lane.singles = None
             self._outstanding = 0
             raise
         finally:
@@ -261,7 +272,7 @@ class AsyncPublisher:
         future = await self.publish_async(
             value, key=key, headers=headers, lane=lane, timestamp_ms=timestamp_ms, topic=topic, message_id=message_id
         )
-        return await future
+        return await (future.asyncio_future() if type(future) is _PublishFuture else future)  # no frame of its own
 
     async def publish_async(
         self,
@@ -273,13 +284,14 @@ class AsyncPublisher:
         timestamp_ms: int | None = None,
         topic: str | None = None,
         message_id: str | None = None,
-    ) -> asyncio.Future[int]:
+    ) -> OffsetFuture:
         """Queue one record (waiting for room up to ``max_block_ms``); the future's value is its offset once stored.
-        Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``).
+        Many records queued before their futures are awaited go out in few calls (aiokafka's ``send``). A plain
+        value's future is a ``PublishFuture`` (``meteor_spark.aio.record_future``: what an asyncio future answers,
+        at a fraction of its cost), other records' an ``asyncio.Future``.
 
         A plain value on a stream without serializer or topic gate, no trace context current, goes onto its lane in
-        this one coroutine (the steps of ``_record``, ``_publish_one`` and ``_keep_sending``): seven frames a record
-        cost more than the rest of its work."""
+        this one coroutine (the steps of ``_record``, ``_publish_one``, ``Lane.append_plain``): frames cost more."""
         if (
             type(value) is bytes
             and key is None
@@ -296,19 +308,24 @@ class AsyncPublisher:
                 self._outstanding += 1
             else:
                 await self._admit(1)
-            future: asyncio.Future[int] = self._loop.create_future()
-            target = 0 if len(self._lanes) == 1 else self._spread(1, len(value))[0][0]
-            state = self._lanes[target]
-            state.append_single(value, int(time.time() * 1000), future)
-            if state.task is None or state.task.done():
-                self._keep_sending(target)
+            state = self._lanes[0] if self._one_lane else self._lanes[self._spread(1, len(value))[0][0]]
+            run = state.singles or state.open_singles(self._loop)
+            values = run.values
+            future = _PublishFuture()
+            future._outcomes = run.outcomes  # type: ignore[assignment]
+            future._index = len(values)
+            values.append(value)
+            run.stamps.append(_time_ns())
+            state.queued += 1
+            if state.task is None:
+                self._keep_sending(state)
             return future
         record = self._record(value, key, headers, lane, timestamp_ms, topic, message_id, None, 1)
         if self._trace is not None and self._trace.active():
             return await self._trace.publish_one_async(record, self._publish_one)
         return await self._publish_one(record)
 
-    async def _publish_one(self, record: Record | bytes) -> asyncio.Future[int]:
+    async def _publish_one(self, record: Record | bytes) -> OffsetFuture:
         if self._gate is not None and not await self._gate.wants(record):
             dropped = self._loop.create_future()  # no live entity wants it (ephemeral): not stored, counted
             dropped.set_result(NOT_STORED)
@@ -319,13 +336,13 @@ class AsyncPublisher:
             self._outstanding += 1  # room at once (the common case): no waiting
         else:
             await self._admit(1)
-        future: asyncio.Future[int] = self._loop.create_future()
-        if type(record) is bytes:  # a plain value: onto its lane's run of one-record calls (Lane.append_single)
-            lane = self._spread(1, len(record))[0][0]
-            self._lanes[lane].append_single(record, int(time.time() * 1000), future)
-            self._keep_sending(lane)
-        else:
-            self._queue([record], Sink(future, 1, True))
+        if type(record) is bytes:  # a plain value: onto its lane's run of one-record calls (Lane.singles)
+            state = self._lanes[self._spread(1, len(record))[0][0]]
+            handle = state.append_plain(self._loop, record)
+            self._keep_sending(state)
+            return handle
+        future: asyncio.Future[int] = self._new_future()
+        self._queue([record], Sink(future, 1, True))
         return future
 
     async def publish_many(self, records: Iterable[Record | bytes | str | Any]) -> list[int]:
@@ -450,14 +467,13 @@ class AsyncPublisher:
                 )
         for lane, run in runs.items():
             state = lanes[lane]
-            state.queue.append(run)
-            state.queued += len(run.values)
-            self._keep_sending(lane)
+            state.append_run(run)
+            self._keep_sending(state)
 
-    def _keep_sending(self, lane: int) -> None:
-        """Make sure ``lane`` has its sending task."""
-        state = self._lanes[lane]
+    def _keep_sending(self, state: Lane) -> None:
+        """Make sure the lane ``state`` has its sending task."""
         if state.task is None or state.task.done():
+            lane = state.number
             state.task = self._loop.create_task(self._drain(lane), name=f"meteor-aio-publisher-{self.stream}-{lane}")
 
     def _spread(self, n: int, nbytes: int = 0) -> list[tuple[int, int, int]]:
@@ -471,49 +487,46 @@ class AsyncPublisher:
     # ------------------------------------------------------------------------------------------------ sending
 
     async def _drain(self, lane: int) -> None:
-        """Send the lane's queue, one ``add_all`` at a time, until it is empty."""
+        """Send the lane's queue, one ``add_all`` at a time, until it is empty (then the lane has no task)."""
         state = self._lanes[lane]
+        try:
+            await self._send_queue(lane, state)
+        finally:
+            if state.task is asyncio.current_task():
+                state.task = None
+
+    async def _send_queue(self, lane: int, state: Lane) -> None:
         settings = self.settings
         while state.queue:
             if settings.linger_ms > 0 and state.queued < settings.max_batch_records:
                 await asyncio.sleep(settings.linger_ms / 1000.0)
             taken = cut_call(state.queue, settings)
+            state.after_cut()
             records = sum(hi - lo for item in taken for _, lo, hi in item)
             state.queued -= records
             try:
                 items, first_seq = self._encode(lane, taken)
                 last = await self._store(lane, items, first_seq, records)
             except (MeteorError, OSError) as exc:
-                for item in taken:
-                    for run, lo, hi in item:
-                        run.sink.failed(exc, lo, hi)
+                fail_pieces(taken, exc)
                 self.failed_records += records
                 await self._completed(records)
                 continue
             except asyncio.CancelledError:  # close gave up waiting: these records' calls never answered
-                unknown = PublishTimeoutError(f"stream {self.stream!r}: closed while a call was in flight")
-                for item in taken:
-                    for run, lo, hi in item:
-                        run.sink.failed(unknown, lo, hi)
+                fail_pieces(taken, PublishTimeoutError(f"stream {self.stream!r}: closed while a call was in flight"))
                 raise
             first = last - len(items) + 1
             self.calls += 1
             self.items_sent += len(items)
-            for i, item in enumerate(taken):
-                index = 0
-                for run, lo, hi in item:
-                    run.sink.stored(run, lo, hi, make_offset(first + i, index))
-                    index += hi - lo
+            settle_pieces(taken, first)
             self.records_sent += records
             await self._completed(records)
 
     def _encode(self, lane: int, taken: list[list[Piece]]) -> tuple[list[bytes], int]:
         """The ring items of one call, with this publisher's id and the next producer sequences."""
-        settings = self.settings
-        state = self._lanes[lane]
-        prepared = [[item_columns(item)] for item in taken]
         first_seq = self._producer_seq
         self._producer_seq += len(taken)
+        settings, state = self.settings, self._lanes[lane]
         framing = ItemFraming(
             self.producer_id,
             first_seq,
@@ -522,10 +535,7 @@ class AsyncPublisher:
             self._transactional,
             state.lane_max,
         )
-        items = encode_ring_items(prepared, framing)
-        written = item_lane_max_timestamp(items[-1], stream=self.stream, lane=lane, sequence=-1)
-        state.lane_max = NO_TIMESTAMP if written is None else written  # None only for the older formats
-        return items, first_seq
+        return encode_call(self.stream, state, taken, framing), first_seq
 
     async def _store(self, lane: int, items: list[bytes], first_seq: int, n_records: int) -> int:
         """``add_all`` the call's items; returns the last one's sequence. Idempotent: an attempt whose answer was

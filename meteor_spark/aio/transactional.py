@@ -23,7 +23,6 @@ commit has its staged offsets rolled forward.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Iterable
@@ -31,6 +30,7 @@ from typing import Any
 
 from meteor_spark.aio import txn_grid
 from meteor_spark.aio.publisher import AsyncPublisher
+from meteor_spark.aio.record_future import OffsetFuture
 from meteor_spark.aio.subscriber import AsyncSubscriber
 from meteor_spark.errors import (
     ConfigError,
@@ -133,7 +133,7 @@ class AsyncTransactionalPublisher:
         assert self._publisher is not None
         return await self._publisher.publish(record, **options)
 
-    async def publish_async(self, record: Any, **options: Any) -> asyncio.Future[int]:
+    async def publish_async(self, record: Any, **options: Any) -> OffsetFuture:
         """Queue one record in the transaction (``AsyncPublisher.publish_async``: the threaded
         ``TransactionalPublisher.publish``'s queueing, many records in few calls); ``commit`` flushes them."""
         await self.begin()

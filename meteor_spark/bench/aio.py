@@ -4,7 +4,10 @@ Per side (threaded ``Publisher`` / ``Subscriber``; asyncio ``AsyncPublisher`` / 
 loop and no threads of meteor's):
 
 - publish throughput at 100-byte records: one record per call (``publish_async``, futures kept until the end, then
-  ``flush``), and ``publish_many`` of 10,000-record lists;
+  ``flush``; and once more dropping each future as it comes, as a fire-and-forget caller does: futures a caller keeps
+  are objects the garbage collector traverses), and ``publish_many`` of 10,000-record lists, each with this
+  process's CPU time per record (the member runs in a process of its own: on a shared machine CPU time tells what
+  the client's code costs where records per second also measure the neighbours);
 - round trip with one record in flight: publish, and a subscriber on another client connection receives it
   (p50 / p99), the next record published only then;
 - request/reply with one request in flight: a requester (``Requester`` / ``AsyncRequester``) and a responder
@@ -106,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "threaded": lambda: _threaded(grid, pool, settings),
                     "asyncio": lambda: asyncio.run(_asyncio(grid, grid_settings, pool, settings)),
                 },
-                lowest=lambda name: name.endswith("_ms"),
+                lowest=lambda name: name.endswith(("_ms", "_us")),
             )
         )
         figures["shared"] = best_of_rounds(
@@ -192,17 +195,22 @@ def _threaded(grid: Grid, pool: list[bytes], settings: AioBenchOptions) -> dict[
     out: dict[str, float] = {}
     try:
         with Publisher(grid, StreamConfig(name, capacity=100_000), max_buffered_records=1_000_000) as pub:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             futures = [pub.publish_async(value) for value in values]
             pub.flush()
-            out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
+            _rates(out, "publish_async", len(values), start, cpu)
             assert futures[-1].result() >= 0
             del futures
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
+            for value in values:
+                pub.publish_async(value)
+            pub.flush()
+            _rates(out, "publish_async_dropped", len(values), start, cpu)
+            start, cpu = time.perf_counter(), time.process_time()
             for i in range(0, len(values), BULK):
                 pub.publish_many(values[i : i + BULK])
             pub.flush()
-            out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
+            _rates(out, "publish_many", len(values), start, cpu)
             with Grid(grid.settings) as other, Subscriber(other, name, initial_offset_scheme="latest") as sub:
 
                 def round_trip(payload: bytes) -> None:
@@ -225,6 +233,13 @@ def _threaded(grid: Grid, pool: list[bytes], settings: AioBenchOptions) -> dict[
     return out
 
 
+def _rates(out: dict[str, float], name: str, records: int, start: float, cpu: float) -> None:
+    """Records per second since ``start`` (``perf_counter``) and this process's CPU microseconds per record since
+    ``cpu`` (``process_time``)."""
+    out[f"{name}_records_s"] = records / (time.perf_counter() - start)
+    out[f"{name}_cpu_us"] = (time.process_time() - cpu) / records * 1e6
+
+
 def _echo(request: Record) -> bytes:
     return request.value
 
@@ -242,15 +257,20 @@ async def _asyncio(
             await AsyncGrid.start(grid_settings) as other,
             AsyncPublisher(one, StreamConfig(name, capacity=100_000), max_buffered_records=1_000_000) as pub,
         ):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             futures = [await pub.publish_async(value) for value in values]
             await pub.flush()
-            out["publish_async_records_s"] = len(values) / (time.perf_counter() - start)
+            _rates(out, "publish_async", len(values), start, cpu)
             assert futures[-1].result() >= 0
             del futures
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
+            for value in values:
+                await pub.publish_async(value)
+            await pub.flush()
+            _rates(out, "publish_async_dropped", len(values), start, cpu)
+            start, cpu = time.perf_counter(), time.process_time()
             await asyncio.gather(*(pub.publish_many(values[i : i + BULK]) for i in range(0, len(values), BULK)))
-            out["publish_many_records_s"] = len(values) / (time.perf_counter() - start)
+            _rates(out, "publish_many", len(values), start, cpu)
             async with AsyncSubscriber(other, name, initial_offset_scheme="latest") as sub:
                 samples = []
                 for i in range(settings.round_trips + WARM_UP_ROUND_TRIPS):
@@ -316,15 +336,22 @@ def render(figures: dict[str, Any]) -> str:
         rows += [
             (
                 f"{label}: publish_async, one record a call",
-                f"{side['publish_async_records_s']:,.0f} rec/s",
+                f"{side['publish_async_records_s']:,.0f} rec/s{_cpu(side, 'publish_async')}",
                 f"{side['publish_async_records_s'] / add:.2f}",
                 f"{side['publish_async_records_s'] / threaded['publish_async_records_s']:.2f}",
             ),
+            *_dropped_row(label, side, add, threaded),
             (
                 f"{label}: publish_many, {BULK:,} records a call",
-                f"{side['publish_many_records_s']:,.0f} rec/s",
+                f"{side['publish_many_records_s']:,.0f} rec/s{_cpu(side, 'publish_many')}",
                 f"{side['publish_many_records_s'] / add:.2f}",
                 f"{side['publish_many_records_s'] / threaded['publish_many_records_s']:.2f}",
+            ),
+            (
+                f"{label}: publish_async / publish_many",
+                f"{side['publish_async_records_s'] / side['publish_many_records_s']:.2f} in rec/s" + _cpu_ratio(side),
+                "",
+                "",
             ),
             (
                 f"{label}: publish -> other client receives, p50 / p99",
@@ -346,6 +373,40 @@ def render(figures: dict[str, Any]) -> str:
         "trip (no meteor logic); 'vs its ceiling' divides by the ceiling of the same client"
     )
     return "\n".join([table, note])
+
+
+def _dropped_row(
+    label: str, side: dict[str, float], add: float, threaded: dict[str, float]
+) -> list[tuple[str, str, str, str]]:
+    """The row of ``publish_async`` with each future dropped (none in figures from before it was measured)."""
+    rate = side.get("publish_async_dropped_records_s")
+    if rate is None:
+        return []
+    return [
+        (
+            f"{label}: publish_async, futures dropped",
+            f"{rate:,.0f} rec/s{_cpu(side, 'publish_async_dropped')}",
+            f"{rate / add:.2f}",
+            f"{rate / threaded.get('publish_async_dropped_records_s', rate):.2f}",
+        )
+    ]
+
+
+def _cpu(side: dict[str, float], name: str) -> str:
+    """`` (x.xx us CPU)``: the client process's CPU per record (absent from figures measured before it was)."""
+    cpu = side.get(f"{name}_cpu_us")
+    return "" if cpu is None else f" ({cpu:.2f} us CPU)"
+
+
+def _cpu_ratio(side: dict[str, float]) -> str:
+    """``, y.yy in CPU per record (z.zz futures dropped)``: publish_many's CPU per record over publish_async's."""
+    if "publish_async_cpu_us" not in side:
+        return ""
+    many = side["publish_many_cpu_us"]
+    return (
+        f", {many / side['publish_async_cpu_us']:.2f} in CPU per record"
+        f" ({many / side['publish_async_dropped_cpu_us']:.2f} futures dropped)"
+    )
 
 
 def _shared_rows(shared: dict[str, dict[str, float]] | None) -> list[tuple[str, str, str, str]]:

@@ -16,6 +16,7 @@ import pytest
 
 from meteor_spark import compat_asyncio
 from meteor_spark.aio import AsyncGrid, AsyncPublisher, AsyncSubscriber
+from meteor_spark.aio.record_future import OffsetFuture
 from meteor_spark.consumer.subscriber import Subscriber
 from meteor_spark.errors import (
     ArgumentTypeError,
@@ -135,7 +136,7 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
         async with AsyncPublisher(
             grid_settings, StreamConfig(unique_name, lanes=2), max_batch_records=50, max_items_per_call=3
         ) as pub:
-            futures: dict[bytes, asyncio.Future[int]] = {}
+            futures: dict[bytes, OffsetFuture] = {}
             for n in range(700):  # more than a call holds: the drain cuts runs that are still growing
                 futures[b"p%d" % n] = await pub.publish_async(b"p%d" % n)
                 if n % 97 == 0:
@@ -165,7 +166,7 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
 
             lane.ring.add_all = second_refused  # type: ignore[method-assign]
             futures = [await pub.publish_async(b"v%d" % n) for n in range(30)]  # one run, three calls of 10
-            await asyncio.wait(futures)
+            await asyncio.gather(*futures, return_exceptions=True)  # a PublishFuture is a future to asyncio
         failed = [n for n, f in enumerate(futures) if f.exception() is not None]
         assert failed == list(range(10, 20)) and calls[0] == 3
         assert all(isinstance(futures[n].exception(), GridOperationError) for n in failed)
@@ -176,6 +177,35 @@ def test_one_record_calls_share_runs_and_each_future_gets_its_own_offset(
 
     _run(scenario())
     _run(one_call_fails())
+
+
+def test_a_run_of_one_record_calls_stops_growing_once_cut_and_a_cancelled_future_spares_the_others(
+    grid_settings: GridSettings, unique_name: str
+) -> None:
+    """Records published after a call took some of a lane's run of one-record calls go into a new run (a run that
+    kept growing while calls are cut from it would hold every value it ever carried), and a caller's cancelled
+    future does not keep the run's other records from their offsets."""
+
+    async def scenario() -> None:
+        async with AsyncPublisher(
+            grid_settings, StreamConfig(unique_name), max_batch_records=5, max_items_per_call=1
+        ) as pub:
+            lane = pub._lanes[0]
+            first = [await pub.publish_async(b"a%d" % n) for n in range(7)]
+            run = lane.singles
+            first[2].cancel()
+            await asyncio.sleep(0)  # the lane's task sends 5 of the run's 7 records
+            later = [await pub.publish_async(b"b%d" % n) for n in range(5)]
+            assert lane.singles is not run and lane.queue[-1] is not run
+            await pub.flush()
+            offsets = [f.result() for n, f in enumerate(first) if n != 2] + [await f for f in later]
+            assert len(set(offsets)) == 11 and lane.task is None and not lane.queue
+        async with AsyncSubscriber(grid_settings, unique_name, initial_offset_scheme="EARLIEST") as sub:
+            got = {r.value: r.offset for r in await _collect(sub, 12)}
+        kept = [b"a%d" % n for n in range(7) if n != 2] + [b"b%d" % n for n in range(5)]
+        assert [got[value] for value in kept] == offsets
+
+    _run(scenario())
 
 
 def test_async_and_threaded_clients_read_each_other(grid: Grid, grid_settings: GridSettings, unique_name: str) -> None:

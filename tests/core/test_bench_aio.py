@@ -22,6 +22,10 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         assert set(figures[side]) == {
             "publish_async_records_s",
             "publish_many_records_s",
+            "publish_async_cpu_us",
+            "publish_async_dropped_records_s",
+            "publish_async_dropped_cpu_us",
+            "publish_many_cpu_us",
             "p50_ms",
             "p99_ms",
             "rr_p50_ms",
@@ -40,6 +44,9 @@ def test_quick_bench_reports_both_sides_next_to_their_ceilings() -> None:
         "request -> reply",
         "vs threaded",
         "shared group member, poll + ack",
+        "us CPU",
+        "asyncio: publish_async / publish_many",
+        "publish_async, futures dropped",
     ):
         assert text in printed
 
