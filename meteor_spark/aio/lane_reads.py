@@ -89,10 +89,11 @@ class LaneReads:
     def outstanding(self) -> list[asyncio.Future[Any]]:
         return [state.pending for state in self.lanes.values() if state.pending is not None]
 
-    def issue(self, paused: Callable[[LaneState], bool] | None = None) -> None:
+    def issue(self, paused: Callable[[LaneState], bool] | None = None) -> int:
         """A read for every lane that has none outstanding, room in its buffer and nothing stopping it; ``paused``
-        says which lanes wait for a delayed nack's instant."""
+        says which lanes wait for a delayed nack's instant. Returns how many reads it sent."""
         losses = self.grid.connection_losses
+        sent = 0
         for state in self.lanes.values():
             if state.losses_seen != losses and state.pending is None:
                 state.connection_lost(losses)
@@ -106,9 +107,11 @@ class LaneReads:
                 continue  # a delayed nack of another member: not before its instant
             count = state.read_count(self.options.max_items_per_read, self.options.max_bytes_per_read)
             ring = self.bounds[state.lane].ring
-            state.pending = asyncio.ensure_future(ring.read_many(state.read_start(), 1, count))
+            state.pending = ring.read_soon(state.read_start(), 1, count)
             state.pending_seq = state.fetch_seq
             state.pending_losses = losses
+            sent += 1
+        return sent
 
     async def harvest(self) -> None:
         """Take in every finished read (``LaneState.accept``), after reading ahead what it will ask the grid."""
@@ -132,7 +135,7 @@ class LaneReads:
     async def _accept(self, state: LaneState, task: asyncio.Future[Any]) -> None:
         bounds = self.bounds[state.lane]
         try:
-            batch = task.result()
+            batch = bounds.ring.batch_of(task, state.fetch_seq)
         except GridOperationError:
             await bounds.refresh()
             if state.fetch_seq <= bounds.tail() + 1:
