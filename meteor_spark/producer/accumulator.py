@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from time import time_ns as _time_ns
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
     from meteor_spark.producer.batching import PublisherSettings
 
 __all__ = ["Accumulator", "LaneQueue"]
-
-#: ``RecordFuture`` instances without ``__init__`` (``Accumulator.append_value`` sets the two attributes itself).
-_new_record_future = object.__new__
 
 
 def _no_sender(call: Call) -> None:
@@ -62,10 +58,10 @@ class Accumulator:
         #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
         self.ahead_records = max_items_per_call * settings.max_batch_records
         self.ahead_bytes = settings.max_call_bytes
-        #: ``append`` and ``append_value`` go through ``admit`` once ``outstanding`` reaches this: the buffer's bound,
+        #: ``append`` and ``plain_publish`` go through ``admit`` once ``outstanding`` reaches this: the buffer's bound,
         #: or -1 once closing (``admit`` then refuses). One comparison instead of two: they run a million times a
         #: second.
-        self._admit_at = settings.max_buffered_records
+        self.admit_at = settings.max_buffered_records
         self.lock = threading.Lock()
         self.work = threading.Condition(self.lock)
         self.room = threading.Condition(self.lock)
@@ -82,7 +78,7 @@ class Accumulator:
         self.producer_seq = 0
         #: The sender was woken and has not looked at the lanes since (``nudge_sender``).
         self.sender_nudged = False
-        #: Sends a call claimed by ``append_value`` from the publishing thread (the sender's ``send``, set when it
+        #: Sends a call claimed by ``plain_publish`` from the publishing thread (the sender's ``send``, set when it
         #: starts).
         self.send_now: Callable[[Call], None] = _no_sender
 
@@ -147,7 +143,7 @@ class Accumulator:
         The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
         """
         with self.lock:
-            if self.outstanding >= self._admit_at:
+            if self.outstanding >= self.admit_at:
                 self.admit(1)
             else:
                 self.outstanding += 1
@@ -169,56 +165,6 @@ class Accumulator:
                     self.nudge_sender()  # a whole call waits behind the one in flight: the sender encodes it ahead
                 return future, None
             return future, (self.claim(state) if self.queued(state, 1, size) else None)
-
-    def append_value(self, value: bytes, size: int) -> RecordFuture:
-        """``append`` of a plain value (``size`` bytes) on the sticky lane without a callback, stamped now:
-        ``publish_async``'s hot path, which runs a million times a second. Returns its future, and sends the lane's
-        call itself (``send_now``, outside the lock) when the lane was idle and nothing lingers.
-
-        One lock acquisition and one Python frame: the lock is taken with ``acquire`` / ``release`` (a ``with`` block
-        costs twice as much), the future is made without running ``RecordFuture.__init__``, the value goes into a
-        segment of plain values (``Segment.plain``) whose stamps stay ``time_ns()`` readings (the division to
-        milliseconds is done per piece when it is encoded), and no tuple is built for the caller to unpack. A full
-        buffer or a closing publisher goes through ``admit`` as ever.
-        """
-        stamp = _time_ns()
-        lock = self.lock
-        lock.acquire()
-        try:
-            if self.outstanding >= self._admit_at:
-                self.admit(1)
-            else:
-                self.outstanding += 1
-            state = self.lanes[self.sticky]
-            segments = state.segments
-            segment = segments[-1] if segments else None
-            if segment is None or not segment.plain or not segment.open:
-                segment = state.open_plain()
-            future = _new_record_future(RecordFuture)
-            future._segment = segment
-            future._index = index = segment.n
-            segment.values.append(value)
-            segment.stamps.append(stamp)
-            segment.n = index + 1
-            queued = state.queued
-            if queued and state.in_flight:
-                state.queued = queued = queued + 1
-                state.queued_bytes = queued_bytes = state.queued_bytes + size
-                if (
-                    (queued_bytes >= self.ahead_bytes or queued >= self.ahead_records)
-                    and not self.sender_nudged
-                    and state.ahead is None
-                    and not state.encoding
-                ):
-                    self.nudge_sender()  # a whole call waits behind the one in flight: the sender encodes it ahead
-                return future
-            if not self.queued(state, 1, size):
-                return future
-            call = self.claim(state)
-        finally:
-            lock.release()
-        self.send_now(call)
-        return future
 
     def nudge_sender(self) -> None:
         """Wake the sender thread to look at the lanes again (lock held), once until it has looked.
@@ -371,7 +317,7 @@ class Accumulator:
             if self.closed:
                 return False
             self.closing = True
-            self._admit_at = -1
+            self.admit_at = -1
             return True
 
     def mark_closed(self) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from meteor_spark.format.item_encoding import PreparedColumns, header_bytes, prepare_columns
+from meteor_spark.format.item_encoding import I32, SMALL_ITEM_RECORDS, PreparedColumns, header_bytes, prepare_columns
 from meteor_spark.format.records import Record
 from meteor_spark.producer.futures import BulkFuture, Outcomes
 
@@ -33,7 +33,7 @@ class Segment(Outcomes):
     (a keyed ``publish_many`` scatters a call's records over the lanes). Single records have ``RecordFuture`` s
     instead, which read the segment's outcomes (``Outcomes``, whose ``lock`` is the accumulator's).
 
-    ``plain``: the segment holds only plain values of ``publish_async`` (``Accumulator.append_value``), and their
+    ``plain``: the segment holds only plain values of ``publish_async`` (``plain_publish.plain_publisher``), and their
     ``stamps`` are ``time.time_ns()`` readings, turned into milliseconds for a whole piece at once when it is encoded
     (``prepare``): the division per record cost the publishing thread more than the rest of its bookkeeping. No
     other record goes into such a segment (``LaneQueue.open_segment`` starts a new one after it), so a segment's
@@ -240,18 +240,38 @@ class Segment(Outcomes):
         self.arrow = None
         self._cum = None
 
+    def small_values(self, start: int, stop: int) -> tuple[list[bytes], list[int]] | None:
+        """Records ``[start, stop)`` as their values and timestamps (ms) when they are few (``SMALL_ITEM_RECORDS``)
+        and the segment holds no keys, headers or Arrow rows: what ``encode_small_item`` frames without numpy.
+        None otherwise (``prepare`` gives their columns)."""
+        if stop - start > SMALL_ITEM_RECORDS or self.arrow is not None or self.keys is not None or self.headers:
+            return None
+        stamps = self.stamps[start:stop]
+        if self.plain:
+            stamps = [stamp // _NS_PER_MS for stamp in stamps]
+        return self.values[start:stop], stamps
+
     def prepare(self, start: int, stop: int) -> PreparedColumns:
+        """The columns of records ``[start, stop)``, reusing what the segment knows already: the value sizes it
+        counted to cut the call (``cumulative_bytes``, when they are values alone), and one timestamp for all when
+        the records share one (a ``publish_many``'s), which then needs no column."""
         if self.arrow is not None:
             return self.arrow.prepare(start, stop)
+        stamps = self.stamps[start:stop]
+        timestamps: np.ndarray | list[int] | int = stamps
         if self.plain:
-            return prepare_columns(
-                self.values[start:stop], timestamps=np.array(self.stamps[start:stop], dtype=np.int64) // _NS_PER_MS
-            )
+            timestamps = np.fromiter(stamps, dtype=np.int64, count=stop - start) // _NS_PER_MS
+        elif stamps and stamps.count(stamps[0]) == len(stamps):
+            timestamps = stamps[0]
+        lengths = None
+        if self._cum is not None and self.keys is None and self.headers is None:
+            lengths = np.diff(self._cum[start : stop + 1]).astype(I32)
         return prepare_columns(
             self.values[start:stop],
             keys=None if self.keys is None else self.keys[start:stop],
             headers=None if self.headers is None else self.headers[start:stop],
-            timestamps=self.stamps[start:stop],
+            timestamps=timestamps,
+            value_lengths=lengths,
         )
 
 

@@ -67,6 +67,7 @@ from meteor_spark.producer.futures import (
     PublishCallback,
     RecordFuture,
 )
+from meteor_spark.producer.plain_publish import plain_publisher
 from meteor_spark.producer.record_checks import (
     RECORD_COLUMN_BYTES,
     checked_record,
@@ -198,15 +199,15 @@ class Publisher:
         self._dedup = self._dedup_window(grid, transactional, dedup_owner)
         self._gate = TopicGate(grid, self.stream, subscription_refresh_ms) if self.info.config.ephemeral else None
         self._trace = publish_tracing(self.stream) if tracing else None
-        # Bound once: publish_async runs a million times a second.
-        self._append = self._acc.append
-        self._append_value = self._acc.append_value
-        #: A plain value goes straight to the accumulator (``publish_async``'s hot path): nothing to serialize, no
-        #: topic gate to ask.
-        self._plain = not self._serializing and self._gate is None
-        #: The current trace context (``PublishTracing.current``): the hot path is left to a record published while
-        #: one is set (it may be traced). ``bool()`` is False: without tracing no context is ever current.
-        self._context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
+        self._append = self._acc.append  # bound once: publish_async runs a million times a second
+        if not self._serializing and self._gate is None:
+            # A plain value goes straight to the accumulator, in one frame (``plain_publish``): nothing to serialize,
+            # no topic gate to ask. A record published while a trace context is current (``PublishTracing.current``;
+            # ``bool()`` is False: without tracing none ever is) takes this method, which may trace it.
+            context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
+            self.publish_async = plain_publisher(  # type: ignore[method-assign]
+                self._acc, self._max_record_bytes, context_now, self.publish_async
+            )
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
 
@@ -280,20 +281,9 @@ class Publisher:
         ``topic`` and ``message_id``, when given, set the record's (see ``Record``). On a stream with a
         deduplication window, a record with a message id is claimed in the grid first (one round trip), and a
         duplicate raises ``DuplicateMessageError`` here, before anything is queued (``meteor_spark.producer.dedup``).
+        A publisher that needs nothing else for a plain value (no serializer, no topic gate) queues those in a function
+        of its own (``meteor_spark.producer.plain_publish``), installed as its ``publish_async``.
         """
-        if (
-            type(record) is bytes
-            and callback is None
-            and topic is None
-            and message_id is None
-            and self._plain
-            and not self._context_now()
-        ):
-            # The hot path, in this one frame: a plain value needs no Record and one check.
-            size = len(record)
-            if size > self._max_record_bytes:
-                self._refuse_size(size, "the record")
-            return self._append_value(record, size)
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")
         if self._serializing:

@@ -52,7 +52,12 @@ from typing import Any
 import numpy as np
 
 from meteor_spark.errors import GridError, MeteorError
-from meteor_spark.format.item_encoding import ItemFraming, PreparedColumns, encode_items_and_lane_max
+from meteor_spark.format.item_encoding import (
+    ItemFraming,
+    PreparedColumns,
+    encode_items_and_lane_max,
+    encode_small_item,
+)
 from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.format.offsets import INDEX_BITS
 from meteor_spark.format.wire import lane_max_after
@@ -167,9 +172,15 @@ class Sender:
         """The ring items of a call, each with its producer id and sequence (the idempotence key): ``first_seq``
         on, as the accumulator reserved them when it cut the call."""
         settings = self.acc.settings
+        pieces = call.pieces
+        small = None
+        if len(pieces) == 1:  # one item of one piece: few records may skip the columns (``encode_small_item``)
+            piece = pieces[0]
+            small = piece.segment.small_values(piece.start, piece.stop)
         by_item: list[list[PreparedColumns]] = [[] for _ in range(call.n_items)]
-        for piece in call.pieces:
-            by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
+        for piece in pieces:
+            if small is None:
+                by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
             if piece.stop == piece.segment.n:
                 piece.segment.release()
         lane = call.state.lane
@@ -184,6 +195,9 @@ class Sender:
             self.transactional,
             lane_max,
         )
+        if small is not None:
+            item, self._lane_max[lane] = encode_small_item(*small, framing)
+            return PendingCall(call, [item])
         items, self._lane_max[lane] = encode_items_and_lane_max(by_item, framing)
         return PendingCall(call, items)
 

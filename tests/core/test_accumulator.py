@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import cast
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -20,6 +22,7 @@ from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
+from meteor_spark.producer.plain_publish import plain_publisher
 from meteor_spark.validate import check_int
 
 
@@ -317,17 +320,22 @@ def test_check_int_rejects_bools_and_names_the_range() -> None:
         check_int("lanes", "3", 1, 8)
 
 
-def test_append_value_queues_plain_values_in_order_in_segments_of_their_own() -> None:
+def _general(record: object, callback: object = None, **routing: object) -> RecordFuture:
+    raise AssertionError(f"{record!r} left the plain path")
+
+
+def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -> None:
     acc = _accumulator()
+    publish = plain_publisher(acc, 100, bool, _general)
     sent: list[Call] = []
     acc.send_now = sent.append
     before = time.time_ns()
-    first = acc.append_value(b"a", 1)
+    first = publish(b"a")
     assert [call.n_records for call in sent] == [1]  # an idle lane without linger: the caller sends it
-    second = acc.append_value(b"bb", 2)
+    second = publish(b"bb")
     assert len(sent) == 1  # the lane is in flight: its completion sends what queued behind
     keyed, _ = acc.append(Record(b"k", key=b"x"), 0, 12, None)
-    third = acc.append_value(b"c", 1)  # after a keyed record: a plain segment of its own again
+    third = publish(b"c")  # after a keyed record: a plain segment of its own again
     after = time.time_ns()
     plain, mixed, last = list(acc.lanes[0].segments)
     assert [(f._segment, f._index) for f in (second, keyed, third)] == [(plain, 0), (mixed, 0), (last, 0)]
@@ -342,7 +350,7 @@ def test_append_value_queues_plain_values_in_order_in_segments_of_their_own() ->
         state.in_flight = False
         call = acc.claim(state)
     prepared = [piece.segment.prepare(piece.start, piece.stop) for piece in call.pieces]
-    stamps = [int(t) for p in prepared for t in p.timestamps]  # type: ignore[union-attr]
+    stamps = [int(t) for p in prepared for t in np.atleast_1d(p.timestamps)]  # one int: the piece's records share it
     assert stamps == [plain.stamps[0] // 1_000_000, 12, last.stamps[0] // 1_000_000]  # milliseconds on the wire
 
 
@@ -351,11 +359,40 @@ def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_lo
     notified: list[int] = []
     acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
     acc.send_now = lambda call: None
-    acc.append_value(b"a", 1)  # claimed: in flight
+    publish = plain_publisher(acc, 100, bool, _general)
+    publish(b"a")  # claimed: in flight
     for value in (b"b", b"c", b"d", b"e"):
-        acc.append_value(value, 1)
+        publish(value)
     assert notified == [1], "one wake-up for the whole call queued behind, not one per record"
     with acc.lock:
         calls, ahead = acc.next_calls()  # type: ignore[misc]
         assert calls == [] and [call.n_records for call in ahead] == [2]
         assert not acc.sender_nudged  # it looked: the next change wakes it again
+
+
+def test_plain_publish_hands_every_other_call_to_the_general_path() -> None:
+    acc = _accumulator()
+    acc.send_now = lambda call: None
+    seen: list[tuple[object, object, dict[str, object]]] = []
+
+    def general(record: object, callback: object = None, **routing: object) -> RecordFuture:
+        seen.append((record, callback, routing))
+        return cast(RecordFuture, None)
+
+    tracing = [False]
+    publish = plain_publisher(acc, 8, lambda: tracing[0], general)
+
+    def callback(offset: int | None, error: BaseException | None) -> None:
+        pass
+
+    publish("str")
+    publish(bytearray(b"ba"))
+    publish(b"cb", callback)
+    publish(b"t", topic="orders")
+    publish(b"m", message_id="id-1")
+    publish(b"too large")  # over max_record_bytes: refused there
+    tracing[0] = True
+    publish(b"traced")
+    assert [record for record, _, _ in seen] == ["str", bytearray(b"ba"), b"cb", b"t", b"m", b"too large", b"traced"]
+    assert seen[2][1] is callback and seen[3][2]["topic"] == "orders" and seen[4][2]["message_id"] == "id-1"
+    assert acc.outstanding == 0 and not acc.lanes[0].segments  # nothing of them queued here

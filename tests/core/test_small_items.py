@@ -1,0 +1,122 @@
+"""The encoder's shortcuts write the bytes the general encoder writes: items of a few plain values framed without
+numpy (``encode_small_item``), and a segment's pieces prepared from the sizes it counted to cut them and from the one
+timestamp its records share (``Segment.prepare``). The item format does not change with the path a publisher takes."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from meteor_spark.errors import ConfigError
+from meteor_spark.format.item_encoding import (
+    PROBE_FROM,
+    SMALL_ITEM_RECORDS,
+    ItemFraming,
+    encode_items_and_lane_max,
+    encode_small_item,
+    prepare_columns,
+)
+from meteor_spark.format.item_header import NO_TIMESTAMP
+from meteor_spark.format.records import decode_batch
+from meteor_spark.grid.client import Grid
+from meteor_spark.grid.streams import StreamConfig, open_stream
+from meteor_spark.producer.calls import Segment
+from meteor_spark.producer.futures import BulkFuture
+from meteor_spark.producer.publisher import Publisher
+
+VALUES: dict[str, list[Any]] = {
+    "one small": [b"x" * 100],
+    "empty and small": [b"", b"a", b"bc"],
+    "compressible": [bytes(300)] * 16,
+    "as many as a small item takes": [os.urandom(i % 90) for i in range(SMALL_ITEM_RECORDS)],
+    "kept apart": [os.urandom(3000) for _ in range(4)],
+    "probed, incompressible": [os.urandom(PROBE_FROM + 10)],
+    "probed, compressible": [bytes(PROBE_FROM + 10), os.urandom(100)],
+    "mixed buffers": [bytearray(b"ab"), memoryview(b"cde"), b"f" * 2500],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+@pytest.mark.parametrize("compression", ["lz4", "none"])
+def test_a_small_item_is_the_general_encoders_item(name: str, compression: str) -> None:
+    values = VALUES[name]
+    for stamps, lane_max, transactional in (
+        ([1_700_000_000_000] * len(values), NO_TIMESTAMP, False),
+        ([1_700_000_000_000 + 7 * i for i in range(len(values))][::-1], 1_800_000_000_000, True),
+    ):
+        framing = ItemFraming(5, 9, compression, 1024, transactional, lane_max)
+        general = encode_items_and_lane_max([[prepare_columns(values, timestamps=stamps)]], framing)
+        item, top = encode_small_item(values, stamps, framing)
+        assert ([item], top) == general
+        batch = decode_batch(item, stream="s", lane=0, sequence=0)
+        assert [bytes(r.value) for r in batch] == [bytes(v) for v in values]
+        assert [r.timestamp_ms for r in batch] == stamps
+
+
+def test_a_small_item_refuses_what_the_general_encoder_refuses() -> None:
+    framing = ItemFraming(1, 0)
+    with pytest.raises(ConfigError, match="record 1: value is a str, not bytes"):
+        encode_small_item([b"a", "b"], [0, 0], framing)  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="got 1 timestamps for 2 values"):
+        encode_small_item([b"a", b"b"], [0], framing)
+    with pytest.raises(ConfigError, match="records, got 0"):
+        encode_small_item([], [], framing)
+    with pytest.raises(ConfigError, match="compression 'zstd' is not supported"):
+        encode_small_item([b"a"], [0], ItemFraming(1, 0, "zstd"))
+
+
+def test_one_published_record_is_stored_as_the_general_encoders_item(grid: Grid, unique_name: str) -> None:
+    """``publish_async`` to an idle lane sends its one-record item from the publishing thread, framed as a small
+    item: read raw, it is the item the general encoder makes of the same record."""
+    with Publisher(grid, StreamConfig(unique_name)) as pub:
+        pub.publish_async(b"one record").result(10)
+        producer = pub.producer_id
+    ring = grid.ring(open_stream(grid, unique_name).ring_names[0])
+    stored = ring.read_many(0, 1, 1).items[0]
+    stamp = decode_batch(stored, stream=unique_name, lane=0, sequence=0)[0].timestamp_ms
+    assert stamp is not None
+    general = encode_items_and_lane_max(
+        [[prepare_columns([b"one record"], timestamps=stamp)]], ItemFraming(producer, 0, "lz4", 1024)
+    )
+    assert bytes(stored) == general[0][0]
+
+
+def _segment(plain: bool) -> Segment:
+    segment = Segment(threading.Lock())
+    values = [os.urandom(n % 300) for n in range(500)]
+    if plain:
+        segment.plain = segment.singles = True
+        for i, value in enumerate(values):
+            segment.values.append(value)
+            segment.stamps.append(1_700_000_000_000_000_000 + i * 400_000)  # time_ns() readings
+            segment.n += 1
+    else:
+        segment.add_values(values[:300], 1_700_000_000_000, BulkFuture("list", 300), 0)
+        segment.add_values(values[300:], 1_700_000_000_005, BulkFuture("list", 200), 0)
+    segment.close()
+    return segment
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_a_segment_prepares_the_columns_of_its_records_from_what_it_counted(plain: bool) -> None:
+    segment = _segment(plain)
+    framing = ItemFraming(3, 4, "none")
+    for start, stop in ((0, 1), (0, 300), (250, 350), (300, 500)):
+        stamps = segment.stamps[start:stop]
+        expected: list[int] = [stamp // 1_000_000 for stamp in stamps] if plain else stamps
+        general = encode_items_and_lane_max(
+            [[prepare_columns(segment.values[start:stop], timestamps=expected)]], framing
+        )
+        assert encode_items_and_lane_max([[segment.prepare(start, stop)]], framing) == general  # sizes not counted
+        segment.cumulative_bytes()  # counted, as a call's cut counts them
+        assert encode_items_and_lane_max([[segment.prepare(start, stop)]], framing) == general
+        segment._cum = None
+
+
+def test_value_lengths_given_must_be_one_per_value() -> None:
+    with pytest.raises(ConfigError, match="value_lengths: got 1 lengths for 2 values"):
+        prepare_columns([b"a", b"b"], timestamps=0, value_lengths=np.array([1], dtype=np.int32))
