@@ -32,9 +32,32 @@ from meteor_spark.grid.reading import oldest_in
 if TYPE_CHECKING:
     from meteor_spark.aio.publisher import AsyncPublisher
 
-__all__ = ["LaneReads"]
+__all__ = ["LaneReads", "wait_first"]
 
 logger = logging.getLogger(__name__)
+
+
+async def wait_first(futures: list[asyncio.Future[Any]], timeout_s: float) -> None:
+    """Until one of ``futures`` is done or ``timeout_s`` passed; the futures are left as they are.
+
+    ``asyncio.wait(..., FIRST_COMPLETED)`` without its sets of done and pending futures: a poll waiting for its
+    parked reads does this once per record in flight, so its fixed cost is paid on every hop.
+    """
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    timer = waiter.get_loop().call_later(timeout_s, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        for future in futures:
+            future.remove_done_callback(wake)
 
 
 class LaneReads:

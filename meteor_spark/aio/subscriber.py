@@ -46,7 +46,7 @@ from typing import Any, cast
 from meteor_spark.aio.exported import LagWatch
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
-from meteor_spark.aio.lane_reads import LaneReads
+from meteor_spark.aio.lane_reads import LaneReads, wait_first
 from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async
@@ -364,7 +364,7 @@ class AsyncSubscriber(SubscriberFigures):
                     wait = min(wait, grouped.pause_left())
                     waits.append(asyncio.ensure_future(grouped.wakeup.wait()))
                 if waits:
-                    await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    await wait_first(waits, wait)
                     if grouped is not None:
                         waits[-1].cancel()
                 else:
