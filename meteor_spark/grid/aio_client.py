@@ -23,7 +23,7 @@ from hazelcast.asyncio import HazelcastClient
 
 from meteor_spark.allocator import tune_allocator
 from meteor_spark.compat import add_ringbuffer_config_request, connect_failures
-from meteor_spark.compat_asyncio import invoke_async, read_many_sender
+from meteor_spark.compat_asyncio import add_all_sender, invoke_async, read_many_sender
 from meteor_spark.errors import ArgumentTypeError, ConfigError, GridConnectionError, GridOperationError
 from meteor_spark.grid.client import (
     MAX_BATCH_ITEMS,
@@ -48,6 +48,7 @@ class AsyncRing:
         self._proxy = proxy
         self.name = name
         self._send_read = read_many_sender(proxy)
+        self._send_add = add_all_sender(proxy)
 
     async def capacity(self) -> int:
         with translate_errors(f"capacity of ring {self.name!r}"):
@@ -66,6 +67,9 @@ class AsyncRing:
     async def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
         """Append items in order (stored contiguously); returns the sequence of the last one."""
         with translate_errors(f"add_all to ring {self.name!r}"):
+            sent = self._send_add(items, overflow_policy)
+            if sent is not None:
+                return int(await sent)
             return int(await self._proxy.add_all([bytearray(i) for i in items], overflow_policy))
 
     async def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
