@@ -73,8 +73,9 @@ def test_a_rings_appends_and_parked_reads_through_the_invocation_futures(
         async with await AsyncGrid.start(grid_settings) as grid:
             ring = await grid.ring(unique_name)
             parked = ring.read_soon(0, 1, 10)
-            assert await ring.add_all([b"ab", bytearray(b"cd")]) == 1
-            assert await ring.add_all([memoryview(b"ef"), b"x" * 5000]) == 3
+            buffers: list[Any] = [bytearray(b"cd"), memoryview(b"ef")]  # bytes-like, as callers pass them
+            assert await ring.add_all([b"ab", buffers[0]]) == 1
+            assert await ring.add_all([buffers[1], b"x" * 5000]) == 3
             await asyncio.wait_for(asyncio.shield(parked), 10)
             first = ring.batch_of(parked, 0)
             assert [bytes(i) for i in first.items][:1] == [b"ab"] and first.sequences[0] == 0
