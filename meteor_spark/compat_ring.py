@@ -38,7 +38,7 @@ import logging
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -110,13 +110,19 @@ class _ReadPath:
         return invocation.future
 
 
+def add_path_of(proxy: Any, invocation: Any = None) -> _AddPath:
+    """The ring ``proxy``'s append path, made at its first use (``invocation``: see ``_AddPath``)."""
+    path = proxy.__dict__.get("_meteor_add_path")
+    if path is None:
+        path = proxy.__dict__.setdefault("_meteor_add_path", _AddPath(proxy, invocation))
+    return cast(_AddPath, path)
+
+
 def add_all_async(proxy: Any, items: Any, overflow_policy: int) -> Any:
     """Start ``add_all(items, overflow_policy)`` on the ring ``proxy``; the future's value is the sequence of the last
     item (-1 when the ``FAIL`` policy refused them). Errors are the client's own (the caller translates them)."""
-    path = proxy.__dict__.get("_meteor_add_path")
-    if path is None:
-        path = proxy.__dict__.setdefault("_meteor_add_path", _AddPath(proxy))
-    if path.framing_matches and 0 < len(items) < path.max_items and all(type(i) in _BYTE_TYPES for i in items):
+    path = add_path_of(proxy)
+    if path.takes(items):
         return path.add_all(items, overflow_policy)
     return proxy.add_all([bytearray(item) for item in items], overflow_policy)
 
@@ -141,11 +147,15 @@ class _AddPath:
         "max_items",
     )
 
-    def __init__(self, proxy: Any) -> None:
-        from hazelcast.invocation import Invocation
+    def __init__(self, proxy: Any, invocation: Any = None) -> None:
+        """``invocation``: the client's ``Invocation`` class (None: the threaded client's; the asyncio client passes
+        its own, whose future is an ``asyncio.Future``)."""
         from hazelcast.protocol.client_message import OutboundMessage
         from hazelcast.protocol.codec import ringbuffer_add_all_codec as codec
         from hazelcast.proxy.ringbuffer import MAX_BATCH_SIZE
+
+        if invocation is None:
+            from hazelcast.invocation import Invocation as invocation
 
         big = proxy._context.serialization_service._is_big_endian
         self._length = struct.Struct(">i" if big else "<i")
@@ -153,7 +163,7 @@ class _AddPath:
         self._template, self._end = encoded[: -_ITEM_FRAME.size], encoded[-_ITEM_FRAME.size :]  # the list's end
         self._policy_at = codec._REQUEST_OVERFLOW_POLICY_OFFSET
         self._decode = codec.decode_response
-        self._invocation = Invocation
+        self._invocation = invocation
         self._message = OutboundMessage
         self._invoke = proxy._invocation_service.invoke
         self._partition = proxy._partition_id
@@ -173,6 +183,10 @@ class _AddPath:
             buf += item
         buf += self._end
         return buf
+
+    def takes(self, items: Any) -> bool:
+        """Whether ``add_all`` frames these items as the client would (else the public path takes them)."""
+        return self.framing_matches and 0 < len(items) < self.max_items and all(type(i) in _BYTE_TYPES for i in items)
 
     def add_all(self, items: Any, overflow_policy: int) -> Any:
         message = self._message(self._encode(items, overflow_policy), False, True)  # not retryable, as upstream

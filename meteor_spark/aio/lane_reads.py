@@ -32,9 +32,32 @@ from meteor_spark.grid.reading import oldest_in
 if TYPE_CHECKING:
     from meteor_spark.aio.publisher import AsyncPublisher
 
-__all__ = ["LaneReads"]
+__all__ = ["LaneReads", "wait_first"]
 
 logger = logging.getLogger(__name__)
+
+
+async def wait_first(futures: list[asyncio.Future[Any]], timeout_s: float) -> None:
+    """Until one of ``futures`` is done or ``timeout_s`` passed; the futures are left as they are.
+
+    ``asyncio.wait(..., FIRST_COMPLETED)`` without its sets of done and pending futures: a poll waiting for its
+    parked reads does this once per record in flight, so its fixed cost is paid on every hop.
+    """
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for future in futures:
+        future.add_done_callback(wake)
+    timer = waiter.get_loop().call_later(timeout_s, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        for future in futures:
+            future.remove_done_callback(wake)
 
 
 class LaneReads:
@@ -89,10 +112,11 @@ class LaneReads:
     def outstanding(self) -> list[asyncio.Future[Any]]:
         return [state.pending for state in self.lanes.values() if state.pending is not None]
 
-    def issue(self, paused: Callable[[LaneState], bool] | None = None) -> None:
+    def issue(self, paused: Callable[[LaneState], bool] | None = None) -> int:
         """A read for every lane that has none outstanding, room in its buffer and nothing stopping it; ``paused``
-        says which lanes wait for a delayed nack's instant."""
+        says which lanes wait for a delayed nack's instant. Returns how many reads it sent."""
         losses = self.grid.connection_losses
+        sent = 0
         for state in self.lanes.values():
             if state.losses_seen != losses and state.pending is None:
                 state.connection_lost(losses)
@@ -106,9 +130,11 @@ class LaneReads:
                 continue  # a delayed nack of another member: not before its instant
             count = state.read_count(self.options.max_items_per_read, self.options.max_bytes_per_read)
             ring = self.bounds[state.lane].ring
-            state.pending = asyncio.ensure_future(ring.read_many(state.read_start(), 1, count))
+            state.pending = ring.read_soon(state.read_start(), 1, count)
             state.pending_seq = state.fetch_seq
             state.pending_losses = losses
+            sent += 1
+        return sent
 
     async def harvest(self) -> None:
         """Take in every finished read (``LaneState.accept``), after reading ahead what it will ask the grid."""
@@ -132,7 +158,7 @@ class LaneReads:
     async def _accept(self, state: LaneState, task: asyncio.Future[Any]) -> None:
         bounds = self.bounds[state.lane]
         try:
-            batch = task.result()
+            batch = bounds.ring.batch_of(task, state.fetch_seq)
         except GridOperationError:
             await bounds.refresh()
             if state.fetch_seq <= bounds.tail() + 1:

@@ -46,7 +46,7 @@ from typing import Any, cast
 from meteor_spark.aio.exported import LagWatch
 from meteor_spark.aio.group_member import AsyncGroupMember
 from meteor_spark.aio.grouped import GroupedLanes
-from meteor_spark.aio.lane_reads import LaneReads
+from meteor_spark.aio.lane_reads import LaneReads, wait_first
 from meteor_spark.aio.nack import check_group_settings, dead_letter_publisher
 from meteor_spark.aio.options import SUBSCRIBER_ONLY_THREADED, check_option_names
 from meteor_spark.aio.streams import open_stream_async
@@ -349,12 +349,12 @@ class AsyncSubscriber(SubscriberFigures):
                 await reads.settle_bad_items()
                 if reads.has_buffered() or reads.has_error():
                     break
-                self._issue_reads(reads)
-                await asyncio.sleep(0)  # a read answered at once is taken in by this poll
-                await reads.harvest()
-                await reads.settle_bad_items()
-                if reads.has_buffered() or reads.has_error():
-                    break
+                if self._issue_reads(reads):
+                    await asyncio.sleep(0)  # a read answered at once is taken in by this poll
+                    await reads.harvest()
+                    await reads.settle_bad_items()
+                    if reads.has_buffered() or reads.has_error():
+                        break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     break
@@ -364,7 +364,7 @@ class AsyncSubscriber(SubscriberFigures):
                     wait = min(wait, grouped.pause_left())
                     waits.append(asyncio.ensure_future(grouped.wakeup.wait()))
                 if waits:
-                    await asyncio.wait(waits, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                    await wait_first(waits, wait)
                     if grouped is not None:
                         waits[-1].cancel()
                 else:
@@ -379,9 +379,11 @@ class AsyncSubscriber(SubscriberFigures):
                 self._issue_reads(reads)  # prefetch while the caller works on this batch
             return batch
 
-    def _issue_reads(self, reads: LaneReads) -> None:
-        if not self._closed:
-            reads.issue(None if self._grouped is None else self._grouped.paused)
+    def _issue_reads(self, reads: LaneReads) -> int:
+        """Reads sent for the lanes that had none out (0 when closed)."""
+        if self._closed:
+            return 0
+        return reads.issue(None if self._grouped is None else self._grouped.paused)
 
     async def _follow_assignment(self, grouped: GroupedLanes) -> None:
         """Grouped: lanes given up or taken since the last look are dropped or started."""

@@ -13,6 +13,7 @@ stream's lanes get when the stream is created.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -22,8 +23,8 @@ from hazelcast.asyncio import HazelcastClient
 
 from meteor_spark.allocator import tune_allocator
 from meteor_spark.compat import add_ringbuffer_config_request, connect_failures
-from meteor_spark.compat_asyncio import invoke_async
-from meteor_spark.errors import ArgumentTypeError, ConfigError, GridConnectionError
+from meteor_spark.compat_asyncio import add_all_sender, invoke_async, read_many_sender
+from meteor_spark.errors import ArgumentTypeError, ConfigError, GridConnectionError, GridOperationError
 from meteor_spark.grid.client import (
     MAX_BATCH_ITEMS,
     OVERWRITE,
@@ -46,6 +47,8 @@ class AsyncRing:
     def __init__(self, proxy: Any, name: str) -> None:
         self._proxy = proxy
         self.name = name
+        self._send_read = read_many_sender(proxy)
+        self._send_add = add_all_sender(proxy)
 
     async def capacity(self) -> int:
         with translate_errors(f"capacity of ring {self.name!r}"):
@@ -64,6 +67,9 @@ class AsyncRing:
     async def add_all(self, items: Sequence[bytes], overflow_policy: int = OVERWRITE) -> int:
         """Append items in order (stored contiguously); returns the sequence of the last one."""
         with translate_errors(f"add_all to ring {self.name!r}"):
+            sent = self._send_add(items, overflow_policy)
+            if sent is not None:
+                return int(await sent)
             return int(await self._proxy.add_all([bytearray(i) for i in items], overflow_policy))
 
     async def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
@@ -71,6 +77,21 @@ class AsyncRing:
         with translate_errors(f"read from ring {self.name!r} at sequence {start}"):
             answer = await self._proxy.read_many(start, min_count, min(max_count, MAX_BATCH_ITEMS))
         return Ring.to_batch(answer)
+
+    def read_soon(self, start: int, min_count: int, max_count: int) -> asyncio.Future[Any]:
+        """``read_many`` sent now, its answer a plain future (no task: a parked read costs one wake-up less);
+        ``max_count`` must not exceed the ring's capacity. ``batch_of`` takes the finished future in."""
+        if start < 0 or not 0 <= min_count <= max_count:
+            raise GridOperationError(
+                f"read from ring {self.name!r} at sequence {start}: min {min_count} and max {max_count} items "
+                "must be 0 <= min <= max, and the sequence not negative"
+            )
+        return self._send_read(start, min_count, min(max_count, MAX_BATCH_ITEMS))
+
+    def batch_of(self, answer: asyncio.Future[Any], start: int) -> ReadBatch:
+        """The ``ReadBatch`` of a finished ``read_soon`` future (its error as ``read_many``'s)."""
+        with translate_errors(f"read from ring {self.name!r} at sequence {start}"):
+            return Ring.to_batch(answer.result())
 
     async def destroy(self) -> None:
         with translate_errors(f"destroy ring {self.name!r}"):

@@ -60,7 +60,32 @@ async def _collect(sub: AsyncSubscriber, count: int, timeout_s: float = 15.0) ->
 
 def test_the_asyncio_clients_private_couplings_hold() -> None:
     assert compat_asyncio.problems() == []
-    assert len(compat_asyncio.COUPLINGS) == 2
+    assert len(compat_asyncio.COUPLINGS) == 3
+
+
+def test_a_rings_appends_and_parked_reads_through_the_invocation_futures(
+    grid_settings: GridSettings, unique_name: str
+) -> None:
+    """``AsyncRing.add_all`` (the append path of byte items; other buffers take the public one) and ``read_soon``
+    store and read what the public calls would, and a read parked before the append is answered by it."""
+
+    async def scenario() -> None:
+        async with await AsyncGrid.start(grid_settings) as grid:
+            ring = await grid.ring(unique_name)
+            parked = ring.read_soon(0, 1, 10)
+            buffers: list[Any] = [bytearray(b"cd"), memoryview(b"ef")]  # bytes-like, as callers pass them
+            assert await ring.add_all([b"ab", buffers[0]]) == 1
+            assert await ring.add_all([buffers[1], b"x" * 5000]) == 3
+            await asyncio.wait_for(asyncio.shield(parked), 10)
+            first = ring.batch_of(parked, 0)
+            assert [bytes(i) for i in first.items][:1] == [b"ab"] and first.sequences[0] == 0
+            batch = await ring.read_many(0, 4, 10)
+            assert [bytes(i) for i in batch.items] == [b"ab", b"cd", b"ef", b"x" * 5000]
+            with pytest.raises(GridOperationError, match="min 2 and max 1"):
+                ring.read_soon(0, 2, 1)
+            await ring.destroy()
+
+    _run(scenario())
 
 
 def test_publish_and_async_for_round_trip_with_keys_headers_and_serializers(
