@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,9 @@ _MAX_I32 = (1 << 31) - 1
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+#: pyarrow's LZ4 block decompressor into bytes (cheaper than ``lz4.block`` or a pyarrow buffer; ``decode_item``
+#: checks what it returns), or None (``lz4.block`` decompresses) when this pyarrow was built without the codec.
+ARROW_LZ4 = partial(pa.Codec("lz4_raw").decompress, asbytes=True) if pa.Codec.is_available("lz4_raw") else None
 
 #: The Arrow schema of records read from a stream (Spark's source schema; every field nullable).
 ARROW_SCHEMA = pa.schema(
@@ -66,7 +70,7 @@ def items_to_arrow(
         raise ConfigError(f"items_to_arrow: {len(items)} items but {len(sequences)} sequences; give one per item")
     parts = []
     for i, (item, seq) in enumerate(zip(items, sequences, strict=True)):
-        view = decode_item(item, stream=stream, lane=lane, sequence=seq)
+        view = decode_item(item, stream=stream, lane=lane, sequence=seq, decompress=ARROW_LZ4)
         start = 0
         if i == 0 and first_offset is not None:
             if sequence_of(first_offset) != seq:

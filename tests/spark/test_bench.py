@@ -47,12 +47,14 @@ def test_bench_spark_runs_and_reports_every_figure(spark: Any) -> None:
         cpu = figures["cpu"][f"{lanes}_lanes"]
         assert set(cpu) == {"write", "write ceiling", "read", "read ceiling"}
         for by_kind in cpu.values():
-            assert set(by_kind) == {"jvm", "python", "member", "driver", "total"}
+            assert set(by_kind) == {"jvm", "python tasks", "python planning", "member", "driver", "total"}
             assert by_kind["total"] == pytest.approx(sum(v for k, v in by_kind.items() if k != "total"))
-            assert by_kind["jvm"] > 0 and by_kind["python"] > 0
+            # Every path runs its read or write in PySpark's task workers.
+            assert by_kind["jvm"] > 0 and by_kind["python tasks"] > 0
     printed = bench_spark.render(figures)
     assert "read, 2 lane(s)" in printed and "RUNS" in printed
     assert "write ceiling, 2 lane(s)" in printed and "CPU NS/RECORD" in printed
+    assert "read, 1 lane(s): CPU share" in printed and "write, 2 lane(s): CPU share" in printed
     assert spark.range(3).count() == 3  # the shared session is still usable
 
 

@@ -7,11 +7,19 @@ and split by process it says how much of a path is Spark's and how much is the c
 ratio alone cannot.
 
 Attribution: the driver is this process; its descendants named ``java`` are the JVM (own user + system time
-only); every other descendant is a Python worker (own time plus that of the children it reaped). The JVM starts
-the Python workers (the daemon, planner and source-runner workers) and reaps those that exit, so the time of its
-reaped children is counted to the Python workers too, not to Spark. The member is given by pid (the embedded grid
-runs in its own process). Where ``/proc`` cannot be read (not Linux), ``sample`` returns None and the benchmark
-prints no CPU figures.
+only); every other descendant is a Python process, split in two by what it runs:
+
+* ``python tasks``: PySpark's task workers, the ``pyspark.daemon`` serving ``pyspark.worker`` and the workers it
+  forks (their time once reaped by the daemon too): where a data source's ``read`` and ``write`` run, with
+  PySpark's Arrow transfer around them. The connector's own work is the difference to a ceiling's here.
+* ``python planning``: every other Python process Spark starts (the daemons and workers that look up, create and
+  plan a Python data source, and the source runner of a streaming query, which starts with each query and exits
+  with it), plus the Python processes the JVM reaped: mostly a fixed cost per query or job (starting a Python
+  process and importing PySpark and pyarrow takes about a second of CPU each), which per record depends on how
+  many records the run has, not on the data source's per-record work.
+
+The member is given by pid (the embedded grid runs in its own process). Where ``/proc`` cannot be read (not Linux),
+``sample`` returns None and the benchmark prints no CPU figures.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ import os
 from collections.abc import Mapping
 
 #: The kinds a sample splits CPU time into, in the order the benchmark prints them.
-KINDS = ("jvm", "python", "member", "driver")
+KINDS = ("jvm", "python tasks", "python planning", "member", "driver")
+
+#: What the command line of a PySpark task worker (its daemon, and the workers it forks) holds.
+_TASK_WORKER = "pyspark.daemon pyspark.worker"
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -38,9 +49,11 @@ def sample(member_pid: int | None) -> dict[str, float] | None:
         _parent, name, own, reaped = table[pid]
         if name == "java":
             seconds["jvm"] += own
-            seconds["python"] += reaped  # the Python workers it started and reaped
+            seconds["python planning"] += reaped  # the Python processes it started and reaped
+        elif _is_task_worker(pid):
+            seconds["python tasks"] += own + reaped
         else:
-            seconds["python"] += own + reaped
+            seconds["python planning"] += own + reaped
     if me in table:
         seconds["driver"] += table[me][2]
     if member_pid is not None and member_pid in table:
@@ -55,6 +68,15 @@ def per_record(before: Mapping[str, float] | None, after: Mapping[str, float] | 
     figures = {kind: 1e9 * max(0.0, after[kind] - before[kind]) / records for kind in KINDS}
     figures["total"] = sum(figures.values())
     return figures
+
+
+def _is_task_worker(pid: int) -> bool:
+    """Whether ``pid`` runs PySpark's task worker (forked workers keep their daemon's command line)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return _TASK_WORKER in cmdline.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:  # exited while listed
+        return False
 
 
 def _processes() -> dict[int, tuple[int, str, float, float]] | None:
