@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from meteor_spark.compat import Coupling
-from meteor_spark.compat_ring import add_path_of
+from meteor_spark.compat_ring import add_path_of, check_read_many_request
 
 #: hazelcast-python-client versions these couplings were written and checked for.
 _WRITTEN_FOR = ((5, 7), (5, 8))
@@ -143,13 +143,7 @@ def _check_read_many() -> None:
     assert "self._partition_id = " in inspect.getsource(PartitionSpecificProxy), (
         "the asyncio PartitionSpecificProxy no longer keeps `_partition_id` (the append path invokes on it)"
     )
-    assert list(inspect.signature(ringbuffer_read_many_codec.encode_request).parameters) == [
-        "name",
-        "start_sequence",
-        "min_count",
-        "max_count",
-        "filter",
-    ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+    check_read_many_request(ringbuffer_read_many_codec)
 
 
 COUPLINGS: tuple[Coupling, ...] = (

@@ -316,6 +316,17 @@ def check_future_event() -> None:
     assert uses <= expected, f"Future uses its event in new ways: {sorted(uses - expected)}"
 
 
+def check_read_many_request(codec: Any) -> None:
+    """``read_many``'s request still takes the parameters both clients' parked reads pass (each encodes it)."""
+    assert list(inspect.signature(codec.encode_request).parameters) == [
+        "name",
+        "start_sequence",
+        "min_count",
+        "max_count",
+        "filter",
+    ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+
+
 def check_read_path() -> None:
     """The private details ``read_many_async`` and ``add_all_async`` rely on are still there (``compat.COUPLINGS``;
     the append path also compares its framing with the client's encoding at run time)."""
@@ -327,13 +338,7 @@ def check_read_path() -> None:
     from hazelcast.serialization.service import SerializationServiceV1
 
     assert "response_handler" in inspect.signature(Invocation.__init__).parameters, "Invocation() lost response_handler"
-    assert list(inspect.signature(codec.encode_request).parameters) == [
-        "name",
-        "start_sequence",
-        "min_count",
-        "max_count",
-        "filter",
-    ], "ringbuffer_read_many_codec.encode_request changed its parameters"
+    check_read_many_request(codec)
     assert "OutboundMessage(buf, True, True)" in inspect.getsource(codec.encode_request), (
         "read_many's request is no longer a retryable message with data: the template's copy would differ"
     )
