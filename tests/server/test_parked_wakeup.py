@@ -1,4 +1,5 @@
-"""A write answers the long polls it satisfies at once, inside the write: not on the event loop's next turn.
+"""A write answers the long polls it satisfies at once, inside the write (right after its own response): not on
+the event loop's next turn.
 
 Driven through the member's dispatcher with recording connections (what the TCP shell runs per connection), so
 "at once" is exact: the parked read's response is sent before ``dispatch`` of the write returns.
@@ -76,6 +77,42 @@ def test_a_write_answers_a_parked_read_before_its_own_dispatch_returns() -> None
             await asyncio.sleep(0)  # the parked task resumes and ends ...
         assert all(task.done() for task in reader.tasks)
         assert len(reader.responses) == 1  # ... without answering a second time
+
+    asyncio.run(run())
+
+
+class LoggedConnection(RecordingConnection):
+    """Records, in ``log`` shared with other connections, the name of each connection as it sends."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        super().__init__()
+        self.name, self.log = name, log
+
+    def send(self, chunks: list[Any]) -> None:
+        self.log.append(self.name)
+        super().send(chunks)
+
+
+def test_a_write_is_answered_before_the_parked_reads_it_wakes() -> None:
+    """As Hazelcast, which runs the operations a write unparks after the write's response is sent: the writer
+    learns first that its write is done (its next one finds nothing outstanding), then the readers are answered,
+    still inside the write's dispatch."""
+
+    async def run() -> None:
+        engine = Engine(clock=ManualClock())
+        member = MemberSettings(host="127.0.0.1", port=5701)
+        log: list[str] = []
+        readers = [LoggedConnection(f"reader-{n}", log) for n in range(2)]
+        writer = LoggedConnection("writer", log)
+        for n, reader in enumerate(readers):
+            read = _request(
+                m.RINGBUFFER_READ_MANY, n, name="r", start_sequence=0, min_count=1, max_count=10, filter=None
+            )
+            dispatch(engine, member, _endpoint(reader), read)
+        add = _request(m.RINGBUFFER_ADD_ALL, 9, name="r", value_list=[b"item-0"], overflow_policy=0)
+        dispatch(engine, member, _endpoint(writer), add)
+        assert log == ["writer", "reader-0", "reader-1"]
+        assert engine.waiters._callbacks == {}
 
     asyncio.run(run())
 

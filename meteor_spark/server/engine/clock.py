@@ -50,11 +50,13 @@ class Waiters:
     """One-shot wake-up callbacks keyed by object (e.g. ``("ring", name)``, ``("map", name, key)``).
 
     ``notify(key)`` calls and forgets every callback registered for ``key``; callers re-check their condition and
-    register again if it still does not hold, so spurious wake-ups are harmless.
+    register again if it still does not hold, so spurious wake-ups are harmless. Between ``hold`` and ``release``
+    the notifications wait (a key notified twice meanwhile wakes its callbacks once).
     """
 
     _callbacks: dict[Hashable, dict[int, Callable[[], None]]] = field(default_factory=dict)
     _next: int = 0
+    _held: list[Hashable] | None = None
 
     def register(self, key: Hashable, callback: Callable[[], None]) -> int:
         self._next += 1
@@ -69,7 +71,27 @@ class Waiters:
                 del self._callbacks[key]
 
     def notify(self, key: Hashable) -> None:
+        held = self._held
+        if held is not None:
+            if key not in held:
+                held.append(key)
+            return
         callbacks = self._callbacks.pop(key, None)
         if callbacks:
             for callback in callbacks.values():
                 callback()
+
+    def hold(self) -> bool:
+        """Keep the notifications from now on until ``release`` (a request's handler runs: its wake-ups go out after
+        its own response); False when they are held already (the outer holder releases them)."""
+        if self._held is not None:
+            return False
+        self._held = []
+        return True
+
+    def release(self) -> None:
+        """Stop holding, and notify the keys held meanwhile, in order."""
+        keys, self._held = self._held, None
+        if keys:
+            for key in keys:
+                self.notify(key)

@@ -252,12 +252,12 @@ class RequestContext:
         not yet, wait for the next one); what a plain handler returns instead of its response (a long poll
         without a timeout).
 
-        The answer is sent from inside the write that notified, before the writer's own response, and no coroutine
-        or task waits meanwhile: a parked poll is one registered callback, so the write -> parked read hop costs
-        the member no event-loop turn, future or task. ``answer`` raising (a ``ServerError``) answers with that
-        error. While the client is not reading its responses, a wake-up hands over to a task that answers once it
-        reads again (``writable``), as ``park`` holds back every long poll. The registration goes when the
-        connection closes.
+        The answer is sent from inside the write that notified, right after the writer's own response
+        (``_handle``), and no coroutine or task waits meanwhile: a parked poll is one registered callback, so the
+        write -> parked read hop costs the member no event-loop turn, future or task. ``answer`` raising (a
+        ``ServerError``) answers with that error. While the client is not reading its responses, a wake-up hands
+        over to a task that answers once it reads again (``writable``), as ``park`` holds back every long poll. The
+        registration goes when the connection closes.
         """
         waiters = self.engine.waiters
         endpoint = self.endpoint
@@ -376,32 +376,23 @@ def _handle(
     correlation_id: int,
     partition_id: int,
 ) -> str:
-    """Run a decoded request's handler and answer it (at once, or from the task a waiting handler becomes)."""
+    """Run a decoded request's handler and answer it (at once, or from the task a waiting handler becomes).
+
+    A plain handler's wake-ups (an add answering reads parked on its ring) go out after its own response, as
+    Hazelcast answers a write before the operations it unparks run: the writer learns its write is done first, and
+    its next one finds nothing outstanding. Both go out in the same event-loop turn."""
     spec = entry.spec
-    connection = endpoint.connection
     ctx = RequestContext(engine, member, endpoint, correlation_id, partition_id, spec)
     if entry.plain:
+        waiters = engine.waiters
+        held = waiters.hold()
         try:
-            result = entry.handler(ctx, request)
-        except BaseException as exc:
-            _fail(ctx, exc)
+            coro = _answer_plain(ctx, entry, request)
+        finally:
+            if held:
+                waiters.release()
+        if coro is None:
             return spec.name
-        if type(result) is not types.CoroutineType:
-            if result is PARKED or connection.closed:
-                return spec.name
-            write = entry.write_response
-            values = result or _NO_VALUES
-            try:
-                if write is not None:
-                    chunks = write((spec.request_type + 1, correlation_id, 0), values)  # type: ignore[arg-type]
-                else:
-                    chunks = encode_response(spec, correlation_id, values)  # type: ignore[arg-type]
-            except Exception:
-                _respond(ctx, result)  # type: ignore[arg-type]  # reports the handler's bad response
-                return spec.name
-            connection.send(chunks)
-            return spec.name
-        coro: Any = result
     else:
         coro = entry.handler(ctx, request)
     try:
@@ -413,8 +404,35 @@ def _handle(
         _fail(ctx, exc)
         return spec.name
     task = asyncio.ensure_future(_finish(ctx, _continue(coro, suspended)))
-    connection.track(task)
+    endpoint.connection.track(task)
     return spec.name
+
+
+def _answer_plain(ctx: RequestContext, entry: HandlerEntry, request: dict[str, Any]) -> Any:
+    """Run a plain handler and send its response; None when done, else the coroutine it returned (run on)."""
+    spec = entry.spec
+    connection = ctx.endpoint.connection
+    try:
+        result = entry.handler(ctx, request)
+    except BaseException as exc:
+        _fail(ctx, exc)
+        return None
+    if type(result) is types.CoroutineType:
+        return result
+    if result is PARKED or connection.closed:
+        return None
+    write = entry.write_response
+    values = result or _NO_VALUES
+    try:
+        if write is not None:
+            chunks = write((spec.request_type + 1, ctx.correlation_id, 0), values)  # type: ignore[arg-type]
+        else:
+            chunks = encode_response(spec, ctx.correlation_id, values)  # type: ignore[arg-type]
+    except Exception:
+        _respond(ctx, result)  # type: ignore[arg-type]  # reports the handler's bad response
+        return None
+    connection.send(chunks)
+    return None
 
 
 @types.coroutine
