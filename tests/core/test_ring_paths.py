@@ -1,7 +1,8 @@
 """``meteor_spark.compat_ring``'s paths answer exactly what the public client paths do: ``Ring.read_batch_async`` (the
-subscriber's parked read) the same items of every kind, sequences and next sequence, and a parked read completed by
-an add; ``Ring.add_all_async`` appends byte items the public ``add_all`` reads back unchanged, falls back to it for
-other items (real client over TCP, both grids)."""
+subscriber's parked read) the same items of every kind, sequences and next sequence (answers read off their frames
+once the first one read so agreed with the codec, else through the codec), and a parked read completed by an add;
+``Ring.add_all_async`` appends byte items the public ``add_all`` reads back unchanged, falls back to it for other
+items (real client over TCP, both grids)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,21 @@ def test_items_of_every_kind_read_as_the_public_path_reads_them(grid: Grid, uniq
             assert list(fast.sequences) == list(public.sequences)
             assert fast.next_sequence == public.next_sequence
         assert list(result(ring.read_batch_async(0, 1, 2), "read").items) == [b"meteor", b""]
+        # The first answer was read both ways and agreed: the later ones were read off the frames directly.
+        assert ring._proxy._meteor_read_path.frames_match is True
+    finally:
+        ring.destroy()
+
+
+def test_answers_read_through_the_codec_when_the_frames_are_not_as_expected(grid: Grid, unique_name: str) -> None:
+    ring = grid.ring(unique_name)
+    try:
+        ring.add_all([b"one", b"two"])
+        ring._proxy.add(7)
+        result(ring.read_batch_async(0, 1, 1), "first read")
+        ring._proxy._meteor_read_path.frames_match = False  # as if the first answer had been laid out otherwise
+        batch = result(ring.read_batch_async(0, 1, 10), "read through the codec")
+        assert (list(batch.items), list(batch.sequences), batch.next_sequence) == ([b"one", b"two", 7], [0, 1, 2], 3)
     finally:
         ring.destroy()
 
