@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from meteor_spark.compat import Coupling
-from meteor_spark.compat_ring import add_path_of, check_read_many_request
+from meteor_spark.compat_ring import add_path_of, check_read_many_request, read_answers
 
 #: hazelcast-python-client versions these couplings were written and checked for.
 _WRITTEN_FOR = ((5, 7), (5, 8))
@@ -49,9 +49,12 @@ async def route_member_through_async(
     client._invocation_service._invocation_retry_pause = retry_pause_s
 
 
-def read_many_sender(proxy: Any) -> Callable[[int, int, int], asyncio.Future[Any]]:
+def read_many_sender(
+    proxy: Any, make: Callable[[list[Any], list[int], int], Any]
+) -> Callable[[int, int, int], asyncio.Future[Any]]:
     """``Ringbuffer.read_many`` of the asyncio client without its coroutine: the request goes out at once and what
-    comes back is the invocation's own future (answered with the client's ``ReadResult``).
+    comes back is the invocation's own future, answered with ``make(items, sequences, next_sequence)``, the answer
+    read by ``compat_ring.ReadAnswers`` (off its frames, items as bytes in one copy) on the loop.
 
     A parked read awaited through the public coroutine costs a ``Task`` per read and one more turn of the loop
     between the answer and its reader; a subscriber keeps one such read out per lane all the time, so that is paid
@@ -59,16 +62,12 @@ def read_many_sender(proxy: Any) -> Callable[[int, int, int], asyncio.Future[Any
     ring's capacity and ``MAX_BATCH_SIZE``, ``min_count <= max_count``, no filter.
     """
     from hazelcast.protocol.codec import ringbuffer_read_many_codec
-    from hazelcast.proxy.ringbuffer import ReadResult
-    from hazelcast.util import deserialize_list_in_place
 
-    encode, decode = ringbuffer_read_many_codec.encode_request, ringbuffer_read_many_codec.decode_response
-    name, to_object, invoke = proxy.name, proxy._to_object, proxy._invoke
+    encode = ringbuffer_read_many_codec.encode_request
+    name, invoke, answers = proxy.name, proxy._invoke, read_answers(proxy)
 
     def handler(message: Any) -> Any:
-        response = decode(message)
-        items = deserialize_list_in_place(response["items"], to_object)
-        return ReadResult(response["read_count"], response["next_seq"], response["item_seqs"], items)
+        return make(*answers.read(message))
 
     def send(start: int, min_count: int, max_count: int) -> asyncio.Future[Any]:
         return cast("asyncio.Future[Any]", invoke(encode(name, start, min_count, max_count, None), handler))

@@ -75,47 +75,28 @@ class _ReadPath:
     """One ring's read request, encoded once (name, no filter) and copied per read with its three numbers
     patched in, and the decoder of its answers."""
 
-    __slots__ = (
-        "_codec",
-        "_decode",
-        "_decode_buffer",
-        "_invocation",
-        "_invoke",
-        "_message",
-        "_numbers_at",
-        "_partition",
-        "_template",
-        "frames_match",
-    )
+    __slots__ = ("_answers", "_invocation", "_invoke", "_message", "_numbers_at", "_partition", "_template")
 
     def __init__(self, proxy: Any) -> None:
         from hazelcast.invocation import Invocation
         from hazelcast.protocol.client_message import OutboundMessage
         from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
 
-        self._codec = codec
         self._template = bytes(codec.encode_request(proxy.name, 0, 0, 0, None).buf)
         self._numbers_at = codec._REQUEST_START_SEQUENCE_OFFSET
-        self._decode, self._decode_buffer = _decoders(proxy)
+        self._answers = read_answers(proxy)
         self._invocation = Invocation
         self._message = OutboundMessage
         self._invoke = proxy._invocation_service.invoke
         self._partition = proxy._partition_id
-        self.frames_match: bool | None = None  # whether _walk reads answers as the codec does (None: not seen yet)
 
     def read(self, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]) -> Any:
         buf = bytearray(self._template)
         _COUNTS.pack_into(buf, self._numbers_at, start, min_count, max_count)
+        answers = self._answers
 
         def handler(message: Any) -> T:
-            if self.frames_match:
-                items, sequences, next_seq = _walk(message, self._decode_buffer)
-            else:
-                items, sequences, next_seq = self._first_answer(message)
-            if sequences is None:  # a member that does not send them: the items follow each other from the first
-                first = next_seq - len(items)
-                sequences = list(range(first, first + len(items)))
-            return make(items, sequences, next_seq)
+            return make(*answers.read(message))
 
         invocation = self._invocation(
             self._message(buf, True, True), partition_id=self._partition, response_handler=handler
@@ -123,9 +104,41 @@ class _ReadPath:
         self._invoke(invocation)
         return invocation.future
 
-    def _first_answer(self, message: Any) -> tuple[list[Any], list[int] | None, int]:
-        """An answer through the client's codec; the first one is also walked by ``_walk``, which takes over for
-        the ring's later answers when it reads the same (else the codec keeps them)."""
+
+def read_answers(proxy: Any) -> ReadAnswers:
+    """The ring ``proxy``'s reader of ``read_many`` answers, made at its first use (both clients' parked reads)."""
+    made = proxy.__dict__.get("_meteor_read_answers")
+    if made is None:
+        made = proxy.__dict__.setdefault("_meteor_read_answers", ReadAnswers(proxy))
+    return cast(ReadAnswers, made)
+
+
+class ReadAnswers:
+    """Reads one ring's ``read_many`` answers: its first through the client's codec and also off the frames
+    (``_walk``), which takes over for the later ones when both read the same (``frames_match``), else the codec
+    keeps them. Items are decoded as ``_decoder`` does."""
+
+    __slots__ = ("_codec", "_decode", "_decode_buffer", "frames_match")
+
+    def __init__(self, proxy: Any) -> None:
+        from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
+
+        self._codec = codec
+        self._decode, self._decode_buffer = _decoders(proxy)
+        self.frames_match: bool | None = None  # None: no answer seen yet
+
+    def read(self, message: Any) -> tuple[list[Any], list[int], int]:
+        """An answer's items, their sequences and the next sequence."""
+        if self.frames_match:
+            items, sequences, next_seq = _walk(message, self._decode_buffer)
+        else:
+            items, sequences, next_seq = self._through_codec(message)
+        if sequences is None:  # a member that does not send them: the items follow each other from the first
+            first = next_seq - len(items)
+            sequences = list(range(first, first + len(items)))
+        return items, sequences, next_seq
+
+    def _through_codec(self, message: Any) -> tuple[list[Any], list[int] | None, int]:
         response = self._codec.decode_response(message)
         decode = self._decode
         answer = ([decode(data) for data in response["items"]], response["item_seqs"], response["next_seq"])

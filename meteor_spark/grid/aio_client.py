@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from hazelcast import errors as hz_errors
 from hazelcast.asyncio import HazelcastClient
@@ -47,7 +47,7 @@ class AsyncRing:
     def __init__(self, proxy: Any, name: str) -> None:
         self._proxy = proxy
         self.name = name
-        self._send_read = read_many_sender(proxy)
+        self._send_read = read_many_sender(proxy, ReadBatch)
         self._send_add = add_all_sender(proxy)
 
     async def capacity(self) -> int:
@@ -91,7 +91,7 @@ class AsyncRing:
     def batch_of(self, answer: asyncio.Future[Any], start: int) -> ReadBatch:
         """The ``ReadBatch`` of a finished ``read_soon`` future (its error as ``read_many``'s)."""
         with translate_errors(f"read from ring {self.name!r} at sequence {start}"):
-            return Ring.to_batch(answer.result())
+            return cast(ReadBatch, answer.result())
 
     async def destroy(self) -> None:
         with translate_errors(f"destroy ring {self.name!r}"):

@@ -27,7 +27,7 @@ def test_items_of_every_kind_read_as_the_public_path_reads_them(grid: Grid, uniq
             assert fast.next_sequence == public.next_sequence
         assert list(result(ring.read_batch_async(0, 1, 2), "read").items) == [b"meteor", b""]
         # The first answer was read both ways and agreed: the later ones were read off the frames directly.
-        assert ring._proxy._meteor_read_path.frames_match is True
+        assert ring._proxy._meteor_read_answers.frames_match is True
     finally:
         ring.destroy()
 
@@ -38,7 +38,7 @@ def test_answers_read_through_the_codec_when_the_frames_are_not_as_expected(grid
         ring.add_all([b"one", b"two"])
         ring._proxy.add(7)
         result(ring.read_batch_async(0, 1, 1), "first read")
-        ring._proxy._meteor_read_path.frames_match = False  # as if the first answer had been laid out otherwise
+        ring._proxy._meteor_read_answers.frames_match = False  # as if the first answer had been laid out otherwise
         batch = result(ring.read_batch_async(0, 1, 10), "read through the codec")
         assert (list(batch.items), list(batch.sequences), batch.next_sequence) == ([b"one", b"two", 7], [0, 1, 2], 3)
     finally:
