@@ -49,6 +49,8 @@ class LaneState:
     """Read state of one lane: where delivery stands, what is buffered, the outstanding read."""
 
     __slots__ = (
+        "_position_item",
+        "_position_mark",
         "bad",
         "buffered",
         "capacity",
@@ -71,7 +73,6 @@ class LaneState:
         "pending_losses",
         "pending_seq",
         "position",
-        "position_mark",
         "ring",
         "stream",
         "truncated",
@@ -109,7 +110,8 @@ class LaneState:
         # passed over by policy.
         self.items: dict[int, Any] = {}
         self.delivered_items: dict[int, Any] = {}
-        self.position_mark: ItemMark | None = None
+        self._position_mark: ItemMark | None = None
+        self._position_item: tuple[int, Any] | None = None  # (sequence, raw item) whose mark is not computed yet
         self.passed_mark: ItemMark | None = None
         self.item_bytes = 0  # average size of this lane's ring items in the last read (0: not known yet)
         self.error: MeteorError | None = None  # the lane is stopped at its position until a seek
@@ -123,6 +125,21 @@ class LaneState:
         self.last_read: tuple[int, Any] | None = None
         self.verify: ItemMark | None = None
         self.truncated: ItemMark | None = None
+
+    @property
+    def position_mark(self) -> ItemMark | None:
+        """The mark of the item ``position`` was taken after, computed when first asked for: a delivery records
+        only which item it ended in, as most are neither confirmed nor checked after a lost connection."""
+        pending = self._position_item
+        if pending is not None:
+            self._position_mark = mark_of(pending[1], pending[0])
+            self._position_item = None
+        return self._position_mark
+
+    @position_mark.setter
+    def position_mark(self, mark: ItemMark | None) -> None:
+        self._position_mark = mark
+        self._position_item = None
 
     def reset(self, position: int) -> Any:
         """Move to ``position``; returns the outstanding read, now orphaned."""
@@ -229,7 +246,7 @@ class LaneState:
         self.delivered_items = {seq: items[seq] for seq in sequences if seq in items}
         item = items.get(last)
         if item is not None:
-            self.position_mark = mark_of(item, last)
+            self._position_item = (last, item)  # its mark: position_mark
         if len(items) > 1 or last not in items:  # else the one buffered item is the last delivered one: kept
             self.items = {seq: item for seq, item in items.items() if seq >= last}
 
