@@ -61,13 +61,14 @@ def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, tuple[flo
         "allocator": "tuned" if tuned else "off",
         "ceiling_records_s": n / best["ceiling"][0],
         "publish_many_records_s": n / best["publish_many"][0],
-        "publish_async_records_s": max(1, n // 4) / best["publish_async"][0],
+        "publish_async_records": sizes_measure.async_records(n),
+        "publish_async_records_s": sizes_measure.async_records(n) / best["publish_async"][0],
         "consume_records_s": n / best["consume"][0],
         "minor_faults": {side: faults for side, (_, faults, _) in best.items()},
         # CPU seconds of the client process per MB moved (all its threads): the figure a shared machine's load
         # disturbs least.
         "cpu_ms_per_mb": {
-            side: 1000 * cpu / ((max(1, n // 4) if side == "publish_async" else n) * size / 1e6)
+            side: 1000 * cpu / ((sizes_measure.async_records(n) if side == "publish_async" else n) * size / 1e6)
             for side, (_, _, cpu) in best.items()
         },
     }
@@ -97,7 +98,7 @@ def _run_side(
         try:
             return _timed(
                 lambda: sizes_measure.publish_async(
-                    grid, async_stream, options.publisher_overrides(), values[: max(1, n // 4)]
+                    grid, async_stream, options.publisher_overrides(), values[: sizes_measure.async_records(n)]
                 )
             )
         finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from meteor_spark.bench import sizes
+from meteor_spark.bench import sizes, sizes_measure
 from meteor_spark.errors import ConfigError
 from meteor_spark.producer.batching import PublisherSettings
 
@@ -62,6 +62,23 @@ def test_the_shape_is_the_accumulators_cut_of_uniform_records() -> None:
     assert sizes.Shape.of(settings, 100) == sizes.Shape(1000, 10)  # 100 kB items: 10 fit in 1 MiB
     assert sizes.Shape.of(settings, 10 * 1024) == sizes.Shape(102, 1)
     assert sizes.Shape.of(settings, 3 << 20) == sizes.Shape(1, 1)  # an oversized record travels alone
+
+
+def test_publish_async_publishes_the_records_the_other_sides_do_up_to_its_cap() -> None:
+    """Every fresh run pays a start-up of its own: a ``publish_async`` run a quarter as long as the ceiling's (as
+    it was) read 0.60 of a ceiling it matched over the same bytes. Only small records are capped (one record a
+    call), and the printout says so."""
+    assert sizes_measure.async_records(9765) == 9765  # 100 MB of 10 KiB records
+    assert sizes_measure.async_records(1525) == 1525  # 100 MB of 64 KiB records
+    assert sizes_measure.async_records(1_000_000) == sizes_measure.ASYNC_MAX_RECORDS
+    assert sizes_measure.async_records(0) == 1
+    point = {"record_bytes": 100, "records": 1_000_000, "publish_async_records": 250_000}
+    assert sizes._async_note(
+        [point, {**point, "record_bytes": 10240, "records": 9765, "publish_async_records": 9765}]
+    ) == [
+        "publish_async published 250,000 of 1,000,000 records at 100 B (one record a call); that run pays its "
+        "start-up over fewer bytes"
+    ]
 
 
 def test_size_labels() -> None:
@@ -117,7 +134,9 @@ def test_the_size_sweep_runs_each_side_in_a_fresh_process_with_and_without_the_a
         assert set(point["cpu_ms_per_mb"]) == set(point["minor_faults"])
         assert all(cpu >= 0 for cpu in point["cpu_ms_per_mb"].values())
         assert point["publish_many_records_s"] > 0 and point["consume_records_s"] > 0
+        assert point["publish_async_records"] == point["records"] == 300  # the same records as the other sides
     printed = sizes.render(figures)
+    assert "publish_async published" not in printed
     assert "fresh client process" in printed and "minor faults" in printed and "client CPU ms/MB" in printed
 
 
