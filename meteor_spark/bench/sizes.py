@@ -193,9 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = () if options.lanes_only else options.sizes
         if not options.warm:
             modes = (True, False) if options.allocator == "both" else (options.allocator == "tuned",)
-            figures["sizes"] = [
-                point for size in sizes for point in fresh_size_points(grid_settings, options, size, modes)
-            ]
+            figures["sizes"] = [point for size in sizes for point in fresh_size_points(options, size, modes)]
         with Grid(grid_settings) as grid:
             if options.warm:
                 figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
@@ -308,9 +306,10 @@ def render(figures: dict[str, Any]) -> str:
         + (
             "measured in this one warm process (--warm)"
             if settings.get("process") == "warm"
-            else "every side in a fresh client process per run (the allocator column: meteor_spark.allocator's "
-            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults and client CPU (all its threads, per MB "
-            "moved): the fastest run's, while timed"
+            else "every side in a fresh client process per run, against a member process of its own warmed by as "
+            "many bytes written and dropped (the allocator column: meteor_spark.allocator's settings applied, or "
+            "METEOR_MALLOC_TUNING=off); minor faults and client CPU (all its threads, per MB moved): the fastest "
+            "run's, while timed; the member's: over that run's whole client process"
         )
         + "; lane sweep: one warm process",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
@@ -334,13 +333,19 @@ def _async_note(points: list[dict[str, Any]]) -> list[str]:
     return [f"publish_async published {published} (one record a call); that run pays its start-up over fewer bytes"]
 
 
+_SIDE_ORDER = ("ceiling", "publish_many", "publish_async", "consume")
+
+
+def _per_side(figures: dict[str, Any] | None, form: str) -> str:
+    """A figure per side, raw / many / async / subscriber (``-`` when not measured)."""
+    return "-" if not figures else " / ".join(format(figures[side], form) for side in _SIDE_ORDER)
+
+
 def _sizes_table(points: list[dict[str, Any]]) -> str:
     """The record-size sweep: MB/s and records/s per path, ratios against raw add_all."""
     rows: list[tuple[str, ...]] = []
     for p in points:
         ceiling = p["ceiling_records_s"]
-        faults = p.get("minor_faults")
-        cpu = p.get("cpu_ms_per_mb")
         rows.append(
             (
                 size_label(p["record_bytes"]),
@@ -352,14 +357,10 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
                 f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
                 f"{p['publish_async_records_s'] / ceiling:.2f}",
                 f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
-                "-"
-                if not faults
-                else " / ".join(
-                    f"{faults[side]:,}" for side in ("ceiling", "publish_many", "publish_async", "consume")
-                ),
-                "-"
-                if not cpu
-                else " / ".join(f"{cpu[side]:.2f}" for side in ("ceiling", "publish_many", "publish_async", "consume")),
+                _per_side(p.get("minor_faults"), ","),
+                _per_side(p.get("cpu_ms_per_mb"), ".2f"),
+                _per_side(p.get("member_minor_faults"), ","),
+                _per_side(p.get("member_cpu_ms_per_mb"), ".2f"),
             )
         )
     return render_table(
@@ -375,6 +376,8 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
             "one subscriber, Records",
             "minor faults: raw / many / async / subscriber",
             "client CPU ms/MB: raw / many / async / subscriber",
+            "member minor faults",
+            "member CPU ms/MB",
         ),
         rows,
     )
