@@ -10,12 +10,13 @@ measured in the same run.
 
 Every side meets a member in the same state: a member process of its own per run (``consume`` reads what
 ``publish_many`` wrote, on that side's member), warmed before the side starts by as many bytes written to a scratch
-ring, in items of the side's size, and destroyed: the side's items then land in memory the member has used
-before, as in a member that has been running. One member for the whole sweep gave the sides unequal members: the
-side that ran while ``publish_many``'s stream was alive (``publish_async``, fourth) found no freed memory to reuse
-and took ~24,000 minor faults in the member for 100 MB (about 100 MB of new pages, 50-70 ms of the member's CPU),
-the sides before it ~0 (a second ``publish_many`` in that place ran as slowly). The member's minor faults and CPU
-over each side's run are reported beside the client's.
+ring, in items of the side's size, and destroyed: the side's items then land in memory the member has used before,
+as in a member that has been running, as far as its allocator keeps freed memory (``M_TRIM_THRESHOLD``, 128 MiB:
+with ``--megabytes 400`` every side faults the rest in alike, ~65,000-81,000 faults). One member for the whole sweep
+gave the sides unequal members: the side that ran while ``publish_many``'s stream was alive (``publish_async``,
+fourth) found no freed memory to reuse and took ~24,000 minor faults in the member for 100 MB (about 100 MB of new
+pages, 50-70 ms of the member's CPU), the sides before it ~0 (a second ``publish_many`` in that place ran as
+slowly). The member's minor faults and CPU over each side's run are reported beside the client's.
 """
 
 from __future__ import annotations
