@@ -103,7 +103,8 @@ def _run_fresh(member_pid: int | None, args: tuple[Any, ...]) -> Measured:
 
 
 def process_usage(pid: int | None) -> tuple[int, float] | None:
-    """A process's minor page faults and CPU seconds so far (Linux's ``/proc``; None elsewhere or without a pid)."""
+    """A process's minor page faults and CPU seconds so far (Linux's ``/proc``, CPU in clock ticks of usually 10 ms:
+    coarse for a run of a few MB; None elsewhere or without a pid)."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
