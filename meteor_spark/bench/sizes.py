@@ -4,10 +4,10 @@ Two sweeps, each against an embedded grid in its own process, with the publisher
 override them):
 
 - record size (100 B, 1 KiB, 10 KiB, 64 KiB): one publisher on a 1-lane stream, ``publish_many`` (lists of up to
-  10,000 records) and ``publish_async`` (one record a call, futures dropped), then one subscriber reading every
-  ``publish_many`` record as ``Record`` objects. Ceiling: raw ``add_all`` of the same ring items (encoded
-  beforehand: same records per item, same items per call as the publisher's settings cut them), one call in
-  flight, as the publisher does per lane;
+  10,000 records) and ``publish_async`` (one record a call, futures dropped; the same records, at most 250,000:
+  ``sizes_measure.async_records``), then one subscriber reading every ``publish_many`` record as ``Record``
+  objects. Ceiling: raw ``add_all`` of the same ring items (encoded beforehand: same records per item, same items
+  per call as the publisher's settings cut them), one call in flight, as the publisher does per lane;
 - lanes (1, 2, 4, 8) at one record size (100 B by default): one publisher's ``publish_many`` over the lanes and one
   subscriber reading them all; keyless values, and with ``--keyed`` also keyed records (4,096 distinct keys, so
   every lane gets some of each call). Ceiling: raw ``add_all`` of the same items to that many rings, one call in
@@ -36,6 +36,7 @@ from meteor_spark.bench.sizes_fresh import size_points as fresh_size_points
 from meteor_spark.bench.sizes_measure import (
     MB,
     Shape,
+    async_records,
     best_seconds,
     ceiling_rate,
     consume,
@@ -192,9 +193,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = () if options.lanes_only else options.sizes
         if not options.warm:
             modes = (True, False) if options.allocator == "both" else (options.allocator == "tuned",)
-            figures["sizes"] = [
-                point for size in sizes for point in fresh_size_points(grid_settings, options, size, modes)
-            ]
+            figures["sizes"] = [point for size in sizes for point in fresh_size_points(options, size, modes)]
         with Grid(grid_settings) as grid:
             if options.warm:
                 figures["sizes"] = [_size_point(grid, options, settings, size) for size in sizes]
@@ -207,7 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSettings, size: int) -> dict[str, Any]:
     n = records_for(options, size)
-    n_async = max(1, n // 4)
+    n_async = async_records(n)
     values = value_pool(size, n)
     shape = Shape.of(settings, size)
     overrides = options.publisher_overrides()
@@ -239,6 +238,7 @@ def _size_point(grid: Grid, options: SizesBenchOptions, settings: PublisherSetti
         "items_per_call": shape.items_per_call,
         "ceiling_records_s": ceiling,
         "publish_many_records_s": n / many_s,
+        "publish_async_records": n_async,
         "publish_async_records_s": n_async / async_s,
         "consume_records_s": n / min(consumed),
     }
@@ -306,13 +306,15 @@ def render(figures: dict[str, Any]) -> str:
         + (
             "measured in this one warm process (--warm)"
             if settings.get("process") == "warm"
-            else "every side in a fresh client process per run (the allocator column: meteor_spark.allocator's "
-            "settings applied, or METEOR_MALLOC_TUNING=off); minor faults and client CPU (all its threads, per MB "
-            "moved): the fastest run's, while timed"
+            else "every side in a fresh client process per run, against a member process of its own warmed by as "
+            "many bytes written and dropped (the allocator column: meteor_spark.allocator's settings applied, or "
+            "METEOR_MALLOC_TUNING=off); minor faults and client CPU (all its threads, per MB moved): the fastest "
+            "run's, while timed; the member's: over that run's whole client process"
         )
         + "; lane sweep: one warm process",
         "ratios: ours / raw add_all of the same ring items in the same calls (encoded beforehand), one call in "
         "flight per ring, measured in the same run",
+        *_async_note(figures["sizes"]),
     ]
     if "plot" in figures:
         notes.append(f"plot written to {figures['plot']}")
@@ -320,13 +322,30 @@ def render(figures: dict[str, Any]) -> str:
     return "\n".join([*tables, _lanes_table(figures["lanes"]), *notes])
 
 
+def _async_note(points: list[dict[str, Any]]) -> list[str]:
+    """Where ``publish_async`` published fewer records than the other sides (every run pays a start-up)."""
+    fewer = [p for p in points if p.get("publish_async_records", p["records"]) < p["records"]]
+    if not fewer:
+        return []
+    published = ", ".join(
+        f"{p['publish_async_records']:,} of {p['records']:,} records at {size_label(p['record_bytes'])}" for p in fewer
+    )
+    return [f"publish_async published {published} (one record a call); that run pays its start-up over fewer bytes"]
+
+
+_SIDE_ORDER = ("ceiling", "publish_many", "publish_async", "consume")
+
+
+def _per_side(figures: dict[str, Any] | None, form: str) -> str:
+    """A figure per side, raw / many / async / subscriber (``-`` when not measured)."""
+    return "-" if not figures else " / ".join(format(figures[side], form) for side in _SIDE_ORDER)
+
+
 def _sizes_table(points: list[dict[str, Any]]) -> str:
     """The record-size sweep: MB/s and records/s per path, ratios against raw add_all."""
     rows: list[tuple[str, ...]] = []
     for p in points:
         ceiling = p["ceiling_records_s"]
-        faults = p.get("minor_faults")
-        cpu = p.get("cpu_ms_per_mb")
         rows.append(
             (
                 size_label(p["record_bytes"]),
@@ -338,14 +357,10 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
                 f"{_mbs(p, 'publish_async_records_s'):,.0f} MB/s ({p['publish_async_records_s']:,.0f}/s)",
                 f"{p['publish_async_records_s'] / ceiling:.2f}",
                 f"{_mbs(p, 'consume_records_s'):,.0f} MB/s ({p['consume_records_s']:,.0f}/s)",
-                "-"
-                if not faults
-                else " / ".join(
-                    f"{faults[side]:,}" for side in ("ceiling", "publish_many", "publish_async", "consume")
-                ),
-                "-"
-                if not cpu
-                else " / ".join(f"{cpu[side]:.2f}" for side in ("ceiling", "publish_many", "publish_async", "consume")),
+                _per_side(p.get("minor_faults"), ","),
+                _per_side(p.get("cpu_ms_per_mb"), ".2f"),
+                _per_side(p.get("member_minor_faults"), ","),
+                _per_side(p.get("member_cpu_ms_per_mb"), ".2f"),
             )
         )
     return render_table(
@@ -361,6 +376,8 @@ def _sizes_table(points: list[dict[str, Any]]) -> str:
             "one subscriber, Records",
             "minor faults: raw / many / async / subscriber",
             "client CPU ms/MB: raw / many / async / subscriber",
+            "member minor faults",
+            "member CPU ms/MB",
         ),
         rows,
     )

@@ -20,6 +20,9 @@ from meteor_spark.producer.publisher import Publisher
 
 MB = 1_000_000  # figures are in MB/s (10^6), as network figures are
 PUBLISH_MANY_CHUNK = 10_000
+#: ``publish_async`` publishes at most this many records a run (one record a call: at 100 B it moves a third of
+#: ``publish_many``'s records per second, so a whole run of small records would take the sweep's time).
+ASYNC_MAX_RECORDS = 250_000
 
 
 # ------------------------------------------------------------------------------------------------ shapes
@@ -47,6 +50,19 @@ def value_pool(size: int, count: int) -> list[bytes]:
 def records_for(options: Any, size: int) -> int:
     """Records of ``size`` bytes one run publishes: ``--megabytes`` worth, at most ``--max-records``."""
     return max(1, min(options.max_records, options.megabytes * MB // size))
+
+
+def async_records(n: int) -> int:
+    """Records one ``publish_async`` run publishes when the other sides publish ``n``: the same, so its rate is
+    compared with theirs over the same bytes, at most ``ASYNC_MAX_RECORDS``.
+
+    A fresh process's run pays a start-up of about 10-25 ms whatever its length (the first call's round trip before
+    the pipeline fills, a few MiB of new buffers faulted in, threads and caches warming): a shorter ``publish_async``
+    run (it once published a quarter of the records, 25 MB of 100 at 10 KiB: a 30-50 ms run) paid it on a quarter of
+    the bytes, and read 0.60 of a ceiling measured over all of them. ``kafka-producer-perf-test`` likewise times
+    every record of one run of a given count, start-up included.
+    """
+    return max(1, min(n, ASYNC_MAX_RECORDS))
 
 
 def best_seconds(repeats: int, measure: Callable[[], float]) -> float:
