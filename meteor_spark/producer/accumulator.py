@@ -28,7 +28,7 @@ import numpy as np
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
-from meteor_spark.producer.calls import Call, Piece, Segment
+from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, PublishCallback, RecordFuture
 from meteor_spark.producer.lane_queue import LaneQueue
 
@@ -397,87 +397,10 @@ class Accumulator:
         producer as a re-sent copy. Sequences taken while encoding would interleave, and a reader would drop
         real records.
         """
-        pieces, n_items, n_records = self.take(state)
+        pieces, n_items, n_records = state.take(self.settings, self.items_per_call)
         first_seq = self.producer_seq
         self.producer_seq += n_items
         return Call(state, pieces, n_items, n_records, first_seq)
-
-    def take(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
-        """Cut up to ``max_items_per_call`` ring items and ``max_call_bytes`` bytes off the lane's queue (lock
-        held)."""
-        settings = self.settings
-        max_records = settings.max_batch_records
-        max_bytes = settings.max_item_bytes
-        max_call = settings.max_call_bytes
-        if state.queued <= max_records and state.queued_bytes <= min(max_bytes, max_call):
-            return self._take_all(state)
-        pieces: list[Piece] = []
-        item = 0
-        in_item = 0
-        item_bytes = 0
-        taken = 0
-        taken_bytes = 0
-        full = False  # the call has no room for the next item
-        while state.segments and item < self.items_per_call and not full:
-            segment = state.segments[0]
-            segment.close()
-            cum = segment.cumulative_bytes()
-            p = segment.pos
-            while p < segment.n and item < self.items_per_call:
-                room = min(max_bytes - item_bytes, max_call - taken_bytes)
-                stop = min(segment.n, p + max_records - in_item)
-                # The largest stop whose bytes still fit the item and the call (searched only when the records up
-                # to the record bound do not fit: with small records they do, for every item).
-                fits = cum[stop] - cum[p] <= room
-                fit = stop if fits else int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
-                if in_item == 0 and item > 0 and fit < stop:
-                    # A further item goes into this call only whole (as the item bounds alone would cut it).
-                    whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1
-                    whole = min(stop, max(whole, p + 1))
-                    if cum[whole] - cum[p] > max_call - taken_bytes:
-                        full = True
-                        break
-                stop = min(stop, fit)
-                if stop <= p:
-                    if in_item == 0:
-                        stop = p + 1  # a record larger than an item (or than a call) travels alone
-                    else:
-                        item, in_item, item_bytes = item + 1, 0, 0
-                        continue
-                pieces.append(Piece(segment, p, stop, item, in_item))
-                in_item += stop - p
-                piece_bytes = int(cum[stop] - cum[p])
-                item_bytes += piece_bytes
-                taken_bytes += piece_bytes
-                taken += stop - p
-                p = stop
-                if in_item >= max_records or item_bytes >= max_bytes:
-                    item, in_item, item_bytes = item + 1, 0, 0
-            segment.advance(p)
-            if p >= segment.n:
-                state.segments.popleft()
-        n_items = item + (1 if in_item else 0)
-        state.queued -= taken
-        state.queued_bytes -= taken_bytes
-        if state.queued:
-            state.since = time.monotonic()
-        return pieces, n_items, taken
-
-    def _take_all(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
-        """Everything queued, as one ring item (it fits one item and one call): no prefix sums to search, which is
-        most of cutting a call of a few records (the latency of one record)."""
-        pieces: list[Piece] = []
-        in_item = 0
-        while state.segments:
-            segment = state.segments.popleft()
-            segment.close()
-            if segment.pos < segment.n:
-                pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
-                in_item += segment.n - segment.pos
-                segment.advance(segment.n)
-        state.queued = 0
-        state.queued_bytes = 0
-        return pieces, (1 if in_item else 0), in_item
 
     def drop_queued(self, error: BaseException) -> tuple[list[Segment], list[RecordFuture], int]:
         """Take every record still queued off the lanes, settled with ``error`` (lock held).
