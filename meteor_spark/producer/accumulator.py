@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["Accumulator", "LaneQueue", "sticky_run", "sticky_runs"]
 
 
-#: A tail's room in bytes when only the buffer's bound on records limits it.
-_UNBOUNDED = 1 << 62
-
-
 def _no_sender(call: Call) -> None:
     raise RuntimeError("the accumulator has no sender to send a call with")
 
@@ -157,9 +153,10 @@ class Accumulator:
         While the tail (``tail``: the open plain segment of a lane with a call in flight) has room, a value is
         appended there and nothing else is written: the lane's counts, ``outstanding`` and the segment's ``n``
         take it when the tail is folded (``_fold``), which every other step under the lock does first. Counting
-        each value cost the publishing thread a third of its time per record. The tail's room (``_open_tail``)
-        ends before the value that reaches the buffer's bound or a whole call to encode ahead: that value takes
-        the counted way (``_append_plain``), which admits it (``admit``) and wakes the sender as ever.
+        each value, and checking the bounds, cost the publishing thread a third of its time per record. The
+        tail's room (``_open_tail``) ends before the value that reaches the buffer's bound or a whole call to
+        encode ahead: that value takes the counted way (``_append_plain``), which admits it (``admit``) and wakes
+        the sender as ever.
         """
         acquire = self.lock.acquire
         release = self.lock.release
@@ -187,9 +184,7 @@ class Accumulator:
                 segment = acc.tail
                 values = segment.values
                 index = len(values)
-                room = segment.room - size
-                if index < segment.limit and room >= 0:
-                    segment.room = room
+                if index < segment.limit:
                     values.append(record)
                     segment.stamps.append(stamp)
                 else:
@@ -227,23 +222,27 @@ class Accumulator:
         segment.n = index + 1
         if self.queued(state, 1, size):
             return segment, index, self.claim(state)
-        self._open_tail(state, segment)
+        self._open_tail(state, segment, size)
         return segment, index, None
 
-    def _open_tail(self, state: LaneQueue, segment: Segment) -> None:
-        """Make ``segment`` (open, plain, the last of ``state``) the tail while its lane has a call in flight and
-        room is left (lock held, counts folded). Its room: records up to the buffer's bound, and, while the sender
-        may still be woken to encode a whole call ahead (``wants_ahead``), records and bytes short of one."""
+    def _open_tail(self, state: LaneQueue, segment: Segment, size: int) -> None:
+        """Make ``segment`` (open, plain, the last of ``state``, its last value ``size`` bytes) the tail while its
+        lane has a call in flight (lock held, counts folded), for as many values as room is left.
+
+        Room, in values only (a bound on bytes too cost a sixth of the append): up to the buffer's bound, exact;
+        and, while the sender may still be woken to encode a whole call ahead (``wants_ahead``), short of one: of
+        ``ahead_records`` values, and of ``ahead_bytes`` if they are of ``size`` bytes. Larger values may reach a
+        whole call's bytes uncounted: it is then encoded once the call in flight settled, not ahead of it (the
+        next tail, opened at a value of their size, is bounded right). Order, admission and cutting are exact.
+        """
         if not state.in_flight or self.admit_at <= 0:
             return  # an idle lane's values are claimed and sent, or lingered, by the counted way; closing refuses
         records = self.admit_at - self.outstanding
-        room = _UNBOUNDED
         if not self.sender_nudged and state.ahead is None and not state.encoding:
-            records = min(records, self.ahead_records - 1 - state.queued)
-            room = self.ahead_bytes - 1 - state.queued_bytes
-        if records > 0 and room > 0:
+            bytes_left = self.ahead_bytes - 1 - state.queued_bytes
+            records = min(records, self.ahead_records - 1 - state.queued, bytes_left // max(size, 1))
+        if records > 0:
             segment.limit = segment.n + records
-            segment.room = room
             self.tail = segment
             self.tail_lane = state
 

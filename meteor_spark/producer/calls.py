@@ -54,7 +54,6 @@ class Segment(Outcomes):
         "open",
         "plain",
         "pos",
-        "room",
         "stamps",
         "targets",
         "values",
@@ -73,10 +72,9 @@ class Segment(Outcomes):
         self.nbytes = 0
         self.open = True
         self.plain = False
-        # While the segment is its accumulator's tail: values it takes uncounted, up to index ``limit`` and
-        # ``room`` bytes (``Accumulator.plain_publisher``).
+        # While the segment is its accumulator's tail: it takes values uncounted up to index ``limit``
+        # (``Accumulator.plain_publisher``).
         self.limit = 0
-        self.room = 0
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None

@@ -474,3 +474,22 @@ def test_a_lane_that_goes_idle_takes_no_more_values_on_its_tail() -> None:
     publish(b"c")
     assert [c.n_records for c in sent] == [1, 1] and call.n_records == 1
     assert acc.tail is acc.no_tail or acc.lanes[0].in_flight
+
+
+def test_a_whole_call_of_bytes_behind_the_one_in_flight_wakes_the_sender_at_the_value_that_fills_it() -> None:
+    acc = _accumulator(max_call_bytes=10)  # a whole call: 10 bytes
+    notified: list[int] = []
+    acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
+    acc.send_now = lambda call: None
+    publish = acc.plain_publisher(100, bool, _general)
+    publish(b"aaa")  # claimed: in flight
+    for value in (b"bbb", b"ccc", b"ddd"):
+        publish(value)
+    assert notified == [] and acc.outstanding_records() == 4  # 9 bytes behind: not a whole call yet
+    publish(b"eee")
+    assert notified == [1], "the value that makes 10 bytes wakes the sender, once"
+    publish(b"fff")
+    assert notified == [1]
+    with acc.lock:
+        _, (ahead,) = acc.next_calls()  # type: ignore[misc]
+    assert ahead.n_records == 3  # a whole call (9 bytes; a fourth value would not fit), encoded ahead
