@@ -229,7 +229,7 @@ class Accumulator:
         """Make ``segment`` (open, plain, the last of ``state``, its last value ``size`` bytes) the tail while its
         lane has a call in flight (lock held, counts folded), for as many values as room is left.
 
-        Room, in values only (a bound on bytes too cost a sixth of the append): up to the buffer's bound, exact;
+        Room, in values only (a bound on bytes too cost 13 % of the append): up to the buffer's bound, exact;
         and, while the sender may still be woken to encode a whole call ahead (``wants_ahead``), short of one: of
         ``ahead_records`` values, and of ``ahead_bytes`` if they are of ``size`` bytes. Larger values may reach a
         whole call's bytes uncounted: it is then encoded once the call in flight settled, not ahead of it (the
