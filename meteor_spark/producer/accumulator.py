@@ -14,6 +14,8 @@ sender's questions (which lane is ready, what goes in its next ``add_all``). Its
   a publisher's records in order per lane.
 - A lane is ready when it has records and no call in flight, and its linger ended, a batch filled up, or a flush or
   close is under way.
+- Behind a call in flight, ``publish_async`` puts plain values on the lane's tail without counting them; every other
+  step under the lock counts them first (``_fold``), so the counts it reads are whole (``plain_publisher``).
 """
 
 from __future__ import annotations
@@ -21,22 +23,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
-from meteor_spark.producer.calls import Call, Piece, Segment
-from meteor_spark.producer.futures import BulkFuture, PublishCallback, RecordFuture
+from meteor_spark.producer.calls import Call, Segment
+from meteor_spark.producer.futures import BulkFuture, PublishAsync, PublishCallback, RecordFuture
 from meteor_spark.producer.lane_queue import LaneQueue
+from meteor_spark.producer.sticky import sticky_run, sticky_runs
 
 if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowInput
     from meteor_spark.producer.batching import PublisherSettings
 
-__all__ = ["Accumulator", "LaneQueue"]
+__all__ = ["Accumulator", "LaneQueue", "sticky_run", "sticky_runs"]
 
 
 def _no_sender(call: Call) -> None:
@@ -58,7 +61,7 @@ class Accumulator:
         #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
         self.ahead_records = max_items_per_call * settings.max_batch_records
         self.ahead_bytes = settings.max_call_bytes
-        #: ``append`` and ``plain_publish`` go through ``admit`` once ``outstanding`` reaches this: the buffer's bound,
+        #: ``append`` and ``_append_plain`` go through ``admit`` once ``outstanding`` reaches this: the buffer's bound,
         #: or -1 once closing (``admit`` then refuses). One comparison instead of two: they run a million times a
         #: second.
         self.admit_at = settings.max_buffered_records
@@ -78,9 +81,15 @@ class Accumulator:
         self.producer_seq = 0
         #: The sender was woken and has not looked at the lanes since (``nudge_sender``).
         self.sender_nudged = False
-        #: Sends a call claimed by ``plain_publish`` from the publishing thread (the sender's ``send``, set when it
+        #: Sends a call claimed by ``publish_async`` from the publishing thread (the sender's ``send``, set when it
         #: starts).
         self.send_now: Callable[[Call], None] = _no_sender
+        #: The segment of plain values ``publish_async`` appends to without counting them, on lane ``tail_lane``
+        #: (``plain_publisher``); ``no_tail`` (no room at all) when the next value takes the counted way.
+        self.no_tail = Segment(self.lock)
+        self.no_tail.close()
+        self.tail = self.no_tail
+        self.tail_lane = self.lanes[0]
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -127,8 +136,132 @@ class Accumulator:
     def spread(self, n: int, run: int = 1) -> list[tuple[int, int, int]]:
         """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over the lanes (lock held; ``sticky_runs``).
         The sticky lane also moves on when it is claimed (``claim``), so over many bulks every lane gets its share."""
+        self._fold()
         runs, self.sticky, self.sticky_fill = sticky_runs(n, self.lane_count, run, self.sticky, self.sticky_fill)
         return runs
+
+    # ------------------------------------------------------------------------------------------------ plain values
+
+    def plain_publisher(
+        self, max_record_bytes: int, context_now: Callable[[], Any], general: PublishAsync
+    ) -> PublishAsync:
+        """A ``publish_async`` that queues plain values of up to ``max_record_bytes`` itself and hands every other
+        call to ``general`` (the publisher's method); ``context_now()`` is true while a trace context is current
+        (the value may then be traced, which ``general`` does). Its checks and append are one frame, constants in
+        closure cells: a second frame and a dozen attribute reads cost 13 % of the publishing thread's CPU.
+
+        While the tail (``tail``: the open plain segment of a lane with a call in flight) has room, a value is
+        appended there and nothing else is written: the lane's counts, ``outstanding`` and the segment's ``n``
+        take it when the tail is folded (``_fold``), which every other step under the lock does first. Counting
+        each value, and checking the bounds, cost the publishing thread a third of its time per record. The
+        tail's room (``_open_tail``) ends before the value that reaches the buffer's bound or a whole call to
+        encode ahead: that value takes the counted way (``_append_plain``), which admits it (``admit``) and wakes
+        the sender as ever.
+        """
+        acquire = self.lock.acquire
+        release = self.lock.release
+        append_plain = self._append_plain
+        new_future = object.__new__
+        time_ns = time.time_ns
+        acc = self
+
+        def publish_async(
+            record: Any,
+            callback: PublishCallback | None = None,
+            *,
+            topic: str | None = None,
+            message_id: str | None = None,
+        ) -> RecordFuture:
+            if type(record) is not bytes or callback is not None or topic is not None or message_id is not None:
+                return general(record, callback, topic=topic, message_id=message_id)
+            size = len(record)
+            if size > max_record_bytes or context_now():
+                return general(record)  # refused with the general path's error, or traced
+            stamp = time_ns()
+            call = None
+            acquire()  # ``with`` costs twice as much
+            try:
+                segment = acc.tail
+                values = segment.values
+                index = len(values)
+                if index < segment.limit:
+                    values.append(record)
+                    segment.stamps.append(stamp)
+                else:
+                    segment, index, call = append_plain(record, stamp, size)
+            finally:
+                release()
+            future = new_future(RecordFuture)  # without running ``RecordFuture.__init__``
+            future._segment = segment
+            future._index = index
+            if call is not None:
+                acc.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
+            return future
+
+        publish_async.__doc__ = general.__doc__
+        return publish_async
+
+    def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
+        """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
+        in it, and the call the caller sends at once (the lane was idle). Opens the tail when the lane is in
+        flight. ``stamp`` stays a ``time_ns()`` reading: a plain segment turns its stamps into milliseconds per
+        piece (``Segment.plain``)."""
+        self._fold()
+        if self.outstanding >= self.admit_at:
+            self.admit(1)
+        else:
+            self.outstanding += 1
+        state = self.lanes[self.sticky]
+        segments = state.segments
+        segment = segments[-1] if segments else None
+        if segment is None or not segment.plain or not segment.open:
+            segment = state.open_plain()
+        index = segment.n
+        segment.values.append(value)
+        segment.stamps.append(stamp)
+        segment.n = index + 1
+        if self.queued(state, 1, size):
+            return segment, index, self.claim(state)
+        self._open_tail(state, segment, size)
+        return segment, index, None
+
+    def _open_tail(self, state: LaneQueue, segment: Segment, size: int) -> None:
+        """Make ``segment`` (open, plain, the last of ``state``, its last value ``size`` bytes) the tail while its
+        lane has a call in flight (lock held, counts folded), for as many values as room is left.
+
+        Room, in values only (a bound on bytes too cost 13 % of the append): up to the buffer's bound, exact;
+        and, while the sender may still be woken to encode a whole call ahead (``wants_ahead``), short of one: of
+        ``ahead_records`` values, and of ``ahead_bytes`` if they are of ``size`` bytes. Larger values may reach a
+        whole call's bytes uncounted: it is then encoded once the call in flight settled, not ahead of it (the
+        next tail, opened at a value of their size, is bounded right). Order, admission and cutting are exact.
+        """
+        if not state.in_flight or self.admit_at <= 0:
+            return  # an idle lane's values are claimed and sent, or lingered, by the counted way; closing refuses
+        records = self.admit_at - self.outstanding
+        if not self.sender_nudged and state.ahead is None and not state.encoding:
+            bytes_left = self.ahead_bytes - 1 - state.queued_bytes
+            records = min(records, self.ahead_records - 1 - state.queued, bytes_left // max(size, 1))
+        if records > 0:
+            segment.limit = segment.n + records
+            self.tail = segment
+            self.tail_lane = state
+
+    def _fold(self) -> None:
+        """Count the values appended to the tail since it opened, and close it (lock held): the next value takes
+        the counted way. Every step that reads or changes the counts or a lane's queue folds first."""
+        segment = self.tail
+        if segment is self.no_tail:
+            return
+        self.tail = self.no_tail
+        values = segment.values
+        n = segment.n
+        added = len(values) - n
+        if added:
+            state = self.tail_lane
+            state.queued += added
+            state.queued_bytes += sum(map(len, values[n:]))
+            segment.n = n + added
+            self.outstanding += added
 
     # ------------------------------------------------------------------------------------------------ accepting
 
@@ -143,6 +276,7 @@ class Accumulator:
         The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
         """
         with self.lock:
+            self._fold()
             if self.outstanding >= self.admit_at:
                 self.admit(1)
             else:
@@ -184,6 +318,7 @@ class Accumulator:
         calls: list[Call] = []
         run = self.run_of(len(values), sum(map(len, values)))
         with self.lock:
+            self._fold()
             self.admit(len(values))
             for lane, start, stop in self.spread(len(values), run):
                 state = self.lanes[lane]
@@ -197,6 +332,7 @@ class Accumulator:
         (``split_by_lane``); returns the calls the caller sends at once."""
         calls: list[Call] = []
         with self.lock:
+            self._fold()
             by_lane = self.split_by_lane(records)
             self.admit(len(records))
             for lane, positions in by_lane.items():
@@ -230,6 +366,7 @@ class Accumulator:
 
     def _append_segments(self, n: int, segments: list[tuple[int, Segment]]) -> None:
         with self.lock:
+            self._fold()
             self.admit(n)
             ready = False
             for lane, segment in segments:
@@ -243,6 +380,7 @@ class Accumulator:
 
     def admit(self, n: int) -> None:
         """Wait for room for ``n`` records (lock held). A bulk larger than the buffer waits for an empty buffer."""
+        self._fold()
         if self.closing:
             raise PublisherClosedError(f"the publisher of stream {self.stream!r} is closed; create a new one")
         limit = self.settings.max_buffered_records
@@ -259,6 +397,7 @@ class Accumulator:
                     f"grid is slower than the publishing rate, or unreachable"
                 )
             self.room.wait(remaining)
+            self._fold()
             if self.closing:
                 raise PublisherClosedError(f"the publisher of stream {self.stream!r} was closed while waiting")
         self.outstanding += n
@@ -299,6 +438,7 @@ class Accumulator:
         ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records still outstanding then (0:
         all completed)."""
         with self.lock:
+            self._fold()
             self.flushing += 1
             self.work.notify()
             try:
@@ -314,6 +454,7 @@ class Accumulator:
     def begin_close(self) -> bool:
         """Refuse new records from now on; False when the accumulator was closed already."""
         with self.lock:
+            self._fold()
             if self.closed:
                 return False
             self.closing = True
@@ -323,12 +464,14 @@ class Accumulator:
     def mark_closed(self) -> None:
         """Closed: the sender thread sends what is left and stops."""
         with self.lock:
+            self._fold()
             self.closed = True
             self.work.notify_all()
 
     def outstanding_records(self) -> int:
         """Records accepted and not yet completed."""
         with self.lock:
+            self._fold()
             return self.outstanding
 
     # ------------------------------------------------------------------------------------------------ cutting
@@ -365,6 +508,7 @@ class Accumulator:
         """Wait until lanes are ready and claim them (lock held): the calls to send now, and the calls to encode
         ahead of lanes still in flight (marked ``encoding``). None once closed with nothing left to send."""
         while True:
+            self._fold()
             self.sender_nudged = False  # looking now: a change from here on wakes it again
             now = time.monotonic()
             waits = [(self.ready(s, now), s) for s in self.lanes]
@@ -378,6 +522,28 @@ class Accumulator:
                 return None
             pending = [w for w, _ in waits if w is not None]
             self.work.wait(min(pending) if pending else None)
+
+    def call_settled(self, state: LaneQueue) -> Any:
+        """The lane's call in flight settled (lock held): ``LaneQueue.call_settled`` (the call encoded ahead to send
+        now, or None), the tail folded first, as its lane may go idle."""
+        self._fold()
+        return state.call_settled()
+
+    def encoded_ahead(self, state: LaneQueue, pending: Any) -> bool:
+        """The sender finished encoding the lane's next call ahead (lock held; ``pending`` None: it failed):
+        ``LaneQueue.encoded``, the tail folded first. True: the encoder sends ``pending`` itself now."""
+        self._fold()
+        send_now = state.encoded(pending)
+        if send_now and pending is None:
+            self.work.notify()  # the call in flight settled meanwhile, and this one failed: the lane is free
+        return send_now
+
+    def wake_for(self, state: LaneQueue) -> None:
+        """Wake the sender when ``state`` has records queued or the publisher is closed (lock held): a call of the
+        lane settled, and the sender sends what waited behind it."""
+        self._fold()
+        if state.queued or self.closed:
+            self.work.notify()
 
     def claim(self, state: LaneQueue) -> Call:
         """Take the next call's items off an idle lane and mark it in flight (lock held)."""
@@ -397,87 +563,11 @@ class Accumulator:
         producer as a re-sent copy. Sequences taken while encoding would interleave, and a reader would drop
         real records.
         """
-        pieces, n_items, n_records = self.take(state)
+        self._fold()
+        pieces, n_items, n_records = state.take(self.settings, self.items_per_call)
         first_seq = self.producer_seq
         self.producer_seq += n_items
         return Call(state, pieces, n_items, n_records, first_seq)
-
-    def take(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
-        """Cut up to ``max_items_per_call`` ring items and ``max_call_bytes`` bytes off the lane's queue (lock
-        held)."""
-        settings = self.settings
-        max_records = settings.max_batch_records
-        max_bytes = settings.max_item_bytes
-        max_call = settings.max_call_bytes
-        if state.queued <= max_records and state.queued_bytes <= min(max_bytes, max_call):
-            return self._take_all(state)
-        pieces: list[Piece] = []
-        item = 0
-        in_item = 0
-        item_bytes = 0
-        taken = 0
-        taken_bytes = 0
-        full = False  # the call has no room for the next item
-        while state.segments and item < self.items_per_call and not full:
-            segment = state.segments[0]
-            segment.close()
-            cum = segment.cumulative_bytes()
-            p = segment.pos
-            while p < segment.n and item < self.items_per_call:
-                room = min(max_bytes - item_bytes, max_call - taken_bytes)
-                stop = min(segment.n, p + max_records - in_item)
-                # The largest stop whose bytes still fit the item and the call (searched only when the records up
-                # to the record bound do not fit: with small records they do, for every item).
-                fits = cum[stop] - cum[p] <= room
-                fit = stop if fits else int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
-                if in_item == 0 and item > 0 and fit < stop:
-                    # A further item goes into this call only whole (as the item bounds alone would cut it).
-                    whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1
-                    whole = min(stop, max(whole, p + 1))
-                    if cum[whole] - cum[p] > max_call - taken_bytes:
-                        full = True
-                        break
-                stop = min(stop, fit)
-                if stop <= p:
-                    if in_item == 0:
-                        stop = p + 1  # a record larger than an item (or than a call) travels alone
-                    else:
-                        item, in_item, item_bytes = item + 1, 0, 0
-                        continue
-                pieces.append(Piece(segment, p, stop, item, in_item))
-                in_item += stop - p
-                piece_bytes = int(cum[stop] - cum[p])
-                item_bytes += piece_bytes
-                taken_bytes += piece_bytes
-                taken += stop - p
-                p = stop
-                if in_item >= max_records or item_bytes >= max_bytes:
-                    item, in_item, item_bytes = item + 1, 0, 0
-            segment.advance(p)
-            if p >= segment.n:
-                state.segments.popleft()
-        n_items = item + (1 if in_item else 0)
-        state.queued -= taken
-        state.queued_bytes -= taken_bytes
-        if state.queued:
-            state.since = time.monotonic()
-        return pieces, n_items, taken
-
-    def _take_all(self, state: LaneQueue) -> tuple[list[Piece], int, int]:
-        """Everything queued, as one ring item (it fits one item and one call): no prefix sums to search, which is
-        most of cutting a call of a few records (the latency of one record)."""
-        pieces: list[Piece] = []
-        in_item = 0
-        while state.segments:
-            segment = state.segments.popleft()
-            segment.close()
-            if segment.pos < segment.n:
-                pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
-                in_item += segment.n - segment.pos
-                segment.advance(segment.n)
-        state.queued = 0
-        state.queued_bytes = 0
-        return pieces, (1 if in_item else 0), in_item
 
     def drop_queued(self, error: BaseException) -> tuple[list[Segment], list[RecordFuture], int]:
         """Take every record still queued off the lanes, settled with ``error`` (lock held).
@@ -485,6 +575,7 @@ class Accumulator:
         Returns the dropped segments (their bulk futures must fail), the watched record futures among the records,
         and how many records were dropped.
         """
+        self._fold()
         told: list[RecordFuture] = []
         dropped: list[Segment] = []
         n = 0
@@ -499,39 +590,3 @@ class Accumulator:
             state.queued_bytes = 0
         self.completed(n)
         return dropped, told, n
-
-
-def sticky_run(n: int, nbytes: int, ahead_records: int, ahead_bytes: int) -> int:
-    """Keyless records per sticky run for a bulk of ``n`` records of ``nbytes`` bytes: a whole call's worth
-    (``ahead_records``: ``max_items_per_call`` full items, or ``ahead_bytes``: ``max_call_bytes`` of records this
-    size on average).
-
-    Thinner runs would cost every lane a call (and a short item) of its own for a sliver of each bulk: with 64
-    lanes a 10,000-record ``publish_many`` became 64 calls of 156 records instead of one.
-    """
-    if nbytes <= 0:
-        return ahead_records
-    return max(1, min(ahead_records, -(-n * ahead_bytes // nbytes)))
-
-
-def sticky_runs(n: int, lanes: int, run: int, lane: int, fill: int) -> tuple[list[tuple[int, int, int]], int, int]:
-    """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over ``lanes`` lanes, Kafka's sticky
-    partitioning (KIP-480), and the sticky ``(lane, fill)`` after them. Records fill the sticky ``lane`` (which holds
-    ``fill`` records of earlier bulks) up to ``run`` records, then the next lane, and so on; a bulk larger than
-    ``run`` per lane is cut evenly (runs of ``n / lanes``)."""
-    if lanes == 1:
-        return [(0, 0, n)], 0, 0
-    per_lane = max(1, run, -(-n // lanes))
-    if fill >= per_lane or (fill and n > lanes * per_lane - fill):
-        # The lane is full, or the bulk would wrap around to it: start on the next lane.
-        lane, fill = (lane + 1) % lanes, 0
-    runs = []
-    start = 0
-    while start < n:
-        stop = min(n, start + per_lane - fill)
-        runs.append((lane, start, stop))
-        fill += stop - start
-        start = stop
-        if fill >= per_lane:
-            lane, fill = (lane + 1) % lanes, 0
-    return runs, lane, fill

@@ -33,7 +33,7 @@ class Segment(Outcomes):
     (a keyed ``publish_many`` scatters a call's records over the lanes). Single records have ``RecordFuture`` s
     instead, which read the segment's outcomes (``Outcomes``, whose ``lock`` is the accumulator's).
 
-    ``plain``: the segment holds only plain values of ``publish_async`` (``plain_publish.plain_publisher``), and their
+    ``plain``: the segment holds only plain values of ``publish_async`` (``Accumulator.plain_publisher``), and their
     ``stamps`` are ``time.time_ns()`` readings, turned into milliseconds for a whole piece at once when it is encoded
     (``prepare``): the division per record cost the publishing thread more than the rest of its bookkeeping. No
     other record goes into such a segment (``LaneQueue.open_segment`` starts a new one after it), so a segment's
@@ -48,6 +48,7 @@ class Segment(Outcomes):
         "encoded",
         "headers",
         "keys",
+        "limit",
         "n",
         "nbytes",
         "open",
@@ -71,6 +72,9 @@ class Segment(Outcomes):
         self.nbytes = 0
         self.open = True
         self.plain = False
+        # While the segment is its accumulator's tail: it takes values uncounted up to index ``limit``
+        # (``Accumulator.plain_publisher``).
+        self.limit = 0
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None

@@ -27,6 +27,9 @@ logger = logging.getLogger("meteor_spark.producer.publisher")
 #: ``callback(offset, error)``: exactly one of them is None.
 PublishCallback = Callable[[int | None, BaseException | None], None]
 
+#: ``Publisher.publish_async``'s signature: ``(record, callback=None, *, topic=None, message_id=None)``.
+PublishAsync = Callable[..., "RecordFuture"]
+
 # The states ``concurrent.futures.wait`` and ``as_completed`` compare ``_state`` with (their values in CPython's
 # concurrent.futures); a test waits on record futures with both helpers, so a change there fails loudly.
 _RUNNING = "RUNNING"

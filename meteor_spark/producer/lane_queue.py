@@ -2,15 +2,21 @@
 
 The accumulator (``meteor_spark.producer.accumulator``) holds one per lane, under its lock; the sender changes a
 lane's encode-ahead flags only through the transitions here (``begin_encoding``, ``encoded``, ``call_settled``,
-``drop_ahead``).
+``drop_ahead``). The queue cuts its own calls (``take``), to the bounds the accumulator gives.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from meteor_spark.producer.calls import Segment
+import numpy as np
+
+from meteor_spark.producer.calls import Piece, Segment
+
+if TYPE_CHECKING:
+    from meteor_spark.producer.batching import PublisherSettings
 
 __all__ = ["LaneQueue"]
 
@@ -68,6 +74,82 @@ class LaneQueue:
         segment.plain = segment.singles = True
         self.segments.append(segment)
         return segment
+
+    def take(self, settings: PublisherSettings, items_per_call: int) -> tuple[list[Piece], int, int]:
+        """Cut up to ``items_per_call`` ring items and ``settings.max_call_bytes`` bytes off the queue (lock held):
+        the accumulator's ``cut`` (module docstring of ``meteor_spark.producer.accumulator``)."""
+        max_records = settings.max_batch_records
+        max_bytes = settings.max_item_bytes
+        max_call = settings.max_call_bytes
+        if self.queued <= max_records and self.queued_bytes <= min(max_bytes, max_call):
+            return self._take_all()
+        pieces: list[Piece] = []
+        item = 0
+        in_item = 0
+        item_bytes = 0
+        taken = 0
+        taken_bytes = 0
+        full = False  # the call has no room for the next item
+        while self.segments and item < items_per_call and not full:
+            segment = self.segments[0]
+            segment.close()
+            cum = segment.cumulative_bytes()
+            p = segment.pos
+            while p < segment.n and item < items_per_call:
+                room = min(max_bytes - item_bytes, max_call - taken_bytes)
+                stop = min(segment.n, p + max_records - in_item)
+                # The largest stop whose bytes still fit the item and the call (searched only when the records up
+                # to the record bound do not fit: with small records they do, for every item).
+                fits = cum[stop] - cum[p] <= room
+                fit = stop if fits else int(np.searchsorted(cum, cum[p] + room, side="right")) - 1
+                if in_item == 0 and item > 0 and fit < stop:
+                    # A further item goes into this call only whole (as the item bounds alone would cut it).
+                    whole = int(np.searchsorted(cum, cum[p] + max_bytes, side="right")) - 1
+                    whole = min(stop, max(whole, p + 1))
+                    if cum[whole] - cum[p] > max_call - taken_bytes:
+                        full = True
+                        break
+                stop = min(stop, fit)
+                if stop <= p:
+                    if in_item == 0:
+                        stop = p + 1  # a record larger than an item (or than a call) travels alone
+                    else:
+                        item, in_item, item_bytes = item + 1, 0, 0
+                        continue
+                pieces.append(Piece(segment, p, stop, item, in_item))
+                in_item += stop - p
+                piece_bytes = int(cum[stop] - cum[p])
+                item_bytes += piece_bytes
+                taken_bytes += piece_bytes
+                taken += stop - p
+                p = stop
+                if in_item >= max_records or item_bytes >= max_bytes:
+                    item, in_item, item_bytes = item + 1, 0, 0
+            segment.advance(p)
+            if p >= segment.n:
+                self.segments.popleft()
+        n_items = item + (1 if in_item else 0)
+        self.queued -= taken
+        self.queued_bytes -= taken_bytes
+        if self.queued:
+            self.since = time.monotonic()
+        return pieces, n_items, taken
+
+    def _take_all(self) -> tuple[list[Piece], int, int]:
+        """Everything queued, as one ring item (it fits one item and one call): no prefix sums to search, which is
+        most of cutting a call of a few records (the latency of one record)."""
+        pieces: list[Piece] = []
+        in_item = 0
+        while self.segments:
+            segment = self.segments.popleft()
+            segment.close()
+            if segment.pos < segment.n:
+                pieces.append(Piece(segment, segment.pos, segment.n, 0, in_item))
+                in_item += segment.n - segment.pos
+                segment.advance(segment.n)
+        self.queued = 0
+        self.queued_bytes = 0
+        return pieces, (1 if in_item else 0), in_item
 
     # Encode-ahead's transitions (lock held), the sender's only way to change the lane's flags.
 

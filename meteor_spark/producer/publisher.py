@@ -67,7 +67,6 @@ from meteor_spark.producer.futures import (
     PublishCallback,
     RecordFuture,
 )
-from meteor_spark.producer.plain_publish import plain_publisher
 from meteor_spark.producer.record_checks import (
     RECORD_COLUMN_BYTES,
     checked_record,
@@ -201,13 +200,13 @@ class Publisher:
         self._trace = publish_tracing(self.stream) if tracing else None
         self._append = self._acc.append  # bound once: publish_async runs a million times a second
         if not self._serializing and self._gate is None and type(self).publish_async is Publisher.publish_async:
-            # A plain value goes straight to the accumulator, in one frame (``plain_publish``): nothing to serialize,
-            # no topic gate to ask, no subclass's own publish_async to keep. A record published while a trace context
-            # is current (``PublishTracing.current``; ``bool()`` is False: without tracing none ever is) takes this
-            # method, which may trace it.
+            # A plain value goes straight to the accumulator, in one frame (``Accumulator.plain_publisher``): nothing
+            # to serialize, no topic gate to ask, no subclass's own publish_async to keep. A record published while a
+            # trace context is current (``PublishTracing.current``; ``bool()`` is False: without tracing none ever
+            # is) takes this method, which may trace it.
             context_now: Callable[[], Any] = self._trace.current if self._trace is not None else bool
-            self.publish_async = plain_publisher(  # type: ignore[method-assign]
-                self._acc, self._max_record_bytes, context_now, self.publish_async
+            self.publish_async = self._acc.plain_publisher(  # type: ignore[method-assign]
+                self._max_record_bytes, context_now, self.publish_async
             )
         self._detach_metrics = attach_metrics(registry, self)
         logger.debug("publisher %x on stream %r started (%s)", self.producer_id, self.stream, self.settings)
@@ -283,7 +282,7 @@ class Publisher:
         deduplication window, a record with a message id is claimed in the grid first (one round trip), and a
         duplicate raises ``DuplicateMessageError`` here, before anything is queued (``meteor_spark.producer.dedup``).
         A publisher that needs nothing else for a plain value (no serializer, no topic gate) queues those in a function
-        of its own (``meteor_spark.producer.plain_publish``), installed as its ``publish_async``.
+        of its own (``Accumulator.plain_publisher``), installed as its ``publish_async``.
         """
         if callback is not None and not callable(callback):
             raise ArgumentTypeError(f"publish_async callback must be callable(offset, error) or None, got {callback!r}")

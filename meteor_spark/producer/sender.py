@@ -162,9 +162,7 @@ class Sender:
             self._settle(call, None, exc, ends_call=False)
             pending = None
         with acc.lock:
-            send_now = call.state.encoded(pending)
-            if send_now and pending is None:
-                acc.work.notify()  # the call in flight settled meanwhile, and this one failed: the lane is free
+            send_now = acc.encoded_ahead(call.state, pending)
         if send_now and pending is not None:
             self._dispatch(pending, may_block=True)
 
@@ -357,7 +355,7 @@ class Sender:
         following: PendingCall | None = None
         with acc.lock:
             if ends_call:
-                following = state.call_settled()  # the call encoded ahead, if any: the lane stays claimed for it
+                following = acc.call_settled(state)  # the call encoded ahead, if any: the lane stays claimed for it
                 self.calls += 1
             if error is None:
                 self.records_sent += call.n_records
@@ -370,8 +368,7 @@ class Sender:
             late = bool(called) or any(piece.segment.targets for piece in call.pieces)
             if not late:
                 acc.completed(call.n_records)
-            if state.queued or acc.closed:
-                acc.work.notify()
+            acc.wake_for(state)
         if following is not None:
             self._dispatch(following, may_block=False)
         for future in told:

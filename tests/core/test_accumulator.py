@@ -22,7 +22,6 @@ from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
-from meteor_spark.producer.plain_publish import plain_publisher
 from meteor_spark.validate import check_int
 
 
@@ -326,7 +325,7 @@ def _general(record: object, callback: object = None, **routing: object) -> Reco
 
 def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -> None:
     acc = _accumulator()
-    publish = plain_publisher(acc, 100, bool, _general)
+    publish = acc.plain_publisher(100, bool, _general)
     sent: list[Call] = []
     acc.send_now = sent.append
     before = time.time_ns()
@@ -359,7 +358,7 @@ def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_lo
     notified: list[int] = []
     acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
     acc.send_now = lambda call: None
-    publish = plain_publisher(acc, 100, bool, _general)
+    publish = acc.plain_publisher(100, bool, _general)
     publish(b"a")  # claimed: in flight
     for value in (b"b", b"c", b"d", b"e"):
         publish(value)
@@ -380,7 +379,7 @@ def test_plain_publish_hands_every_other_call_to_the_general_path() -> None:
         return cast(RecordFuture, None)
 
     tracing = [False]
-    publish = plain_publisher(acc, 8, lambda: tracing[0], general)
+    publish = acc.plain_publisher(8, lambda: tracing[0], general)
 
     def callback(offset: int | None, error: BaseException | None) -> None:
         pass
@@ -414,3 +413,83 @@ def test_a_segment_keeps_its_records_until_every_piece_of_it_was_prepared() -> N
     batch = decode_batch(encode_prepared([early, late], framing), stream="s", lane=0, sequence=0)
     assert [record.value for record in batch] == values
     assert segment.values == [] and segment.stamps == []  # every record prepared: dropped
+
+
+def test_values_taken_uncounted_by_the_tail_are_counted_before_anything_reads_the_counts() -> None:
+    """Behind a call in flight, plain values go to the tail uncounted; every step that reads the counts (the
+    sender's look, a claim, ``outstanding_records``, flush) counts them first, so none is missed or counted twice."""
+    acc = _accumulator()
+    sent: list[Call] = []
+    acc.send_now = sent.append
+    publish = acc.plain_publisher(100, bool, _general)
+    futures = [publish(b"v%d" % i) for i in range(50)]
+    assert [call.n_records for call in sent] == [1]  # the first one, then the lane is in flight
+    assert acc.tail is acc.lanes[0].segments[-1]  # the rest went to the tail
+    assert acc.outstanding_records() == 50
+    state = acc.lanes[0]
+    assert (state.queued, state.queued_bytes) == (49, sum(len(b"v%d" % i) for i in range(1, 50)))
+    more = [publish(b"w") for _ in range(3)]  # the tail opens again after the count
+    with acc.lock:
+        following = acc.call_settled(state)  # the call in flight settled: the lane is free
+        assert following is None and not state.in_flight
+        calls, ahead = acc.next_calls()  # type: ignore[misc]
+    assert ahead == [] and [call.n_records for call in calls] == [52]
+    taken = [piece.segment.values[i] for piece in calls[0].pieces for i in range(piece.start, piece.stop)]
+    assert taken == [b"v%d" % i for i in range(1, 50)] + [b"w"] * 3  # in order, each once
+    assert [(f._segment, f._index) for f in futures[1:] + more] == [(calls[0].pieces[0].segment, i) for i in range(52)]
+    assert acc.outstanding_records() == 53 and state.queued == 0
+
+
+def test_the_tail_keeps_the_buffer_bound_and_a_closing_publisher_refuses() -> None:
+    acc = _accumulator(max_buffered_records=5, max_block_ms=20)
+    acc.send_now = lambda call: None
+    publish = acc.plain_publisher(100, bool, _general)
+    for _ in range(5):
+        publish(b"x")  # one in flight, four behind it (three of them uncounted)
+    with pytest.raises(PublishTimeoutError):
+        publish(b"x")  # the sixth waits for room that never comes
+    assert acc.outstanding_records() == 5
+    with acc.lock:
+        acc.completed(5)
+    publish(b"y")
+    acc.begin_close()
+    with pytest.raises(PublisherClosedError):
+        publish(b"z")
+    assert acc.outstanding_records() == 1
+
+
+def test_a_lane_that_goes_idle_takes_no_more_values_on_its_tail() -> None:
+    """The tail only takes values while its lane has a call in flight (the call's completion sends them): once the
+    lane is free, the next value is claimed and sent at once, as ever."""
+    acc = _accumulator()
+    sent: list[Call] = []
+    acc.send_now = sent.append
+    publish = acc.plain_publisher(100, bool, _general)
+    publish(b"a")
+    publish(b"b")
+    with acc.lock:
+        acc.call_settled(acc.lanes[0])
+        (call,), _ = acc.next_calls()  # type: ignore[misc]
+        acc.call_settled(acc.lanes[0])  # that one settled too: the lane is idle and empty
+    publish(b"c")
+    assert [c.n_records for c in sent] == [1, 1] and call.n_records == 1
+    assert acc.tail is acc.no_tail or acc.lanes[0].in_flight
+
+
+def test_a_whole_call_of_bytes_behind_the_one_in_flight_wakes_the_sender_at_the_value_that_fills_it() -> None:
+    acc = _accumulator(max_call_bytes=10)  # a whole call: 10 bytes
+    notified: list[int] = []
+    acc.work.notify = lambda n=1: notified.append(n)  # type: ignore[method-assign]
+    acc.send_now = lambda call: None
+    publish = acc.plain_publisher(100, bool, _general)
+    publish(b"aaa")  # claimed: in flight
+    for value in (b"bbb", b"ccc", b"ddd"):
+        publish(value)
+    assert notified == [] and acc.outstanding_records() == 4  # 9 bytes behind: not a whole call yet
+    publish(b"eee")
+    assert notified == [1], "the value that makes 10 bytes wakes the sender, once"
+    publish(b"fff")
+    assert notified == [1]
+    with acc.lock:
+        _, (ahead,) = acc.next_calls()  # type: ignore[misc]
+    assert ahead.n_records == 3  # a whole call (9 bytes; a fourth value would not fit), encoded ahead

@@ -181,3 +181,32 @@ def test_plain_values_between_keyed_records_keep_their_order_and_fields(grid: Gr
             assert (record.value, record.key, record.headers) == (original.value, original.key, original.headers)
         else:
             assert (record.value, record.key, record.headers) == (original, None, ())
+
+
+def test_plain_values_from_many_threads_are_each_stored_once_where_their_futures_say(
+    grid: Grid, unique_name: str
+) -> None:
+    """Plain values behind a call in flight go to the lane's tail uncounted (``Accumulator.plain_publisher``): with
+    four threads, a small buffer (admission waits) and small calls (encode-ahead), every value is stored exactly
+    once, at its future's offset, and each thread's values keep their order."""
+    config = StreamConfig(unique_name, max_batch_records=50)
+    with Publisher(grid, config, max_buffered_records=300, max_items_per_call=2, max_call_bytes=2000) as pub:
+
+        def publish(thread: int) -> list[tuple[bytes, Any]]:
+            values = [f"{thread}:{i:05d}".encode() for i in range(2000)]
+            return [(value, pub.publish_async(value)) for value in values]
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            sent = [pair for pairs in pool.map(publish, range(4)) for pair in pairs]
+        pub.flush(60)
+        assert pub.metrics()["outstanding"] == 0
+    at = {future.result(0): value for value, future in sent}
+    assert len(at) == len(sent)  # no two values at one offset
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
+        stored: list[Record] = []
+        wait_until(lambda: stored.extend(sub.poll(timeout_ms=100)) or len(stored) >= len(sent), timeout_s=60)
+    assert len(stored) == len(sent) and {r.offset: r.value for r in stored} == at
+    by_thread: dict[bytes, list[bytes]] = {}
+    for record in sorted(stored, key=lambda r: r.offset):
+        by_thread.setdefault(record.value.split(b":")[0], []).append(record.value)
+    assert all(values == sorted(values) for values in by_thread.values())
