@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -258,5 +259,6 @@ def test_bulk_publishes_drop_row_by_row_and_serialize_once(grid: Grid, ephemeral
         table = pa.table({"value": pa.array([b'{"n": 3}', b'{"n": 4}', b'{"n": 5}']), "headers": headers})
         assert pub.publish_arrow(table).result(10) == 1
         assert pub.metrics()["dropped_records"] == 3
-        values: list[object] = [r.value for r in _drain(sub, 2)]
-        assert values == [{"n": 1}, {"n": 3}]
+        # the two calls' records may sit in different lanes of the four: no order between them is promised
+        values: list[Any] = [r.value for r in _drain(sub, 2)]
+        assert sorted(value["n"] for value in values) == [1, 3]
