@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from meteor_spark.server.engine import Engine, ManualClock
-from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, Ringbuffer, RingService
+from meteor_spark.server.engine.fsync import Syncer
+from meteor_spark.server.engine.ring_store import RingStore
+from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, Ringbuffer, RingConfig, RingService
 from meteor_spark.server.errors import DistributedObjectDestroyed
 from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
 from meteor_spark.server.protocol import message_codec
@@ -132,3 +135,23 @@ def test_a_destroyed_ring_is_empty_and_still_answers_as_destroyed() -> None:
         RingService.check_not_destroyed(ring)
     fresh = service.get("r")  # the next use creates it again, empty
     assert fresh is not ring and fresh.size() == 0 and fresh.tail_sequence() == -1
+
+
+def test_a_destroyed_persistent_ring_drops_its_log_index(tmp_path: Path) -> None:
+    syncer = Syncer("never", 100)
+    service = RingService(ManualClock().monotonic_ms, lambda key: None, store_factory=_store_in(tmp_path, syncer))
+    ring = service.get("r")
+    ring.add_all([ITEM] * 50)
+    store = ring.store
+    assert isinstance(store, RingStore) and store.load(49) == ITEM
+    assert service.destroy("r")
+    assert len(store._offsets) == 0  # the index of a log that no longer exists
+    assert not (tmp_path / "r.log").exists()
+    syncer.close()
+
+
+def _store_in(directory: Path, syncer: Syncer) -> Any:
+    def factory(name: str, config: RingConfig) -> RingStore:
+        return RingStore(directory / f"{name}.log", syncer)
+
+    return factory

@@ -233,7 +233,10 @@ class RingStore:
         return None
 
     def destroy(self) -> None:
+        """Delete the log, and drop its index (8 bytes per sequence ever written) now: a destroyed ring may stay
+        referenced for a while (``Ringbuffer.destroy``), and its store with it."""
         self.close()
+        self._offsets = array("q")
         for path in (self.path, self.hwm_path):
             try:
                 path.unlink()
