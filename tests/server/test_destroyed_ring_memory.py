@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from meteor_spark.server.engine import Engine, ManualClock
+from meteor_spark.server.engine import Engine, EngineConfig, ManualClock
 from meteor_spark.server.engine.fsync import Syncer
+from meteor_spark.server.engine.persistence import attach
 from meteor_spark.server.engine.ring_store import RingStore
 from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, Ringbuffer, RingConfig, RingService
 from meteor_spark.server.errors import DistributedObjectDestroyed
@@ -155,3 +156,20 @@ def _store_in(directory: Path, syncer: Syncer) -> Any:
         return RingStore(directory / f"{name}.log", syncer)
 
     return factory
+
+
+def test_a_persistent_member_keeps_no_log_of_destroyed_rings(tmp_path: Path) -> None:
+    engine = Engine(EngineConfig(data_dir=str(tmp_path), fsync="never"), clock=ManualClock())
+    persistence = attach(engine)
+    try:
+        kept = engine.rings.get("kept")
+        kept.add(ITEM)
+        for index in range(ROUNDS):
+            engine.rings.get(f"lane-{index}").add_all([ITEM] * 3)
+            engine.proxies.destroy(SERVICE_NAME, f"lane-{index}")
+        # Only the live ring's log is open; before, every destroyed ring's store stayed (one entry per stream ever
+        # created and deleted, each with its index).
+        assert persistence.open_ring_logs() == ["kept"]
+        assert [path.name for path in (tmp_path / "rings").iterdir() if path.suffix == ".log"] == ["kept.log"]
+    finally:
+        persistence.close()
