@@ -20,6 +20,7 @@ Locks, listeners, AtomicLongs and FlakeId state are not persisted (a restarted H
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -64,9 +65,20 @@ class Persistence:
         previous = self._ring_stores.pop(name, None)
         if previous is not None:
             previous.close()
-        store = RingStore(self.rings_dir / (_file_name(name) + ".log"), self.syncer)
+        forget = functools.partial(self._forget_ring, name)
+        store = RingStore(self.rings_dir / (_file_name(name) + ".log"), self.syncer, forget)
         self._ring_stores[name] = store
         return store
+
+    def _forget_ring(self, name: str, store: RingStore) -> None:
+        """A ring's log was destroyed with its ring: it is no longer one of the logs open now (kept, it would be one
+        entry more per stream ever created and deleted)."""
+        if self._ring_stores.get(name) is store:
+            del self._ring_stores[name]
+
+    def open_ring_logs(self) -> list[str]:
+        """Names of the rings whose logs are open now (every ring alive on this member)."""
+        return list(self._ring_stores)
 
     # -- maps
 

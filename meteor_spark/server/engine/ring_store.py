@@ -15,6 +15,7 @@ import os
 import struct
 import zlib
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 
 from meteor_spark.server.engine.fsync import Syncer, fsync_dir
@@ -42,8 +43,10 @@ class RingStore:
     None for them and ``next_stored`` skips them, so readers see a gap, never wrong bytes.
     """
 
-    def __init__(self, path: Path, syncer: Syncer) -> None:
+    def __init__(self, path: Path, syncer: Syncer, on_destroy: Callable[[RingStore], None] | None = None) -> None:
         self.path = path
+        self._on_destroy = on_destroy
+        """Called by ``destroy``: whoever keeps the store by its ring's name lets go of it."""
         self.hwm_path = path.with_name(path.name + ".hwm")
         self._syncer = syncer
         new = not path.exists()
@@ -233,7 +236,12 @@ class RingStore:
         return None
 
     def destroy(self) -> None:
+        """Delete the log, and drop its index (8 bytes per sequence ever written) now: a destroyed ring may stay
+        referenced for a while (``Ringbuffer.destroy``), and its store with it."""
         self.close()
+        self._offsets = array("q")
+        if self._on_destroy is not None:
+            self._on_destroy(self)
         for path in (self.path, self.hwm_path):
             try:
                 path.unlink()

@@ -311,6 +311,22 @@ class Ringbuffer:
             self.store.append(sequence, item)
         return sequence
 
+    def destroy(self) -> None:
+        """Mark the ring destroyed and let go of its items now, as a Hazelcast member frees a destroyed ring's memory.
+
+        Something may still refer to this object after the service dropped it: a read parked on it until it is
+        answered, and a parked read's callback is a reference cycle (it re-registers itself) that only the cyclic
+        garbage collector frees, whose full collections are rare in a member that allocates large items and few
+        objects. Measured: a member serving rounds of (write 100 MB, read it, delete the stream) kept every round's
+        items until such a collection, +95 MB of RSS per round. Emptied here, such a reference holds an empty ring
+        (head past tail), which every waiting read answers as destroyed (``RingService.check_not_destroyed``).
+        """
+        self.destroyed = True
+        self._items = []
+        if self._expiry is not None:
+            self._expiry = []
+        self.head = self.tail + 1
+
     @staticmethod
     def _check_policy(policy: int) -> None:
         if policy not in (OVERWRITE, FAIL):
@@ -484,7 +500,7 @@ class RingService:
         ring = self.rings.pop(name, None)
         if ring is None:
             return False
-        ring.destroyed = True
+        ring.destroy()
         if ring.store is not None:
             ring.store.destroy()
         self._notify(self.waiter_key(name))
