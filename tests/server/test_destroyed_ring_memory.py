@@ -20,7 +20,7 @@ from meteor_spark.server.engine import Engine, EngineConfig, ManualClock
 from meteor_spark.server.engine.fsync import Syncer
 from meteor_spark.server.engine.persistence import attach
 from meteor_spark.server.engine.ring_store import RingStore
-from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, Ringbuffer, RingConfig, RingService
+from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, ReadManyState, Ringbuffer, RingConfig, RingService
 from meteor_spark.server.errors import DistributedObjectDestroyed
 from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
 from meteor_spark.server.protocol import message_codec
@@ -173,3 +173,11 @@ def test_a_persistent_member_keeps_no_log_of_destroyed_rings(tmp_path: Path) -> 
         assert [path.name for path in (tmp_path / "rings").iterdir() if path.suffix == ".log"] == ["kept.log"]
     finally:
         persistence.close()
+
+
+def test_an_ended_parked_read_leaves_no_cycle(collector_off: None) -> None:
+    engine = Engine(clock=ManualClock())
+    member = MemberSettings(host="127.0.0.1", port=5701)
+    for index in range(ROUNDS):
+        _round(engine, member, f"lane-{index}", close_reader=index % 2 == 1)
+    assert [obj for obj in gc.get_objects() if type(obj) in (Ringbuffer, ReadManyState)] == []

@@ -259,33 +259,9 @@ class RequestContext:
         over to a task that answers once it reads again (``writable``), as ``park`` holds back every long poll. The
         registration goes when the connection closes.
         """
-        waiters = self.engine.waiters
-        endpoint = self.endpoint
-        connection = endpoint.connection
-        handle = 0
-
-        def wake() -> None:
-            nonlocal handle
-            if connection.closed:
-                return
-            if connection.congested:
-                endpoint.remove_on_close(self)
-                connection.track(asyncio.ensure_future(self._answer_when_writable(key, answer)))
-                return
-            try:
-                response = answer()
-            except BaseException as exc:
-                endpoint.remove_on_close(self)
-                _fail(self, exc)
-                return
-            if response is None:
-                handle = waiters.register(key, wake)
-                return
-            endpoint.remove_on_close(self)
-            _respond(self, response)
-
-        handle = waiters.register(key, wake)
-        endpoint.on_close(self, lambda: waiters.cancel(key, handle))
+        parked = _ParkedAnswer(self, key, answer)
+        parked.handle = self.engine.waiters.register(key, parked)
+        self.endpoint.on_close(self, parked.cancel)
         return PARKED
 
     async def _answer_when_writable(self, key: Hashable, answer: Callable[[], Response]) -> None:
@@ -302,6 +278,44 @@ class RequestContext:
             self.answer_when(key, answer)
         else:
             _respond(self, response)
+
+
+class _ParkedAnswer:
+    """A parked request's wake-up (``RequestContext.answer_when``): an object that re-registers itself, not a closure
+    naming itself, which would be a reference cycle keeping what ``answer`` holds until a full garbage collection."""
+
+    __slots__ = ("answer", "ctx", "handle", "key")
+
+    def __init__(self, ctx: RequestContext, key: Hashable, answer: Callable[[], Response]) -> None:
+        self.ctx = ctx
+        self.key = key
+        self.answer = answer
+        self.handle = 0
+
+    def __call__(self) -> None:
+        ctx = self.ctx
+        endpoint = ctx.endpoint
+        connection = endpoint.connection
+        if connection.closed:
+            return
+        if connection.congested:
+            endpoint.remove_on_close(ctx)
+            connection.track(asyncio.ensure_future(ctx._answer_when_writable(self.key, self.answer)))
+            return
+        try:
+            response = self.answer()
+        except BaseException as exc:
+            endpoint.remove_on_close(ctx)
+            _fail(ctx, exc)
+            return
+        if response is None:
+            self.handle = ctx.engine.waiters.register(self.key, self)
+            return
+        endpoint.remove_on_close(ctx)
+        _respond(ctx, response)
+
+    def cancel(self) -> None:
+        self.ctx.engine.waiters.cancel(self.key, self.handle)
 
 
 # --------------------------------------------------------------------------------------------------------------------
