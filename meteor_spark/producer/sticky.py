@@ -25,12 +25,16 @@ def sticky_runs(n: int, lanes: int, run: int, lane: int, fill: int) -> tuple[lis
     """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records over ``lanes`` lanes, Kafka's sticky
     partitioning (KIP-480), and the sticky ``(lane, fill)`` after them. Records fill the sticky ``lane`` (which holds
     ``fill`` records of earlier bulks) up to ``run`` records, then the next lane, and so on; a bulk larger than
-    ``run`` per lane is cut evenly (runs of ``n / lanes``)."""
+    ``run`` per lane is cut evenly (runs of ``n / lanes``). A bulk that fits a run but not what is left of the
+    sticky lane's goes whole to the next lane: a sliver topping the lane up would cost it a call and a short item
+    of its own whenever the lane's earlier records are already on their way (a Spark task's 10,000-row Arrow
+    batches on 4 lanes made 1.15-1.4 calls per batch that way)."""
     if lanes == 1:
         return [(0, 0, n)], 0, 0
     per_lane = max(1, run, -(-n // lanes))
-    if fill >= per_lane or (fill and n > lanes * per_lane - fill):
-        # The lane is full, or the bulk would wrap around to it: start on the next lane.
+    if fill >= per_lane or (fill and (n > lanes * per_lane - fill or fill + n > per_lane >= n)):
+        # The lane is full, the bulk would wrap around to it, or it fits a run but not the lane's room: start on
+        # the next lane.
         lane, fill = (lane + 1) % lanes, 0
     runs = []
     start = 0

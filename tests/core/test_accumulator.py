@@ -18,7 +18,7 @@ from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.streams import Batching, StreamConfig
-from meteor_spark.producer.accumulator import Accumulator
+from meteor_spark.producer.accumulator import Accumulator, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
@@ -212,6 +212,11 @@ def test_routing_explicit_lane_by_key_and_sticky_runs() -> None:
     assert (acc.sticky, acc.sticky_fill) == (0, 2)
     assert acc.spread(2, 4) == [(0, 0, 2)]
     assert (acc.sticky, acc.sticky_fill) == (1, 0)
+    # A bulk that fits a run but not what is left of the sticky lane's goes whole to the next lane (no sliver).
+    acc.sticky, acc.sticky_fill = 0, 3
+    assert acc.spread(2, 4) == [(1, 0, 2)]
+    assert (acc.sticky, acc.sticky_fill) == (1, 2)
+    assert sticky_runs(10_000, 4, 10_486, 2, 10_000) == ([(3, 0, 10_000)], 3, 10_000)  # Spark's Arrow batches
     # A bulk that would wrap around to the partly filled sticky lane starts on the next lane instead.
     acc.spread(1, 4)
     assert acc.spread(16, 4) == [(2, 0, 4), (3, 4, 8), (0, 8, 12), (1, 12, 16)]

@@ -16,7 +16,8 @@ Setup: an embedded grid in its own process, a local[2] SparkSession, 100-byte re
 Figures are steady state: a warm-up first runs a small meteor write and read, because the first task of every
 Python worker imports meteor and connects its grid client (reported as ``warm-up``; a long-running query pays it
 once per worker), then 500,000 rows through every path so the JVM has compiled them. Each measurement is
-repeated (``--repeat``, ceilings interleaved with the runs they bound; the two writes alternate which goes first)
+repeated (``--repeat``, ceilings interleaved with the runs they bound; the two writes alternate which goes first;
+the lane counts alternate run by run, so the JVM getting cheaper over a session weighs on each alike)
 and the **median** is reported, because a shared 2-core machine varies by tens of percent between runs; the load
 average before and after is printed next to the table. The share of the ceiling is the median of each run's own
 ratio (meteor over the ceiling measured right beside it, so a slow moment of the machine weighs on both sides of
@@ -142,13 +143,30 @@ def _measure(
         figures["warm_up_s"] = _warm_up(
             spark, grid, rows, options, records, max(lane_counts), meteor_read, ceiling_read
         )
+        # Lane counts alternate run by run rather than one after the other: the JVM keeps getting cheaper over a
+        # session (a write ceiling's JVM CPU per record fell by a fifth between the first lane count's runs and the
+        # second's), so a lane count measured second had the cheaper ceilings and the lower shares.
+        samples = {lanes: _empty_samples() for lanes in lane_counts}
+        cpu = {lanes: _empty_cpu() for lanes in lane_counts}
+        for run_index in range(repeat):
+            for lanes in lane_counts:
+                _one_run(
+                    grid,
+                    rows,
+                    options,
+                    records,
+                    lanes,
+                    run_index,
+                    meteor_read,
+                    ceiling_read,
+                    member_pid,
+                    samples[lanes],
+                    cpu[lanes],
+                )
         for lanes in lane_counts:
-            samples, cpu = _lane_samples(
-                grid, rows, options, records, lanes, repeat, meteor_read, ceiling_read, member_pid
-            )
-            figures["samples"][f"{lanes}_lanes"] = samples
-            figures[f"{lanes}_lanes"] = _medians(samples)
-            figures["cpu"][f"{lanes}_lanes"] = _cpu_medians(cpu)
+            figures["samples"][f"{lanes}_lanes"] = samples[lanes]
+            figures[f"{lanes}_lanes"] = _medians(samples[lanes])
+            figures["cpu"][f"{lanes}_lanes"] = _cpu_medians(cpu[lanes])
     return figures
 
 
@@ -187,27 +205,35 @@ def _warm_up(
     return warm_up_s
 
 
-def _lane_samples(
-    grid: Grid,
-    rows: Any,
-    options: dict[str, str],
-    records: int,
-    lanes: int,
-    repeat: int,
-    meteor_read: Callable[[str], Any],
-    ceiling_read: Callable[[int], Any],
-    member_pid: int | None,
-) -> tuple[dict[str, list[float]], dict[str, list[dict[str, float]]]]:
-    """``repeat`` runs of the four paths (meteor and ceiling, write and read) on a fresh stream of ``lanes``
-    lanes each: records/s per path and run, and per path and run the CPU per record of each kind of process
-    (``process_cpu``; the whole job or query, start-up included)."""
-    samples: dict[str, list[float]] = {
+def _empty_samples() -> dict[str, list[float]]:
+    return {
         "read_records_per_s": [],
         "read_ceiling_records_per_s": [],
         "write_records_per_s": [],
         "write_ceiling_records_per_s": [],
     }
-    cpu: dict[str, list[dict[str, float]]] = {path: [] for path in CPU_PATHS}
+
+
+def _empty_cpu() -> dict[str, list[dict[str, float]]]:
+    return {path: [] for path in CPU_PATHS}
+
+
+def _one_run(
+    grid: Grid,
+    rows: Any,
+    options: dict[str, str],
+    records: int,
+    lanes: int,
+    run_index: int,
+    meteor_read: Callable[[str], Any],
+    ceiling_read: Callable[[int], Any],
+    member_pid: int | None,
+    samples: dict[str, list[float]],
+    cpu: dict[str, list[dict[str, float]]],
+) -> None:
+    """One run of the four paths (meteor and ceiling, write and read) on a fresh stream of ``lanes`` lanes: adds
+    its records/s per path to ``samples`` and its CPU per record of each kind of process to ``cpu``
+    (``process_cpu``; the whole job or query, start-up included)."""
 
     def timed(path: str, action: Callable[[], Any]) -> Any:
         before = process_cpu.sample(member_pid)
@@ -215,31 +241,29 @@ def _lane_samples(
         cpu[path].append(process_cpu.per_record(before, process_cpu.sample(member_pid), records))
         return outcome
 
-    for run_index in range(repeat):
-        name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
-        capacity = max(10_000, 4 * records // 1000)
-        open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
-        try:
-            write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
-            write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
-            # Sides alternate which goes first, so neither always runs right after the other's job.
-            if run_index % 2:
-                write_s = timed("write", functools.partial(_timed, write))
-                write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
-            else:
-                write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
-                write_s = timed("write", functools.partial(_timed, write))
-            read_s, read_rows = timed("read", functools.partial(_read_stream, meteor_read, name))
-            if read_rows != records:
-                raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
-            ceiling_s, ceiling_rows = timed("read ceiling", lambda: _stream_seconds(ceiling_read(records)))
-        finally:
-            delete_stream(grid, name)
-        samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
-        samples["write_records_per_s"].append(records / write_s)
-        samples["read_records_per_s"].append(read_rows / read_s)
-        samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
-    return samples, cpu
+    name = f"bench-spark-{lanes}-{uuid.uuid4().hex[:6]}"
+    capacity = max(10_000, 4 * records // 1000)
+    open_stream(grid, StreamConfig(name, lanes=lanes, capacity=capacity))
+    try:
+        write_ceiling = functools.partial(rows.write.format("bench-noop-arrow").mode("append").save)
+        write = functools.partial(rows.write.format("meteor").options(**options).mode("append").save, name)
+        # Sides alternate which goes first, so neither always runs right after the other's job.
+        if run_index % 2:
+            write_s = timed("write", functools.partial(_timed, write))
+            write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
+        else:
+            write_ceiling_s = timed("write ceiling", functools.partial(_timed, write_ceiling))
+            write_s = timed("write", functools.partial(_timed, write))
+        read_s, read_rows = timed("read", functools.partial(_read_stream, meteor_read, name))
+        if read_rows != records:
+            raise RuntimeError(f"the read returned {read_rows} rows, {records} were written")
+        ceiling_s, ceiling_rows = timed("read ceiling", lambda: _stream_seconds(ceiling_read(records)))
+    finally:
+        delete_stream(grid, name)
+    samples["write_ceiling_records_per_s"].append(records / write_ceiling_s)
+    samples["write_records_per_s"].append(records / write_s)
+    samples["read_records_per_s"].append(read_rows / read_s)
+    samples["read_ceiling_records_per_s"].append(ceiling_rows / ceiling_s)
 
 
 def _cpu_medians(cpu: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
