@@ -325,7 +325,11 @@ class RecordBatch(Sequence[Record]):
             return [r.value for r in self._cache]
         out: list[bytes] = []
         for part in self._parts:
-            out.extend(_values(part.item.value_data, part.item.value_offsets[part.start : part.stop + 1].tolist()))
+            item = part.item
+            if type(item) is SmallItemView:
+                out.extend(item.columns(part.start, part.stop)[0])
+            else:
+                out.extend(_values(item.value_data, item.value_offsets[part.start : part.stop + 1].tolist()))
         return out
 
     def last_offsets(self) -> dict[int, int]:
