@@ -79,7 +79,8 @@ def _small_view(item: bytes) -> SmallItemView | None:
     ):
         return None
     view = memoryview(item)
-    if crc32(view[HEADER_SIZE:], crc32(view[:CRC_COVERED])) != crc:
+    body = view[HEADER_SIZE:]
+    if crc32(body, crc32(view[:CRC_COVERED])) != crc:
         return None
     try:
         columns = _columns(item, flags, count, base_ts)
@@ -99,7 +100,7 @@ def _small_view(item: bytes) -> SmallItemView | None:
     fields["lane_max_timestamp_ms"] = lane_max
     fields["_columns"] = columns
     fields["_flags"] = flags
-    fields["_body"] = view[HEADER_SIZE:]
+    fields["_body"] = body
     return small
 
 
