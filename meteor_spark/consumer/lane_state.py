@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteor_spark.errors import ConfigError, DataLossError, FormatError, MeteorError, OffsetOutOfRangeError
+from meteor_spark.format.item_decoding_small import decode_item_for_records
 from meteor_spark.format.offsets import first_offset_of, index_of, make_offset, sequence_of
 from meteor_spark.format.records import BatchPart, Record
 from meteor_spark.format.serializers import DecodedLane
-from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring
 from meteor_spark.grid.item_gate import DELIVER, WAIT, ItemGate
 from meteor_spark.grid.item_marks import ItemMark, mark_of
@@ -318,7 +318,7 @@ class LaneState:
             return None
         for item, seq in zip(items, sequences, strict=True):
             try:
-                view = decode_item(item, stream=self.stream, lane=self.lane, sequence=seq)
+                view = decode_item_for_records(item, stream=self.stream, lane=self.lane, sequence=seq)
             except FormatError as exc:
                 self.bad = (seq, bytes(item), exc)
                 return skip  # the items after it are read again once the policy has settled this one

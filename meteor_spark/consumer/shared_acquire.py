@@ -30,6 +30,7 @@ from meteor_spark.consumer.shared_groups import (
 )
 from meteor_spark.errors import ArgumentTypeError, ConfigError, DataLossError, FormatError, GroupError, MeteorError
 from meteor_spark.format.corrupt import dead_letter_record
+from meteor_spark.format.item_decoding_small import decode_item_for_records
 from meteor_spark.format.offsets import (
     InitialOffsetScheme,
     first_offset_of,
@@ -39,7 +40,7 @@ from meteor_spark.format.offsets import (
 )
 from meteor_spark.format.records import BatchPart, Record, RecordBatch
 from meteor_spark.format.serializers import Deserializer
-from meteor_spark.format.wire import ItemView, decode_item
+from meteor_spark.format.wire import ItemView
 from meteor_spark.grid.client import MAX_BATCH_ITEMS
 from meteor_spark.grid.item_marks import ItemMark
 from meteor_spark.grid.reading import oldest_steps
@@ -449,7 +450,7 @@ class SharedAcquire(SharedArchive):
 
     def _decode(self, lane: int, item: bytes, sequence: int) -> ItemView | UndecodableItem:
         try:
-            return decode_item(item, stream=self.stream, lane=lane, sequence=sequence)
+            return decode_item_for_records(item, stream=self.stream, lane=lane, sequence=sequence)
         except FormatError as exc:
             return UndecodableItem(bytes(item), exc)
 

@@ -17,10 +17,11 @@ from itertools import pairwise, repeat
 from typing import TYPE_CHECKING, Any, overload
 
 from meteor_spark.errors import ArgumentTypeError
+from meteor_spark.format.item_decoding_small import Columns, SmallItemView, decode_item_for_records
 from meteor_spark.format.item_encoding import ItemFraming, encode_prepared, prepare_columns
 from meteor_spark.format.offsets import INDEX_BITS
 from meteor_spark.format.routing import routing_headers, routing_of
-from meteor_spark.format.wire import ItemSlice, decode_item
+from meteor_spark.format.wire import ItemSlice
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,9 +85,23 @@ class BatchPart(ItemSlice):
         item, start, stop = self.item, self.start, self.stop
         if stop <= start:
             return []
-        values: list[Any] = _values(item.value_data, item.value_offsets[start : stop + 1].tolist())
+        values: list[Any]
+        keys: list[Any] | None
+        stamps: list[int] | None
+        if type(item) is SmallItemView:  # decoded without numpy: its columns are ready
+            values, keys, headers, stamps = item.columns(start, stop)
+        else:
+            values, keys, headers, stamps = self._columns()
         if value is not None:
             values = list(map(value, values))
+        if key is not None and keys is not None:
+            keys = [None if k is None else key(k) for k in keys]
+        return _make_records(values, keys, headers, stamps, self.sequence << INDEX_BITS | start, self.lane, self.stream)
+
+    def _columns(self) -> Columns:
+        """Values, keys, headers and timestamps of this part's records, cut out of the item's numpy columns."""
+        item, start, stop = self.item, self.start, self.stop
+        values = _values(item.value_data, item.value_offsets[start : stop + 1].tolist())
         n = stop - start
         keys: list[bytes | None] | None = None
         if item.key_lengths is not None and item.key_data is not None:
@@ -95,12 +110,9 @@ class BatchPart(ItemSlice):
             kl = item.key_lengths[start:stop].tolist()
             kb = ko[0]
             keys = [None if kl[i] < 0 else kdata[ko[i] - kb : ko[i + 1] - kb] for i in range(n)]
-            if key is not None:
-                keys = [None if k is None else key(k) for k in keys]
         headers = self._headers(n) if item.header_counts is not None else None
         stamps_arr = item.timestamps(start, stop)
-        stamps = None if stamps_arr is None else stamps_arr.tolist()
-        return _make_records(values, keys, headers, stamps, self.sequence << INDEX_BITS | start, self.lane, self.stream)
+        return values, keys, headers, None if stamps_arr is None else stamps_arr.tolist()
 
     def _headers(self, n: int) -> list[tuple[tuple[str, bytes], ...]]:
         item = self.item
@@ -313,7 +325,11 @@ class RecordBatch(Sequence[Record]):
             return [r.value for r in self._cache]
         out: list[bytes] = []
         for part in self._parts:
-            out.extend(_values(part.item.value_data, part.item.value_offsets[part.start : part.stop + 1].tolist()))
+            item = part.item
+            if type(item) is SmallItemView:
+                out.extend(item.columns(part.start, part.stop)[0])
+            else:
+                out.extend(_values(item.value_data, item.value_offsets[part.start : part.stop + 1].tolist()))
         return out
 
     def last_offsets(self) -> dict[int, int]:
@@ -364,5 +380,5 @@ def encode_batch(
 
 def decode_batch(item: bytes | bytearray | memoryview, *, stream: str, lane: int, sequence: int) -> RecordBatch:
     """Decode one ring item into a lazy ``RecordBatch`` (offsets, lane and stream assigned)."""
-    view = decode_item(item, stream=stream, lane=lane, sequence=sequence)
+    view = decode_item_for_records(item, stream=stream, lane=lane, sequence=sequence)
     return RecordBatch([BatchPart(stream, lane, sequence, view, 0, view.count)])
