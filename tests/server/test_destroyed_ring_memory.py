@@ -22,47 +22,17 @@ from meteor_spark.server.engine.persistence import attach
 from meteor_spark.server.engine.ring_store import RingStore
 from meteor_spark.server.engine.ringbuffer import SERVICE_NAME, ReadManyState, Ringbuffer, RingConfig, RingService
 from meteor_spark.server.errors import DistributedObjectDestroyed
-from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
+from meteor_spark.server.handlers.registry import MemberSettings, dispatch
 from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol.errors import ERROR_RESPONSE
-from meteor_spark.server.protocol.frames import FrameReader
+from tests.server.recording import RecordingConnection, endpoint, request
 
 pytestmark = pytest.mark.embedded_only
 
 ITEM = b"x" * 10_240
 ITEMS_PER_ROUND = 100  # 1 MB a round
 ROUNDS = 8
-
-
-class RecordingConnection:
-    def __init__(self) -> None:
-        self.closed = False
-        self.congested = False
-        self.responses: list[Any] = []
-
-    def send(self, chunks: list[Any]) -> None:
-        self.responses.extend(FrameReader(expect_preamble=False).feed(b"".join(bytes(x) for x in chunks)))
-
-    def close(self, reason: str) -> None:
-        self.closed = True
-
-    def track(self, task: Any) -> None:
-        raise AssertionError("an uncongested connection hands nothing to a task")
-
-    async def writable(self) -> None:
-        return None
-
-
-def _endpoint(connection: RecordingConnection) -> Endpoint:
-    endpoint = Endpoint(connection, "test")
-    endpoint.authenticated = True
-    return endpoint
-
-
-def _request(spec: Any, correlation_id: int, **values: Any) -> Any:
-    data = b"".join(bytes(x) for x in message_codec.encode_request(spec, correlation_id, values, partition_id=0))
-    return FrameReader(expect_preamble=False).feed(data)[0]
 
 
 @pytest.fixture
@@ -88,15 +58,15 @@ def _round(engine: Engine, member: MemberSettings, name: str, close_reader: bool
     """Write a round's items, park a read past them, then end the read: by destroying the ring (the read is
     answered with an error) or by closing the reader's connection first and destroying the ring after."""
     writer, reader = RecordingConnection(), RecordingConnection()
-    reader_endpoint = _endpoint(reader)
+    reader_endpoint = endpoint(reader)
     values = [ITEM] * ITEMS_PER_ROUND
     dispatch(
         engine,
         member,
-        _endpoint(writer),
-        _request(m.RINGBUFFER_ADD_ALL, 1, name=name, value_list=values, overflow_policy=0),
+        endpoint(writer),
+        request(m.RINGBUFFER_ADD_ALL, 1, name=name, value_list=values, overflow_policy=0),
     )
-    read = _request(
+    read = request(
         m.RINGBUFFER_READ_MANY, 2, name=name, start_sequence=ITEMS_PER_ROUND, min_count=1, max_count=10, filter=None
     )
     dispatch(engine, member, reader_endpoint, read)

@@ -13,55 +13,24 @@ from typing import Any
 import pytest
 
 from meteor_spark.server.engine import Engine, ManualClock
-from meteor_spark.server.handlers.registry import Endpoint, MemberSettings, dispatch
+from meteor_spark.server.handlers.registry import MemberSettings, dispatch
 from meteor_spark.server.protocol import message_codec
 from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol.errors import ERROR_RESPONSE
-from meteor_spark.server.protocol.frames import FrameReader
+from tests.server.recording import RecordingConnection, endpoint, request
 
 pytestmark = pytest.mark.embedded_only
-
-
-class RecordingConnection:
-    def __init__(self, congested: bool = False) -> None:
-        self.closed = False
-        self.congested = congested
-        self.responses: list[Any] = []
-        self.tasks: list[asyncio.Task[Any]] = []
-
-    def send(self, chunks: list[Any]) -> None:
-        self.responses.extend(FrameReader(expect_preamble=False).feed(b"".join(bytes(x) for x in chunks)))
-
-    def close(self, reason: str) -> None:
-        self.closed = True
-
-    def track(self, task: asyncio.Task[Any]) -> None:
-        self.tasks.append(task)
-
-    async def writable(self) -> None:
-        self.congested = False
-
-
-def _endpoint(connection: RecordingConnection) -> Endpoint:
-    endpoint = Endpoint(connection, "test")
-    endpoint.authenticated = True
-    return endpoint
-
-
-def _request(spec: Any, correlation_id: int, **values: Any) -> Any:
-    data = b"".join(bytes(x) for x in message_codec.encode_request(spec, correlation_id, values, partition_id=0))
-    return FrameReader(expect_preamble=False).feed(data)[0]
 
 
 def _park_a_read_then_write(reader: RecordingConnection) -> tuple[RecordingConnection, Engine]:
     engine = Engine(clock=ManualClock())
     member = MemberSettings(host="127.0.0.1", port=5701)
     writer = RecordingConnection()
-    read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
-    dispatch(engine, member, _endpoint(reader), read)
+    read = request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+    dispatch(engine, member, endpoint(reader), read)
     assert reader.responses == []  # parked: nothing to read yet
-    add = _request(m.RINGBUFFER_ADD_ALL, 2, name="r", value_list=[b"item-0", b"item-1"], overflow_policy=0)
-    dispatch(engine, member, _endpoint(writer), add)
+    add = request(m.RINGBUFFER_ADD_ALL, 2, name="r", value_list=[b"item-0", b"item-1"], overflow_policy=0)
+    dispatch(engine, member, endpoint(writer), add)
     return writer, engine
 
 
@@ -105,12 +74,12 @@ def test_a_write_is_answered_before_the_parked_reads_it_wakes() -> None:
         readers = [LoggedConnection(f"reader-{n}", log) for n in range(2)]
         writer = LoggedConnection("writer", log)
         for n, reader in enumerate(readers):
-            read = _request(
+            read = request(
                 m.RINGBUFFER_READ_MANY, n, name="r", start_sequence=0, min_count=1, max_count=10, filter=None
             )
-            dispatch(engine, member, _endpoint(reader), read)
-        add = _request(m.RINGBUFFER_ADD_ALL, 9, name="r", value_list=[b"item-0"], overflow_policy=0)
-        dispatch(engine, member, _endpoint(writer), add)
+            dispatch(engine, member, endpoint(reader), read)
+        add = request(m.RINGBUFFER_ADD_ALL, 9, name="r", value_list=[b"item-0"], overflow_policy=0)
+        dispatch(engine, member, endpoint(writer), add)
         assert log == ["writer", "reader-0", "reader-1"]
         assert engine.waiters._callbacks == {}
 
@@ -136,14 +105,14 @@ def test_a_parked_read_stays_parked_until_enough_items_then_its_registration_is_
         engine = Engine(clock=ManualClock())
         member = MemberSettings(host="127.0.0.1", port=5701)
         reader, writer = RecordingConnection(), RecordingConnection()
-        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=3, max_count=10, filter=None)
-        dispatch(engine, member, _endpoint(reader), read)
+        read = request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=3, max_count=10, filter=None)
+        dispatch(engine, member, endpoint(reader), read)
         for count, item in enumerate((b"a", b"b", b"c"), start=1):
             dispatch(
                 engine,
                 member,
-                _endpoint(writer),
-                _request(m.RINGBUFFER_ADD, count + 1, name="r", value=item, overflow_policy=0),
+                endpoint(writer),
+                request(m.RINGBUFFER_ADD, count + 1, name="r", value=item, overflow_policy=0),
             )
             assert len(reader.responses) == (1 if count == 3 else 0)
         answer = message_codec.decode_response(m.RINGBUFFER_READ_MANY, reader.responses[0])
@@ -158,12 +127,12 @@ def test_a_closed_connection_takes_its_parked_read_with_it() -> None:
     async def run() -> None:
         engine = Engine(clock=ManualClock())
         reader = RecordingConnection()
-        endpoint = _endpoint(reader)
-        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
-        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), endpoint, read)
+        reading = endpoint(reader)
+        read = request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), reading, read)
         assert engine.waiters._callbacks != {}
         reader.closed = True
-        endpoint.run_close_hooks()
+        reading.run_close_hooks()
         assert engine.waiters._callbacks == {}
 
     asyncio.run(run())
@@ -173,8 +142,8 @@ def test_a_ring_destroyed_under_a_parked_read_answers_it_with_the_error() -> Non
     async def run() -> None:
         engine = Engine(clock=ManualClock())
         reader = RecordingConnection()
-        read = _request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
-        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), _endpoint(reader), read)
+        read = request(m.RINGBUFFER_READ_MANY, 1, name="r", start_sequence=0, min_count=1, max_count=10, filter=None)
+        dispatch(engine, MemberSettings(host="127.0.0.1", port=5701), endpoint(reader), read)
         engine.rings.destroy("r")
         assert len(reader.responses) == 1
         (holder,) = message_codec.decode_response(ERROR_RESPONSE, reader.responses[0])["error_holders"]
