@@ -72,6 +72,7 @@ DEFAULT_AUTH_TIMEOUT_S = 10.0
 
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 _WRITEV = getattr(os, "writev", None)  # None on Windows: chunks then go through the transport
+_dispatch_whole = registry.dispatch_whole
 
 
 class ClientConnection(asyncio.Protocol):
@@ -151,13 +152,15 @@ class ClientConnection(asyncio.Protocol):
             self.reader.max_frame_size = MAX_FRAME_SIZE
             self.reader.message_limit = 0
         if type(data) is bytes and not self.congested and not self._backlog and self.reader.between_messages():
+            server = self.server
             try:  # one whole request (a client waiting for each answer): served without cutting frames
-                name = registry.dispatch_whole(self.server.engine, self.server.member, self.endpoint, data)
+                name = _dispatch_whole(server.engine, server.member, self.endpoint, data)
             except Exception as exc:
                 self._failed(exc)
                 return
             if name is not None:
-                self.server.requests[name] = self.server.requests.get(name, 0) + 1
+                requests = server.requests
+                requests[name] = requests.get(name, 0) + 1
                 return
         try:
             messages = self.reader.feed(data)

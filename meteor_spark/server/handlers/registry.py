@@ -431,7 +431,7 @@ def _answer_plain(ctx: RequestContext, entry: HandlerEntry, request: dict[str, A
     except BaseException as exc:
         _fail(ctx, exc)
         return None
-    if type(result) is types.CoroutineType:
+    if type(result) is _COROUTINE:
         return result
     if result is PARKED or connection.closed:
         return None
@@ -447,6 +447,9 @@ def _answer_plain(ctx: RequestContext, entry: HandlerEntry, request: dict[str, A
         return None
     connection.send(chunks)
     return None
+
+
+_COROUTINE = types.CoroutineType
 
 
 @types.coroutine

@@ -146,7 +146,7 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
     frame_header = _FRAME_HEADER.unpack_from
     least = HEADER_SIZE + offset + fixed.size
     fixed_at = HEADER_SIZE + offset
-    first_final = 0 if var else IS_FINAL
+    first_flags = UNFRAGMENTED | (0 if var else IS_FINAL)
     finals = [0] * (len(var) - 1) + [IS_FINAL] if var else []
     # A Data parameter is its frame's content as it is: no call at all (None in the plan).
     calls = [None if reader is bytes_content else reader for reader in readers]
@@ -158,19 +158,21 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
         if end < least:
             return None
         length, flags = frame_header(data, 0)
-        if length < least or length > end or flags & _WHOLE_FLAGS != UNFRAGMENTED | first_final:
+        if length < least or length > end or flags & _WHOLE_FLAGS != first_flags:
             return None
-        values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=True))
+        # The struct yields exactly one value per fixed parameter: zip needs no strictness check.
+        values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=False))
         pos = length
         for name, reader, final in plan:
             if end - pos < header:
                 return None
             length, flags = frame_header(data, pos)
-            if length < header or end - pos < length or flags & IS_FINAL != final:
+            after = pos + length
+            if length < header or after > end or flags & IS_FINAL != final:
                 return None
-            content = data[pos + header : pos + length]
+            content = data[pos + header : after]
             values[name] = content if reader is None else reader(flags, content)
-            pos += length
+            pos = after
         return values if pos == end else None
 
     return read
@@ -208,6 +210,18 @@ def _frames_writer(
         return _chunks_writer(initial_header, fixed, var, flags)
     var_name = var[0].name
     head = struct.Struct(initial_header.format + fixed.struct.format[1:] + "iH")
+    if not names:  # one variable parameter alone (``Map.get``, ``Map.put``): no list of fixed values to build
+        pack = head.pack
+
+        def write_one(header: tuple[int, int, int], values: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
+            try:
+                frame_flags, content = frame_writer(values[var_name])
+            except KeyError as exc:
+                raise ValueError(f"missing parameter {exc.args[0]!r}") from None
+            first = pack(initial_size, flags, *header, len(content) + HEADER_SIZE, frame_flags | IS_FINAL)
+            return [first, content] if content else [first]
+
+        return write_one
 
     def write(header: tuple[int, int, int], values: Mapping[str, Any]) -> list[bytes | bytearray | memoryview]:
         try:
