@@ -73,11 +73,11 @@ from meteor_spark.grid.streams import StreamConfig, StreamInfo
 from meteor_spark.grid.subscriptions import NOT_STORED
 from meteor_spark.metrics import attach as attach_metrics
 from meteor_spark.metrics import registry_of as metrics_registry
-from meteor_spark.producer.accumulator import sticky_run, sticky_runs
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.idempotence import outcome_unknown
 from meteor_spark.producer.publisher import check_item_fits
 from meteor_spark.producer.record_checks import record_bytes
+from meteor_spark.producer.sticky import sticky_run, sticky_runs
 from meteor_spark.producer.topic_gate import check_refresh_ms, refuse_refresh_on_persistent
 
 __all__ = ["AsyncPublisher"]
@@ -132,7 +132,7 @@ class AsyncPublisher:
         self._grid: AsyncGrid | None = None
         self._owns_grid = False
         self._lanes: list[Lane] = []
-        self._sticky = 0  # the lane keyless records go to, and how many it holds since (accumulator.sticky_runs)
+        self._sticky = 0  # the lane keyless records go to, and how many it holds since (sticky.sticky_runs)
         self._sticky_fill = 0
         self._producer_seq = 0
         self._outstanding = 0
@@ -478,7 +478,7 @@ class AsyncPublisher:
 
     def _spread(self, n: int, nbytes: int = 0) -> list[tuple[int, int, int]]:
         """Contiguous runs ``(lane, start, stop)`` of ``n`` keyless records (``nbytes`` in all; 0: unknown) in sticky
-        runs of a whole call each, as the threaded publisher's (``accumulator.sticky_runs``)."""
+        runs of a whole call each, as the threaded publisher's (``sticky.sticky_runs``)."""
         settings = self.settings
         run = sticky_run(n, nbytes, settings.max_items_per_call * settings.max_batch_records, settings.max_call_bytes)
         runs, self._sticky, self._sticky_fill = sticky_runs(n, len(self._lanes), run, self._sticky, self._sticky_fill)

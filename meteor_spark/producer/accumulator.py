@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowInput
     from meteor_spark.producer.batching import PublisherSettings
 
-__all__ = ["Accumulator", "LaneQueue", "sticky_run", "sticky_runs"]
+__all__ = ["Accumulator", "LaneQueue"]
 
 
 def _no_sender(call: Call) -> None:

@@ -18,10 +18,11 @@ from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.format.wire import decode_item
 from meteor_spark.grid.streams import Batching, StreamConfig
-from meteor_spark.producer.accumulator import Accumulator, sticky_runs
+from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
+from meteor_spark.producer.sticky import sticky_runs
 from meteor_spark.validate import check_int
 
 
