@@ -116,7 +116,7 @@ def read_answers(proxy: Any) -> ReadAnswers:
 class ReadAnswers:
     """Reads one ring's ``read_many`` answers: its first through the client's codec and also off the frames
     (``_walk``), which takes over for the later ones when both read the same (``frames_match``), else the codec
-    keeps them. Items are decoded as ``_decoder`` does."""
+    keeps them. Items are decoded as ``_decoders`` does."""
 
     __slots__ = ("_codec", "_decode", "_decode_buffer", "frames_match")
 
@@ -269,18 +269,14 @@ def read_items_as_bytes(proxy: Any) -> None:
     ``_to_object``) decode byte-array items as ``read_many_async`` does: into ``bytes``, in one copy, instead of the
     client's zero-filled ``bytearray`` filled through two more copies. Set once on the proxy object the client keeps
     for the ring's name, so every reader of the ring through this client shares it."""
-    _decoder(proxy)
-
-
-def _decoder(proxy: Any) -> Callable[[Any], Any]:
-    """The ring item decoder of ``proxy``'s client, made once per proxy and installed as its ``_to_object``: a byte
-    array (what meteor stores) is sliced out of its ``Data`` in one copy, into ``bytes``; anything else (another
-    type, a null array, a length that does not match the buffer) goes through the client's own serializer."""
-    return _decoders(proxy)[0]
+    _decoders(proxy)
 
 
 def _decoders(proxy: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """``_decoder``'s decoder of a ``Data``, and the same of a ``Data``'s buffer (``_walk``'s items)."""
+    """The ring item decoder of ``proxy``'s client, of a ``Data`` and of a ``Data``'s buffer (``_walk``'s items),
+    made once per proxy, the first installed as its ``_to_object``: a byte array (what meteor stores) is sliced out
+    in one copy, into ``bytes``; anything else (another type, a null array, a length that does not match the buffer)
+    goes through the client's own serializer."""
     made = proxy.__dict__.get("_meteor_decoders")
     if made is not None:
         return cast(tuple[Callable[[Any], Any], Callable[[Any], Any]], made)
