@@ -114,7 +114,8 @@ def process_usage(pid: int | None) -> tuple[int, float] | None:
 
 
 def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, Measured]) -> dict[str, Any]:
-    mb = {side: (sizes_measure.async_records(n) if side == "publish_async" else n) * size / 1e6 for side in best}
+    n_async = sizes_measure.async_records(n)
+    mb = {side: (n_async if side == "publish_async" else n) * size / 1e6 for side in best}
     point = {
         "record_bytes": size,
         "records": n,
@@ -123,8 +124,8 @@ def _point(size: int, n: int, shape: Any, tuned: bool, best: dict[str, Measured]
         "allocator": "tuned" if tuned else "off",
         "ceiling_records_s": n / best["ceiling"].seconds,
         "publish_many_records_s": n / best["publish_many"].seconds,
-        "publish_async_records": sizes_measure.async_records(n),
-        "publish_async_records_s": sizes_measure.async_records(n) / best["publish_async"].seconds,
+        "publish_async_records": n_async,
+        "publish_async_records_s": n_async / best["publish_async"].seconds,
         "consume_records_s": n / best["consume"].seconds,
         "minor_faults": {side: run.faults for side, run in best.items()},
         # CPU seconds of the client process per MB moved (all its threads): the figure a shared machine's load
