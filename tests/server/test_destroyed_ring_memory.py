@@ -1,11 +1,12 @@
 """A destroyed ring's items are let go of at once, whatever still refers to the ring object.
 
-A read parked on a ring (``RequestContext.answer_when``) is a callback that re-registers itself: a reference cycle
-holding the ring, which outlives the read (answered with an error when the ring is destroyed, or dropped when its
-connection closes) until the cyclic garbage collector's next full collection. A member moving large items and few
-objects runs one rarely: rounds of (write, read, delete the stream) kept every round's items, +95 MB of RSS a round.
-The rounds below run with the collector off, so they see whatever such a cycle keeps; they are driven through the
-member's dispatcher with recording connections (what the TCP shell runs per connection)."""
+A read parked on a ring (``RequestContext.answer_when``) is a callback that re-registers itself. Written as a closure
+naming itself it was a reference cycle holding the ring, which outlived the read (answered with an error when the
+ring is destroyed, or dropped when its connection closes) until the cyclic garbage collector's next full collection.
+A member moving large items and few objects runs one rarely: rounds of (write, read, delete the stream) kept every
+round's items, +95 MB of RSS a round. The rounds below run with the collector off, so they see whatever a cycle
+keeps; they are driven through the member's dispatcher with recording connections (what the TCP shell runs per
+connection)."""
 
 from __future__ import annotations
 

@@ -315,11 +315,12 @@ class Ringbuffer:
         """Mark the ring destroyed and let go of its items now, as a Hazelcast member frees a destroyed ring's memory.
 
         Something may still refer to this object after the service dropped it: a read parked on it until it is
-        answered, and a parked read's callback is a reference cycle (it re-registers itself) that only the cyclic
-        garbage collector frees, whose full collections are rare in a member that allocates large items and few
-        objects. Measured: a member serving rounds of (write 100 MB, read it, delete the stream) kept every round's
-        items until such a collection, +95 MB of RSS per round. Emptied here, such a reference holds an empty ring
-        (head past tail), which every waiting read answers as destroyed (``RingService.check_not_destroyed``).
+        answered, or garbage only the cyclic collector frees, whose full collections are rare in a member that
+        allocates large items and few objects. Measured when a parked read's wake-up was such a cycle (it is an
+        object of its own now, ``registry._ParkedAnswer``): a member serving rounds of (write 100 MB, read it, delete
+        the stream) kept every round's items until such a collection, +95 MB of RSS per round. Emptied here, such a
+        reference holds an empty ring (head past tail), which every waiting read answers as destroyed
+        (``RingService.check_not_destroyed``).
         """
         self.destroyed = True
         self._items = []
