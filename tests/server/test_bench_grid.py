@@ -55,10 +55,19 @@ def test_members_runs_the_workload_against_a_real_member_too(tmp_path: Path) -> 
     with HazelcastMember(tmp_path) as member:
         args = ["--total-mb", "2", "--map-ops", "30", "--members", member.address, "--cluster-name", "dev"]
         figures = bench.run(parser.parse_args(args))
+        found = bench.local_listener_pid(member.address)
     cluster = figures["cluster"]
     assert cluster["members"] == 1 and cluster["versions"] == [member.version]
     for key in ("ring_ingest_mb_s", "ring_read_mb_s", "map_ops_s", "map_get_p50_us", "ring_hop_p50_us"):
         assert cluster[key] > 0 and math.isfinite(cluster[key]), key
+    if Path("/proc/self/stat").exists():  # the member runs here: found by its port, its CPU measured like ours
+        assert found == member.pid
+        assert cluster["map_member_cpu_us"] > 0 and figures["map_member_cpu_us"] >= 0
     table = bench.render(figures)
     print(table)
     assert f"embedded grid vs cluster {member.address}" in table and "cluster/embedded" in table
+    assert "member CPU per request" in table.split("embedded grid vs cluster")[1]
+
+
+def test_no_listener_is_no_pid() -> None:
+    assert bench.local_listener_pid("127.0.0.1:1") is None
