@@ -186,7 +186,8 @@ class Accumulator:
                 index = len(values)
                 if index < segment.limit:
                     values.append(record)
-                    segment.stamps.append(stamp)
+                    if not segment.ms_lo <= stamp < segment.ms_hi:
+                        segment.stamp_from(index, stamp)  # a new millisecond (``Segment.plain``)
                 else:
                     segment, index, call = append_plain(record, stamp, size)
             finally:
@@ -204,8 +205,7 @@ class Accumulator:
     def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
         """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
         in it, and the call the caller sends at once (the lane was idle). Opens the tail when the lane is in
-        flight. ``stamp`` stays a ``time_ns()`` reading: a plain segment turns its stamps into milliseconds per
-        piece (``Segment.plain``)."""
+        flight. ``stamp`` is a ``time_ns()`` reading (``Segment.plain``)."""
         self._fold()
         if self.outstanding >= self.admit_at:
             self.admit(1)
@@ -217,9 +217,7 @@ class Accumulator:
         if segment is None or not segment.plain or not segment.open:
             segment = state.open_plain()
         index = segment.n
-        segment.values.append(value)
-        segment.stamps.append(stamp)
-        segment.n = index + 1
+        segment.add_plain(value, stamp)
         if self.queued(state, 1, size):
             return segment, index, self.claim(state)
         self._open_tail(state, segment, size)

@@ -22,6 +22,7 @@ from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
+from meteor_spark.producer.lane_queue import LaneQueue
 from meteor_spark.producer.sticky import sticky_runs
 from meteor_spark.validate import check_int
 
@@ -347,7 +348,8 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
     assert (plain.plain, mixed.plain, last.plain) == (True, False, True)
     assert (plain.open, mixed.open, last.open) == (False, False, True)
     assert (plain.values, mixed.values, mixed.keys, last.values) == ([b"bb"], [b"k"], [b"x"], [b"c"])
-    assert before <= plain.stamps[0] <= last.stamps[0] <= after and mixed.stamps == [12]
+    ms = 1_000_000
+    assert before // ms <= plain.stamps[0] <= last.stamps[0] <= after // ms and mixed.stamps == [12]  # runs of ms
     assert isinstance(first, RecordFuture) and not first.done()
     state = acc.lanes[0]
     assert (state.queued, state.queued_bytes, acc.outstanding) == (3, 5, 4)
@@ -356,7 +358,29 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
         call = acc.claim(state)
     prepared = [piece.segment.prepare(piece.start, piece.stop) for piece in call.pieces]
     stamps = [int(t) for p in prepared for t in np.atleast_1d(p.timestamps)]  # one int: the piece's records share it
-    assert stamps == [plain.stamps[0] // 1_000_000, 12, last.stamps[0] // 1_000_000]  # milliseconds on the wire
+    assert stamps == [plain.stamps[0], 12, last.stamps[0]]  # milliseconds on the wire
+
+
+def test_a_plain_segment_keeps_each_records_own_millisecond_in_runs() -> None:
+    """Plain values keep their ``time_ns()`` stamp's millisecond as runs (``Segment.plain``): every record gets its
+    own exactly, from any piece, also when the clock steps back."""
+    segment = LaneQueue(0, threading.Lock()).open_plain()
+    ms = 1_000_000
+    stamps = [5 * ms, 5 * ms + 999_999, 6 * ms, 6 * ms + 1, 4 * ms + 7, 6 * ms, 6 * ms, 9 * ms - 1]
+    for i, stamp in enumerate(stamps):
+        segment.add_plain(b"v%d" % i, stamp)
+    assert segment.n == 8 and segment.values == [b"v%d" % i for i in range(8)]
+    assert (segment.ms_starts, segment.stamps) == ([0, 2, 4, 5, 7], [5, 6, 4, 6, 8])
+    expected = [stamp // ms for stamp in stamps]
+    for start in range(8):
+        for stop in range(start + 1, 9):
+            got = segment.plain_ms(start, stop)
+            assert list(np.broadcast_to(got, (stop - start,))) == expected[start:stop], (start, stop)
+            assert segment.small_values(start, stop) == (segment.values[start:stop], expected[start:stop])
+            assert (
+                list(np.broadcast_to(segment.prepare(start, stop).timestamps, (stop - start,))) == expected[start:stop]
+            )
+    assert isinstance(segment.plain_ms(2, 4), int)  # one run: one timestamp for the piece, no column
 
 
 def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
