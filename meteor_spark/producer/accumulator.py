@@ -251,14 +251,11 @@ class Accumulator:
         if segment is self.no_tail:
             return
         self.tail = self.no_tail
-        values = segment.values
-        n = segment.n
-        added = len(values) - n
+        added = len(segment.values) - segment.n
         if added:
             state = self.tail_lane
             state.queued += added
-            state.queued_bytes += sum(map(len, values[n:]))
-            segment.n = n + added
+            state.queued_bytes += segment.count_plain(added)
             self.outstanding += added
 
     # ------------------------------------------------------------------------------------------------ accepting

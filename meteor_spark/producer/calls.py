@@ -46,6 +46,8 @@ class Segment(Outcomes):
 
     __slots__ = (
         "_cum",
+        "_sized",
+        "_sizes",
         "_starts",
         "arrow",
         "encoded",
@@ -86,6 +88,9 @@ class Segment(Outcomes):
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None
+        # A plain segment's value sizes, counted by ``count_plain`` for its first ``_sized`` records.
+        self._sizes: list[np.ndarray] = []
+        self._sized = 0
 
     @classmethod
     def of_arrow(cls, lock: Any, columns: ArrowColumns, future: BulkFuture) -> Segment:
@@ -169,6 +174,22 @@ class Segment(Outcomes):
         self.stamps.append(ms)
         self.ms_lo = ms * _NS_PER_MS
         self.ms_hi = self.ms_lo + _NS_PER_MS
+
+    def count_plain(self, added: int) -> int:
+        """Count ``added`` values appended to a plain segment past ``n`` uncounted (the accumulator's ``_fold``,
+        lock held); returns their bytes. The sizes are kept for ``cumulative_bytes``, which so makes no second pass
+        over the values (each pass calls ``len`` per value: most of what counting costs)."""
+        if not added:
+            return 0
+        self._size_up_to(self.n + added)  # its last chunk ends with the added values (``_sized`` <= ``n`` before)
+        self.n += added
+        return int(self._sizes[-1][-added:].sum())
+
+    def _size_up_to(self, stop: int) -> None:
+        sized = self._sized
+        if stop > sized:
+            self._sizes.append(np.fromiter(map(len, self.values[sized:stop]), dtype=np.int64, count=stop - sized))
+            self._sized = stop
 
     def plain_ms(self, start: int, stop: int) -> np.ndarray | int:
         """The milliseconds of a plain segment's records ``[start, stop)``: one int when they share one."""
@@ -263,7 +284,11 @@ class Segment(Outcomes):
             if self.arrow is not None:
                 self._cum = self.arrow.cumulative_bytes()
                 return self._cum
-            sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
+            if self.plain:
+                self._size_up_to(self.n)
+                sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, dtype=np.int64)
+            else:
+                sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
             if self.keys is not None:
                 sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
             if self.headers is not None:
@@ -291,6 +316,7 @@ class Segment(Outcomes):
         self.keys = self.headers = None
         self.stamps = []
         self.ms_starts = []
+        self._sizes = []
         self.arrow = None
         self._cum = None
 

@@ -383,6 +383,24 @@ def test_a_plain_segment_keeps_each_records_own_millisecond_in_runs() -> None:
     assert isinstance(segment.plain_ms(2, 4), int)  # one run: one timestamp for the piece, no column
 
 
+def test_a_plain_segment_counts_the_bytes_of_values_taken_uncounted_and_keeps_their_sizes() -> None:
+    """The fold counts the values the tail took (``Segment.count_plain``); the sizes it measured serve the cut
+    (``cumulative_bytes``), counted values in between included."""
+    segment = LaneQueue(0, threading.Lock()).open_plain()
+    values = [b"x" * (i * 7 % 13) for i in range(12)]
+    segment.add_plain(values[0], 1)
+    segment.add_plain(values[1], 1)
+    segment.values.extend(values[2:5])  # taken by the tail, uncounted
+    assert segment.count_plain(3) == sum(map(len, values[2:5])) and segment.n == 5
+    assert segment.count_plain(0) == 0 and segment.n == 5
+    segment.add_plain(values[5], 1)
+    segment.values.extend(values[6:9])
+    assert segment.count_plain(3) == sum(map(len, values[6:9])) and segment.n == 9
+    segment.add_plain(values[9], 1)  # counted after the last fold: measured by the cut
+    segment.close()
+    assert segment.cumulative_bytes().tolist() == [sum(map(len, values[:i])) for i in range(11)]
+
+
 def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
     acc = _accumulator(items_per_call=1, max_batch_records=2)  # a whole call: 2 records
     notified: list[int] = []
