@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import cast
@@ -440,8 +441,21 @@ def test_plain_publish_hands_every_other_call_to_the_general_path() -> None:
     publish(b"too large")  # over max_record_bytes: refused there
     tracing[0] = True
     publish(b"traced")
-    assert [record for record, _, _ in seen] == ["str", bytearray(b"ba"), b"cb", b"t", b"m", b"too large", b"traced"]
+    tracing[0] = False
+    publish(b"p", None, "by-position")  # its parameters are not keyword-only (a call CPython inlines)
+    assert [record for record, _, _ in seen] == [
+        "str",
+        bytearray(b"ba"),
+        b"cb",
+        b"t",
+        b"m",
+        b"too large",
+        b"traced",
+        b"p",
+    ]
     assert seen[2][1] is callback and seen[3][2]["topic"] == "orders" and seen[4][2]["message_id"] == "id-1"
+    assert seen[7][2] == {"topic": "by-position", "message_id": None}
+    assert inspect.signature(publish) == inspect.signature(general)  # it shows the method's
     assert acc.outstanding == 0 and not acc.lanes[0].segments  # nothing of them queued here
 
 
