@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
+import itertools
+import sys
 import threading
 import time
 from typing import cast
@@ -400,6 +403,80 @@ def test_a_plain_segment_counts_the_bytes_of_values_taken_uncounted_and_keeps_th
     segment.add_plain(values[9], 1)  # counted after the last fold: measured by the cut
     segment.close()
     assert segment.cumulative_bytes().tolist() == [sum(map(len, values[:i])) for i in range(11)]
+
+
+def test_plain_values_from_many_threads_racing_folds_and_cuts_are_each_taken_once_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tail's append holds ``tail_token``, not the lock (``plain_publisher``): four publishing threads against
+    a thread that folds, cuts and settles calls all the time, switching threads as often as CPython lets them (and
+    inside the append, where a new millisecond starts a run). No value is lost or taken twice, each thread's values
+    keep their order, each future names its value and its own millisecond, and the counts end at zero."""
+    ms = 1_000_000
+    clock = itertools.count(1_700_000_000_000 * ms, ms // 2)  # a new millisecond every other reading
+    readings: dict[int, list[int]] = {}
+
+    def fake_time_ns() -> int:
+        reading = next(clock)
+        readings.setdefault(threading.get_ident(), []).append(reading)
+        return reading
+
+    stamp_from = Segment.stamp_from
+
+    def switching_stamp_from(segment: Segment, index: int, stamp: int) -> None:
+        time.sleep(0)  # not a wait: lets another thread run inside the append's exclusion
+        stamp_from(segment, index, stamp)
+
+    acc = _accumulator(items_per_call=2, max_batch_records=7, max_buffered_records=300)
+    monkeypatch.setattr(time, "time_ns", fake_time_ns)
+    publish_one = acc.plain_publisher(100, bool, _general)  # keeps the fake clock
+    monkeypatch.undo()
+    monkeypatch.setattr(Segment, "stamp_from", switching_stamp_from)
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    in_flight: list[Call] = []  # the lane's call, handed over by whoever claimed it
+    acc.send_now = in_flight.append
+    publishing = threading.Event()
+    publishing.set()
+    taken: list[bytes] = []
+
+    def settle_and_cut() -> None:
+        state = acc.lanes[0]
+        while publishing.is_set() or in_flight or acc.outstanding_records():
+            with acc.lock:
+                if in_flight:
+                    call = in_flight.pop()
+                    taken.extend(p.segment.values[i] for p in call.pieces for i in range(p.start, p.stop))
+                    assert acc.call_settled(state) is None
+                    acc.completed(call.n_records)
+                acc.wake_for(state)  # folds the tail
+                if not state.in_flight and state.queued:
+                    in_flight.append(acc.claim(state))
+
+    def publish(thread: int) -> list[tuple[bytes, RecordFuture, int]]:
+        values = [b"%d:%05d" % (thread, i) for i in range(3000)]
+        futures = [publish_one(value) for value in values]
+        return list(zip(values, futures, readings[threading.get_ident()], strict=True))
+
+    settler = threading.Thread(target=settle_and_cut)
+    settler.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            sent = [one for ones in pool.map(publish, range(4)) for one in ones]
+    finally:
+        publishing.clear()
+        settler.join(60)
+        sys.setswitchinterval(switch_interval)
+    assert not settler.is_alive()
+    assert sorted(taken) == sorted(value for value, _, _ in sent)  # each value once
+    for thread in range(4):
+        mine = [value for value in taken if value.startswith(b"%d:" % thread)]
+        assert mine == sorted(mine)  # in each thread's order
+    for value, future, reading in sent:
+        segment, index = cast(Segment, future._segment), future._index
+        assert segment.values[index] == value and segment.plain_ms(index, index + 1) == reading // ms
+    state = acc.lanes[0]
+    assert acc.outstanding_records() == 0 and (state.queued, state.queued_bytes) == (0, 0)
 
 
 def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
