@@ -170,8 +170,7 @@ class Accumulator:
         """
         take = self.tail_token.get
         give = self.tail_token.put
-        lock = self.lock
-        append_plain = self._append_plain
+        publish_counted = self._publish_counted
         new_future = object.__new__
         time_ns = time.time_ns
         acc = self
@@ -184,8 +183,7 @@ class Accumulator:
         ) -> RecordFuture:
             if type(record) is not bytes or callback is not None or topic is not None or message_id is not None:
                 return general(record, callback, topic=topic, message_id=message_id)
-            size = len(record)
-            if size > max_record_bytes or context_now():
+            if len(record) > max_record_bytes or context_now():
                 return general(record)  # refused with the general path's error, or traced
             stamp = time_ns()
             token = take()
@@ -193,27 +191,32 @@ class Accumulator:
                 segment = acc.tail
                 values = segment.values
                 index = len(values)
-                room = index < segment.limit
-                if room:
+                if index < segment.limit:
                     values.append(record)
                     if not segment.ms_lo <= stamp < segment.ms_hi:
                         segment.stamp_from(index, stamp)  # a new millisecond (``Segment.plain``)
+                else:
+                    index = -1  # no room: the counted way, once the token is given back
             finally:
                 give(token)
-            call = None
-            if not room:
-                with lock:
-                    segment, index, call = append_plain(record, stamp, size)
+            if index < 0:
+                return publish_counted(record, stamp)
             future = new_future(RecordFuture)  # without running ``RecordFuture.__init__``
             future._segment = segment
             future._index = index
-            if call is not None:
-                acc.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
             return future
 
         publish_async.__doc__ = general.__doc__
         publish_async.__signature__ = inspect.signature(general)  # type: ignore[attr-defined]
         return publish_async
+
+    def _publish_counted(self, value: bytes, stamp: int) -> RecordFuture:
+        """``plain_publisher``'s value when the tail has no room: appended the counted way, its call sent."""
+        with self.lock:
+            segment, index, call = self._append_plain(value, stamp, len(value))
+        if call is not None:
+            self.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
+        return RecordFuture(segment, index)
 
     def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
         """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
@@ -444,8 +447,7 @@ class Accumulator:
 
     def flush(self, deadline: float | None) -> int:
         """Send everything queued now (ignoring linger) and wait until every accepted record completed or
-        ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records still outstanding then (0:
-        all completed)."""
+        ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records outstanding then (0: all)."""
         with self.lock:
             self._fold()
             self.flushing += 1
@@ -578,10 +580,8 @@ class Accumulator:
         return Call(state, pieces, n_items, n_records, first_seq)
 
     def drop_queued(self, error: BaseException) -> tuple[list[Segment], list[RecordFuture], int]:
-        """Take every record still queued off the lanes, settled with ``error`` (lock held).
-
-        Returns the dropped segments (their bulk futures must fail), the watched record futures among the records,
-        and how many records were dropped.
+        """Take every record still queued off the lanes, settled with ``error`` (lock held). Returns the dropped
+        segments (their bulk futures must fail), the watched record futures among them, and how many were dropped.
         """
         self._fold()
         told: list[RecordFuture] = []
