@@ -20,9 +20,11 @@ sender's questions (which lane is ready, what goes in its next ``add_all``). Its
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Callable
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,12 +86,14 @@ class Accumulator:
         #: Sends a call claimed by ``publish_async`` from the publishing thread (the sender's ``send``, set when it
         #: starts).
         self.send_now: Callable[[Call], None] = _no_sender
-        #: The segment of plain values ``publish_async`` appends to without counting them, on lane ``tail_lane``
-        #: (``plain_publisher``); ``no_tail`` (no room at all) when the next value takes the counted way.
+        #: The segment of plain values ``publish_async`` appends to without counting them, on lane ``tail_lane``,
+        #: under ``tail_token`` (``plain_publisher``); ``no_tail`` (no room) when the next value takes the counted way.
         self.no_tail = Segment(self.lock)
         self.no_tail.close()
         self.tail = self.no_tail
         self.tail_lane = self.lanes[0]
+        self.tail_token: SimpleQueue[bool] = SimpleQueue()
+        self.tail_token.put(True)
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -148,19 +152,25 @@ class Accumulator:
         """A ``publish_async`` that queues plain values of up to ``max_record_bytes`` itself and hands every other
         call to ``general`` (the publisher's method); ``context_now()`` is true while a trace context is current
         (the value may then be traced, which ``general`` does). Its checks and append are one frame, constants in
-        closure cells: a second frame and a dozen attribute reads cost 13 % of the publishing thread's CPU.
+        closure cells: a second frame and a dozen attribute reads cost 13 % of the publishing thread's CPU. Its
+        ``topic`` and ``message_id`` are not keyword-only (it shows the method's signature): CPython 3.11 inlines
+        the call of a function without keyword-only parameters, which saves 30 ns of the ~370 a value costs.
 
         While the tail (``tail``: the open plain segment of a lane with a call in flight) has room, a value is
         appended there and nothing else is written: the lane's counts, ``outstanding`` and the segment's ``n``
-        take it when the tail is folded (``_fold``), which every other step under the lock does first. Counting
-        each value, and checking the bounds, cost the publishing thread a third of its time per record. The
-        tail's room (``_open_tail``) ends before the value that reaches the buffer's bound or a whole call to
-        encode ahead: that value takes the counted way (``_append_plain``), which admits it (``admit``) and wakes
-        the sender as ever.
+        take it when the tail is folded (``_fold``), which every other step under the lock does first (counting
+        each value cost the publishing thread a third of its time). The tail's room (``_open_tail``) ends before
+        the value that reaches the buffer's bound or a whole call to encode ahead: that value takes the counted way
+        (``_append_plain``), which admits it (``admit``) and wakes the sender as ever.
+
+        The append holds ``tail_token``: ``get`` takes the queue's one token in one C call under the GIL, or waits
+        (GIL released) for ``put``; a mutex at half the cost of ``Lock.acquire`` (which parses its arguments). Only
+        its holder reads or writes ``tail``, its ``limit`` and values past ``n``: here, ``_fold`` and ``_open_tail``
+        (these under the lock: lock, then token). A fold so counts each value appended before it once, none after.
         """
-        acquire = self.lock.acquire
-        release = self.lock.release
-        append_plain = self._append_plain
+        take = self.tail_token.get
+        give = self.tail_token.put
+        publish_counted = self._publish_counted
         new_future = object.__new__
         time_ns = time.time_ns
         acc = self
@@ -168,44 +178,50 @@ class Accumulator:
         def publish_async(
             record: Any,
             callback: PublishCallback | None = None,
-            *,
             topic: str | None = None,
             message_id: str | None = None,
         ) -> RecordFuture:
             if type(record) is not bytes or callback is not None or topic is not None or message_id is not None:
                 return general(record, callback, topic=topic, message_id=message_id)
-            size = len(record)
-            if size > max_record_bytes or context_now():
+            if len(record) > max_record_bytes or context_now():
                 return general(record)  # refused with the general path's error, or traced
             stamp = time_ns()
-            call = None
-            acquire()  # ``with`` costs twice as much
+            token = take()
             try:
                 segment = acc.tail
                 values = segment.values
                 index = len(values)
                 if index < segment.limit:
                     values.append(record)
-                    segment.stamps.append(stamp)
+                    if not segment.ms_lo <= stamp < segment.ms_hi:
+                        segment.stamp_from(index, stamp)  # a new millisecond (``Segment.plain``)
                 else:
-                    segment, index, call = append_plain(record, stamp, size)
+                    index = -1  # no room: the counted way, once the token is given back
             finally:
-                release()
+                give(token)
+            if index < 0:
+                return publish_counted(record, stamp)
             future = new_future(RecordFuture)  # without running ``RecordFuture.__init__``
             future._segment = segment
             future._index = index
-            if call is not None:
-                acc.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
             return future
 
         publish_async.__doc__ = general.__doc__
+        publish_async.__signature__ = inspect.signature(general)  # type: ignore[attr-defined]
         return publish_async
+
+    def _publish_counted(self, value: bytes, stamp: int) -> RecordFuture:
+        """``plain_publisher``'s value when the tail has no room: appended the counted way, its call sent."""
+        with self.lock:
+            segment, index, call = self._append_plain(value, stamp, len(value))
+        if call is not None:
+            self.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
+        return RecordFuture(segment, index)
 
     def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
         """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
         in it, and the call the caller sends at once (the lane was idle). Opens the tail when the lane is in
-        flight. ``stamp`` stays a ``time_ns()`` reading: a plain segment turns its stamps into milliseconds per
-        piece (``Segment.plain``)."""
+        flight. ``stamp`` is a ``time_ns()`` reading (``Segment.plain``)."""
         self._fold()
         if self.outstanding >= self.admit_at:
             self.admit(1)
@@ -217,9 +233,7 @@ class Accumulator:
         if segment is None or not segment.plain or not segment.open:
             segment = state.open_plain()
         index = segment.n
-        segment.values.append(value)
-        segment.stamps.append(stamp)
-        segment.n = index + 1
+        segment.add_plain(value, stamp)
         if self.queued(state, 1, size):
             return segment, index, self.claim(state)
         self._open_tail(state, segment, size)
@@ -229,10 +243,10 @@ class Accumulator:
         """Make ``segment`` (open, plain, the last of ``state``, its last value ``size`` bytes) the tail while its
         lane has a call in flight (lock held, counts folded), for as many values as room is left.
 
-        Room, in values only (a bound on bytes too cost 13 % of the append): up to the buffer's bound, exact;
-        and, while the sender may still be woken to encode a whole call ahead (``wants_ahead``), short of one: of
+        Room, in values only (a bound on bytes too cost 13 % of the append): up to the buffer's bound, exact; and,
+        while the sender may still be woken to encode a whole call ahead (``wants_ahead``), short of one: of
         ``ahead_records`` values, and of ``ahead_bytes`` if they are of ``size`` bytes. Larger values may reach a
-        whole call's bytes uncounted: it is then encoded once the call in flight settled, not ahead of it (the
+        whole call's bytes uncounted: it is then encoded after the call in flight settled, not ahead of it (the
         next tail, opened at a value of their size, is bounded right). Order, admission and cutting are exact.
         """
         if not state.in_flight or self.admit_at <= 0:
@@ -242,9 +256,11 @@ class Accumulator:
             bytes_left = self.ahead_bytes - 1 - state.queued_bytes
             records = min(records, self.ahead_records - 1 - state.queued, bytes_left // max(size, 1))
         if records > 0:
+            token = self.tail_token.get()
             segment.limit = segment.n + records
             self.tail = segment
             self.tail_lane = state
+            self.tail_token.put(token)
 
     def _fold(self) -> None:
         """Count the values appended to the tail since it opened, and close it (lock held): the next value takes
@@ -252,15 +268,14 @@ class Accumulator:
         segment = self.tail
         if segment is self.no_tail:
             return
+        token = self.tail_token.get()
         self.tail = self.no_tail
-        values = segment.values
-        n = segment.n
-        added = len(values) - n
+        self.tail_token.put(token)  # the segment takes no more values: they are counted now
+        added = len(segment.values) - segment.n
         if added:
             state = self.tail_lane
             state.queued += added
-            state.queued_bytes += sum(map(len, values[n:]))
-            segment.n = n + added
+            state.queued_bytes += segment.count_plain(added)
             self.outstanding += added
 
     # ------------------------------------------------------------------------------------------------ accepting
@@ -271,9 +286,7 @@ class Accumulator:
         """Accept one record of ``publish_async`` (a plain value or a checked ``Record``) on ``lane`` (-1: the
         sticky lane): waits for room like ``admit``. Returns its future, and the call the caller sends at once
         (the lane was idle and nothing lingers) or None (the sender thread, or the completion of the lane's call
-        in flight, sends it).
-
-        The steps of ``open_segment`` and ``queued`` are inlined: this runs a million times a second.
+        in flight, sends it). The steps of ``open_segment`` and ``queued`` are inlined (a million times a second).
         """
         with self.lock:
             self._fold()
@@ -303,10 +316,9 @@ class Accumulator:
     def nudge_sender(self) -> None:
         """Wake the sender thread to look at the lanes again (lock held), once until it has looked.
 
-        ``Condition.notify`` costs about a microsecond even with nobody waiting, and while a publishing thread holds
-        the GIL the sender may take milliseconds to run: a notify per record until then cost every record that
-        much. ``next_calls`` clears ``sender_nudged`` each time it looks at the lanes (under the lock), so a change
-        after that look wakes it again.
+        ``Condition.notify`` costs about a microsecond even with nobody waiting, and the sender may take
+        milliseconds to get the GIL: a notify per record until then cost every record that much. ``next_calls``
+        clears ``sender_nudged`` when it looks (under the lock): a change after that wakes it again.
         """
         if not self.sender_nudged:
             self.sender_nudged = True
@@ -435,8 +447,7 @@ class Accumulator:
 
     def flush(self, deadline: float | None) -> int:
         """Send everything queued now (ignoring linger) and wait until every accepted record completed or
-        ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records still outstanding then (0:
-        all completed)."""
+        ``deadline`` (``time.monotonic()``; None: no limit) passed; returns the records outstanding then (0: all)."""
         with self.lock:
             self._fold()
             self.flushing += 1
@@ -557,11 +568,10 @@ class Accumulator:
     def cut(self, state: LaneQueue) -> Call:
         """The lane's next call with the producer sequences of its items reserved (lock held).
 
-        Sequences are reserved here, in the order calls are cut, and not when a call is encoded: two threads may
-        encode calls of one lane at once (the publishing thread the call it claimed, the sender the next one
-        ahead), and a reader drops an item whose sequence is not above the last one it passed on from that
-        producer as a re-sent copy. Sequences taken while encoding would interleave, and a reader would drop
-        real records.
+        Reserved in the order calls are cut, not when encoded: two threads may encode calls of one lane at once (the
+        publishing thread the call it claimed, the sender the next one ahead), and a reader drops an item whose
+        sequence is not above the last it passed on from that producer (a re-sent copy): sequences taken while
+        encoding would interleave, and readers drop real records.
         """
         self._fold()
         pieces, n_items, n_records = state.take(self.settings, self.items_per_call)
@@ -570,10 +580,8 @@ class Accumulator:
         return Call(state, pieces, n_items, n_records, first_seq)
 
     def drop_queued(self, error: BaseException) -> tuple[list[Segment], list[RecordFuture], int]:
-        """Take every record still queued off the lanes, settled with ``error`` (lock held).
-
-        Returns the dropped segments (their bulk futures must fail), the watched record futures among the records,
-        and how many records were dropped.
+        """Take every record still queued off the lanes, settled with ``error`` (lock held). Returns the dropped
+        segments (their bulk futures must fail), the watched record futures among them, and how many were dropped.
         """
         self._fold()
         told: list[RecordFuture] = []

@@ -9,6 +9,7 @@ thread all carry the same value (no tuple to unpack and re-pack on each hop).
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,21 +35,28 @@ class Segment(Outcomes):
     instead, which read the segment's outcomes (``Outcomes``, whose ``lock`` is the accumulator's).
 
     ``plain``: the segment holds only plain values of ``publish_async`` (``Accumulator.plain_publisher``), and their
-    ``stamps`` are ``time.time_ns()`` readings, turned into milliseconds for a whole piece at once when it is encoded
-    (``prepare``): the division per record cost the publishing thread more than the rest of its bookkeeping. No
-    other record goes into such a segment (``LaneQueue.open_segment`` starts a new one after it), so a segment's
-    stamps are all of one unit. ``nbytes`` (read for Arrow segments) is not kept for a plain segment: the lane's
-    ``queued_bytes`` counts its records.
+    timestamps in runs: ``stamps`` holds a millisecond per run and ``ms_starts`` the index of the run's first record;
+    a value whose ``time.time_ns()`` reading lies in ``[ms_lo, ms_hi)`` (the nanoseconds of the last run's
+    millisecond) joins that run, any other starts a run (``stamp_from``). Each record so keeps its own millisecond
+    exactly, a clock stepping back included, for one comparison: an integer kept per record, divided and converted
+    one by one when encoded, cost the publishing thread and the sender more. No other record goes into such a
+    segment (``LaneQueue.open_segment`` starts a new one after it). ``nbytes`` (read for Arrow segments) is not kept
+    for a plain segment: the lane's ``queued_bytes`` counts its records.
     """
 
     __slots__ = (
         "_cum",
+        "_sized",
+        "_sizes",
         "_starts",
         "arrow",
         "encoded",
         "headers",
         "keys",
         "limit",
+        "ms_hi",
+        "ms_lo",
+        "ms_starts",
         "n",
         "nbytes",
         "open",
@@ -75,9 +83,14 @@ class Segment(Outcomes):
         # While the segment is its accumulator's tail: it takes values uncounted up to index ``limit``
         # (``Accumulator.plain_publisher``).
         self.limit = 0
+        self.ms_lo = self.ms_hi = 0
+        self.ms_starts: list[int] = []
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
         self._starts: list[int] | None = None
+        # A plain segment's value sizes, counted by ``count_plain`` for its first ``_sized`` records.
+        self._sizes: list[np.ndarray] = []
+        self._sized = 0
 
     @classmethod
     def of_arrow(cls, lock: Any, columns: ArrowColumns, future: BulkFuture) -> Segment:
@@ -144,6 +157,50 @@ class Segment(Outcomes):
         size = len(value)
         self.nbytes += size
         return size
+
+    def add_plain(self, value: bytes, stamp: int) -> None:
+        """Append a plain value of ``publish_async`` stamped ``stamp`` (``time.time_ns()``) to a plain segment."""
+        index = self.n
+        self.values.append(value)
+        if not self.ms_lo <= stamp < self.ms_hi:
+            self.stamp_from(index, stamp)
+        self.n = index + 1
+
+    def stamp_from(self, index: int, stamp: int) -> None:
+        """A plain segment's records from ``index`` on carry the millisecond of ``stamp`` (``time.time_ns()``),
+        until one stamped outside it."""
+        ms = stamp // _NS_PER_MS
+        self.ms_starts.append(index)
+        self.stamps.append(ms)
+        self.ms_lo = ms * _NS_PER_MS
+        self.ms_hi = self.ms_lo + _NS_PER_MS
+
+    def count_plain(self, added: int) -> int:
+        """Count ``added`` values appended to a plain segment past ``n`` uncounted (the accumulator's ``_fold``,
+        lock held); returns their bytes. The sizes are kept for ``cumulative_bytes``, which so makes no second pass
+        over the values (each pass calls ``len`` per value: most of what counting costs)."""
+        if not added:
+            return 0
+        self._size_up_to(self.n + added)  # its last chunk ends with the added values (``_sized`` <= ``n`` before)
+        self.n += added
+        return int(self._sizes[-1][-added:].sum())
+
+    def _size_up_to(self, stop: int) -> None:
+        sized = self._sized
+        if stop > sized:
+            self._sizes.append(np.fromiter(map(len, self.values[sized:stop]), dtype=np.int64, count=stop - sized))
+            self._sized = stop
+
+    def plain_ms(self, start: int, stop: int) -> np.ndarray | int:
+        """The milliseconds of a plain segment's records ``[start, stop)``: one int when they share one."""
+        starts = self.ms_starts
+        first = bisect_right(starts, start) - 1  # the first run starts at record 0
+        last = bisect_left(starts, stop, first)
+        if last - first == 1:
+            return self.stamps[first]
+        bounds = np.array(starts[first:last] + [stop], dtype=np.int64)
+        bounds[0] = start
+        return np.repeat(np.array(self.stamps[first:last], dtype=np.int64), np.diff(bounds))
 
     def add_values(self, values: list[bytes], stamp: int, sink: BulkFuture, sink_pos: int) -> int:
         """Append plain values (no key, no headers); returns their size in bytes."""
@@ -227,7 +284,11 @@ class Segment(Outcomes):
             if self.arrow is not None:
                 self._cum = self.arrow.cumulative_bytes()
                 return self._cum
-            sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
+            if self.plain:
+                self._size_up_to(self.n)
+                sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, dtype=np.int64)
+            else:
+                sizes = np.fromiter(map(len, self.values), dtype=np.int64, count=self.n)
             if self.keys is not None:
                 sizes += np.fromiter((0 if k is None else len(k) for k in self.keys), dtype=np.int64, count=self.n)
             if self.headers is not None:
@@ -254,6 +315,8 @@ class Segment(Outcomes):
         self.values = []
         self.keys = self.headers = None
         self.stamps = []
+        self.ms_starts = []
+        self._sizes = []
         self.arrow = None
         self._cum = None
 
@@ -263,10 +326,10 @@ class Segment(Outcomes):
         None otherwise (``prepare`` gives their columns)."""
         if stop - start > SMALL_ITEM_RECORDS or self.arrow is not None or self.keys is not None or self.headers:
             return None
-        stamps = self.stamps[start:stop]
         if self.plain:
-            stamps = [stamp // _NS_PER_MS for stamp in stamps]
-        return self.values[start:stop], stamps
+            ms = self.plain_ms(start, stop)
+            return self.values[start:stop], [ms] * (stop - start) if isinstance(ms, int) else ms.tolist()
+        return self.values[start:stop], self.stamps[start:stop]
 
     def prepare(self, start: int, stop: int) -> PreparedColumns:
         """The columns of records ``[start, stop)``, reusing what the segment knows already: the value sizes it
@@ -274,12 +337,13 @@ class Segment(Outcomes):
         the records share one (a ``publish_many``'s), which then needs no column."""
         if self.arrow is not None:
             return self.arrow.prepare(start, stop)
-        stamps = self.stamps[start:stop]
-        timestamps: np.ndarray | list[int] | int = stamps
+        timestamps: np.ndarray | list[int] | int
         if self.plain:
-            timestamps = np.fromiter(stamps, dtype=np.int64, count=stop - start) // _NS_PER_MS
-        elif stamps and stamps.count(stamps[0]) == len(stamps):
-            timestamps = stamps[0]
+            timestamps = self.plain_ms(start, stop)
+        else:
+            timestamps = self.stamps[start:stop]
+            if timestamps and timestamps.count(timestamps[0]) == len(timestamps):
+                timestamps = timestamps[0]
         lengths = None
         if self._cum is not None and self.keys is None and self.headers is None:
             lengths = np.diff(self._cum[start : stop + 1]).astype(I32)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import inspect
+import itertools
+import sys
 import threading
 import time
 from typing import cast
@@ -22,6 +26,7 @@ from meteor_spark.producer.accumulator import Accumulator
 from meteor_spark.producer.batching import PublisherSettings
 from meteor_spark.producer.calls import Call, Segment
 from meteor_spark.producer.futures import BulkFuture, RecordFuture
+from meteor_spark.producer.lane_queue import LaneQueue
 from meteor_spark.producer.sticky import sticky_runs
 from meteor_spark.validate import check_int
 
@@ -347,7 +352,8 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
     assert (plain.plain, mixed.plain, last.plain) == (True, False, True)
     assert (plain.open, mixed.open, last.open) == (False, False, True)
     assert (plain.values, mixed.values, mixed.keys, last.values) == ([b"bb"], [b"k"], [b"x"], [b"c"])
-    assert before <= plain.stamps[0] <= last.stamps[0] <= after and mixed.stamps == [12]
+    ms = 1_000_000
+    assert before // ms <= plain.stamps[0] <= last.stamps[0] <= after // ms and mixed.stamps == [12]  # runs of ms
     assert isinstance(first, RecordFuture) and not first.done()
     state = acc.lanes[0]
     assert (state.queued, state.queued_bytes, acc.outstanding) == (3, 5, 4)
@@ -356,7 +362,121 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
         call = acc.claim(state)
     prepared = [piece.segment.prepare(piece.start, piece.stop) for piece in call.pieces]
     stamps = [int(t) for p in prepared for t in np.atleast_1d(p.timestamps)]  # one int: the piece's records share it
-    assert stamps == [plain.stamps[0] // 1_000_000, 12, last.stamps[0] // 1_000_000]  # milliseconds on the wire
+    assert stamps == [plain.stamps[0], 12, last.stamps[0]]  # milliseconds on the wire
+
+
+def test_a_plain_segment_keeps_each_records_own_millisecond_in_runs() -> None:
+    """Plain values keep their ``time_ns()`` stamp's millisecond as runs (``Segment.plain``): every record gets its
+    own exactly, from any piece, also when the clock steps back."""
+    segment = LaneQueue(0, threading.Lock()).open_plain()
+    ms = 1_000_000
+    stamps = [5 * ms, 5 * ms + 999_999, 6 * ms, 6 * ms + 1, 4 * ms + 7, 6 * ms, 6 * ms, 9 * ms - 1]
+    for i, stamp in enumerate(stamps):
+        segment.add_plain(b"v%d" % i, stamp)
+    assert segment.n == 8 and segment.values == [b"v%d" % i for i in range(8)]
+    assert (segment.ms_starts, segment.stamps) == ([0, 2, 4, 5, 7], [5, 6, 4, 6, 8])
+    expected = [stamp // ms for stamp in stamps]
+    for start in range(8):
+        for stop in range(start + 1, 9):
+            got = segment.plain_ms(start, stop)
+            assert list(np.broadcast_to(got, (stop - start,))) == expected[start:stop], (start, stop)
+            assert segment.small_values(start, stop) == (segment.values[start:stop], expected[start:stop])
+            assert (
+                list(np.broadcast_to(segment.prepare(start, stop).timestamps, (stop - start,))) == expected[start:stop]
+            )
+    assert isinstance(segment.plain_ms(2, 4), int)  # one run: one timestamp for the piece, no column
+
+
+def test_a_plain_segment_counts_the_bytes_of_values_taken_uncounted_and_keeps_their_sizes() -> None:
+    """The fold counts the values the tail took (``Segment.count_plain``); the sizes it measured serve the cut
+    (``cumulative_bytes``), counted values in between included."""
+    segment = LaneQueue(0, threading.Lock()).open_plain()
+    values = [b"x" * (i * 7 % 13) for i in range(12)]
+    segment.add_plain(values[0], 1)
+    segment.add_plain(values[1], 1)
+    segment.values.extend(values[2:5])  # taken by the tail, uncounted
+    assert segment.count_plain(3) == sum(map(len, values[2:5])) and segment.n == 5
+    assert segment.count_plain(0) == 0 and segment.n == 5
+    segment.add_plain(values[5], 1)
+    segment.values.extend(values[6:9])
+    assert segment.count_plain(3) == sum(map(len, values[6:9])) and segment.n == 9
+    segment.add_plain(values[9], 1)  # counted after the last fold: measured by the cut
+    segment.close()
+    assert segment.cumulative_bytes().tolist() == [sum(map(len, values[:i])) for i in range(11)]
+
+
+def test_plain_values_from_many_threads_racing_folds_and_cuts_are_each_taken_once_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tail's append holds ``tail_token``, not the lock (``plain_publisher``): four publishing threads against
+    a thread that folds, cuts and settles calls all the time, switching threads as often as CPython lets them (and
+    inside the append, where a new millisecond starts a run). No value is lost or taken twice, each thread's values
+    keep their order, each future names its value and its own millisecond, and the counts end at zero."""
+    ms = 1_000_000
+    clock = itertools.count(1_700_000_000_000 * ms, ms // 2)  # a new millisecond every other reading
+    readings: dict[int, list[int]] = {}
+
+    def fake_time_ns() -> int:
+        reading = next(clock)
+        readings.setdefault(threading.get_ident(), []).append(reading)
+        return reading
+
+    stamp_from = Segment.stamp_from
+
+    def switching_stamp_from(segment: Segment, index: int, stamp: int) -> None:
+        time.sleep(0)  # not a wait: lets another thread run inside the append's exclusion
+        stamp_from(segment, index, stamp)
+
+    acc = _accumulator(items_per_call=2, max_batch_records=7, max_buffered_records=300)
+    monkeypatch.setattr(time, "time_ns", fake_time_ns)
+    publish_one = acc.plain_publisher(100, bool, _general)  # keeps the fake clock
+    monkeypatch.undo()
+    monkeypatch.setattr(Segment, "stamp_from", switching_stamp_from)
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    in_flight: list[Call] = []  # the lane's call, handed over by whoever claimed it
+    acc.send_now = in_flight.append
+    publishing = threading.Event()
+    publishing.set()
+    taken: list[bytes] = []
+
+    def settle_and_cut() -> None:
+        state = acc.lanes[0]
+        while publishing.is_set() or in_flight or acc.outstanding_records():
+            with acc.lock:
+                if in_flight:
+                    call = in_flight.pop()
+                    taken.extend(p.segment.values[i] for p in call.pieces for i in range(p.start, p.stop))
+                    assert acc.call_settled(state) is None
+                    acc.completed(call.n_records)
+                acc.wake_for(state)  # folds the tail
+                if not state.in_flight and state.queued:
+                    in_flight.append(acc.claim(state))
+
+    def publish(thread: int) -> list[tuple[bytes, RecordFuture, int]]:
+        values = [b"%d:%05d" % (thread, i) for i in range(3000)]
+        futures = [publish_one(value) for value in values]
+        return list(zip(values, futures, readings[threading.get_ident()], strict=True))
+
+    settler = threading.Thread(target=settle_and_cut)
+    settler.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            sent = [one for ones in pool.map(publish, range(4)) for one in ones]
+    finally:
+        publishing.clear()
+        settler.join(60)
+        sys.setswitchinterval(switch_interval)
+    assert not settler.is_alive()
+    assert sorted(taken) == sorted(value for value, _, _ in sent)  # each value once
+    for thread in range(4):
+        mine = [value for value in taken if value.startswith(b"%d:" % thread)]
+        assert mine == sorted(mine)  # in each thread's order
+    for value, future, reading in sent:
+        segment, index = cast(Segment, future._segment), future._index
+        assert segment.values[index] == value and segment.plain_ms(index, index + 1) == reading // ms
+    state = acc.lanes[0]
+    assert acc.outstanding_records() == 0 and (state.queued, state.queued_bytes) == (0, 0)
 
 
 def test_a_whole_call_behind_the_one_in_flight_wakes_the_sender_once_until_it_looks() -> None:
@@ -398,8 +518,21 @@ def test_plain_publish_hands_every_other_call_to_the_general_path() -> None:
     publish(b"too large")  # over max_record_bytes: refused there
     tracing[0] = True
     publish(b"traced")
-    assert [record for record, _, _ in seen] == ["str", bytearray(b"ba"), b"cb", b"t", b"m", b"too large", b"traced"]
+    tracing[0] = False
+    publish(b"p", None, "by-position")  # its parameters are not keyword-only (a call CPython inlines)
+    assert [record for record, _, _ in seen] == [
+        "str",
+        bytearray(b"ba"),
+        b"cb",
+        b"t",
+        b"m",
+        b"too large",
+        b"traced",
+        b"p",
+    ]
     assert seen[2][1] is callback and seen[3][2]["topic"] == "orders" and seen[4][2]["message_id"] == "id-1"
+    assert seen[7][2] == {"topic": "by-position", "message_id": None}
+    assert inspect.signature(publish) == inspect.signature(general)  # it shows the method's
     assert acc.outstanding == 0 and not acc.lanes[0].segments  # nothing of them queued here
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, cast
 
@@ -210,3 +211,33 @@ def test_plain_values_from_many_threads_are_each_stored_once_where_their_futures
     for record in sorted(stored, key=lambda r: r.offset):
         by_thread.setdefault(record.value.split(b":")[0], []).append(record.value)
     assert all(values == sorted(values) for values in by_thread.values())
+
+
+def test_plain_values_are_stored_with_the_millisecond_of_their_own_publish_call(
+    grid: Grid, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain value's timestamp is its own ``publish_async`` clock reading, in milliseconds (``Segment.plain``
+    keeps them in runs): exact per record, across the tail and the counted way, small calls and a clock that steps
+    back."""
+    readings: list[int] = []
+    clock = itertools.count()
+
+    def fake_time_ns() -> int:
+        k = next(clock)
+        reading = 1_700_000_000_000_000_000 + k * 350_000 - (5_000_000 if k % 97 == 50 else 0)  # steps back at times
+        readings.append(reading)
+        return reading
+
+    monkeypatch.setattr(time, "time_ns", fake_time_ns)
+    pub = Publisher(grid, StreamConfig(unique_name), max_batch_records=20, max_items_per_call=2)
+    monkeypatch.undo()  # the publisher's plain path keeps the fake clock; nothing else reads it
+    with pub:
+        del readings[:]
+        futures = [pub.publish_async(b"v%d" % i) for i in range(1500)]
+        pub.flush(30)
+    assert len(readings) == len(futures)
+    expected = {future.result(0): reading // 1_000_000 for future, reading in zip(futures, readings, strict=True)}
+    with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
+        stored: list[Record] = []
+        wait_until(lambda: stored.extend(sub.poll(timeout_ms=100)) or len(stored) >= len(futures), timeout_s=30)
+    assert {record.offset: record.timestamp_ms for record in stored} == expected

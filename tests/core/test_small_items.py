@@ -85,15 +85,17 @@ def test_one_published_record_is_stored_as_the_general_encoders_item(grid: Grid,
     assert bytes(stored) == general[0][0]
 
 
+def _ns_stamp(i: int) -> int:
+    return 1_700_000_000_000_000_000 + i * 400_000  # the time_ns() reading of a plain segment's record i
+
+
 def _segment(plain: bool) -> Segment:
     segment = Segment(threading.Lock())
     values = [os.urandom(n % 300) for n in range(500)]
     if plain:
         segment.plain = segment.singles = True
         for i, value in enumerate(values):
-            segment.values.append(value)
-            segment.stamps.append(1_700_000_000_000_000_000 + i * 400_000)  # time_ns() readings
-            segment.n += 1
+            segment.add_plain(value, _ns_stamp(i))
     else:
         segment.add_values(values[:300], 1_700_000_000_000, BulkFuture("list", 300), 0)
         segment.add_values(values[300:], 1_700_000_000_005, BulkFuture("list", 200), 0)
@@ -106,8 +108,8 @@ def test_a_segment_prepares_the_columns_of_its_records_from_what_it_counted(plai
     segment = _segment(plain)
     framing = ItemFraming(3, 4, "none")
     for start, stop in ((0, 1), (0, 300), (250, 350), (300, 500)):
-        stamps = segment.stamps[start:stop]
-        expected: list[int] = [stamp // 1_000_000 for stamp in stamps] if plain else stamps
+        ms = [_ns_stamp(i) // 1_000_000 for i in range(start, stop)]
+        expected: list[int] = ms if plain else segment.stamps[start:stop]
         general = encode_items_and_lane_max(
             [[prepare_columns(segment.values[start:stop], timestamps=expected)]], framing
         )
