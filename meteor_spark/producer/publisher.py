@@ -271,7 +271,6 @@ class Publisher:
         self,
         record: Record | bytes | str | Any,
         callback: PublishCallback | None = None,
-        *,
         topic: str | None = None,
         message_id: str | None = None,
     ) -> RecordFuture:
