@@ -241,3 +241,26 @@ def test_plain_values_are_stored_with_the_millisecond_of_their_own_publish_call(
         stored: list[Record] = []
         wait_until(lambda: stored.extend(sub.poll(timeout_ms=100)) or len(stored) >= len(futures), timeout_s=30)
     assert {record.offset: record.timestamp_ms for record in stored} == expected
+
+
+def test_topic_and_message_id_are_taken_by_position_or_keyword_alike(grid: Grid, unique_name: str) -> None:
+    """A plain publisher's ``publish_async`` (its own function) and a serializing one's (the method) take the same
+    arguments the same ways."""
+    config = StreamConfig(unique_name)
+    with Publisher(grid, config) as plain, Publisher(grid, config, value_serializer="str") as serializing:
+        for pub, value in ((plain, b"plain"), (serializing, "serialized")):
+            pub.publish_async(value, None, "orders.by.position", "m-" + str(value))
+            pub.publish_async(value, topic="orders.by.keyword", message_id="k-" + str(value))
+        plain.flush(10)
+        serializing.flush(10)
+    with Subscriber(grid, config, start="earliest") as sub:
+        got: list[tuple[str | None, str | None]] = []
+        wait_until(lambda: bool(got.extend((r.topic, r.message_id) for r in sub.poll(0.2))) or len(got) >= 4)
+    assert sorted(got) == sorted(
+        [
+            ("orders.by.position", "m-b'plain'"),
+            ("orders.by.keyword", "k-b'plain'"),
+            ("orders.by.position", "m-serialized"),
+            ("orders.by.keyword", "k-serialized"),
+        ]
+    )
