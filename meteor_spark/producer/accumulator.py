@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -343,21 +342,29 @@ class Accumulator:
                     calls.append(self.claim(state))
         return calls
 
-    def append_arrow(self, bulk: ArrowInput, sink: BulkFuture, *, wake_sender: bool = True) -> None:
+    def append_arrow(self, bulk: ArrowInput, sink: BulkFuture) -> None:
         """Accept the rows of one ``publish_arrow`` (checked, at least one), as one closed segment per lane; the
-        sender thread encodes and sends them, or with ``wake_sender`` False the publishing thread (``arrow_share``)."""
+        sender thread encodes and sends them."""
         n = bulk.rows
         lanes = bulk.lanes(self.lane_count, self.stream, self.sticky)
-        pieces: list[tuple[int, np.ndarray | slice]]
-        if lanes is None:
+        pieces: list[tuple[int, np.ndarray | slice]] = []
+        if isinstance(lanes, np.ndarray):
+            order = np.argsort(lanes, kind="stable")
+            bounds = np.searchsorted(lanes[order], np.arange(self.lane_count + 1))
+            for lane in range(self.lane_count):
+                if bounds[lane + 1] > bounds[lane]:
+                    pieces.append((lane, order[bounds[lane] : bounds[lane + 1]]))
+        else:
             run = self.run_of(n, bulk.nbytes())
             with self.lock:
-                pieces = [(lane, slice(start, stop)) for lane, start, stop in self.spread(n, run)]
-        else:
-            order = np.argsort(lanes, kind="stable")
-            bounds = np.searchsorted(lanes[order], np.arange(self.lane_count + 1)).tolist()
-            pieces = [(lane, order[lo:hi]) for lane, (lo, hi) in enumerate(pairwise(bounds)) if hi > lo]
-        segments = [(lane, Segment.of_arrow(self.lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
+                runs = self.spread(n, run)
+            for lane, start, stop in runs:
+                pieces.append((lane, slice(start, stop)))
+        self._append_segments(
+            n, [(lane, Segment.of_arrow(self.lock, bulk.rows_of(rows), sink)) for lane, rows in pieces]
+        )
+
+    def _append_segments(self, n: int, segments: list[tuple[int, Segment]]) -> None:
         with self.lock:
             self._fold()
             self.admit(n)
@@ -366,25 +373,10 @@ class Accumulator:
                 state = self.lanes[lane]
                 state.segments.append(segment)
                 ready = self.queued(state, segment.n, segment.nbytes) or ready
-            if ready and wake_sender:
+            if ready:
+                # The sender thread encodes and sends: the caller goes back to producing the next batch (a Spark
+                # task to reading it from the JVM) while this one is encoded and on the wire.
                 self.work.notify()
-
-    def arrow_share(self) -> tuple[list[Call], list[Call]] | None:
-        """What the thread of a ``publish_arrow`` sends itself (lock held; ``Sender.send_arrow``): idle lanes' calls,
-        claimed, and the next calls of lanes in flight with none encoded ahead, cut (a partial one too: that thread
-        waits instead of adding records). None: nothing queued; two empty lists: every lane with records queued
-        has a call in flight and the next one encoded (wait for ``room``, which every settled call signals)."""
-        self._fold()
-        calls: list[Call] = []
-        ahead: list[Call] = []
-        queued = [state for state in self.lanes if state.queued]
-        for state in queued:
-            if not state.in_flight:
-                calls.append(self.claim(state))
-            elif state.ahead is None and not state.encoding:
-                state.begin_encoding()
-                ahead.append(self.cut(state))
-        return (calls, ahead) if queued else None
 
     def admit(self, n: int) -> None:
         """Wait for room for ``n`` records (lock held). A bulk larger than the buffer waits for an empty buffer."""

@@ -11,8 +11,7 @@ How a record travels:
    ``max_items_per_call`` items in one ``add_all``, at most one per lane at a time. With ``linger_ms=0`` an idle
    lane is sent by the publishing thread itself (one record's latency is then one ``add_all``, with no hand-off to
    another thread); records that arrive while a call is in flight pile up in the next items. ``publish_arrow``
-   with ``linger_ms=0`` encodes and sends on the publishing thread too (a lane's next call encoded while its call
-   is in flight), returning once its rows are all on their way or encoded: no hand-off to the sender thread.
+   leaves the encoding and sending to the sender thread, so its caller goes back to producing the next bulk.
 3. When the grid answers, the record futures (``meteor_spark.producer.futures``) read their offsets from the
    stored batch; callbacks and bulk futures run on the publisher's completion thread.
 
@@ -414,9 +413,7 @@ class Publisher:
 
         Rows without a lane of their own (no key, no ``lane``) go to the lanes in contiguous runs of at least a
         whole call (``max_call_bytes`` of them): a bulk smaller than that goes to one lane, the next bulk to the
-        next lane. With ``linger_ms`` 0 the calling thread encodes and sends the rows itself and returns once every
-        lane's queue is empty (each lane's call in flight and the next one encoded, at most: it waits for a call to
-        settle, up to ``max_block_ms``); with a linger, the publisher's sender thread does.
+        next lane. The rows are encoded and sent by the publisher's sender thread.
         """
         if not isinstance(batch, (pa.RecordBatch, pa.Table)):
             raise ArgumentTypeError(
@@ -441,22 +438,15 @@ class Publisher:
         if n == 0:
             sink.set_result(0)
             return sink
-        started = time.monotonic()
-        inline = self.settings.linger_ms <= 0
         if self._dedup is None or not claims:
-            self._queue_arrow(bulk, sink, inline)
-        else:
-            queue_claimed(self._dedup, claims, [-1] * len(claims), lambda: self._queue_arrow(bulk, sink, inline))
-        if inline:
-            # Queued (and the claims settled from the future): sending from here on fails records, never raises.
-            self._sender.send_arrow(started + self.settings.max_block_ms / 1000.0)
-        return sink
+            return self._queue_arrow(bulk, sink)
+        return queue_claimed(self._dedup, claims, [-1] * len(claims), lambda: self._queue_arrow(bulk, sink))
 
-    def _queue_arrow(self, bulk: ArrowInput, sink: ArrowPublishFuture, inline: bool) -> ArrowPublishFuture:
+    def _queue_arrow(self, bulk: ArrowInput, sink: ArrowPublishFuture) -> ArrowPublishFuture:
         row, size = bulk.largest_row()
         if size > self._max_record_bytes:
             self._refuse_size(size, f"row {row} (0-based) of the {bulk.rows} given to publish_arrow")
-        self._acc.append_arrow(bulk, sink, wake_sender=not inline)
+        self._acc.append_arrow(bulk, sink)
         return sink
 
     def _refuse_size(self, size: int, what: str) -> None:

@@ -142,42 +142,6 @@ class Sender:
             for call in ahead:
                 self._encode_ahead(call)
 
-    def send_arrow(self, deadline: float) -> None:
-        """Encode and send the rows ``publish_arrow`` just queued on the publishing thread (``linger_ms`` 0), until
-        every lane's queue is empty: an idle lane's call at once, a lane in flight's next call encoded ahead (sent
-        by the grid client's thread when the call in flight settles), else wait for a call to settle. Past
-        ``deadline`` (``time.monotonic()``) the sender thread takes over.
-
-        Why not the sender thread: a Spark task's thread reads the next Arrow batch from the JVM while the sender
-        encodes, and the two threads handing the GIL and the lock back and forth cost more CPU than the encoding
-        itself (on two busy cores, about 35 ns a 100-byte record of 70 for the whole path); the overlap bought no
-        time where the cores are all busy. At most one call in flight per lane still holds (``claim``), and the
-        producer sequences are reserved in the order calls are cut (``Accumulator.cut``).
-        """
-        acc = self.acc
-        done = False
-        try:
-            while True:
-                with acc.lock:
-                    work = acc.arrow_share()
-                    while work is not None and not (work[0] or work[1]):
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            return
-                        acc.room.wait(remaining)
-                        work = acc.arrow_share()
-                if work is None:
-                    done = True
-                    return
-                calls, ahead = work
-                self.send_all(calls)
-                for call in ahead:
-                    self._encode_ahead(call)
-        finally:
-            if not done:  # past the deadline, or interrupted: the sender thread sends what is left
-                with acc.lock:
-                    acc.nudge_sender()
-
     def send(self, call: Call) -> None:
         """Encode a claimed call and send it (the lane is claimed: nothing else sends on it meanwhile)."""
         try:
