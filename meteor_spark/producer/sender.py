@@ -179,12 +179,14 @@ class Sender:
         # Counted once per segment and call, not per piece: an Arrow bulk's segment is cut into many items of one
         # call, and each count takes the accumulator's lock (contended by the publishing thread).
         counts: dict[Any, int] = {}
-        for piece in pieces:
-            if small is None:
-                by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
-            counts[piece.segment] = counts.get(piece.segment, 0) + piece.stop - piece.start
-        for segment, count in counts.items():
-            segment.prepared(count)
+        try:
+            for piece in pieces:
+                if small is None:
+                    by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
+                counts[piece.segment] = counts.get(piece.segment, 0) + piece.stop - piece.start
+        finally:  # the pieces prepared before one that failed count, as when each was counted on its own
+            for segment, count in counts.items():
+                segment.prepared(count)
         lane = call.state.lane
         lane_max = self._lane_max[lane]
         if lane_max is None:
