@@ -176,10 +176,17 @@ class Sender:
             piece = pieces[0]
             small = piece.segment.small_values(piece.start, piece.stop)
         by_item: list[list[PreparedColumns]] = [[] for _ in range(call.n_items)]
-        for piece in pieces:
-            if small is None:
-                by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
-            piece.segment.prepared(piece.stop - piece.start)
+        # Counted once per segment and call, not per piece: an Arrow bulk's segment is cut into many items of one
+        # call, and each count takes the accumulator's lock (contended by the publishing thread).
+        counts: dict[Any, int] = {}
+        try:
+            for piece in pieces:
+                if small is None:
+                    by_item[piece.item].append(piece.segment.prepare(piece.start, piece.stop))
+                counts[piece.segment] = counts.get(piece.segment, 0) + piece.stop - piece.start
+        finally:  # the pieces prepared before one that failed count, as when each was counted on its own
+            for segment, count in counts.items():
+                segment.prepared(count)
         lane = call.state.lane
         lane_max = self._lane_max[lane]
         if lane_max is None:

@@ -122,3 +122,24 @@ def test_a_segment_prepares_the_columns_of_its_records_from_what_it_counted(plai
 def test_value_lengths_given_must_be_one_per_value() -> None:
     with pytest.raises(ConfigError, match="value_lengths: got 1 lengths for 2 values"):
         prepare_columns([b"a", b"b"], timestamps=0, value_lengths=np.array([1], dtype=np.int32))
+
+
+def test_behind_an_item_lz4_shrank_the_next_is_compressed_without_a_probe_and_a_raw_one_is_probed_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from meteor_spark.format import item_encoding
+    from meteor_spark.format.item_header import FLAG_LZ4
+
+    probed: list[int] = []
+    real = item_encoding._may_shrink
+    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
+    shrinks, does_not = [bytes(PROBE_FROM + 10)], [os.urandom(PROBE_FROM + 10)]
+    bodies = [shrinks, shrinks, does_not, does_not, shrinks]
+    items, _ = encode_items_and_lane_max(
+        [[prepare_columns(values, timestamps=0)] for values in bodies], ItemFraming(1, 0, "lz4", 1024)
+    )
+    # Compressed only where it saves 1/16, probe or not; probed: the first item and those behind a raw one.
+    assert [bool(item[5] & FLAG_LZ4) for item in items] == [True, True, False, False, True]
+    assert len(probed) == 3
+    for item, values in zip(items, bodies, strict=True):
+        assert [bytes(r.value) for r in decode_batch(item, stream="s", lane=0, sequence=0)] == values
