@@ -253,7 +253,7 @@ def test_topic_and_message_id_are_taken_by_position_or_keyword_alike(grid: Grid,
             pub.publish_async(value, topic="orders.by.keyword", message_id="k-" + str(value))
         plain.flush(10)
         serializing.flush(10)
-    with Subscriber(grid, config, start="earliest") as sub:
+    with Subscriber(grid, config, initial_offset_scheme="earliest") as sub:
         got: list[tuple[str | None, str | None]] = []
         wait_until(lambda: bool(got.extend((r.topic, r.message_id) for r in sub.poll(0.2))) or len(got) >= 4)
     assert sorted(got) == sorted(
