@@ -35,6 +35,7 @@ from meteor_spark.compat import (
     invoke,
     on_connection_closed,
 )
+from meteor_spark.compat_frames import fix_frame_reader
 from meteor_spark.compat_ring import add_all_async as ring_add_all_async
 from meteor_spark.compat_ring import fix_future_event, read_items_as_bytes
 from meteor_spark.compat_ring import read_many_async as ring_read_many_async
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 fix_reactor_waker_race()  # private client details, version-guarded in meteor_spark.compat
 fix_partial_send_copies()
 fix_future_event()
+fix_frame_reader()
 
 T = TypeVar("T")
 
