@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from meteor_spark.compat_frames import FRAMES_WRITTEN_FOR, check_frame_reader
 from meteor_spark.compat_ring import EVENT_WRITTEN_FOR, READ_WRITTEN_FOR, check_future_event, check_read_path
 
 logger = logging.getLogger(__name__)
@@ -565,9 +564,8 @@ def _check_connection_closed() -> None:
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
-    Coupling("ring read and append paths (compat_ring, grid.Ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
+    Coupling("ring reads, appends, frames (compat_ring, _frames)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
     Coupling("futures' event on bare locks (compat_ring, grid.py)", _HAZELCAST, EVENT_WRITTEN_FOR, check_future_event),
-    Coupling("frames cut from received chunks (compat_frames, grid.py)", _HAZELCAST, FRAMES_WRITTEN_FOR, check_frame_reader),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
         _HAZELCAST,

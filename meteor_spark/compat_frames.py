@@ -1,5 +1,6 @@
-"""How hazelcast-python-client's threaded connections cut the bytes they receive into frames: a private coupling
-(``compat.COUPLINGS``), apart from ``compat.py`` for its size.
+"""How hazelcast-python-client's threaded connections cut the bytes they receive into frames: a private coupling,
+apart from ``compat_ring.py`` (the ring read path, whose answers come through it) for its size; its check runs with
+that module's (``compat.COUPLINGS``).
 
 The client's ``connection._Reader`` appends every chunk the socket gives (up to 128,000 bytes) to one
 ``io.BytesIO`` and reads each frame back out of it, and empties the buffer only when a message ends exactly where
@@ -186,4 +187,4 @@ def check_frame_reader() -> None:
     ):
         assert step in source, f"_Reader no longer does `{step}`"
     assert connection._frame_header.format == _FRAME_HEADER.format, "the frame header's layout changed"
-    assert client_message.SIZE_OF_FRAME_LENGTH_AND_FLAGS == _FRAME_HEADER.size, "the frame header's size changed"
+    assert _FRAME_HEADER.size == client_message.SIZE_OF_FRAME_LENGTH_AND_FLAGS, "the frame header's size changed"

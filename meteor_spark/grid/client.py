@@ -207,6 +207,13 @@ class Ring:
         futures, a ``ReadResult`` and ``to_batch``); what a subscriber's parked read per lane uses."""
         return ring_read_many_async(self._proxy, start, min_count, min(max_count, MAX_BATCH_ITEMS), ReadBatch)
 
+    def read_views_async(self, start: int, min_count: int, max_count: int) -> Future[ReadBatch]:
+        """``read_batch_async`` whose items are memoryviews of the answer's frames instead of ``bytes`` copied out of
+        them: for a reader that decodes the items and lets them go (the Spark executor's)."""
+        return ring_read_many_async(
+            self._proxy, start, min_count, min(max_count, MAX_BATCH_ITEMS), ReadBatch, views=True
+        )
+
     def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
         """Read up to ``max_count`` items from ``start`` (clamped by the grid to ``[head, tail + 1]``)."""
         future = self.read_many_async(start, min_count, max_count)

@@ -19,11 +19,14 @@ def _items(count: int) -> list[list[Record]]:
     return [[Record(b"v%d-%d" % (i, j)) for j in range(2)] for i in range(count)]
 
 
-def _flat(reads: Iterable[tuple[list[bytes], list[int]]]) -> tuple[list[bytes], list[int]]:
+def _flat(
+    reads: Iterable[tuple[list[bytes | memoryview], list[int]]] | Iterable[tuple[list[bytes], list[int]]],
+) -> tuple[list[bytes], list[int]]:
+    """The items (as bytes: the read-ahead hands on views of the grid's answers) and sequences of ``reads``."""
     items: list[bytes] = []
     sequences: list[int] = []
     for got, seqs in reads:
-        items += got
+        items += [bytes(item) for item in got]
         sequences += seqs
     return items, sequences
 
