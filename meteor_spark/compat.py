@@ -564,7 +564,7 @@ def _check_connection_closed() -> None:
 COUPLINGS: tuple[Coupling, ...] = (
     Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
-    Coupling("ring read and append paths (compat_ring, grid.Ring)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
+    Coupling("ring reads, appends, frames (compat_ring, _frames)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
     Coupling("futures' event on bare locks (compat_ring, grid.py)", _HAZELCAST, EVENT_WRITTEN_FOR, check_future_event),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",

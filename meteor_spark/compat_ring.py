@@ -7,11 +7,12 @@ serializer call per item. ``read_many_async`` below sends the same request (``ri
 filter) on the ring's partition through the client's invocation service, so routing, retries, timeouts and errors
 are the client's own, and decodes the answer once, on the reactor thread: byte-array items are sliced out of their
 ``Data`` in one copy, into ``bytes`` (``read_items_as_bytes`` has the public reads do the same), any other item
-goes through the client's serializer as before. The answer is read straight off its frames (``_walk``: no
-``Data`` per item, none of the codec's dozen calls per answer) once a ring's first answer, read both ways, agreed
-with the codec. The request is encoded once per ring and copied per read with its start sequence and counts
-patched in. The one-record round trip
-(``meteor bench pubsub``'s one hop) pays it per hop.
+goes through the client's serializer as before; with ``views`` (a reader that only decodes the items and lets
+them go, the Spark executor's) a byte-array item is a ``memoryview`` of its frame instead, not copied at all. The
+answer is read straight off its frames (``_walk``: no ``Data`` per item, none of the codec's dozen calls per
+answer) once a ring's first answer, read both ways, agreed with the codec. The request is encoded once per ring and
+copied per read with its start sequence and counts patched in. The one-record round trip (``meteor bench
+pubsub``'s one hop) pays it per hop.
 
 It skips only the client-side check that ``max_count`` is at most the ring's capacity: the caller clamps the count
 to the capacity it read (``LaneState.read_count``), and a member refuses a larger count anyway.
@@ -60,14 +61,22 @@ _POLICY = struct.Struct("<i")
 
 
 def read_many_async(
-    proxy: Any, start: int, min_count: int, max_count: int, make: Callable[[list[Any], list[int], int], T]
+    proxy: Any,
+    start: int,
+    min_count: int,
+    max_count: int,
+    make: Callable[[list[Any], list[int], int], T],
+    *,
+    views: bool = False,
 ) -> Any:
     """Start ``read_many(start, min_count, max_count)`` on the ring ``proxy`` (a client ``Ringbuffer``); the
     future's value is ``make(items, sequences, next_sequence)``, built on the reactor thread as the answer arrives.
-    Errors are the client's own (the caller translates them)."""
-    path = proxy.__dict__.get("_meteor_read_path")
+    ``views``: byte-array items as memoryviews of the answer's frames (see the module's notes). Errors are the
+    client's own (the caller translates them)."""
+    key = "_meteor_view_path" if views else "_meteor_read_path"
+    path = proxy.__dict__.get(key)
     if path is None:
-        path = proxy.__dict__.setdefault("_meteor_read_path", _ReadPath(proxy))
+        path = proxy.__dict__.setdefault(key, _ReadPath(proxy, views))
     return path.read(start, min_count, max_count, make)
 
 
@@ -77,14 +86,14 @@ class _ReadPath:
 
     __slots__ = ("_answers", "_invocation", "_invoke", "_message", "_numbers_at", "_partition", "_template")
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, views: bool = False) -> None:
         from hazelcast.invocation import Invocation
         from hazelcast.protocol.client_message import OutboundMessage
         from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
 
         self._template = bytes(codec.encode_request(proxy.name, 0, 0, 0, None).buf)
         self._numbers_at = codec._REQUEST_START_SEQUENCE_OFFSET
-        self._answers = read_answers(proxy)
+        self._answers = read_answers(proxy, views=views)
         self._invocation = Invocation
         self._message = OutboundMessage
         self._invoke = proxy._invocation_service.invoke
@@ -105,26 +114,29 @@ class _ReadPath:
         return invocation.future
 
 
-def read_answers(proxy: Any) -> ReadAnswers:
-    """The ring ``proxy``'s reader of ``read_many`` answers, made at its first use (both clients' parked reads)."""
-    made = proxy.__dict__.get("_meteor_read_answers")
+def read_answers(proxy: Any, *, views: bool = False) -> ReadAnswers:
+    """The ring ``proxy``'s reader of ``read_many`` answers, made at its first use (both clients' parked reads);
+    ``views``: the one whose byte-array items are memoryviews of their frames."""
+    key = "_meteor_view_answers" if views else "_meteor_read_answers"
+    made = proxy.__dict__.get(key)
     if made is None:
-        made = proxy.__dict__.setdefault("_meteor_read_answers", ReadAnswers(proxy))
+        made = proxy.__dict__.setdefault(key, ReadAnswers(proxy, views))
     return cast(ReadAnswers, made)
 
 
 class ReadAnswers:
     """Reads one ring's ``read_many`` answers: its first through the client's codec and also off the frames
     (``_walk``), which takes over for the later ones when both read the same (``frames_match``), else the codec
-    keeps them. Items are decoded as ``_decoders`` does."""
+    keeps them. Items are decoded as ``_decoders`` does (``views``: a byte array as a memoryview of its frame)."""
 
-    __slots__ = ("_codec", "_decode", "_decode_buffer", "frames_match")
+    __slots__ = ("_codec", "_decode_buffer", "frames_match")
 
-    def __init__(self, proxy: Any) -> None:
+    def __init__(self, proxy: Any, views: bool = False) -> None:
         from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
 
         self._codec = codec
-        self._decode, self._decode_buffer = _decoders(proxy)
+        _, from_buffer, view_of_buffer = _decoders(proxy)
+        self._decode_buffer = view_of_buffer if views else from_buffer
         self.frames_match: bool | None = None  # None: no answer seen yet
 
     def read(self, message: Any) -> tuple[list[Any], list[int], int]:
@@ -140,8 +152,8 @@ class ReadAnswers:
 
     def _through_codec(self, message: Any) -> tuple[list[Any], list[int] | None, int]:
         response = self._codec.decode_response(message)
-        decode = self._decode
-        answer = ([decode(data) for data in response["items"]], response["item_seqs"], response["next_seq"])
+        decode = self._decode_buffer  # of each Data's buffer, as _walk decodes them (a view or a copy)
+        answer = ([decode(data.buffer) for data in response["items"]], response["item_seqs"], response["next_seq"])
         if self.frames_match is None:
             try:
                 self.frames_match = _walk(message, self._decode_buffer) == answer
@@ -272,14 +284,18 @@ def read_items_as_bytes(proxy: Any) -> None:
     _decoders(proxy)
 
 
-def _decoders(proxy: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
-    """The ring item decoder of ``proxy``'s client, of a ``Data`` and of a ``Data``'s buffer (``_walk``'s items),
-    made once per proxy, the first installed as its ``_to_object``: a byte array (what meteor stores) is sliced out
-    in one copy, into ``bytes``; anything else (another type, a null array, a length that does not match the buffer)
-    goes through the client's own serializer."""
+_Decoders = tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]]
+
+
+def _decoders(proxy: Any) -> _Decoders:
+    """The ring item decoders of ``proxy``'s client, of a ``Data``, of a ``Data``'s buffer (``_walk``'s items) and
+    of a buffer into a view, made once per proxy, the first installed as its ``_to_object``: a byte array (what
+    meteor stores) is sliced out in one copy, into ``bytes`` (by the third: a ``memoryview`` of the buffer, no
+    copy); anything else (another type, a null array, a length that does not match the buffer) goes through the
+    client's own serializer."""
     made = proxy.__dict__.get("_meteor_decoders")
     if made is not None:
-        return cast(tuple[Callable[[Any], Any], Callable[[Any], Any]], made)
+        return cast(_Decoders, made)
     from hazelcast.serialization.data import DATA_OFFSET, TYPE_OFFSET, Data
     from hazelcast.serialization.serialization_const import CONSTANT_TYPE_BYTE_ARRAY
 
@@ -288,20 +304,28 @@ def _decoders(proxy: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
     length_at, items_at = DATA_OFFSET, DATA_OFFSET + 4
     byte_array = CONSTANT_TYPE_BYTE_ARRAY.to_bytes(4, "big", signed=True)
 
-    def from_buffer(buffer: Any) -> Any:
+    def is_byte_array(buffer: Any) -> bool:
         if buffer[TYPE_OFFSET:DATA_OFFSET] != byte_array:
+            return False
+        # not a null array (the serializer's None), and laid out as expected
+        return int.from_bytes(buffer[length_at:items_at], order, signed=True) == len(buffer) - items_at
+
+    def from_buffer(buffer: Any) -> Any:
+        if not is_byte_array(buffer):
             return to_object(Data(buffer))
-        size = int.from_bytes(buffer[length_at:items_at], order, signed=True)
-        if size != len(buffer) - items_at:
-            return to_object(Data(buffer))  # a null array (the serializer's None), or not the layout expected
         return buffer[items_at:] if type(buffer) is bytes else bytes(memoryview(buffer)[items_at:])
+
+    def view_of_buffer(buffer: Any) -> Any:
+        if not is_byte_array(buffer):
+            return to_object(Data(buffer))
+        return memoryview(buffer)[items_at:]
 
     def decode(data: Any) -> Any:
         return from_buffer(data.buffer)
 
-    made = proxy.__dict__.setdefault("_meteor_decoders", (decode, from_buffer))
+    made = proxy.__dict__.setdefault("_meteor_decoders", (decode, from_buffer, view_of_buffer))
     proxy._to_object = made[0]
-    return cast(tuple[Callable[[Any], Any], Callable[[Any], Any]], made)
+    return cast(_Decoders, made)
 
 
 #: hazelcast-python-client versions the future's event was written for (``check_future_event``).
@@ -421,7 +445,8 @@ def check_read_many_request(codec: Any) -> None:
 
 def check_read_path() -> None:
     """The private details ``read_many_async`` and ``add_all_async`` rely on are still there (``compat.COUPLINGS``;
-    the append path also compares its framing with the client's encoding at run time)."""
+    the append path also compares its framing with the client's encoding at run time), and those of the frame reader
+    their answers come through (``compat_frames``)."""
     from hazelcast.invocation import Invocation
     from hazelcast.protocol.codec import ringbuffer_read_many_codec as codec
     from hazelcast.proxy.base import PartitionSpecificProxy
@@ -467,3 +492,6 @@ def check_read_path() -> None:
     assert isinstance(ringbuffer.MAX_BATCH_SIZE, int), "hazelcast.proxy.ringbuffer.MAX_BATCH_SIZE is gone"
     reader = inspect.getsource(serializer.ByteArraySerializer.read)
     assert "read_byte_array" in reader, "ByteArraySerializer no longer reads a length-prefixed byte array"
+    from meteor_spark.compat_frames import check_frame_reader
+
+    check_frame_reader()

@@ -15,6 +15,7 @@ behaviour only the embedded grid has.
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +36,7 @@ from meteor_spark.compat import (
     invoke,
     on_connection_closed,
 )
+from meteor_spark.compat_frames import fix_frame_reader
 from meteor_spark.compat_ring import add_all_async as ring_add_all_async
 from meteor_spark.compat_ring import fix_future_event, read_items_as_bytes
 from meteor_spark.compat_ring import read_many_async as ring_read_many_async
@@ -53,6 +55,7 @@ logger = logging.getLogger(__name__)
 fix_reactor_waker_race()  # private client details, version-guarded in meteor_spark.compat
 fix_partial_send_copies()
 fix_future_event()
+fix_frame_reader()
 
 T = TypeVar("T")
 
@@ -204,6 +207,13 @@ class Ring:
         (``meteor_spark.compat_ring``: one future and one pass over the items instead of the public path's three
         futures, a ``ReadResult`` and ``to_batch``); what a subscriber's parked read per lane uses."""
         return ring_read_many_async(self._proxy, start, min_count, min(max_count, MAX_BATCH_ITEMS), ReadBatch)
+
+    def read_views_async(self, start: int, min_count: int, max_count: int) -> Future[ReadBatch]:
+        """``read_batch_async`` whose items are memoryviews of the answer's frames instead of ``bytes`` copied out of
+        them: for a reader that decodes the items and lets them go (the Spark executor's)."""
+        return ring_read_many_async(
+            self._proxy, start, min_count, min(max_count, MAX_BATCH_ITEMS), ReadBatch, views=True
+        )
 
     def read_many(self, start: int, min_count: int, max_count: int) -> ReadBatch:
         """Read up to ``max_count`` items from ``start`` (clamped by the grid to ``[head, tail + 1]``)."""
@@ -369,7 +379,13 @@ class Grid:
         >>> grid = Grid.local()          # 127.0.0.1:5701, the default  # doctest: +SKIP
     """
 
-    def __init__(self, settings: GridSettings, owned_server: Any = None) -> None:
+    def __init__(
+        self, settings: GridSettings, owned_server: Any = None, *, receive_buffer_bytes: int | None = None
+    ) -> None:
+        """``receive_buffer_bytes``: the connections' socket receive buffer, and the most the client reads from one
+        in a call (the client's ``SO_RCVBUF`` socket option; None: its default, 128,000 bytes): a client that
+        reads megabytes a second (the Spark executors') spends less of the kernel's time per byte with a larger
+        one, a client of small messages has no use for it."""
         self.settings = settings
         self._owned_server = owned_server
         self._lock = threading.Lock()
@@ -380,7 +396,10 @@ class Grid:
         try:
             check_tls_files(settings)
             with connect_failures() as failures:
-                self.client = hazelcast.HazelcastClient(**settings.client_config())
+                config = settings.client_config()
+                if receive_buffer_bytes is not None:
+                    config["socket_options"] = [(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer_bytes)]
+                self.client = hazelcast.HazelcastClient(**config)
         except hz_errors.IllegalStateError as exc:
             if owned_server is not None:
                 owned_server.stop()

@@ -73,6 +73,9 @@ _KNOWN: dict[GridSettings, KnownTransactions] = {}
 #: their oldest item (``failOnDataLoss=false``; ``_checked_start``).
 TRUNCATED_RANGES = 0
 
+#: A ring item as a read hands it on: a memoryview of the grid's answer (``read_ahead``), or ``bytes``.
+Item = bytes | memoryview
+
 #: Rows per Arrow batch handed to Spark: 8k-64k rows measured best (reference §5); aim for the upper end.
 TARGET_ROWS_PER_BATCH = 65_536
 
@@ -190,7 +193,7 @@ class _TaskRows:
         self.items_per_batch = 64  # adapted after each batch, from the rows per item actually seen
         self.part: LaneRange | None = ranges[0] if ranges else None
         self.first_offset: int | None = None
-        self.pending_items: list[bytes] = []
+        self.pending_items: list[Item] = []
         self.pending_sequences: list[int] = []
         self.refused = _RefusedItems()
 
@@ -229,7 +232,7 @@ class _TaskRows:
                     gate.duplicate_items,
                 )
 
-    def _chunks(self) -> Iterator[tuple[int, list[bytes], list[int]]]:
+    def _chunks(self) -> Iterator[tuple[int, list[Item], list[int]]]:
         """(range index, items, sequences) of every grid read, the items the isolation gate passes only. The item
         before each range with an expected mark is read at the start, all at once (``_mark_reads``)."""
         checks = _mark_reads(self.ranges)
@@ -341,7 +344,7 @@ def _mark_reads(ranges: Sequence[LaneRange]) -> dict[int, Any]:
     return reads
 
 
-def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[bytes], list[int]]]:
+def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[Item], list[int]]]:
     """The grid reads of ``[start, end)`` with the next ones already sent (``read_ahead``; ``read_range``'s
     answers, data loss and errors included)."""
     return read_ahead(
@@ -355,7 +358,7 @@ def _reader(part: LaneRange, start: int, end: int) -> Iterator[tuple[list[bytes]
     )
 
 
-def _range_reads(part: LaneRange, check: Any) -> Iterator[tuple[list[bytes], list[int]]]:
+def _range_reads(part: LaneRange, check: Any) -> Iterator[tuple[list[Item], list[int]]]:
     """The grid reads of one range. With a mark check under way, the range's first read is sent before the check's
     answer is looked at (the two travel together); nothing is handed on, and no error of that first read raised,
     before the check passed, since a truncated lane explains them (a range now past the lane's end)."""
@@ -448,9 +451,9 @@ def _deleted_under(part: LaneRange) -> tuple[int, int]:
     return part.start, part.start
 
 
-def _passed(gate: ItemGate, part: LaneRange, items: list[bytes], sequences: list[int]) -> tuple[list[bytes], list[int]]:
+def _passed(gate: ItemGate, part: LaneRange, items: list[Item], sequences: list[int]) -> tuple[list[Item], list[int]]:
     """The items of one read the gate passes on (undecodable ones too: the corrupt-item policy sees them)."""
-    kept: list[bytes] = []
+    kept: list[Item] = []
     kept_sequences: list[int] = []
     for item, sequence in zip(items, sequences, strict=True):
         try:
@@ -480,9 +483,9 @@ class _RefusedItems:
         self._by_stream: dict[tuple[GridSettings, str], Refusals] = {}
 
     def keep_decodable(
-        self, part: LaneRange, items: Sequence[bytes], sequences: Sequence[int]
-    ) -> tuple[list[bytes], list[int]]:
-        good_items: list[bytes] = []
+        self, part: LaneRange, items: Sequence[Item], sequences: Sequence[int]
+    ) -> tuple[list[Item], list[int]]:
+        good_items: list[Item] = []
         good_sequences: list[int] = []
         for item, sequence in zip(items, sequences, strict=True):
             try:
@@ -502,10 +505,10 @@ class _RefusedItems:
             refusals = self._by_stream[key] = Refusals(grid_for(part.grid), part.stream, part.corrupt)
         return refusals
 
-    def _refuse(self, part: LaneRange, item: bytes, sequence: int, error: FormatError) -> None:
+    def _refuse(self, part: LaneRange, item: Item, sequence: int, error: FormatError) -> None:
         refusals = self.refusals_for(part)
         # Returns once a dead letter is stored: the task hands on no row after the item before that.
-        refusals.dead_letter_item(part.lane, sequence, item, error)
+        refusals.dead_letter_item(part.lane, sequence, bytes(item), error)
         refusals.passed_item(part.lane, sequence, error)
 
     def close(self) -> None:

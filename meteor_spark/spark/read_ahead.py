@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid, Ring
+from meteor_spark.grid.client import MAX_BATCH_ITEMS, Grid
 from meteor_spark.grid.reading import read_range
 
 #: Reads of one range waiting for their answers at once: enough to cover a round trip while a window converts.
@@ -34,9 +34,10 @@ def read_ahead(
     *,
     items_per_read: int,
     skip_data_loss: bool,
-) -> Iterator[tuple[list[bytes], list[int]]]:
+) -> Iterator[tuple[list[bytes | memoryview], list[int]]]:
     """``(items, sequences)`` of ``[start, end)`` of ``lane``, as ``read_range`` gives them, with up to
-    ``READS_IN_FLIGHT`` reads of ``items_per_read`` items under way."""
+    ``READS_IN_FLIGHT`` reads of ``items_per_read`` items under way. Items of full answers are memoryviews of the
+    answer's frames (``Ring.read_views_async``), the others ``bytes``."""
     ring = grid.ring(info.ring_names[lane])
     window = max(1, min(items_per_read, MAX_BATCH_ITEMS))
     pending: deque[tuple[int, int, Any]] = deque()  # (first sequence, items, the grid's future)
@@ -44,7 +45,7 @@ def read_ahead(
     while cursor < end:
         while len(pending) < READS_IN_FLIGHT and asked < end:
             count = min(window, end - asked)
-            pending.append((asked, count, ring.read_many_async(asked, 0, count)))
+            pending.append((asked, count, ring.read_views_async(asked, 0, count)))
             asked += count
         first, count, future = pending.popleft()
         answer = _full_answer(future, first, count)
@@ -60,11 +61,12 @@ def read_ahead(
     )
 
 
-def _full_answer(future: Any, first: int, count: int) -> tuple[list[bytes], list[int]] | None:
-    """The window's items and sequences when the grid answered with exactly ``first .. first + count - 1``; None
-    otherwise (the caller reads on with ``read_range``, which explains any gap or failure)."""
+def _full_answer(future: Any, first: int, count: int) -> tuple[list[bytes | memoryview], list[int]] | None:
+    """The window's items (memoryviews of the answer's frames: ``Ring.read_views_async``) and sequences when the
+    grid answered with exactly ``first .. first + count - 1``; None otherwise (the caller reads on with
+    ``read_range``, which explains any gap or failure)."""
     try:
-        batch = Ring.to_batch(future.result())
+        batch = future.result()
     except Exception:  # read again by read_range, which raises the translated error if it persists
         return None
     sequences = list(batch.sequences)

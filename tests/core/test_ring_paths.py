@@ -81,3 +81,23 @@ def test_a_client_whose_framing_differs_appends_through_the_public_path(grid: Gr
         assert [bytes(item) for item in ring._proxy.read_many(0, 2, 2).result()] == [b"first", b"second"]
     finally:
         ring.destroy()
+
+
+def test_view_reads_give_the_public_paths_items_as_views_of_the_answer(grid: Grid, unique_name: str) -> None:
+    """``Ring.read_views_async`` (the Spark executor's reads): byte items as memoryviews holding the same bytes,
+    other items decoded by the client's serializer, sequences and next sequence as the public path gives them."""
+    ring = grid.ring(unique_name)
+    try:
+        ring.add_all([b"meteor", b"", bytes(range(256)) * 40])
+        ring._proxy.add(7)
+        for start, count in ((0, 10), (1, 2), (3, 1), (0, 10)):
+            views = result(ring.read_views_async(start, 1, count), "read_views_async")
+            public = ring.read_many(start, 1, count)
+            assert [bytes(i) if isinstance(i, memoryview) else i for i in views.items] == list(public.items)
+            assert [type(i) for i in views.items] == [memoryview if type(i) is bytes else type(i) for i in public.items]
+            assert list(views.sequences) == list(public.sequences)
+            assert views.next_sequence == public.next_sequence
+        # The byte reads of the ring are untouched: still bytes.
+        assert all(type(i) is bytes for i in result(ring.read_batch_async(0, 1, 3), "read").items)
+    finally:
+        ring.destroy()

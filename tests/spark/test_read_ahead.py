@@ -4,13 +4,14 @@ items in order, and the same data loss, skipping and out-of-range answers (no Sp
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 from spark_helpers import make_stream, put_items
 
 from meteor_spark.errors import DataLossError, OffsetOutOfRangeError
 from meteor_spark.format.records import Record
-from meteor_spark.grid.client import Grid
+from meteor_spark.grid.client import Grid, GridSettings
 from meteor_spark.grid.reading import read_range
 from meteor_spark.spark.read_ahead import READS_IN_FLIGHT, read_ahead
 
@@ -19,11 +20,14 @@ def _items(count: int) -> list[list[Record]]:
     return [[Record(b"v%d-%d" % (i, j)) for j in range(2)] for i in range(count)]
 
 
-def _flat(reads: Iterable[tuple[list[bytes], list[int]]]) -> tuple[list[bytes], list[int]]:
+def _flat(
+    reads: Iterable[tuple[list[bytes | memoryview], list[int]]] | Iterable[tuple[list[bytes], list[int]]],
+) -> tuple[list[bytes], list[int]]:
+    """The items (as bytes: the read-ahead hands on views of the grid's answers) and sequences of ``reads``."""
     items: list[bytes] = []
     sequences: list[int] = []
     for got, seqs in reads:
-        items += got
+        items += [bytes(item) for item in got]
         sequences += seqs
     return items, sequences
 
@@ -58,3 +62,21 @@ def test_a_range_past_the_lanes_end_hands_on_what_is_there_then_fails(grid: Grid
         for _, sequences in read_ahead(grid, info, 0, 2, 12, items_per_read=2, skip_data_loss=False):
             got += sequences
     assert got == [2, 3, 4, 5]
+
+
+def test_executor_clients_read_their_sockets_with_a_large_buffer(grid_settings: GridSettings) -> None:
+    """The executors' grid clients (``clients.grid_for``) read up to ``RECEIVE_BUFFER_BYTES`` a call, from sockets
+    whose receive buffer was raised (as far as the kernel allows) above the client's default 128,000 bytes."""
+    import socket
+
+    from meteor_spark.spark import clients
+
+    settings = replace(grid_settings, connect_timeout_s=grid_settings.connect_timeout_s + 1)  # a client of its own
+    try:
+        connections = list(clients.grid_for(settings).client._connection_manager.active_connections.values())
+        assert connections
+        for connection in connections:
+            assert connection.receive_buffer_size == clients.RECEIVE_BUFFER_BYTES
+            assert connection.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) > 2 * 128_000
+    finally:
+        clients.forget(settings)
