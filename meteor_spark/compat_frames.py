@@ -138,7 +138,7 @@ def fix_frame_reader() -> bool:
 
     if getattr(connection, "_Reader", None) is _FrameReader:
         return True
-    if not _written_for():
+    if not written_for(FRAMES_WRITTEN_FOR):
         return False
     try:
         check_frame_reader()
@@ -151,11 +151,13 @@ def fix_frame_reader() -> bool:
     return True
 
 
-def _written_for() -> bool:
+def written_for(versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
+    """Whether the installed hazelcast-python-client is of ``versions`` (from, below): a patch of its private
+    details applies to the versions it was written for only (this module's and ``compat_frames``')."""
     from importlib.metadata import version
 
     major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version(_CLIENT).split(".")[:2])
-    return FRAMES_WRITTEN_FOR[0] <= (major, minor) < FRAMES_WRITTEN_FOR[1]
+    return versions[0] <= (major, minor) < versions[1]
 
 
 _CLIENT = "hazelcast-python-client"

@@ -43,6 +43,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, cast
 
+from meteor_spark.compat_frames import check_frame_reader, written_for
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -374,7 +376,7 @@ def fix_future_event() -> bool:
 
     if getattr(future, "_Event", None) is _LightEvent:
         return True
-    if not _written_for(EVENT_WRITTEN_FOR):
+    if not written_for(EVENT_WRITTEN_FOR):
         return False  # another version may have reshaped Future: its own event stays
     try:
         check_future_event()
@@ -384,16 +386,6 @@ def fix_future_event() -> bool:
     module: Any = future
     module._Event = _LightEvent
     return True
-
-
-def _written_for(versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
-    from importlib.metadata import version
-
-    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version(_CLIENT).split(".")[:2])
-    return versions[0] <= (major, minor) < versions[1]
-
-
-_CLIENT = "hazelcast-python-client"
 
 
 def check_future_event() -> None:
@@ -492,6 +484,5 @@ def check_read_path() -> None:
     assert isinstance(ringbuffer.MAX_BATCH_SIZE, int), "hazelcast.proxy.ringbuffer.MAX_BATCH_SIZE is gone"
     reader = inspect.getsource(serializer.ByteArraySerializer.read)
     assert "read_byte_array" in reader, "ByteArraySerializer no longer reads a length-prefixed byte array"
-    from meteor_spark.compat_frames import check_frame_reader
 
     check_frame_reader()
