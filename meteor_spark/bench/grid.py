@@ -126,11 +126,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ceiling_send_mb_s": ceiling["send_mb_s"],
         "ceiling_recv_mb_s": ceiling["recv_mb_s"],
         "ceiling_rtt_p50_us": ceiling["rtt_p50_us"],
-        **{name: value for name, value in map_figures.items() if not name.startswith("cluster_")},
+        **{name: value for name, value in map_figures.items() if not name.startswith(_CLUSTER)},
         "settings": settings.__dict__,
     }
     if cluster_figures is not None:
-        cluster_figures.update({name[8:]: value for name, value in map_figures.items() if name.startswith("cluster_")})
+        cluster_figures.update(
+            {name.removeprefix(_CLUSTER): value for name, value in map_figures.items() if name.startswith(_CLUSTER)}
+        )
         figures["cluster"] = cluster_figures
     return figures
 
@@ -138,6 +140,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 #: Rounds of the map workload on each side when a cluster is compared: the sides take turns, so a slow moment of a
 #: shared machine, or its idle cores' wake-up latency, weighs on both; each figure is the median of the rounds.
 MAP_ROUNDS = 5
+
+#: The prefix of the cluster's figures among ``_map_rounds``' (the embedded member's have none).
+_CLUSTER = "cluster_"
 
 
 def _map_rounds(grid: Grid, member_pid: int | None, cluster: Grid, settings: GridBenchOptions) -> dict[str, Any]:
@@ -148,7 +153,7 @@ def _map_rounds(grid: Grid, member_pid: int | None, cluster: Grid, settings: Gri
     suffix = uuid.uuid4().hex[:8]
     map_name = f"bench.grid.map.{suffix}"
     cluster_pid = local_listener_pid(settings.members[0]) if len(settings.members) == 1 else None
-    sides = [("", grid, "bench.grid.map", member_pid), ("cluster_", cluster, map_name, cluster_pid)]
+    sides = [("", grid, "bench.grid.map", member_pid), (_CLUSTER, cluster, map_name, cluster_pid)]
     rounds: dict[str, list[float]] = {}
     try:
         for _, side, name, pid in sides:
