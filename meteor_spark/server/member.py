@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meteor_spark.server.busy_poll import MAX_WINDOW_US as MAX_BUSY_POLL_US
 from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX
 from meteor_spark.server.engine import Clock, Engine, EngineConfig
 from meteor_spark.server.engine.map_types import MapConfig
@@ -73,6 +74,7 @@ class MemberOptions:
     client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
     metrics_port: int | None = None
+    busy_poll_us: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -84,6 +86,8 @@ class MemberOptions:
                 f"authentication timeout must be >= 0 seconds (0 = never close unauthenticated connections), got "
                 f"{self.auth_timeout_s}; the default is {DEFAULT_AUTH_TIMEOUT_S:g}"
             )
+        if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
+            raise ValueError(f"busy poll window must be 0..{MAX_BUSY_POLL_US} us (0 = off), got {self.busy_poll_us}")
         if self.data_dir is not None and os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
             raise ValueError(f"data directory {self.data_dir} is a file, not a directory")
         if not self.client_heartbeat_timeout_s >= 0:  # also refuses NaN
@@ -138,7 +142,11 @@ async def serve(
         options.engine_config(), clock=clock, ring_configs=options.ring_configs, map_configs=options.map_configs
     )
     server = MemberServer(
-        engine, options.member_settings(), options.client_heartbeat_timeout_s, auth_timeout_s=options.auth_timeout_s
+        engine,
+        options.member_settings(),
+        options.client_heartbeat_timeout_s,
+        auth_timeout_s=options.auth_timeout_s,
+        busy_poll_us=options.busy_poll_us,
     )
     http = await _start(options, engine, server)
     try:
@@ -209,6 +217,8 @@ class EmbeddedGrid:
             credentials cannot hold a connection, nor more than 64 KiB of the member's memory); 0 = never.
         metrics_port: serve the member's figures in Prometheus text format on this port (0 = a free one;
             ``metrics_address`` tells which); None = no endpoint. Needs the ``metrics`` extra.
+        busy_poll_us: after each request, keep polling the sockets without sleeping for this many microseconds
+            (``server/busy_poll.py``): lower round trips on an idle machine for CPU spent spinning; 0 (default) = off.
     """
 
     def __init__(
@@ -230,6 +240,7 @@ class EmbeddedGrid:
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
         auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
         metrics_port: int | None = None,
+        busy_poll_us: int = 0,
     ) -> None:
         self.options = MemberOptions(
             host=host,
@@ -246,6 +257,7 @@ class EmbeddedGrid:
             client_heartbeat_timeout_s=client_heartbeat_timeout_s,
             auth_timeout_s=auth_timeout_s,
             metrics_port=metrics_port,
+            busy_poll_us=busy_poll_us,
         )
         self.process_mode = process
         self.log_level = log_level
@@ -508,6 +520,8 @@ def member_arguments(options: MemberOptions) -> list[str]:
     argv += ["--auth-timeout-s", repr(float(options.auth_timeout_s))]
     if options.metrics_port is not None:
         argv += ["--metrics-port", str(options.metrics_port)]
+    if options.busy_poll_us:
+        argv += ["--busy-poll-us", str(options.busy_poll_us)]
     for ring_config in options.ring_configs:
         argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
     for map_config in options.map_configs:

@@ -43,6 +43,7 @@ from itertools import islice
 from typing import Any, cast
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
+from meteor_spark.server.busy_poll import BusyPoll
 from meteor_spark.server.connection_info import ConnectionInfo
 from meteor_spark.server.engine import Engine
 from meteor_spark.server.errors import ProtocolError
@@ -147,7 +148,10 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self.last_activity = time.monotonic()
+        self.last_activity = now = time.monotonic()
+        busy_poll = self.server.busy_poll
+        if busy_poll is not None:
+            busy_poll.request_arrived(now)
         if self.reader.message_limit and self.endpoint.authenticated:
             self.reader.max_frame_size = MAX_FRAME_SIZE
             self.reader.message_limit = 0
@@ -475,6 +479,7 @@ class MemberServer:
         client_heartbeat_timeout_s: close a connection on which nothing was received (and nothing could be
             written) for this long; 0 disables the check.
         auth_timeout_s: close a connection that has not authenticated this long after it opened; 0 disables it.
+        busy_poll_us: after each read, keep the loop polling without sleeping for this long (``busy_poll``); 0: off.
     """
 
     def __init__(
@@ -483,6 +488,7 @@ class MemberServer:
         member: MemberSettings,
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
         auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
+        busy_poll_us: int = 0,
     ) -> None:
         if client_heartbeat_timeout_s < 0:
             raise ValueError(f"client heartbeat timeout must be >= 0 s (0 = never), got {client_heartbeat_timeout_s}")
@@ -497,6 +503,7 @@ class MemberServer:
         self.metrics_address: str | None = None  # host:port of the metrics endpoint, when serving one
         self._server: asyncio.base_events.Server | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self.busy_poll = BusyPoll(busy_poll_us) if busy_poll_us else None
 
     async def bind(self, host: str, port: int) -> tuple[str, int]:
         """Bind the member's socket without accepting yet; the (host, port) actually bound (port 0 picks a free one).

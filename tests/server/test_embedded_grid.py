@@ -193,6 +193,7 @@ def test_every_member_option_survives_the_command_line() -> None:
         ),
         client_heartbeat_timeout_s=0.123456789,
         auth_timeout_s=3.5,
+        busy_poll_us=150,
     )
     assert options_from_args(build_parser().parse_args(member_arguments(options))) == options
 
