@@ -7,9 +7,19 @@ from __future__ import annotations
 import pytest
 
 from meteor_spark.server.errors import ProtocolError
+from meteor_spark.server.protocol import codecs as c
 from meteor_spark.server.protocol import message_codec
+from meteor_spark.server.protocol import messages as m
 from meteor_spark.server.protocol import messages_data as md
-from meteor_spark.server.protocol.frames import FrameReader, Message, iter_frames
+from meteor_spark.server.protocol.frames import (
+    BEGIN_DATA_STRUCTURE,
+    END_DATA_STRUCTURE,
+    IS_FINAL,
+    IS_NULL,
+    FrameReader,
+    Message,
+    iter_frames,
+)
 from tests.server.test_codecs import ALL_SPECS, Samples
 
 COMPILED_READERS = [spec for spec in ALL_SPECS if spec._read_request is not None]  # type: ignore[attr-defined]
@@ -69,14 +79,52 @@ BYTES_READERS = [spec for spec in ALL_SPECS if spec._read_bytes is not None]  # 
 
 
 def test_requests_decoded_from_their_bytes_match_the_general_path() -> None:
-    assert BYTES_READERS == COMPILED_READERS
+    # The frame decoders' messages, and those with a List<Data> parameter (Ringbuffer.addAll, the Spark writer's).
+    assert set(COMPILED_READERS) < set(BYTES_READERS)
+    for spec in set(BYTES_READERS) - set(COMPILED_READERS):
+        assert any(param.type.name == "List<Data>" for param in spec.request), spec.name
+    assert m.RINGBUFFER_ADD_ALL in BYTES_READERS
     samples = Samples()
     for spec in BYTES_READERS:
-        values = {param.name: samples.of(param.type) for param in spec.request}
-        data = _joined(message_codec.encode_request(spec, 9, values))
-        message = FrameReader(expect_preamble=False).feed(data)[0]
-        decoded = spec._read_bytes(data)  # type: ignore[attr-defined]
-        assert decoded == message_codec.decode_request_generic(spec, message.frames), spec.name
+        for sized in (None, 0, 1, 3):  # the samples' two items, or lists of that many
+            values = {
+                param.name: samples.of(param.type)
+                if sized is None or param.type.name != "List<Data>"
+                else [samples.of(c.DATA) for _ in range(sized)]
+                for param in spec.request
+            }
+            data = _joined(message_codec.encode_request(spec, 9, values))
+            message = FrameReader(expect_preamble=False).feed(data)[0]
+            decoded = spec._read_bytes(data)  # type: ignore[attr-defined]
+            assert decoded == message_codec.decode_request_generic(spec, message.frames), spec.name
+
+
+def _add_all_bytes(items: list[bytes]) -> bytes:
+    return _joined(message_codec.encode_request(m.RINGBUFFER_ADD_ALL, 5, name="r", value_list=items, overflow_policy=0))
+
+
+def _with_flags(data: bytes, frame_index: int, flags: int) -> bytes:
+    """``data`` with the flags of its ``frame_index``-th frame replaced."""
+    pos = 0
+    for _ in range(frame_index):
+        pos += int.from_bytes(data[pos : pos + 4], "little")
+    return data[: pos + 4] + flags.to_bytes(2, "little") + data[pos + 6 :]
+
+
+def test_a_data_list_not_laid_out_as_clients_send_it_goes_to_the_general_path() -> None:
+    read = m.RINGBUFFER_ADD_ALL._read_bytes  # type: ignore[attr-defined]
+    items = [b"a" * 10, b"", b"c" * 300]
+    data = _add_all_bytes(items)
+    assert read(data) == {"name": "r", "value_list": items, "overflow_policy": 0}
+    # frames: 0 initial, 1 name, 2 BEGIN, 3..5 items, 6 END (final)
+    assert read(_with_flags(data, 2, BEGIN_DATA_STRUCTURE | IS_NULL)) is None  # a null list
+    assert read(_with_flags(data, 4, BEGIN_DATA_STRUCTURE)) is None  # a nested structure as an item
+    assert read(_with_flags(data, 4, IS_FINAL)) is None  # the message ends inside the list
+    assert read(_with_flags(data, 6, END_DATA_STRUCTURE)) is None  # no final flag on the last frame
+    assert read(data[:-6]) is None  # no END frame
+    for cut in range(1, len(data)):
+        assert read(data[:cut]) is None, cut
+    assert read(data + data) is None
 
 
 def test_the_bytes_decoder_leaves_anything_but_one_whole_request_to_the_general_path() -> None:

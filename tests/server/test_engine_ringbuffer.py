@@ -279,3 +279,24 @@ def test_store_recovery_restores_head_and_tail() -> None:
     assert (r.head_sequence(), r.tail_sequence()) == (8, 9)
     assert r.read_one(9) == b"9"
     assert r.add(b"10") == 10
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 5])
+def test_add_all_leaves_the_ring_as_adding_each_item_does(capacity: int) -> None:
+    # add_all of a ring without TTL or store places a call's items with list operations: growing, reaching the
+    # capacity within a call, overwriting across the end of the slots, and calls longer than the capacity.
+    batched, single = ring(capacity), ring(capacity)
+    produced = 0
+    for size in [0, 1, 2, 4, 1, 7, 3, 5, 2, 6, 1, 3, 0, 4]:
+        items = [f"item{produced + index}".encode() for index in range(size)]
+        produced += size
+        expected = single.tail
+        for item in items:
+            expected = single.add(item)
+        assert batched.add_all(items) == expected
+        assert (batched.head, batched.tail, batched.size()) == (single.head, single.tail, single.size())
+        for sequence in range(single.head, single.tail + 1):
+            assert batched.read_one(sequence) == single.read_one(sequence)
+        state = ReadManyState(batched.head, 0, capacity)
+        batched.read_many(state)
+        assert state.items == [single.read_one(sequence) for sequence in range(single.head, single.tail + 1)]

@@ -31,10 +31,12 @@ from meteor_spark.server.protocol.frames import (
     HEADER_SIZE,
     IS_NULL,
     Frame,
+    read_data_list,
 )
 
 OutFrame = tuple[int, bytes | bytearray | memoryview]
 ChunkWriter = Callable[[list[bytes | bytearray | memoryview], Any, int], None]
+SpanReader = Callable[[bytes, int, int], tuple[Any, int] | None]
 _FRAME_HEADER = struct.Struct("<iH")  # a frame's length (header included) and flags
 
 _EMPTY = b""
@@ -148,6 +150,11 @@ class VarType:
     def content_reader(self) -> Callable[[int, bytes], Any] | None:
         """The value of one frame from its flags and content, for the same types as ``frame_reader``: a request
         that arrived whole in one read is decoded straight from the received bytes, without ``Frame`` objects."""
+        return None
+
+    def span_reader(self) -> SpanReader | None:
+        """For a value of several frames, a reader of it straight from received bytes (``frames.read_data_list``'s
+        signature); None when the type has only the general path."""
         return None
 
     def chunk_writer(self) -> ChunkWriter | None:
@@ -352,6 +359,9 @@ class _ListMultiFrame(VarType):
             for element in value:
                 item.encode(out, element)
         out.append(_END)
+
+    def span_reader(self) -> SpanReader | None:
+        return read_data_list if isinstance(self.item, _Bytes) else None
 
     def chunk_writer(self) -> ChunkWriter | None:
         if not isinstance(self.item, _Bytes):

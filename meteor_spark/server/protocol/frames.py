@@ -49,7 +49,7 @@ MAX_FRAME_SIZE = 256 * 1024 * 1024
 UNAUTHENTICATED_MESSAGE_LIMIT = 64 * 1024
 
 _FRAME_HEADER = struct.Struct("<iH")
-_DIRECT_MAX = 16 * 1024  # reads up to this size are cut without copying them into the buffer first
+_DIRECT_MAX = 1024 * 1024  # reads up to this size (any read of asyncio or uvloop: 256 KiB at most) skip the buffer
 #: A frame at least this long that has not fully arrived is gathered as a list of reads, joined once when complete.
 LARGE_FRAME = 256 * 1024
 _REQUEST_HEADER = struct.Struct("<iqi")
@@ -155,9 +155,10 @@ class FrameReader:
                 return completed
         buffer = self._buffer
         if not buffer and type(data) is bytes and len(data) <= _DIRECT_MAX and not self.expect_preamble:
-            # The common case (small requests arriving whole): cut frames straight out of the received bytes, with
-            # no copy into the buffer; only an incomplete tail is kept. Big reads go through the buffer, whose
-            # storage is reused from read to read (measured faster than fresh allocations for 64 KiB items).
+            # The common case (requests arriving whole, up to a transport's largest read): cut frames straight out
+            # of the received bytes, with no copy into the buffer; only an incomplete tail is kept, and the reads
+            # after it go through the buffer until it is empty again. Measured on an addAll of ten 5 KB items
+            # (50 KB) cut this way rather than through the buffer: 14.5 -> 11.8 us of CPU a request.
             pos = self._cut(data, data, 0, completed)
             if pos < len(data):
                 buffer += memoryview(data)[pos:]
@@ -326,6 +327,33 @@ def encode_frames(frames: Sequence[tuple[int, bytes | bytearray | memoryview]]) 
         if content:
             chunks.append(content)
     return chunks
+
+
+def read_data_list(data: bytes, pos: int, final: int) -> tuple[list[bytes], int] | None:
+    """A ``List<Data>`` parameter read straight from received bytes at ``pos`` (its BEGIN frame): the items and the
+    position after its END frame, whose ``IS_FINAL`` flag must be ``final``.
+
+    Only the layout clients send is accepted: an empty BEGIN frame, item frames with no flags, an empty END frame.
+    Anything else gives None, and the caller cuts the bytes into frames and decodes them the general way (which
+    decides, and reports malformed input).
+    """
+    end = len(data)
+    unpack_from = _FRAME_HEADER.unpack_from
+    if end - pos < HEADER_SIZE or unpack_from(data, pos) != (HEADER_SIZE, BEGIN_DATA_STRUCTURE):
+        return None
+    pos += HEADER_SIZE
+    items: list[bytes] = []
+    while end - pos >= HEADER_SIZE:
+        length, flags = unpack_from(data, pos)
+        after = pos + length
+        if flags == 0 and length >= HEADER_SIZE and after <= end:
+            items.append(data[pos + HEADER_SIZE : after])
+            pos = after
+        elif length == HEADER_SIZE and flags == END_DATA_STRUCTURE | final:
+            return items, after
+        else:
+            return None
+    return None
 
 
 def iter_frames(data: bytes) -> Iterator[Frame]:

@@ -130,16 +130,20 @@ def _frames_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Fram
 
 
 def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> BytesReader | None:
-    """A decoder compiled for the same messages as ``_frames_reader``, reading a request straight from the bytes it
-    arrived in (``data``: its frames, nothing before or after), with no ``Frame`` or ``Message`` objects between.
+    """A decoder compiled for the same messages as ``_frames_reader`` and those with a ``List<Data>`` parameter
+    (``Ringbuffer.addAll``), reading a request straight from the bytes it arrived in (``data``: its frames, nothing
+    before or after), with no ``Frame`` or ``Message`` objects between.
 
     It walks the frame headers itself and returns None, so that the caller cuts the bytes into frames and takes the
     general path, for anything but exactly one whole unfragmented message of the declared shape: bytes missing or
     left over, a frame shorter than its header, a final flag before the last parameter or none on it, more or fewer
-    frames than declared. The general path then decides (and reports malformed input) as before.
+    frames than declared, a list not laid out as clients send it. The general path then decides (and reports
+    malformed input) as before.
     """
     readers = [param.type.content_reader() for param in var]  # type: ignore[union-attr]
-    if not fixed.plain or any(reader is None for reader in readers) or any(param.optional for param in var):
+    spans = [param.type.span_reader() for param in var]  # type: ignore[union-attr]
+    readable = all(reader is not None or span is not None for reader, span in zip(readers, spans, strict=True))
+    if not fixed.plain or not readable or any(param.optional for param in var):
         return None
     fixed_names = tuple(param.name for param in fixed.params)
     unpack_from = fixed.struct.unpack_from
@@ -150,7 +154,7 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
     finals = [0] * (len(var) - 1) + [IS_FINAL] if var else []
     # A Data parameter is its frame's content as it is: no call at all (None in the plan).
     calls = [None if reader is bytes_content else reader for reader in readers]
-    plan = tuple(zip((param.name for param in var), calls, finals, strict=True))
+    plan = tuple(zip((param.name for param in var), calls, finals, spans, strict=True))
     header = HEADER_SIZE
 
     def read(data: bytes) -> dict[str, Any] | None:
@@ -163,7 +167,13 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
         # The struct yields exactly one value per fixed parameter: zip needs no strictness check.
         values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=False))
         pos = length
-        for name, reader, final in plan:
+        for name, reader, final, span in plan:
+            if span is not None:  # a value of several frames
+                spanned = span(data, pos, final)
+                if spanned is None:
+                    return None
+                values[name], pos = spanned
+                continue
             if end - pos < header:
                 return None
             length, flags = frame_header(data, pos)
