@@ -43,6 +43,7 @@ from itertools import islice
 from typing import Any, cast
 
 import meteor_spark.server.handlers  # noqa: F401 - registers the handlers
+from meteor_spark.server.addresses import advertised_host
 from meteor_spark.server.busy_poll import BusyPoll
 from meteor_spark.server.connection_info import ConnectionInfo
 from meteor_spark.server.engine import Engine
@@ -156,16 +157,14 @@ class ClientConnection(asyncio.Protocol):
             self.reader.max_frame_size = MAX_FRAME_SIZE
             self.reader.message_limit = 0
         if type(data) is bytes and not self.congested and not self._backlog and self.reader.between_messages():
-            server = self.server
-            try:  # one whole request (a client waiting for each answer): served without cutting frames
-                name = _dispatch_whole(server.engine, server.member, self.endpoint, data)
+            try:  # whole requests: served without cutting frames
+                served = self._serve_bytes(data)
             except Exception as exc:
                 self._failed(exc)
                 return
-            if name is not None:
-                requests = server.requests
-                requests[name] = requests.get(name, 0) + 1
+            if served == len(data) or self.closed:
                 return
+            data = data[served:] if served else data
         try:
             messages = self.reader.feed(data)
         except ProtocolError as exc:
@@ -297,6 +296,31 @@ class ClientConnection(asyncio.Protocol):
             self._pending_bytes = 0
             if pending and not self.closed:
                 self._enqueue(pending)
+
+    def _serve_bytes(self, data: bytes) -> int:
+        """Serve the requests at the start of ``data`` that compiled readers take, straight from its bytes; where the
+        rest (cut into messages) starts. Several requests' responses leave together, as ``_serve`` sends them."""
+        engine, member, endpoint, requests = self.server.engine, self.server.member, self.endpoint, self.server.requests
+        pos, end = 0, len(data)
+        pending: list[Any] | None = None
+        try:
+            while pos < end and not self.closed and not self.congested:
+                served = _dispatch_whole(engine, member, endpoint, data, pos)
+                if served is None:
+                    break
+                name, pos = served
+                requests[name] = requests.get(name, 0) + 1
+                if pending is None and pos < end:  # more follow: gather the responses
+                    pending = self._pending = []
+                    self._pending_bytes = 0
+                elif pending is not None and self._pending_bytes + self._queued > OUTPUT_HIGH_WATER:
+                    break
+        finally:
+            if pending is not None:
+                self._pending, self._pending_bytes = None, 0
+                if pending and not self.closed:
+                    self._enqueue(pending)
+        return pos
 
     def _serve_one(self, message: Message) -> None:
         """Dispatch one request (what a client waiting for each answer sends): its response goes to the socket as
@@ -574,21 +598,3 @@ class MemberServer:
                         timeout_s,
                     )
                     connection.abort()
-
-
-def advertised_host(bind_host: str) -> str:
-    """The address clients should use to reach a member bound to ``bind_host``.
-
-    A wildcard bind (0.0.0.0, ::) is advertised as this machine's primary address, found by asking the kernel which
-    source address it would use for an outside destination (no packet is sent).
-    """
-    if bind_host not in ("", "0.0.0.0", "::"):
-        return bind_host
-    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        probe.connect(("10.255.255.255", 1))
-        return str(probe.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
-    finally:
-        probe.close()

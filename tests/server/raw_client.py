@@ -56,6 +56,12 @@ class RawClient:
 
     def send_all(self, requests: list[tuple[message_codec.MessageSpec, dict[str, Any]]]) -> list[int]:
         """Send several requests in one write (so the member receives them together); their correlation ids."""
+        ids, data = self.encode_all(requests)
+        self.sock.sendall(data)
+        return ids
+
+    def encode_all(self, requests: list[tuple[message_codec.MessageSpec, dict[str, Any]]]) -> tuple[list[int], bytes]:
+        """The correlation ids and the bytes of several requests, to be sent as the caller chooses."""
         first = self._next_id
         self._next_id += len(requests)
         data = b"".join(
@@ -63,8 +69,7 @@ class RawClient:
             for offset, (spec, values) in enumerate(requests)
             for chunk in message_codec.encode_request(spec, first + offset, values)
         )
-        self.sock.sendall(data)
-        return list(range(first, first + len(requests)))
+        return list(range(first, first + len(requests))), data
 
     def read_some(self, max_bytes: int = 65536) -> list[Message]:
         """One ``recv`` of at most ``max_bytes``: the messages it completed (raises on timeout / EOF)."""

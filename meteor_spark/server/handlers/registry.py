@@ -357,24 +357,28 @@ def dispatch(engine: Engine, member: MemberSettings, endpoint: Endpoint, msg: Me
     return _handle(engine, member, endpoint, entry, decode_request(entry.spec, msg), correlation_id, partition_id)
 
 
-def dispatch_whole(engine: Engine, member: MemberSettings, endpoint: Endpoint, data: bytes) -> str | None:
-    """Serve ``data`` when it holds exactly one whole request of an authenticated client that its compiled bytes
-    reader decodes (the usual read of a client waiting for each answer), with no frames cut; None when it does not,
-    and nothing was done: the caller then cuts the bytes into messages and serves them with ``dispatch``.
+def dispatch_whole(
+    engine: Engine, member: MemberSettings, endpoint: Endpoint, data: bytes, start: int = 0
+) -> tuple[str, int] | None:
+    """Serve the request that starts at ``start`` of ``data`` when it is a whole one of an authenticated client that
+    its compiled bytes reader decodes (a client waiting for each answer sends one a read; one sending several at
+    once, several), with no frames cut: its name and the offset after it. None when it is not, and nothing was
+    done: the caller then cuts the bytes from ``start`` on into messages and serves them with ``dispatch``.
 
     Raises:
         ProtocolError: a parameter is malformed (the caller closes the connection).
     """
-    if len(data) < HEADER_SIZE + REQUEST_FIXED_OFFSET or not endpoint.authenticated:
+    if len(data) - start < HEADER_SIZE + REQUEST_FIXED_OFFSET or not endpoint.authenticated:
         return None
-    message_type, correlation_id, partition_id = _WHOLE_HEADER.unpack_from(data, HEADER_SIZE)
+    message_type, correlation_id, partition_id = _WHOLE_HEADER.unpack_from(data, start + HEADER_SIZE)
     entry = HANDLERS.get(message_type)
     if entry is None or entry.read_bytes is None:
         return None
-    request = entry.read_bytes(data)
-    if request is None:
+    read = entry.read_bytes(data, start)
+    if read is None:
         return None
-    return _handle(engine, member, endpoint, entry, request, correlation_id, partition_id)
+    request, end = read
+    return _handle(engine, member, endpoint, entry, request, correlation_id, partition_id), end
 
 
 #: The request header (type, correlation id, partition id) after the initial frame's header.

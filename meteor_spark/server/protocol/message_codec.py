@@ -96,7 +96,7 @@ def event(name: str, type_id: int, params: Sequence[Param]) -> EventSpec:
 
 
 FramesReader = Callable[[list[Frame]], dict[str, Any] | None]
-BytesReader = Callable[[bytes], dict[str, Any] | None]
+BytesReader = Callable[[bytes, int], tuple[dict[str, Any], int] | None]
 ChunksWriter = Callable[[tuple[int, int, int], Mapping[str, Any]], list[bytes | bytearray | memoryview]]
 
 
@@ -131,14 +131,15 @@ def _frames_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Fram
 
 def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> BytesReader | None:
     """A decoder compiled for the same messages as ``_frames_reader`` and those with a ``List<Data>`` parameter
-    (``Ringbuffer.addAll``), reading a request straight from the bytes it arrived in (``data``: its frames, nothing
-    before or after), with no ``Frame`` or ``Message`` objects between.
+    (``Ringbuffer.addAll``), reading the request that starts at ``start`` of the bytes it arrived in straight from
+    them, with no ``Frame`` or ``Message`` objects between: its values and the offset after it (more requests of a
+    client that sends several at once may follow).
 
     It walks the frame headers itself and returns None, so that the caller cuts the bytes into frames and takes the
-    general path, for anything but exactly one whole unfragmented message of the declared shape: bytes missing or
-    left over, a frame shorter than its header, a final flag before the last parameter or none on it, more or fewer
-    frames than declared, a list not laid out as clients send it. The general path then decides (and reports
-    malformed input) as before.
+    general path, for anything but one whole unfragmented message of the declared shape: bytes missing, a frame
+    shorter than its header, a final flag before the last parameter or none on it, more or fewer frames than
+    declared, a list not laid out as clients send it. The general path then decides (and reports malformed input)
+    as before.
     """
     readers = [param.type.content_reader() for param in var]  # type: ignore[union-attr]
     spans = [param.type.span_reader() for param in var]  # type: ignore[union-attr]
@@ -157,16 +158,16 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
     plan = tuple(zip((param.name for param in var), calls, finals, spans, strict=True))
     header = HEADER_SIZE
 
-    def read(data: bytes) -> dict[str, Any] | None:
+    def read(data: bytes, start: int) -> tuple[dict[str, Any], int] | None:
         end = len(data)
-        if end < least:
+        if end - start < least:
             return None
-        length, flags = frame_header(data, 0)
-        if length < least or length > end or flags & _WHOLE_FLAGS != first_flags:
+        length, flags = frame_header(data, start)
+        if length < least or length > end - start or flags & _WHOLE_FLAGS != first_flags:
             return None
         # The struct yields exactly one value per fixed parameter: zip needs no strictness check.
-        values = dict(zip(fixed_names, unpack_from(data, fixed_at), strict=False))
-        pos = length
+        values = dict(zip(fixed_names, unpack_from(data, start + fixed_at), strict=False))
+        pos = start + length
         for name, reader, final, span in plan:
             if span is not None:  # a value of several frames
                 spanned = span(data, pos, final)
@@ -183,7 +184,7 @@ def _bytes_reader(fixed: FixedBlock, var: Sequence[Param], offset: int) -> Bytes
             content = data[pos + header : after]
             values[name] = content if reader is None else reader(flags, content)
             pos = after
-        return values if pos == end else None
+        return values, pos
 
     return read
 
