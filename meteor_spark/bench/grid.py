@@ -54,6 +54,7 @@ class GridBenchOptions:
     inflight: int
     members: tuple[str, ...] = ()
     cluster_name: str = "dev"
+    busy_poll_us: int = 0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GridBenchOptions:
@@ -66,6 +67,7 @@ class GridBenchOptions:
             inflight=args.inflight,
             members=split_members(getattr(args, "members", None) or ()),
             cluster_name=getattr(args, "cluster_name", None) or "dev",
+            busy_poll_us=getattr(args, "busy_poll_us", 0),
         )
         if settings.members:
             GridSettings(members=settings.members, cluster_name=settings.cluster_name)  # ConfigError naming a bad one
@@ -93,6 +95,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "next to the embedded grid with their ratio",
     )
     parser.add_argument("--cluster-name", metavar="NAME", default=None, help="cluster name of --members (default dev)")
+    parser.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=0,
+        metavar="US",
+        help="start the embedded member with --busy-poll-us US (keeps polling after each request; default 0 = off)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,7 +115,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cluster = Grid(GridSettings(members=settings.members, cluster_name=settings.cluster_name))
     try:
         with (
-            EmbeddedGrid(process=True, ring_configs=[RingConfig(ring_name, capacity=items_total + 1)]) as member,
+            EmbeddedGrid(
+                process=True,
+                ring_configs=[RingConfig(ring_name, capacity=items_total + 1)],
+                busy_poll_us=settings.busy_poll_us,
+            ) as member,
             Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
         ):
             ingest, read = _ring(grid, ring_name, settings, batches)

@@ -15,10 +15,11 @@ from meteor_spark.errors import ConfigError
 pytestmark = pytest.mark.embedded_only
 
 
-def test_quick_grid_bench_reports_figures() -> None:
+@pytest.mark.parametrize("member_options", [[], ["--busy-poll-us", "100"]])
+def test_quick_grid_bench_reports_figures(member_options: list[str]) -> None:
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
-    figures = bench.run(parser.parse_args(["--quick", "--total-mb", "4", "--map-ops", "50"]))
+    figures = bench.run(parser.parse_args(["--quick", "--total-mb", "4", "--map-ops", "50", *member_options]))
     for key in ("ring_ingest_mb_s", "ring_read_mb_s", "ceiling_send_mb_s", "ceiling_recv_mb_s", "ceiling_rtt_p50_us"):
         assert figures[key] > 0 and math.isfinite(figures[key]), key
     assert "map_ops_s" in figures or "not available" in figures["map"]
