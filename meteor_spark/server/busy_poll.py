@@ -9,9 +9,10 @@ get p50 about 65-100 us asleep against about 52 us polling, where a real Hazelca
 What it costs. The member's thread stays on a CPU for up to ``window_us`` after every request: with a client that
 sends the next request within the window, the member never sleeps, and its CPU per request becomes the time between
 requests (57 instead of 20 us a map request in the measurement above). On a machine whose cores are shared with busy
-clients (Spark workers beside the member) that CPU is taken from them; each poll yields the CPU (``sched_yield``)
-so a runnable thread on that core gets it at once, but the member is still competing. Hence off by default, like
-Hazelcast's own ``hazelcast.io.selectorMode=selectnow`` (its I/O threads spin on ``selectNow``).
+clients that CPU is taken from them; each poll yields the CPU (``sched_yield``) so a runnable thread on that core
+gets it at once, but the member still competes: with the 2 cores busy (load 5-7) the map get p50 was worse with
+polling (60-83 us) than without (56-61 us). Hence off by default, like Hazelcast's own
+``hazelcast.io.selectorMode=selectnow`` (its I/O threads spin on ``selectNow``; by default they sleep in ``select``).
 
 How. A callback that reschedules itself with ``call_soon`` makes the event loop (uvloop or asyncio) poll with a zero
 timeout until the window after the last request has passed; then it stops and the loop sleeps as before. An idle
