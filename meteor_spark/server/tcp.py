@@ -298,28 +298,28 @@ class ClientConnection(asyncio.Protocol):
                 self._enqueue(pending)
 
     def _serve_bytes(self, data: bytes) -> int:
-        """Serve the requests at the start of ``data`` that compiled readers take, straight from its bytes; where the
-        rest (cut into messages) starts. Several requests' responses leave together, as ``_serve`` sends them."""
+        """Serve the requests at the start of ``data`` that compiled readers take, from its bytes; where the rest is."""
         engine, member, endpoint, requests = self.server.engine, self.server.member, self.endpoint, self.server.requests
-        pos, end = 0, len(data)
-        pending: list[Any] | None = None
+        served = _dispatch_whole(engine, member, endpoint, data, 0)
+        if served is None:
+            return 0
+        name, pos = served
+        requests[name] = requests.get(name, 0) + 1
+        if pos == len(data) or self.closed or self.congested:  # one request a read: a client waiting for each answer
+            return pos
+        pending: list[Any] = []  # several requests in one read: their responses leave together, as _serve sends them
+        self._pending, self._pending_bytes = pending, 0
         try:
-            while pos < end and not self.closed and not self.congested:
+            while pos < len(data) and not self.closed and self._pending_bytes + self._queued <= OUTPUT_HIGH_WATER:
                 served = _dispatch_whole(engine, member, endpoint, data, pos)
                 if served is None:
                     break
                 name, pos = served
                 requests[name] = requests.get(name, 0) + 1
-                if pending is None and pos < end:  # more follow: gather the responses
-                    pending = self._pending = []
-                    self._pending_bytes = 0
-                elif pending is not None and self._pending_bytes + self._queued > OUTPUT_HIGH_WATER:
-                    break
         finally:
-            if pending is not None:
-                self._pending, self._pending_bytes = None, 0
-                if pending and not self.closed:
-                    self._enqueue(pending)
+            self._pending, self._pending_bytes = None, 0
+            if pending and not self.closed:
+                self._enqueue(pending)
         return pos
 
     def _serve_one(self, message: Message) -> None:
