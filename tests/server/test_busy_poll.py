@@ -64,13 +64,17 @@ def test_a_window_out_of_range_is_refused(window_us: int) -> None:
     with pytest.raises(ValueError, match=rf"busy poll window must be 0..{MAX_WINDOW_US} us \(0 = off\), got"):
         BusyPoll(window_us)
     with pytest.raises(ValueError, match=rf"busy poll window must be 0..{MAX_WINDOW_US} us \(0 = off\), got"):
-        EmbeddedGrid(busy_poll_us=window_us)
+        EmbeddedGrid(process=True, busy_poll_us=window_us)
 
 
-@pytest.mark.parametrize("process", [False, True])
-def test_a_busy_polling_member_serves_rings_and_maps(process: bool) -> None:
+def test_a_member_thread_does_not_busy_poll() -> None:
+    with pytest.raises(ValueError, match="busy_poll_us needs process=True"):
+        EmbeddedGrid(busy_poll_us=100)
+
+
+def test_a_busy_polling_member_serves_rings_and_maps() -> None:
     with (
-        EmbeddedGrid(process=process, busy_poll_us=200) as member,
+        EmbeddedGrid(process=True, busy_poll_us=200) as member,
         Grid(GridSettings(members=(member.address,), cluster_name=member.cluster_name)) as grid,
     ):
         ring = grid.ring("busy-poll")
