@@ -2,9 +2,9 @@
 
 Why. A member that waits for the next request asleep in ``epoll_wait`` has to be scheduled back in when it arrives;
 on an idle virtual machine that wake-up (an idle vCPU brought back, the thread switched in) is a large part of a
-small request's round trip. Measured on the 2-vCPU test VM with a client waiting for each answer (map get / put):
-get p50 about 65-100 us asleep against about 52 us polling, where a real Hazelcast 5.7 member answered in 64-90 us
-(``docs/benchmarks.md``, "mem: busy polling").
+small request's round trip. Measured on the 2-vCPU test VM (load 2-4) with a client waiting for each answer (map
+get / put): get p50 about 65-100 us asleep against about 52 us polling, where a real Hazelcast 5.7 member answered in
+64-118 us (``docs/benchmarks.md``, "mem: the embedded member's map round trip").
 
 What it costs. The member's thread stays on a CPU for up to ``window_us`` after every request: with a client that
 sends the next request within the window, the member never sleeps, and its CPU per request becomes the time between
