@@ -18,7 +18,7 @@ from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import decode_batch
 from meteor_spark.grid.client import Grid, GridSettings, Ring
-from meteor_spark.grid.streams import lane_bounds
+from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
 from meteor_spark.producer.publisher import LaneWritten
 from meteor_spark.spark.options import SinkOptions
 from meteor_spark.spark.sink_columns import validate_input_schema
@@ -180,11 +180,21 @@ def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
     }
 
 
-def test_the_sinks_larger_calls_store_the_same_items_in_order(
-    grid: Grid, grid_settings: GridSettings, unique_name: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("batching", "per_item"),
+    [({}, 1000), ({"max_batch_records": 40_000, "max_batch_bytes": 8 << 20}, (1 << 20) // 99)],
+    ids=["default stream", "items allowed above 1 MiB"],
+)
+def test_the_sinks_larger_calls_store_the_items_a_default_publisher_cuts(
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    batching: dict[str, int],
+    per_item: int,
 ) -> None:
     """The sink's publishers send up to ``SINK_MAX_CALL_BYTES`` of records a call, yet cut the ring items a default
-    publisher cuts: 1,000 records each, every row once, in order."""
+    publisher (1 MiB calls) cuts, also where the stream allows larger ones: every row once, in order."""
     calls: list[int] = []
     real = Ring.add_all_async
 
@@ -193,22 +203,23 @@ def test_the_sinks_larger_calls_store_the_same_items_in_order(
         return real(ring, items, *args)
 
     monkeypatch.setattr(Ring, "add_all_async", add_all_async)
-    info = make_stream(grid, unique_name, lanes=1)
+    info = open_stream(grid, StreamConfig(unique_name, **batching))
     options = SinkOptions.parse({"stream": unique_name, **grid_options(grid_settings)})
     schema = StructType.fromJson(
         {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
     )
     writer = MeteorBatchWriter(options, schema, overwrite=False)
-    rows = [b"%099d" % i for i in range(40_000)]  # 4,000,000 bytes: within one call of the sink's
+    rows = [b"%099d" % i for i in range(40_000)]  # 99 bytes each: 3,960,000, within one call of the sink's
 
     message = writer.write(iter([pa.RecordBatch.from_pydict({"value": rows})]))
 
-    assert [(w.records, w.items) for w in message.streams] == [(40_000, 40)]
-    assert calls == [40]  # a default publisher's calls hold 1 MiB: four of 10 items
+    n_items = -(-40_000 // per_item)
+    assert [(w.records, w.items) for w in message.streams] == [(40_000, n_items)]
+    assert calls == [n_items]  # one call; a default publisher sends four, of 1 MiB each
     head, next_seq = lane_bounds(grid, info)[0]
     items, sequences = _items(grid, info, 0, head, next_seq)
     decoded = [decode_batch(i, stream=unique_name, lane=0, sequence=s) for i, s in zip(items, sequences, strict=True)]
-    assert [len(batch) for batch in decoded] == [1000] * 40
+    assert [len(batch) for batch in decoded] == [min(per_item, 40_000 - i * per_item) for i in range(n_items)]
     assert [r.value for batch in decoded for r in batch] == rows
     writer.commit([message])
 
