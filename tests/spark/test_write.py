@@ -181,8 +181,8 @@ def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
 
 
 @pytest.mark.parametrize(
-    ("batching", "per_item"),
-    [({}, 1000), ({"max_batch_records": 40_000, "max_batch_bytes": 8 << 20}, (1 << 20) // 99)],
+    ("max_records", "max_bytes", "per_item"),
+    [(1000, 1 << 20, 1000), (40_000, 8 << 20, (1 << 20) // 99)],
     ids=["default stream", "items allowed above 1 MiB"],
 )
 def test_the_sinks_larger_calls_store_the_items_a_default_publisher_cuts(
@@ -190,7 +190,8 @@ def test_the_sinks_larger_calls_store_the_items_a_default_publisher_cuts(
     grid_settings: GridSettings,
     unique_name: str,
     monkeypatch: pytest.MonkeyPatch,
-    batching: dict[str, int],
+    max_records: int,
+    max_bytes: int,
     per_item: int,
 ) -> None:
     """The sink's publishers send up to ``SINK_MAX_CALL_BYTES`` of records a call, yet cut the ring items a default
@@ -203,7 +204,7 @@ def test_the_sinks_larger_calls_store_the_items_a_default_publisher_cuts(
         return real(ring, items, *args)
 
     monkeypatch.setattr(Ring, "add_all_async", add_all_async)
-    info = open_stream(grid, StreamConfig(unique_name, **batching))
+    info = open_stream(grid, StreamConfig(unique_name, max_batch_records=max_records, max_batch_bytes=max_bytes))
     options = SinkOptions.parse({"stream": unique_name, **grid_options(grid_settings)})
     schema = StructType.fromJson(
         {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
