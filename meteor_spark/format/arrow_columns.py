@@ -458,11 +458,11 @@ class ArrowInput:
     def largest_row(self) -> tuple[int, int]:
         """``(row, bytes)`` of the row carrying the most value, key and header bytes (read from the columns'
         offsets, nothing copied): what ``Publisher.publish_arrow`` weighs against the grid's frame limit."""
-        sizes = np.diff(_offsets(self.values)).astype(np.int64)
+        sizes = np.diff(_offsets(self.values))  # int32 for values alone (a batch's own offsets); no int64 copy
         if self.keys is not None:
-            sizes += np.diff(_offsets(self.keys))
+            sizes = sizes + np.diff(_offsets(self.keys)).astype(np.int64)
         if self.headers is not None:
-            sizes += np.fromiter(
+            sizes = sizes + np.fromiter(
                 (sum(len(k.encode()) + len(v) for k, v in pairs) for pairs in self.headers), np.int64, self.rows
             )
         row = int(np.argmax(sizes))

@@ -79,6 +79,9 @@ class ItemFraming:
         transactional: set flag 0x10: the producer belongs to a transaction (``meteor_spark.grid.transactions``).
         lane_max_timestamp: the largest record timestamp of the lane before these items (``NO_TIMESTAMP``: none);
             each item's ``lane_max_ts`` is it raised by that item's records and those of the items before it.
+        probe_first: probe the first large body for compressibility before LZ4 compresses it whole (``_framed``);
+            False when the writer's previous item of the lane shrank (``shrank``), as the items behind a shrunk
+            one within a call are not probed either.
     """
 
     producer_id: int
@@ -87,6 +90,7 @@ class ItemFraming:
     compression_threshold: int = 1024
     transactional: bool = False
     lane_max_timestamp: int = NO_TIMESTAMP
+    probe_first: bool = True
 
 
 @dataclass(slots=True)
@@ -278,7 +282,7 @@ def encode_items_and_lane_max(
     producer_id, first_seq = framing.producer_id, framing.producer_seq
     lane_max = framing.lane_max_timestamp
     out: list[bytes] = []
-    probe = True
+    probe = framing.probe_first
     for i, pieces in enumerate(items):
         p = pieces[0] if len(pieces) == 1 else _joined(pieces)
         item, lane_max = _encode_item(p, flags, lz4_from, producer_id, first_seq + i, lane_max, probe)
@@ -286,8 +290,14 @@ def encode_items_and_lane_max(
         # A call's items hold records of one stream one after the other: behind an item LZ4 shrank, the next one
         # is compressed without probing a sample first (1.5-2 us an item of 100 KiB). An item that then does not
         # shrink costs one wasted compression, and the items after it are probed again.
-        probe = not item[_FLAGS_AT] & FLAG_LZ4
+        probe = not shrank(item)
     return out, lane_max
+
+
+def shrank(item: bytes) -> bool:
+    """Whether LZ4 compressed the body of ``item`` (an item this module framed): a writer's next item of the same
+    records probably compresses too (``ItemFraming.probe_first``)."""
+    return bool(item[_FLAGS_AT] & FLAG_LZ4)
 
 
 def _lz4_from(framing: ItemFraming) -> int | None:

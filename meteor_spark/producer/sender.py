@@ -57,6 +57,7 @@ from meteor_spark.format.item_encoding import (
     PreparedColumns,
     encode_items_and_lane_max,
     encode_small_item,
+    shrank,
 )
 from meteor_spark.format.item_header import NO_TIMESTAMP
 from meteor_spark.format.offsets import INDEX_BITS
@@ -102,6 +103,9 @@ class Sender:
         self._last_items: list[Future[Any]] = [self._read_last(lane) for lane in range(len(self.rings))]
         # Per lane, the lane's largest timestamp so far (None: not known before the lane's first call).
         self._lane_max: list[int | None] = [None] * len(self.rings)
+        # Per lane, whether LZ4 shrank the last item encoded: then the next call's first item is compressed without
+        # probing a sample first (about 9 us a call of 100 KiB items), as the items behind it within a call are.
+        self._shrank: list[bool] = [False] * len(self.rings)
         self._sender = threading.Thread(target=self._send_loop, name=f"meteor-publisher-{self.stream}", daemon=True)
         self._completer = threading.Thread(
             target=self._complete_loop, name=f"meteor-publisher-callbacks-{self.stream}", daemon=True
@@ -198,11 +202,14 @@ class Sender:
             settings.compression_threshold,
             self.transactional,
             lane_max,
+            not self._shrank[lane],
         )
         if small is not None:
             item, self._lane_max[lane] = encode_small_item(*small, framing)
-            return PendingCall(call, [item])
-        items, self._lane_max[lane] = encode_items_and_lane_max(by_item, framing)
+            items = [item]
+        else:
+            items, self._lane_max[lane] = encode_items_and_lane_max(by_item, framing)
+        self._shrank[lane] = shrank(items[-1])
         return PendingCall(call, items)
 
     def _read_last(self, lane: int) -> Future[Any]:

@@ -143,3 +143,52 @@ def test_behind_an_item_lz4_shrank_the_next_is_compressed_without_a_probe_and_a_
     assert len(probed) == 3
     for item, values in zip(items, bodies, strict=True):
         assert [bytes(r.value) for r in decode_batch(item, stream="s", lane=0, sequence=0)] == values
+
+
+def test_a_call_behind_a_shrunk_item_is_compressed_without_a_probe_and_a_raw_body_still_stays_raw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from meteor_spark.format import item_encoding
+    from meteor_spark.format.item_header import FLAG_LZ4
+
+    probed: list[int] = []
+    real = item_encoding._may_shrink
+    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
+    shrinks, does_not = [bytes(PROBE_FROM + 10)], [os.urandom(PROBE_FROM + 10)]
+    first, _ = encode_items_and_lane_max([[prepare_columns(shrinks, timestamps=0)]], ItemFraming(1, 0, "lz4", 1024))
+    assert item_encoding.shrank(first[-1]) and len(probed) == 1
+    # The writer's next call of the lane: its first item is not probed (the previous one shrank) ...
+    framing = ItemFraming(1, 1, "lz4", 1024, probe_first=not item_encoding.shrank(first[-1]))
+    items, _ = encode_items_and_lane_max([[prepare_columns(v, timestamps=0)] for v in (does_not, does_not)], framing)
+    # ... yet a body LZ4 cannot shrink by 1/16 is stored as it is, and the item behind it is probed again.
+    assert [bool(item[5] & FLAG_LZ4) for item in items] == [False, False]
+    assert not item_encoding.shrank(items[-1])
+    assert len(probed) == 2
+    for item in items:
+        assert [bytes(r.value) for r in decode_batch(item, stream="s", lane=0, sequence=0)] == does_not
+
+
+def test_a_publishers_calls_of_a_lane_carry_whether_its_last_item_shrank(
+    grid: Grid, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender probes a large body only where the lane's previous item did not shrink: once for three calls of
+    compressible bulks, again after an incompressible one; every item reads back as published."""
+    import pyarrow as pa
+
+    from meteor_spark.format import item_encoding
+
+    probed: list[int] = []
+    real = item_encoding._may_shrink
+    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
+    bulks = [[bytes(PROBE_FROM + 10)], [b"m" * (PROBE_FROM + 10)], [bytes(PROBE_FROM + 20)], [os.urandom(PROBE_FROM)]]
+    bulks.append([bytes(PROBE_FROM + 30)])
+    with Publisher(grid, StreamConfig(unique_name)) as pub:
+        for values in bulks:
+            pub.publish_arrow(pa.record_batch([pa.array(values, pa.binary())], names=["value"])).result(10)
+    assert len(probed) == 2  # the lane's first call, and the one behind the incompressible item
+    ring = grid.ring(open_stream(grid, unique_name).ring_names[0])
+    stored = ring.read_many(0, len(bulks), len(bulks)).items
+    flags = [bool(item[5] & item_encoding.FLAG_LZ4) for item in stored]
+    assert flags == [True, True, True, False, True]
+    for seq, (item, values) in enumerate(zip(stored, bulks, strict=True)):
+        assert [bytes(r.value) for r in decode_batch(item, stream=unique_name, lane=0, sequence=seq)] == values

@@ -17,12 +17,12 @@ from spark_helpers import grid_options, make_stream, put_items, read_values, val
 from meteor_spark.errors import ConfigError
 from meteor_spark.format.offsets import first_offset_of
 from meteor_spark.format.records import decode_batch
-from meteor_spark.grid.client import Grid, GridSettings
-from meteor_spark.grid.streams import lane_bounds
+from meteor_spark.grid.client import Grid, GridSettings, Ring
+from meteor_spark.grid.streams import StreamConfig, lane_bounds, open_stream
 from meteor_spark.producer.publisher import LaneWritten
 from meteor_spark.spark.options import SinkOptions
 from meteor_spark.spark.sink_columns import validate_input_schema
-from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorStreamWriter, lanes_written
+from meteor_spark.spark.writer import SINK_COMMITS_MAP, MeteorBatchWriter, MeteorStreamWriter, lanes_written
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -178,6 +178,51 @@ def test_commit_messages_carry_records_and_first_last_offsets_per_lane(
     assert lanes_written([message, message]) == {
         (unique_name, lane): LaneWritten(lane, 2 * records, first, last) for lane, (records, first, last) in got.items()
     }
+
+
+@pytest.mark.parametrize(
+    ("max_records", "max_bytes", "per_item"),
+    [(1000, 1 << 20, 1000), (40_000, 8 << 20, (1 << 20) // 99)],
+    ids=["default stream", "items allowed above 1 MiB"],
+)
+def test_the_sinks_larger_calls_store_the_items_a_default_publisher_cuts(
+    grid: Grid,
+    grid_settings: GridSettings,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    max_records: int,
+    max_bytes: int,
+    per_item: int,
+) -> None:
+    """The sink's publishers send up to ``SINK_MAX_CALL_BYTES`` of records a call, yet cut the ring items a default
+    publisher (1 MiB calls) cuts, also where the stream allows larger ones: every row once, in order."""
+    calls: list[int] = []
+    real = Ring.add_all_async
+
+    def add_all_async(ring: Ring, items: Any, *args: Any) -> Any:
+        calls.append(len(items))
+        return real(ring, items, *args)
+
+    monkeypatch.setattr(Ring, "add_all_async", add_all_async)
+    info = open_stream(grid, StreamConfig(unique_name, max_batch_records=max_records, max_batch_bytes=max_bytes))
+    options = SinkOptions.parse({"stream": unique_name, **grid_options(grid_settings)})
+    schema = StructType.fromJson(
+        {"type": "struct", "fields": [{"name": "value", "type": "binary", "nullable": True, "metadata": {}}]}
+    )
+    writer = MeteorBatchWriter(options, schema, overwrite=False)
+    rows = [b"%099d" % i for i in range(40_000)]  # 99 bytes each: 3,960,000, within one call of the sink's
+
+    message = writer.write(iter([pa.RecordBatch.from_pydict({"value": rows})]))
+
+    n_items = -(-40_000 // per_item)
+    assert [(w.records, w.items) for w in message.streams] == [(40_000, n_items)]
+    assert calls == [n_items]  # one call; a default publisher sends four, of 1 MiB each
+    head, next_seq = lane_bounds(grid, info)[0]
+    items, sequences = _items(grid, info, 0, head, next_seq)
+    decoded = [decode_batch(i, stream=unique_name, lane=0, sequence=s) for i, s in zip(items, sequences, strict=True)]
+    assert [len(batch) for batch in decoded] == [min(per_item, 40_000 - i * per_item) for i in range(n_items)]
+    assert [r.value for batch in decoded for r in batch] == rows
+    writer.commit([message])
 
 
 def _items(grid: Grid, info: Any, lane: int, head: int, next_seq: int) -> tuple[list[bytes], list[int]]:
