@@ -33,7 +33,7 @@ from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeou
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.producer.calls import Call, Segment
-from meteor_spark.producer.futures import BulkFuture, PublishAsync, PublishCallback, RecordFuture
+from meteor_spark.producer.futures import BareRecordFuture, BulkFuture, PublishAsync, PublishCallback, RecordFuture
 from meteor_spark.producer.lane_queue import LaneQueue
 from meteor_spark.producer.sticky import sticky_run, sticky_runs
 
@@ -171,7 +171,7 @@ class Accumulator:
         take = self.tail_token.get
         give = self.tail_token.put
         publish_counted = self._publish_counted
-        new_future = object.__new__
+        new_future = BareRecordFuture
         time_ns = time.time_ns
         acc = self
 
@@ -201,7 +201,7 @@ class Accumulator:
                 give(token)
             if index < 0:
                 return publish_counted(record, stamp)
-            future = new_future(RecordFuture)  # without running ``RecordFuture.__init__``
+            future = new_future()  # its fields set here (``BareRecordFuture``)
             future._segment = segment
             future._index = index
             return future
