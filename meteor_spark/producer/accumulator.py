@@ -172,7 +172,7 @@ class Accumulator:
         give = self.tail_token.put
         publish_counted = self._publish_counted
         new_future = BareRecordFuture
-        time_ns = time.time_ns
+        clock = time.time  # a float: see ``Segment.plain``
         acc = self
 
         def publish_async(
@@ -185,7 +185,7 @@ class Accumulator:
                 return general(record, callback, topic=topic, message_id=message_id)
             if len(record) > max_record_bytes or context_now():
                 return general(record)  # refused with the general path's error, or traced
-            stamp = time_ns()
+            stamp = clock()
             token = take()
             try:
                 segment = acc.tail
@@ -210,7 +210,7 @@ class Accumulator:
         publish_async.__signature__ = inspect.signature(general)  # type: ignore[attr-defined]
         return publish_async
 
-    def _publish_counted(self, value: bytes, stamp: int) -> RecordFuture:
+    def _publish_counted(self, value: bytes, stamp: float) -> RecordFuture:
         """``plain_publisher``'s value when the tail has no room: appended the counted way, its call sent."""
         with self.lock:
             segment, index, call = self._append_plain(value, stamp, len(value))
@@ -218,10 +218,10 @@ class Accumulator:
             self.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
         return RecordFuture(segment, index)
 
-    def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
+    def _append_plain(self, value: bytes, stamp: float, size: int) -> tuple[Segment, int, Call | None]:
         """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
         in it, and the call the caller sends at once (the lane was idle). Opens the tail when the lane is in
-        flight. ``stamp`` is a ``time_ns()`` reading (``Segment.plain``)."""
+        flight. ``stamp`` is a ``time.time()`` reading (``Segment.plain``)."""
         self._fold()
         if self.outstanding >= self.admit_at:
             self.admit(1)
