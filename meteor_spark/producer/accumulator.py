@@ -24,7 +24,6 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
-from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,9 +32,10 @@ from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeou
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record
 from meteor_spark.producer.calls import Call, Segment
-from meteor_spark.producer.futures import BulkFuture, PublishAsync, PublishCallback, RecordFuture
+from meteor_spark.producer.futures import BareRecordFuture, BulkFuture, PublishAsync, PublishCallback, RecordFuture
 from meteor_spark.producer.lane_queue import LaneQueue
 from meteor_spark.producer.sticky import sticky_run, sticky_runs
+from meteor_spark.producer.tail_token import TailToken
 
 if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowInput
@@ -61,8 +61,7 @@ class Accumulator:
         self.settings = settings
         self.items_per_call = max_items_per_call
         #: Records queued behind a call in flight that make a whole call (or ``max_call_bytes`` bytes do).
-        self.ahead_records = max_items_per_call * settings.max_batch_records
-        self.ahead_bytes = settings.max_call_bytes
+        self.ahead_records, self.ahead_bytes = max_items_per_call * settings.max_batch_records, settings.max_call_bytes
         #: ``append`` and ``_append_plain`` go through ``admit`` once ``outstanding`` reaches this: the buffer's bound,
         #: or -1 once closing (``admit`` then refuses). One comparison instead of two: they run a million times a
         #: second.
@@ -83,8 +82,7 @@ class Accumulator:
         self.producer_seq = 0
         #: The sender was woken and has not looked at the lanes since (``nudge_sender``).
         self.sender_nudged = False
-        #: Sends a call claimed by ``publish_async`` from the publishing thread (the sender's ``send``, set when it
-        #: starts).
+        #: Sends a call claimed by ``publish_async`` from the publishing thread (the sender's ``send``, once started).
         self.send_now: Callable[[Call], None] = _no_sender
         #: The segment of plain values ``publish_async`` appends to without counting them, on lane ``tail_lane``,
         #: under ``tail_token`` (``plain_publisher``); ``no_tail`` (no room) when the next value takes the counted way.
@@ -92,8 +90,7 @@ class Accumulator:
         self.no_tail.close()
         self.tail = self.no_tail
         self.tail_lane = self.lanes[0]
-        self.tail_token: SimpleQueue[bool] = SimpleQueue()
-        self.tail_token.put(True)
+        self.tail_token = TailToken()
 
     # ------------------------------------------------------------------------------------------------ routing
 
@@ -151,10 +148,9 @@ class Accumulator:
     ) -> PublishAsync:
         """A ``publish_async`` that queues plain values of up to ``max_record_bytes`` itself and hands every other
         call to ``general`` (the publisher's method); ``context_now()`` is true while a trace context is current
-        (the value may then be traced, which ``general`` does). Its checks and append are one frame, constants in
-        closure cells: a second frame and a dozen attribute reads cost 13 % of the publishing thread's CPU. Its
-        ``topic`` and ``message_id`` are not keyword-only, nor are the method's: CPython 3.11 inlines the call of a
-        function without keyword-only parameters, which saves 30 ns of the ~370 a value costs.
+        (the value may then be traced, which ``general`` does). One frame, constants in closure cells (a second
+        frame and a dozen attribute reads cost 13 %); ``topic`` and ``message_id`` not keyword-only, as in the
+        method: CPython 3.11 inlines the call of a function without keyword-only parameters (30 ns less).
 
         While the tail (``tail``: the open plain segment of a lane with a call in flight) has room, a value is
         appended there and nothing else is written: the lane's counts, ``outstanding`` and the segment's ``n``
@@ -163,16 +159,15 @@ class Accumulator:
         the value that reaches the buffer's bound or a whole call to encode ahead: that value takes the counted way
         (``_append_plain``), which admits it (``admit``) and wakes the sender as ever.
 
-        The append holds ``tail_token``: ``get`` takes the queue's one token in one C call under the GIL, or waits
-        (GIL released) for ``put``; a mutex at half the cost of ``Lock.acquire`` (which parses its arguments). Only
-        its holder reads or writes ``tail``, its ``limit`` and values past ``n``: here, ``_fold`` and ``_open_tail``
-        (these under the lock: lock, then token). A fold so counts each value appended before it once, none after.
+        The append holds ``tail_token`` (``TailToken``: taken without waiting, else the value takes the counted way);
+        only its holder reads or writes ``tail``, its ``limit`` and values past ``n``: here, ``_fold`` and
+        ``_open_tail`` (lock, then token). A fold so counts each value appended before it once, none after.
         """
-        take = self.tail_token.get
-        give = self.tail_token.put
+        tail_token = self.tail_token
+        tokens = tail_token.tokens
         publish_counted = self._publish_counted
-        new_future = object.__new__
-        time_ns = time.time_ns
+        new_future = BareRecordFuture
+        clock = time.time  # a float: see ``Segment.plain``
         acc = self
 
         def publish_async(
@@ -185,8 +180,11 @@ class Accumulator:
                 return general(record, callback, topic=topic, message_id=message_id)
             if len(record) > max_record_bytes or context_now():
                 return general(record)  # refused with the general path's error, or traced
-            stamp = time_ns()
-            token = take()
+            stamp = clock()
+            try:
+                token = tokens.pop()
+            except IndexError:  # held by a step under the lock, or by another publishing thread's append
+                return publish_counted(record, stamp)
             try:
                 segment = acc.tail
                 values = segment.values
@@ -198,10 +196,12 @@ class Accumulator:
                 else:
                     index = -1  # no room: the counted way, once the token is given back
             finally:
-                give(token)
+                tokens.append(token)
+                if tail_token.waiters:
+                    tail_token.given_back()
             if index < 0:
                 return publish_counted(record, stamp)
-            future = new_future(RecordFuture)  # without running ``RecordFuture.__init__``
+            future = new_future()  # its fields set here (``BareRecordFuture``)
             future._segment = segment
             future._index = index
             return future
@@ -210,18 +210,18 @@ class Accumulator:
         publish_async.__signature__ = inspect.signature(general)  # type: ignore[attr-defined]
         return publish_async
 
-    def _publish_counted(self, value: bytes, stamp: int) -> RecordFuture:
-        """``plain_publisher``'s value when the tail has no room: appended the counted way, its call sent."""
+    def _publish_counted(self, value: bytes, stamp: float) -> RecordFuture:
+        """``plain_publisher``'s value when the tail has no room (or its token is held): appended the counted way."""
         with self.lock:
             segment, index, call = self._append_plain(value, stamp, len(value))
         if call is not None:
             self.send_now(call)  # an idle lane's call, claimed under the lock: sent by this thread
         return RecordFuture(segment, index)
 
-    def _append_plain(self, value: bytes, stamp: int, size: int) -> tuple[Segment, int, Call | None]:
+    def _append_plain(self, value: bytes, stamp: float, size: int) -> tuple[Segment, int, Call | None]:
         """Accept a plain value of ``publish_async`` on the sticky lane, counted (lock held): its segment and index
         in it, and the call the caller sends at once (the lane was idle). Opens the tail when the lane is in
-        flight. ``stamp`` is a ``time_ns()`` reading (``Segment.plain``)."""
+        flight. ``stamp`` is a ``time.time()`` reading (``Segment.plain``)."""
         self._fold()
         if self.outstanding >= self.admit_at:
             self.admit(1)
@@ -256,11 +256,11 @@ class Accumulator:
             bytes_left = self.ahead_bytes - 1 - state.queued_bytes
             records = min(records, self.ahead_records - 1 - state.queued, bytes_left // max(size, 1))
         if records > 0:
-            token = self.tail_token.get()
+            token = self.tail_token.take()
             segment.limit = segment.n + records
             self.tail = segment
             self.tail_lane = state
-            self.tail_token.put(token)
+            self.tail_token.give(token)
 
     def _fold(self) -> None:
         """Count the values appended to the tail since it opened, and close it (lock held): the next value takes
@@ -268,9 +268,9 @@ class Accumulator:
         segment = self.tail
         if segment is self.no_tail:
             return
-        token = self.tail_token.get()
+        token = self.tail_token.take()
         self.tail = self.no_tail
-        self.tail_token.put(token)  # the segment takes no more values: they are counted now
+        self.tail_token.give(token)  # the segment takes no more values: they are counted now
         added = len(segment.values) - segment.n
         if added:
             state = self.tail_lane

@@ -9,6 +9,7 @@ thread all carry the same value (no tuple to unpack and re-pack on each hop).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from meteor_spark.format.arrow_columns import ArrowColumns
     from meteor_spark.producer.accumulator import LaneQueue
 
-_NS_PER_MS = 1_000_000
-
 
 class Segment(Outcomes):
     """Records queued for one lane, in order: Python lists (single publishes, ``publish_many``) or Arrow arrays.
@@ -36,12 +35,14 @@ class Segment(Outcomes):
 
     ``plain``: the segment holds only plain values of ``publish_async`` (``Accumulator.plain_publisher``), and their
     timestamps in runs: ``stamps`` holds a millisecond per run and ``ms_starts`` the index of the run's first record;
-    a value whose ``time.time_ns()`` reading lies in ``[ms_lo, ms_hi)`` (the nanoseconds of the last run's
-    millisecond) joins that run, any other starts a run (``stamp_from``). Each record so keeps its own millisecond
-    exactly, a clock stepping back included, for one comparison: an integer kept per record, divided and converted
-    one by one when encoded, cost the publishing thread and the sender more. No other record goes into such a
-    segment (``LaneQueue.open_segment`` starts a new one after it). ``nbytes`` (read for Arrow segments) is not kept
-    for a plain segment: the lane's ``queued_bytes`` counts its records.
+    a value whose ``time.time()`` reading lies in ``[ms_lo, ms_hi)`` (the last run's millisecond, in seconds as
+    floats compare) joins that run, any other starts a run (``stamp_from``). Each record so keeps the millisecond of
+    its own reading, a clock stepping back included, for one comparison: an integer kept per record, divided and
+    converted one by one when encoded, cost the publishing thread and the sender more. A float reading, not
+    ``time_ns()``'s integer: CPython 3.11 compares floats in a specialized instruction, integers of 64 bits not
+    (11 ns a value less); the float's resolution (0.24 us today) is far below a millisecond. No other record goes
+    into such a segment (``LaneQueue.open_segment`` starts a new one after it). ``nbytes`` (read for Arrow
+    segments) is not kept for a plain segment: the lane's ``queued_bytes`` counts its records.
     """
 
     __slots__ = (
@@ -83,7 +84,7 @@ class Segment(Outcomes):
         # While the segment is its accumulator's tail: it takes values uncounted up to index ``limit``
         # (``Accumulator.plain_publisher``).
         self.limit = 0
-        self.ms_lo = self.ms_hi = 0
+        self.ms_lo = self.ms_hi = 0.0  # floats always: the comparison stays specialized
         self.ms_starts: list[int] = []
         self.targets: list[tuple[int, int, BulkFuture, int | np.ndarray]] = []
         self._cum: np.ndarray | None = None
@@ -158,22 +159,28 @@ class Segment(Outcomes):
         self.nbytes += size
         return size
 
-    def add_plain(self, value: bytes, stamp: int) -> None:
-        """Append a plain value of ``publish_async`` stamped ``stamp`` (``time.time_ns()``) to a plain segment."""
+    def add_plain(self, value: bytes, stamp: float) -> None:
+        """Append a plain value of ``publish_async`` stamped ``stamp`` (``time.time()``) to a plain segment."""
         index = self.n
         self.values.append(value)
         if not self.ms_lo <= stamp < self.ms_hi:
             self.stamp_from(index, stamp)
         self.n = index + 1
 
-    def stamp_from(self, index: int, stamp: int) -> None:
-        """A plain segment's records from ``index`` on carry the millisecond of ``stamp`` (``time.time_ns()``),
-        until one stamped outside it."""
-        ms = stamp // _NS_PER_MS
+    def stamp_from(self, index: int, stamp: float) -> None:
+        """A plain segment's records from ``index`` on carry the millisecond of ``stamp`` (``time.time()``), until
+        one stamped outside it. The millisecond is the one whose bounds (``ms / 1000``, ``(ms + 1) / 1000``) hold
+        ``stamp`` as floats compare, so a record's millisecond does not depend on the run it joins (``floor`` of
+        ``stamp * 1000`` may round across a bound: one step back or on corrects it)."""
+        ms = math.floor(stamp * 1000.0)
+        if stamp < ms / 1000.0:
+            ms -= 1
+        elif stamp >= (ms + 1) / 1000.0:
+            ms += 1
         self.ms_starts.append(index)
         self.stamps.append(ms)
-        self.ms_lo = ms * _NS_PER_MS
-        self.ms_hi = self.ms_lo + _NS_PER_MS
+        self.ms_lo = ms / 1000.0
+        self.ms_hi = (ms + 1) / 1000.0
 
     def count_plain(self, added: int) -> int:
         """Count ``added`` values appended to a plain segment past ``n`` uncounted (the accumulator's ``_fold``,

@@ -339,21 +339,20 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
     publish = acc.plain_publisher(100, bool, _general)
     sent: list[Call] = []
     acc.send_now = sent.append
-    before = time.time_ns()
+    before = time.time()
     first = publish(b"a")
     assert [call.n_records for call in sent] == [1]  # an idle lane without linger: the caller sends it
     second = publish(b"bb")
     assert len(sent) == 1  # the lane is in flight: its completion sends what queued behind
     keyed, _ = acc.append(Record(b"k", key=b"x"), 0, 12, None)
     third = publish(b"c")  # after a keyed record: a plain segment of its own again
-    after = time.time_ns()
+    after = time.time()
     plain, mixed, last = list(acc.lanes[0].segments)
     assert [(f._segment, f._index) for f in (second, keyed, third)] == [(plain, 0), (mixed, 0), (last, 0)]
     assert (plain.plain, mixed.plain, last.plain) == (True, False, True)
     assert (plain.open, mixed.open, last.open) == (False, False, True)
     assert (plain.values, mixed.values, mixed.keys, last.values) == ([b"bb"], [b"k"], [b"x"], [b"c"])
-    ms = 1_000_000
-    assert before // ms <= plain.stamps[0] <= last.stamps[0] <= after // ms and mixed.stamps == [12]  # runs of ms
+    assert int(before * 1000) <= plain.stamps[0] <= last.stamps[0] <= int(after * 1000) and mixed.stamps == [12]
     assert isinstance(first, RecordFuture) and not first.done()
     state = acc.lanes[0]
     assert (state.queued, state.queued_bytes, acc.outstanding) == (3, 5, 4)
@@ -366,16 +365,18 @@ def test_plain_publish_queues_plain_values_in_order_in_segments_of_their_own() -
 
 
 def test_a_plain_segment_keeps_each_records_own_millisecond_in_runs() -> None:
-    """Plain values keep their ``time_ns()`` stamp's millisecond as runs (``Segment.plain``): every record gets its
+    """Plain values keep their ``time.time()`` stamp's millisecond as runs (``Segment.plain``): every record gets its
     own exactly, from any piece, also when the clock steps back."""
     segment = LaneQueue(0, threading.Lock()).open_plain()
-    ms = 1_000_000
-    stamps = [5 * ms, 5 * ms + 999_999, 6 * ms, 6 * ms + 1, 4 * ms + 7, 6 * ms, 6 * ms, 9 * ms - 1]
+    base = 1_700_000_000_000  # ms
+    # (ms, microseconds into it): the first and last microsecond of a millisecond, a step back, a run resumed.
+    at = [(5, 0), (5, 999), (6, 0), (6, 1), (4, 7), (6, 0), (6, 500), (8, 999)]
+    stamps = [(base + ms) / 1000 + us / 1_000_000 for ms, us in at]
     for i, stamp in enumerate(stamps):
         segment.add_plain(b"v%d" % i, stamp)
     assert segment.n == 8 and segment.values == [b"v%d" % i for i in range(8)]
-    assert (segment.ms_starts, segment.stamps) == ([0, 2, 4, 5, 7], [5, 6, 4, 6, 8])
-    expected = [stamp // ms for stamp in stamps]
+    assert (segment.ms_starts, segment.stamps) == ([0, 2, 4, 5, 7], [base + 5, base + 6, base + 4, base + 6, base + 8])
+    expected = [base + ms for ms, _ in at]
     for start in range(8):
         for stop in range(start + 1, 9):
             got = segment.plain_ms(start, stop)
@@ -412,23 +413,22 @@ def test_plain_values_from_many_threads_racing_folds_and_cuts_are_each_taken_onc
     a thread that folds, cuts and settles calls all the time, switching threads as often as CPython lets them (and
     inside the append, where a new millisecond starts a run). No value is lost or taken twice, each thread's values
     keep their order, each future names its value and its own millisecond, and the counts end at zero."""
-    ms = 1_000_000
-    clock = itertools.count(1_700_000_000_000 * ms, ms // 2)  # a new millisecond every other reading
-    readings: dict[int, list[int]] = {}
+    clock = itertools.count()  # a new millisecond every other reading, each a quarter into its half
 
-    def fake_time_ns() -> int:
-        reading = next(clock)
+    def fake_time() -> float:
+        reading = (1_700_000_000_000 + next(clock) / 2 + 0.25) / 1000
         readings.setdefault(threading.get_ident(), []).append(reading)
         return reading
 
+    readings: dict[int, list[float]] = {}
     stamp_from = Segment.stamp_from
 
-    def switching_stamp_from(segment: Segment, index: int, stamp: int) -> None:
+    def switching_stamp_from(segment: Segment, index: int, stamp: float) -> None:
         time.sleep(0)  # not a wait: lets another thread run inside the append's exclusion
         stamp_from(segment, index, stamp)
 
     acc = _accumulator(items_per_call=2, max_batch_records=7, max_buffered_records=300)
-    monkeypatch.setattr(time, "time_ns", fake_time_ns)
+    monkeypatch.setattr(time, "time", fake_time)
     publish_one = acc.plain_publisher(100, bool, _general)  # keeps the fake clock
     monkeypatch.undo()
     monkeypatch.setattr(Segment, "stamp_from", switching_stamp_from)
@@ -453,7 +453,7 @@ def test_plain_values_from_many_threads_racing_folds_and_cuts_are_each_taken_onc
                 if not state.in_flight and state.queued:
                     in_flight.append(acc.claim(state))
 
-    def publish(thread: int) -> list[tuple[bytes, RecordFuture, int]]:
+    def publish(thread: int) -> list[tuple[bytes, RecordFuture, float]]:
         values = [b"%d:%05d" % (thread, i) for i in range(3000)]
         futures = [publish_one(value) for value in values]
         return list(zip(values, futures, readings[threading.get_ident()], strict=True))
@@ -474,7 +474,7 @@ def test_plain_values_from_many_threads_racing_folds_and_cuts_are_each_taken_onc
         assert mine == sorted(mine)  # in each thread's order
     for value, future, reading in sent:
         segment, index = cast(Segment, future._segment), future._index
-        assert segment.values[index] == value and segment.plain_ms(index, index + 1) == reading // ms
+        assert segment.values[index] == value and segment.plain_ms(index, index + 1) == int(reading * 1000)
     state = acc.lanes[0]
     assert acc.outstanding_records() == 0 and (state.queued, state.queued_bytes) == (0, 0)
 

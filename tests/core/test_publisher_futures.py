@@ -219,16 +219,17 @@ def test_plain_values_are_stored_with_the_millisecond_of_their_own_publish_call(
     """A plain value's timestamp is its own ``publish_async`` clock reading, in milliseconds (``Segment.plain``
     keeps them in runs): exact per record, across the tail and the counted way, small calls and a clock that steps
     back."""
-    readings: list[int] = []
+    readings: list[float] = []
     clock = itertools.count()
 
-    def fake_time_ns() -> int:
+    def fake_time() -> float:
         k = next(clock)
-        reading = 1_700_000_000_000_000_000 + k * 350_000 - (5_000_000 if k % 97 == 50 else 0)  # steps back at times
-        readings.append(reading)
-        return reading
+        # 0.35 ms apart, never within 0.02 ms of a millisecond's bound; steps back 5 ms at times.
+        ms = 1_700_000_000_000 + k * 0.35 + 0.03 - (5 if k % 97 == 50 else 0)
+        readings.append(ms / 1000)
+        return ms / 1000
 
-    monkeypatch.setattr(time, "time_ns", fake_time_ns)
+    monkeypatch.setattr(time, "time", fake_time)
     pub = Publisher(grid, StreamConfig(unique_name), max_batch_records=20, max_items_per_call=2)
     monkeypatch.undo()  # the publisher's plain path keeps the fake clock; nothing else reads it
     with pub:
@@ -236,7 +237,7 @@ def test_plain_values_are_stored_with_the_millisecond_of_their_own_publish_call(
         futures = [pub.publish_async(b"v%d" % i) for i in range(1500)]
         pub.flush(30)
     assert len(readings) == len(futures)
-    expected = {future.result(0): reading // 1_000_000 for future, reading in zip(futures, readings, strict=True)}
+    expected = {future.result(0): int(reading * 1000) for future, reading in zip(futures, readings, strict=True)}
     with Subscriber(grid, unique_name, initial_offset_scheme="earliest") as sub:
         stored: list[Record] = []
         wait_until(lambda: stored.extend(sub.poll(timeout_ms=100)) or len(stored) >= len(futures), timeout_s=30)

@@ -85,8 +85,8 @@ def test_one_published_record_is_stored_as_the_general_encoders_item(grid: Grid,
     assert bytes(stored) == general[0][0]
 
 
-def _ns_stamp(i: int) -> int:
-    return 1_700_000_000_000_000_000 + i * 400_000  # the time_ns() reading of a plain segment's record i
+def _clock_stamp(i: int) -> float:
+    return (1_700_000_000_000 + i * 0.4 + 0.05) / 1000  # the time.time() reading of a plain segment's record i
 
 
 def _segment(plain: bool) -> Segment:
@@ -95,7 +95,7 @@ def _segment(plain: bool) -> Segment:
     if plain:
         segment.plain = segment.singles = True
         for i, value in enumerate(values):
-            segment.add_plain(value, _ns_stamp(i))
+            segment.add_plain(value, _clock_stamp(i))
     else:
         segment.add_values(values[:300], 1_700_000_000_000, BulkFuture("list", 300), 0)
         segment.add_values(values[300:], 1_700_000_000_005, BulkFuture("list", 200), 0)
@@ -108,7 +108,7 @@ def test_a_segment_prepares_the_columns_of_its_records_from_what_it_counted(plai
     segment = _segment(plain)
     framing = ItemFraming(3, 4, "none")
     for start, stop in ((0, 1), (0, 300), (250, 350), (300, 500)):
-        ms = [_ns_stamp(i) // 1_000_000 for i in range(start, stop)]
+        ms = [int(_clock_stamp(i) * 1000) for i in range(start, stop)]
         expected: list[int] = ms if plain else segment.stamps[start:stop]
         general = encode_items_and_lane_max(
             [[prepare_columns(segment.values[start:stop], timestamps=expected)]], framing
