@@ -124,15 +124,22 @@ def test_value_lengths_given_must_be_one_per_value() -> None:
         prepare_columns([b"a", b"b"], timestamps=0, value_lengths=np.array([1], dtype=np.int32))
 
 
-def test_behind_an_item_lz4_shrank_the_next_is_compressed_without_a_probe_and_a_raw_one_is_probed_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def probed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the bodies ``item_encoding`` probes for compressibility, in order (the probe still runs)."""
     from meteor_spark.format import item_encoding
+
+    sizes: list[int] = []
+    real = item_encoding._may_shrink
+    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: sizes.append(n) or real(pieces, n))
+    return sizes
+
+
+def test_behind_an_item_lz4_shrank_the_next_is_compressed_without_a_probe_and_a_raw_one_is_probed_again(
+    probed: list[int],
+) -> None:
     from meteor_spark.format.item_header import FLAG_LZ4
 
-    probed: list[int] = []
-    real = item_encoding._may_shrink
-    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
     shrinks, does_not = [bytes(PROBE_FROM + 10)], [os.urandom(PROBE_FROM + 10)]
     bodies = [shrinks, shrinks, does_not, does_not, shrinks]
     items, _ = encode_items_and_lane_max(
@@ -146,14 +153,11 @@ def test_behind_an_item_lz4_shrank_the_next_is_compressed_without_a_probe_and_a_
 
 
 def test_a_call_behind_a_shrunk_item_is_compressed_without_a_probe_and_a_raw_body_still_stays_raw(
-    monkeypatch: pytest.MonkeyPatch,
+    probed: list[int],
 ) -> None:
     from meteor_spark.format import item_encoding
     from meteor_spark.format.item_header import FLAG_LZ4
 
-    probed: list[int] = []
-    real = item_encoding._may_shrink
-    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
     shrinks, does_not = [bytes(PROBE_FROM + 10)], [os.urandom(PROBE_FROM + 10)]
     first, _ = encode_items_and_lane_max([[prepare_columns(shrinks, timestamps=0)]], ItemFraming(1, 0, "lz4", 1024))
     assert item_encoding.shrank(first[-1]) and len(probed) == 1
@@ -169,7 +173,7 @@ def test_a_call_behind_a_shrunk_item_is_compressed_without_a_probe_and_a_raw_bod
 
 
 def test_a_publishers_calls_of_a_lane_carry_whether_its_last_item_shrank(
-    grid: Grid, unique_name: str, monkeypatch: pytest.MonkeyPatch
+    grid: Grid, unique_name: str, probed: list[int]
 ) -> None:
     """The sender probes a large body only where the lane's previous item did not shrink: once for three calls of
     compressible bulks, again after an incompressible one; every item reads back as published."""
@@ -177,9 +181,6 @@ def test_a_publishers_calls_of_a_lane_carry_whether_its_last_item_shrank(
 
     from meteor_spark.format import item_encoding
 
-    probed: list[int] = []
-    real = item_encoding._may_shrink
-    monkeypatch.setattr(item_encoding, "_may_shrink", lambda pieces, n: probed.append(n) or real(pieces, n))
     bulks = [[bytes(PROBE_FROM + 10)], [b"m" * (PROBE_FROM + 10)], [bytes(PROBE_FROM + 20)], [os.urandom(PROBE_FROM)]]
     bulks.append([bytes(PROBE_FROM + 30)])
     with Publisher(grid, StreamConfig(unique_name)) as pub:
