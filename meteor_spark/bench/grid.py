@@ -54,7 +54,7 @@ class GridBenchOptions:
     inflight: int
     members: tuple[str, ...] = ()
     cluster_name: str = "dev"
-    busy_poll_us: int = 0
+    busy_poll_us: int | None = None  # None: the member's default
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GridBenchOptions:
@@ -67,7 +67,7 @@ class GridBenchOptions:
             inflight=args.inflight,
             members=split_members(getattr(args, "members", None) or ()),
             cluster_name=getattr(args, "cluster_name", None) or "dev",
-            busy_poll_us=getattr(args, "busy_poll_us", 0),
+            busy_poll_us=getattr(args, "busy_poll_us", None),
         )
         if settings.members:
             GridSettings(members=settings.members, cluster_name=settings.cluster_name)  # ConfigError naming a bad one
@@ -98,9 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--busy-poll-us",
         type=int,
-        default=0,
+        default=None,
         metavar="US",
-        help="start the embedded member with --busy-poll-us US (keeps polling after each request; default 0 = off)",
+        help="start the embedded member with --busy-poll-us US (adaptive polling after each request; 0 = off; "
+        "default: the member's default)",
     )
 
 

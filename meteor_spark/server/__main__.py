@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from meteor_spark.allocator import tune_allocator
+from meteor_spark.server.busy_poll import DEFAULT_WINDOW_US as DEFAULT_BUSY_POLL_US
 from meteor_spark.server.busy_poll import MAX_WINDOW_US as MAX_BUSY_POLL_US
 from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX, parse_map_config, parse_ring_config
 from meteor_spark.server.engine import CP_MODES, FSYNC_POLICIES
@@ -148,11 +149,12 @@ def _add_process(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--busy-poll-us",
         type=int,
-        default=0,
+        default=DEFAULT_BUSY_POLL_US,
         metavar="US",
-        help="after each request keep polling the sockets without sleeping for US microseconds: a lower round trip "
-        "on an idle machine (no wake-up), for CPU spent spinning; like Hazelcast's hazelcast.io.selectorMode="
-        f"selectnow (default 0 = off; at most {MAX_BUSY_POLL_US})",
+        help="after each request keep polling the sockets without sleeping for US microseconds, while no other "
+        "thread wants the core and requests keep coming: a lower round trip on an idle machine (no wake-up); like "
+        f"Hazelcast's hazelcast.io.selectorMode=selectnow, but adaptive (default {DEFAULT_BUSY_POLL_US}; 0 = off; "
+        f"at most {MAX_BUSY_POLL_US})",
     )
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log level (default INFO)"
@@ -183,7 +185,7 @@ def options_from_args(args: argparse.Namespace) -> MemberOptions:
         client_heartbeat_timeout_s=getattr(args, "client_heartbeat_timeout_s", DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S),
         auth_timeout_s=getattr(args, "auth_timeout_s", DEFAULT_AUTH_TIMEOUT_S),
         metrics_port=getattr(args, "metrics_port", None),
-        busy_poll_us=getattr(args, "busy_poll_us", 0),
+        busy_poll_us=getattr(args, "busy_poll_us", DEFAULT_BUSY_POLL_US),
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from meteor_spark.server.busy_poll import DEFAULT_WINDOW_US as DEFAULT_BUSY_POLL_US
 from meteor_spark.server.busy_poll import MAX_WINDOW_US as MAX_BUSY_POLL_US
 from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX
 from meteor_spark.server.engine import Clock, Engine, EngineConfig
@@ -74,7 +75,7 @@ class MemberOptions:
     client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S
     auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S
     metrics_port: int | None = None
-    busy_poll_us: int = 0
+    busy_poll_us: int = DEFAULT_BUSY_POLL_US
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -217,9 +218,10 @@ class EmbeddedGrid:
             credentials cannot hold a connection, nor more than 64 KiB of the member's memory); 0 = never.
         metrics_port: serve the member's figures in Prometheus text format on this port (0 = a free one;
             ``metrics_address`` tells which); None = no endpoint. Needs the ``metrics`` extra.
-        busy_poll_us: after each request, keep polling the sockets without sleeping for this many microseconds
-            (``server/busy_poll.py``): lower round trips on an idle machine for CPU spent spinning; 0 (default) = off.
-            A member process only (``process=True``).
+        busy_poll_us: after each request, keep polling the sockets without sleeping for this many microseconds,
+            while no other thread wants the core and requests keep coming (``server/busy_poll.py``): lower round
+            trips on an idle machine. 0 = off; None (default) = 100 for a member process, off for a member thread
+            (which would spin against the application's threads).
     """
 
     def __init__(
@@ -241,8 +243,10 @@ class EmbeddedGrid:
         client_heartbeat_timeout_s: float = DEFAULT_CLIENT_HEARTBEAT_TIMEOUT_S,
         auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
         metrics_port: int | None = None,
-        busy_poll_us: int = 0,
+        busy_poll_us: int | None = None,
     ) -> None:
+        if busy_poll_us is None:
+            busy_poll_us = DEFAULT_BUSY_POLL_US if process else 0
         self.options = MemberOptions(
             host=host,
             port=port,
@@ -525,8 +529,7 @@ def member_arguments(options: MemberOptions) -> list[str]:
     argv += ["--auth-timeout-s", repr(float(options.auth_timeout_s))]
     if options.metrics_port is not None:
         argv += ["--metrics-port", str(options.metrics_port)]
-    if options.busy_poll_us:
-        argv += ["--busy-poll-us", str(options.busy_poll_us)]
+    argv += ["--busy-poll-us", str(options.busy_poll_us)]
     for ring_config in options.ring_configs:
         argv += ["--ring-config", RING_CONFIG_SYNTAX.format(ring_config)]
     for map_config in options.map_configs:
