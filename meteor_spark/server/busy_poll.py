@@ -12,8 +12,8 @@ when they share the cores, and spent for nothing when no request comes. A fixed 
 both cores busy (60-83 us against 56-61 asleep). So polling stops where it costs:
 
 - **Another thread wants this core.** Each poll yields the CPU (``sched_yield``) and times the yield: one that comes
-  back later than ``LATE_YIELD_S`` means a runnable thread ran on this core meanwhile (a client, a burner, another
-  vCPU's steal). Polling then stops for ``BACKOFF_S`` and the member sleeps between requests, as without polling,
+  back later than ``LATE_YIELD_S`` means a runnable thread kept this core meanwhile (a busy client, a CPU-bound
+  job, another vCPU's steal). Polling then stops for ``BACKOFF_S`` and the member sleeps between requests, as without polling,
   before it tries again. The load average cannot tell this: the spinner raises it itself.
 - **No request comes within the window.** A window that expires without a request was spent for nothing; after
   ``MAX_MISSES`` such windows in a row (a trickle of requests slower than the window, or clients that stopped)
@@ -39,8 +39,10 @@ from collections.abc import Callable
 DEFAULT_WINDOW_US = 100
 #: Upper bound of ``--busy-poll-us``: a longer window spins through pauses of the clients, not their round trips.
 MAX_WINDOW_US = 10_000
-#: A yield that takes longer than this gave the CPU to another thread: the core is wanted, stop polling.
-LATE_YIELD_S = 50e-6
+#: A yield that takes longer than this gave the CPU to a thread that kept it (a CPU-bound one gets a slice of
+#: milliseconds): the core is wanted, stop polling. A client's thread that runs its short turn (tens of microseconds
+#: of Python) and blocks again must not count: at 50 us the waiting map client alone made the member back off.
+LATE_YIELD_S = 500e-6
 #: Windows in a row that expire without a request before polling stops.
 MAX_MISSES = 4
 #: How long polling stays off after it stopped (contention or misses) before the next request may open a window.
