@@ -13,13 +13,15 @@ both cores busy (60-83 us against 56-61 asleep). So polling stops where it costs
 
 - **Another thread wants this core.** Each poll yields the CPU (``sched_yield``) and times the yield: one that comes
   back later than ``LATE_YIELD_S`` means a runnable thread kept this core meanwhile (a busy client, a CPU-bound
-  job, another vCPU's steal). Polling then stops for ``BACKOFF_S`` and the member sleeps between requests, as without polling,
-  before it tries again. The load average cannot tell this: the spinner raises it itself.
+  job, another vCPU's steal). Polling then stops for ``BACKOFF_S`` and the member sleeps between requests, as
+  without polling, before it tries again. The load average cannot tell this: the spinner raises it itself.
 - **No request comes within the window.** A window that expires without a request was spent for nothing; after
   ``MAX_MISSES`` such windows in a row (a trickle of requests slower than the window, or clients that stopped)
   polling also stops for ``BACKOFF_S``. A client waiting for each answer hits nearly every window.
 
-An idle member costs nothing: a window only opens when a request arrives. Polling runs in a member process only
+With this policy (``docs/benchmarks.md``, "poll: adaptive busy polling"): quiet, map get p50 56-66 us against
+100-104 asleep; with both cores taken by CPU-bound jobs, the same as asleep. An idle member costs nothing: a window
+only opens when a request arrives. Polling runs in a member process only
 (``EmbeddedGrid(process=False)`` refuses it): a member thread would spin against the application's threads for the
 GIL. Like Hazelcast's ``hazelcast.io.selectorMode=selectnow`` (its I/O threads spin on ``selectNow``), but adaptive.
 
