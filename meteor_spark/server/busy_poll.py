@@ -37,8 +37,11 @@ import os
 import time
 from collections.abc import Callable
 
+#: ``os.sched_yield``, or None (Windows): polls then only go through the loop.
+_SCHED_YIELD = getattr(os, "sched_yield", None)
 #: Window of a member process unless told otherwise (``--busy-poll-us``); covers a Python client's turn (~70 us).
-DEFAULT_WINDOW_US = 100
+#: Off where there is no ``sched_yield``: without timing a yield, polling cannot tell that another thread waits.
+DEFAULT_WINDOW_US = 100 if _SCHED_YIELD is not None else 0
 #: Upper bound of ``--busy-poll-us``: a longer window spins through pauses of the clients, not their round trips.
 MAX_WINDOW_US = 10_000
 #: A yield that takes longer than this gave the CPU to a thread that kept it (a CPU-bound one gets a slice of
@@ -49,8 +52,6 @@ LATE_YIELD_S = 500e-6
 MAX_MISSES = 4
 #: How long polling stays off after it stopped (contention or misses) before the next request may open a window.
 BACKOFF_S = 0.1
-
-_SCHED_YIELD = getattr(os, "sched_yield", None)  # None on Windows: the polls then only go through the loop
 
 
 def _no_yield() -> None:
