@@ -54,6 +54,16 @@ MAX_MISSES = 4
 BACKOFF_S = 0.1
 
 
+def check_window(window_us: int) -> None:
+    """Refuse a window outside 0..``MAX_WINDOW_US`` (``--busy-poll-us``, ``MemberOptions``, ``BusyPoll``).
+
+    Raises:
+        ValueError: naming the range and the value given.
+    """
+    if not 0 <= window_us <= MAX_WINDOW_US:
+        raise ValueError(f"busy poll window must be 0..{MAX_WINDOW_US} us (0 = off), got {window_us}")
+
+
 def _no_yield() -> None:
     pass
 
@@ -82,8 +92,7 @@ class BusyPoll:
         yield_cpu: Callable[[], None] = _SCHED_YIELD or _no_yield,
         call_soon: Callable[[Callable[[], None]], None] = _call_soon,
     ) -> None:
-        if not 0 <= window_us <= MAX_WINDOW_US:
-            raise ValueError(f"busy poll window must be 0..{MAX_WINDOW_US} us (0 = off), got {window_us}")
+        check_window(window_us)
         self.window_s = window_us / 1e6
         self._now = now
         self._yield = yield_cpu

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from meteor_spark.server.busy_poll import DEFAULT_WINDOW_US as DEFAULT_BUSY_POLL_US
-from meteor_spark.server.busy_poll import MAX_WINDOW_US as MAX_BUSY_POLL_US
+from meteor_spark.server.busy_poll import check_window as check_busy_poll_window
 from meteor_spark.server.config_syntax import MAP_CONFIG_SYNTAX, RING_CONFIG_SYNTAX
 from meteor_spark.server.engine import Clock, Engine, EngineConfig
 from meteor_spark.server.engine.map_types import MapConfig
@@ -87,8 +87,7 @@ class MemberOptions:
                 f"authentication timeout must be >= 0 seconds (0 = never close unauthenticated connections), got "
                 f"{self.auth_timeout_s}; the default is {DEFAULT_AUTH_TIMEOUT_S:g}"
             )
-        if not 0 <= self.busy_poll_us <= MAX_BUSY_POLL_US:
-            raise ValueError(f"busy poll window must be 0..{MAX_BUSY_POLL_US} us (0 = off), got {self.busy_poll_us}")
+        check_busy_poll_window(self.busy_poll_us)
         if self.data_dir is not None and os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
             raise ValueError(f"data directory {self.data_dir} is a file, not a directory")
         if not self.client_heartbeat_timeout_s >= 0:  # also refuses NaN
