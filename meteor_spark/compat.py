@@ -368,31 +368,31 @@ def _check_invoke() -> None:
 
 _PYSPARK = "pyspark"
 _RUNNER_WRITTEN_FOR = ((4, 2), (4, 4))
-_sigterm_seen = threading.Event()
 
 
-def stop_source_runner_on_sigterm(
-    stop: Callable[[], None], *, already_stopping: Callable[[], bool] = lambda: False
-) -> bool:
-    """Make ``stop`` run when Spark ends its Python streaming source runner; returns whether the hook is installed.
+def stop_source_runner_on_sigterm(stopping: threading.Event) -> bool:
+    """Make Spark's SIGTERM end its Python streaming source runner through the runner's own ``finally:
+    reader.stop()`` (and ``atexit`` hooks); returns whether the handler is installed.
 
-        pyspark 4.2/4.3's runner (``pyspark/sql/streaming/python_streaming_source_runner.py``) never gets to call
-        ``reader.stop()``: the JVM ends the process with SIGTERM, whose default action kills it before its
-        ``finally: reader.stop()`` runs. A SIGTERM handler that runs ``stop`` and raises ``SystemExit`` lets both that
-        ``finally`` and ``atexit`` hooks run. A SIGTERM that arrives while a stop is under way (a second one, or one
-    during ``atexit``: ``already_stopping()`` is true) is ignored so it cannot interrupt the release. Signal
-        handlers can only be installed from the main thread (where the runner calls the reader); elsewhere this does
-        nothing.
+    pyspark 4.2/4.3's runner (``pyspark/sql/streaming/python_streaming_source_runner.py``) never gets to call
+    ``reader.stop()``: the JVM ends the process with SIGTERM, whose default action kills it before that ``finally``
+    runs. The handler raises ``SystemExit`` and does nothing else: the signal lands anywhere in the runner's main
+    thread, sometimes in the middle of a batch (inside a group member's lock, or inside the grid client sending a
+    request), where a release run by the handler would wait for that lock forever or re-enter the client's half-done
+    call; unwinding first releases the locks, and ``stop()`` then runs from the ``finally``.
+
+    Only a SIGTERM that finds ``stopping`` clear raises (and sets it); the readers' ``stop()`` sets it too. Any later
+    one is ignored, so it cannot abort the release: Spark sends two, and closes the runner's socket, so the runner
+    may be in its ``finally`` before the first arrives. Signal handlers can only be installed from the main thread
+    (where the runner calls the reader); elsewhere this does nothing.
     """
     if threading.current_thread() is not threading.main_thread():
         return False
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        if _sigterm_seen.is_set() or already_stopping():
-            return
-        _sigterm_seen.set()
-        stop()
-        raise SystemExit(128 + signum)
+        if not stopping.is_set():
+            stopping.set()
+            raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_sigterm)
     return True

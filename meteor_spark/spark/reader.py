@@ -38,7 +38,8 @@ offsets, else ``startingOffsets``.
 
 Leases are released when the source runner ends: Spark terminates it with SIGTERM (``stop()`` is otherwise never
 called in 4.3), so the first driver-side call installs a SIGTERM handler that raises ``SystemExit``; Spark's
-runner then runs ``stop()``, and ``atexit`` covers a normal exit. A SIGKILLed driver cannot release anything: its
+runner then runs ``stop()`` from its ``finally``, once the main thread has unwound out of whatever the signal
+interrupted, and ``atexit`` covers a normal exit (``stop_hooks``). A SIGKILLed driver cannot release anything: its
 leases expire after ``groupLeaseMs``.
 
 Positions are checked when a query starts (``initialOffset``; ``partitions`` for a batch read): a position past a
@@ -122,7 +123,7 @@ from meteor_spark.spark.options import SourceOptions
 from meteor_spark.spark.planning import Piece, by_stream, byte_limit, plan_for, rate_limit
 from meteor_spark.spark.positions import check_lanes, check_time_lanes, resolve_position, start_by_time
 from meteor_spark.spark.source_offset import SparkOffset
-from meteor_spark.spark.stop_hooks import install_stop_hooks
+from meteor_spark.spark.stop_hooks import install_stop_hooks, stopping
 from meteor_spark.spark.typed_columns import value_version_of
 
 logger = logging.getLogger(__name__)
@@ -563,5 +564,6 @@ class MeteorStreamReader(ReadsLaneRanges, DataSourceStreamReader, SupportsTrigge
         self._driver().confirm(SparkOffset.from_json(end))
 
     def stop(self) -> None:
+        stopping()  # a SIGTERM from here on would abort the release (``stop_hooks``)
         if self._state is not None:
             self._state.close()

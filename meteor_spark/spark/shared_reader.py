@@ -48,7 +48,7 @@ from meteor_spark.groups.shared_state import DONE
 from meteor_spark.spark.clients import grid_for
 from meteor_spark.spark.executor import LaneRange, read_lane_ranges
 from meteor_spark.spark.planning import default_partitions
-from meteor_spark.spark.stop_hooks import install_stop_hooks
+from meteor_spark.spark.stop_hooks import install_stop_hooks, stopping
 from meteor_spark.spark.typed_columns import value_version_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -288,6 +288,7 @@ class MeteorSharedStreamReader(DataSourceStreamReader):
             del self._acked[next(iter(self._acked))]
 
     def stop(self) -> None:
+        stopping()  # a SIGTERM from here on would abort the release (``stop_hooks``)
         if self._member is not None:
             self._member.close()
             self._member = None
