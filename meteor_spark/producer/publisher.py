@@ -90,7 +90,8 @@ class Publisher:
 
     Args:
         grid: the grid connection.
-        stream: a ``StreamConfig`` (the stream is created when missing) or the name of an existing stream.
+        stream: a ``StreamConfig`` (the stream is created when missing), the name of an existing stream, or a stream
+            ``open_stream`` already opened (its ``StreamInfo``: not opened again).
         linger_ms, max_batch_records, max_batch_bytes, compression, compression_threshold: override the stream's
             stored batching settings for this publisher.
         max_buffered_records: records accepted but not yet stored, at most (back-pressure beyond).
@@ -138,7 +139,7 @@ class Publisher:
     def __init__(
         self,
         grid: Grid,
-        stream: StreamConfig | str,
+        stream: StreamConfig | str | StreamInfo,
         *,
         linger_ms: float | None = None,
         max_batch_records: int | None = None,
@@ -166,7 +167,7 @@ class Publisher:
         if not isinstance(transactional, bool):
             raise ArgumentTypeError(f"transactional must be True or False, got {transactional!r}")
         registry = metrics_registry(metrics)
-        self.info: StreamInfo = open_stream(grid, stream)
+        self.info: StreamInfo = stream if isinstance(stream, StreamInfo) else open_stream(grid, stream)
         self._value_serializer = value_serializer_for(grid, self.info, value_serializer)
         #: the header every record gets from the value serializer (a typed stream's schema version), if any
         self._record_header: tuple[str, bytes] | None = getattr(self._value_serializer, "record_header", None)

@@ -165,13 +165,12 @@ class _PublishesRows:
     def _open_publisher(self, grid: Any, stream: str, transaction: str | None) -> Any:
         """A publisher to ``stream`` (created with the default configuration when missing and ``createStream``); in
         a transaction, registered with it before its first record is stored, so readers find its transaction."""
-        target: StreamConfig | str = stream
         try:
-            config = open_stream(grid, stream).config
+            info = open_stream(grid, stream)
         except LookupError:
             if not self.options.create_stream:
                 raise
-            target = config = StreamConfig(stream)
+            info = open_stream(grid, StreamConfig(stream))
         owner = None
         if transaction is not None:
             from pyspark import TaskContext
@@ -180,11 +179,12 @@ class _PublishesRows:
             owner = f"{transaction}#{context.partitionId() if context is not None else 0}"
         publisher = Publisher(
             grid,
-            target,
+            info,  # opened once: the publisher does not open it again
             transactional=transaction is not None,
             dedup_owner=owner,
             max_call_bytes=SINK_MAX_CALL_BYTES,
-            max_batch_bytes=min(config.max_batch_bytes, DEFAULT_MAX_CALL_BYTES),  # the items a default publisher cuts
+            # the items a default publisher cuts
+            max_batch_bytes=min(info.config.max_batch_bytes, DEFAULT_MAX_CALL_BYTES),
         )
         if transaction is not None:
             try:

@@ -10,14 +10,14 @@ from typing import cast
 import pyarrow as pa
 import pytest
 
-from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError
+from meteor_spark.errors import ConfigError, PublisherClosedError, PublishTimeoutError, StreamNotFoundError
 from meteor_spark.format.arrow_columns import items_to_arrow
 from meteor_spark.format.offsets import index_of, make_offset, sequence_of
 from meteor_spark.format.partitioning import lane_for_key
 from meteor_spark.format.records import Record, decode_batch
 from meteor_spark.grid.client import Grid
 from meteor_spark.grid.reading import read_range
-from meteor_spark.grid.streams import StreamConfig, StreamInfo, lane_bounds, open_stream
+from meteor_spark.grid.streams import STREAMS_MAP, StreamConfig, StreamInfo, lane_bounds, open_stream
 from meteor_spark.producer.publisher import Publisher
 from meteor_spark.testing import wait_until
 
@@ -247,3 +247,12 @@ def test_arrow_round_trip_through_items_to_arrow(grid: Grid, unique_name: str) -
     batch = items_to_arrow(items, seqs, stream=unique_name, lane=0, include_headers=False)
     assert batch.column("value").to_pylist() == values
     assert len(items) == 9  # 5000 records / 600 per item
+
+
+def test_a_publisher_given_an_opened_stream_does_not_open_it_again(grid: Grid, unique_name: str) -> None:
+    info = open_stream(grid, StreamConfig(unique_name, lanes=2))
+    grid.map(STREAMS_MAP).remove(unique_name)  # opening it by name fails from here on
+    with Publisher(grid, info) as pub:
+        assert sequence_of(pub.publish(b"x")) == 0
+    with pytest.raises(StreamNotFoundError):
+        Publisher(grid, unique_name)
