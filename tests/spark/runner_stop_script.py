@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 
 from meteor_spark.spark.datasource import SOURCE_SCHEMA
 from meteor_spark.spark.options import SourceOptions
@@ -31,6 +32,16 @@ from meteor_spark.spark.reader import MeteorStreamReader
 def sigterm_from_spark() -> None:
     """Spark's SIGTERM, to the calling (main) thread: its handler runs before this returns."""
     signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+
+def sigterm_before(call: Callable[[], None]) -> Callable[[], None]:
+    """``call``, with Spark's SIGTERM arriving just before it runs."""
+
+    def with_a_sigterm_first() -> None:
+        sigterm_from_spark()
+        call()
+
+    return with_a_sigterm_first
 
 
 def main() -> None:
@@ -52,24 +63,12 @@ def main() -> None:
             if when == "idle":
                 sigterm_from_spark()
             elif when in ("in-lock", "twice"):
-                if when == "twice":
-                    stop = reader.stop
-
-                    def stop_as_the_second_sigterm_comes() -> None:
-                        sigterm_from_spark()
-                        stop()
-
-                    reader.stop = stop_as_the_second_sigterm_comes  # type: ignore[method-assign]
+                if when == "twice":  # the second SIGTERM as the runner's finally calls stop()
+                    reader.stop = sigterm_before(reader.stop)  # type: ignore[method-assign]
                 with member._lock:
                     sigterm_from_spark()
             elif when == "in-release":
-                close = member.close
-
-                def close_as_spark_ends_the_runner() -> None:
-                    sigterm_from_spark()
-                    close()
-
-                member.close = close_as_spark_ends_the_runner  # type: ignore[method-assign]
+                member.close = sigterm_before(member.close)  # type: ignore[method-assign]  # as the release starts
                 raise EOFError("the JVM closed the runner's socket")
             raise AssertionError(f"the SIGTERM at {when!r} did not end the runner")
         finally:
