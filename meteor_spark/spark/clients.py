@@ -9,6 +9,9 @@ with a larger buffer than the client's default 128,000 bytes (``RECEIVE_BUFFER_B
 kernel and fewer window updates per byte: reading 100-byte records, a task worker's reactor thread spends ~20-30 ns
 of CPU a record with it, ~40-45 with the default. The kernel caps the socket's buffer at ``net.core.rmem_max``; the
 larger read per call is the client's own.
+
+Asking for a client is also where a worker's long-lived objects are frozen (``worker_heap``): every task asks
+first, after its imports.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import logging
 import threading
 
 from meteor_spark.grid.client import Grid, GridSettings
+from meteor_spark.spark import worker_heap
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +38,8 @@ def grid_for(settings: GridSettings) -> Grid:
         if grid is None:
             grid = Grid(settings, receive_buffer_bytes=RECEIVE_BUFFER_BYTES)
             _grids[settings] = grid
-        return grid
+    worker_heap.freeze_long_lived()
+    return grid
 
 
 def forget(settings: GridSettings) -> None:
@@ -42,6 +47,7 @@ def forget(settings: GridSettings) -> None:
     with _lock:
         grid = _grids.pop(settings, None)
     if grid is not None:
+        worker_heap.release()  # the dropped client was frozen with the rest: let the collector free it
         try:
             grid.close()
         except Exception:

@@ -33,6 +33,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from meteor_spark.spark import worker_heap
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, DataSourceWriter
@@ -81,10 +83,14 @@ class MeteorDataSource(DataSource):
     def _source_options(self, *, batch: bool) -> SourceOptions:
         from meteor_spark.spark.options import SourceOptions
 
+        worker_heap.freeze_long_lived()  # this worker plans reads: its imports are long-lived
+
         return SourceOptions.parse(self.options, batch=batch)
 
     def _sink_options(self) -> SinkOptions:
         from meteor_spark.spark.options import SinkOptions
+
+        worker_heap.freeze_long_lived()  # this worker plans writes: its imports are long-lived
 
         return SinkOptions.parse(self.options)
 

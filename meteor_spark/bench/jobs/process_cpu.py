@@ -20,11 +20,16 @@ only); every other descendant is a Python process, split in two by what it runs:
 
 The member is given by pid (the embedded grid runs in its own process). Where ``/proc`` cannot be read (not Linux),
 ``sample`` returns None and the benchmark prints no CPU figures.
+
+A job's Python processes keep working after Spark reported it done: a reused worker runs a full garbage collection
+after every task, 25-55 ms of CPU each on these machines, and the worker that committed a write does the same.
+``settle`` waits for that to end, so it is counted with the job that caused it, not inside the next one's time.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 #: The kinds a sample splits CPU time into, in the order the benchmark prints them.
@@ -59,6 +64,37 @@ def sample(member_pid: int | None) -> dict[str, float] | None:
     if member_pid is not None and member_pid in table:
         seconds["member"] += table[member_pid][2]
     return seconds
+
+
+#: ``settle``: the Python processes and the member are idle once they use less than this share of one core...
+QUIET_SHARE = 0.05
+#: ...over a window this long...
+QUIET_WINDOW_S = 0.1
+#: ...or this long has passed (a busy machine never gets that quiet; the run goes on).
+SETTLE_TIMEOUT_S = 3.0
+
+
+def settle(member_pid: int | None) -> float:
+    """Wait until the Python processes and the member are idle (``QUIET_SHARE`` of a core over
+    ``QUIET_WINDOW_S``) or ``SETTLE_TIMEOUT_S`` passed; returns the seconds waited. The JVM is not waited for: its
+    compiler works on for seconds after the first jobs of a session, on both sides of a comparison alike."""
+    started = time.monotonic()
+    last = _python_seconds(sample(member_pid))
+    if last is None:
+        return 0.0
+    while time.monotonic() - started < SETTLE_TIMEOUT_S:
+        time.sleep(QUIET_WINDOW_S)
+        now = _python_seconds(sample(member_pid))
+        if now is None or now - last < QUIET_SHARE * QUIET_WINDOW_S:
+            break
+        last = now
+    return time.monotonic() - started
+
+
+def _python_seconds(seconds: Mapping[str, float] | None) -> float | None:
+    if seconds is None:
+        return None
+    return seconds["python tasks"] + seconds["python planning"] + seconds["member"]
 
 
 def per_record(before: Mapping[str, float] | None, after: Mapping[str, float] | None, records: int) -> dict[str, float]:

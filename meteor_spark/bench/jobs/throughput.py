@@ -22,8 +22,11 @@ and the **median** is reported, because a shared 2-core machine varies by tens o
 average before and after is printed next to the table. The share of the ceiling is the median of each run's own
 ratio (meteor over the ceiling measured right beside it, so a slow moment of the machine weighs on both sides of
 one ratio instead of on one side of the medians), printed with the lowest and highest run's, so the table shows
-how far one run can be trusted. Both writes read the same cached DataFrame with the same partitions, in the same
-Python workers.
+how far one run can be trusted. Both writes read the same cached DataFrame with the same partitions (in workers of
+their own: measured, Spark ran each side's tasks in its own pair of Python workers all session). Every timed job
+starts once the Python processes and the member are idle (``process_cpu.settle``): a job's workers go on after
+Spark reports it done (PySpark's full garbage collection after every task, 25-55 ms of CPU each), and that work used
+to run inside the next job's time, whichever side that was; it now counts in the CPU of the job that caused it.
 
 Next to the table, CPU time per record of every path, split by process (``process_cpu``: the JVM, PySpark's
 Python task workers, the other Python processes Spark starts to plan a query, the grid member, the driver),
@@ -236,8 +239,11 @@ def _one_run(
     (``process_cpu``; the whole job or query, start-up included)."""
 
     def timed(path: str, action: Callable[[], Any]) -> Any:
+        # Each path starts on idle Python workers, and its CPU counts the collections its workers run after it.
+        process_cpu.settle(member_pid)
         before = process_cpu.sample(member_pid)
         outcome = action()
+        process_cpu.settle(member_pid)
         cpu[path].append(process_cpu.per_record(before, process_cpu.sample(member_pid), records))
         return outcome
 
