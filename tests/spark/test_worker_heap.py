@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from meteor_spark.grid.client import GridSettings
@@ -109,3 +110,39 @@ def test_a_workers_grid_client_freezes_and_dropping_it_releases(grid_settings: G
     assert outcome["frozen"] > 30_000
     assert outcome["released"] == 0
     assert outcome["frozen_again"] > 30_000
+
+
+def test_spark_s_python_workers_are_reused_workers_and_freeze(spark: Any) -> None:
+    """Spark's own Python workers are recognised (``SPARK_REUSE_WORKER``), and freezing there leaves a full
+    collection little to walk: checked from inside a real worker, as a task."""
+
+    def freeze_in_this_worker(batches: Iterator[Any]) -> Iterator[Any]:  # pickled by value, run by the worker
+        import gc
+
+        import pyarrow as pa
+
+        import meteor_spark.spark.writer  # noqa: F401  # what a write task brings in
+        from meteor_spark.spark import worker_heap as heap
+
+        froze = heap.freeze_long_lived()
+        for batch in batches:
+            n = batch.num_rows
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "applies": [heap.applies()] * n,
+                    "froze": [froze] * n,
+                    "frozen": [gc.get_freeze_count()] * n,
+                    "tracked": [len(gc.get_objects())] * n,
+                }
+            )
+
+    rows = (
+        spark.range(1, numPartitions=1)
+        .mapInArrow(freeze_in_this_worker, "applies boolean, froze boolean, frozen long, tracked long")
+        .collect()
+    )
+    (row,) = rows
+    print(f"in a Spark worker: {row.frozen:,} objects frozen, {row.tracked:,} left for the collection after a task")
+    assert row.applies is True
+    assert row.frozen > 30_000
+    assert row.tracked < 5_000
