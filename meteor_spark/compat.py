@@ -20,9 +20,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from typing import Any
 
+from meteor_spark.compat_frames import installed_version
 from meteor_spark.compat_ring import EVENT_WRITTEN_FOR, READ_WRITTEN_FOR, check_future_event, check_read_path
 
 logger = logging.getLogger(__name__)
@@ -63,17 +64,6 @@ class Coupling:
         except AssertionError as exc:
             out.append(f"{self.name}: {self.distribution} {_dotted(found)} changed: {exc}")
         return out
-
-
-def installed_version(distribution: str) -> tuple[int, int] | None:
-    """``(major, minor)`` of an installed distribution, from its metadata (nothing is imported), else None."""
-    try:
-        text = version(distribution)
-    except PackageNotFoundError:
-        return None
-    major, _, rest = text.partition(".")
-    minor = "".join(ch for ch in rest.partition(".")[0] if ch.isdigit())
-    return int(major), int(minor or 0)
 
 
 def _dotted(pair: tuple[int, int]) -> str:

@@ -26,6 +26,7 @@ import inspect
 import logging
 import struct
 from collections import deque
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -153,11 +154,21 @@ def fix_frame_reader() -> bool:
 
 def written_for(versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
     """Whether the installed hazelcast-python-client is of ``versions`` (from, below): a patch of its private
-    details applies to the versions it was written for only (this module's and ``compat_frames``')."""
-    from importlib.metadata import version
+    details applies to the versions it was written for only (this module's and ``compat_ring``'s)."""
+    found = installed_version(_CLIENT)
+    return found is not None and versions[0] <= found < versions[1]
 
-    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version(_CLIENT).split(".")[:2])
-    return versions[0] <= (major, minor) < versions[1]
+
+def installed_version(distribution: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of an installed distribution, from its metadata (nothing is imported), else None. Here,
+    the leaf of the compat modules, so that ``compat`` and ``compat_ring`` read versions the same way."""
+    try:
+        text = version(distribution)
+    except PackageNotFoundError:
+        return None
+    major, _, rest = text.partition(".")
+    minor = "".join(ch for ch in rest.partition(".")[0] if ch.isdigit())
+    return int(major), int(minor or 0)
 
 
 _CLIENT = "hazelcast-python-client"
