@@ -24,6 +24,7 @@ from importlib.metadata import version
 from typing import Any
 
 from meteor_spark.compat_frames import installed_version
+from meteor_spark.compat_reactor import TIMERS_WRITTEN_FOR, WAKER_WRITTEN_FOR, check_timer_wait, check_waker
 from meteor_spark.compat_ring import EVENT_WRITTEN_FOR, READ_WRITTEN_FOR, check_future_event, check_read_path
 
 logger = logging.getLogger(__name__)
@@ -75,66 +76,7 @@ def _in_range(distribution: str, written_for: tuple[tuple[int, int], tuple[int, 
     return found is not None and written_for[0] <= found < written_for[1]
 
 
-# ------------------------------------------------------------------ hazelcast-python-client: the reactor's waker
-
 _HAZELCAST = "hazelcast-python-client"
-_WAKER_WRITTEN_FOR = ((5, 7), (5, 8))
-
-
-def fix_reactor_waker_race() -> bool:
-    """Work around a lost-wakeup race in hazelcast-python-client 5.7's reactor; returns whether it is applied.
-
-    ``_PipedWaker.handle_read`` clears its ``awake`` flag *before* draining the wake pipe. A ``wake()`` from
-    another thread in between writes its byte, which the drain then swallows, leaving ``awake`` set with an empty
-    pipe: no thread can wake the reactor again, so every request sent from a non-reactor thread waits for the
-    10 ms poll timeout (request/reply latency jumps from ~1 ms to ~20 ms, at random per client). Draining first
-    and clearing the flag afterwards cannot lose a wakeup: a ``wake()`` that sees the flag still set finds its
-    write queued when the reactor builds its next poll set.
-
-    Applied only to the versions it was written for (another version may have fixed or reshaped the class; the
-    client then runs unpatched and a warning says so).
-    """
-    from hazelcast import reactor
-
-    waker_class = getattr(reactor, "_PipedWaker", None)
-    if waker_class is None or getattr(waker_class, "_meteor_fixed", False):
-        return waker_class is not None
-    if not _in_range(_HAZELCAST, _WAKER_WRITTEN_FOR):
-        logger.warning(
-            "hazelcast-python-client %s is outside the versions meteor-spark's reactor work-around was written for; "
-            "running the client unpatched",
-            version(_HAZELCAST),
-        )
-        return False
-
-    def handle_read(self: Any) -> None:
-        try:
-            while len(os.read(self._read_fd, 4096)) == 4096:
-                pass
-        except OSError:
-            pass
-        self.awake = False
-
-    waker_class._meteor_original_handle_read = waker_class.handle_read
-    waker_class.handle_read = handle_read
-    waker_class._meteor_fixed = True
-    return True
-
-
-def _check_waker() -> None:
-    from hazelcast import reactor
-
-    waker_class = getattr(reactor, "_PipedWaker", None)
-    assert waker_class is not None, "hazelcast.reactor._PipedWaker is gone"
-    original = getattr(waker_class, "_meteor_original_handle_read", waker_class.handle_read)
-    source = inspect.getsource(original)
-    assert "self.awake = False" in source and "os.read(self._read_fd" in source, (
-        "_PipedWaker.handle_read no longer clears `awake` and drains `_read_fd`: the race may be fixed or moved"
-    )
-    assert source.index("self.awake = False") < source.index("os.read("), (
-        "_PipedWaker.handle_read now drains before clearing `awake`: the race is fixed upstream, drop the patch"
-    )
-    assert "self.awake = True" in inspect.getsource(waker_class.wake), "_PipedWaker.wake no longer sets `awake`"
 
 
 # ------------------------------------------------------- hazelcast-python-client: partial sends of big messages
@@ -552,7 +494,10 @@ def _check_connection_closed() -> None:
 
 
 COUPLINGS: tuple[Coupling, ...] = (
-    Coupling("reactor waker patch (grid.py)", _HAZELCAST, _WAKER_WRITTEN_FOR, _check_waker),
+    Coupling("reactor waker patch (compat_reactor, grid.py)", _HAZELCAST, WAKER_WRITTEN_FOR, check_waker),
+    Coupling(
+        "reactor polls until its next timer (compat_reactor, grid.py)", _HAZELCAST, TIMERS_WRITTEN_FOR, check_timer_wait
+    ),
     Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
     Coupling("ring reads, appends, frames (compat_ring, _frames)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
     Coupling("futures' event on bare locks (compat_ring, grid.py)", _HAZELCAST, EVENT_WRITTEN_FOR, check_future_event),

@@ -32,11 +32,11 @@ from meteor_spark.compat import (
     add_ringbuffer_config_request,
     connect_failures,
     fix_partial_send_copies,
-    fix_reactor_waker_race,
     invoke,
     on_connection_closed,
 )
 from meteor_spark.compat_frames import fix_frame_reader
+from meteor_spark.compat_reactor import fix_reactor_waker_race, sleep_until_next_timer
 from meteor_spark.compat_ring import add_all_async as ring_add_all_async
 from meteor_spark.compat_ring import fix_future_event, read_items_as_bytes
 from meteor_spark.compat_ring import read_many_async as ring_read_many_async
@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 
 fix_reactor_waker_race()  # private client details, version-guarded in meteor_spark.compat
+sleep_until_next_timer()
 fix_partial_send_copies()
 fix_future_event()
 fix_frame_reader()
