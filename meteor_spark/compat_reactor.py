@@ -26,9 +26,11 @@ import os
 import time
 from typing import Any
 
-from meteor_spark.compat_frames import written_for
+from meteor_spark.compat_frames import installed_version, written_for
 
 logger = logging.getLogger(__name__)
+
+_CLIENT = "hazelcast-python-client"
 
 #: hazelcast-python-client versions the waker work-around was written for (``check_waker``).
 WAKER_WRITTEN_FOR = ((5, 7), (5, 8))
@@ -45,8 +47,9 @@ _STOPPING_POLL_S = 0.001
 
 def _unpatched(what: str) -> bool:
     logger.warning(
-        "hazelcast-python-client is outside the versions meteor-spark's %s was written for; running the client "
+        "hazelcast-python-client %s is outside the versions meteor-spark's %s was written for; running the client "
         "unpatched",
+        ".".join(map(str, installed_version(_CLIENT) or ())),
         what,
     )
     return False
