@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
-from meteor_spark.compat_frames import installed_version
+from meteor_spark.compat_frames import CLIENT, installed_version, written_for
 from meteor_spark.compat_reactor import TIMERS_WRITTEN_FOR, WAKER_WRITTEN_FOR, check_timer_wait, check_waker
 from meteor_spark.compat_ring import EVENT_WRITTEN_FOR, READ_WRITTEN_FOR, check_future_event, check_read_path
 
@@ -71,14 +71,6 @@ def _dotted(pair: tuple[int, int]) -> str:
     return f"{pair[0]}.{pair[1]}"
 
 
-def _in_range(distribution: str, written_for: tuple[tuple[int, int], tuple[int, int]]) -> bool:
-    found = installed_version(distribution)
-    return found is not None and written_for[0] <= found < written_for[1]
-
-
-_HAZELCAST = "hazelcast-python-client"
-
-
 # ------------------------------------------------------- hazelcast-python-client: partial sends of big messages
 
 _SEND_WRITTEN_FOR = ((5, 7), (5, 8))
@@ -111,11 +103,11 @@ def fix_partial_send_copies() -> bool:
     connection_class = getattr(reactor, "AsyncoreConnection", None)
     if connection_class is None or getattr(connection_class, "_meteor_send_fixed", False):
         return connection_class is not None
-    if not _in_range(_HAZELCAST, _SEND_WRITTEN_FOR):
+    if not written_for(_SEND_WRITTEN_FOR):
         logger.warning(
             "hazelcast-python-client %s is outside the versions meteor-spark's partial-send work-around was written "
             "for; running the client unpatched",
-            version(_HAZELCAST),
+            version(CLIENT),
         )
         return False
     socket_error = reactor.socket.error
@@ -494,20 +486,20 @@ def _check_connection_closed() -> None:
 
 
 COUPLINGS: tuple[Coupling, ...] = (
-    Coupling("reactor waker patch (compat_reactor, grid.py)", _HAZELCAST, WAKER_WRITTEN_FOR, check_waker),
+    Coupling("reactor waker patch (compat_reactor, grid.py)", CLIENT, WAKER_WRITTEN_FOR, check_waker),
     Coupling(
-        "reactor polls until its next timer (compat_reactor, grid.py)", _HAZELCAST, TIMERS_WRITTEN_FOR, check_timer_wait
+        "reactor polls until its next timer (compat_reactor, grid.py)", CLIENT, TIMERS_WRITTEN_FOR, check_timer_wait
     ),
-    Coupling("partial-send copy and calling-thread send patch (grid.py)", _HAZELCAST, _SEND_WRITTEN_FOR, _check_send),
-    Coupling("ring reads, appends, frames (compat_ring, _frames)", _HAZELCAST, READ_WRITTEN_FOR, check_read_path),
-    Coupling("futures' event on bare locks (compat_ring, grid.py)", _HAZELCAST, EVENT_WRITTEN_FOR, check_future_event),
+    Coupling("partial-send copy and calling-thread send patch (grid.py)", CLIENT, _SEND_WRITTEN_FOR, _check_send),
+    Coupling("ring reads, appends, frames (compat_ring, _frames)", CLIENT, READ_WRITTEN_FOR, check_read_path),
+    Coupling("futures' event on bare locks (compat_ring, grid.py)", CLIENT, EVENT_WRITTEN_FOR, check_future_event),
     Coupling(
         "dynamic ring-buffer config via _invocation_service (Grid.add_ring_config)",
-        _HAZELCAST,
+        CLIENT,
         _INVOKE_WRITTEN_FOR,
         _check_invoke,
     ),
-    Coupling("proxy routing of a test client (testing.grid_through)", _HAZELCAST, _ROUTING_WRITTEN_FOR, _check_routing),
+    Coupling("proxy routing of a test client (testing.grid_through)", CLIENT, _ROUTING_WRITTEN_FOR, _check_routing),
     Coupling(
         "SIGTERM hook in Spark's streaming source runner (spark/reader.py)",
         _PYSPARK,
@@ -517,13 +509,13 @@ COUPLINGS: tuple[Coupling, ...] = (
     Coupling("pushFilters only in Spark's pushdown worker", _PYSPARK, _PUSHDOWN_WRITTEN_FOR, _check_pushdown),
     Coupling(
         "why a connection failed, from the client's connection log (Grid)",
-        _HAZELCAST,
+        CLIENT,
         _CONNECT_LOG_WRITTEN_FOR,
         _check_connect_log,
     ),
     Coupling(
         "connection-closed listener: reads cross a member restart only after a recheck (Grid.connection_losses)",
-        _HAZELCAST,
+        CLIENT,
         _CONNECTION_CLOSED_WRITTEN_FOR,
         _check_connection_closed,
     ),

@@ -31,6 +31,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+#: The distribution every patch of the compat modules is written against (its versions: ``written_for``).
+CLIENT = "hazelcast-python-client"
 #: hazelcast-python-client versions the frame reader was written for (``check_frame_reader``).
 FRAMES_WRITTEN_FOR = ((5, 7), (5, 8))
 
@@ -155,7 +157,7 @@ def fix_frame_reader() -> bool:
 def written_for(versions: tuple[tuple[int, int], tuple[int, int]]) -> bool:
     """Whether the installed hazelcast-python-client is of ``versions`` (from, below): a patch of its private
     details applies to the versions it was written for only (this module's and ``compat_ring``'s)."""
-    found = installed_version(_CLIENT)
+    found = installed_version(CLIENT)
     return found is not None and versions[0] <= found < versions[1]
 
 
@@ -169,9 +171,6 @@ def installed_version(distribution: str) -> tuple[int, int] | None:
     major, _, rest = text.partition(".")
     minor = "".join(ch for ch in rest.partition(".")[0] if ch.isdigit())
     return int(major), int(minor or 0)
-
-
-_CLIENT = "hazelcast-python-client"
 
 
 def check_frame_reader() -> None:

@@ -24,13 +24,12 @@ import logging
 import math
 import os
 import time
+from importlib.metadata import version
 from typing import Any
 
-from meteor_spark.compat_frames import installed_version, written_for
+from meteor_spark.compat_frames import CLIENT, written_for
 
 logger = logging.getLogger(__name__)
-
-_CLIENT = "hazelcast-python-client"
 
 #: hazelcast-python-client versions the waker work-around was written for (``check_waker``).
 WAKER_WRITTEN_FOR = ((5, 7), (5, 8))
@@ -49,7 +48,7 @@ def _unpatched(what: str) -> bool:
     logger.warning(
         "hazelcast-python-client %s is outside the versions meteor-spark's %s was written for; running the client "
         "unpatched",
-        ".".join(map(str, installed_version(_CLIENT) or ())),
+        version(CLIENT),
         what,
     )
     return False
